@@ -1,0 +1,58 @@
+# eddyline — every entry point a developer or CI needs. `make help` lists them.
+# The first target that needs Python creates .venv and installs eddyline into it;
+# re-running is instant until pyproject.toml changes.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+# quixstreams is the benchmark's yardstick only; it pins pydantic < 2.14, so it
+# lives in its own environment and never constrains the project's pins.
+QUIXSTREAMS := quixstreams==3.28.1
+STATE_DIR ?= $(CURDIR)/.eddyline-state
+
+.DEFAULT_GOAL := help
+.PHONY: help setup run test test-fast lint bench-store clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@scripts/check-prerequisites
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP) ## Create .venv and install eddyline with its development tools
+
+run: $(STAMP) ## The main job: the store engine demo (write, crash, reopen, query at both isolation levels)
+	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
+
+test: $(STAMP) ## Run every test, slow ones included (what CI runs)
+	$(BIN)/pytest
+
+test-fast: $(STAMP) ## Run the tests not marked slow
+	$(BIN)/pytest -m "not slow"
+
+lint: $(STAMP) ## ruff, mypy --strict on src, and the import contracts
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+$(BENCH_STAMP): pyproject.toml
+	@scripts/check-prerequisites
+	@test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e . '$(QUIXSTREAMS)'
+	@touch $(BENCH_STAMP)
+
+bench-store: $(BENCH_STAMP) ## Store benchmark: eddyline vs raw rocksdict vs Quix Streams (last line JSON)
+	$(BENCH_VENV)/bin/python tests/bench/bench_store.py
+
+clean: ## Remove virtual environments, caches and demo state
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)

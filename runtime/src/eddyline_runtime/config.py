@@ -1,0 +1,195 @@
+"""The runtime's configuration, with Kafka Streams' names.
+
+One pydantic-settings model, :class:`StreamsConfig`, holds every setting a pod
+reads once at start. Users write Kafka Streams' dotted names
+(``statestore.uncommitted.max.bytes``); the environment may override any of
+them as ``EDDYLINE_`` + the name upper-cased with dots as underscores
+(``EDDYLINE_STATESTORE_UNCOMMITTED_MAX_BYTES``). A bad value raises
+:class:`~eddyline_runtime.errors.ConfigError` naming the key, the value and
+what is accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from eddyline_runtime.errors import (
+    ConfigError,
+    InvalidUncommittedBytesLimitError,
+    UnknownIsolationLevelError,
+    one_of,
+)
+
+# KIP-892's default for statestore.uncommitted.max.bytes: 64 MiB.
+DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
+# KIP-892: -1 means the uncommitted buffer is unbounded.
+UNLIMITED = -1
+
+
+class IsolationLevel(enum.StrEnum):
+    """What a reader on another thread sees of a store's open transaction (KIP-892)."""
+
+    READ_UNCOMMITTED = "READ_UNCOMMITTED"
+    READ_COMMITTED = "READ_COMMITTED"
+
+    @classmethod
+    def parse(
+        cls, value: IsolationLevel | str, *, key: str = "default.state.isolation.level"
+    ) -> IsolationLevel:
+        """Accept an enum member or its name (any case); reject anything else by name."""
+        if isinstance(value, IsolationLevel):
+            return value
+        try:
+            return cls(str(value).strip().upper())
+        except ValueError:
+            raise UnknownIsolationLevelError(
+                key,
+                value,
+                one_of(m.value for m in cls),
+                hint="pass one of them, or leave it unset to use default.state.isolation.level",
+            ) from None
+
+
+class ProcessingGuarantee(enum.StrEnum):
+    """``processing.guarantee``: Kafka Streams' two current guarantees."""
+
+    AT_LEAST_ONCE = "at_least_once"
+    EXACTLY_ONCE_V2 = "exactly_once_v2"
+
+
+def validate_uncommitted_max_bytes(
+    value: int, *, key: str = "statestore.uncommitted.max.bytes"
+) -> int:
+    """-1 (no limit) or a non-negative byte count."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < UNLIMITED:
+        raise InvalidUncommittedBytesLimitError(
+            key,
+            value,
+            "-1 (no limit) or a number of bytes >= 0",
+            hint=f"the default is {DEFAULT_UNCOMMITTED_MAX_BYTES} (64 MiB)",
+        )
+    return value
+
+
+class StreamsConfig(BaseSettings):
+    """Settings a pod reads once at start. Field aliases are Kafka Streams' names."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="EDDYLINE_",
+        populate_by_name=True,
+        frozen=True,
+        extra="forbid",
+        use_enum_values=False,
+    )
+
+    application_id: str = Field(
+        default="eddyline-app",
+        validation_alias=AliasChoices("application.id", "application_id"),
+    )
+    state_dir: Path = Field(
+        default=Path("/tmp/eddyline"),
+        validation_alias=AliasChoices("state.dir", "state_dir"),
+    )
+    processing_guarantee: ProcessingGuarantee = Field(
+        default=ProcessingGuarantee.AT_LEAST_ONCE,
+        validation_alias=AliasChoices("processing.guarantee", "processing_guarantee"),
+    )
+    num_stream_threads: int = Field(
+        default=1,
+        ge=1,
+        validation_alias=AliasChoices("num.stream.threads", "num_stream_threads"),
+    )
+    statestore_uncommitted_max_bytes: int = Field(
+        default=DEFAULT_UNCOMMITTED_MAX_BYTES,
+        validation_alias=AliasChoices(
+            "statestore.uncommitted.max.bytes", "statestore_uncommitted_max_bytes"
+        ),
+    )
+    # None means "not set by the user": the effective level then depends on
+    # the processing guarantee (see effective_isolation_level).
+    default_state_isolation_level: IsolationLevel | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "default.state.isolation.level", "default_state_isolation_level"
+        ),
+    )
+
+    @field_validator("default_state_isolation_level", mode="before")
+    @classmethod
+    def _parse_isolation(cls, value: Any) -> IsolationLevel | None:
+        if value is None or value == "":
+            return None
+        return IsolationLevel.parse(value)
+
+    @field_validator("statestore_uncommitted_max_bytes", mode="before")
+    @classmethod
+    def _parse_uncommitted_max_bytes(cls, value: Any) -> int:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = int(value.strip())
+        return validate_uncommitted_max_bytes(value)
+
+    @property
+    def effective_isolation_level(self) -> IsolationLevel:
+        """KIP-892: READ_UNCOMMITTED unless exactly-once is on and the user chose nothing."""
+        if self.default_state_isolation_level is not None:
+            return self.default_state_isolation_level
+        if self.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2:
+            return IsolationLevel.READ_COMMITTED
+        return IsolationLevel.READ_UNCOMMITTED
+
+    @property
+    def uncommitted_bytes_per_thread(self) -> int | None:
+        """Each stream thread's share of statestore.uncommitted.max.bytes; None = no limit."""
+        if self.statestore_uncommitted_max_bytes == UNLIMITED:
+            return None
+        return self.statestore_uncommitted_max_bytes // self.num_stream_threads
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> StreamsConfig:
+        """Build from Kafka Streams-style properties; errors name the key and accepted values."""
+        try:
+            return cls(**dict(properties))
+        except ConfigError:
+            raise
+        except ValidationError as exc:
+            raise _config_error_from(exc, properties) from None
+
+
+_FIELD_KEYS = {
+    "application_id": "application.id",
+    "state_dir": "state.dir",
+    "processing_guarantee": "processing.guarantee",
+    "num_stream_threads": "num.stream.threads",
+    "statestore_uncommitted_max_bytes": "statestore.uncommitted.max.bytes",
+    "default_state_isolation_level": "default.state.isolation.level",
+}
+
+
+def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> ConfigError:
+    """Turn pydantic's first complaint into our error: the key, the value, what is accepted."""
+    first = exc.errors()[0]
+    # Our own validators raise ConfigError (a ValueError); pydantic wraps it.
+    original = first.get("ctx", {}).get("error")
+    if isinstance(original, ConfigError):
+        return original
+    location = str(first["loc"][0]) if first["loc"] else "?"
+    key = _FIELD_KEYS.get(location, location)
+    value = properties.get(key, properties.get(location, first.get("input")))
+    if first["type"] == "extra_forbidden":
+        return ConfigError(
+            location,
+            value,
+            f"the known settings {one_of(sorted(_FIELD_KEYS.values()))}",
+            hint="check the spelling",
+        )
+    if location == "processing_guarantee":
+        return ConfigError(key, value, one_of(g.value for g in ProcessingGuarantee))
+    return ConfigError(key, value, first["msg"])

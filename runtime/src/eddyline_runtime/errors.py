@@ -1,0 +1,50 @@
+"""The root of eddyline's errors, and the errors of configuration.
+
+Every error eddyline raises on purpose derives from :class:`EddylineError`,
+so a caller can catch ours apart from bugs. Each message names the thing that
+is wrong (in quotes) and says what to do about it.
+
+    EddylineError
+    ├── ConfigError (also ValueError)            a setting has a value we cannot accept
+    │   ├── UnknownIsolationLevelError           default.state.isolation.level / a query's isolation
+    │   └── InvalidUncommittedBytesLimitError    statestore.uncommitted.max.bytes < -1
+    └── StateStoreError                          eddyline_runtime.state.errors draws its subtree
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class EddylineError(Exception):
+    """Base of every error eddyline raises on purpose."""
+
+
+class ConfigError(EddylineError, ValueError):
+    """A setting has a value eddyline cannot accept.
+
+    ``key`` is the setting's name as the user wrote it (Kafka Streams' names),
+    ``value`` what was given and ``accepted`` a human description of what would do.
+    """
+
+    def __init__(self, key: str, value: object, accepted: str, *, hint: str = "") -> None:
+        self.key = key
+        self.value = value
+        self.accepted = accepted
+        message = f'invalid value {value!r} for "{key}": accepted values are {accepted}'
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
+
+
+def one_of(values: Iterable[str]) -> str:
+    """Render a closed set of accepted values for an error message."""
+    return ", ".join(repr(v) for v in values)
+
+
+class UnknownIsolationLevelError(ConfigError):
+    """An isolation level that is neither READ_COMMITTED nor READ_UNCOMMITTED."""
+
+
+class InvalidUncommittedBytesLimitError(ConfigError):
+    """A ``statestore.uncommitted.max.bytes`` below -1."""

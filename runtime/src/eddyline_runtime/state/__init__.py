@@ -1,0 +1,51 @@
+"""The state store engine: transactional stores on RocksDB (KIP-892) and in memory.
+
+Start from :class:`RocksDBStore` (or :class:`InMemoryStore`); both implement
+:class:`StateStore`. Other threads read through ``store.reader(isolation)``.
+"""
+
+from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.state.errors import (
+    CheckpointFileError,
+    InvalidChangelogOffsetError,
+    StateStoreError,
+    StoreClosedError,
+    StoreCommitError,
+    StoreCorruptedError,
+    StoreLockedError,
+)
+from eddyline_runtime.state.memory_store import InMemoryStore
+from eddyline_runtime.state.rocksdb_store import (
+    DurabilityBound,
+    RocksDBStore,
+    RocksDBStoreOptions,
+)
+from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader
+from eddyline_runtime.state.uncommitted_budget import (
+    CommitReason,
+    UncommittedBytesBudget,
+    uncommitted_bytes,
+)
+
+__all__ = [
+    "CheckpointFileError",
+    "CommitReason",
+    "DurabilityBound",
+    "InMemoryStore",
+    "InvalidChangelogOffsetError",
+    "IsolationLevel",
+    "KeyValue",
+    "RocksDBStore",
+    "RocksDBStoreOptions",
+    "StateStore",
+    "StateStoreError",
+    "StoreClosedError",
+    "StoreCommitError",
+    "StoreCorruptedError",
+    "StoreLockedError",
+    "StoreReader",
+    "TopicPartition",
+    "UncommittedBytesBudget",
+    "uncommitted_bytes",
+]

@@ -1,0 +1,141 @@
+"""The state store contract of KIP-892, in Python.
+
+A :class:`StateStore` has one owner: the stream thread of the task it belongs
+to (the single-writer principle). The owner writes (``put``, ``delete``,
+``put_all``), reads its own writes, and calls :meth:`StateStore.commit` after
+the changelog transaction holding those writes has committed. Other threads
+(interactive queries, metrics) never touch the store directly; they ask for a
+:class:`StoreReader` with an isolation level:
+
+* ``READ_COMMITTED`` sees only what the last ``commit`` made durable-to-be;
+* ``READ_UNCOMMITTED`` also sees the owner's open transaction.
+
+Offsets follow Kafka Streams: the changelog offset a store commits is the
+offset of the *last changelog record its data includes*; restoration resumes
+at that offset + 1.
+
+Keys and values are ``bytes``; iteration is in unsigned byte order of keys.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Mapping
+
+from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.partitions import TopicPartition
+
+KeyValue = tuple[bytes, bytes]
+
+
+class ReadableKeyValueStore(abc.ABC):
+    """Point and ordered reads; shared by stores (owner view) and readers."""
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or None when absent or deleted."""
+
+    @abc.abstractmethod
+    def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[KeyValue]:
+        """Entries with ``from_key <= key <= to_key`` in key order; None ends are unbounded."""
+
+    @abc.abstractmethod
+    def prefix_scan(self, prefix: bytes) -> Iterator[KeyValue]:
+        """Entries whose key starts with ``prefix``, in key order."""
+
+    @abc.abstractmethod
+    def all(self) -> Iterator[KeyValue]:
+        """Every entry, in key order."""
+
+
+class StoreReader(ReadableKeyValueStore):
+    """A read view of a store for threads other than its owner.
+
+    Safe to use while the owner writes and commits. Each call sees one
+    consistent snapshot at the reader's :attr:`isolation`; an iterator keeps
+    the snapshot it started with until it is exhausted or dropped.
+    """
+
+    isolation: IsolationLevel
+
+    @abc.abstractmethod
+    def position(self) -> Mapping[TopicPartition, int]:
+        """KIP-796 input position the data visible to this reader reflects."""
+
+
+class StateStore(ReadableKeyValueStore):
+    """A named, transactional key-value store owned by one stream thread."""
+
+    name: str
+
+    @property
+    @abc.abstractmethod
+    def persistent(self) -> bool:
+        """Whether committed data survives close and reopen."""
+
+    @property
+    @abc.abstractmethod
+    def manages_offsets(self) -> bool:
+        """Whether :meth:`commit` persists changelog offsets atomically with the data."""
+
+    @property
+    @abc.abstractmethod
+    def is_open(self) -> bool: ...
+
+    @abc.abstractmethod
+    def put(self, key: bytes, value: bytes) -> None:
+        """Write ``key`` in the open transaction; visible to the owner at once."""
+
+    @abc.abstractmethod
+    def delete(self, key: bytes) -> None:
+        """Delete ``key`` in the open transaction (a tombstone until commit)."""
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write many entries; a None value deletes, as in Kafka's ``putAll``."""
+        for key, value in entries:
+            if value is None:
+                self.delete(key)
+            else:
+                self.put(key, value)
+
+    @abc.abstractmethod
+    def commit(self, changelog_offsets: Mapping[TopicPartition, int]) -> None:
+        """Make every write since the last commit visible to READ_COMMITTED readers.
+
+        ``changelog_offsets`` maps each changelog partition to the offset of the
+        last record the committed data includes. A store that manages offsets
+        persists them atomically with the data: after a crash either both are
+        there or neither is.
+        """
+
+    @abc.abstractmethod
+    def committed_offset(self, partition: TopicPartition) -> int | None:
+        """The changelog offset last committed for ``partition``; None if none or not managed."""
+
+    @abc.abstractmethod
+    def approximate_num_uncommitted_bytes(self) -> int:
+        """About how many key + value bytes the next commit would free."""
+
+    @abc.abstractmethod
+    def update_position(self, partition: TopicPartition, offset: int) -> None:
+        """Record that the open transaction reflects input ``partition`` up to ``offset``."""
+
+    @abc.abstractmethod
+    def position(
+        self, isolation: IsolationLevel | str = IsolationLevel.READ_UNCOMMITTED
+    ) -> Mapping[TopicPartition, int]:
+        """KIP-796 position: committed only, or including the open transaction."""
+
+    @abc.abstractmethod
+    def reader(self, isolation: IsolationLevel | str | None = None) -> StoreReader:
+        """A thread-safe read view; ``None`` uses the store's default isolation level."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Discard uncommitted writes and release the store. Idempotent."""
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

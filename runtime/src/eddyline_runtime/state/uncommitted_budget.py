@@ -1,0 +1,70 @@
+"""When a stream thread must commit because its stores buffer too much (KIP-892).
+
+``statestore.uncommitted.max.bytes`` bounds the memory all uncommitted
+transaction buffers may hold; each stream thread gets 1/``num.stream.threads``
+of it. A thread asks its :class:`UncommittedBytesBudget` after every
+processing iteration, with the sum of its stores'
+``approximate_num_uncommitted_bytes()``:
+
+* at or over its share, a commit is requested;
+* below it, but likely to cross it during the next iteration (judged from
+  the growth of recent iterations), the thread commits pre-emptively, so a
+  large iteration does not overshoot the limit by a lot.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+from eddyline_runtime.config import UNLIMITED, validate_uncommitted_max_bytes
+from eddyline_runtime.state.store import StateStore
+
+# Weight of the newest iteration in the smoothed growth estimate: high enough
+# to follow a change of pace within a few iterations.
+_GROWTH_SMOOTHING = 0.3
+
+
+class CommitReason(enum.StrEnum):
+    LIMIT_EXCEEDED = "uncommitted bytes reached the thread's share"
+    PREDICTED_TO_EXCEED = "the next iteration would likely cross the thread's share"
+
+
+class UncommittedBytesBudget:
+    """One stream thread's share of the uncommitted-bytes limit."""
+
+    def __init__(self, max_bytes: int, num_stream_threads: int) -> None:
+        validate_uncommitted_max_bytes(max_bytes)
+        if num_stream_threads < 1:
+            raise ValueError(f"num.stream.threads must be >= 1, got {num_stream_threads}")
+        self.share: int | None = None if max_bytes == UNLIMITED else max_bytes // num_stream_threads
+        self._previous_bytes = 0
+        self._expected_growth = 0.0
+
+    @property
+    def expected_growth(self) -> float:
+        """Bytes the next iteration is expected to add (the larger of the last and the average)."""
+        return self._expected_growth
+
+    def after_iteration(self, uncommitted_bytes: int) -> CommitReason | None:
+        """Record one iteration's outcome; say whether the thread should commit now."""
+        growth = max(uncommitted_bytes - self._previous_bytes, 0)
+        self._previous_bytes = uncommitted_bytes
+        smoothed = (1 - _GROWTH_SMOOTHING) * self._expected_growth + _GROWTH_SMOOTHING * growth
+        self._expected_growth = max(float(growth), smoothed)
+        if self.share is None:
+            return None
+        if uncommitted_bytes >= self.share:
+            return CommitReason.LIMIT_EXCEEDED
+        if uncommitted_bytes + self._expected_growth > self.share:
+            return CommitReason.PREDICTED_TO_EXCEED
+        return None
+
+    def committed(self) -> None:
+        """The thread committed: its buffers are empty again."""
+        self._previous_bytes = 0
+
+
+def uncommitted_bytes(stores: Iterable[StateStore]) -> int:
+    """What a thread's stores buffer in total."""
+    return sum(store.approximate_num_uncommitted_bytes() for store in stores)
