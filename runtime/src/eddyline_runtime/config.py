@@ -172,6 +172,8 @@ _FIELD_KEYS = {
     "default_state_isolation_level": "default.state.isolation.level",
 }
 
+_FIELD_OF_KEY = {key: name for name, key in _FIELD_KEYS.items()}
+
 
 def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> ConfigError:
     """Turn pydantic's first complaint into our error: the key, the value, what is accepted."""
@@ -181,7 +183,9 @@ def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> C
     if isinstance(original, ConfigError):
         return original
     location = str(first["loc"][0]) if first["loc"] else "?"
-    key = _FIELD_KEYS.get(location, location)
+    # pydantic reports the alias the user wrote, or the field name.
+    field_name = _FIELD_OF_KEY.get(location, location)
+    key = _FIELD_KEYS.get(field_name, location)
     value = properties.get(key, properties.get(location, first.get("input")))
     if first["type"] == "extra_forbidden":
         return ConfigError(
@@ -190,6 +194,6 @@ def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> C
             f"the known settings {one_of(sorted(_FIELD_KEYS.values()))}",
             hint="check the spelling",
         )
-    if location == "processing_guarantee":
+    if field_name == "processing_guarantee":
         return ConfigError(key, value, one_of(g.value for g in ProcessingGuarantee))
     return ConfigError(key, value, first["msg"])

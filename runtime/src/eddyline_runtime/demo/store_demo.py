@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,15 +84,27 @@ def _report(**fields: object) -> None:
 
 def run_demo(state_dir: Path, out: TextIO = sys.stdout) -> int:
     """The parent: drive the writer, kill it, reopen, verify, query. Returns an exit code."""
-    say: Callable[[str], None] = lambda line="": print(line, file=out, flush=True)  # noqa: E731
+
+    def say(line: str = "") -> None:
+        print(line, file=out, flush=True)
+
     store_dir = state_dir / "0_0" / STORE_NAME
     if store_dir.exists():
-        import shutil
-
         shutil.rmtree(store_dir)
     say(f"eddyline store engine demo: state store {STORE_NAME!r} in {store_dir}")
     say(f"durability bound for the demo: flush after {DEMO_BOUND.max_records} records\n")
+    last_committed = _write_then_kill(store_dir, say)
+    say("\n3. Reopen the store")
+    with RocksDBStore(STORE_NAME, store_dir) as store:
+        recovered, matches = _verify_reopened(store, last_committed, say)
+        say("\n4. Query while the owner has an open transaction")
+        _query_open_transaction(store, recovered, say)
+    say(f"\n5. Closed; .checkpoint now reads: {(store_dir / '.checkpoint').read_text().split()}")
+    return 0 if matches else 1
 
+
+def _write_then_kill(store_dir: Path, say: Callable[[str], None]) -> int | None:
+    """Steps 1 and 2: run the writer until its transaction is open, then SIGKILL it."""
     say(f"1. A writer process counts words, committing every {RECORDS_PER_COMMIT} records")
     writer = subprocess.Popen(
         [sys.executable, "-m", "eddyline_runtime.demo.store_demo", "--writer", str(store_dir)],
@@ -102,14 +115,7 @@ def run_demo(state_dir: Path, out: TextIO = sys.stdout) -> int:
     last_committed = None
     for line in writer.stdout:
         event = json.loads(line)
-        if "number" in event:
-            last_committed = event["offset"]
-            durable = "none yet" if event["durable"] is None else event["durable"]
-            say(
-                f"   commit #{event['number']}: changelog offset {event['offset']:>5}"
-                f"   durable on disk up to offset {durable}"
-            )
-        else:
+        if "number" not in event:
             say(
                 f"   then {event['open_transaction']} more records, not committed "
                 f"({event['uncommitted_bytes']} bytes buffered)"
@@ -119,59 +125,67 @@ def run_demo(state_dir: Path, out: TextIO = sys.stdout) -> int:
                 f"the writer reads its own write, apple = {event['apple_uncommitted']}"
             )
             break
-
+        last_committed = event["offset"]
+        durable = "none yet" if event["durable"] is None else event["durable"]
+        say(
+            f"   commit #{event['number']}: changelog offset {event['offset']:>5}"
+            f"   durable on disk up to offset {durable}"
+        )
     say(f"\n2. SIGKILL the writer (pid {writer.pid}) with its transaction open")
     os.kill(writer.pid, signal.SIGKILL)
     writer.wait()
+    return last_committed
 
-    say("\n3. Reopen the store")
-    with RocksDBStore(STORE_NAME, store_dir) as store:
-        recovered = store.committed_offset(CHANGELOG)
-        contents = dict(store.all())
-        matches = contents == expected_counts(recovered)
-        say(f"   committed changelog offset found: {recovered}")
-        tail = (last_committed or 0) - (recovered if recovered is not None else -1)
-        say(
-            f"   restoration resumes at offset {0 if recovered is None else recovered + 1}: "
-            f"{tail} committed records to replay from the changelog "
-            f"(bound: {DEMO_BOUND.max_records})"
+
+def _verify_reopened(
+    store: RocksDBStore, last_committed: int | None, say: Callable[[str], None]
+) -> tuple[int | None, bool]:
+    """Step 3: the reopened store holds exactly the counts at its committed offset."""
+    recovered = store.committed_offset(CHANGELOG)
+    contents = dict(store.all())
+    matches = contents == expected_counts(recovered)
+    say(f"   committed changelog offset found: {recovered}")
+    tail = (last_committed or 0) - (recovered if recovered is not None else -1)
+    say(
+        f"   restoration resumes at offset {0 if recovered is None else recovered + 1}: "
+        f"{tail} committed records to replay from the changelog "
+        f"(bound: {DEMO_BOUND.max_records})"
+    )
+    say(
+        f"   data is exactly the word counts at offset {recovered}: "
+        f"{'yes' if matches else 'NO'}; the open transaction left no trace"
+    )
+    say("   " + ", ".join(f"{k.decode()}={v.decode()}" for k, v in contents.items()))
+    return recovered, matches
+
+
+def _query_open_transaction(
+    store: RocksDBStore, recovered: int | None, say: Callable[[str], None]
+) -> None:
+    """Step 4: another thread queries at both isolation levels, before and after commit."""
+    store.put(b"apple", b"1000")
+    store.put(b"zucchini", b"1")
+    store.delete(b"banana")
+    answers: dict[str, str] = {}
+
+    def describe(words: dict[bytes, bytes]) -> str:
+        return " ".join(
+            f"{word}={words.get(word.encode(), b'-').decode()}"
+            for word in ("apple", "banana", "zucchini")
         )
-        say(
-            f"   data is exactly the word counts at offset {recovered}: "
-            f"{'yes' if matches else 'NO'}; the open transaction left no trace"
-        )
-        say("   " + ", ".join(f"{k.decode()}={v.decode()}" for k, v in contents.items()))
 
-        say("\n4. Query while the owner has an open transaction")
-        store.put(b"apple", b"1000")
-        store.put(b"zucchini", b"1")
-        store.delete(b"banana")
-        answers: dict[str, str] = {}
+    def query() -> None:
+        for level in IsolationLevel:
+            answers[level.value] = describe(dict(store.reader(level).all()))
 
-        def query() -> None:
-            for level in IsolationLevel:
-                reader = store.reader(level)
-                words = dict(reader.all())
-                answers[level.value] = (
-                    f"apple={words.get(b'apple', b'-').decode()} "
-                    f"banana={words.get(b'banana', b'-').decode()} "
-                    f"zucchini={words.get(b'zucchini', b'-').decode()}"
-                )
-
-        query_thread = threading.Thread(target=query)
-        query_thread.start()
-        query_thread.join()
-        for level, answer in answers.items():
-            say(f"   {level:<17} {answer}")
-        store.commit({CHANGELOG: (recovered or 0) + 3})
-        after = dict(store.reader(IsolationLevel.READ_COMMITTED).all())
-        say(
-            "   after commit, READ_COMMITTED sees "
-            f"apple={after[b'apple'].decode()} banana={after.get(b'banana', b'-').decode()} "
-            f"zucchini={after[b'zucchini'].decode()}"
-        )
-    say(f"\n5. Closed; .checkpoint now reads: {(store_dir / '.checkpoint').read_text().split()}")
-    return 0 if matches else 1
+    query_thread = threading.Thread(target=query)
+    query_thread.start()
+    query_thread.join()
+    for level, answer in answers.items():
+        say(f"   {level:<17} {answer}")
+    store.commit({CHANGELOG: (recovered or 0) + 3})
+    after = dict(store.reader(IsolationLevel.READ_COMMITTED).all())
+    say(f"   after commit, READ_COMMITTED sees {describe(after)}")
 
 
 if __name__ == "__main__":

@@ -127,13 +127,6 @@ class RocksDBStore(StateStore):
         self.options = options or RocksDBStoreOptions()
         self.directory.mkdir(parents=True, exist_ok=True)
         self._dir_lock = _DirectoryLock.acquire(name, self.directory)
-        try:
-            self._db = _open_database(name, self.directory)
-        except BaseException:
-            self._dir_lock.release()
-            raise
-        self._offsets_db = self._db.get_column_family(OFFSETS_COLUMN_FAMILY)
-        self._offsets_handle = self._db.get_column_family_handle(OFFSETS_COLUMN_FAMILY)
         self._write_options = WriteOptions()
         # A property at run time; rocksdict's stub wrongly declares a method.
         self._write_options.disable_wal = True  # type: ignore[method-assign,assignment]
@@ -142,13 +135,24 @@ class RocksDBStore(StateStore):
         # and by a reader while it captures buffer + database: never by puts.
         self._commit_lock = threading.Lock()
         self._closed = False
-
-        self._committed_offsets, self._committed_position = self._load_offsets()
-        self._import_legacy_offset_files()
+        try:
+            self._db = _open_database(name, self.directory)
+        except BaseException:
+            self._dir_lock.release()
+            raise
+        self._offsets_db = self._db.get_column_family(OFFSETS_COLUMN_FAMILY)
+        self._offsets_handle = self._db.get_column_family_handle(OFFSETS_COLUMN_FAMILY)
+        try:
+            self._committed_offsets, self._committed_position = self._load_offsets()
+            self._import_legacy_offset_files()
+            self._write_checkpoint_file()
+        except BaseException:
+            # Leave nothing held: the caller may fix the cause and open again.
+            self._release()
+            raise
         self._durable_offsets = dict(self._committed_offsets)
         self._undurable_records = 0
         self._last_durable_at = time.monotonic()
-        self._write_checkpoint_file()
 
         self._commit_sensor = Sensor()
         self._metrics = metrics
@@ -270,11 +274,19 @@ class RocksDBStore(StateStore):
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
         try:
             self._buffer.reset()
             self._flush()
             self._write_checkpoint_file()
+        finally:
+            self._release()
+            if self._metrics is not None:
+                self._metrics.unregister_tagged(self._metric_tags)
+
+    def _release(self) -> None:
+        """Close RocksDB and drop the directory lock."""
+        self._closed = True
+        try:
             self._offsets_db.close()
             self._db.close()
             # RocksDB stays open while any handle on it lives; drop ours so a
@@ -282,8 +294,6 @@ class RocksDBStore(StateStore):
             del self._offsets_handle
         finally:
             self._dir_lock.release()
-            if self._metrics is not None:
-                self._metrics.unregister_tagged(self._metric_tags)
 
     # -- durability ------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Self
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.partitions import TopicPartition
@@ -134,7 +135,7 @@ class StateStore(ReadableKeyValueStore):
     def close(self) -> None:
         """Discard uncommitted writes and release the store. Idempotent."""
 
-    def __enter__(self) -> StateStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

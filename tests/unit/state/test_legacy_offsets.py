@@ -1,0 +1,80 @@
+"""Upgrading from pre-KIP-892 stores: offsets move from files into the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rocksdict import Options, Rdict
+
+from eddyline_runtime.state import CheckpointFileError, RocksDBStore, TopicPartition
+from eddyline_runtime.state.offset_checkpoint import read_offsets, write_offsets
+
+CHANGELOG = TopicPartition("app-counts-changelog", 3)
+SOURCE = TopicPartition("words", 3)
+
+
+def make_legacy_store(directory: Path) -> None:
+    """A store as Kafka Streams left it: data in the default column family, offsets in files."""
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    db = Rdict(str(directory), options)
+    db.put(b"apple", b"3")
+    db.put(b"kiwi", b"1")
+    db.close()
+    write_offsets(directory / ".checkpoint", {CHANGELOG: 120})
+    write_offsets(directory / ".position", {SOURCE: 77})
+
+
+def test_legacy_offsets_are_imported_and_the_position_file_removed(tmp_path: Path) -> None:
+    directory = tmp_path / "3_3" / "counts"
+    directory.mkdir(parents=True)
+    make_legacy_store(directory)
+    with RocksDBStore("counts", directory) as store:
+        assert store.committed_offset(CHANGELOG) == 120
+        assert store.position() == {SOURCE: 77}
+        assert dict(store.all()) == {b"apple": b"3", b"kiwi": b"1"}
+        assert not (directory / ".position").exists()
+        assert read_offsets(directory / ".checkpoint") == {CHANGELOG: 120}
+    # The import is durable: with both files gone, the offsets are still there.
+    (directory / ".checkpoint").unlink()
+    with RocksDBStore("counts", directory) as store:
+        assert store.committed_offset(CHANGELOG) == 120
+        assert store.position() == {SOURCE: 77}
+
+
+def test_files_are_ignored_once_the_store_manages_offsets(tmp_path: Path) -> None:
+    directory = tmp_path / "counts"
+    with RocksDBStore("counts", directory) as store:
+        store.put(b"k", b"v")
+        store.update_position(SOURCE, 500)
+        store.commit({CHANGELOG: 200})
+    write_offsets(directory / ".checkpoint", {CHANGELOG: 5})
+    write_offsets(directory / ".position", {SOURCE: 1})
+    with RocksDBStore("counts", directory) as store:
+        assert store.committed_offset(CHANGELOG) == 200
+        assert store.position() == {SOURCE: 500}
+        assert not (directory / ".position").exists()
+    # .checkpoint is rewritten on close from the store's own offsets.
+    assert read_offsets(directory / ".checkpoint") == {CHANGELOG: 200}
+
+
+def test_an_unreadable_checkpoint_file_names_itself(tmp_path: Path) -> None:
+    directory = tmp_path / "counts"
+    directory.mkdir()
+    (directory / ".checkpoint").write_text("0\n1\napp-counts-changelog three 4\n")
+    with pytest.raises(CheckpointFileError) as error:
+        RocksDBStore("counts", directory)
+    assert str(directory / ".checkpoint") in str(error.value)
+    assert "delete it" in str(error.value)
+    (directory / ".checkpoint").unlink()
+    with RocksDBStore("counts", directory) as store:  # the failed open released the lock
+        assert store.committed_offset(CHANGELOG) is None
+
+
+def test_checkpoint_format_round_trips_kafka_layout(tmp_path: Path) -> None:
+    path = tmp_path / ".checkpoint"
+    write_offsets(path, {TopicPartition("b", 1): 9, TopicPartition("a", 0): 12})
+    assert path.read_text() == "0\n2\na 0 12\nb 1 9\n"
+    assert read_offsets(path) == {TopicPartition("a", 0): 12, TopicPartition("b", 1): 9}
+    assert read_offsets(tmp_path / "missing") == {}

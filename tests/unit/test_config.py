@@ -1,0 +1,71 @@
+"""StreamsConfig: Kafka Streams' names, KIP-892 defaults, errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from eddyline_runtime.config import IsolationLevel, ProcessingGuarantee, StreamsConfig
+from eddyline_runtime.errors import (
+    ConfigError,
+    InvalidUncommittedBytesLimitError,
+    UnknownIsolationLevelError,
+)
+
+
+def test_defaults_follow_kip_892() -> None:
+    config = StreamsConfig.from_properties({})
+    assert config.statestore_uncommitted_max_bytes == 64 * 1024 * 1024
+    assert config.effective_isolation_level is IsolationLevel.READ_UNCOMMITTED
+
+
+def test_exactly_once_reads_committed_unless_the_user_chose() -> None:
+    eos = StreamsConfig.from_properties({"processing.guarantee": "exactly_once_v2"})
+    assert eos.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
+    assert eos.effective_isolation_level is IsolationLevel.READ_COMMITTED
+    chosen = StreamsConfig.from_properties(
+        {
+            "processing.guarantee": "exactly_once_v2",
+            "default.state.isolation.level": "READ_UNCOMMITTED",
+        }
+    )
+    assert chosen.effective_isolation_level is IsolationLevel.READ_UNCOMMITTED
+
+
+def test_each_thread_gets_its_share_of_the_uncommitted_limit() -> None:
+    config = StreamsConfig.from_properties(
+        {"statestore.uncommitted.max.bytes": "1000", "num.stream.threads": 4}
+    )
+    assert config.uncommitted_bytes_per_thread == 250
+    unlimited = StreamsConfig.from_properties({"statestore.uncommitted.max.bytes": -1})
+    assert unlimited.uncommitted_bytes_per_thread is None
+
+
+def test_unknown_isolation_level_lists_the_accepted_ones() -> None:
+    with pytest.raises(UnknownIsolationLevelError) as error:
+        StreamsConfig.from_properties({"default.state.isolation.level": "SNAPSHOT"})
+    message = str(error.value)
+    assert '"default.state.isolation.level"' in message
+    assert "'SNAPSHOT'" in message
+    assert "'READ_UNCOMMITTED', 'READ_COMMITTED'" in message
+
+
+def test_byte_limit_below_minus_one_is_rejected() -> None:
+    with pytest.raises(InvalidUncommittedBytesLimitError, match="-1 \\(no limit\\)"):
+        StreamsConfig.from_properties({"statestore.uncommitted.max.bytes": -5})
+
+
+def test_bad_guarantee_and_unknown_keys_are_named() -> None:
+    with pytest.raises(ConfigError) as error:
+        StreamsConfig.from_properties({"processing.guarantee": "exactly_once"})
+    assert '"processing.guarantee"' in str(error.value)
+    assert "'at_least_once', 'exactly_once_v2'" in str(error.value)
+    with pytest.raises(ConfigError, match=r"statestore\.uncommited\.max\.bytes"):
+        StreamsConfig.from_properties({"statestore.uncommited.max.bytes": 5})
+
+
+def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDDYLINE_STATESTORE_UNCOMMITTED_MAX_BYTES", "2048")
+    monkeypatch.setenv("EDDYLINE_DEFAULT_STATE_ISOLATION_LEVEL", "read_committed")
+    config = StreamsConfig.from_properties({})
+    assert config.statestore_uncommitted_max_bytes == 2048
+    assert config.effective_isolation_level is IsolationLevel.READ_COMMITTED
