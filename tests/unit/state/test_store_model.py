@@ -16,12 +16,12 @@ changelog would. The properties:
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
 import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -35,50 +35,12 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from store_worker import Zygote
 
-from eddyline_runtime.config import IsolationLevel
-from eddyline_runtime.state import (
-    DurabilityBound,
-    RocksDBStore,
-    RocksDBStoreOptions,
-    TopicPartition,
-)
-
-CHANGELOG = TopicPartition("model-changelog", 0)
+# A worker that answers nothing for this long is stuck, not slow.
+WORKER_TIMEOUT_SECONDS = 30
 keys = st.binary(max_size=2)  # small: overwrites, empty keys and 0xff bytes are common
 values = st.binary(max_size=6)
-
-
-def _serve(connection: Connection, directory: str, max_records: int) -> None:
-    """Worker process: own one store, execute commands sent over the pipe."""
-    store = RocksDBStore(
-        "model",
-        directory,
-        RocksDBStoreOptions(durability=DurabilityBound(max_records=max_records, max_seconds=3600)),
-    )
-    connection.send(store.committed_offset(CHANGELOG))
-    committed = store.reader(IsolationLevel.READ_COMMITTED)
-    uncommitted = store.reader(IsolationLevel.READ_UNCOMMITTED)
-    handlers: dict[str, Callable[..., Any]] = {
-        "put": store.put,
-        "delete": store.delete,
-        "commit": lambda offset: store.commit({CHANGELOG: offset}),
-        "get": store.get,
-        "all": lambda: list(store.all()),
-        "prefix": lambda prefix: list(store.prefix_scan(prefix)),
-        "range": lambda low, high: list(store.range(low, high)),
-        "committed_all": lambda: list(committed.all()),
-        "committed_get": committed.get,
-        "uncommitted_all": lambda: list(uncommitted.all()),
-        "uncommitted_bytes": store.approximate_num_uncommitted_bytes,
-    }
-    while True:
-        command, args = connection.recv()
-        if command == "close":
-            store.close()
-            connection.send(None)
-            return
-        connection.send(handlers[command](*args))
 
 
 class StoreModel(RuleBasedStateMachine):
@@ -90,7 +52,7 @@ class StoreModel(RuleBasedStateMachine):
         # offset -> the data as of that commit; None is "before any commit".
         self.history: dict[int | None, dict[bytes, bytes]] = {None: {}}
         self.last_offset: int | None = None
-        self.worker: multiprocessing.process.BaseProcess | None = None
+        self.worker_pid: int | None = None
         self.connection: Connection | None = None
 
     @initialize(max_records=st.sampled_from([0, 3, 10, 10_000]))
@@ -99,20 +61,46 @@ class StoreModel(RuleBasedStateMachine):
         assert self._start_worker() is None
 
     def _start_worker(self) -> int | None:
-        context = multiprocessing.get_context("fork")
-        parent, child = context.Pipe()
-        self.worker = context.Process(
-            target=_serve, args=(child, self.directory, self.max_records), daemon=True
+        self.worker_pid, self.connection = Zygote.shared().start_worker(
+            self.directory, self.max_records
         )
-        self.worker.start()
-        child.close()
-        self.connection = parent
-        offset: int | None = parent.recv()
+        offset: int | None = self._receive()
         return offset
+
+    def _kill_worker(self) -> None:
+        """SIGKILL the worker and wait until it is gone (its store lock with it)."""
+        assert self.connection is not None and self.worker_pid is not None
+        os.kill(self.worker_pid, signal.SIGKILL)
+        with contextlib.suppress(EOFError, ConnectionResetError):
+            while self.connection.poll(WORKER_TIMEOUT_SECONDS):
+                self.connection.recv()
+        self._forget_worker()
+
+    def _forget_worker(self) -> None:
+        """Close our end and wait until the worker process no longer exists."""
+        assert self.connection is not None and self.worker_pid is not None
+        self.connection.close()
+        deadline = time.monotonic() + WORKER_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                os.kill(self.worker_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.001)
+        else:
+            raise AssertionError(f"store worker {self.worker_pid} did not exit")
+        self.connection = None
+        self.worker_pid = None
 
     def call(self, command: str, *args: Any) -> Any:
         assert self.connection is not None
         self.connection.send((command, args))
+        return self._receive()
+
+    def _receive(self) -> Any:
+        assert self.connection is not None
+        if not self.connection.poll(WORKER_TIMEOUT_SECONDS):
+            raise AssertionError(f"store worker silent for {WORKER_TIMEOUT_SECONDS} s")
         return self.connection.recv()
 
     def view(self) -> dict[bytes, bytes]:
@@ -148,16 +136,13 @@ class StoreModel(RuleBasedStateMachine):
     @rule()
     def close_and_reopen(self) -> None:
         self.call("close")
-        assert self.worker is not None
-        self.worker.join()
+        self._forget_worker()
         assert self._start_worker() == self.last_offset
         self.pending = {}
 
     @rule()
     def crash_and_reopen(self) -> None:
-        assert self.worker is not None and self.worker.pid is not None
-        os.kill(self.worker.pid, signal.SIGKILL)
-        self.worker.join()
+        self._kill_worker()
         recovered = self._start_worker()
         assert recovered in self.history, f"offset {recovered} was never committed"
         if self.last_offset is not None:
@@ -210,9 +195,8 @@ class StoreModel(RuleBasedStateMachine):
         assert self.call("uncommitted_bytes") == buffered
 
     def teardown(self) -> None:
-        if self.worker is not None and self.worker.pid is not None and self.worker.is_alive():
-            os.kill(self.worker.pid, signal.SIGKILL)
-            self.worker.join()
+        if self.connection is not None:
+            self._kill_worker()
         shutil.rmtree(Path(self.directory), ignore_errors=True)
 
 
