@@ -260,7 +260,9 @@ def test_close_writes_the_checkpoint_file_for_offset_readers(tmp_path: Path) -> 
     assert read_offsets(directory / ".checkpoint") == {CHANGELOG: 99}
 
 
-def test_durability_bound_flushes_once_the_tail_is_too_long(store_factory: StoreFactory) -> None:
+def test_durability_bound_syncs_the_log_when_the_tail_is_long(
+    store_factory: StoreFactory,
+) -> None:
     from eddyline_runtime.state import DurabilityBound
 
     store = store_factory(options=RocksDBStoreOptions(durability=DurabilityBound(max_records=10)))

@@ -2,12 +2,11 @@
 
 A writer process counts words into a RocksDB store and commits every 1,000
 records with the changelog offset of the last record. Its durability bound is
-set to 2,500 records so the demo shows both kinds of commit: durable ones and
-ones still only in memory. The writer buffers more words without committing,
-and this process kills it with SIGKILL. Then we reopen the store, check that
-its data is exactly the count at its committed offset (nothing uncommitted,
-nothing torn), and query it at both isolation levels while an open
-transaction exists.
+set to 2,500 records so the demo shows when the log gets synced. The writer
+buffers more words without committing, and this process kills it with
+SIGKILL. Then we reopen the store, check that its data is exactly the count at
+its committed offset (every acknowledged commit, nothing uncommitted, nothing
+torn), and query it at both isolation levels while an open transaction exists.
 """
 
 from __future__ import annotations
@@ -92,7 +91,7 @@ def run_demo(state_dir: Path, out: TextIO = sys.stdout) -> int:
     if store_dir.exists():
         shutil.rmtree(store_dir)
     say(f"eddyline store engine demo: state store {STORE_NAME!r} in {store_dir}")
-    say(f"durability bound for the demo: flush after {DEMO_BOUND.max_records} records\n")
+    say(f"durability bound for the demo: sync the log every {DEMO_BOUND.max_records} records\n")
     last_committed = _write_then_kill(store_dir, say)
     say("\n3. Reopen the store")
     with RocksDBStore(STORE_NAME, store_dir) as store:
@@ -129,7 +128,7 @@ def _write_then_kill(store_dir: Path, say: Callable[[str], None]) -> int | None:
         durable = "none yet" if event["durable"] is None else event["durable"]
         say(
             f"   commit #{event['number']}: changelog offset {event['offset']:>5}"
-            f"   durable on disk up to offset {durable}"
+            f"   log synced up to offset {durable}"
         )
     say(f"\n2. SIGKILL the writer (pid {writer.pid}) with its transaction open")
     os.kill(writer.pid, signal.SIGKILL)
@@ -144,12 +143,16 @@ def _verify_reopened(
     recovered = store.committed_offset(CHANGELOG)
     contents = dict(store.all())
     matches = contents == expected_counts(recovered)
-    say(f"   committed changelog offset found: {recovered}")
+    say(
+        f"   committed changelog offset found: {recovered} "
+        f"(last acknowledged commit: {last_committed})"
+    )
     tail = (last_committed or 0) - (recovered if recovered is not None else -1)
     say(
         f"   restoration resumes at offset {0 if recovered is None else recovered + 1}: "
-        f"{tail} committed records to replay from the changelog "
-        f"(bound: {DEMO_BOUND.max_records})"
+        f"{tail} committed records to replay from the changelog (a process crash loses "
+        f"no commit; a machine crash at most the {DEMO_BOUND.max_records} records "
+        "not yet synced)"
     )
     say(
         f"   data is exactly the word counts at offset {recovered}: "
