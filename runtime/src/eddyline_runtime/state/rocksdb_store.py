@@ -407,7 +407,18 @@ class RocksDBStore(StateStore):
         # rocksdict's Snapshot.items() ignores the snapshot (0.3.29), so
         # consistency comes from the iterator's own implicit snapshot.
         items = self._db.items(from_key=key_range.lower, read_opt=read_options)
-        return cast(Iterator[KeyValue], items)
+        return _pinned(cast(Iterator[KeyValue], items), read_options, key_range)
+
+
+def _pinned(items: Iterator[KeyValue], *keep_alive: object) -> Iterator[KeyValue]:
+    """Iterate ``items`` while holding ``keep_alive``.
+
+    rocksdict's iterator does not own its upper bound: once the ReadOptions
+    that set it are freed, the bound reads freed memory and iteration stops
+    at whatever key it now spells (seen as ranges cut short under threads).
+    """
+    yield from items
+    del keep_alive
 
 
 class _RocksDBReader(StoreReader):
