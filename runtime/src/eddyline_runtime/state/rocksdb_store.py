@@ -80,6 +80,11 @@ _CHANGELOG_KIND: Final = b"c"
 _POSITION_KIND: Final = b"p"
 _PARTITION: Final = struct.Struct(">i")
 _OFFSET: Final = struct.Struct(">q")
+# Memtable size. Inserting a commit's batch costs more the larger the
+# memtable's skiplist (cache misses); with 100-byte values, 8 MiB wrote ~1.5x
+# faster than RocksDB's 64 MiB default here (tests/bench), and RocksDB
+# flushes the smaller memtables on its background thread, off the commit path.
+_WRITE_BUFFER_BYTES: Final = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,6 +518,7 @@ def _open_database(store: str, directory: Path) -> Rdict:
     # Flushes triggered by RocksDB itself (a full memtable) then write every
     # column family together, so offsets never land on disk without their data.
     options.set_atomic_flush(True)
+    options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
     # After a machine crash, recover the longest prefix of whole batches.
     options.set_wal_recovery_mode(DBRecoveryMode.point_in_time())
     try:
