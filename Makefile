@@ -15,7 +15,7 @@ QUIXSTREAMS := quixstreams==3.28.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-fast lint bench-store clean
+.PHONY: help setup run test test-fast lint bench-store image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -53,6 +53,10 @@ $(BENCH_STAMP): pyproject.toml
 
 bench-store: $(BENCH_STAMP) ## Store benchmark: eddyline vs raw rocksdict vs Quix Streams (last line JSON)
 	$(BENCH_VENV)/bin/python tests/bench/bench_store.py
+
+image: ## Build the runtime image (needs a Docker engine)
+	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }
+	docker build -t eddyline-runtime:dev .
 
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)
