@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import eddyline_runtime.state as state
+from eddyline_runtime import state
 
 
 def test_state_package_exports_the_intended_names() -> None:
