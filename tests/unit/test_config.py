@@ -69,3 +69,10 @@ def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None
     config = StreamsConfig.from_properties({})
     assert config.statestore_uncommitted_max_bytes == 2048
     assert config.effective_isolation_level is IsolationLevel.READ_COMMITTED
+
+
+def test_every_setting_is_read_by_its_kafka_streams_name() -> None:
+    for name, field in StreamsConfig.model_fields.items():
+        kafka_name = name.replace("_", ".")
+        assert field.validation_alias is not None
+        assert kafka_name in field.validation_alias.choices, name  # type: ignore[union-attr]

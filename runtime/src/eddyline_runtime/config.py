@@ -78,6 +78,19 @@ def validate_uncommitted_max_bytes(
     return value
 
 
+def _setting(kafka_name: str, default: Any, **constraints: Any) -> Any:
+    """A field read from its Kafka Streams name or the same with underscores.
+
+    The field itself must be named ``kafka_name`` with dots as underscores:
+    that also gives its environment variable, EDDYLINE_<NAME>.
+    """
+    return Field(
+        default=default,
+        validation_alias=AliasChoices(kafka_name, kafka_name.replace(".", "_")),
+        **constraints,
+    )
+
+
 class StreamsConfig(BaseSettings):
     """Settings a pod reads once at start. Field aliases are Kafka Streams' names."""
 
@@ -89,36 +102,19 @@ class StreamsConfig(BaseSettings):
         use_enum_values=False,
     )
 
-    application_id: str = Field(
-        default="eddyline-app",
-        validation_alias=AliasChoices("application.id", "application_id"),
+    application_id: str = _setting("application.id", "eddyline-app")
+    state_dir: Path = _setting("state.dir", Path("/tmp/eddyline"))
+    processing_guarantee: ProcessingGuarantee = _setting(
+        "processing.guarantee", ProcessingGuarantee.AT_LEAST_ONCE
     )
-    state_dir: Path = Field(
-        default=Path("/tmp/eddyline"),
-        validation_alias=AliasChoices("state.dir", "state_dir"),
-    )
-    processing_guarantee: ProcessingGuarantee = Field(
-        default=ProcessingGuarantee.AT_LEAST_ONCE,
-        validation_alias=AliasChoices("processing.guarantee", "processing_guarantee"),
-    )
-    num_stream_threads: int = Field(
-        default=1,
-        ge=1,
-        validation_alias=AliasChoices("num.stream.threads", "num_stream_threads"),
-    )
-    statestore_uncommitted_max_bytes: int = Field(
-        default=DEFAULT_UNCOMMITTED_MAX_BYTES,
-        validation_alias=AliasChoices(
-            "statestore.uncommitted.max.bytes", "statestore_uncommitted_max_bytes"
-        ),
+    num_stream_threads: int = _setting("num.stream.threads", 1, ge=1)
+    statestore_uncommitted_max_bytes: int = _setting(
+        "statestore.uncommitted.max.bytes", DEFAULT_UNCOMMITTED_MAX_BYTES
     )
     # None means "not set by the user": the effective level then depends on
     # the processing guarantee (see effective_isolation_level).
-    default_state_isolation_level: IsolationLevel | None = Field(
-        default=None,
-        validation_alias=AliasChoices(
-            "default.state.isolation.level", "default_state_isolation_level"
-        ),
+    default_state_isolation_level: IsolationLevel | None = _setting(
+        "default.state.isolation.level", None
     )
 
     @field_validator("default_state_isolation_level", mode="before")
@@ -163,14 +159,8 @@ class StreamsConfig(BaseSettings):
             raise _config_error_from(exc, properties) from None
 
 
-_FIELD_KEYS = {
-    "application_id": "application.id",
-    "state_dir": "state.dir",
-    "processing_guarantee": "processing.guarantee",
-    "num_stream_threads": "num.stream.threads",
-    "statestore_uncommitted_max_bytes": "statestore.uncommitted.max.bytes",
-    "default_state_isolation_level": "default.state.isolation.level",
-}
+# Field names are the Kafka names with dots as underscores (see _setting).
+_FIELD_KEYS = {name: name.replace("_", ".") for name in StreamsConfig.model_fields}
 
 _FIELD_OF_KEY = {key: name for name, key in _FIELD_KEYS.items()}
 
