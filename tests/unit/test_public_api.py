@@ -13,6 +13,7 @@ def test_state_package_exports_the_intended_names() -> None:
         "InMemoryStore",
         "InvalidChangelogOffsetError",
         "IsolationLevel",
+        "KeyRange",
         "KeyValue",
         "RocksDBStore",
         "RocksDBStoreOptions",

@@ -15,6 +15,7 @@ from eddyline_runtime.state.errors import (
     StoreCorruptedError,
     StoreLockedError,
 )
+from eddyline_runtime.state.key_ranges import KeyRange
 from eddyline_runtime.state.memory_store import InMemoryStore
 from eddyline_runtime.state.rocksdb_store import (
     DurabilityBound,
@@ -35,6 +36,7 @@ __all__ = [
     "InMemoryStore",
     "InvalidChangelogOffsetError",
     "IsolationLevel",
+    "KeyRange",
     "KeyValue",
     "RocksDBStore",
     "RocksDBStoreOptions",

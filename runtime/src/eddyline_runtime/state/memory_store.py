@@ -67,15 +67,6 @@ class InMemoryStore(StateStore):
         self._check_open("get")
         return self._data.get(key)
 
-    def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[KeyValue]:
-        return self._scan(KeyRange.closed(from_key, to_key))
-
-    def prefix_scan(self, prefix: bytes) -> Iterator[KeyValue]:
-        return self._scan(KeyRange.prefix(prefix))
-
-    def all(self) -> Iterator[KeyValue]:
-        return self._scan(KeyRange())
-
     def commit(self, changelog_offsets: Mapping[TopicPartition, int]) -> None:
         """Nothing to make visible: writes already are. Offsets are not managed here."""
         self._check_open("commit")
@@ -114,7 +105,7 @@ class InMemoryStore(StateStore):
         if self._closed:
             raise StoreClosedError(self.name, operation)
 
-    def _scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
         """A snapshot of the range, taken under the lock: safe for any thread."""
         self._check_open("iterate")
         if key_range.empty:
@@ -136,14 +127,8 @@ class _InMemoryReader(StoreReader):
     def get(self, key: bytes) -> bytes | None:
         return self._store.get(key)
 
-    def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[KeyValue]:
-        return self._store.range(from_key, to_key)
-
-    def prefix_scan(self, prefix: bytes) -> Iterator[KeyValue]:
-        return self._store.prefix_scan(prefix)
-
-    def all(self) -> Iterator[KeyValue]:
-        return self._store.all()
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
+        return self._store.scan(key_range)
 
     def position(self) -> Mapping[TopicPartition, int]:
         return self._store.position(self.isolation)

@@ -216,15 +216,6 @@ class RocksDBStore(StateStore):
             return self._db.get(key)
         return buffered
 
-    def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[KeyValue]:
-        return self._owner_scan(KeyRange.closed(from_key, to_key))
-
-    def prefix_scan(self, prefix: bytes) -> Iterator[KeyValue]:
-        return self._owner_scan(KeyRange.prefix(prefix))
-
-    def all(self) -> Iterator[KeyValue]:
-        return self._owner_scan(KeyRange())
-
     def commit(self, changelog_offsets: Mapping[TopicPartition, int]) -> None:
         if self._closed:
             raise StoreClosedError(self.name, "commit")
@@ -393,7 +384,7 @@ class RocksDBStore(StateStore):
 
     # -- reading ---------------------------------------------------------------------
 
-    def _owner_scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
         if self._closed:
             raise StoreClosedError(self.name, "iterate")
         if key_range.empty:
@@ -446,19 +437,10 @@ class _RocksDBReader(StoreReader):
         except DbClosedError:
             raise StoreClosedError(store.name, "get") from None
 
-    def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[KeyValue]:
-        return self._scan(KeyRange.closed(from_key, to_key))
-
-    def prefix_scan(self, prefix: bytes) -> Iterator[KeyValue]:
-        return self._scan(KeyRange.prefix(prefix))
-
-    def all(self) -> Iterator[KeyValue]:
-        return self._scan(KeyRange())
-
     def position(self) -> Mapping[TopicPartition, int]:
         return self._store.position(self.isolation)
 
-    def _scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
         store = self._store
         if store._closed:
             raise StoreClosedError(store.name, "iterate")

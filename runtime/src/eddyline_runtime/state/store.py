@@ -25,28 +25,37 @@ from typing import Self
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.state.key_ranges import KeyRange
 
 KeyValue = tuple[bytes, bytes]
 
 
 class ReadableKeyValueStore(abc.ABC):
-    """Point and ordered reads; shared by stores (owner view) and readers."""
+    """Point and ordered reads; shared by stores (owner view) and readers.
+
+    Implementations provide :meth:`get` and :meth:`scan`; Kafka's range
+    methods are expressed through ``scan``.
+    """
 
     @abc.abstractmethod
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key``, or None when absent or deleted."""
 
     @abc.abstractmethod
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
+        """Entries with keys in ``key_range``, in key order."""
+
     def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[KeyValue]:
         """Entries with ``from_key <= key <= to_key`` in key order; None ends are unbounded."""
+        return self.scan(KeyRange.closed(from_key, to_key))
 
-    @abc.abstractmethod
     def prefix_scan(self, prefix: bytes) -> Iterator[KeyValue]:
         """Entries whose key starts with ``prefix``, in key order."""
+        return self.scan(KeyRange.prefix(prefix))
 
-    @abc.abstractmethod
     def all(self) -> Iterator[KeyValue]:
         """Every entry, in key order."""
+        return self.scan(KeyRange())
 
 
 class StoreReader(ReadableKeyValueStore):
