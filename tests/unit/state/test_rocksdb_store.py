@@ -275,3 +275,15 @@ def test_durability_bound_syncs_the_log_when_the_tail_is_long(
     assert store.durable_offsets == {CHANGELOG: 10}
     store.commit({CHANGELOG: 15})
     assert store.durable_offsets == {CHANGELOG: 10}
+
+
+def test_exactly_once_config_makes_readers_read_committed_by_default(
+    store_factory: StoreFactory,
+) -> None:
+    from eddyline_runtime.config import StreamsConfig
+
+    config = StreamsConfig.from_properties({"processing.guarantee": "exactly_once_v2"})
+    store = store_factory(options=RocksDBStoreOptions.from_config(config))
+    store.put(b"k", b"v")
+    assert store.reader().get(b"k") is None
+    assert store.reader(IsolationLevel.READ_UNCOMMITTED).get(b"k") == b"v"

@@ -50,7 +50,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.config import IsolationLevel, StreamsConfig
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import (
@@ -123,6 +123,11 @@ class RocksDBStoreOptions:
     # The isolation of reader(None): default.state.isolation.level as resolved by config.
     default_isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
     durability: DurabilityBound = field(default_factory=DurabilityBound)
+
+    @classmethod
+    def from_config(cls, config: StreamsConfig) -> RocksDBStoreOptions:
+        """The options every store of a pod gets from its StreamsConfig."""
+        return cls(default_isolation=config.effective_isolation_level)
 
 
 class RocksDBStore(StateStore):
