@@ -1,0 +1,168 @@
+"""The log port: one interface for partitioned, replayable logs.
+
+eddyline reads input, writes output and keeps changelogs in a partitioned log.
+Kafka is the production log; the embedded SQLite log (``sqlite:///path``) is
+the default for local runs and tests. Both implement :class:`Log`, and one
+contract test suite holds for both.
+
+Offsets follow Kafka: a partition's records have consecutive offsets from its
+log start; the *end offset* is the offset the next record will get; a
+committed *input* offset is the next offset to read.
+
+Transactions (exactly-once): a :class:`TransactionalProducer` for a
+transactional id buffers its sends and input offsets and applies them all or
+nothing at :meth:`TransactionalProducer.commit`, which returns the offset each
+record got. Opening a producer for an id bumps the id's epoch, so an older
+producer with the same id (a zombie) is fenced: its commit fails with
+:class:`~eddyline_runtime.log.errors.ProducerFencedError` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from eddyline_runtime.partitions import TopicPartition
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """A topic's shape: its partition count and whether it is compacted."""
+
+    name: str
+    partitions: int
+    compacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record as produced (``offset`` is -1) or as fetched from a partition."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: Headers = ()
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Records fetched from one partition, and its end offset as seen by that fetch."""
+
+    records: Sequence[Record]
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedTransaction:
+    """What a committed transaction wrote: the offset of each sent record, in send order,
+    and the last offset per partition (what a store commits as its changelog offset)."""
+
+    offsets: Sequence[tuple[TopicPartition, int]]
+    last_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+
+
+class TransactionalProducer(abc.ABC):
+    """A writer whose sends and input-offset commits land all together or not at all."""
+
+    transactional_id: str
+    epoch: int
+
+    @abc.abstractmethod
+    def begin(self) -> None:
+        """Start a transaction; one at a time."""
+
+    @abc.abstractmethod
+    def send(self, tp: TopicPartition, record: Record) -> None:
+        """Add a record to the open transaction."""
+
+    @abc.abstractmethod
+    def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit these input offsets (next offset to read) for ``group`` with the transaction."""
+
+    @abc.abstractmethod
+    def commit(self) -> CommittedTransaction:
+        """Apply everything atomically; raises ProducerFencedError if a newer producer exists."""
+
+    @abc.abstractmethod
+    def abort(self) -> None:
+        """Drop the open transaction: none of it becomes visible."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class Log(abc.ABC):
+    """A partitioned log; see the module docstring for the offset conventions."""
+
+    @abc.abstractmethod
+    def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
+        """Create a topic; creating an identical one again is a no-op, a different one an error."""
+
+    @abc.abstractmethod
+    def topics(self) -> Mapping[str, TopicSpec]: ...
+
+    @abc.abstractmethod
+    def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:
+        """Append records outside any transaction; returns their offsets."""
+
+    @abc.abstractmethod
+    def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
+        """Committed records from ``offset`` on (read_committed), and the end offset."""
+
+    @abc.abstractmethod
+    def beginning_offset(self, tp: TopicPartition) -> int: ...
+
+    @abc.abstractmethod
+    def end_offset(self, tp: TopicPartition) -> int: ...
+
+    @abc.abstractmethod
+    def committed_offsets(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The next offset to read per partition for ``group``; absent when never committed."""
+
+    @abc.abstractmethod
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit input offsets outside a transaction (at-least-once)."""
+
+    @abc.abstractmethod
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
+        """A producer for ``transactional_id``; fences every earlier one for that id."""
+
+    @abc.abstractmethod
+    def compact(self, topic: str) -> int:
+        """Keep only the latest record per key in a compacted topic; returns records removed."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class LagTracker:
+    """KIP-695's ``currentLag``: a partition's lag as known from fetches already made.
+
+    Never a remote call per record: each fetch reports the end offset it saw,
+    and the consumer's position advances as records are processed. Before the
+    first fetch of a partition the lag is unknown (``None``), which is not 0.
+    """
+
+    def __init__(self) -> None:
+        self._end_offsets: dict[TopicPartition, int] = {}
+        self._positions: dict[TopicPartition, int] = {}
+
+    def fetched(self, tp: TopicPartition, result: FetchResult) -> None:
+        self._end_offsets[tp] = result.end_offset
+
+    def advanced(self, tp: TopicPartition, position: int) -> None:
+        """The consumer's next offset to read in ``tp`` is now ``position``."""
+        self._positions[tp] = position
+
+    def current_lag(self, tp: TopicPartition) -> int | None:
+        end = self._end_offsets.get(tp)
+        position = self._positions.get(tp)
+        if end is None or position is None:
+            return None
+        return max(end - position, 0)

@@ -1,0 +1,389 @@
+"""The embedded log: partitioned topics in one SQLite file (``sqlite:///path``).
+
+It is the default log for local runs and tests. Several processes on one
+machine share it safely: SQLite in WAL mode lets readers run beside the one
+writer, and every write is one short ``BEGIN IMMEDIATE`` transaction.
+
+Exactly-once: a transactional producer keeps its open transaction in memory
+and applies it at commit as **one** SQLite transaction that checks the
+producer's epoch (fencing), appends every record, and stores the input
+offsets. Readers therefore only ever see committed transactions, so every read
+is ``read_committed``, and the end offset is the last stable offset. Offsets
+are assigned at commit, which is why commit returns them.
+
+Durability: ``synchronous=NORMAL`` in WAL mode survives any process crash; a
+machine crash may lose the last transactions, never part of one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from eddyline_runtime.log.errors import (
+    OffsetOutOfRangeError,
+    ProducerFencedError,
+    TopicConflictError,
+    TransactionStateError,
+    UnknownTopicError,
+)
+from eddyline_runtime.log.port import (
+    CommittedTransaction,
+    FetchResult,
+    Headers,
+    Log,
+    Record,
+    TopicSpec,
+    TransactionalProducer,
+)
+from eddyline_runtime.partitions import TopicPartition
+
+# How long a writer waits for another process's write transaction (they are
+# short: one commit's inserts) before SQLite reports the database as locked.
+_BUSY_TIMEOUT_SECONDS = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    partitions INTEGER NOT NULL,
+    compacted INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic_id INTEGER NOT NULL,
+    partition INTEGER NOT NULL,
+    log_start INTEGER NOT NULL DEFAULT 0,
+    next_offset INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (topic_id, partition)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS records (
+    topic_id INTEGER NOT NULL,
+    partition INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    key BLOB,
+    value BLOB,
+    timestamp INTEGER NOT NULL,
+    headers TEXT,
+    PRIMARY KEY (topic_id, partition, offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS group_offsets (
+    grp TEXT NOT NULL,
+    topic_id INTEGER NOT NULL,
+    partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (grp, topic_id, partition)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS producers (
+    transactional_id TEXT PRIMARY KEY,
+    epoch INTEGER NOT NULL
+);
+"""
+
+
+class SqliteLog(Log):
+    """A :class:`Log` in one SQLite file; safe across threads and processes."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._topic_ids: dict[str, tuple[int, TopicSpec]] = {}
+        with self._write() as db:
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                db.execute(statement)
+
+    # -- connections and transactions ---------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection (sqlite3 connections are not shared across threads)."""
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(
+                self.path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None
+            )
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            self._local.connection = connection
+        return connection
+
+    def _write(self) -> _Transaction:
+        return _Transaction(self._connection(), "BEGIN IMMEDIATE")
+
+    def _read(self) -> _Transaction:
+        return _Transaction(self._connection(), "BEGIN")
+
+    # -- topics --------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
+        if partitions < 1:
+            raise ValueError(f'topic "{name}" needs at least 1 partition, got {partitions}')
+        requested = TopicSpec(name, partitions, compacted)
+        with self._write() as db:
+            row = db.execute(
+                "SELECT partitions, compacted FROM topics WHERE name = ?", (name,)
+            ).fetchone()
+            if row is not None:
+                existing = TopicSpec(name, row[0], bool(row[1]))
+                if existing != requested:
+                    raise TopicConflictError(name, _describe(existing), _describe(requested))
+                return existing
+            topic_id = db.execute(
+                "INSERT INTO topics (name, partitions, compacted) VALUES (?, ?, ?)",
+                (name, partitions, int(compacted)),
+            ).lastrowid
+            db.executemany(
+                "INSERT INTO partitions (topic_id, partition) VALUES (?, ?)",
+                [(topic_id, p) for p in range(partitions)],
+            )
+        return requested
+
+    def topics(self) -> Mapping[str, TopicSpec]:
+        with self._read() as db:
+            rows = db.execute("SELECT name, partitions, compacted FROM topics").fetchall()
+        return {name: TopicSpec(name, count, bool(compacted)) for name, count, compacted in rows}
+
+    def _topic(self, db: sqlite3.Connection, tp: TopicPartition) -> int:
+        """The topic's id, after checking the partition exists."""
+        known = self._topic_ids.get(tp.topic)
+        if known is None:
+            row = db.execute(
+                "SELECT id, partitions, compacted FROM topics WHERE name = ?", (tp.topic,)
+            ).fetchone()
+            if row is None:
+                names = [r[0] for r in db.execute("SELECT name FROM topics")]
+                raise UnknownTopicError(f'topic "{tp.topic}"', names)
+            # Topics are never deleted or resized, so their ids can be cached.
+            known = (row[0], TopicSpec(tp.topic, row[1], bool(row[2])))
+            self._topic_ids[tp.topic] = known
+        topic_id, spec = known
+        if not 0 <= tp.partition < spec.partitions:
+            raise UnknownTopicError(
+                f"partition {tp} (topic has {spec.partitions} partitions)", [tp.topic]
+            )
+        return topic_id
+
+    # -- records -------------------------------------------------------------------
+
+    def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:
+        with self._write() as db:
+            return _append(db, self._topic(db, tp), tp.partition, records)
+
+    def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
+        with self._read() as db:
+            topic_id = self._topic(db, tp)
+            beginning, end = _bounds(db, topic_id, tp.partition)
+            if not beginning <= offset <= end:
+                raise OffsetOutOfRangeError(tp, offset, beginning, end)
+            rows = db.execute(
+                "SELECT offset, key, value, timestamp, headers FROM records "
+                "WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
+                (topic_id, tp.partition, offset, max_records),
+            ).fetchall()
+        records = [
+            Record(key, value, timestamp, _decode_headers(headers), record_offset)
+            for record_offset, key, value, timestamp, headers in rows
+        ]
+        return FetchResult(records, end)
+
+    def beginning_offset(self, tp: TopicPartition) -> int:
+        with self._read() as db:
+            return _bounds(db, self._topic(db, tp), tp.partition)[0]
+
+    def end_offset(self, tp: TopicPartition) -> int:
+        with self._read() as db:
+            return _bounds(db, self._topic(db, tp), tp.partition)[1]
+
+    # -- consumer group offsets ------------------------------------------------------
+
+    def committed_offsets(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        found: dict[TopicPartition, int] = {}
+        with self._read() as db:
+            for tp in partitions:
+                row = db.execute(
+                    "SELECT next_offset FROM group_offsets "
+                    "WHERE grp = ? AND topic_id = ? AND partition = ?",
+                    (group, self._topic(db, tp), tp.partition),
+                ).fetchone()
+                if row is not None:
+                    found[tp] = row[0]
+        return found
+
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        with self._write() as db:
+            self._store_offsets(db, group, offsets)
+
+    def _store_offsets(
+        self, db: sqlite3.Connection, group: str, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        db.executemany(
+            "INSERT INTO group_offsets (grp, topic_id, partition, next_offset) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (grp, topic_id, partition) "
+            "DO UPDATE SET next_offset = excluded.next_offset",
+            [(group, self._topic(db, tp), tp.partition, offset) for tp, offset in offsets.items()],
+        )
+
+    # -- transactions, compaction --------------------------------------------------
+
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
+        with self._write() as db:
+            epoch = db.execute(
+                "INSERT INTO producers (transactional_id, epoch) VALUES (?, 0) "
+                "ON CONFLICT (transactional_id) DO UPDATE SET epoch = epoch + 1 "
+                "RETURNING epoch",
+                (transactional_id,),
+            ).fetchone()[0]
+        return _SqliteTransactionalProducer(self, transactional_id, epoch)
+
+    def compact(self, topic: str) -> int:
+        with self._write() as db:
+            topic_id = self._topic(db, TopicPartition(topic, 0))
+            if not self._topic_ids[topic][1].compacted:
+                raise TopicConflictError(topic, "a non-compacted topic", "a compacted one")
+            removed = db.execute(
+                "DELETE FROM records WHERE topic_id = ?1 AND key IS NOT NULL AND offset NOT IN ("
+                " SELECT MAX(offset) FROM records WHERE topic_id = ?1 AND key IS NOT NULL"
+                " GROUP BY partition, key)",
+                (topic_id,),
+            ).rowcount
+        return removed
+
+    def close(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+
+
+class _SqliteTransactionalProducer(TransactionalProducer):
+    def __init__(self, log: SqliteLog, transactional_id: str, epoch: int) -> None:
+        self._log = log
+        self.transactional_id = transactional_id
+        self.epoch = epoch
+        self._sends: list[tuple[TopicPartition, Record]] | None = None
+        self._offsets: dict[str, dict[TopicPartition, int]] = {}
+
+    def begin(self) -> None:
+        if self._sends is not None:
+            raise TransactionStateError(
+                f'transactional id "{self.transactional_id}": a transaction is already open; '
+                "commit or abort it first"
+            )
+        self._sends = []
+        self._offsets = {}
+
+    def send(self, tp: TopicPartition, record: Record) -> None:
+        self._open("send").append((tp, record))
+
+    def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        self._open("send offsets")
+        self._offsets.setdefault(group, {}).update(offsets)
+
+    def commit(self) -> CommittedTransaction:
+        sends = self._open("commit")
+        log = self._log
+        with log._write() as db:
+            current = db.execute(
+                "SELECT epoch FROM producers WHERE transactional_id = ?", (self.transactional_id,)
+            ).fetchone()[0]
+            if current != self.epoch:
+                self._sends = None
+                raise ProducerFencedError(self.transactional_id, self.epoch, current)
+            by_partition: dict[TopicPartition, list[int]] = {}
+            for index, (tp, _) in enumerate(sends):
+                by_partition.setdefault(tp, []).append(index)
+            assigned: dict[int, int] = {}
+            for tp, indexes in by_partition.items():
+                topic_id = log._topic(db, tp)
+                new = _append(db, topic_id, tp.partition, [sends[i][1] for i in indexes])
+                assigned.update(zip(indexes, new, strict=True))
+            offsets = [(tp, assigned[i]) for i, (tp, _) in enumerate(sends)]
+            for group, group_offsets in self._offsets.items():
+                log._store_offsets(db, group, group_offsets)
+        self._sends = None
+        last = {tp: assigned[indexes[-1]] for tp, indexes in by_partition.items()}
+        return CommittedTransaction(offsets, last)
+
+    def abort(self) -> None:
+        self._open("abort")
+        self._sends = None
+        self._offsets = {}
+
+    def close(self) -> None:
+        self._sends = None
+
+    def _open(self, action: str) -> list[tuple[TopicPartition, Record]]:
+        if self._sends is None:
+            raise TransactionStateError(
+                f'transactional id "{self.transactional_id}": cannot {action} without an open '
+                "transaction; call begin() first"
+            )
+        return self._sends
+
+
+class _Transaction:
+    """``with`` block around one SQLite transaction: commit on success, roll back on error."""
+
+    def __init__(self, connection: sqlite3.Connection, begin: str) -> None:
+        self._connection = connection
+        self._begin = begin
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._connection.execute(self._begin)
+        return self._connection
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self._connection.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+def _append(
+    db: sqlite3.Connection, topic_id: int, partition: int, records: Sequence[Record]
+) -> list[int]:
+    """Append in the caller's write transaction; returns the offsets given."""
+    first = db.execute(
+        "SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?",
+        (topic_id, partition),
+    ).fetchone()[0]
+    offsets = list(range(first, first + len(records)))
+    db.executemany(
+        "INSERT INTO records (topic_id, partition, offset, key, value, timestamp, headers) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (topic_id, partition, offset, r.key, r.value, r.timestamp, _encode_headers(r.headers))
+            for offset, r in zip(offsets, records, strict=True)
+        ],
+    )
+    db.execute(
+        "UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?",
+        (first + len(records), topic_id, partition),
+    )
+    return offsets
+
+
+def _bounds(db: sqlite3.Connection, topic_id: int, partition: int) -> tuple[int, int]:
+    row = db.execute(
+        "SELECT log_start, next_offset FROM partitions WHERE topic_id = ? AND partition = ?",
+        (topic_id, partition),
+    ).fetchone()
+    return row[0], row[1]
+
+
+def _encode_headers(headers: Headers) -> str | None:
+    return json.dumps([[name, value.hex()] for name, value in headers]) if headers else None
+
+
+def _decode_headers(encoded: str | None) -> Headers:
+    if not encoded:
+        return ()
+    pairs: Iterable[Any] = json.loads(encoded)
+    return tuple((name, bytes.fromhex(value)) for name, value in pairs)
+
+
+def _describe(spec: TopicSpec) -> str:
+    kind = "compacted" if spec.compacted else "not compacted"
+    return f"{spec.partitions} partitions, {kind}"
