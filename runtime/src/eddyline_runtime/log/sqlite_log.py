@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eddyline_runtime.log.errors import (
+    LogError,
     OffsetOutOfRangeError,
     ProducerFencedError,
     TopicConflictError,
@@ -161,8 +162,9 @@ class SqliteLog(Log):
             self._topic_ids[tp.topic] = known
         topic_id, spec = known
         if not 0 <= tp.partition < spec.partitions:
+            names = [r[0] for r in db.execute("SELECT name FROM topics")]
             raise UnknownTopicError(
-                f"partition {tp} (topic has {spec.partitions} partitions)", [tp.topic]
+                f"partition {tp} (topic has {spec.partitions} partitions)", names
             )
         return topic_id
 
@@ -173,6 +175,8 @@ class SqliteLog(Log):
             return _append(db, self._topic(db, tp), tp.partition, records)
 
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, got {max_records}")
         with self._read() as db:
             topic_id = self._topic(db, tp)
             beginning, end = _bounds(db, topic_id, tp.partition)
@@ -244,11 +248,15 @@ class SqliteLog(Log):
         with self._write() as db:
             topic_id = self._topic(db, TopicPartition(topic, 0))
             if not self._topic_ids[topic][1].compacted:
-                raise TopicConflictError(topic, "a non-compacted topic", "a compacted one")
+                raise LogError(
+                    f'topic "{topic}" is not compacted, so compact() would drop history; '
+                    "create changelog topics with compacted=True"
+                )
             removed = db.execute(
-                "DELETE FROM records WHERE topic_id = ?1 AND key IS NOT NULL AND offset NOT IN ("
-                " SELECT MAX(offset) FROM records WHERE topic_id = ?1 AND key IS NOT NULL"
-                " GROUP BY partition, key)",
+                "DELETE FROM records WHERE topic_id = ?1 AND key IS NOT NULL"
+                " AND (partition, offset) NOT IN ("
+                " SELECT partition, MAX(offset) FROM records WHERE topic_id = ?1"
+                " AND key IS NOT NULL GROUP BY partition, key)",
                 (topic_id,),
             ).rowcount
         return removed

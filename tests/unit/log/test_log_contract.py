@@ -1,0 +1,615 @@
+"""The log contract suite: what every :class:`Log` adapter must do.
+
+eddyline speaks to its log only through the port in ``eddyline_runtime.log.port``;
+these tests pin down that port's semantics (topics, offsets, read_committed
+transactions, epoch fencing, compaction, lag), so every adapter runs the very
+same tests. The ``log`` fixture is parametrized over :data:`ADAPTERS`: today
+only the embedded SQLite log; a Kafka adapter joins by adding an opener there
+that gives each test a fresh, empty log (e.g. a dedicated broker or cluster).
+
+``open_again`` opens another handle on the same log, as a second process would,
+to check that what one handle commits the other sees.
+
+What Kafka allows to differ is left open on purpose: a transaction's commit
+marker may take an offset, so the tests compare the offsets a commit reports
+with what fetch returns instead of expecting them to follow on without gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.log import (
+    CommittedTransaction,
+    FetchResult,
+    LagTracker,
+    Log,
+    LogError,
+    OffsetOutOfRangeError,
+    ProducerFencedError,
+    Record,
+    TopicConflictError,
+    TopicSpec,
+    TransactionStateError,
+    UnknownTopicError,
+    UnsupportedLogUrlError,
+    open_log,
+)
+from eddyline_runtime.partitions import TopicPartition
+
+LogOpener = Callable[[], Log]
+
+
+def sqlite_opener(tmp_path: Path) -> LogOpener:
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    return lambda: open_log(url)
+
+
+ADAPTERS: dict[str, Callable[[Path], LogOpener]] = {"sqlite": sqlite_opener}
+
+IN = TopicPartition("app-input", 0)
+IN_1 = TopicPartition("app-input", 1)
+OUT = TopicPartition("app-output", 0)
+OUT_1 = TopicPartition("app-output", 1)
+
+
+@pytest.fixture(params=sorted(ADAPTERS))
+def open_again(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogOpener]:
+    """Open a handle on this test's log; every handle still open is closed at the end."""
+    opener = ADAPTERS[request.param](tmp_path)
+    opened: list[Log] = []
+
+    def open_handle() -> Log:
+        handle = opener()
+        opened.append(handle)
+        return handle
+
+    yield open_handle
+    for handle in opened:
+        handle.close()
+
+
+@pytest.fixture
+def log(open_again: LogOpener) -> Log:
+    log = open_again()
+    log.create_topic("app-input", 2)
+    log.create_topic("app-output", 2)
+    return log
+
+
+def rec(value: bytes, key: bytes | None = b"k", timestamp: int = 1_000) -> Record:
+    return Record(key, value, timestamp)
+
+
+def values(result: FetchResult) -> list[bytes | None]:
+    return [record.value for record in result.records]
+
+
+def fetch_all(log: Log, tp: TopicPartition) -> list[Record]:
+    return list(log.fetch(tp, log.beginning_offset(tp)).records)
+
+
+# Topics
+
+
+def test_create_topic_returns_its_spec(log: Log) -> None:
+    assert log.create_topic("events", 3) == TopicSpec("events", 3, compacted=False)
+    assert log.create_topic("store-changelog", 1, compacted=True) == TopicSpec(
+        "store-changelog", 1, compacted=True
+    )
+
+
+def test_creating_the_same_topic_again_is_a_no_op(log: Log) -> None:
+    log.produce(IN, [rec(b"a")])
+    assert log.create_topic("app-input", 2) == TopicSpec("app-input", 2)
+    assert log.end_offset(IN) == 1
+    assert values(log.fetch(IN, 0)) == [b"a"]
+
+
+@pytest.mark.parametrize(("partitions", "compacted"), [(3, False), (1, False), (2, True)], ids=str)
+def test_creating_a_topic_with_another_shape_raises_conflict(
+    log: Log, partitions: int, compacted: bool
+) -> None:
+    with pytest.raises(TopicConflictError, match="app-input"):
+        log.create_topic("app-input", partitions, compacted=compacted)
+    assert log.topics()["app-input"] == TopicSpec("app-input", 2, compacted=False)
+
+
+def test_topics_lists_every_created_topic(log: Log) -> None:
+    log.create_topic("store-changelog", 4, compacted=True)
+    assert dict(log.topics()) == {
+        "app-input": TopicSpec("app-input", 2),
+        "app-output": TopicSpec("app-output", 2),
+        "store-changelog": TopicSpec("store-changelog", 4, compacted=True),
+    }
+
+
+def test_topics_created_by_one_handle_are_seen_by_another(log: Log, open_again: LogOpener) -> None:
+    log.create_topic("events", 5)
+    assert open_again().topics()["events"] == TopicSpec("events", 5)
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        lambda log, tp: log.produce(tp, [rec(b"a")]),
+        lambda log, tp: log.fetch(tp, 0),
+        lambda log, tp: log.end_offset(tp),
+    ],
+    ids=["produce", "fetch", "end_offset"],
+)
+@pytest.mark.parametrize(
+    "tp",
+    [TopicPartition("no-such-topic", 0), TopicPartition("app-input", 2)],
+    ids=["unknown topic", "partition beyond count"],
+)
+def test_unknown_topic_or_partition_raises_and_names_the_existing_topics(
+    log: Log, operation: Callable[[Log, TopicPartition], object], tp: TopicPartition
+) -> None:
+    with pytest.raises(UnknownTopicError) as raised:
+        operation(log, tp)
+    assert "app-input" in str(raised.value)
+    assert "app-output" in str(raised.value)
+
+
+# Produce and fetch
+
+
+def test_empty_partition_begins_and_ends_at_zero(log: Log) -> None:
+    assert log.beginning_offset(IN) == 0
+    assert log.end_offset(IN) == 0
+    result = log.fetch(IN, 0)
+    assert list(result.records) == []
+    assert result.end_offset == 0
+
+
+def test_produce_returns_consecutive_offsets_from_the_end_offset(log: Log) -> None:
+    assert log.produce(IN, [rec(b"a"), rec(b"b"), rec(b"c")]) == [0, 1, 2]
+    assert log.end_offset(IN) == 3
+    assert log.produce(IN, [rec(b"d"), rec(b"e")]) == [3, 4]
+    assert log.end_offset(IN) == 5
+
+
+def test_fetch_returns_records_as_produced_with_their_offsets(log: Log) -> None:
+    produced = [
+        Record(b"user-1", b"clicked", 1_700_000_000_000, (("trace", b"\x00\x01"), ("src", b"web"))),
+        Record(None, b"keyless", 1_700_000_000_001),
+        Record(b"user-1", None, 1_700_000_000_002, (("tombstone", b""),)),
+        Record(b"", b"", 0, (("dup", b"1"), ("dup", b"2"), ("empty", b""))),
+    ]
+    offsets = log.produce(IN, produced)
+    result = log.fetch(IN, 0)
+    assert list(result.records) == [
+        Record(r.key, r.value, r.timestamp, r.headers, offset)
+        for r, offset in zip(produced, offsets, strict=True)
+    ]
+    assert result.end_offset == 4
+    assert all(isinstance(name, str) for r in result.records for name, _ in r.headers)
+
+
+def test_fetch_from_an_offset_returns_the_records_from_there_in_order(log: Log) -> None:
+    log.produce(IN, [rec(b"%d" % i) for i in range(10)])
+    result = log.fetch(IN, 6)
+    assert [r.offset for r in result.records] == [6, 7, 8, 9]
+    assert values(result) == [b"6", b"7", b"8", b"9"]
+    assert result.end_offset == 10
+
+
+def test_fetch_returns_at_most_max_records(log: Log) -> None:
+    log.produce(IN, [rec(b"%d" % i) for i in range(10)])
+    result = log.fetch(IN, 2, max_records=3)
+    assert [r.offset for r in result.records] == [2, 3, 4]
+    assert result.end_offset == 10
+
+
+def test_fetch_at_the_end_offset_returns_no_records(log: Log) -> None:
+    log.produce(IN, [rec(b"a"), rec(b"b")])
+    result = log.fetch(IN, 2)
+    assert list(result.records) == []
+    assert result.end_offset == 2
+
+
+@pytest.mark.parametrize("offset", [-1, 4, 100])
+def test_fetch_outside_the_partition_raises_offset_out_of_range(log: Log, offset: int) -> None:
+    log.produce(IN, [rec(b"a"), rec(b"b"), rec(b"c")])
+    with pytest.raises(OffsetOutOfRangeError) as raised:
+        log.fetch(IN, offset)
+    assert (raised.value.beginning, raised.value.end) == (0, 3)
+
+
+def test_partitions_and_topics_have_their_own_offsets(log: Log) -> None:
+    assert log.produce(IN, [rec(b"a"), rec(b"b")]) == [0, 1]
+    assert log.produce(IN_1, [rec(b"x")]) == [0]
+    assert log.produce(OUT, [rec(b"o")]) == [0]
+    assert values(log.fetch(IN, 0)) == [b"a", b"b"]
+    assert values(log.fetch(IN_1, 0)) == [b"x"]
+    assert values(log.fetch(OUT, 0)) == [b"o"]
+    assert log.end_offset(OUT_1) == 0
+
+
+def test_records_produced_by_one_handle_are_fetched_by_another(
+    log: Log, open_again: LogOpener
+) -> None:
+    other = open_again()
+    log.produce(IN, [rec(b"a")])
+    assert other.produce(IN, [rec(b"b")]) == [1]
+    assert values(log.fetch(IN, 0)) == [b"a", b"b"]
+    assert values(other.fetch(IN, 0)) == [b"a", b"b"]
+
+
+def test_records_and_offsets_survive_closing_and_reopening(log: Log, open_again: LogOpener) -> None:
+    log.produce(IN, [rec(b"a"), rec(b"b")])
+    log.commit_offsets("app", {IN: 2})
+    log.close()
+    reopened = open_again()
+    assert values(reopened.fetch(IN, 0)) == [b"a", b"b"]
+    assert reopened.committed_offsets("app", [IN]) == {IN: 2}
+
+
+# Group offsets
+
+
+def test_committed_offsets_has_only_the_committed_partitions(log: Log) -> None:
+    assert log.committed_offsets("app", [IN, IN_1]) == {}
+    log.commit_offsets("app", {IN: 7})
+    assert log.committed_offsets("app", [IN, IN_1]) == {IN: 7}
+    assert log.committed_offsets("app", [IN_1]) == {}
+
+
+def test_committing_offsets_again_replaces_them(log: Log) -> None:
+    log.commit_offsets("app", {IN: 3, IN_1: 1})
+    log.commit_offsets("app", {IN: 9})
+    assert log.committed_offsets("app", [IN, IN_1]) == {IN: 9, IN_1: 1}
+
+
+def test_groups_commit_offsets_independently(log: Log) -> None:
+    log.commit_offsets("app", {IN: 3})
+    log.commit_offsets("audit", {IN: 1, IN_1: 4})
+    assert log.committed_offsets("app", [IN, IN_1]) == {IN: 3}
+    assert log.committed_offsets("audit", [IN, IN_1]) == {IN: 1, IN_1: 4}
+    assert log.committed_offsets("nobody", [IN, IN_1]) == {}
+
+
+# Transactions
+
+
+def test_transaction_is_invisible_until_commit(log: Log, open_again: LogOpener) -> None:
+    other = open_again()
+    log.produce(OUT, [rec(b"before")])
+    log.commit_offsets("app", {IN: 1})
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"t1"))
+    producer.send(OUT_1, rec(b"t2"))
+    producer.send_offsets("app", {IN: 5, IN_1: 2})
+    for reader in (log, other):
+        assert values(reader.fetch(OUT, 0)) == [b"before"]
+        assert reader.fetch(OUT, 0).end_offset == 1
+        assert reader.end_offset(OUT) == 1
+        assert reader.end_offset(OUT_1) == 0
+        assert reader.committed_offsets("app", [IN, IN_1]) == {IN: 1}
+    producer.abort()
+
+
+def test_commit_makes_records_and_offsets_visible_atomically(
+    log: Log, open_again: LogOpener
+) -> None:
+    other = open_again()
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    producer.send(OUT_1, rec(b"b"))
+    producer.send(OUT, rec(b"c"))
+    producer.send_offsets("app", {IN: 5, IN_1: 2})
+    committed = producer.commit()
+    for reader in (log, other):
+        assert values(reader.fetch(OUT, 0)) == [b"a", b"c"]
+        assert values(reader.fetch(OUT_1, 0)) == [b"b"]
+        assert reader.committed_offsets("app", [IN, IN_1]) == {IN: 5, IN_1: 2}
+        assert reader.end_offset(OUT) > committed.last_offsets[OUT]
+        assert reader.end_offset(OUT_1) > committed.last_offsets[OUT_1]
+
+
+def test_commit_reports_each_send_offset_in_order_and_the_last_per_partition(log: Log) -> None:
+    log.produce(OUT, [rec(b"earlier")])
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    producer.send(OUT_1, rec(b"b"))
+    producer.send(OUT, rec(b"c"))
+    committed = producer.commit()
+    assert isinstance(committed, CommittedTransaction)
+    assert [tp for tp, _ in committed.offsets] == [OUT, OUT_1, OUT]
+    (_, a), (_, b), (_, c) = committed.offsets
+    assert 1 <= a < c
+    assert dict(committed.last_offsets) == {OUT: c, OUT_1: b}
+    fetched = {r.value: r.offset for r in log.fetch(OUT, 0).records}
+    assert fetched == {b"earlier": 0, b"a": a, b"c": c}
+    assert [r.offset for r in log.fetch(OUT_1, 0).records] == [b]
+
+
+def test_transaction_records_keep_key_value_timestamp_and_headers(log: Log) -> None:
+    sent = Record(b"user-1", None, 1_700_000_000_000, (("h", b"\xff"),))
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, sent)
+    ((_, offset),) = producer.commit().offsets
+    assert list(log.fetch(OUT, 0).records) == [
+        Record(b"user-1", None, 1_700_000_000_000, (("h", b"\xff"),), offset)
+    ]
+
+
+def test_abort_makes_nothing_of_the_transaction_visible(log: Log) -> None:
+    log.commit_offsets("app", {IN: 1})
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"aborted"))
+    producer.send_offsets("app", {IN: 5})
+    producer.abort()
+    assert values(log.fetch(OUT, log.beginning_offset(OUT))) == []
+    assert log.committed_offsets("app", [IN]) == {IN: 1}
+
+
+def test_a_producer_runs_transactions_one_after_another(log: Log) -> None:
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"first"))
+    producer.send_offsets("app", {IN: 1})
+    producer.commit()
+    producer.begin()
+    producer.send(OUT, rec(b"aborted"))
+    producer.send_offsets("app", {IN: 2})
+    producer.abort()
+    producer.begin()
+    producer.send(OUT, rec(b"third"))
+    producer.send_offsets("app", {IN: 3})
+    third = producer.commit()
+    assert [r.value for r in fetch_all(log, OUT)] == [b"first", b"third"]
+    assert fetch_all(log, OUT)[-1].offset == third.last_offsets[OUT]
+    assert log.committed_offsets("app", [IN]) == {IN: 3}
+
+
+def test_a_transaction_with_only_offsets_commits_them(log: Log) -> None:
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send_offsets("app", {IN: 4})
+    committed = producer.commit()
+    assert list(committed.offsets) == []
+    assert log.committed_offsets("app", [IN]) == {IN: 4}
+    assert fetch_all(log, OUT) == []
+
+
+def test_a_transaction_that_fails_writes_nothing(log: Log) -> None:
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    producer.send_offsets("app", {IN: 5})
+    with pytest.raises(UnknownTopicError):
+        producer.send(TopicPartition("no-such-topic", 0), rec(b"b"))
+        producer.commit()
+    producer.abort()
+    assert fetch_all(log, OUT) == []
+    assert log.committed_offsets("app", [IN]) == {}
+
+
+def test_send_without_begin_raises_transaction_state_error(log: Log) -> None:
+    producer = log.transactional_producer("app-0_0")
+    with pytest.raises(TransactionStateError):
+        producer.send(OUT, rec(b"a"))
+    producer.begin()
+    producer.send(OUT, rec(b"b"))
+    producer.commit()
+    with pytest.raises(TransactionStateError):
+        producer.send(OUT, rec(b"c"))
+    assert values(log.fetch(OUT, 0)) == [b"b"]
+
+
+def test_commit_without_begin_raises_transaction_state_error(log: Log) -> None:
+    producer = log.transactional_producer("app-0_0")
+    with pytest.raises(TransactionStateError):
+        producer.commit()
+
+
+def test_begin_twice_raises_transaction_state_error(log: Log) -> None:
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    with pytest.raises(TransactionStateError):
+        producer.begin()
+    producer.commit()
+    assert values(log.fetch(OUT, 0)) == [b"a"]
+
+
+# Fencing
+
+
+def test_opening_a_producer_again_bumps_the_epoch(log: Log, open_again: LogOpener) -> None:
+    first = log.transactional_producer("app-0_0")
+    second = log.transactional_producer("app-0_0")
+    third = open_again().transactional_producer("app-0_0")
+    assert first.transactional_id == second.transactional_id == "app-0_0"
+    assert first.epoch < second.epoch < third.epoch
+
+
+def test_fenced_producer_commit_raises_and_writes_nothing(log: Log) -> None:
+    log.commit_offsets("app", {IN: 1})
+    zombie = log.transactional_producer("app-0_0")
+    zombie.begin()
+    zombie.send(OUT, rec(b"zombie"))
+    zombie.send(OUT_1, rec(b"zombie"))
+    zombie.send_offsets("app", {IN: 9, IN_1: 9})
+    log.transactional_producer("app-0_0")
+    with pytest.raises(ProducerFencedError) as raised:
+        zombie.commit()
+    assert raised.value.transactional_id == "app-0_0"
+    assert fetch_all(log, OUT) == []
+    assert fetch_all(log, OUT_1) == []
+    assert log.committed_offsets("app", [IN, IN_1]) == {IN: 1}
+
+
+def test_newer_producer_commits_after_fencing_and_the_zombie_stays_fenced(
+    log: Log, open_again: LogOpener
+) -> None:
+    zombie = log.transactional_producer("app-0_0")
+    zombie.begin()
+    zombie.send(OUT, rec(b"zombie"))
+    zombie.send_offsets("app", {IN: 9})
+    newer = open_again().transactional_producer("app-0_0")
+    newer.begin()
+    newer.send(OUT, rec(b"newer"))
+    newer.send_offsets("app", {IN: 2})
+    newer.commit()
+    with pytest.raises(ProducerFencedError):
+        zombie.commit()
+    with pytest.raises(ProducerFencedError):
+        zombie.begin()
+        zombie.send(OUT, rec(b"zombie again"))
+        zombie.commit()
+    assert values(log.fetch(OUT, 0)) == [b"newer"]
+    assert log.committed_offsets("app", [IN]) == {IN: 2}
+
+
+def test_a_producer_fenced_between_transactions_cannot_commit_the_next(log: Log) -> None:
+    zombie = log.transactional_producer("app-0_0")
+    zombie.begin()
+    zombie.send(OUT, rec(b"before fencing"))
+    zombie.commit()
+    log.transactional_producer("app-0_0")
+    with pytest.raises(ProducerFencedError):
+        zombie.begin()
+        zombie.send(OUT, rec(b"after fencing"))
+        zombie.commit()
+    assert values(log.fetch(OUT, 0)) == [b"before fencing"]
+
+
+def test_different_transactional_ids_do_not_fence_each_other(log: Log) -> None:
+    task_0 = log.transactional_producer("app-0_0")
+    task_1 = log.transactional_producer("app-0_1")
+    task_0.begin()
+    task_1.begin()
+    task_0.send(OUT, rec(b"from 0_0"))
+    task_1.send(OUT_1, rec(b"from 0_1"))
+    task_0.send_offsets("app", {IN: 1})
+    task_1.send_offsets("app", {IN_1: 1})
+    task_1.commit()
+    task_0.commit()
+    assert values(log.fetch(OUT, 0)) == [b"from 0_0"]
+    assert values(log.fetch(OUT_1, 0)) == [b"from 0_1"]
+    assert log.committed_offsets("app", [IN, IN_1]) == {IN: 1, IN_1: 1}
+
+
+# Compaction
+
+
+def test_compact_keeps_only_the_latest_record_per_key(log: Log) -> None:
+    log.create_topic("store-changelog", 1, compacted=True)
+    changelog = TopicPartition("store-changelog", 0)
+    log.produce(
+        changelog,
+        [
+            Record(b"x", b"x1", 10),  # 0 kept: only record of x
+            Record(b"a", b"a1", 11),  # 1
+            Record(b"b", b"b1", 12),  # 2
+            Record(b"a", b"a2", 13),  # 3
+            Record(b"b", b"b2", 14, (("h", b"v"),)),  # 4 kept
+            Record(b"a", None, 15),  # 5 kept: a tombstone is the latest record of a
+        ],
+    )
+    assert log.compact("store-changelog") == 3
+    assert list(log.fetch(changelog, 0).records) == [
+        Record(b"x", b"x1", 10, (), 0),
+        Record(b"b", b"b2", 14, (("h", b"v"),), 4),
+        Record(b"a", None, 15, (), 5),
+    ]
+    assert log.end_offset(changelog) == 6
+    assert log.compact("store-changelog") == 0
+
+
+def test_fetch_from_a_compacted_away_offset_returns_the_next_remaining_records(
+    log: Log,
+) -> None:
+    log.create_topic("store-changelog", 1, compacted=True)
+    changelog = TopicPartition("store-changelog", 0)
+    log.produce(changelog, [rec(b"%d" % i, key=b"k%d" % (i % 3)) for i in range(9)])
+    assert log.compact("store-changelog") == 6
+    result = log.fetch(changelog, 1)
+    assert [(r.offset, r.key, r.value) for r in result.records] == [
+        (6, b"k0", b"6"),
+        (7, b"k1", b"7"),
+        (8, b"k2", b"8"),
+    ]
+    assert result.end_offset == 9
+    assert [r.offset for r in log.fetch(changelog, 7, max_records=1).records] == [7]
+
+
+def test_compaction_is_per_partition_and_appending_continues_after_it(log: Log) -> None:
+    log.create_topic("store-changelog", 2, compacted=True)
+    p0, p1 = TopicPartition("store-changelog", 0), TopicPartition("store-changelog", 1)
+    log.produce(p0, [rec(b"0-old", key=b"a"), rec(b"0-new", key=b"a")])
+    log.produce(p1, [rec(b"1-only", key=b"a")])
+    assert log.compact("store-changelog") == 1
+    assert [(r.offset, r.value) for r in fetch_all(log, p0)] == [(1, b"0-new")]
+    assert [(r.offset, r.value) for r in fetch_all(log, p1)] == [(0, b"1-only")]
+    assert log.produce(p0, [rec(b"0-newest", key=b"a")]) == [2]
+    assert values(log.fetch(p0, 1)) == [b"0-new", b"0-newest"]
+
+
+def test_compact_leaves_other_topics_alone(log: Log) -> None:
+    log.create_topic("store-changelog", 1, compacted=True)
+    log.produce(IN, [rec(b"1"), rec(b"2")])
+    log.compact("store-changelog")
+    assert values(log.fetch(IN, 0)) == [b"1", b"2"]
+
+
+# Lag
+
+
+def test_lag_is_unknown_until_both_a_fetch_and_a_position_are_known(log: Log) -> None:
+    log.produce(IN, [rec(b"a"), rec(b"b"), rec(b"c")])
+    lag = LagTracker()
+    assert lag.current_lag(IN) is None
+    lag.fetched(IN, log.fetch(IN, 0, max_records=1))
+    assert lag.current_lag(IN) is None
+    lag.advanced(IN, 1)
+    assert lag.current_lag(IN) == 2
+    only_advanced = LagTracker()
+    only_advanced.advanced(IN, 0)
+    assert only_advanced.current_lag(IN) is None
+
+
+def test_lag_is_the_end_offset_seen_by_the_last_fetch_minus_the_position(log: Log) -> None:
+    log.produce(IN, [rec(b"%d" % i) for i in range(5)])
+    lag = LagTracker()
+    lag.fetched(IN, log.fetch(IN, 0))
+    lag.advanced(IN, 5)
+    assert lag.current_lag(IN) == 0
+    log.produce(IN, [rec(b"5"), rec(b"6")])
+    assert lag.current_lag(IN) == 0  # not known until the next fetch
+    lag.fetched(IN, log.fetch(IN, 5))
+    assert lag.current_lag(IN) == 2
+    assert lag.current_lag(IN_1) is None
+
+
+# URLs
+
+
+def test_open_log_rejects_a_url_it_does_not_serve(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedLogUrlError, match="sqlite:///"):
+        open_log(f"postgres:///{tmp_path / 'log.db'}")
+
+
+def test_compacting_a_topic_that_is_not_compacted_is_refused(log: Log) -> None:
+    log.create_topic("events", 1)
+    log.produce(TopicPartition("events", 0), [rec(b"1"), rec(b"2")])
+    with pytest.raises(LogError, match="not compacted"):
+        log.compact("events")
+    assert len(fetch_all(log, TopicPartition("events", 0))) == 2
+
+
+def test_fetch_needs_a_positive_record_limit(log: Log) -> None:
+    log.create_topic("events", 1)
+    with pytest.raises(ValueError, match="max_records"):
+        log.fetch(TopicPartition("events", 0), 0, max_records=0)
