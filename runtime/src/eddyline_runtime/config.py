@@ -29,6 +29,8 @@ from eddyline_runtime.errors import (
 
 # KIP-892's default for statestore.uncommitted.max.bytes: 64 MiB.
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
+# KIP-63's record cache default: 10 MiB per instance.
+DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
 # KIP-892: -1 means the uncommitted buffer is unbounded.
 UNLIMITED = -1
 
@@ -111,6 +113,14 @@ class StreamsConfig(BaseSettings):
     statestore_uncommitted_max_bytes: int = _setting(
         "statestore.uncommitted.max.bytes", DEFAULT_UNCOMMITTED_MAX_BYTES
     )
+    statestore_cache_max_bytes: int = Field(
+        default=DEFAULT_CACHE_MAX_BYTES,
+        ge=0,
+        # cache.max.bytes.buffering is the deprecated name (KIP-63's original).
+        validation_alias=AliasChoices(
+            "statestore.cache.max.bytes", "statestore_cache_max_bytes", "cache.max.bytes.buffering"
+        ),
+    )
     # None means "not set by the user": the effective level then depends on
     # the processing guarantee (see effective_isolation_level).
     default_state_isolation_level: IsolationLevel | None = _setting(
@@ -147,6 +157,11 @@ class StreamsConfig(BaseSettings):
         if self.statestore_uncommitted_max_bytes == UNLIMITED:
             return None
         return self.statestore_uncommitted_max_bytes // self.num_stream_threads
+
+    @property
+    def cache_bytes_per_thread(self) -> int:
+        """Each stream thread's record cache (KIP-63: split evenly, never shared)."""
+        return self.statestore_cache_max_bytes // self.num_stream_threads
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> StreamsConfig:
