@@ -1,0 +1,123 @@
+"""KIP-695: max.task.idle.ms -1 / 0 / N with lag known only from fetches already made.
+
+Two inputs of one task, a click stream and a user table, live in the embedded
+log. The task has fetched clicks; whether it may process them depends on what
+it knows about the users partition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.errors import ConfigError
+from eddyline_runtime.log import FetchResult, LagTracker, Log, Record, open_log
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.processing import PartitionGroup
+
+CLICKS = TopicPartition("clicks", 0)
+USERS = TopicPartition("users", 0)
+
+
+class Task:
+    """Just enough of a task: fetch into the group, track lag, a settable clock."""
+
+    def __init__(self, log: Log, max_task_idle_ms: int) -> None:
+        self.log = log
+        self.lag = LagTracker()
+        self.now = 1_000
+        self.positions = {CLICKS: 0, USERS: 0}
+        self.group = PartitionGroup(
+            [CLICKS, USERS],
+            max_task_idle_ms=max_task_idle_ms,
+            current_lag=self.lag.current_lag,
+            clock_ms=lambda: self.now,
+        )
+        for tp in self.positions:
+            self.lag.advanced(tp, 0)
+
+    def fetch(self, tp: TopicPartition) -> None:
+        result = self.log.fetch(tp, self.positions[tp])
+        self.lag.fetched(tp, result)
+        self.group.add_records(tp, result.records)
+        self.positions[tp] += len(result.records)
+        self.lag.advanced(tp, self.positions[tp])
+
+    def drain(self) -> list[int]:
+        timestamps = []
+        while self.group.ready_to_process():
+            taken = self.group.next_record()
+            assert taken is not None
+            timestamps.append(taken[1].timestamp)
+        return timestamps
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Log:
+    log = open_log(f"sqlite:///{tmp_path / 'log.db'}")
+    log.create_topic("clicks", 1)
+    log.create_topic("users", 1)
+    log.produce(CLICKS, [Record(b"u1", b"click", ts) for ts in (10, 30, 50)])
+    return log
+
+
+def test_minus_one_never_waits_for_empty_inputs(log: Log) -> None:
+    task = Task(log, max_task_idle_ms=-1)
+    task.fetch(CLICKS)  # users never fetched: its lag is unknown
+    assert task.drain() == [10, 30, 50]
+    assert task.group.enforced_processing == 0
+
+
+def test_zero_waits_while_lag_is_unknown_then_proceeds_when_caught_up(log: Log) -> None:
+    task = Task(log, max_task_idle_ms=0)
+    task.fetch(CLICKS)
+    assert task.drain() == []  # users' lag unknown: wait for a fetch
+    task.fetch(USERS)  # empty and at the end: lag 0
+    assert task.drain() == [10, 30, 50]
+    assert task.group.enforced_processing == 3
+
+
+def test_zero_waits_while_an_empty_input_has_lag_then_orders_by_timestamp(log: Log) -> None:
+    task = Task(log, max_task_idle_ms=0)
+    log.produce(USERS, [Record(b"u1", b"alice", 20)])
+    task.fetch(CLICKS)
+    # A fetch response that told the end offset (1) but brought no records yet.
+    task.lag.fetched(USERS, FetchResult(records=[], end_offset=1))
+    assert task.lag.current_lag(USERS) == 1
+    assert task.drain() == []  # data exists upstream: wait for it
+    task.fetch(USERS)
+    assert task.drain() == [10, 20, 30, 50]
+
+
+def test_positive_idle_waits_that_long_after_lag_reaches_zero(log: Log) -> None:
+    task = Task(log, max_task_idle_ms=200)
+    task.fetch(CLICKS)
+    task.fetch(USERS)  # caught up: start waiting for users to be produced
+    assert task.drain() == []
+    task.now += 199
+    assert task.drain() == []
+    task.now += 1
+    assert task.drain() == [10, 30, 50]
+    assert task.group.enforced_processing == 3
+
+
+def test_positive_idle_takes_data_that_arrives_while_waiting_in_order(log: Log) -> None:
+    task = Task(log, max_task_idle_ms=200)
+    task.fetch(CLICKS)
+    task.fetch(USERS)
+    task.now += 100
+    log.produce(USERS, [Record(b"u1", b"alice", 20)])
+    task.fetch(USERS)
+    # Both inputs buffered: in timestamp order until users is empty again, and
+    # then the wait for users starts over.
+    assert task.drain() == [10, 20]
+    assert task.group.enforced_processing == 0
+    task.now += 200
+    assert task.drain() == [30, 50]
+    assert task.group.enforced_processing == 2
+
+
+def test_values_below_minus_one_are_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"max\.task\.idle\.ms"):
+        PartitionGroup([CLICKS], max_task_idle_ms=-2, current_lag=lambda tp: 0, clock_ms=lambda: 0)
