@@ -1,0 +1,123 @@
+"""Serdes: how keys and values become the bytes stores and logs hold.
+
+Built-in serdes match Kafka's wire formats so data stays readable by Kafka
+tools: strings are UTF-8, ``int`` is Kafka's IntegerSerde (4 bytes,
+big-endian, signed), ``long`` its LongSerde (8 bytes), JSON is UTF-8 JSON.
+``None`` always maps to ``None`` (a tombstone). A user serde is any object
+with ``serialize`` and ``deserialize``, named in config as ``module:attribute``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import struct
+from typing import Any, Generic, Protocol, TypeVar
+
+from eddyline_runtime.errors import ConfigError, EddylineError, one_of
+
+T = TypeVar("T")
+
+
+class SerdeError(EddylineError, ValueError):
+    """A value that a serde cannot turn into bytes, or bytes it cannot read."""
+
+
+class Serde(Protocol[T]):
+    def serialize(self, value: T | None) -> bytes | None: ...
+
+    def deserialize(self, data: bytes | None) -> T | None: ...
+
+
+class BytesSerde:
+    def serialize(self, value: bytes | None) -> bytes | None:
+        return value
+
+    def deserialize(self, data: bytes | None) -> bytes | None:
+        return data
+
+
+class StringSerde:
+    def serialize(self, value: str | None) -> bytes | None:
+        return None if value is None else value.encode()
+
+    def deserialize(self, data: bytes | None) -> str | None:
+        if data is None:
+            return None
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise SerdeError(f"bytes {data[:32]!r} are not UTF-8 text ({exc.reason})") from None
+
+
+class _FixedIntSerde(Generic[T]):
+    def __init__(self, layout: struct.Struct, name: str) -> None:
+        self._layout = layout
+        self._name = name
+
+    def serialize(self, value: int | None) -> bytes | None:
+        if value is None:
+            return None
+        try:
+            return self._layout.pack(value)
+        except struct.error:
+            raise SerdeError(f"{value!r} does not fit a {self._name}") from None
+
+    def deserialize(self, data: bytes | None) -> int | None:
+        if data is None:
+            return None
+        if len(data) != self._layout.size:
+            raise SerdeError(
+                f"a {self._name} is {self._layout.size} bytes, got {len(data)}: {data[:32]!r}"
+            )
+        value: int = self._layout.unpack(data)[0]
+        return value
+
+
+IntSerde = _FixedIntSerde[int](struct.Struct(">i"), "4-byte int")
+LongSerde = _FixedIntSerde[int](struct.Struct(">q"), "8-byte long")
+
+
+class JsonSerde:
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        try:
+            return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+        except (TypeError, ValueError) as exc:
+            raise SerdeError(f"{value!r} is not JSON-serializable ({exc})") from None
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise SerdeError(f"bytes {data[:32]!r} are not JSON ({exc})") from None
+
+
+BUILT_IN: dict[str, Any] = {
+    "bytes": BytesSerde(),
+    "string": StringSerde(),
+    "int": IntSerde,
+    "long": LongSerde,
+    "json": JsonSerde(),
+}
+
+
+def serde_for(name: str, *, key: str = "serde") -> Any:
+    """A built-in serde by name, or a user serde as ``module:attribute``."""
+    if name in BUILT_IN:
+        return BUILT_IN[name]
+    module_name, _, attribute = name.partition(":")
+    accepted = f"{one_of(BUILT_IN)} or a user serde as 'module:attribute'"
+    if not attribute:
+        raise ConfigError(key, name, accepted)
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(key, name, accepted, hint=f"could not load it: {exc}") from None
+    serde = found() if isinstance(found, type) else found
+    if not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
+        raise ConfigError(key, name, accepted, hint="it has no serialize/deserialize methods")
+    return serde

@@ -1,0 +1,46 @@
+"""Serdes: Kafka-compatible bytes, tombstones, and errors that say what was wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from eddyline_runtime.errors import ConfigError
+from eddyline_runtime.serde import SerdeError, serde_for
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "encoded"),
+    [
+        ("bytes", b"\x00\xff", b"\x00\xff"),
+        ("string", "grüße", "grüße".encode()),
+        ("int", -2, b"\xff\xff\xff\xfe"),  # Kafka's IntegerSerializer
+        ("long", 1, b"\x00" * 7 + b"\x01"),
+        ("json", {"b": [1, 2], "a": None}, b'{"a":null,"b":[1,2]}'),
+    ],
+)
+def test_built_in_serdes_round_trip_in_kafka_formats(
+    name: str, value: object, encoded: bytes
+) -> None:
+    serde = serde_for(name)
+    assert serde.serialize(value) == encoded
+    assert serde.deserialize(encoded) == value
+    assert serde.serialize(None) is None
+    assert serde.deserialize(None) is None
+
+
+def test_bad_input_is_named() -> None:
+    with pytest.raises(SerdeError, match="does not fit a 4-byte int"):
+        serde_for("int").serialize(2**31)
+    with pytest.raises(SerdeError, match="a 8-byte long is 8 bytes, got 3"):
+        serde_for("long").deserialize(b"abc")
+    with pytest.raises(SerdeError, match="not UTF-8"):
+        serde_for("string").deserialize(b"\xff")
+
+
+def test_user_serdes_load_by_module_and_attribute() -> None:
+    assert serde_for("eddyline_runtime.serde:StringSerde").serialize("x") == b"x"
+    with pytest.raises(ConfigError) as error:
+        serde_for("avro")
+    assert "'bytes', 'string', 'int', 'long', 'json'" in str(error.value)
+    with pytest.raises(ConfigError, match="could not load it"):
+        serde_for("no_such_module:Serde")
