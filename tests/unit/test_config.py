@@ -76,3 +76,19 @@ def test_every_setting_is_read_by_its_kafka_streams_name() -> None:
         kafka_name = name.replace("_", ".")
         assert field.validation_alias is not None
         assert kafka_name in field.validation_alias.choices, name  # type: ignore[union-attr]
+
+
+def test_commit_interval_defaults_depend_on_the_guarantee() -> None:
+    assert StreamsConfig.from_properties({}).effective_commit_interval_ms == 30_000
+    eos = StreamsConfig.from_properties({"processing.guarantee": "exactly_once_v2"})
+    assert eos.effective_commit_interval_ms == 100
+    chosen = StreamsConfig.from_properties({"commit.interval.ms": 5})
+    assert chosen.effective_commit_interval_ms == 5
+
+
+def test_max_task_idle_ms_accepts_minus_one_and_rejects_less() -> None:
+    assert StreamsConfig.from_properties({"max.task.idle.ms": -1}).max_task_idle_ms == -1
+    with pytest.raises(ConfigError) as error:
+        StreamsConfig.from_properties({"max.task.idle.ms": -2})
+    assert '"max.task.idle.ms"' in str(error.value)
+    assert "-2" in str(error.value)

@@ -121,6 +121,10 @@ class StreamsConfig(BaseSettings):
             "statestore.cache.max.bytes", "statestore_cache_max_bytes", "cache.max.bytes.buffering"
         ),
     )
+    # None: not set; the effective interval depends on the guarantee (Kafka's rule).
+    commit_interval_ms: int | None = _setting("commit.interval.ms", None, ge=0)
+    # KIP-695: -1 never waits, 0 waits only for data already produced, N > 0 also N ms.
+    max_task_idle_ms: int = _setting("max.task.idle.ms", 0, ge=-1)
     # None means "not set by the user": the effective level then depends on
     # the processing guarantee (see effective_isolation_level).
     default_state_isolation_level: IsolationLevel | None = _setting(
@@ -150,6 +154,15 @@ class StreamsConfig(BaseSettings):
         if self.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2:
             return IsolationLevel.READ_COMMITTED
         return IsolationLevel.READ_UNCOMMITTED
+
+    @property
+    def effective_commit_interval_ms(self) -> int:
+        """Kafka Streams' defaults: 30 s under at-least-once, 100 ms under exactly-once."""
+        if self.commit_interval_ms is not None:
+            return self.commit_interval_ms
+        if self.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2:
+            return 100
+        return 30_000
 
     @property
     def uncommitted_bytes_per_thread(self) -> int | None:
@@ -201,4 +214,7 @@ def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> C
         )
     if field_name == "processing_guarantee":
         return ConfigError(key, value, one_of(g.value for g in ProcessingGuarantee))
-    return ConfigError(key, value, first["msg"])
+    accepted = first["msg"].removeprefix("Input should be ")
+    if accepted.startswith(("greater", "less")):
+        accepted = f"numbers {accepted}"
+    return ConfigError(key, value, accepted)
