@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
+
+DEFAULT_LOG_URL = "sqlite:///.eddyline-state/log.db"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eddyline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_demo_commands(commands)
+    _add_log_commands(commands)
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from eddyline_runtime.demo.store_demo import run_demo
+
+        return run_demo(args.state_dir)
+    return _run_log_command(args, stdin or sys.stdin)
+
+
+def _add_demo_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = commands.add_parser("demo", help="run a demonstration")
     demos = demo.add_subparsers(dest="demo", required=True)
     store = demos.add_parser(
@@ -22,13 +37,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Path(".eddyline-state/demo"),
         help="where the demo's store lives (default: %(default)s)",
     )
-    args = parser.parse_args(argv)
-    if args.command == "demo" and args.demo == "store":
-        from eddyline_runtime.demo.store_demo import run_demo
 
-        return run_demo(args.state_dir)
-    parser.error("unknown command")
-    return 2
+
+def _add_log_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    log = commands.add_parser("log", help="inspect and feed the log")
+    log.add_argument(
+        "--log", default=DEFAULT_LOG_URL, help="log URL (default: %(default)s)", dest="url"
+    )
+    actions = log.add_subparsers(dest="action", required=True)
+    actions.add_parser("topics", help="list topics")
+    create = actions.add_parser("create-topic", help="create a topic")
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--compacted", action="store_true")
+    produce = actions.add_parser("produce", help="append stdin lines as records")
+    produce.add_argument("topic")
+    produce.add_argument("--partition", type=int, default=0)
+    produce.add_argument(
+        "--key-separator", help="split each line into key and value at the first SEP"
+    )
+    consume = actions.add_parser("consume", help="print records as offset, key, value")
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int, default=0)
+    consume.add_argument("--offset", type=int, help="first offset (default: the beginning)")
+    consume.add_argument("--max", type=int, default=100, help="at most this many records")
+
+
+def _run_log_command(args: argparse.Namespace, stdin: TextIO) -> int:
+    from eddyline_runtime.log import LogError, Record, open_log
+    from eddyline_runtime.partitions import TopicPartition
+
+    log = open_log(args.url)
+    try:
+        if args.action == "topics":
+            for spec in sorted(log.topics().values(), key=lambda s: s.name):
+                kind = " compacted" if spec.compacted else ""
+                print(f"{spec.name}\t{spec.partitions} partitions{kind}")
+        elif args.action == "create-topic":
+            log.create_topic(args.topic, args.partitions, compacted=args.compacted)
+        elif args.action == "produce":
+            now = int(time.time() * 1000)
+            records = []
+            for line in stdin.read().splitlines():
+                key, value = None, line
+                if args.key_separator and args.key_separator in line:
+                    key, value = line.split(args.key_separator, 1)
+                records.append(Record(key.encode() if key else None, value.encode(), now))
+            offsets = log.produce(TopicPartition(args.topic, args.partition), records)
+            print(f"produced {len(offsets)} records", file=sys.stderr)
+        else:
+            tp = TopicPartition(args.topic, args.partition)
+            start = log.beginning_offset(tp) if args.offset is None else args.offset
+            for record in log.fetch(tp, start, args.max).records:
+                key = "" if record.key is None else record.key.decode(errors="replace")
+                value = "" if record.value is None else record.value.decode(errors="replace")
+                print(f"{record.offset}\t{key}\t{value}")
+    except LogError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        log.close()
+    return 0
 
 
 if __name__ == "__main__":
