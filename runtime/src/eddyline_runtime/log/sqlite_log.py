@@ -188,7 +188,9 @@ class SqliteLog(Log):
                 (topic_id, tp.partition, offset, max_records),
             ).fetchall()
         records = [
-            Record(key, value, timestamp, _decode_headers(headers), record_offset)
+            Record(
+                key, value, timestamp, _decode_headers(headers) if headers else (), record_offset
+            )
             for record_offset, key, value, timestamp, headers in rows
         ]
         return FetchResult(records, end)

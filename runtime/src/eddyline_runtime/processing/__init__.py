@@ -1,7 +1,7 @@
 """Processing: what runs between the log and the stores (tasks, threads, caches).
 
-Issue 3 grows this package; today it holds the record cache (KIP-63) and
-timestamp synchronization (KIP-695).
+Issue 3 grows this package; today it holds the record cache (KIP-63),
+timestamp synchronization (KIP-695) and restoration.
 """
 
 from eddyline_runtime.processing.partition_group import PartitionGroup
@@ -11,5 +11,14 @@ from eddyline_runtime.processing.record_cache import (
     NamedCache,
     ThreadCache,
 )
+from eddyline_runtime.processing.restoration import RestoreResult, restore
 
-__all__ = ["CachingKeyValueStore", "Change", "NamedCache", "PartitionGroup", "ThreadCache"]
+__all__ = [
+    "CachingKeyValueStore",
+    "Change",
+    "NamedCache",
+    "PartitionGroup",
+    "RestoreResult",
+    "ThreadCache",
+    "restore",
+]

@@ -35,7 +35,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final, cast
@@ -225,40 +225,71 @@ class RocksDBStore(StateStore):
         if self._closed:
             raise StoreClosedError(self.name, "commit")
         started = time.perf_counter_ns()
+        advanced = self._advanced_offsets(changelog_offsets)
+        buffer = self._buffer
+        if buffer.writes or advanced or buffer.positions:
+            self._write(buffer.writes.items(), len(buffer.writes), advanced, buffer.positions)
+        self._commit_sensor.record(time.perf_counter_ns() - started)
+
+    def restore_batch(
+        self,
+        entries: Sequence[tuple[bytes, bytes | None]],
+        changelog_offsets: Mapping[TopicPartition, int],
+    ) -> None:
+        """Apply changelog records straight to the database: one batch, no buffer copy."""
+        if self._closed:
+            raise StoreClosedError(self.name, "restore")
+        if self._buffer.writes:
+            raise StateStoreError(
+                self.name,
+                f'state store "{self.name}" has uncommitted writes; restoration runs before '
+                "processing starts: commit or close first",
+            )
+        self._write(entries, len(entries), self._advanced_offsets(changelog_offsets), {})
+
+    def _advanced_offsets(
+        self, changelog_offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """The offsets that differ from those committed, after checking they are offsets."""
         for partition, offset in changelog_offsets.items():
             if type(offset) is not int or offset < 0:
                 raise InvalidChangelogOffsetError(self.name, partition, offset)
-        buffer = self._buffer
-        writes, positions = buffer.writes, buffer.positions
-        advanced = {
+        return {
             tp: offset
             for tp, offset in changelog_offsets.items()
             if self._committed_offsets.get(tp) != offset
         }
-        if writes or advanced or positions:
-            batch = WriteBatch(raw_mode=True)
-            put, delete = batch.put, batch.delete
-            for key, value in writes.items():
-                if value is None:
-                    delete(key)
-                else:
-                    put(key, value)
-            for tp, offset in advanced.items():
-                put(_offset_key(_CHANGELOG_KIND, tp), _OFFSET.pack(offset), self._offsets_handle)
-            for tp, offset in positions.items():
-                put(_offset_key(_POSITION_KIND, tp), _OFFSET.pack(offset), self._offsets_handle)
-            with self._commit_lock:
-                try:
-                    self._db.write(batch, self._write_options)
-                except Exception as exc:
-                    raise StoreCommitError(self.name, self.directory, str(exc)) from exc
-                # Readers may now find these writes in the database, so the
-                # buffer generation can go (see transaction_buffer).
-                buffer.reset()
-                self._committed_offsets.update(advanced)
-                self._committed_position.update(positions)
-            self._after_commit(len(writes), advanced)
-        self._commit_sensor.record(time.perf_counter_ns() - started)
+
+    def _write(
+        self,
+        entries: Iterable[tuple[bytes, bytes | None]],
+        count: int,
+        advanced: Mapping[TopicPartition, int],
+        positions: Mapping[TopicPartition, int],
+    ) -> None:
+        """Data, changelog offsets and position in one WriteBatch; then a new buffer."""
+        batch = WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
+        for key, value in entries:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        for tp, offset in advanced.items():
+            put(_offset_key(_CHANGELOG_KIND, tp), _OFFSET.pack(offset), self._offsets_handle)
+        for tp, offset in positions.items():
+            put(_offset_key(_POSITION_KIND, tp), _OFFSET.pack(offset), self._offsets_handle)
+        with self._commit_lock:
+            try:
+                self._db.write(batch, self._write_options)
+            except Exception as exc:
+                raise StoreCommitError(self.name, self.directory, str(exc)) from exc
+            # Readers may now find these writes in the database, so the
+            # buffer generation can go (see transaction_buffer).
+            self._committed_position.update(positions)
+            self._buffer.reset()
+            self._committed_offsets.update(advanced)
+        self._after_commit(count, advanced)
 
     def committed_offset(self, partition: TopicPartition) -> int | None:
         return self._committed_offsets.get(partition)

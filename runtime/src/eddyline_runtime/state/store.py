@@ -20,7 +20,7 @@ Keys and values are ``bytes``; iteration is in unsigned byte order of keys.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Self
 
 from eddyline_runtime.config import IsolationLevel
@@ -117,6 +117,19 @@ class StateStore(ReadableKeyValueStore):
         persists them atomically with the data: after a crash either both are
         there or neither is.
         """
+
+    def restore_batch(
+        self,
+        entries: Sequence[tuple[bytes, bytes | None]],
+        changelog_offsets: Mapping[TopicPartition, int],
+    ) -> None:
+        """Apply a batch of changelog records (None deletes) and commit their offsets.
+
+        Restoration calls this once per fetched batch, never once per record;
+        stores may write the batch directly rather than through their buffer.
+        """
+        self.put_all(entries)
+        self.commit(changelog_offsets)
 
     @abc.abstractmethod
     def committed_offset(self, partition: TopicPartition) -> int | None:
