@@ -613,3 +613,17 @@ def test_fetch_needs_a_positive_record_limit(log: Log) -> None:
     log.create_topic("events", 1)
     with pytest.raises(ValueError, match="max_records"):
         log.fetch(TopicPartition("events", 0), 0, max_records=0)
+
+
+def test_fetch_changes_gives_keyed_changes_and_the_last_offset_read(log: Log) -> None:
+    log.create_topic("changelog", 1, compacted=True)
+    tp = TopicPartition("changelog", 0)
+    log.produce(tp, [rec(b"1", key=b"a"), rec(b"x", key=None), Record(b"b", None, 1), rec(b"2")])
+    batch = log.fetch_changes(tp, 0, max_records=3)
+    assert list(batch.entries) == [(b"a", b"1"), (b"b", None)]
+    assert batch.last_offset == 2  # the keyless record counts as read
+    rest = log.fetch_changes(tp, 3)
+    assert (list(rest.entries), rest.last_offset) == ([(b"k", b"2")], 3)
+    assert log.fetch_changes(tp, 4).last_offset == -1
+    with pytest.raises(OffsetOutOfRangeError):
+        log.fetch_changes(tp, 5)

@@ -16,6 +16,7 @@ from eddyline_runtime.log.errors import (
     UnsupportedLogUrlError,
 )
 from eddyline_runtime.log.port import (
+    ChangeBatch,
     CommittedTransaction,
     FetchResult,
     LagTracker,
@@ -37,6 +38,7 @@ def open_log(url: str) -> Log:
 
 
 __all__ = [
+    "ChangeBatch",
     "CommittedTransaction",
     "FetchResult",
     "LagTracker",

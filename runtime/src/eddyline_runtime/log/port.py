@@ -61,6 +61,15 @@ class FetchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangeBatch:
+    """Keyed changes read from a changelog, and the offset of the last record read
+    (-1 when none was). ``entries`` pairs a key with its value, None for a delete."""
+
+    entries: Sequence[tuple[bytes, bytes | None]]
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommittedTransaction:
     """What a committed transaction wrote: the offset of each sent record, in send order,
     and the last offset per partition (what a store commits as its changelog offset)."""
@@ -116,6 +125,14 @@ class Log(abc.ABC):
     @abc.abstractmethod
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
         """Committed records from ``offset`` on (read_committed), and the end offset."""
+
+    @abc.abstractmethod
+    def fetch_changes(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> ChangeBatch:
+        """Like :meth:`fetch`, for replaying a changelog into a store: only keys and
+        values (records without a key are skipped), and the offset of the last
+        record read. Restoration's hot path, so it builds no Record objects."""
 
     @abc.abstractmethod
     def beginning_offset(self, tp: TopicPartition) -> int: ...

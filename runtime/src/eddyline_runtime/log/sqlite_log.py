@@ -33,6 +33,7 @@ from eddyline_runtime.log.errors import (
     UnknownTopicError,
 )
 from eddyline_runtime.log.port import (
+    ChangeBatch,
     CommittedTransaction,
     FetchResult,
     Headers,
@@ -194,6 +195,32 @@ class SqliteLog(Log):
             for record_offset, key, value, timestamp, headers in rows
         ]
         return FetchResult(records, end)
+
+    def fetch_changes(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> ChangeBatch:
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, got {max_records}")
+        with self._read() as db:
+            topic_id = self._topic(db, tp)
+            beginning, end = _bounds(db, topic_id, tp.partition)
+            if not beginning <= offset <= end:
+                raise OffsetOutOfRangeError(tp, offset, beginning, end)
+            where = (topic_id, tp.partition, offset)
+            last = db.execute(
+                "SELECT max(offset) FROM (SELECT offset FROM records WHERE topic_id = ? "
+                "AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?)",
+                (*where, max_records),
+            ).fetchone()[0]
+            if last is None:
+                return ChangeBatch([], -1)
+            # fetchall() already yields (key, value) tuples: no per-row Python work.
+            entries = db.execute(
+                "SELECT key, value FROM records WHERE topic_id = ? AND partition = ? "
+                "AND offset >= ? AND offset <= ? AND key IS NOT NULL ORDER BY offset",
+                (*where, last),
+            ).fetchall()
+        return ChangeBatch(entries, last)
 
     def beginning_offset(self, tp: TopicPartition) -> int:
         with self._read() as db:

@@ -33,7 +33,7 @@ class RestoreResult:
     changelog: TopicPartition
     first_offset: int
     end_offset: int
-    records: int
+    records: int  # keyed records applied
     seconds: float
 
     @property
@@ -62,11 +62,10 @@ def restore(
     first = beginning if committed is None else max(committed + 1, beginning)
     position, applied = first, 0
     while position < end:
-        fetched = log.fetch(changelog, position, batch_records).records
-        if not fetched:
+        batch = log.fetch_changes(changelog, position, batch_records)
+        if batch.last_offset < 0:
             break
-        entries = [(r.key, r.value) for r in fetched if r.key is not None]
-        store.restore_batch(entries, {changelog: fetched[-1].offset})
-        applied += len(fetched)
-        position = fetched[-1].offset + 1
+        store.restore_batch(batch.entries, {changelog: batch.last_offset})
+        applied += len(batch.entries)
+        position = batch.last_offset + 1
     return RestoreResult(store.name, changelog, first, end, applied, time.perf_counter() - started)
