@@ -1,0 +1,96 @@
+"""The StreamApp model: valid manifests parse; invalid ones name the field and the way out."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.spec import ManifestError, load_manifest, parse_manifest
+
+MANIFEST = """
+apiVersion: eddyline.dev/v1alpha1
+kind: StreamApp
+metadata:
+  name: word-count
+spec:
+  topology: examples.word_count:build
+  log:
+    url: sqlite:///.eddyline-state/log.db
+  config:
+    processing.guarantee: exactly_once_v2
+    statestore.cache.max.bytes: 10485760
+"""
+VALID: dict[str, Any] = {
+    "apiVersion": "eddyline.dev/v1alpha1",
+    "kind": "StreamApp",
+    "metadata": {"name": "word-count"},
+    "spec": {"topology": "examples.word_count:build"},
+}
+
+
+def test_a_yaml_manifest_parses_into_a_runtime_config(tmp_path: Path) -> None:
+    (tmp_path / "app.yaml").write_text(MANIFEST)
+    app = load_manifest(tmp_path / "app.yaml")
+    assert app.metadata.name == "word-count"
+    config = app.streams_config()
+    assert config.application_id == "word-count"
+    assert config.effective_isolation_level is IsolationLevel.READ_COMMITTED
+    assert config.statestore_cache_max_bytes == 10 * 1024 * 1024
+
+
+def test_defaults_fill_what_a_minimal_manifest_leaves_out() -> None:
+    app = parse_manifest(VALID)
+    assert app.spec.replicas == 1
+    assert app.spec.log.url.startswith("sqlite:///")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("kind",), "Streamapp", "kind: must be 'StreamApp'"),
+        (("metadata", "name"), "Word_Count", "metadata.name: 'Word_Count' is not a DNS label"),
+        (
+            ("spec", "topology"),
+            "word_count",
+            "spec.topology: 'word_count' is not a module:function",
+        ),
+        (("spec", "replicas"), 0, "spec.replicas: must be a number greater than or equal to 1"),
+        (("spec", "replica"), 2, "spec.replica: unknown field"),
+        (
+            ("spec", "config"),
+            {"processing.guarantee": "exactly_once"},
+            "spec.config.\"processing.guarantee\": invalid value 'exactly_once'",
+        ),
+    ],
+)
+def test_invalid_fields_are_named_with_what_they_accept(
+    path: tuple[str, ...], value: object, message: str
+) -> None:
+    document = copy.deepcopy(VALID)
+    target = document
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    with pytest.raises(ManifestError) as error:
+        parse_manifest(document, source="app.yaml")
+    assert f"app.yaml: {message}" in str(error.value)
+
+
+def test_the_config_error_lists_the_accepted_values() -> None:
+    document = copy.deepcopy(VALID)
+    document["spec"]["config"] = {"default.state.isolation.level": "SNAPSHOT"}
+    with pytest.raises(ManifestError, match="'READ_UNCOMMITTED', 'READ_COMMITTED'"):
+        parse_manifest(document)
+
+
+def test_unreadable_files_say_so(tmp_path: Path) -> None:
+    broken = tmp_path / "app.yaml"
+    broken.write_text("spec: [unclosed")
+    with pytest.raises(ManifestError, match="not valid YAML"):
+        load_manifest(broken)
+    with pytest.raises(ManifestError, match="no such file"):
+        load_manifest(tmp_path / "missing.yaml")
