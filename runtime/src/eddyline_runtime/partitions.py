@@ -17,3 +17,37 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+# Kafka's murmur2 constants (its default partitioner): keys land on the same
+# partitions as Kafka clients would put them, so topics can be shared.
+_MURMUR2_SEED = 0x9747B28C
+_MURMUR2_M = 0x5BD1E995
+_MASK32 = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2``: a signed 32-bit hash of ``data``."""
+    length = len(data)
+    h = (_MURMUR2_SEED ^ length) & _MASK32
+    body = length - length % 4
+    for start in range(0, body, 4):
+        k = int.from_bytes(data[start : start + 4], "little")
+        k = (k * _MURMUR2_M) & _MASK32
+        k ^= k >> 24
+        k = (k * _MURMUR2_M) & _MASK32
+        h = ((h * _MURMUR2_M) & _MASK32) ^ k
+    tail = data[body:]
+    if tail:
+        for index in range(len(tail) - 1, -1, -1):
+            h ^= tail[index] << (8 * index)
+        h = (h * _MURMUR2_M) & _MASK32
+    h ^= h >> 13
+    h = (h * _MURMUR2_M) & _MASK32
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a keyed record."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
