@@ -1,6 +1,7 @@
 """Processing: what runs between the log and the stores (tasks, threads, caches).
 
-Issue 3 grows this package; today it holds the record cache (KIP-63),
+Issue 3 grows this package; today it holds the Processor API
+(topologies, sub-topologies, one task's data flow), the record cache (KIP-63),
 timestamp synchronization (KIP-695) and restoration.
 """
 
@@ -12,13 +13,30 @@ from eddyline_runtime.processing.record_cache import (
     ThreadCache,
 )
 from eddyline_runtime.processing.restoration import RestoreResult, restore
+from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.processing.topology import (
+    Processor,
+    ProcessorContext,
+    StoreSpec,
+    SubTopology,
+    Topology,
+    TopologyError,
+)
 
 __all__ = [
     "CachingKeyValueStore",
     "Change",
     "NamedCache",
+    "Output",
     "PartitionGroup",
+    "Processor",
+    "ProcessorContext",
     "RestoreResult",
+    "StoreSpec",
+    "SubTopology",
+    "TaskTopology",
     "ThreadCache",
+    "Topology",
+    "TopologyError",
     "restore",
 ]

@@ -1,0 +1,231 @@
+"""Topologies: sources, processors, sinks and state stores, as Kafka Streams draws them.
+
+A :class:`Topology` is a graph of named nodes. Sources read topics, processors
+receive records from their parents and forward to their children, sinks write
+topics. Stores are attached to the processors that use them. Nodes connected
+by edges or by a shared store form a *sub-topology*; sub-topologies are
+numbered by position (the order in which their first node was added), as in
+Kafka Streams, and a task is one sub-topology on one input partition, named
+``<sub-topology>_<partition>``. A store's state lives under
+``state.dir/<task id>/<store name>``.
+
+This module is the Processor API; the DSL builds on it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from eddyline_runtime.errors import EddylineError
+
+
+class TopologyError(EddylineError, ValueError):
+    """A topology that cannot be built: a duplicate name, an unknown parent or store."""
+
+
+class ProcessorContext(Protocol):
+    """What a processor may do while it processes a record."""
+
+    def forward(self, key: Any, value: Any, *, to: str | None = None) -> None:
+        """Send a record to the children (or to the child named ``to``)."""
+
+    def get_state_store(self, name: str) -> Any:
+        """A store attached to this processor."""
+
+    @property
+    def timestamp(self) -> int:
+        """The timestamp of the record being processed."""
+
+
+class Processor(abc.ABC):
+    """A node's logic. ``init`` runs once per task, before the first record."""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    @abc.abstractmethod
+    def process(self, key: Any, value: Any) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what ``init`` acquired."""
+
+
+ProcessorSupplier = Callable[[], Processor]
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """A key-value store: its name, whether it persists (RocksDB) and has a changelog."""
+
+    name: str
+    persistent: bool = True
+    logged: bool = True
+
+    def changelog_topic(self, application_id: str) -> str:
+        return f"{application_id}-{self.name}-changelog"
+
+
+@dataclass
+class Node:
+    name: str
+    kind: str  # "source", "processor" or "sink"
+    parents: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    topics: tuple[str, ...] = ()  # a source's inputs or a sink's output
+    supplier: ProcessorSupplier | None = None
+    stores: list[str] = field(default_factory=list)
+    # Serdes by name (see eddyline_runtime.serde); None: bytes pass through.
+    key_serde: str | None = None
+    value_serde: str | None = None
+
+
+@dataclass(frozen=True)
+class SubTopology:
+    id: int
+    nodes: tuple[str, ...]
+    source_topics: tuple[str, ...]
+    sink_topics: tuple[str, ...]
+    stores: tuple[str, ...]
+
+    def task_id(self, partition: int) -> str:
+        return f"{self.id}_{partition}"
+
+
+class Topology:
+    """A graph of nodes; build it with the ``add_*`` methods or through the DSL."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.stores: dict[str, StoreSpec] = {}
+
+    def add_source(
+        self,
+        name: str,
+        topics: Sequence[str],
+        *,
+        key_serde: str | None = None,
+        value_serde: str | None = None,
+    ) -> Topology:
+        if not topics:
+            raise TopologyError(f'source "{name}" needs at least one topic')
+        taken = {t: n.name for n in self.nodes.values() if n.kind == "source" for t in n.topics}
+        for topic in topics:
+            if topic in taken:
+                raise TopologyError(
+                    f'topic "{topic}" is already read by source "{taken[topic]}"; '
+                    "a topic can feed one source"
+                )
+        self._add(
+            Node(name, "source", topics=tuple(topics), key_serde=key_serde, value_serde=value_serde)
+        )
+        return self
+
+    def add_processor(self, name: str, supplier: ProcessorSupplier, *parents: str) -> Topology:
+        self._add(Node(name, "processor", supplier=supplier), parents)
+        return self
+
+    def add_sink(
+        self,
+        name: str,
+        topic: str,
+        *parents: str,
+        key_serde: str | None = None,
+        value_serde: str | None = None,
+    ) -> Topology:
+        self._add(
+            Node(name, "sink", topics=(topic,), key_serde=key_serde, value_serde=value_serde),
+            parents,
+        )
+        return self
+
+    def add_state_store(self, spec: StoreSpec, *processors: str) -> Topology:
+        if spec.name in self.stores and self.stores[spec.name] != spec:
+            raise TopologyError(f'store "{spec.name}" is already defined differently')
+        self.stores[spec.name] = spec
+        for processor in processors:
+            node = self._node(processor, f'store "{spec.name}"')
+            if node.kind != "processor":
+                raise TopologyError(f'store "{spec.name}" can only attach to processors')
+            node.stores.append(spec.name)
+        return self
+
+    def subtopologies(self) -> list[SubTopology]:
+        """Connected groups of nodes (edges and shared stores), numbered by position."""
+        group_of: dict[str, str] = {name: name for name in self.nodes}
+
+        def root(name: str) -> str:
+            while group_of[name] != name:
+                group_of[name] = group_of[group_of[name]]
+                name = group_of[name]
+            return name
+
+        def join(a: str, b: str) -> None:
+            group_of[root(a)] = root(b)
+
+        by_store: dict[str, str] = {}
+        for node in self.nodes.values():
+            for parent in node.parents:
+                join(node.name, parent)
+            for store in node.stores:
+                if store in by_store:
+                    join(node.name, by_store[store])
+                by_store.setdefault(store, node.name)
+        groups: dict[str, list[Node]] = {}
+        for node in self.nodes.values():  # insertion order: the first node fixes the position
+            groups.setdefault(root(node.name), []).append(node)
+        return [
+            SubTopology(
+                id=index,
+                nodes=tuple(n.name for n in members),
+                source_topics=tuple(t for n in members if n.kind == "source" for t in n.topics),
+                sink_topics=tuple(t for n in members if n.kind == "sink" for t in n.topics),
+                stores=tuple(dict.fromkeys(s for n in members for s in n.stores)),
+            )
+            for index, members in enumerate(groups.values())
+        ]
+
+    def describe(self) -> str:
+        """The topology in Kafka Streams' ``describe()`` layout."""
+        lines = ["Topologies:"]
+        for sub in self.subtopologies():
+            lines.append(f"   Sub-topology: {sub.id}")
+            for name in sub.nodes:
+                node = self.nodes[name]
+                if node.kind == "source":
+                    lines.append(f"    Source: {name} (topics: [{', '.join(node.topics)}])")
+                elif node.kind == "sink":
+                    lines.append(f"    Sink: {name} (topic: {node.topics[0]})")
+                else:
+                    lines.append(f"    Processor: {name} (stores: [{', '.join(node.stores)}])")
+                if node.children:
+                    lines.append(f"      --> {', '.join(node.children)}")
+                else:
+                    lines.append("      --> none")
+                if node.parents:
+                    lines.append(f"      <-- {', '.join(node.parents)}")
+            lines.append("")
+        return "\n".join(lines)
+
+    def _add(self, node: Node, parents: Sequence[str] = ()) -> None:
+        if node.name in self.nodes:
+            raise TopologyError(f'a node named "{node.name}" already exists; names are unique')
+        if node.kind != "source" and not parents:
+            raise TopologyError(f'{node.kind} "{node.name}" needs at least one parent')
+        for parent in parents:
+            parent_node = self._node(parent, f'{node.kind} "{node.name}"')
+            if parent_node.kind == "sink":
+                raise TopologyError(f'sink "{parent}" cannot be a parent of "{node.name}"')
+        self.nodes[node.name] = node
+        for parent in parents:
+            node.parents.append(parent)
+            self.nodes[parent].children.append(node.name)
+
+    def _node(self, name: str, wanted_by: str) -> Node:
+        node = self.nodes.get(name)
+        if node is None:
+            known = ", ".join(self.nodes) or "none"
+            raise TopologyError(f'{wanted_by} refers to unknown node "{name}" (nodes: {known})')
+        return node
