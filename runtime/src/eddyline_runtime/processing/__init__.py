@@ -1,10 +1,11 @@
 """Processing: what runs between the log and the stores (tasks, threads, caches).
 
-Issue 3 grows this package; today it holds the Processor API
+Issue 3 grows this package; today it holds the DSL and the Processor API
 (topologies, sub-topologies, one task's data flow), the record cache (KIP-63),
 timestamp synchronization (KIP-695) and restoration.
 """
 
+from eddyline_runtime.processing.dsl import KGroupedStream, KStream, KTable, StreamsBuilder
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.record_cache import (
     CachingKeyValueStore,
@@ -26,6 +27,9 @@ from eddyline_runtime.processing.topology import (
 __all__ = [
     "CachingKeyValueStore",
     "Change",
+    "KGroupedStream",
+    "KStream",
+    "KTable",
     "NamedCache",
     "Output",
     "PartitionGroup",
@@ -33,6 +37,7 @@ __all__ = [
     "ProcessorContext",
     "RestoreResult",
     "StoreSpec",
+    "StreamsBuilder",
     "SubTopology",
     "TaskTopology",
     "ThreadCache",

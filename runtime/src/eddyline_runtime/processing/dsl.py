@@ -1,0 +1,184 @@
+"""The DSL: ``stream(...).map_values(...).group_by(...).count(...)``, as in Kafka Streams.
+
+Each operation adds nodes to a :class:`~eddyline_runtime.processing.topology.Topology`,
+named as Kafka Streams names them (``KSTREAM-MAPVALUES-0000000001``).
+Re-keying before an aggregation (``group_by``) goes through a *repartition
+topic*, so records with the same new key meet in the same task: the
+aggregation reads that topic and therefore starts a new sub-topology.
+Repartition topics are internal: the runtime prefixes them with the
+``application.id`` when it creates them.
+
+Keys and values inside the DSL are Python objects; serdes convert at sources,
+sinks and stores (``count`` stores keys with the stream's key serde and counts
+as Kafka longs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from eddyline_runtime.processing.topology import Processor, StoreSpec, Topology
+from eddyline_runtime.serde import BytesSerde, serde_for
+
+
+class StreamsBuilder:
+    def __init__(self) -> None:
+        self.topology = Topology()
+        self.internal_topics: list[str] = []
+        self._index = 0
+
+    def stream(
+        self, topic: str, *, key_serde: str | None = None, value_serde: str | None = None
+    ) -> KStream:
+        name = self._name("KSTREAM-SOURCE")
+        self.topology.add_source(name, [topic], key_serde=key_serde, value_serde=value_serde)
+        return KStream(self, name, key_serde)
+
+    def build(self) -> Topology:
+        return self.topology
+
+    def _name(self, prefix: str) -> str:
+        name = f"{prefix}-{self._index:010d}"
+        self._index += 1
+        return name
+
+
+class KStream:
+    """A record stream: every record is an independent event."""
+
+    def __init__(self, builder: StreamsBuilder, node: str, key_serde: str | None) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+
+    def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
+        return self._then("KSTREAM-MAPVALUES", lambda k, v, emit: emit(k, mapper(v)))
+
+    def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
+        return self._then("KSTREAM-MAP", lambda k, v, emit: emit(*mapper(k, v)))
+
+    def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
+        return self._then(
+            "KSTREAM-FILTER", lambda k, v, emit: emit(k, v) if predicate(k, v) else None
+        )
+
+    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> KStream:
+        def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
+            for new_key, new_value in mapper(k, v):
+                emit(new_key, new_value)
+
+        return self._then("KSTREAM-FLATMAP", each)
+
+    def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
+        def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
+            for new_value in mapper(v):
+                emit(k, new_value)
+
+        return self._then("KSTREAM-FLATMAPVALUES", each)
+
+    def peek(self, action: Callable[[Any, Any], None]) -> KStream:
+        def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
+            action(k, v)
+            emit(k, v)
+
+        return self._then("KSTREAM-PEEK", each)
+
+    def to(
+        self, topic: str, *, key_serde: str | None = None, value_serde: str | None = None
+    ) -> None:
+        name = self._builder._name("KSTREAM-SINK")
+        self._builder.topology.add_sink(
+            name, topic, self._node, key_serde=key_serde, value_serde=value_serde
+        )
+
+    def group_by_key(self) -> KGroupedStream:
+        return KGroupedStream(self._builder, self._node, self._key_serde)
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], Any],
+        *,
+        key_serde: str = "string",
+        value_serde: str = "json",
+    ) -> KGroupedStream:
+        """Re-key by ``selector``; the aggregation reads a repartition topic."""
+        rekeyed = self._then("KSTREAM-KEY-SELECT", lambda k, v, emit: emit(selector(k, v), v))
+        builder = self._builder
+        topic = f"{builder._name('KSTREAM-AGGREGATE-STATE-STORE')}-repartition"
+        builder.internal_topics.append(topic)
+        builder.topology.add_sink(
+            builder._name("KSTREAM-SINK"),
+            topic,
+            rekeyed._node,
+            key_serde=key_serde,
+            value_serde=value_serde,
+        )
+        source = builder._name("KSTREAM-SOURCE")
+        builder.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
+        return KGroupedStream(builder, source, key_serde)
+
+    def _then(self, prefix: str, step: _Step) -> KStream:
+        name = self._builder._name(prefix)
+        self._builder.topology.add_processor(name, lambda: _StepProcessor(step), self._node)
+        return KStream(self._builder, name, self._key_serde)
+
+
+class KGroupedStream:
+    def __init__(self, builder: StreamsBuilder, node: str, key_serde: str | None) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+
+    def count(self, store: str) -> KTable:
+        """Count records per key in ``store`` (logged, persistent); forwards each new count."""
+        name = self._builder._name("KSTREAM-AGGREGATE")
+        key_serde = self._key_serde
+        self._builder.topology.add_processor(
+            name, lambda: _CountProcessor(store, key_serde), self._node
+        )
+        self._builder.topology.add_state_store(StoreSpec(store), name)
+        return KTable(self._builder, name, key_serde)
+
+
+class KTable:
+    """A changelog stream: the latest value per key."""
+
+    def __init__(self, builder: StreamsBuilder, node: str, key_serde: str | None) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+
+    def to_stream(self) -> KStream:
+        name = self._builder._name("KTABLE-TOSTREAM")
+        self._builder.topology.add_processor(
+            name, lambda: _StepProcessor(lambda k, v, emit: emit(k, v)), self._node
+        )
+        return KStream(self._builder, name, self._key_serde)
+
+
+_Step = Callable[[Any, Any, Callable[[Any, Any], None]], None]
+
+
+class _StepProcessor(Processor):
+    def __init__(self, step: _Step) -> None:
+        self._step = step
+
+    def process(self, key: Any, value: Any) -> None:
+        self._step(key, value, self.context.forward)
+
+
+class _CountProcessor(Processor):
+    def __init__(self, store: str, key_serde: str | None) -> None:
+        self._store_name = store
+        self._keys = serde_for(key_serde) if key_serde else BytesSerde()
+        self._counts = serde_for("long")
+
+    def process(self, key: Any, value: Any) -> None:
+        if key is None:
+            return  # Kafka Streams drops records without a key from aggregations
+        store = self.context.get_state_store(self._store_name)
+        stored_key = self._keys.serialize(key)
+        count = (self._counts.deserialize(store.get(stored_key)) or 0) + 1
+        store.put(stored_key, self._counts.serialize(count))
+        self.context.forward(key, count)

@@ -1,0 +1,75 @@
+"""The DSL builds Kafka Streams-shaped topologies that run as tasks."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from conftest import StoreFactory
+from eddyline_runtime.processing.dsl import StreamsBuilder
+from eddyline_runtime.processing.task_topology import TaskTopology
+from eddyline_runtime.serde import serde_for
+
+LINES = ["the quick brown fox", "the lazy dog", "the end"]
+
+
+def word_count() -> StreamsBuilder:
+    builder = StreamsBuilder()
+    (
+        builder.stream("lines", value_serde="string")
+        .flat_map_values(str.split)
+        .filter(lambda _, word: word != "end")
+        .group_by(lambda _, word: word)
+        .count("counts")
+        .to_stream()
+        .to("word-counts", key_serde="string", value_serde="long")
+    )
+    return builder
+
+
+def test_group_by_repartitions_into_a_second_subtopology() -> None:
+    builder = word_count()
+    first, second = builder.build().subtopologies()
+    assert first.source_topics == ("lines",)
+    assert first.sink_topics == second.source_topics == tuple(builder.internal_topics)
+    assert builder.internal_topics == ["KSTREAM-AGGREGATE-STATE-STORE-0000000004-repartition"]
+    assert second.stores == ("counts",)
+    assert second.sink_topics == ("word-counts",)
+    assert "Source: KSTREAM-SOURCE-0000000000 (topics: [lines])" in builder.build().describe()
+
+
+def test_word_count_runs_through_both_tasks(store_factory: StoreFactory) -> None:
+    topology = word_count().build()
+    first, second = topology.subtopologies()
+    splitter = TaskTopology(topology, first, 0, {})
+    counter = TaskTopology(topology, second, 0, {"counts": store_factory("counts")})
+    for offset, line in enumerate(LINES):
+        splitter.process("lines", None, line.encode(), offset)
+        for record in splitter.drain_outputs():
+            counter.process(record.topic, record.key, record.value, record.timestamp)
+    longs = serde_for("long")
+    latest = {o.key.decode(): longs.deserialize(o.value) for o in counter.drain_outputs() if o.key}
+    expected = Counter(w for line in LINES for w in line.split() if w != "end")
+    assert latest == dict(expected)
+    assert counter.stores["counts"].get(b"the") == longs.serialize(3)
+
+
+def test_stateless_operations_compose() -> None:
+    builder = StreamsBuilder()
+    seen: list[str] = []
+    (
+        builder.stream("in", key_serde="string", value_serde="string")
+        .map(lambda k, v: (v, k))
+        .map_values(str.upper)
+        .peek(lambda k, v: seen.append(f"{k}={v}"))
+        .flat_map(lambda k, v: [(k, v), (k, v + "!")])
+        .to("out", key_serde="string", value_serde="string")
+    )
+    topology = builder.build()
+    (sub,) = topology.subtopologies()
+    task = TaskTopology(topology, sub, 0, {})
+    task.process("in", b"key", b"value", 7)
+    assert [(o.key, o.value) for o in task.drain_outputs()] == [
+        (b"value", b"KEY"),
+        (b"value", b"KEY!"),
+    ]
+    assert seen == ["value=KEY"]
