@@ -73,3 +73,46 @@ def test_stateless_operations_compose() -> None:
         (b"value", b"KEY!"),
     ]
     assert seen == ["value=KEY"]
+
+
+def test_reduce_and_aggregate_keep_their_result_per_key(store_factory: StoreFactory) -> None:
+    builder = StreamsBuilder()
+    amounts = builder.stream("payments", key_serde="string", value_serde="json")
+    amounts.group_by_key().reduce(max, "largest").to_stream().to(
+        "largest", key_serde="string", value_serde="json"
+    )
+    amounts.group_by_key().aggregate(
+        lambda: {"n": 0, "sum": 0},
+        lambda _, amount, agg: {"n": agg["n"] + 1, "sum": agg["sum"] + amount},
+        "totals",
+    ).to_stream().to("totals", key_serde="string", value_serde="json")
+    topology = builder.build()
+    (sub,) = topology.subtopologies()
+    stores = {name: store_factory(name) for name in sub.stores}
+    task = TaskTopology(topology, sub, 0, stores)
+    for amount in (5, 12, 7):
+        task.process("payments", b"alice", str(amount).encode(), 0)
+    last = {o.topic: o.value for o in task.drain_outputs()}
+    assert last == {"largest": b"12", "totals": b'{"n":3,"sum":24}'}
+
+
+def test_a_stream_joins_the_current_value_of_a_table(store_factory: StoreFactory) -> None:
+    builder = StreamsBuilder()
+    users = builder.table("users", "users-store", key_serde="string", value_serde="string")
+    (
+        builder.stream("clicks", key_serde="string", value_serde="string")
+        .join(users, lambda page, name: f"{name} viewed {page}")
+        .to("enriched", key_serde="string", value_serde="string")
+    )
+    topology = builder.build()
+    (sub,) = topology.subtopologies()  # the shared store puts both in one task
+    assert sub.source_topics == ("users", "clicks")
+    task = TaskTopology(topology, sub, 0, {"users-store": store_factory("users-store")})
+    task.process("clicks", b"u1", b"/home", 1)  # no user yet: an inner join emits nothing
+    task.process("users", b"u1", b"Alice", 2)
+    task.process("clicks", b"u1", b"/cart", 3)
+    task.process("users", b"u1", None, 4)  # tombstone: the user is gone
+    task.process("clicks", b"u1", b"/exit", 5)
+    assert [o.value for o in task.drain_outputs() if o.topic == "enriched"] == [
+        b"Alice viewed /cart"
+    ]

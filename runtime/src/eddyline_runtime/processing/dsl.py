@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from eddyline_runtime.processing.topology import Processor, StoreSpec, Topology
+from eddyline_runtime.processing.topology import Processor, StoreSpec, Topology, TopologyError
 from eddyline_runtime.serde import BytesSerde, serde_for
 
 
@@ -34,6 +34,25 @@ class StreamsBuilder:
         name = self._name("KSTREAM-SOURCE")
         self.topology.add_source(name, [topic], key_serde=key_serde, value_serde=value_serde)
         return KStream(self, name, key_serde)
+
+    def table(
+        self,
+        topic: str,
+        store: str,
+        *,
+        key_serde: str | None = None,
+        value_serde: str | None = None,
+    ) -> KTable:
+        """The latest value per key of ``topic``, materialized in ``store`` (stored as bytes)."""
+        source = self._name("KTABLE-SOURCE")
+        self.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
+        name = self._name("KTABLE-MATERIALIZE")
+        keys, values = _serde(key_serde), _serde(value_serde)
+        self.topology.add_processor(
+            name, lambda: _MaterializeProcessor(store, keys, values), source
+        )
+        self.topology.add_state_store(StoreSpec(store), name)
+        return KTable(self, name, key_serde, store=store, value_serde=value_serde)
 
     def build(self) -> Topology:
         return self.topology
@@ -92,6 +111,23 @@ class KStream:
             name, topic, self._node, key_serde=key_serde, value_serde=value_serde
         )
 
+    def join(self, table: KTable, joiner: Callable[[Any, Any], Any]) -> KStream:
+        """Inner stream-table join: each record meets the table's current value for its key.
+
+        The stream and the table topic must be co-partitioned (same key, same
+        partition count): the join reads the table's store in the same task.
+        """
+        if table.store is None:
+            raise TopologyError("join needs a materialized table: build it with builder.table")
+        name = self._builder._name("KSTREAM-JOIN")
+        keys, values = _serde(table.key_serde), _serde(table.value_serde)
+        store = table.store
+        self._builder.topology.add_processor(
+            name, lambda: _JoinProcessor(store, keys, values, joiner), self._node
+        )
+        self._builder.topology.add_state_store(StoreSpec(store), name)
+        return KStream(self._builder, name, self._key_serde)
+
     def group_by_key(self) -> KGroupedStream:
         return KGroupedStream(self._builder, self._node, self._key_serde)
 
@@ -131,30 +167,63 @@ class KGroupedStream:
         self._key_serde = key_serde
 
     def count(self, store: str) -> KTable:
-        """Count records per key in ``store`` (logged, persistent); forwards each new count."""
+        """Count records per key in ``store`` (as Kafka longs); forwards each new count."""
+        return self.aggregate(lambda: 0, lambda _, __, count: count + 1, store, "long")
+
+    def reduce(
+        self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
+    ) -> KTable:
+        """Combine each key's values with ``reducer(aggregate, value)``; the first value seeds."""
+        return self.aggregate(
+            lambda: _NO_VALUE,
+            lambda _, value, current: value if current is _NO_VALUE else reducer(current, value),
+            store,
+            value_serde,
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        store: str,
+        value_serde: str = "json",
+    ) -> KTable:
+        """``aggregator(key, value, aggregate)`` per record, kept in ``store``; forwards it."""
         name = self._builder._name("KSTREAM-AGGREGATE")
-        key_serde = self._key_serde
+        keys, values = _serde(self._key_serde), _serde(value_serde)
         self._builder.topology.add_processor(
-            name, lambda: _CountProcessor(store, key_serde), self._node
+            name,
+            lambda: _AggregateProcessor(store, keys, values, initializer, aggregator),
+            self._node,
         )
         self._builder.topology.add_state_store(StoreSpec(store), name)
-        return KTable(self._builder, name, key_serde)
+        return KTable(self._builder, name, self._key_serde, store=store, value_serde=value_serde)
 
 
 class KTable:
     """A changelog stream: the latest value per key."""
 
-    def __init__(self, builder: StreamsBuilder, node: str, key_serde: str | None) -> None:
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        key_serde: str | None,
+        *,
+        store: str | None = None,
+        value_serde: str | None = None,
+    ) -> None:
         self._builder = builder
         self._node = node
-        self._key_serde = key_serde
+        self.key_serde = key_serde
+        self.store = store
+        self.value_serde = value_serde
 
     def to_stream(self) -> KStream:
         name = self._builder._name("KTABLE-TOSTREAM")
         self._builder.topology.add_processor(
             name, lambda: _StepProcessor(lambda k, v, emit: emit(k, v)), self._node
         )
-        return KStream(self._builder, name, self._key_serde)
+        return KStream(self._builder, name, self.key_serde)
 
 
 _Step = Callable[[Any, Any, Callable[[Any, Any], None]], None]
@@ -168,17 +237,63 @@ class _StepProcessor(Processor):
         self._step(key, value, self.context.forward)
 
 
-class _CountProcessor(Processor):
-    def __init__(self, store: str, key_serde: str | None) -> None:
+# The aggregate of a key that has none yet, for reduce (None may be a real value).
+_NO_VALUE = object()
+
+
+def _serde(name: str | None) -> Any:
+    return serde_for(name) if name else BytesSerde()
+
+
+class _AggregateProcessor(Processor):
+    def __init__(
+        self,
+        store: str,
+        keys: Any,
+        values: Any,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
         self._store_name = store
-        self._keys = serde_for(key_serde) if key_serde else BytesSerde()
-        self._counts = serde_for("long")
+        self._keys, self._values = keys, values
+        self._initializer, self._aggregator = initializer, aggregator
+
+    def process(self, key: Any, value: Any) -> None:
+        if key is None or value is None:
+            return  # Kafka Streams drops these from aggregations
+        store = self.context.get_state_store(self._store_name)
+        stored_key = self._keys.serialize(key)
+        stored = store.get(stored_key)
+        current = self._initializer() if stored is None else self._values.deserialize(stored)
+        updated = self._aggregator(key, value, current)
+        store.put(stored_key, self._values.serialize(updated))
+        self.context.forward(key, updated)
+
+
+class _MaterializeProcessor(Processor):
+    def __init__(self, store: str, keys: Any, values: Any) -> None:
+        self._store_name, self._keys, self._values = store, keys, values
 
     def process(self, key: Any, value: Any) -> None:
         if key is None:
-            return  # Kafka Streams drops records without a key from aggregations
+            return
         store = self.context.get_state_store(self._store_name)
-        stored_key = self._keys.serialize(key)
-        count = (self._counts.deserialize(store.get(stored_key)) or 0) + 1
-        store.put(stored_key, self._counts.serialize(count))
-        self.context.forward(key, count)
+        if value is None:
+            store.delete(self._keys.serialize(key))
+        else:
+            store.put(self._keys.serialize(key), self._values.serialize(value))
+        self.context.forward(key, value)
+
+
+class _JoinProcessor(Processor):
+    def __init__(
+        self, store: str, keys: Any, values: Any, joiner: Callable[[Any, Any], Any]
+    ) -> None:
+        self._store_name, self._keys, self._values, self._joiner = store, keys, values, joiner
+
+    def process(self, key: Any, value: Any) -> None:
+        if key is None:
+            return
+        stored = self.context.get_state_store(self._store_name).get(self._keys.serialize(key))
+        if stored is not None:  # inner join: no table value, no output
+            self.context.forward(key, self._joiner(value, self._values.deserialize(stored)))
