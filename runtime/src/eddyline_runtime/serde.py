@@ -105,8 +105,10 @@ BUILT_IN: dict[str, Any] = {
 }
 
 
-def serde_for(name: str, *, key: str = "serde") -> Any:
-    """A built-in serde by name, or a user serde as ``module:attribute``."""
+def serde_for(name: str | None, *, key: str = "serde") -> Any:
+    """A built-in serde by name, a user serde as ``module:attribute``; None passes bytes."""
+    if name is None:
+        return BUILT_IN["bytes"]
     if name in BUILT_IN:
         return BUILT_IN[name]
     module_name, _, attribute = name.partition(":")

@@ -176,13 +176,8 @@ class SqliteLog(Log):
             return _append(db, self._topic(db, tp), tp.partition, records)
 
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
-        if max_records < 1:
-            raise ValueError(f"max_records must be >= 1, got {max_records}")
         with self._read() as db:
-            topic_id = self._topic(db, tp)
-            beginning, end = _bounds(db, topic_id, tp.partition)
-            if not beginning <= offset <= end:
-                raise OffsetOutOfRangeError(tp, offset, beginning, end)
+            topic_id, end = self._start_reading(db, tp, offset, max_records)
             rows = db.execute(
                 "SELECT offset, key, value, timestamp, headers FROM records "
                 "WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
@@ -199,13 +194,8 @@ class SqliteLog(Log):
     def fetch_changes(
         self, tp: TopicPartition, offset: int, max_records: int = 10_000
     ) -> ChangeBatch:
-        if max_records < 1:
-            raise ValueError(f"max_records must be >= 1, got {max_records}")
         with self._read() as db:
-            topic_id = self._topic(db, tp)
-            beginning, end = _bounds(db, topic_id, tp.partition)
-            if not beginning <= offset <= end:
-                raise OffsetOutOfRangeError(tp, offset, beginning, end)
+            topic_id, _ = self._start_reading(db, tp, offset, max_records)
             where = (topic_id, tp.partition, offset)
             last = db.execute(
                 "SELECT max(offset) FROM (SELECT offset FROM records WHERE topic_id = ? "
@@ -221,6 +211,18 @@ class SqliteLog(Log):
                 (*where, last),
             ).fetchall()
         return ChangeBatch(entries, last)
+
+    def _start_reading(
+        self, db: sqlite3.Connection, tp: TopicPartition, offset: int, max_records: int
+    ) -> tuple[int, int]:
+        """Check a fetch's arguments; the topic id and the partition's end offset."""
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, got {max_records}")
+        topic_id = self._topic(db, tp)
+        beginning, end = _bounds(db, topic_id, tp.partition)
+        if not beginning <= offset <= end:
+            raise OffsetOutOfRangeError(tp, offset, beginning, end)
+        return topic_id, end
 
     def beginning_offset(self, tp: TopicPartition) -> int:
         with self._read() as db:

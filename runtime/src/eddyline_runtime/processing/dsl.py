@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from eddyline_runtime.processing.topology import Processor, StoreSpec, Topology, TopologyError
-from eddyline_runtime.serde import BytesSerde, serde_for
+from eddyline_runtime.serde import serde_for
 
 
 class StreamsBuilder:
@@ -47,7 +47,7 @@ class StreamsBuilder:
         source = self._name("KTABLE-SOURCE")
         self.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
         name = self._name("KTABLE-MATERIALIZE")
-        keys, values = _serde(key_serde), _serde(value_serde)
+        keys, values = serde_for(key_serde), serde_for(value_serde)
         self.topology.add_processor(
             name, lambda: _MaterializeProcessor(store, keys, values), source
         )
@@ -120,7 +120,7 @@ class KStream:
         if table.store is None:
             raise TopologyError("join needs a materialized table: build it with builder.table")
         name = self._builder._name("KSTREAM-JOIN")
-        keys, values = _serde(table.key_serde), _serde(table.value_serde)
+        keys, values = serde_for(table.key_serde), serde_for(table.value_serde)
         store = table.store
         self._builder.topology.add_processor(
             name, lambda: _JoinProcessor(store, keys, values, joiner), self._node
@@ -190,7 +190,7 @@ class KGroupedStream:
     ) -> KTable:
         """``aggregator(key, value, aggregate)`` per record, kept in ``store``; forwards it."""
         name = self._builder._name("KSTREAM-AGGREGATE")
-        keys, values = _serde(self._key_serde), _serde(value_serde)
+        keys, values = serde_for(self._key_serde), serde_for(value_serde)
         self._builder.topology.add_processor(
             name,
             lambda: _AggregateProcessor(store, keys, values, initializer, aggregator),
@@ -239,10 +239,6 @@ class _StepProcessor(Processor):
 
 # The aggregate of a key that has none yet, for reduce (None may be a real value).
 _NO_VALUE = object()
-
-
-def _serde(name: str | None) -> Any:
-    return serde_for(name) if name else BytesSerde()
 
 
 class _AggregateProcessor(Processor):

@@ -21,7 +21,7 @@ from eddyline_runtime.processing.topology import (
     Topology,
     TopologyError,
 )
-from eddyline_runtime.serde import BytesSerde, serde_for
+from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import StateStore
 
 
@@ -89,6 +89,12 @@ class TaskTopology:
             if node.kind == "source"
             for topic in node.topics
         }
+        # Resolved once per task, not per record: (key serde, value serde) per source/sink.
+        self._serdes = {
+            node.name: (serde_for(node.key_serde), serde_for(node.value_serde))
+            for node in self._nodes.values()
+            if node.kind != "processor"
+        }
         self._processors: dict[str, Processor] = {}
         for node in self._nodes.values():
             if node.kind == "processor" and node.supplier is not None:
@@ -102,8 +108,7 @@ class TaskTopology:
         if source is None:
             raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
         self.timestamp = timestamp
-        key_serde = serde_for(source.key_serde) if source.key_serde else BytesSerde()
-        value_serde = serde_for(source.value_serde) if source.value_serde else BytesSerde()
+        key_serde, value_serde = self._serdes[source.name]
         for child in source.children:
             self._deliver(child, key_serde.deserialize(key), value_serde.deserialize(value))
 
@@ -118,8 +123,7 @@ class TaskTopology:
     def _deliver(self, name: str, key: Any, value: Any) -> None:
         node = self._nodes[name]
         if node.kind == "sink":
-            key_serde = serde_for(node.key_serde) if node.key_serde else BytesSerde()
-            value_serde = serde_for(node.value_serde) if node.value_serde else BytesSerde()
+            key_serde, value_serde = self._serdes[name]
             self.outputs.append(
                 Output(
                     node.topics[0],
