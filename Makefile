@@ -15,7 +15,7 @@ QUIXSTREAMS := quixstreams==3.28.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-fast lint bench-store image clean
+.PHONY: help setup run demo-store test test-fast lint bench-store image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,7 +29,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## Create .venv and install eddyline with its development tools
 
-run: $(STAMP) ## The main job: the store engine demo (write, crash, reopen, query at both isolation levels)
+run: $(STAMP) ## The main job: word count on the embedded log (generate, process exactly once, verify, report)
+	$(BIN)/eddyline demo wordcount --state-dir $(STATE_DIR)/wordcount-demo
+
+demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query at both isolation levels
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
 test: $(STAMP) ## Run every test, slow ones included (what CI runs)

@@ -15,6 +15,7 @@ def test_state_package_exports_the_intended_names() -> None:
         "IsolationLevel",
         "KeyRange",
         "KeyValue",
+        "ReadableKeyValueStore",
         "RocksDBStore",
         "RocksDBStoreOptions",
         "StateStore",

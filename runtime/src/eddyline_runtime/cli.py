@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -15,14 +16,61 @@ DEFAULT_LOG_URL = "sqlite:///.eddyline-state/log.db"
 def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eddyline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_run_command(commands)
     _add_demo_commands(commands)
     _add_log_commands(commands)
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(args, "log_level", "WARNING"), format="%(levelname)s %(name)s: %(message)s"
+    )
+    if args.command == "run":
+        return _run_manifest(args)
     if args.command == "demo":
+        if args.demo == "wordcount":
+            from eddyline_runtime.demo.wordcount_demo import run_demo as run_wordcount
+
+            return _report_errors(lambda: run_wordcount(args.manifest, args.state_dir, args.lines))
         from eddyline_runtime.demo.store_demo import run_demo
 
         return run_demo(args.state_dir)
     return _run_log_command(args, stdin or sys.stdin)
+
+
+def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = commands.add_parser(
+        "run", help="run a StreamApp manifest locally until SIGINT/SIGTERM (then commit and close)"
+    )
+    run.add_argument("manifest", type=Path, help="a StreamApp YAML file")
+    run.add_argument("--instance-id", default="0", help="this instance's id (default: 0)")
+    run.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="stop once every input record is processed and committed",
+    )
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _run_manifest(args: argparse.Namespace) -> int:
+    from eddyline_runtime.runner import run_manifest
+
+    def run() -> int:
+        run_manifest(
+            args.manifest, instance_id=args.instance_id, until_caught_up=args.until_caught_up
+        )
+        return 0
+
+    return _report_errors(run)
+
+
+def _report_errors(action: Callable[[], int]) -> int:
+    """Our errors already say what to do: print them without a traceback."""
+    from eddyline_runtime.errors import EddylineError
+
+    try:
+        return action()
+    except EddylineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
 
 
 def _add_demo_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +85,19 @@ def _add_demo_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         default=Path(".eddyline-state/demo"),
         help="where the demo's store lives (default: %(default)s)",
     )
+    wordcount = demos.add_parser(
+        "wordcount", help="word count on the embedded log: generate, process, verify, report"
+    )
+    wordcount.add_argument(
+        "--manifest", type=Path, default=Path("examples/wordcount/streamapp.yaml")
+    )
+    wordcount.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".eddyline-state/wordcount-demo"),
+        help="the demo's log and stores; wiped at start (default: %(default)s)",
+    )
+    wordcount.add_argument("--lines", type=int, default=50_000, help="lines of text to generate")
 
 
 def _add_log_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -70,6 +70,17 @@ class Sensor:
             elapsed = max(now - live[0].start, 1.0)
             return sum(s.count for s in live) / elapsed
 
+    def total_rate(self) -> float:
+        """Sum of recorded values per second over the window (records/s when each
+        value is a batch size)."""
+        now = self.clock()
+        with self._lock:
+            live = self._live(now)
+            if not live:
+                return 0.0
+            elapsed = max(now - live[0].start, 1.0)
+            return sum(s.total for s in live) / elapsed
+
     def avg(self) -> float:
         with self._lock:
             live = self._live(self.clock())

@@ -1,11 +1,15 @@
 """Processing: what runs between the log and the stores (tasks, threads, caches).
 
-Issue 3 grows this package; today it holds the DSL and the Processor API
-(topologies, sub-topologies, one task's data flow), the record cache (KIP-63),
-timestamp synchronization (KIP-695) and restoration.
+Start from :class:`StreamsInstance`: it resolves a :class:`Topology` (built
+with :class:`StreamsBuilder` or the Processor API) against a log, and runs its
+tasks on stream threads with exactly-once or at-least-once commits, the
+record cache (KIP-63), timestamp synchronization (KIP-695) and restoration
+of the changelog tail.
 """
 
 from eddyline_runtime.processing.dsl import KGroupedStream, KStream, KTable, StreamsBuilder
+from eddyline_runtime.processing.instance import InstanceState, StreamsFailedError, StreamsInstance
+from eddyline_runtime.processing.loader import TopologyLoadError, load_topology
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.record_cache import (
     CachingKeyValueStore,
@@ -14,7 +18,11 @@ from eddyline_runtime.processing.record_cache import (
     ThreadCache,
 )
 from eddyline_runtime.processing.restoration import RestoreResult, restore
+from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport
+from eddyline_runtime.processing.task import TaskProcessingError
+from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.processing.topics import TaskId, TopicLayout, TopologyLayoutError
 from eddyline_runtime.processing.topology import (
     Processor,
     ProcessorContext,
@@ -27,6 +35,8 @@ from eddyline_runtime.processing.topology import (
 __all__ = [
     "CachingKeyValueStore",
     "Change",
+    "CommitReport",
+    "InstanceState",
     "KGroupedStream",
     "KStream",
     "KTable",
@@ -35,13 +45,23 @@ __all__ = [
     "PartitionGroup",
     "Processor",
     "ProcessorContext",
+    "RestoreReport",
     "RestoreResult",
     "StoreSpec",
     "StreamsBuilder",
+    "StreamsFailedError",
+    "StreamsInstance",
     "SubTopology",
+    "TaskId",
+    "TaskProcessingError",
+    "TaskStore",
     "TaskTopology",
     "ThreadCache",
+    "TopicLayout",
     "Topology",
     "TopologyError",
+    "TopologyLayoutError",
+    "TopologyLoadError",
+    "load_topology",
     "restore",
 ]

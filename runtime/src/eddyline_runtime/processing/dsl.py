@@ -18,15 +18,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from eddyline_runtime.processing.topology import Processor, StoreSpec, Topology, TopologyError
+from eddyline_runtime.processing.record_cache import Change
+from eddyline_runtime.processing.topology import (
+    Processor,
+    ProcessorContext,
+    StoreSpec,
+    Topology,
+    TopologyError,
+)
 from eddyline_runtime.serde import serde_for
 
 
 class StreamsBuilder:
     def __init__(self) -> None:
         self.topology = Topology()
-        self.internal_topics: list[str] = []
         self._index = 0
+
+    @property
+    def internal_topics(self) -> list[str]:
+        return self.topology.internal_topics
 
     def stream(
         self, topic: str, *, key_serde: str | None = None, value_serde: str | None = None
@@ -254,16 +264,27 @@ class _AggregateProcessor(Processor):
         self._keys, self._values = keys, values
         self._initializer, self._aggregator = initializer, aggregator
 
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._store = context.get_state_store(self._store_name)
+        # With a record cache, results go downstream when the cache flushes
+        # (once per key per commit, KIP-63); without one, on every update.
+        self._forwards_on_flush: bool = self._store.set_flush_listener(self._flushed)
+
     def process(self, key: Any, value: Any) -> None:
         if key is None or value is None:
             return  # Kafka Streams drops these from aggregations
-        store = self.context.get_state_store(self._store_name)
         stored_key = self._keys.serialize(key)
-        stored = store.get(stored_key)
+        stored = self._store.get(stored_key)
         current = self._initializer() if stored is None else self._values.deserialize(stored)
         updated = self._aggregator(key, value, current)
-        store.put(stored_key, self._values.serialize(updated))
-        self.context.forward(key, updated)
+        self._store.put(stored_key, self._values.serialize(updated))
+        if not self._forwards_on_flush:
+            self.context.forward(key, updated)
+
+    def _flushed(self, key: bytes, change: Change) -> None:
+        new = None if change.new is None else self._values.deserialize(change.new)
+        self.context.forward(self._keys.deserialize(key), new)
 
 
 class _MaterializeProcessor(Processor):

@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from eddyline_runtime.state import KeyRange, KeyValue, StateStore
+from eddyline_runtime.state import KeyRange, KeyValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,20 @@ class Change:
 
 # Called with a store's dirty entries, in dirty order, when they are flushed.
 FlushListener = Callable[[list[tuple[bytes, bytes | None]]], None]
+
+
+class CacheBackingStore(Protocol):
+    """What the cache writes through to: a state store, or the task's logging layer."""
+
+    name: str
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
 
 
 class NamedCache:
@@ -165,22 +180,27 @@ class ThreadCache:
 class CachingKeyValueStore:
     """A store seen through its named cache: reads hit the cache, writes become dirty.
 
-    ``forward`` receives ``(key, Change(new, old))`` for each flushed update.
-    Call :meth:`flush` before committing the underlying store.
+    ``forward`` receives ``(key, Change(new, old))`` for each flushed update;
+    it may be set later (:meth:`set_forward`) or not at all. Call
+    :meth:`flush` before committing the underlying store.
     """
 
     def __init__(
         self,
-        store: StateStore,
+        store: CacheBackingStore,
         cache: ThreadCache,
-        forward: Callable[[bytes, Change], None],
+        forward: Callable[[bytes, Change], None] | None = None,
         *,
         cache_name: str | None = None,
     ) -> None:
         self.store = store
         self._forward = forward
+        # Stores of different tasks share a thread cache: the runtime names each one's part.
         self._cache = cache.named_cache(cache_name or store.name)
         self._cache.set_flush_listener(self._write_through)
+
+    def set_forward(self, forward: Callable[[bytes, Change], None]) -> None:
+        self._forward = forward
 
     def get(self, key: bytes) -> bytes | None:
         found, value = self._cache.lookup(key)
@@ -208,12 +228,14 @@ class CachingKeyValueStore:
     def _write_through(self, dirty: list[tuple[bytes, bytes | None]]) -> None:
         store, forward = self.store, self._forward
         for key, value in dirty:
-            old = store.get(key)
+            # The old value is read only when someone receives it.
+            old = store.get(key) if forward is not None else None
             if value is None:
                 store.delete(key)
             else:
                 store.put(key, value)
-            forward(key, Change(value, old))
+            if forward is not None:
+                forward(key, Change(value, old))
 
 
 def _size(key: bytes, value: bytes | None) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.topology import (
     Node,
     Processor,
@@ -49,7 +50,7 @@ class _Context:
                 raise TopologyError(f'"{self._node.name}" has no child "{child}"')
             self._task._deliver(child, key, value)
 
-    def get_state_store(self, name: str) -> StateStore:
+    def get_state_store(self, name: str) -> TaskStore:
         if name not in self._node.stores:
             attached = ", ".join(self._node.stores) or "none"
             raise TopologyError(
@@ -73,15 +74,22 @@ class TaskTopology:
         topology: Topology,
         subtopology: SubTopology,
         partition: int,
-        stores: Mapping[str, StateStore],
+        stores: Mapping[str, StateStore | TaskStore],
     ) -> None:
         missing = [name for name in subtopology.stores if name not in stores]
         if missing:
             raise TopologyError(f"task {subtopology.task_id(partition)} lacks stores {missing}")
         self.task_id = subtopology.task_id(partition)
-        self.stores = dict(stores)
+        # A bare store (tests, tools) runs without record cache or changelog.
+        self.stores = {
+            name: store
+            if isinstance(store, TaskStore)
+            else TaskStore(store, changelog=None, cache=None, cache_name=name)
+            for name, store in stores.items()
+        }
         self.timestamp = 0
         self.outputs: list[Output] = []
+        self.output_bytes = 0  # key + value bytes of ``outputs``
         self._nodes = {name: topology.nodes[name] for name in subtopology.nodes}
         self._sources = {
             topic: node
@@ -114,6 +122,7 @@ class TaskTopology:
 
     def drain_outputs(self) -> list[Output]:
         outputs, self.outputs = self.outputs, []
+        self.output_bytes = 0
         return outputs
 
     def close(self) -> None:
@@ -124,13 +133,10 @@ class TaskTopology:
         node = self._nodes[name]
         if node.kind == "sink":
             key_serde, value_serde = self._serdes[name]
-            self.outputs.append(
-                Output(
-                    node.topics[0],
-                    key_serde.serialize(key),
-                    value_serde.serialize(value),
-                    self.timestamp,
-                )
+            key_bytes, value_bytes = key_serde.serialize(key), value_serde.serialize(value)
+            self.outputs.append(Output(node.topics[0], key_bytes, value_bytes, self.timestamp))
+            self.output_bytes += (0 if key_bytes is None else len(key_bytes)) + (
+                0 if value_bytes is None else len(value_bytes)
             )
         else:
             self._processors[name].process(key, value)

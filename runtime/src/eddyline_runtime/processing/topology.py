@@ -100,6 +100,9 @@ class Topology:
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
         self.stores: dict[str, StoreSpec] = {}
+        # Topics the topology owns (repartition topics): the runtime creates
+        # them, prefixed with the application.id.
+        self.internal_topics: list[str] = []
 
     def add_source(
         self,

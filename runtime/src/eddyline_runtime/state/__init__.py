@@ -22,7 +22,12 @@ from eddyline_runtime.state.rocksdb_store import (
     RocksDBStore,
     RocksDBStoreOptions,
 )
-from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader
+from eddyline_runtime.state.store import (
+    KeyValue,
+    ReadableKeyValueStore,
+    StateStore,
+    StoreReader,
+)
 from eddyline_runtime.state.uncommitted_budget import (
     CommitReason,
     UncommittedBytesBudget,
@@ -38,6 +43,7 @@ __all__ = [
     "IsolationLevel",
     "KeyRange",
     "KeyValue",
+    "ReadableKeyValueStore",
     "RocksDBStore",
     "RocksDBStoreOptions",
     "StateStore",

@@ -1,0 +1,462 @@
+"""A stream thread: owns a set of tasks, fetches for them, processes, commits.
+
+The commit protocol, and why a crash at any instant loses nothing
+-----------------------------------------------------------------
+
+A commit (every ``commit.interval.ms``, when the thread's uncommitted bytes
+reach its share of ``statestore.uncommitted.max.bytes``, and at a clean
+shutdown) runs these steps in this order:
+
+1. flush the record cache: dirty entries go to the stores' open transactions,
+   to the changelog records of this commit, and downstream to the sinks;
+2. write outputs, changelog records and the next input offsets to the log:
+   under ``exactly_once_v2`` as **one** log transaction; under
+   ``at_least_once`` as plain appends, input offsets last;
+3. commit each store with the offset of the last changelog record the log
+   gave its partition (data and offset in one RocksDB batch).
+
+Invariant under exactly-once: *a store's committed data is exactly its
+changelog up to its committed offset, and the log's committed input offsets,
+outputs and changelogs belong to the same set of processed records.*
+
+* Killed before step 2 commits: the log holds nothing of this commit and the
+  stores never committed it either (a store commits only its own buffer, and
+  a killed process's buffer is gone). Restart reads from the previous input
+  offsets: nothing lost, nothing doubled.
+* Killed between 2 and 3: the log has the commit, the stores do not. Restart
+  restores each store's changelog *tail* after its committed offset, which
+  is exactly this commit's records; then reads after the new input offsets.
+* Killed during 3: each store's batch is atomic, so each store is either
+  before or after; the ones before restore their tail as above.
+
+Stores are never wiped (KIP-892 with ``READ_COMMITTED`` on disk); restart
+replays at most one commit's changelog records per store. Under
+at-least-once, step 2's appends may land without step 3 or the input
+offsets: restart restores the changelog tail and reprocesses from the last
+committed input offsets, so records are never lost but may count twice.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import count
+from pathlib import Path
+
+from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
+from eddyline_runtime.log import LagTracker, Log, Record, TransactionalProducer
+from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
+from eddyline_runtime.partitions import TopicPartition, partition_for_key
+from eddyline_runtime.processing.partition_group import PartitionGroup
+from eddyline_runtime.processing.record_cache import ThreadCache
+from eddyline_runtime.processing.restoration import RestoreResult, restore
+from eddyline_runtime.processing.task import StreamTask
+from eddyline_runtime.processing.task_store import TaskStore
+from eddyline_runtime.processing.task_topology import TaskTopology
+from eddyline_runtime.processing.topics import TaskId, TopicLayout
+from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.state import (
+    InMemoryStore,
+    RocksDBStore,
+    RocksDBStoreOptions,
+    StateStore,
+    UncommittedBytesBudget,
+)
+
+logger = logging.getLogger(__name__)
+
+# Fetch a partition when fewer than this many of its records are buffered...
+_FETCH_LOW_WATER = 1_000
+# ...and fetch this many at a time.
+_FETCH_RECORDS = 2_000
+# Records a task processes before the thread looks at fetching and committing.
+_PROCESS_BATCH = 1_000
+# How long an idle thread sleeps before polling the log again.
+_IDLE_SLEEP_SECONDS = 0.005
+
+
+class ThreadState(enum.StrEnum):
+    CREATED = "CREATED"
+    RESTORING = "RESTORING"
+    RUNNING = "RUNNING"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitReport:
+    """What one commit wrote; handed to commit listeners after the stores committed."""
+
+    thread: str
+    reason: str
+    records: int  # input records processed since the previous commit
+    input_offsets: Mapping[TopicPartition, int]  # next offset to read, per partition
+    changelog_records: Mapping[TopicPartition, int]
+    changelog_last_offsets: Mapping[TopicPartition, int]
+    output_records: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    task: TaskId
+    result: RestoreResult
+
+
+CommitListener = Callable[[CommitReport], None]
+RestoreListener = Callable[[RestoreReport], None]
+
+
+@dataclass(frozen=True)
+class ThreadSetup:
+    """What every stream thread of an instance shares."""
+
+    topology: Topology
+    layout: TopicLayout
+    config: StreamsConfig
+    log: Log
+    metrics: MetricsRegistry
+    instance_id: str
+    on_commit: Sequence[CommitListener] = ()
+    on_restore: Sequence[RestoreListener] = ()
+
+
+class StreamThread:
+    """Runs its tasks on a thread of its own; see the module docstring for the commit."""
+
+    def __init__(self, index: int, tasks: Sequence[TaskId], setup: ThreadSetup) -> None:
+        self.name = f"{setup.config.application_id}-{setup.instance_id}-StreamThread-{index + 1}"
+        self.task_ids = list(tasks)
+        self.setup = setup
+        config = setup.config
+        self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
+        self._transactional_id = f"{config.application_id}-{setup.instance_id}-{index}"
+        self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
+        self._budget = UncommittedBytesBudget(
+            config.statestore_uncommitted_max_bytes, config.num_stream_threads
+        )
+        self._cache = ThreadCache(config.cache_bytes_per_thread)
+        self._lag = LagTracker()
+        self._store_options = RocksDBStoreOptions.from_config(config)
+        self.tasks: list[StreamTask] = []
+        self._fetch_positions: dict[TopicPartition, int] = {}
+        self._producer: TransactionalProducer | None = None
+        self._round_robin = count()
+        self._stop = threading.Event()
+        self.state = ThreadState.CREATED
+        self.error: BaseException | None = None
+        self.final_metrics: dict[MetricName, float] = {}
+        self.processed_since_commit = 0
+        # Set by the thread after an iteration that found nothing to fetch or
+        # process with everything committed; read by other threads.
+        self.idle = False
+        self._last_commit = time.monotonic()
+        self._process_sensor = Sensor()
+        self._commit_sensor = Sensor()
+        self._register_metrics()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """Ask the thread to commit what it processed, close its tasks and end."""
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self.state = ThreadState.RESTORING
+            if self._exactly_once:
+                # Before reading any committed offset: this fences every earlier
+                # producer of this thread (a zombie of a previous run).
+                self._producer = self.setup.log.transactional_producer(self._transactional_id)
+            for task_id in self.task_ids:
+                self.tasks.append(self._create_task(task_id))
+            self.state = ThreadState.RUNNING
+            while not self._stop.is_set():
+                self.run_once()
+            self.commit("shutdown")
+            self.state = ThreadState.STOPPED
+        except BaseException as exc:  # reported by the instance, never swallowed
+            self.error = exc
+            self.state = ThreadState.FAILED
+            logger.error("stream thread %s failed: %s", self.name, exc)
+            if self._producer is not None:
+                self._producer.abort()
+        finally:
+            self._close_tasks()
+
+    def _close_tasks(self) -> None:
+        # Closed stores drop their metrics: keep the last values for reports.
+        mine = ("thread-id", self.name)
+        self.final_metrics = {
+            name: value
+            for name, value in self.setup.metrics.snapshot().items()
+            if mine in name.tags
+        }
+        for task in self.tasks:
+            try:
+                task.close()
+            except Exception as exc:  # close the others regardless
+                logger.warning("closing task %s failed: %s", task.id, exc)
+        if self._producer is not None:
+            self._producer.close()
+        self.setup.metrics.unregister_tagged({"thread-id": self.name})
+
+    # -- tasks and restoration ------------------------------------------------------
+
+    def _create_task(self, task_id: TaskId) -> StreamTask:
+        setup = self.setup
+        layout, log, config = setup.layout, setup.log, setup.config
+        subtopology = layout.subtopology(task_id)
+        stores: dict[str, TaskStore] = {}
+        try:
+            for name in subtopology.stores:
+                store = self._open_store(name, task_id)
+                changelog = layout.changelog_partition(name, task_id)
+                stores[name] = TaskStore(
+                    store, changelog=changelog, cache=self._cache, cache_name=f"{task_id}/{name}"
+                )
+                if changelog is not None:
+                    result = restore(store, log, changelog)
+                    self._restored(task_id, result)
+        except BaseException:
+            for opened in stores.values():
+                opened.store.close()
+            raise
+        inputs = layout.input_partitions(task_id)
+        committed = log.committed_offsets(config.application_id, inputs)
+        start = {tp: committed.get(tp, log.beginning_offset(tp)) for tp in inputs}
+        self._fetch_positions.update(start)
+        partitions = PartitionGroup(
+            inputs,
+            max_task_idle_ms=config.max_task_idle_ms,
+            current_lag=self._lag.current_lag,
+            clock_ms=lambda: int(time.monotonic() * 1000),
+        )
+        task = StreamTask(
+            task_id,
+            topology=TaskTopology(setup.topology, subtopology, task_id.partition, stores),
+            stores=stores,
+            partitions=partitions,
+            logical_topics={physical: logical for logical, physical in layout.physical.items()},
+            start_offsets=start,
+        )
+        tags = {"thread-id": self.name, "task-id": str(task_id)}
+        setup.metrics.register(
+            MetricName.of("stream-task-metrics", "enforced-processing-total", tags),
+            lambda: float(partitions.enforced_processing),
+        )
+        setup.metrics.register(
+            MetricName.of("stream-task-metrics", "process-total", tags),
+            lambda: float(task.processed),
+        )
+        return task
+
+    def _open_store(self, name: str, task_id: TaskId) -> StateStore:
+        spec = self.setup.topology.stores[name]
+        if not spec.persistent:
+            return InMemoryStore(name)
+        return RocksDBStore(
+            name,
+            Path(self.setup.config.state_dir) / str(task_id) / name,
+            self._store_options,
+            metrics=self.setup.metrics,
+            metric_tags={"thread-id": self.name, "task-id": str(task_id)},
+        )
+
+    def _restored(self, task_id: TaskId, result: RestoreResult) -> None:
+        tags = {"thread-id": self.name, "task-id": str(task_id), "store": result.store}
+        metrics = self.setup.metrics
+        metrics.register(
+            MetricName.of("stream-state-metrics", "restore-total", tags),
+            lambda: float(result.records),
+        )
+        metrics.register(
+            MetricName.of("stream-state-metrics", "restore-rate", tags),
+            lambda: result.records_per_second if result.records else 0.0,
+        )
+        logger.info(
+            "task %s restored store %s: %d records from %s offsets %d..%d in %.3f s",
+            task_id,
+            result.store,
+            result.records,
+            result.changelog,
+            result.first_offset,
+            result.end_offset,
+            result.seconds,
+        )
+        report = RestoreReport(task_id, result)
+        for listener in self.setup.on_restore:
+            listener(report)
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """One iteration: fetch what is low, process, commit if due. Returns records processed."""
+        fetched = self._fetch()
+        processed = 0
+        for task in self.tasks:
+            processed += task.process(_PROCESS_BATCH)
+        if processed:
+            self.processed_since_commit += processed
+            self._process_sensor.record(processed)
+        reason = self._budget.after_iteration(sum(t.uncommitted_bytes() for t in self.tasks))
+        committed = None
+        if reason is not None:
+            committed = self.commit(reason.value)
+        elif time.monotonic() - self._last_commit >= self._commit_interval_seconds:
+            committed = self.commit("commit.interval.ms elapsed")
+        # A commit may have written input for this thread (a repartition topic),
+        # so only an iteration without one can find the thread idle.
+        self.idle = (
+            committed is None and not processed and not fetched and self.processed_since_commit == 0
+        )
+        if not processed and not fetched:
+            self._stop.wait(_IDLE_SLEEP_SECONDS)
+        return processed
+
+    def _fetch(self) -> int:
+        log, lag, positions = self.setup.log, self._lag, self._fetch_positions
+        fetched = 0
+        for task in self.tasks:
+            group = task.partitions
+            for tp in task.consumed:
+                if group.buffered(tp) >= _FETCH_LOW_WATER:
+                    continue
+                result = log.fetch(tp, positions[tp], _FETCH_RECORDS)
+                lag.fetched(tp, result)
+                if result.records:
+                    group.add_records(tp, result.records)
+                    positions[tp] = result.records[-1].offset + 1
+                    fetched += len(result.records)
+                lag.advanced(tp, positions[tp])
+        return fetched
+
+    # -- the commit (see the module docstring) ----------------------------------------
+
+    def commit(self, reason: str) -> CommitReport | None:
+        if self.processed_since_commit == 0:
+            self._last_commit = time.monotonic()
+            return None
+        started = time.perf_counter()
+        self._cache.flush()  # step 1
+        batches: dict[TopicPartition, list[Record]] = {}
+        changelog_records: dict[TopicPartition, int] = {}
+        input_offsets: dict[TopicPartition, int] = {}
+        output_records = 0
+        for task in self.tasks:
+            timestamp = task.topology.timestamp
+            for output in task.drain_outputs():
+                tp = self._output_partition(output.topic, output.key)
+                record = Record(output.key, output.value, output.timestamp)
+                batches.setdefault(tp, []).append(record)
+                output_records += 1
+            for tp, entries in task.drain_changelogs().items():
+                batches[tp] = [Record(key, value, timestamp) for key, value in entries]
+                changelog_records[tp] = len(entries)
+            input_offsets.update(task.offsets_to_commit())
+        last_offsets = self._write_to_log(batches, input_offsets)  # step 2
+        for task in self.tasks:  # step 3
+            task.commit_stores(last_offsets)
+        if not self._exactly_once and input_offsets:
+            self.setup.log.commit_offsets(self.setup.config.application_id, input_offsets)
+        self._budget.committed()
+        seconds = time.perf_counter() - started
+        self._commit_sensor.record(seconds * 1000)
+        report = CommitReport(
+            thread=self.name,
+            reason=reason,
+            records=self.processed_since_commit,
+            input_offsets=input_offsets,
+            changelog_records=changelog_records,
+            changelog_last_offsets={tp: last_offsets[tp] for tp in changelog_records},
+            output_records=output_records,
+            seconds=seconds,
+        )
+        self.processed_since_commit = 0
+        self._last_commit = time.monotonic()
+        for listener in self.setup.on_commit:
+            listener(report)
+        return report
+
+    def _write_to_log(
+        self,
+        batches: Mapping[TopicPartition, list[Record]],
+        input_offsets: Mapping[TopicPartition, int],
+    ) -> dict[TopicPartition, int]:
+        """Step 2; returns the offset of the last record written per partition."""
+        log, group = self.setup.log, self.setup.config.application_id
+        if self._producer is not None:
+            producer = self._producer
+            producer.begin()
+            for tp, records in batches.items():
+                for record in records:
+                    producer.send(tp, record)
+            if input_offsets:
+                producer.send_offsets(group, input_offsets)
+            return dict(producer.commit().last_offsets)
+        last: dict[TopicPartition, int] = {}
+        for tp, records in batches.items():
+            last[tp] = log.produce(tp, records)[-1]
+        return last
+
+    def _output_partition(self, topic: str, key: bytes | None) -> TopicPartition:
+        """Kafka's default partitioner: murmur2 of the key; keyless records round-robin."""
+        physical = self.setup.layout.physical[topic]
+        partitions = self.setup.layout.topic_partitions[physical]
+        if key is None:
+            return TopicPartition(physical, next(self._round_robin) % partitions)
+        return TopicPartition(physical, partition_for_key(key, partitions))
+
+    # -- what others may read ---------------------------------------------------------
+
+    def input_lags(self) -> dict[TopicPartition, int | None]:
+        """Locally known lag per input partition (None: not fetched yet)."""
+        return {tp: self._lag.current_lag(tp) for tp in self._fetch_positions}
+
+    def buffered(self) -> int:
+        return sum(task.partitions.buffered() for task in self.tasks)
+
+    def _register_metrics(self) -> None:
+        tags = {"thread-id": self.name}
+        metrics, cache = self.setup.metrics, self._cache
+
+        def register(group: str, name: str, read: Callable[[], float]) -> None:
+            metrics.register(MetricName.of(group, name, tags), read)
+
+        register("stream-thread-metrics", "process-rate", self._process_sensor.total_rate)
+        register(
+            "stream-thread-metrics",
+            "process-total",
+            lambda: float(sum(task.processed for task in self.tasks)),
+        )
+        register("stream-thread-metrics", "commit-rate", self._commit_sensor.rate)
+        register("stream-thread-metrics", "commit-total", lambda: self._commit_sensor.total_count)
+        register("stream-thread-metrics", "commit-latency-avg", self._commit_sensor.avg)
+        register("stream-thread-metrics", "commit-latency-max", self._commit_sensor.max)
+        register("stream-record-cache-metrics", "hits-total", lambda: float(cache.hits))
+        register("stream-record-cache-metrics", "misses-total", lambda: float(cache.misses))
+        register(
+            "stream-record-cache-metrics", "forwards-saved-total", lambda: cache.forwards_saved
+        )
+        register(
+            "stream-record-cache-metrics",
+            "hit-ratio",
+            lambda: cache.hits / (cache.hits + cache.misses) if cache.hits + cache.misses else 0.0,
+        )
+        register("stream-record-cache-metrics", "size-bytes", lambda: float(cache.num_bytes))

@@ -1,0 +1,131 @@
+"""An active task: one sub-topology on one partition, with its stores and input buffers.
+
+The task processes buffered input in timestamp order (its
+:class:`PartitionGroup`, KIP-695), runs records through its
+:class:`TaskTopology`, and keeps what its next commit needs: the outputs its
+sinks produced, the changelog records of its store writes, and the next input
+offset per partition. It does no I/O with the log itself; its stream thread
+fetches for it and commits for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.processing.partition_group import PartitionGroup
+from eddyline_runtime.processing.task_store import TaskStore
+from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.processing.topics import TaskId
+
+
+class TaskProcessingError(EddylineError):
+    """A processor (or a serde) failed on a record; names the record so it can be found."""
+
+    def __init__(self, task: TaskId, tp: TopicPartition, offset: int, cause: BaseException) -> None:
+        self.task, self.partition, self.offset = task, tp, offset
+        super().__init__(
+            f"task {task} failed processing {tp.topic}-{tp.partition} at offset {offset}: "
+            f"{type(cause).__name__}: {cause}. Nothing after the last commit was written; fix "
+            "the topology (or the record) and restart: processing resumes at the last commit"
+        )
+
+
+class StreamTask:
+    def __init__(
+        self,
+        task_id: TaskId,
+        *,
+        topology: TaskTopology,
+        stores: Mapping[str, TaskStore],
+        partitions: PartitionGroup,
+        logical_topics: Mapping[str, str],
+        start_offsets: Mapping[TopicPartition, int],
+    ) -> None:
+        self.id = task_id
+        self.topology = topology
+        self.stores = dict(stores)
+        self.partitions = partitions
+        # Log topic -> the name the topology uses for it (internal topics differ).
+        self._logical_topics = dict(logical_topics)
+        # Next input offset to read per partition: what a commit stores.
+        self.consumed: dict[TopicPartition, int] = dict(start_offsets)
+        self._committed_inputs = dict(start_offsets)
+        self.processed = 0
+
+    def process(self, max_records: int) -> int:
+        """Process up to ``max_records`` buffered records, while timestamp order allows."""
+        group, topology, consumed = self.partitions, self.topology, self.consumed
+        logical = self._logical_topics
+        done = 0
+        while done < max_records and group.ready_to_process():
+            taken = group.next_record()
+            if taken is None:
+                break
+            tp, record = taken
+            try:
+                topology.process(logical[tp.topic], record.key, record.value, record.timestamp)
+            except EddylineError:
+                raise
+            except Exception as exc:
+                raise TaskProcessingError(self.id, tp, record.offset, exc) from exc
+            consumed[tp] = record.offset + 1
+            done += 1
+        self.processed += done
+        return done
+
+    def flush_caches(self) -> None:
+        for store in self.stores.values():
+            store.flush()
+
+    def drain_outputs(self) -> list[Output]:
+        return self.topology.drain_outputs()
+
+    def drain_changelogs(self) -> dict[TopicPartition, list[tuple[bytes, bytes | None]]]:
+        drained: dict[TopicPartition, list[tuple[bytes, bytes | None]]] = {}
+        for store in self.stores.values():
+            changelog = store.logging.changelog
+            if changelog is not None:
+                entries = store.logging.drain_changelog()
+                if entries:
+                    drained[changelog] = entries
+        return drained
+
+    def uncommitted_bytes(self) -> int:
+        """Store buffers plus the changelog and output records held for the next commit."""
+        return self.topology.output_bytes + sum(
+            store.store.approximate_num_uncommitted_bytes() + store.logging.pending_bytes
+            for store in self.stores.values()
+        )
+
+    def offsets_to_commit(self) -> dict[TopicPartition, int]:
+        """Input offsets that moved since the last commit."""
+        return {
+            tp: offset
+            for tp, offset in self.consumed.items()
+            if self._committed_inputs.get(tp) != offset
+        }
+
+    def commit_stores(self, changelog_last_offsets: Mapping[TopicPartition, int]) -> None:
+        """After the log committed: commit each store with its changelog's last offset."""
+        moved = self.offsets_to_commit()
+        for store in self.stores.values():
+            for tp, offset in moved.items():
+                store.store.update_position(tp, offset - 1)  # KIP-796: last offset reflected
+            changelog = store.logging.changelog
+            offsets = (
+                {changelog: changelog_last_offsets[changelog]}
+                if changelog is not None and changelog in changelog_last_offsets
+                else {}
+            )
+            store.store.commit(offsets)
+        self._committed_inputs = dict(self.consumed)
+
+    def close(self) -> None:
+        """Close processors and stores; uncommitted store writes are discarded."""
+        try:
+            self.topology.close()
+        finally:
+            for store in self.stores.values():
+                store.store.close()

@@ -1,0 +1,175 @@
+"""Where a topology's topics live in the log, and how many partitions each task group has.
+
+Before any task starts, the runtime resolves the topology against the log:
+
+* a sub-topology has as many tasks as its input topics have partitions (the
+  largest count when it reads several; stateful ones need equal counts,
+  i.e. co-partitioned inputs, as Kafka Streams requires for joins);
+* internal topics (repartition topics) are named ``<application.id>-<name>``
+  and get the partition count of the sub-topology that writes them;
+* each logged store has a compacted changelog ``<application.id>-<store>-changelog``
+  with one partition per task of its sub-topology;
+* output topics that do not exist yet are created with the partition count of
+  the sub-topology that writes them. Input topics must exist: the user's data
+  cannot be guessed, so a missing one is an error naming the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.log import Log, TopicSpec
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.processing.topology import SubTopology, Topology
+
+
+class TopologyLayoutError(EddylineError):
+    """The topology does not fit the topics in the log (missing or mismatched topics)."""
+
+
+@dataclass(frozen=True)
+class TaskId:
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> TaskId:
+        subtopology, _, partition = text.partition("_")
+        try:
+            return cls(int(subtopology), int(partition))
+        except ValueError:
+            raise ValueError(
+                f'"{text}" is not a task id; task ids are <sub-topology>_<partition>, e.g. 0_1'
+            ) from None
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """The topology resolved against the log: physical topics and task counts."""
+
+    application_id: str
+    # Topic names as the topology writes them -> topics in the log.
+    physical: Mapping[str, str]
+    # Sub-topology id -> its number of tasks (partitions).
+    partitions: Mapping[int, int]
+    # Store name -> its changelog topic (absent for stores without a changelog).
+    changelogs: Mapping[str, str]
+    # Every topic the topology touches -> its partition count.
+    topic_partitions: Mapping[str, int]
+    subtopologies: tuple[SubTopology, ...]
+
+    def tasks(self) -> list[TaskId]:
+        return [
+            TaskId(sub.id, partition)
+            for sub in self.subtopologies
+            for partition in range(self.partitions[sub.id])
+        ]
+
+    def subtopology(self, task: TaskId) -> SubTopology:
+        return self.subtopologies[task.subtopology]
+
+    def input_partitions(self, task: TaskId) -> list[TopicPartition]:
+        """The log partitions a task reads (an input with fewer partitions may have none)."""
+        sub = self.subtopology(task)
+        return [
+            TopicPartition(self.physical[topic], task.partition)
+            for topic in sub.source_topics
+            if task.partition < self.topic_partitions[self.physical[topic]]
+        ]
+
+    def changelog_partition(self, store: str, task: TaskId) -> TopicPartition | None:
+        topic = self.changelogs.get(store)
+        return None if topic is None else TopicPartition(topic, task.partition)
+
+
+def resolve_topics(topology: Topology, application_id: str, log: Log) -> TopicLayout:
+    """Create the internal, changelog and missing output topics; return the layout."""
+    subtopologies = tuple(topology.subtopologies())
+    internal = set(topology.internal_topics)
+    physical = {
+        topic: f"{application_id}-{topic}" if topic in internal else topic
+        for sub in subtopologies
+        for topic in (*sub.source_topics, *sub.sink_topics)
+    }
+    existing = dict(log.topics())
+    counts = _partition_counts(subtopologies, physical, internal, existing)
+
+    writer_of = {topic: sub for sub in subtopologies for topic in sub.sink_topics}
+    for topic, sub in writer_of.items():
+        name = physical[topic]
+        if name not in existing:
+            log.create_topic(name, counts[sub.id])
+    changelogs: dict[str, str] = {}
+    for sub in subtopologies:
+        for store in sub.stores:
+            spec = topology.stores[store]
+            if spec.logged:
+                changelogs[store] = spec.changelog_topic(application_id)
+                log.create_topic(changelogs[store], counts[sub.id], compacted=True)
+    topics = log.topics()
+    return TopicLayout(
+        application_id=application_id,
+        physical=physical,
+        partitions=counts,
+        changelogs=changelogs,
+        topic_partitions={name: spec.partitions for name, spec in topics.items()},
+        subtopologies=subtopologies,
+    )
+
+
+def _partition_counts(
+    subtopologies: tuple[SubTopology, ...],
+    physical: Mapping[str, str],
+    internal: set[str],
+    existing: Mapping[str, TopicSpec],
+) -> dict[int, int]:
+    missing = sorted(
+        physical[topic]
+        for sub in subtopologies
+        for topic in sub.source_topics
+        if topic not in internal and physical[topic] not in existing
+    )
+    if missing:
+        raise TopologyLayoutError(
+            f"input topic(s) {', '.join(missing)} do not exist in the log; create them first, "
+            "e.g. eddyline log create-topic NAME --partitions N"
+        )
+    writer_of = {topic: sub.id for sub in subtopologies for topic in sub.sink_topics}
+    counts: dict[int, int] = {}
+    # Internal topics take their writer's count, so resolve writers first; a
+    # topology is acyclic, so each pass resolves at least one sub-topology.
+    while len(counts) < len(subtopologies):
+        progressed = False
+        for sub in subtopologies:
+            if sub.id in counts:
+                continue
+            sizes: dict[str, int] = {}
+            for topic in sub.source_topics:
+                if topic in internal:
+                    writer = writer_of.get(topic)
+                    if writer is None or writer not in counts:
+                        break
+                    sizes[topic] = counts[writer]
+                else:
+                    sizes[topic] = existing[physical[topic]].partitions
+            else:
+                if sub.stores and len(set(sizes.values())) > 1:
+                    listed = ", ".join(f"{physical[t]} ({n})" for t, n in sizes.items())
+                    raise TopologyLayoutError(
+                        f"sub-topology {sub.id} joins topics with different partition counts: "
+                        f"{listed}; stateful sub-topologies need co-partitioned inputs (same "
+                        "key, same number of partitions): repartition one side or recreate it"
+                    )
+                counts[sub.id] = max(sizes.values())
+                progressed = True
+        if not progressed:
+            unresolved = [sub.id for sub in subtopologies if sub.id not in counts]
+            raise TopologyLayoutError(
+                f"sub-topologies {unresolved} read internal topics nothing writes"
+            )
+    return counts
