@@ -92,6 +92,11 @@ class TransactionalProducer(abc.ABC):
     def send(self, tp: TopicPartition, record: Record) -> None:
         """Add a record to the open transaction."""
 
+    def send_batch(self, tp: TopicPartition, records: Sequence[Record]) -> None:
+        """Add records for one partition, in order (adapters may do it in one step)."""
+        for record in records:
+            self.send(tp, record)
+
     @abc.abstractmethod
     def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit these input offsets (next offset to read) for ``group`` with the transaction."""

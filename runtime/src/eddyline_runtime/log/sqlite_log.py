@@ -319,6 +319,9 @@ class _SqliteTransactionalProducer(TransactionalProducer):
     def send(self, tp: TopicPartition, record: Record) -> None:
         self._open("send").append((tp, record))
 
+    def send_batch(self, tp: TopicPartition, records: Sequence[Record]) -> None:
+        self._open("send").extend([(tp, record) for record in records])
+
     def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         self._open("send offsets")
         self._offsets.setdefault(group, {}).update(offsets)

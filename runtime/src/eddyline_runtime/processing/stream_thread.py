@@ -4,14 +4,15 @@ The commit protocol, and why a crash at any instant loses nothing
 -----------------------------------------------------------------
 
 A commit (every ``commit.interval.ms``, when the thread's uncommitted bytes
-reach its share of ``statestore.uncommitted.max.bytes``, and at a clean
-shutdown) runs these steps in this order:
+reach its share of ``statestore.uncommitted.max.bytes``, when the thread runs
+out of input, and at a clean shutdown) runs these steps in this order:
 
 1. flush the record cache: dirty entries go to the stores' open transactions,
    to the changelog records of this commit, and downstream to the sinks;
 2. write outputs, changelog records and the next input offsets to the log:
    under ``exactly_once_v2`` as **one** log transaction; under
-   ``at_least_once`` as plain appends, input offsets last;
+   ``at_least_once`` as plain appends, input offsets last (at-least-once
+   also appends outputs as they are produced, as Kafka's producer does);
 3. commit each store with the offset of the last changelog record the log
    gave its partition (data and offset in one RocksDB batch).
 
@@ -75,6 +76,8 @@ _FETCH_LOW_WATER = 1_000
 _FETCH_RECORDS = 2_000
 # Records a task processes before the thread looks at fetching and committing.
 _PROCESS_BATCH = 1_000
+# Keys per output topic whose partition the thread remembers.
+_PARTITION_CACHE_KEYS = 100_000
 # How long an idle thread sleeps before polling the log again.
 _IDLE_SLEEP_SECONDS = 0.005
 
@@ -146,11 +149,14 @@ class StreamThread:
         self._fetch_positions: dict[TopicPartition, int] = {}
         self._producer: TransactionalProducer | None = None
         self._round_robin = count()
+        # Output topic -> key -> partition: keys repeat, and murmur2 in Python is not free.
+        self._partition_cache: dict[str, dict[bytes, TopicPartition]] = {}
         self._stop = threading.Event()
         self.state = ThreadState.CREATED
         self.error: BaseException | None = None
         self.final_metrics: dict[MetricName, float] = {}
         self.processed_since_commit = 0
+        self._outputs_sent = 0  # at-least-once outputs already appended since the last commit
         # Set by the thread after an iteration that found nothing to fetch or
         # process with everything committed; read by other threads.
         self.idle = False
@@ -315,12 +321,19 @@ class StreamThread:
         if processed:
             self.processed_since_commit += processed
             self._process_sensor.record(processed)
+            if not self._exactly_once:
+                # At-least-once may publish before committing, as Kafka's producer
+                # does: downstream sub-topologies need not wait for the interval.
+                self._outputs_sent += self._send_outputs()
         reason = self._budget.after_iteration(sum(t.uncommitted_bytes() for t in self.tasks))
         committed = None
         if reason is not None:
             committed = self.commit(reason.value)
         elif time.monotonic() - self._last_commit >= self._commit_interval_seconds:
             committed = self.commit("commit.interval.ms elapsed")
+        elif not processed and not fetched and self.processed_since_commit:
+            # Out of input: waiting out the interval would only delay results.
+            committed = self.commit("caught up with the input")
         # A commit may have written input for this thread (a repartition topic),
         # so only an iteration without one can find the thread idle.
         self.idle = (
@@ -329,6 +342,25 @@ class StreamThread:
         if not processed and not fetched:
             self._stop.wait(_IDLE_SLEEP_SECONDS)
         return processed
+
+    def _send_outputs(self) -> int:
+        """At-least-once only: append the outputs produced so far to the log."""
+        batches: dict[TopicPartition, list[Record]] = {}
+        sent = self._collect_outputs(batches)
+        for tp, records in batches.items():
+            self.setup.log.produce(tp, records)
+        return sent
+
+    def _collect_outputs(self, batches: dict[TopicPartition, list[Record]]) -> int:
+        collected = 0
+        for task in self.tasks:
+            for output in task.drain_outputs():
+                tp = self._output_partition(output.topic, output.key)
+                batches.setdefault(tp, []).append(
+                    Record(output.key, output.value, output.timestamp)
+                )
+                collected += 1
+        return collected
 
     def _fetch(self) -> int:
         log, lag, positions = self.setup.log, self._lag, self._fetch_positions
@@ -358,14 +390,10 @@ class StreamThread:
         batches: dict[TopicPartition, list[Record]] = {}
         changelog_records: dict[TopicPartition, int] = {}
         input_offsets: dict[TopicPartition, int] = {}
-        output_records = 0
+        output_records = self._collect_outputs(batches) + self._outputs_sent
+        self._outputs_sent = 0
         for task in self.tasks:
             timestamp = task.topology.timestamp
-            for output in task.drain_outputs():
-                tp = self._output_partition(output.topic, output.key)
-                record = Record(output.key, output.value, output.timestamp)
-                batches.setdefault(tp, []).append(record)
-                output_records += 1
             for tp, entries in task.drain_changelogs().items():
                 batches[tp] = [Record(key, value, timestamp) for key, value in entries]
                 changelog_records[tp] = len(entries)
@@ -405,8 +433,7 @@ class StreamThread:
             producer = self._producer
             producer.begin()
             for tp, records in batches.items():
-                for record in records:
-                    producer.send(tp, record)
+                producer.send_batch(tp, records)
             if input_offsets:
                 producer.send_offsets(group, input_offsets)
             return dict(producer.commit().last_offsets)
@@ -417,11 +444,22 @@ class StreamThread:
 
     def _output_partition(self, topic: str, key: bytes | None) -> TopicPartition:
         """Kafka's default partitioner: murmur2 of the key; keyless records round-robin."""
+        cache = self._partition_cache.get(topic)
+        if cache is None:
+            cache = self._partition_cache[topic] = {}
+        if key is not None:
+            tp = cache.get(key)
+            if tp is not None:
+                return tp
         physical = self.setup.layout.physical[topic]
         partitions = self.setup.layout.topic_partitions[physical]
         if key is None:
             return TopicPartition(physical, next(self._round_robin) % partitions)
-        return TopicPartition(physical, partition_for_key(key, partitions))
+        tp = TopicPartition(physical, partition_for_key(key, partitions))
+        if len(cache) >= _PARTITION_CACHE_KEYS:
+            cache.clear()
+        cache[key] = tp
+        return tp
 
     # -- what others may read ---------------------------------------------------------
 
