@@ -148,6 +148,7 @@ class StreamThread:
         self.tasks: list[StreamTask] = []
         self._fetch_positions: dict[TopicPartition, int] = {}
         self._producer: TransactionalProducer | None = None
+        self._transaction_open = False
         self._round_robin = count()
         # Output topic -> key -> partition: keys repeat, and murmur2 in Python is not free.
         self._partition_cache: dict[str, dict[bytes, TopicPartition]] = {}
@@ -201,7 +202,7 @@ class StreamThread:
             self.error = exc
             self.state = ThreadState.FAILED
             logger.error("stream thread %s failed: %s", self.name, exc)
-            if self._producer is not None:
+            if self._producer is not None and self._transaction_open:
                 self._producer.abort()
         finally:
             self._close_tasks()
@@ -432,11 +433,16 @@ class StreamThread:
         if self._producer is not None:
             producer = self._producer
             producer.begin()
+            self._transaction_open = True
             for tp, records in batches.items():
                 producer.send_batch(tp, records)
             if input_offsets:
                 producer.send_offsets(group, input_offsets)
-            return dict(producer.commit().last_offsets)
+            try:
+                committed = producer.commit()
+            finally:  # committed, or failed and dropped by the producer
+                self._transaction_open = False
+            return dict(committed.last_offsets)
         last: dict[TopicPartition, int] = {}
         for tp, records in batches.items():
             last[tp] = log.produce(tp, records)[-1]

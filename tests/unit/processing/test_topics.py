@@ -1,0 +1,80 @@
+"""Resolving a topology against the log: task counts, internal and changelog topics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.log import SqliteLog, TopicConflictError
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.processing import StreamsBuilder, TaskId, TopologyLayoutError
+from eddyline_runtime.processing.topics import resolve_topics
+
+
+def word_count() -> StreamsBuilder:
+    builder = StreamsBuilder()
+    (
+        builder.stream("lines", value_serde="string")
+        .flat_map_values(str.split)
+        .group_by(lambda _, word: word, value_serde="string")
+        .count("counts")
+        .to_stream()
+        .to("word-counts", key_serde="string", value_serde="long")
+    )
+    return builder
+
+
+def test_word_count_layout(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 3)
+    builder = word_count()
+    layout = resolve_topics(builder.build(), "wc", log)
+    repartition = builder.internal_topics[0]
+    assert layout.physical[repartition] == f"wc-{repartition}"
+    assert layout.physical["lines"] == "lines"
+    assert layout.partitions == {0: 3, 1: 3}
+    assert layout.tasks() == [TaskId(s, p) for s in (0, 1) for p in range(3)]
+    topics = log.topics()
+    assert topics[f"wc-{repartition}"].partitions == 3
+    assert topics["wc-counts-changelog"].partitions == 3
+    assert topics["wc-counts-changelog"].compacted
+    assert topics["word-counts"].partitions == 3  # missing outputs are created
+    assert layout.changelog_partition("counts", TaskId(1, 2)) == TopicPartition(
+        "wc-counts-changelog", 2
+    )
+    assert layout.input_partitions(TaskId(1, 0)) == [TopicPartition(f"wc-{repartition}", 0)]
+    # Resolving again (a restart) finds everything in place.
+    assert resolve_topics(builder.build(), "wc", log).partitions == layout.partitions
+
+
+def test_a_missing_input_topic_is_named_with_the_way_out(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    with pytest.raises(TopologyLayoutError, match=r"lines do not exist.*create-topic"):
+        resolve_topics(word_count().build(), "wc", log)
+
+
+def test_a_join_of_topics_with_different_partition_counts_is_refused(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("clicks", 4)
+    log.create_topic("users", 2)
+    builder = StreamsBuilder()
+    users = builder.table("users", "users-store")
+    builder.stream("clicks").join(users, lambda click, user: click).to("out")
+    with pytest.raises(TopologyLayoutError, match=r"users \(2\), clicks \(4\).*co-partitioned"):
+        resolve_topics(builder.build(), "join", log)
+
+
+def test_a_changelog_with_another_partition_count_is_a_conflict(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 2)
+    log.create_topic("wc-counts-changelog", 5, compacted=True)
+    with pytest.raises(TopicConflictError):
+        resolve_topics(word_count().build(), "wc", log)
+
+
+def test_task_ids_read_and_print_as_kafka_streams_names_them() -> None:
+    assert str(TaskId(1, 12)) == "1_12"
+    assert TaskId.parse("1_12") == TaskId(1, 12)
+    with pytest.raises(ValueError, match="<sub-topology>_<partition>"):
+        TaskId.parse("one")
