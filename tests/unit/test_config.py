@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eddyline_runtime.config import IsolationLevel, ProcessingGuarantee, StreamsConfig
@@ -92,3 +94,42 @@ def test_max_task_idle_ms_accepts_minus_one_and_rejects_less() -> None:
         StreamsConfig.from_properties({"max.task.idle.ms": -2})
     assert '"max.task.idle.ms"' in str(error.value)
     assert "-2" in str(error.value)
+
+
+def test_settings_load_from_a_properties_file(tmp_path: Path) -> None:
+    file = tmp_path / "streams.properties"
+    file.write_text(
+        "# Kafka Streams style\n"
+        "application.id=orders\n"
+        "processing.guarantee = exactly_once_v2\n"
+        "statestore.cache.max.bytes: 1024\n"
+    )
+    config = StreamsConfig.from_file(file, {"num.stream.threads": 2})
+    assert config.application_id == "orders"
+    assert config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
+    assert config.statestore_cache_max_bytes == 1024
+    assert config.num_stream_threads == 2
+
+
+def test_settings_load_from_yaml_and_the_environment_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "streams.yaml"
+    file.write_text("max.task.idle.ms: 250\ncommit.interval.ms: 1000\n")
+    monkeypatch.setenv("EDDYLINE_COMMIT_INTERVAL_MS", "50")
+    config = StreamsConfig.from_file(file)
+    assert config.max_task_idle_ms == 250
+    assert config.commit_interval_ms == 50
+
+
+def test_a_bad_settings_file_is_named(tmp_path: Path) -> None:
+    file = tmp_path / "streams.properties"
+    file.write_text("application.id=orders\nthis line has no separator\n")
+    with pytest.raises(ConfigError, match=r"streams.properties:2.*key=value"):
+        StreamsConfig.from_file(file)
+    with pytest.raises(ConfigError, match="readable settings file"):
+        StreamsConfig.from_file(tmp_path / "missing.properties")
+    bad_value = tmp_path / "bad.yaml"
+    bad_value.write_text("max.task.idle.ms: -5\n")
+    with pytest.raises(ConfigError, match=r"max\.task\.idle\.ms"):
+        StreamsConfig.from_file(bad_value)

@@ -43,6 +43,12 @@ def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     run.add_argument("manifest", type=Path, help="a StreamApp YAML file")
     run.add_argument("--instance-id", default="0", help="this instance's id (default: 0)")
     run.add_argument(
+        "--config",
+        type=Path,
+        help="a .properties or YAML file of Kafka Streams settings; overrides spec.config "
+        "(EDDYLINE_<NAME> environment variables override both)",
+    )
+    run.add_argument(
         "--until-caught-up",
         action="store_true",
         help="stop once every input record is processed and committed",
@@ -55,7 +61,10 @@ def _run_manifest(args: argparse.Namespace) -> int:
 
     def run() -> int:
         run_manifest(
-            args.manifest, instance_id=args.instance_id, until_caught_up=args.until_caught_up
+            args.manifest,
+            instance_id=args.instance_id,
+            config_file=args.config,
+            until_caught_up=args.until_caught_up,
         )
         return 0
 

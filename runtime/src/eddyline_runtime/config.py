@@ -4,7 +4,9 @@ One pydantic-settings model, :class:`StreamsConfig`, holds every setting a pod
 reads once at start. Users write Kafka Streams' dotted names
 (``statestore.uncommitted.max.bytes``); the environment may override any of
 them as ``EDDYLINE_`` + the name upper-cased with dots as underscores
-(``EDDYLINE_STATESTORE_UNCOMMITTED_MAX_BYTES``). A bad value raises
+(``EDDYLINE_STATESTORE_UNCOMMITTED_MAX_BYTES``), and wins over files and
+manifests; :meth:`StreamsConfig.from_file` reads a Java ``.properties`` or a
+YAML file. A bad value raises
 :class:`~eddyline_runtime.errors.ConfigError` naming the key, the value and
 what is accepted.
 """
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -177,20 +181,72 @@ class StreamsConfig(BaseSettings):
         return self.statestore_cache_max_bytes // self.num_stream_threads
 
     @classmethod
+    def from_file(
+        cls, path: Path | str, overrides: Mapping[str, Any] | None = None
+    ) -> StreamsConfig:
+        """Read a Java ``.properties`` or a YAML file; ``overrides`` win over the file,
+        the environment over both."""
+        return cls.from_properties({**read_settings_file(Path(path)), **(overrides or {})})
+
+    @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> StreamsConfig:
         """Build from Kafka Streams-style properties; errors name the key and accepted values."""
+        # The environment wins over files and manifests: it is how one pod (or
+        # one run) overrides a setting without editing what everyone shares.
+        overridden = {name for name in _FIELD_KEYS if f"EDDYLINE_{name.upper()}" in os.environ}
+        normalized = {
+            field: value
+            for key, value in properties.items()
+            if (field := _FIELD_OF_ALIAS.get(key, key)) not in overridden
+        }
         try:
-            return cls(**dict(properties))
+            return cls(**normalized)
         except ConfigError:
             raise
         except ValidationError as exc:
             raise _config_error_from(exc, properties) from None
 
 
+def read_settings_file(path: Path) -> dict[str, Any]:
+    """Settings from ``key=value`` lines (``.properties``) or a YAML mapping (``.yml``)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("(file)", str(path), "a readable settings file", hint=str(exc)) from None
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            document = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("(file)", str(path), "valid YAML", hint=str(exc)) from None
+        if not isinstance(document, dict):
+            raise ConfigError("(file)", str(path), "a YAML mapping of setting names to values")
+        return {str(key): value for key, value in document.items()}
+    settings: dict[str, Any] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        separator = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if separator < 0:
+            raise ConfigError(
+                f"{path}:{number}", line, "key=value lines", hint="comments start with #"
+            )
+        settings[line[:separator].strip()] = line[separator + 1 :].strip()
+    return settings
+
+
 # Field names are the Kafka names with dots as underscores (see _setting).
 _FIELD_KEYS = {name: name.replace("_", ".") for name in StreamsConfig.model_fields}
 
 _FIELD_OF_KEY = {key: name for name, key in _FIELD_KEYS.items()}
+
+# Every name a setting may be given by (Kafka's, underscores, deprecated aliases) -> field.
+_FIELD_OF_ALIAS = {
+    alias: name
+    for name, field in StreamsConfig.model_fields.items()
+    for alias in getattr(field.validation_alias, "choices", ())
+    if isinstance(alias, str)
+}
 
 
 def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> ConfigError:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from eddyline_runtime.config import StreamsConfig, read_settings_file
 from eddyline_runtime.log import Log, open_log
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
@@ -30,13 +31,22 @@ def run_manifest(
     manifest: Path,
     *,
     instance_id: str = "0",
+    config_file: Path | None = None,
     until_caught_up: bool = False,
     timeout: float | None = None,
     out: TextIO = sys.stderr,
     on_started: Callable[[StreamsInstance], None] | None = None,
 ) -> StreamsInstance:
-    """Run until stopped (or caught up); returns the closed instance for its metrics."""
+    """Run until stopped (or caught up); returns the closed instance for its metrics.
+
+    ``config_file`` (``.properties`` or YAML) overrides the manifest's
+    ``spec.config``; the environment (``EDDYLINE_<NAME>``) overrides both.
+    """
     app = load_manifest(manifest)
+    if config_file is not None:
+        settings = {**app.spec.config, **read_settings_file(config_file)}
+        StreamsConfig.from_properties(settings)  # a bad value names its key, here
+        app = app.model_copy(update={"spec": app.spec.model_copy(update={"config": settings})})
     log = open_log(app.spec.log.url)
     try:
         return run_app(
