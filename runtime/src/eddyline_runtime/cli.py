@@ -131,9 +131,16 @@ def _add_log_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     consume.add_argument("--partition", type=int, default=0)
     consume.add_argument("--offset", type=int, help="first offset (default: the beginning)")
     consume.add_argument("--max", type=int, default=100, help="at most this many records")
+    consume.add_argument(
+        "--key-serde", help="print keys through this serde (string, long, int, json, ...)"
+    )
+    consume.add_argument(
+        "--value-serde", help="print values through this serde (a count store's: long)"
+    )
 
 
 def _run_log_command(args: argparse.Namespace, stdin: TextIO) -> int:
+    from eddyline_runtime.errors import ConfigError
     from eddyline_runtime.log import LogError, Record, open_log
     from eddyline_runtime.partitions import TopicPartition
 
@@ -158,16 +165,26 @@ def _run_log_command(args: argparse.Namespace, stdin: TextIO) -> int:
         else:
             tp = TopicPartition(args.topic, args.partition)
             start = log.beginning_offset(tp) if args.offset is None else args.offset
+            keys = _printer(args.key_serde, "--key-serde")
+            values = _printer(args.value_serde, "--value-serde")
             for record in log.fetch(tp, start, args.max).records:
-                key = "" if record.key is None else record.key.decode(errors="replace")
-                value = "" if record.value is None else record.value.decode(errors="replace")
-                print(f"{record.offset}\t{key}\t{value}")
-    except LogError as error:
+                print(f"{record.offset}\t{keys(record.key)}\t{values(record.value)}")
+    except (LogError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     finally:
         log.close()
     return 0
+
+
+def _printer(serde_name: str | None, option: str) -> Callable[[bytes | None], str]:
+    """Render a key or value: decoded text by default, or through the named serde."""
+    if serde_name is None:
+        return lambda data: "" if data is None else data.decode(errors="replace")
+    from eddyline_runtime.serde import serde_for
+
+    serde = serde_for(serde_name, key=option)
+    return lambda data: "" if data is None else str(serde.deserialize(data))
 
 
 if __name__ == "__main__":
