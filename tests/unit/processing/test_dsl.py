@@ -116,3 +116,38 @@ def test_a_stream_joins_the_current_value_of_a_table(store_factory: StoreFactory
     assert [o.value for o in task.drain_outputs() if o.topic == "enriched"] == [
         b"Alice viewed /cart"
     ]
+
+
+def test_a_custom_processor_keeps_state_in_its_stores(store_factory: StoreFactory) -> None:
+    from typing import Any
+
+    from eddyline_runtime.processing import Processor, StoreSpec
+
+    class FirstSeen(Processor):
+        """Forwards a value the first time its key appears (dedup)."""
+
+        def process(self, key: Any, value: Any) -> None:
+            seen = self.context.get_state_store("seen")
+            if seen.get(key.encode()) is None:
+                seen.put(key.encode(), b"1")
+                self.context.forward(key, value)
+
+    builder = StreamsBuilder()
+    (
+        builder.stream("events", key_serde="string", value_serde="string")
+        .process(FirstSeen, stores=["seen", StoreSpec("scratch", persistent=False)])
+        .to("firsts", key_serde="string", value_serde="string")
+    )
+    topology = builder.build()
+    assert topology.stores["seen"] == StoreSpec("seen")
+    assert not topology.stores["scratch"].persistent
+    (sub,) = topology.subtopologies()
+    task = TaskTopology(
+        topology,
+        sub,
+        0,
+        {"seen": store_factory("seen"), "scratch": store_factory("scratch")},
+    )
+    for offset, (key, value) in enumerate([("a", "1"), ("b", "2"), ("a", "3")]):
+        task.process("events", key.encode(), value.encode(), offset)
+    assert [(o.key, o.value) for o in task.drain_outputs()] == [(b"a", b"1"), (b"b", b"2")]

@@ -15,7 +15,7 @@ as Kafka longs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from eddyline_runtime.processing.record_cache import Change
@@ -136,6 +136,26 @@ class KStream:
             name, lambda: _JoinProcessor(store, keys, values, joiner), self._node
         )
         self._builder.topology.add_state_store(StoreSpec(store), name)
+        return KStream(self._builder, name, self._key_serde)
+
+    def process(
+        self,
+        supplier: Callable[[], Processor],
+        stores: Sequence[str | StoreSpec] = (),
+    ) -> KStream:
+        """Run a custom :class:`Processor` (one instance per task) with access to ``stores``.
+
+        Stores given by name are persistent and logged; pass a ``StoreSpec``
+        for an in-memory or unlogged one. Whatever the processor forwards
+        continues down the returned stream.
+        """
+        name = self._builder._name("KSTREAM-PROCESSOR")
+        topology = self._builder.topology
+        topology.add_processor(name, supplier, self._node)
+        for store in stores:
+            topology.add_state_store(
+                store if isinstance(store, StoreSpec) else StoreSpec(store), name
+            )
         return KStream(self._builder, name, self._key_serde)
 
     def group_by_key(self) -> KGroupedStream:

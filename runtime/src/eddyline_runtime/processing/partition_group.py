@@ -52,6 +52,8 @@ class PartitionGroup:
     ) -> None:
         self.max_task_idle_ms = validate_max_task_idle_ms(max_task_idle_ms)
         self._queues: dict[TopicPartition, deque[Record]] = {tp: deque() for tp in partitions}
+        # The common case of one input partition, without the search for the oldest.
+        self._only = next(iter(self._queues.items())) if len(self._queues) == 1 else None
         self._current_lag = current_lag
         self._clock_ms = clock_ms
         # When each empty, caught-up partition stops being waited for.
@@ -68,6 +70,11 @@ class PartitionGroup:
 
     def ready_to_process(self) -> bool:
         """Whether the next record may be taken now, by the rules in the module docstring."""
+        if all(self._queues.values()):
+            # Every input has a record buffered: timestamp order is known, no waiting.
+            if self._idle_deadlines:
+                self._idle_deadlines.clear()
+            return True
         any_buffered = any(self._queues.values())
         if self.max_task_idle_ms == MAX_TASK_IDLE_DISABLED:
             return any_buffered
@@ -94,6 +101,9 @@ class PartitionGroup:
 
     def next_record(self) -> tuple[TopicPartition, Record] | None:
         """The buffered record with the smallest timestamp (ties: the earlier partition)."""
+        if self._only is not None:
+            tp, queue = self._only
+            return (tp, queue.popleft()) if queue else None
         chosen: TopicPartition | None = None
         for tp, queue in self._queues.items():
             if queue and (chosen is None or queue[0].timestamp < self._queues[chosen][0].timestamp):
