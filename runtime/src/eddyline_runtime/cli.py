@@ -8,7 +8,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from eddyline_runtime.log import Log, Record
 
 DEFAULT_LOG_URL = "sqlite:///.eddyline-state/log.db"
 
@@ -122,7 +125,12 @@ def _add_log_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     create.add_argument("--compacted", action="store_true")
     produce = actions.add_parser("produce", help="append stdin lines as records")
     produce.add_argument("topic")
-    produce.add_argument("--partition", type=int, default=0)
+    produce.add_argument(
+        "--partition",
+        type=int,
+        help="the partition (default: by key as Kafka's default partitioner, "
+        "keyless lines round-robin)",
+    )
     produce.add_argument(
         "--key-separator", help="split each line into key and value at the first SEP"
     )
@@ -160,8 +168,8 @@ def _run_log_command(args: argparse.Namespace, stdin: TextIO) -> int:
                 if args.key_separator and args.key_separator in line:
                     key, value = line.split(args.key_separator, 1)
                 records.append(Record(key.encode() if key else None, value.encode(), now))
-            offsets = log.produce(TopicPartition(args.topic, args.partition), records)
-            print(f"produced {len(offsets)} records", file=sys.stderr)
+            produced = _produce(log, args.topic, args.partition, records)
+            print(f"produced {produced} records", file=sys.stderr)
         else:
             tp = TopicPartition(args.topic, args.partition)
             start = log.beginning_offset(tp) if args.offset is None else args.offset
@@ -175,6 +183,28 @@ def _run_log_command(args: argparse.Namespace, stdin: TextIO) -> int:
     finally:
         log.close()
     return 0
+
+
+def _produce(log: Log, topic: str, partition: int | None, records: list[Record]) -> int:
+    """Append to one partition, or spread as a Kafka producer would."""
+    from eddyline_runtime.log import UnknownTopicError
+    from eddyline_runtime.partitions import TopicPartition, partition_for_key
+
+    spec = log.topics().get(topic)
+    if spec is None:
+        raise UnknownTopicError(f'topic "{topic}"', log.topics())
+    by_partition: dict[int, list[Record]] = {}
+    for index, record in enumerate(records):
+        if partition is not None:
+            chosen = partition
+        elif record.key is not None:
+            chosen = partition_for_key(record.key, spec.partitions)
+        else:
+            chosen = index % spec.partitions
+        by_partition.setdefault(chosen, []).append(record)
+    for number, batch in sorted(by_partition.items()):
+        log.produce(TopicPartition(topic, number), batch)
+    return len(records)
 
 
 def _printer(serde_name: str | None, option: str) -> Callable[[bytes | None], str]:

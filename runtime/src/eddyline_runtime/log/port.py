@@ -116,6 +116,11 @@ class TransactionalProducer(abc.ABC):
 class Log(abc.ABC):
     """A partitioned log; see the module docstring for the offset conventions."""
 
+    @property
+    def url(self) -> str:
+        """Where this log is, for messages (``sqlite:///path`` for the embedded one)."""
+        return type(self).__name__
+
     @abc.abstractmethod
     def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         """Create a topic; creating an identical one again is a no-op, a different one an error."""

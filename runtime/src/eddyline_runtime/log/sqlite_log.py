@@ -98,6 +98,10 @@ class SqliteLog(Log):
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(statement)
 
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.path}"
+
     # -- connections and transactions ---------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:

@@ -97,7 +97,7 @@ def resolve_topics(topology: Topology, application_id: str, log: Log) -> TopicLa
         for topic in (*sub.source_topics, *sub.sink_topics)
     }
     existing = dict(log.topics())
-    counts = _partition_counts(subtopologies, physical, internal, existing)
+    counts = _partition_counts(subtopologies, physical, internal, existing, log.url)
 
     writer_of = {topic: sub for sub in subtopologies for topic in sub.sink_topics}
     for topic, sub in writer_of.items():
@@ -127,6 +127,7 @@ def _partition_counts(
     physical: Mapping[str, str],
     internal: set[str],
     existing: Mapping[str, TopicSpec],
+    log_url: str,
 ) -> dict[int, int]:
     missing = sorted(
         physical[topic]
@@ -136,8 +137,8 @@ def _partition_counts(
     )
     if missing:
         raise TopologyLayoutError(
-            f"input topic(s) {', '.join(missing)} do not exist in the log; create them first, "
-            "e.g. eddyline log create-topic NAME --partitions N"
+            f"input topic(s) {', '.join(missing)} do not exist in the log {log_url}; create "
+            f"them first: eddyline log --log {log_url} create-topic NAME --partitions N"
         )
     writer_of = {topic: sub.id for sub in subtopologies for topic in sub.sink_topics}
     counts: dict[int, int] = {}

@@ -1,0 +1,279 @@
+"""Every example under examples/ runs from its own manifest and produces exactly what it should.
+
+Each test loads the example's ``streamapp.yaml``, points its log and state
+directory at ``tmp_path``, produces input into the embedded log and runs it
+with ``run_app(..., until_caught_up=True)``, the path ``eddyline run
+MANIFEST --until-caught-up`` takes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eddyline_runtime.log import FetchResult, Log, Record, SqliteLog
+from eddyline_runtime.partitions import TopicPartition, partition_for_key
+from eddyline_runtime.processing import StreamsInstance
+from eddyline_runtime.runner import run_app
+from eddyline_runtime.serde import LongSerde
+from eddyline_runtime.spec import StreamApp, parse_manifest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load_example(name: str, tmp_path: Path, **config: str | int) -> tuple[StreamApp, list[Path]]:
+    """The example's manifest with its log and state.dir under tmp_path (and ``config``)."""
+    manifest = EXAMPLES / name / "streamapp.yaml"
+    document = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    document["spec"]["log"]["url"] = f"sqlite:///{tmp_path / 'log.db'}"
+    document["spec"]["config"]["state.dir"] = str(tmp_path / "state")
+    document["spec"]["config"].update(config)
+    return parse_manifest(document, source=str(manifest)), [manifest.parent]
+
+
+def run(app: StreamApp, log: Log, search_path: list[Path]) -> tuple[StreamsInstance, str]:
+    out = io.StringIO()
+    instance = run_app(app, log, search_path=search_path, until_caught_up=True, out=out, timeout=60)
+    return instance, out.getvalue()
+
+
+def produce_keyed(log: Log, topic: str, records: Iterable[tuple[str, Any, int]]) -> None:
+    """(key, JSON value, timestamp) records, each on the partition Kafka's partitioner gives
+    its key (as the runtime's own outputs are)."""
+    partitions = log.topics()[topic].partitions
+    for key, value, timestamp in records:
+        tp = TopicPartition(topic, partition_for_key(key.encode(), partitions))
+        log.produce(tp, [Record(key.encode(), json.dumps(value).encode(), timestamp)])
+
+
+def consume(log: Log, topic: str) -> dict[int, list[Record]]:
+    """Every record of ``topic``, per partition, in offset order."""
+    found: dict[int, list[Record]] = {}
+    for partition in range(log.topics()[topic].partitions):
+        tp = TopicPartition(topic, partition)
+        position, records = log.beginning_offset(tp), []
+        while True:
+            fetched = log.fetch(tp, position)
+            if not fetched.records:
+                break
+            records.extend(fetched.records)
+            position = fetched.records[-1].offset + 1
+        found[partition] = records
+    return found
+
+
+def committed_total(log: Log, app: StreamApp, topics: Iterable[str]) -> int:
+    partitions = [
+        TopicPartition(topic, p) for topic in topics for p in range(log.topics()[topic].partitions)
+    ]
+    return sum(log.committed_offsets(app.metadata.name, partitions).values())
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterable[SqliteLog]:
+    log = SqliteLog(tmp_path / "log.db")
+    yield log
+    log.close()
+
+
+# -- wordcount ---------------------------------------------------------------------------
+
+LINES = [
+    "the quick brown fox",
+    "jumps over the lazy dog",
+    "The dog sleeps",
+    "a fox is quick and the dog is lazy",
+    "",
+    "eddy eddy eddy",
+]
+
+
+def test_wordcount_counts_every_word(tmp_path: Path, log: SqliteLog) -> None:
+    app, search_path = load_example("wordcount", tmp_path)
+    log.create_topic("text-lines", 3)
+    for index, line in enumerate(LINES):  # keyless lines, spread over the partitions
+        log.produce(TopicPartition("text-lines", index % 3), [Record(None, line.encode(), index)])
+
+    instance, out = run(app, log, search_path)
+
+    expected = Counter(word for line in LINES for word in line.lower().split())
+    latest: dict[str, int] = {}
+    per_word: dict[str, list[int]] = {}
+    for records in consume(log, "word-counts").values():
+        for record in records:
+            assert record.key is not None
+            count = LongSerde.deserialize(record.value)
+            assert count is not None
+            per_word.setdefault(record.key.decode(), []).append(count)
+            latest[record.key.decode()] = count
+    assert latest == dict(expected)
+    for word, counts in per_word.items():  # each word's updates only ever go up
+        assert counts == sorted(set(counts)), word
+    assert instance.processed == len(LINES) + sum(expected.values())  # lines + repartitioned
+    assert committed_total(log, app, ["text-lines"]) == len(LINES)
+    assert f"processed {instance.processed} records" in out
+
+
+# -- click enrichment ----------------------------------------------------------------------
+
+PROFILES = [  # (user, profile, timestamp): all before the first click
+    ("alice", {"region": "eu"}, 1_000),
+    ("bob", {"region": "us"}, 1_001),
+    ("carol", {"region": "apac"}, 1_002),
+]
+CLICKS = [
+    ("alice", {"page": "/home"}, 2_000),
+    ("bob", {"page": "/pricing"}, 2_001),
+    ("dave", {"page": "/home"}, 2_002),  # no profile: the inner join drops it
+    ("carol", {"page": "/docs"}, 2_003),
+    ("alice", {"page": "/checkout"}, 2_004),
+    ("bob", {"page": "/docs"}, 3_000),  # after bob moved (below)
+]
+BOB_MOVES = ("bob", {"region": "eu"}, 2_500)
+
+
+def enriched(log: Log) -> list[tuple[str, dict[str, Any]]]:
+    """The enriched clicks, per partition in order, partitions in turn."""
+    return [
+        (record.key.decode(), json.loads(record.value))
+        for records in consume(log, "enriched-clicks").values()
+        for record in records
+        if record.key is not None and record.value is not None
+    ]
+
+
+def test_click_enrichment_joins_each_click_with_the_profile_current_at_its_time(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    app, search_path = load_example("click_enrichment", tmp_path)
+    log.create_topic("clicks", 2)  # co-partitioned: the same number of partitions
+    log.create_topic("user-profiles", 2)
+    produce_keyed(log, "user-profiles", [*PROFILES, BOB_MOVES])
+    produce_keyed(log, "clicks", CLICKS)
+
+    instance, _ = run(app, log, search_path)
+
+    assert sorted(enriched(log), key=lambda kv: (kv[0], kv[1]["page"])) == [
+        ("alice", {"page": "/checkout", "region": "eu"}),
+        ("alice", {"page": "/home", "region": "eu"}),
+        ("bob", {"page": "/docs", "region": "eu"}),  # 3_000: after the move at 2_500
+        ("bob", {"page": "/pricing", "region": "us"}),  # 2_001: before it
+        ("carol", {"page": "/docs", "region": "apac"}),
+    ]
+    # Outputs keep the input's key, so each lands on its user's partition, in click order.
+    for partition, records in consume(log, "enriched-clicks").items():
+        for record in records:
+            assert record.key is not None
+            assert partition_for_key(record.key, 2) == partition
+        timestamps = [record.timestamp for record in records]
+        assert timestamps == sorted(timestamps)
+    assert instance.processed == len(CLICKS) + len(PROFILES) + 1
+    assert committed_total(log, app, ["clicks", "user-profiles"]) == len(CLICKS) + len(PROFILES) + 1
+
+
+class OneRecordPerFetchLog(SqliteLog):
+    """A slow broker: every fetch returns at most one record, so a partition the task
+    has fetched may still have lag (profiles produced but not fetched yet)."""
+
+    def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
+        return super().fetch(tp, offset, 1)
+
+
+# Each click's profile is further down the profile partition than the last: the
+# later the click in the clicks partition, the earlier its user's profile.
+USERS = ["u1", "u2", "u3", "u4", "u5"]
+SLOW_PROFILES = [(user, {"region": f"r-{user}"}, 100 + i) for i, user in enumerate(USERS)]
+SLOW_CLICKS = [(user, {"page": f"/{user}"}, 200 + i) for i, user in enumerate(reversed(USERS))]
+
+
+@pytest.mark.parametrize(
+    ("max_task_idle_ms", "enriched_users"),
+    [
+        # The manifest's choice (KIP-695's default): the task does not take a click
+        # while the profile partition has lag, so every profile (all produced before
+        # every click) is in the store first: every click is enriched.
+        (None, USERS),
+        # -1 never waits: a click buffered while its profile is still unfetched is
+        # processed at once and dropped by the inner join (here u5 and u4, whose
+        # profiles are last).
+        (-1, ["u1", "u2", "u3"]),
+    ],
+    ids=["manifest-0", "minus-1"],
+)
+def test_click_enrichment_waits_for_profiles_produced_before_the_clicks(
+    tmp_path: Path, max_task_idle_ms: int | None, enriched_users: list[str]
+) -> None:
+    """KIP-695: with a slow fetch, only waiting while the profile partition has lag
+    lets every click see the profile produced before it."""
+    override = {} if max_task_idle_ms is None else {"max.task.idle.ms": max_task_idle_ms}
+    app, search_path = load_example("click_enrichment", tmp_path, **override)
+    if max_task_idle_ms is None:
+        assert app.streams_config().max_task_idle_ms == 0
+    log = OneRecordPerFetchLog(tmp_path / "log.db")
+    try:
+        log.create_topic("clicks", 1)
+        log.create_topic("user-profiles", 1)
+        produce_keyed(log, "user-profiles", SLOW_PROFILES)
+        produce_keyed(log, "clicks", SLOW_CLICKS)
+
+        instance, _ = run(app, log, search_path)
+
+        assert instance.processed == len(SLOW_PROFILES) + len(SLOW_CLICKS)
+        assert sorted(user for user, _ in enriched(log)) == enriched_users
+        for user, value in enriched(log):
+            assert value == {"page": f"/{user}", "region": f"r-{user}"}
+    finally:
+        log.close()
+
+
+# -- custom processor (deduplication) --------------------------------------------------------
+
+
+def test_custom_processor_forwards_each_event_id_once_across_restarts(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    app, search_path = load_example("custom_processor", tmp_path)
+    log.create_topic("events", 2)
+    first = [
+        ("e1", {"n": 1}, 10),
+        ("e2", {"n": 2}, 11),
+        ("e1", {"n": 1, "retry": True}, 12),
+        ("e3", {"n": 3}, 13),
+        ("e2", {"n": 2, "retry": True}, 14),
+        ("e4", {"n": 4}, 15),
+        ("e4", {"n": 4, "retry": True}, 16),
+    ]
+    produce_keyed(log, "events", first)
+
+    run(app, log, search_path)
+
+    def forwarded() -> list[tuple[str, dict[str, Any], int]]:
+        return sorted(
+            (r.key.decode(), json.loads(r.value), r.timestamp)
+            for records in consume(log, "unique-events").values()
+            for r in records
+            if r.key is not None and r.value is not None
+        )
+
+    assert forwarded() == [
+        ("e1", {"n": 1}, 10),
+        ("e2", {"n": 2}, 11),
+        ("e3", {"n": 3}, 13),
+        ("e4", {"n": 4}, 15),
+    ]
+    assert committed_total(log, app, ["events"]) == len(first)
+
+    # A second run resumes with the seen ids in its stores: old ids stay suppressed.
+    produce_keyed(log, "events", [("e3", {"n": 3, "retry": True}, 20), ("e5", {"n": 5}, 21)])
+    instance, _ = run(app, log, search_path)
+
+    assert instance.processed == 2
+    assert forwarded()[-1] == ("e5", {"n": 5}, 21)
+    assert len(forwarded()) == 5
