@@ -129,6 +129,12 @@ class StreamsConfig(BaseSettings):
     commit_interval_ms: int | None = _setting("commit.interval.ms", None, ge=0)
     # KIP-695: -1 never waits, 0 waits only for data already produced, N > 0 also N ms.
     max_task_idle_ms: int = _setting("max.task.idle.ms", 0, ge=-1)
+    # Standby replicas per stateful task, placed on other members (other zones first).
+    num_standby_replicas: int = _setting("num.standby.replicas", 0, ge=0)
+    # KIP-816: move stores whose sub-topology ordinal changed instead of rebuilding them.
+    automatic_state_relocation: bool = _setting("automatic.state.relocation", True)
+    # host:port where this instance answers interactive queries (Kafka's name).
+    application_server: str | None = _setting("application.server", None)
     # None means "not set by the user": the effective level then depends on
     # the processing guarantee (see effective_isolation_level).
     default_state_isolation_level: IsolationLevel | None = _setting(

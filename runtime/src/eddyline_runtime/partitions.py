@@ -1,11 +1,14 @@
-"""Topic partitions: the address of every offset eddyline stores.
+"""Topic partitions and tasks: the addresses eddyline keeps offsets and state under.
 
 A changelog offset kept by a state store, an input offset committed by a task
 and a KIP-796 position all name a partition of a topic; they share this type.
+A task (a sub-topology on one partition) is what the assignor hands out and
+what names a state directory.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -51,3 +54,24 @@ def murmur2(data: bytes) -> int:
 def partition_for_key(key: bytes, num_partitions: int) -> int:
     """The partition Kafka's default partitioner gives a keyed record."""
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+@dataclass(frozen=True, order=True)
+class TaskId:
+    """A task: one sub-topology on one partition, written ``<sub-topology>_<partition>``."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> TaskId:
+        subtopology, _, partition = text.partition("_")
+        try:
+            return cls(int(subtopology), int(partition))
+        except ValueError:
+            raise ValueError(
+                f'"{text}" is not a task id; task ids are <sub-topology>_<partition>, e.g. 0_1'
+            ) from None

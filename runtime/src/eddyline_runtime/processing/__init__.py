@@ -7,6 +7,7 @@ record cache (KIP-63), timestamp synchronization (KIP-695) and restoration
 of the changelog tail.
 """
 
+from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.processing.dsl import KGroupedStream, KStream, KTable, StreamsBuilder
 from eddyline_runtime.processing.instance import InstanceState, StreamsFailedError, StreamsInstance
 from eddyline_runtime.processing.loader import TopologyLoadError, load_topology
@@ -22,7 +23,7 @@ from eddyline_runtime.processing.stream_thread import CommitReport, RestoreRepor
 from eddyline_runtime.processing.task import TaskProcessingError
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import Output, TaskTopology
-from eddyline_runtime.processing.topics import TaskId, TopicLayout, TopologyLayoutError
+from eddyline_runtime.processing.topics import TopicLayout, TopologyLayoutError
 from eddyline_runtime.processing.topology import (
     Processor,
     ProcessorContext,

@@ -18,7 +18,7 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log
 from eddyline_runtime.metrics import MetricName, MetricsRegistry
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.stream_thread import (
     CommitListener,
     RestoreListener,
@@ -26,7 +26,7 @@ from eddyline_runtime.processing.stream_thread import (
     ThreadSetup,
     ThreadState,
 )
-from eddyline_runtime.processing.topics import TaskId, TopicLayout, resolve_topics
+from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.processing.topology import Topology
 
 

@@ -51,14 +51,14 @@ from pathlib import Path
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.log import LagTracker, Log, Record, TransactionalProducer
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
-from eddyline_runtime.partitions import TopicPartition, partition_for_key
+from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.restoration import RestoreResult, restore
 from eddyline_runtime.processing.task import StreamTask
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
-from eddyline_runtime.processing.topics import TaskId, TopicLayout
+from eddyline_runtime.processing.topics import TopicLayout
 from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.state import (
     InMemoryStore,

@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import Output, TaskTopology
-from eddyline_runtime.processing.topics import TaskId
 
 
 class TaskProcessingError(EddylineError):

@@ -21,31 +21,12 @@ from dataclasses import dataclass
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log, TopicSpec
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.topology import SubTopology, Topology
 
 
 class TopologyLayoutError(EddylineError):
     """The topology does not fit the topics in the log (missing or mismatched topics)."""
-
-
-@dataclass(frozen=True)
-class TaskId:
-    subtopology: int
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.subtopology}_{self.partition}"
-
-    @classmethod
-    def parse(cls, text: str) -> TaskId:
-        subtopology, _, partition = text.partition("_")
-        try:
-            return cls(int(subtopology), int(partition))
-        except ValueError:
-            raise ValueError(
-                f'"{text}" is not a task id; task ids are <sub-topology>_<partition>, e.g. 0_1'
-            ) from None
 
 
 @dataclass(frozen=True)
