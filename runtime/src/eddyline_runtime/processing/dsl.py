@@ -61,7 +61,9 @@ class StreamsBuilder:
         self.topology.add_processor(
             name, lambda: _MaterializeProcessor(store, keys, values), source
         )
-        self.topology.add_state_store(StoreSpec(store), name)
+        self.topology.add_state_store(
+            StoreSpec(store, key_serde=key_serde, value_serde=value_serde), name
+        )
         return KTable(self, name, key_serde, store=store, value_serde=value_serde)
 
     def build(self) -> Topology:
@@ -135,7 +137,7 @@ class KStream:
         self._builder.topology.add_processor(
             name, lambda: _JoinProcessor(store, keys, values, joiner), self._node
         )
-        self._builder.topology.add_state_store(StoreSpec(store), name)
+        self._builder.topology.add_state_store(self._builder.topology.stores[store], name)
         return KStream(self._builder, name, self._key_serde)
 
     def process(
@@ -226,7 +228,9 @@ class KGroupedStream:
             lambda: _AggregateProcessor(store, keys, values, initializer, aggregator),
             self._node,
         )
-        self._builder.topology.add_state_store(StoreSpec(store), name)
+        self._builder.topology.add_state_store(
+            StoreSpec(store, key_serde=self._key_serde, value_serde=value_serde), name
+        )
         return KTable(self._builder, name, self._key_serde, store=store, value_serde=value_serde)
 
 

@@ -58,11 +58,17 @@ ProcessorSupplier = Callable[[], Processor]
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """A key-value store: its name, whether it persists (RocksDB) and has a changelog."""
+    """A key-value store: its name, whether it persists (RocksDB) and has a changelog.
+
+    The serdes say how its bytes read (interactive queries render keys and
+    values with them); None means raw bytes.
+    """
 
     name: str
     persistent: bool = True
     logged: bool = True
+    key_serde: str | None = None
+    value_serde: str | None = None
 
     def changelog_topic(self, application_id: str) -> str:
         return f"{application_id}-{self.name}-changelog"
