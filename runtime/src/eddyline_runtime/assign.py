@@ -1,0 +1,711 @@
+"""The assignor: which member runs which task, as the active copy and as standbys.
+
+Why a pure function: the operator (members are pods) and the local runner
+(members are processes) must hand out tasks identically, and a function of
+(tasks, members, ``num.standby.replicas``, previous assignment) can be tested
+without either. The caller publishes the result (:meth:`Assignment.to_json`)
+and every member reads its own share from it.
+
+Guarantees of :func:`assign` (each is a property test in
+``tests/unit/test_assign.py``); ``N`` is the number of members, ``r`` is
+``min(num_standby_replicas, N - 1)`` and ``Z`` the number of distinct zones
+among the members (members without a zone share one unnamed zone):
+
+1. Every task has exactly one active owner.
+2. Balance: active task counts of any two members differ by at most one, and
+   so do their counts of stateful active tasks (the heavy ones; stateless
+   tasks then even out the totals, as Kafka Streams places them last).
+3. Every stateful task has exactly ``r`` standbys, on ``r`` distinct members
+   none of which holds its active copy; a stateless task has none.
+4. Zones: the active copy and the standbys of a task span ``min(r + 1, Z)``
+   distinct zones, the most any placement can (Kafka Streams'
+   ``rack.aware.assignment.tags``), whatever the cost in balance.
+5. Standby balance: standby counts of any two members differ by at most one
+   when zones do not constrain (``Z == 1``). With zones the rule of point 4
+   comes first; standbys are then moved along chains of members until no
+   chain can bring a member within one of another.
+6. Sticky (``previous``): a task keeps its active member when that member is
+   still present and has room under point 2, so after an unchanged
+   membership nothing moves, after a member leaves only its own tasks move
+   (up to a few stateless tasks that even out the totals), and after a
+   member joins only the tasks it takes over move. Standbys stay on their
+   members unless point 4 or point 5 needs them elsewhere, and a task that
+   moves leaves a standby behind on its former member (it has the state).
+7. Promotion: a task whose member left goes preferably to a member that held
+   it as a standby, which then restores only the changelog tail it has not
+   yet replayed instead of the whole store. Among the members with room the
+   promoted tasks form a maximum matching, so if such a task still lands on
+   a member without a copy, every surviving standby holder of it was filled
+   by stateful tasks whose state it already had.
+8. Deterministic: the result depends only on the inputs' values, not on
+   their order, on hash seeds or on anything random.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict, deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypedDict
+
+from eddyline_runtime.errors import ConfigError, EddylineError
+from eddyline_runtime.partitions import TaskId
+
+__all__ = [
+    "Assignment",
+    "AssignmentJson",
+    "InvalidAssignmentError",
+    "InvalidMembersError",
+    "Member",
+    "MemberJson",
+    "MemberTasks",
+    "UnknownMemberError",
+    "UnknownTaskError",
+    "assign",
+]
+
+# The version of the published JSON; a reader refuses versions it does not know.
+_JSON_VERSION = 1
+
+
+class InvalidMembersError(EddylineError, ValueError):
+    """The members given to :func:`assign` cannot all receive tasks (none, or ids repeated)."""
+
+
+class InvalidAssignmentError(EddylineError, ValueError):
+    """An assignment that contradicts itself, or published JSON that is not one."""
+
+
+class UnknownTaskError(EddylineError, LookupError):
+    """A task that the assignment does not hand out."""
+
+
+class UnknownMemberError(EddylineError, LookupError):
+    """A member id that is not part of the assignment."""
+
+
+@dataclass(frozen=True, order=True)
+class Member:
+    """One member of the group: a pod of the StatefulSet, or a process of the local runner.
+
+    ``zone`` is where it runs (a Kubernetes ``topology.kubernetes.io/zone``);
+    standbys go to other zones than their active copy. ``address`` is the
+    ``host:port`` where the member answers interactive queries
+    (``application.server``), published with the assignment for routing.
+    """
+
+    id: str
+    zone: str | None = None
+    address: str | None = None
+
+
+class MemberTasks(NamedTuple):
+    """The tasks one member runs."""
+
+    active: frozenset[TaskId]
+    standby: frozenset[TaskId]
+
+
+class MemberJson(TypedDict):
+    id: str
+    zone: str | None
+    address: str | None
+
+
+class AssignmentJson(TypedDict):
+    """The published form: task ids as strings (``"1_3"``), lists sorted, keys in member order."""
+
+    version: int
+    members: list[MemberJson]
+    active: dict[str, list[str]]
+    standby: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Active and standby tasks per member id; every member is a key of both, maybe empty.
+
+    ``members`` carries each member's zone and address (interactive queries
+    route with it); a member id without one gets ``Member(id)``. The
+    constructor refuses contradictions: a task active on two members, or a
+    standby without an active copy or on the member that holds the active one.
+    """
+
+    active: Mapping[str, frozenset[TaskId]]
+    standby: Mapping[str, frozenset[TaskId]]
+    members: tuple[Member, ...] = ()
+    _active_owner: dict[TaskId, str] = field(init=False, repr=False, compare=False)
+    _standby_owners: dict[TaskId, list[str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_id: dict[str, Member] = {}
+        for member in self.members:
+            if member.id in by_id:
+                raise InvalidAssignmentError(
+                    f'member "{member.id}" is listed twice in the assignment; '
+                    "each member appears once"
+                )
+            by_id[member.id] = member
+        ids = sorted(set(self.active) | set(self.standby) | set(by_id))
+        active = {m: frozenset(self.active.get(m, ())) for m in ids}
+        standby = {m: frozenset(self.standby.get(m, ())) for m in ids}
+        active_owner: dict[TaskId, str] = {}
+        for member_id, tasks in active.items():
+            for task in tasks:
+                if task in active_owner:
+                    raise InvalidAssignmentError(
+                        f'task {task} is active on both "{active_owner[task]}" and '
+                        f'"{member_id}"; a task has exactly one active copy'
+                    )
+                active_owner[task] = member_id
+        standby_owners: dict[TaskId, list[str]] = {}
+        for member_id, tasks in standby.items():
+            for task in sorted(tasks):
+                owner = active_owner.get(task)
+                if owner is None:
+                    raise InvalidAssignmentError(
+                        f'task {task} has a standby on "{member_id}" but no active copy; '
+                        "assign every task that has standbys"
+                    )
+                if owner == member_id:
+                    raise InvalidAssignmentError(
+                        f'task {task} is both active and standby on "{member_id}"; '
+                        "a standby belongs on another member"
+                    )
+                standby_owners.setdefault(task, []).append(member_id)
+        object.__setattr__(self, "active", active)
+        object.__setattr__(self, "standby", standby)
+        object.__setattr__(self, "members", tuple(by_id.get(m, Member(m)) for m in ids))
+        object.__setattr__(self, "_active_owner", active_owner)
+        object.__setattr__(self, "_standby_owners", standby_owners)
+
+    @property
+    def tasks(self) -> frozenset[TaskId]:
+        """Every task this assignment hands out."""
+        return frozenset(self._active_owner)
+
+    def active_owner(self, task: TaskId) -> str:
+        """The id of the member that runs ``task`` actively."""
+        try:
+            return self._active_owner[task]
+        except KeyError:
+            raise self._unknown(task) from None
+
+    def standby_owners(self, task: TaskId) -> list[str]:
+        """Ids of the members that keep a standby of ``task``, sorted; empty if it has none."""
+        if task not in self._active_owner:
+            raise self._unknown(task)
+        return list(self._standby_owners.get(task, ()))
+
+    def tasks_of(self, member_id: str) -> MemberTasks:
+        """What ``member_id`` runs: its active and its standby tasks."""
+        if member_id not in self.active:
+            raise self._unknown_member(member_id)
+        return MemberTasks(self.active[member_id], self.standby[member_id])
+
+    def member(self, member_id: str) -> Member:
+        """The member with this id, with its zone and query address."""
+        for member in self.members:
+            if member.id == member_id:
+                return member
+        raise self._unknown_member(member_id)
+
+    def to_json(self) -> AssignmentJson:
+        """The form the operator and the local runner publish; stable for equal assignments."""
+        return {
+            "version": _JSON_VERSION,
+            "members": [{"id": m.id, "zone": m.zone, "address": m.address} for m in self.members],
+            "active": {m: [str(t) for t in sorted(ts)] for m, ts in self.active.items()},
+            "standby": {m: [str(t) for t in sorted(ts)] for m, ts in self.standby.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Assignment:
+        """Read what :meth:`to_json` wrote (after ``json.loads``); refuses anything else."""
+        if not isinstance(data, Mapping):
+            raise InvalidAssignmentError(
+                f"an assignment is a JSON object, not {type(data).__name__}"
+            )
+        version = data.get("version")
+        if version != _JSON_VERSION:
+            raise InvalidAssignmentError(
+                f"assignment version {version!r} is not supported (this eddyline reads "
+                f"version {_JSON_VERSION}); run the same eddyline version as the publisher"
+            )
+        raw_members = data.get("members")
+        if not isinstance(raw_members, list):
+            raise InvalidAssignmentError('assignment "members" must be a list of members')
+        members = [_member_from_json(item) for item in raw_members]
+        return cls(
+            active=_tasks_from_json(data, "active"),
+            standby=_tasks_from_json(data, "standby"),
+            members=tuple(members),
+        )
+
+    def _unknown(self, task: TaskId) -> UnknownTaskError:
+        return UnknownTaskError(
+            f"task {task} is not in this assignment ({len(self._active_owner)} tasks); "
+            "the topology or the partition count changed since it was computed: assign again"
+        )
+
+    def _unknown_member(self, member_id: str) -> UnknownMemberError:
+        return UnknownMemberError(
+            f'member "{member_id}" is not in this assignment (members: '
+            f"{', '.join(repr(m) for m in self.active) or 'none'}); "
+            "it joined after the assignment was computed: assign again"
+        )
+
+
+def _member_from_json(item: object) -> Member:
+    if not isinstance(item, Mapping):
+        raise InvalidAssignmentError(f"a member is a JSON object, not {item!r}")
+    member_id, zone, address = item.get("id"), item.get("zone"), item.get("address")
+    if not isinstance(member_id, str) or not member_id:
+        raise InvalidAssignmentError(f'member {item!r} needs a non-empty string "id"')
+    for key, value in (("zone", zone), ("address", address)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidAssignmentError(
+                f'member "{member_id}": "{key}" must be a string or null, not {value!r}'
+            )
+    return Member(member_id, zone if isinstance(zone, str) else None, _str_or_none(address))
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _tasks_from_json(data: Mapping[str, object], key: str) -> dict[str, frozenset[TaskId]]:
+    raw = data.get(key)
+    if not isinstance(raw, Mapping):
+        raise InvalidAssignmentError(
+            f'assignment "{key}" must map member ids to lists of task ids like "1_3"'
+        )
+    result: dict[str, frozenset[TaskId]] = {}
+    for member_id, tasks in raw.items():
+        if not isinstance(member_id, str) or not isinstance(tasks, list):
+            raise InvalidAssignmentError(
+                f'assignment "{key}" must map member ids to lists of task ids, '
+                f"not {member_id!r}: {tasks!r}"
+            )
+        try:
+            result[member_id] = frozenset(TaskId.parse(str(text)) for text in tasks)
+        except ValueError as error:
+            raise InvalidAssignmentError(f'assignment "{key}" of "{member_id}": {error}') from None
+    return result
+
+
+def assign(
+    tasks: Iterable[TaskId],
+    members: Iterable[Member],
+    num_standby_replicas: int,
+    *,
+    previous: Assignment | None = None,
+    stateful: Collection[TaskId] | None = None,
+) -> Assignment:
+    """Hand out ``tasks`` to ``members``: one active copy each, standbys for stateful ones.
+
+    ``stateful`` names the tasks with state stores (``None``: all of them);
+    only those get standbys, and tasks in it that are not in ``tasks`` are
+    ignored. ``previous`` is the assignment in force: tasks stay where it put
+    them as far as balance allows, and members or tasks it names that are no
+    longer given are ignored. The module docstring lists what the result
+    guarantees.
+    """
+    if num_standby_replicas < 0:
+        raise ConfigError(
+            "num.standby.replicas",
+            num_standby_replicas,
+            "integers >= 0",
+            hint="0 runs no standby replicas",
+        )
+    roster = _validated_members(members)
+    ids = [m.id for m in roster]
+    all_tasks = sorted(set(tasks))
+    stateful_tasks = set(all_tasks) if stateful is None else set(stateful) & set(all_tasks)
+    history = _History.of(previous, set(ids))
+
+    heavy = [t for t in all_tasks if t in stateful_tasks]
+    light = [t for t in all_tasks if t not in stateful_tasks]
+    # Stateful tasks first, balanced on their own; stateless ones then fill up
+    # each member to an even total.
+    light_own = Counter(history.owner[t] for t in light if t in history.owner)
+    active = _place_tier(heavy, ids, dict.fromkeys(ids, 0), light_own, history)
+    heavy_load = {m: len(active[m]) for m in ids}
+    no_later_tier = dict.fromkeys(ids, 0)
+    for member_id, placed in _place_tier(light, ids, heavy_load, no_later_tier, history).items():
+        active[member_id].extend(placed)
+
+    owner = {task: member_id for member_id, placed in active.items() for task in placed}
+    replicas = min(num_standby_replicas, len(ids) - 1)
+    standby = _place_standbys(heavy, roster, owner, replicas, history)
+    return Assignment(
+        active={m: frozenset(active[m]) for m in ids},
+        standby={m: frozenset(standby.get(m, ())) for m in ids},
+        members=roster,
+    )
+
+
+def _validated_members(members: Iterable[Member]) -> tuple[Member, ...]:
+    roster = sorted(members, key=lambda m: m.id)
+    if not roster:
+        raise InvalidMembersError(
+            "cannot assign tasks to no members: start at least one member "
+            "(scale the StreamApp to replicas >= 1, or run a local process)"
+        )
+    seen: set[str] = set()
+    for member in roster:
+        if not member.id:
+            raise InvalidMembersError(
+                f"member {member!r} has an empty id; give every member its pod or process name"
+            )
+        if member.id in seen:
+            raise InvalidMembersError(
+                f'member id "{member.id}" is given twice; every member needs a unique id '
+                "(its pod name, or a distinct name per local process)"
+            )
+        seen.add(member.id)
+    return tuple(roster)
+
+
+@dataclass(frozen=True)
+class _History:
+    """What the previous assignment says about the members still present."""
+
+    owner: Mapping[TaskId, str]
+    standby_holders: Mapping[TaskId, frozenset[str]]
+
+    @classmethod
+    def of(cls, previous: Assignment | None, present: set[str]) -> _History:
+        if previous is None:
+            return cls({}, {})
+        owner = {
+            task: member_id
+            for member_id, tasks in previous.active.items()
+            if member_id in present
+            for task in tasks
+        }
+        holders: defaultdict[TaskId, set[str]] = defaultdict(set)
+        for member_id, tasks in previous.standby.items():
+            if member_id in present:
+                for task in tasks:
+                    holders[task].add(member_id)
+        return cls(owner, {task: frozenset(ms) for task, ms in holders.items()})
+
+
+def _place_tier(
+    tasks: Sequence[TaskId],
+    ids: Sequence[str],
+    earlier_load: Mapping[str, int],
+    later_own: Mapping[str, int],
+    history: _History,
+) -> dict[str, list[TaskId]]:
+    """Place one tier's ``tasks`` (sorted) so that ``earlier_load`` + this tier is balanced.
+
+    ``later_own`` counts, per member, its own tasks of the tier placed next.
+
+    Order of preference for each task: stay on its previous member, go to a
+    member holding its standby (a maximum matching), go to the member with
+    the fewest tasks of its sub-topology (spreading each sub-topology's load).
+    """
+    own: dict[str, list[TaskId]] = {m: [] for m in ids}
+    for task in tasks:
+        previous_owner = history.owner.get(task)
+        if previous_owner is not None:
+            own[previous_owner].append(task)
+    homeless = [t for t in tasks if t not in history.owner]
+    capacity = _capacities(len(tasks), ids, earlier_load, later_own, own, homeless, history)
+
+    placed = {m: _keep(own[m], capacity[m]) for m in ids}
+    kept = {t for ts in placed.values() for t in ts}
+    unplaced = [t for t in tasks if t not in kept]
+    room = {m: capacity[m] - len(placed[m]) for m in ids}
+
+    for task, member_id in _promotions(unplaced, room, history).items():
+        placed[member_id].append(task)
+        room[member_id] -= 1
+    promoted = {t for ts in placed.values() for t in ts}
+
+    same_subtopology = {m: Counter(t.subtopology for t in placed[m]) for m in ids}
+    for task in unplaced:
+        if task in promoted:
+            continue
+        member_id = min(
+            (m for m in ids if room[m] > 0),
+            key=lambda m: (same_subtopology[m][task.subtopology], -room[m], m),
+        )
+        placed[member_id].append(task)
+        room[member_id] -= 1
+        same_subtopology[member_id][task.subtopology] += 1
+    return placed
+
+
+def _capacities(
+    count: int,
+    ids: Sequence[str],
+    earlier_load: Mapping[str, int],
+    later_own: Mapping[str, int],
+    own: Mapping[str, Sequence[TaskId]],
+    homeless: Sequence[TaskId],
+    history: _History,
+) -> dict[str, int]:
+    """How many of this tier's ``count`` tasks each member takes, for balanced totals.
+
+    Totals are ``base`` or ``base + 1``; the ``extra`` members with ``base + 1``
+    are, in order: those the earlier tier already put above ``base`` (needed
+    for feasibility), those that keep one more of their own tasks with it
+    (stickiness), those that can take one more task they hold as a standby
+    (promotion), those with fewer own tasks in the next tier (which then
+    keep them), then by id.
+    """
+    base, extra = divmod(count + sum(earlier_load.values()), len(ids))
+    wanted_as_standby = Counter(m for t in homeless for m in history.standby_holders.get(t, ()))
+
+    def priority(member_id: str) -> tuple[bool, bool, bool, int, str]:
+        room = base - earlier_load[member_id]
+        free_room = max(0, room - len(own[member_id]))
+        return (
+            not earlier_load[member_id] > base,
+            not len(own[member_id]) > room,
+            not wanted_as_standby[member_id] > free_room,
+            later_own[member_id],
+            member_id,
+        )
+
+    # The earlier tier is balanced, so at most ``extra`` members exceed ``base``
+    # (if base equals its per-member floor, its own extra count is <= extra).
+    favoured = set(sorted(ids, key=priority)[:extra])
+    return {m: base - earlier_load[m] + (m in favoured) for m in ids}
+
+
+def _keep(own: Sequence[TaskId], capacity: int) -> list[TaskId]:
+    """The tasks a member keeps when it has more than ``capacity`` of its own."""
+    kept = list(own)
+    while len(kept) > capacity:
+        # Give away the sub-topology it holds most of (its highest partition),
+        # so what stays is spread over sub-topologies.
+        counts = Counter(t.subtopology for t in kept)
+        kept.remove(max(kept, key=lambda t: (counts[t.subtopology], t.subtopology, t.partition)))
+    return kept
+
+
+def _promotions(
+    unplaced: Sequence[TaskId], room: Mapping[str, int], history: _History
+) -> dict[TaskId, str]:
+    """A maximum matching of tasks to members with room that hold them as standbys.
+
+    Kuhn's augmenting paths with capacities: a task may take a slot from
+    another task that can move to another of its standby holders.
+    """
+    holders = {
+        t: sorted(m for m in history.standby_holders.get(t, ()) if room.get(m, 0) > 0)
+        for t in unplaced
+    }
+    taken: dict[str, list[TaskId]] = defaultdict(list)
+    match: dict[TaskId, str] = {}
+
+    def augment(task: TaskId, visited: set[str]) -> bool:
+        for member_id in holders[task]:
+            if member_id in visited:
+                continue
+            visited.add(member_id)
+            if len(taken[member_id]) < room[member_id]:
+                taken[member_id].append(task)
+                match[task] = member_id
+                return True
+            for other in list(taken[member_id]):
+                if augment(other, visited):
+                    taken[member_id].remove(other)
+                    taken[member_id].append(task)
+                    match[task] = member_id
+                    return True
+        return False
+
+    for task in unplaced:
+        if holders[task]:
+            augment(task, set())
+    return match
+
+
+def _place_standbys(
+    tasks: Sequence[TaskId],
+    roster: Sequence[Member],
+    owner: Mapping[TaskId, str],
+    replicas: int,
+    history: _History,
+) -> dict[str, list[TaskId]]:
+    """``replicas`` standbys for each of ``tasks`` (sorted, stateful), per member id."""
+    if replicas == 0 or not tasks:
+        return {}
+    zone = {m.id: m.zone for m in roster}
+    ids = [m.id for m in roster]
+    # Copies of a task (active + standbys) that may share a zone with another
+    # copy: only those beyond one per zone.
+    shared_zone_budget = max(0, replicas + 1 - len(set(zone.values())))
+    chosen: dict[TaskId, list[str]] = {t: [] for t in tasks}
+    load = dict.fromkeys(ids, 0)
+    # Standbys on member m of tasks active on member a: spreading them means a
+    # lost member's tasks are promoted on several members, not piled on one.
+    pairs: Counter[tuple[str, str]] = Counter()
+    sticky: set[tuple[TaskId, str]] = set()
+
+    def choose(task: TaskId, member_id: str) -> None:
+        chosen[task].append(member_id)
+        load[member_id] += 1
+        pairs[owner[task], member_id] += 1
+
+    def shares_zone(task: TaskId, member_id: str) -> bool:
+        return zone[member_id] in {zone[owner[task]], *(zone[m] for m in chosen[task])}
+
+    def shared_copies(task: TaskId) -> int:
+        copies = [owner[task], *chosen[task]]
+        return len(copies) - len({zone[m] for m in copies})
+
+    # Stay where the state already is: on the previous standbys, and on the
+    # previous active member if the task moved away from it.
+    for task in tasks:
+        with_state = sorted(history.standby_holders.get(task, frozenset()) - {owner[task]})
+        previous_owner = history.owner.get(task)
+        if previous_owner is not None and previous_owner != owner[task]:
+            with_state.insert(0, previous_owner)
+        for member_id in with_state:
+            if len(chosen[task]) < replicas and not shares_zone(task, member_id):
+                choose(task, member_id)
+                sticky.add((task, member_id))
+        for member_id in with_state:
+            if (
+                len(chosen[task]) < replicas
+                and member_id not in chosen[task]
+                and shared_copies(task) < shared_zone_budget
+            ):
+                choose(task, member_id)
+                sticky.add((task, member_id))
+
+    for task in tasks:
+        while len(chosen[task]) < replicas:
+            candidates = [m for m in ids if m != owner[task] and m not in chosen[task]]
+            if shared_copies(task) >= shared_zone_budget:
+                candidates = [m for m in candidates if not shares_zone(task, m)]
+            choose(
+                task,
+                min(
+                    candidates,
+                    key=lambda m: (shares_zone(task, m), load[m], pairs[owner[task], m], m),
+                ),
+            )
+
+    need_zones = min(replicas + 1, len(set(zone.values())))
+    _even_out_standbys(chosen, ids, owner, zone, need_zones, sticky)
+    standby: dict[str, list[TaskId]] = defaultdict(list)
+    for task in tasks:
+        for member_id in chosen[task]:
+            standby[member_id].append(task)
+    return standby
+
+
+def _even_out_standbys(
+    chosen: dict[TaskId, list[str]],
+    ids: Sequence[str],
+    owner: Mapping[TaskId, str],
+    zone: Mapping[str, str | None],
+    need_zones: int,
+    sticky: set[tuple[TaskId, str]],
+) -> None:
+    """Move standbys along chains of members until no chain evens out two loads.
+
+    A chain moves a standby from member ``x`` to ``y``, one from ``y`` to
+    ``z``, ... and ends at a member with at least two standbys fewer than
+    ``x``: each chain lowers the sum of squared loads, so this ends. Every
+    move keeps the task's copies on distinct members and in ``need_zones``
+    zones; standbys placed in this round move before those that stayed.
+    Without zones this is the augmenting-path search of a balanced
+    b-matching; with zones (where balance may be impossible anyway) it evens
+    out what it finds.
+    """
+    holding: dict[str, list[TaskId]] = {m: [] for m in ids}
+    for task in sorted(chosen):
+        for member_id in chosen[task]:
+            holding[member_id].append(task)
+    by_zone: dict[str | None, list[str]] = defaultdict(list)
+    for member_id in ids:
+        by_zone[zone[member_id]].append(member_id)
+    # Two moves of one task in a chain are each valid alone but could together
+    # leave too few zones; without a zone rule they are always valid together.
+    zones_matter = need_zones > 1
+
+    def target_zones(task: TaskId, source: str) -> list[str | None]:
+        others = {zone[owner[task]], *(zone[m] for m in chosen[task] if m != source)}
+        if len(others) >= need_zones:
+            return list(by_zone)
+        if len(others) + 1 < need_zones:
+            return []
+        return [z for z in by_zone if z not in others]
+
+    def search(source: str) -> tuple[list[tuple[str, str, TaskId]] | None, set[str]]:
+        """A chain from ``source`` (breadth first), and the members it reached."""
+        start_load = len(holding[source])
+        parent: dict[str, tuple[str, TaskId] | None] = {source: None}
+        unvisited = {
+            z: dict.fromkeys(m for m in members if m != source) for z, members in by_zone.items()
+        }
+        queue = deque([source])
+        while queue:
+            current = queue.popleft()
+            on_path = _tasks_on_path(parent, current) if zones_matter else set()
+            for task in sorted(holding[current], key=lambda t: ((t, current) in sticky, t)):
+                if task in on_path:
+                    continue
+                for target_zone in target_zones(task, current):
+                    pool = unvisited[target_zone]
+                    for target in [m for m in pool if m != owner[task] and m not in chosen[task]]:
+                        del pool[target]
+                        parent[target] = (current, task)
+                        if len(holding[target]) <= start_load - 2:
+                            return _unwind(parent, target), set(parent)
+                        queue.append(target)
+        return None, set(parent)
+
+    while True:
+        load = {m: len(holding[m]) for m in ids}
+        lightest = min(load.values())
+        # A member reached by a failed search cannot start a chain either: what
+        # it reaches, the failed start reached too, and it is no heavier.
+        exhausted: set[str] = set()
+        for source in sorted(ids, key=lambda m: (-load[m], m)):
+            if load[source] - lightest < 2:
+                return
+            if source in exhausted:
+                continue
+            chain, reached = search(source)
+            if chain is None:
+                exhausted |= reached
+                continue
+            for from_member, to_member, task in chain:
+                chosen[task][chosen[task].index(from_member)] = to_member
+                holding[from_member].remove(task)
+                holding[to_member].append(task)
+            break
+        else:
+            return
+
+
+def _tasks_on_path(parent: Mapping[str, tuple[str, TaskId] | None], member_id: str) -> set[TaskId]:
+    tasks: set[TaskId] = set()
+    step = parent[member_id]
+    while step is not None:
+        tasks.add(step[1])
+        step = parent[step[0]]
+    return tasks
+
+
+def _unwind(
+    parent: Mapping[str, tuple[str, TaskId] | None], target: str
+) -> list[tuple[str, str, TaskId]]:
+    """The moves of the chain that ends at ``target``, as (from, to, task)."""
+    chain: list[tuple[str, str, TaskId]] = []
+    step = parent[target]
+    while step is not None:
+        source, task = step
+        chain.append((source, target, task))
+        target = source
+        step = parent[source]
+    return chain
