@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -20,6 +21,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
     parser = argparse.ArgumentParser(prog="eddyline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_command(commands)
+    _add_query_command(commands)
     _add_demo_commands(commands)
     _add_log_commands(commands)
     args = parser.parse_args(argv)
@@ -28,6 +30,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
     )
     if args.command == "run":
         return _run_manifest(args)
+    if args.command == "query":
+        return _run_query(args)
     if args.command == "demo":
         if args.demo == "wordcount":
             from eddyline_runtime.demo.wordcount_demo import run_demo as run_wordcount
@@ -56,7 +60,58 @@ def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
         action="store_true",
         help="stop once every input record is processed and committed",
     )
+    run.add_argument(
+        "--member-file",
+        type=Path,
+        help="run as one replica of a local group, following this membership file "
+        "(eddyline run starts replicas this way when spec.replicas > 1)",
+    )
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _add_query_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    query = commands.add_parser(
+        "query",
+        help="look a key up in a running app: its active host, else the freshest standby",
+    )
+    query.add_argument("store")
+    query.add_argument("key")
+    query.add_argument(
+        "--bootstrap",
+        default="127.0.0.1:7070",
+        help="comma-separated host:port of some replicas (default: %(default)s)",
+    )
+    query.add_argument(
+        "--max-lag",
+        type=int,
+        help="accept a standby at most this many changelog records behind (default: any)",
+    )
+    query.add_argument("--isolation", choices=["READ_COMMITTED", "READ_UNCOMMITTED"])
+
+
+def _run_query(args: argparse.Namespace) -> int:
+    from eddyline_runtime.query.client import QueryRouter
+
+    def run() -> int:
+        router = QueryRouter(args.bootstrap.split(","), acceptable_lag=args.max_lag)
+        result = router.get(args.store, args.key, isolation=args.isolation)
+        print(
+            json.dumps(
+                {
+                    "key": args.key,
+                    "found": result.found,
+                    "value": result.value,
+                    "host": result.host,
+                    "role": result.role,
+                    "stale": result.stale,
+                    "lag": result.lag,
+                    "partition": result.partition,
+                }
+            )
+        )
+        return 0
+
+    return _report_errors(run)
 
 
 def _run_manifest(args: argparse.Namespace) -> int:
@@ -67,6 +122,7 @@ def _run_manifest(args: argparse.Namespace) -> int:
             args.manifest,
             instance_id=args.instance_id,
             config_file=args.config,
+            member_file=args.member_file,
             until_caught_up=args.until_caught_up,
         )
         return 0

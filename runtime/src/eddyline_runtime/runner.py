@@ -1,9 +1,17 @@
 """Run a StreamApp manifest locally: ``eddyline run MANIFEST``.
 
 Loads the manifest (the same pydantic model the operator uses), imports the
-topology it names, opens its log, and runs one instance with every task until
-SIGINT/SIGTERM, or with ``until_caught_up`` until all input is processed and
-committed. Either way it closes cleanly: a final commit, stores closed.
+topology it names and opens its log. Then, by ``spec.replicas``:
+
+* one replica: one instance runs every task in this process, until
+  SIGINT/SIGTERM, or with ``until_caught_up`` until all input is processed
+  and committed; it serves interactive queries when ``application.server``
+  is set;
+* several: a :class:`~eddyline_runtime.local_group.LocalGroup` starts one
+  process per replica (each runs :func:`run_member`), publishes their
+  assignment, restarts crashed ones, and prints where to query them.
+
+Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
 """
 
 from __future__ import annotations
@@ -19,12 +27,31 @@ from types import FrameType
 from typing import TextIO
 
 from eddyline_runtime.config import StreamsConfig, read_settings_file
+from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.local_group import LocalGroup, Membership
 from eddyline_runtime.log import Log, open_log
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
+from eddyline_runtime.processing.queryable import HostInfo
+from eddyline_runtime.processing.topics import resolve_topics
+from eddyline_runtime.query.server import QueryServer
 from eddyline_runtime.spec import StreamApp, load_manifest
 
 _PROGRESS_SECONDS = 1.0
+_MEMBERSHIP_POLL_SECONDS = 0.1
+# Replica i of a local group answers queries on DEFAULT_QUERY_PORT + i.
+DEFAULT_QUERY_PORT = 7070
+
+
+def load_app(manifest: Path, config_file: Path | None = None) -> StreamApp:
+    """The manifest, with ``config_file`` (``.properties`` or YAML) over its ``spec.config``;
+    the environment (``EDDYLINE_<NAME>``) overrides both when the config is built."""
+    app = load_manifest(manifest)
+    if config_file is not None:
+        settings = {**app.spec.config, **read_settings_file(config_file)}
+        StreamsConfig.from_properties(settings)  # a bad value names its key, here
+        app = app.model_copy(update={"spec": app.spec.model_copy(update={"config": settings})})
+    return app
 
 
 def run_manifest(
@@ -32,23 +59,29 @@ def run_manifest(
     *,
     instance_id: str = "0",
     config_file: Path | None = None,
+    member_file: Path | None = None,
     until_caught_up: bool = False,
     timeout: float | None = None,
     out: TextIO = sys.stderr,
     on_started: Callable[[StreamsInstance], None] | None = None,
-) -> StreamsInstance:
-    """Run until stopped (or caught up); returns the closed instance for its metrics.
-
-    ``config_file`` (``.properties`` or YAML) overrides the manifest's
-    ``spec.config``; the environment (``EDDYLINE_<NAME>``) overrides both.
-    """
-    app = load_manifest(manifest)
-    if config_file is not None:
-        settings = {**app.spec.config, **read_settings_file(config_file)}
-        StreamsConfig.from_properties(settings)  # a bad value names its key, here
-        app = app.model_copy(update={"spec": app.spec.model_copy(update={"config": settings})})
+) -> StreamsInstance | None:
+    """Run until stopped (or caught up); returns the closed instance for its metrics
+    (None when it supervised a group of replicas)."""
+    app = load_app(manifest, config_file)
+    if member_file is None and app.spec.replicas > 1:
+        run_group(manifest, app, config_file=config_file, out=out)
+        return None
     log = open_log(app.spec.log.url)
     try:
+        if member_file is not None:
+            return run_member(
+                app,
+                log,
+                search_path=[manifest.resolve().parent],
+                instance_id=instance_id,
+                member_file=member_file,
+                out=out,
+            )
         return run_app(
             app,
             log,
@@ -76,16 +109,11 @@ def run_app(
 ) -> StreamsInstance:
     config = app.streams_config()
     topology = load_topology(app.spec.topology, search_path)
-    if app.spec.replicas > 1:
-        print(
-            f"note: spec.replicas is {app.spec.replicas}; this local run starts one instance "
-            "that runs every task",
-            file=out,
-        )
     instance = StreamsInstance(topology, config, log, instance_id=instance_id)
     stop = threading.Event()
     with _stop_on_signals(stop):
         instance.start()
+        server = _start_query_server(instance, out)
         if on_started is not None:
             on_started(instance)
         progress = _Progress(instance, out)
@@ -99,24 +127,172 @@ def run_app(
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"{app.metadata.name} still running after {timeout} s")
         finally:
+            if server is not None:
+                server.stop()
             instance.close()
         progress.print_line(final=True)
     return instance
 
 
+def run_member(
+    app: StreamApp,
+    log: Log,
+    *,
+    search_path: list[Path],
+    instance_id: str,
+    member_file: Path,
+    out: TextIO = sys.stderr,
+) -> StreamsInstance:
+    """One replica of a local group: follow the membership file until SIGINT/SIGTERM."""
+    config = app.streams_config()
+    topology = load_topology(app.spec.topology, search_path)
+    membership = _wait_for_membership(member_file, instance_id)
+    instance = StreamsInstance(
+        topology,
+        config,
+        log,
+        instance_id=instance_id,
+        member=membership.assignment.member(instance_id),
+        assignment=membership.assignment,
+    )
+    stop = threading.Event()
+    with _stop_on_signals(stop):
+        instance.start()
+        server = _start_query_server(instance, out)
+        progress = _Progress(instance, out, prefix=f"[replica {instance_id}] ")
+        generation = membership.generation
+        try:
+            while not stop.wait(_MEMBERSHIP_POLL_SECONDS):
+                current = Membership.read(member_file)
+                if current is not None and current.generation != generation:
+                    generation = current.generation
+                    instance.apply_assignment(current.assignment)
+                instance.check()
+                progress.maybe_print()
+        finally:
+            if server is not None:
+                server.stop()
+            instance.close()
+        progress.print_line(final=True)
+    return instance
+
+
+def run_group(
+    manifest: Path,
+    app: StreamApp,
+    *,
+    config_file: Path | None = None,
+    base_port: int = DEFAULT_QUERY_PORT,
+    out: TextIO = sys.stderr,
+) -> None:
+    """Supervise ``spec.replicas`` local replicas until SIGINT/SIGTERM."""
+    group = start_group(manifest, app, config_file=config_file, base_port=base_port, out=out)
+    stop = threading.Event()
+    with _stop_on_signals(stop):
+        try:
+            while not stop.wait(0.1):
+                for event in group.poll():
+                    print(event, file=out, flush=True)
+        finally:
+            codes = group.stop()
+            print(f"stopped replicas: {codes}", file=out, flush=True)
+
+
+def start_group(
+    manifest: Path,
+    app: StreamApp,
+    *,
+    config_file: Path | None = None,
+    base_port: int = DEFAULT_QUERY_PORT,
+    logs_dir: Path | None = None,
+    out: TextIO = sys.stderr,
+) -> LocalGroup:
+    """Start the replicas of ``app`` and print where to query them."""
+    config = app.streams_config()
+    topology = load_topology(app.spec.topology, [manifest.resolve().parent])
+    log = open_log(app.spec.log.url)
+    try:
+        layout = resolve_topics(topology, config.application_id, log)
+    finally:
+        log.close()
+    group = LocalGroup(
+        manifest=manifest.resolve(),
+        replicas=app.spec.replicas,
+        layout=layout,
+        num_standby_replicas=config.num_standby_replicas,
+        state_dir=Path(config.state_dir).resolve(),
+        zones=app.spec.zones,
+        base_port=base_port,
+        config_file=config_file,
+        logs_dir=logs_dir,
+    )
+    group.start()
+    print(
+        f"{app.metadata.name}: {app.spec.replicas} replicas, "
+        f"{config.num_standby_replicas} standby per stateful task",
+        file=out,
+    )
+    for member in group.members:
+        print(
+            f"  replica {member.id} ({member.zone}): query http://{member.address}/v1/stores",
+            file=out,
+        )
+    print(
+        f"  route a key: eddyline query --bootstrap {group.members[0].address} STORE KEY",
+        file=out,
+        flush=True,
+    )
+    return group
+
+
+def _wait_for_membership(member_file: Path, instance_id: str, timeout: float = 30.0) -> Membership:
+    deadline = time.monotonic() + timeout
+    while True:
+        membership = Membership.read(member_file)
+        if membership is not None and instance_id in membership.assignment.active:
+            return membership
+        if time.monotonic() > deadline:
+            raise EddylineError(
+                f"replica {instance_id} is not in {member_file} after {timeout:.0f} s; "
+                "start replicas through `eddyline run` (which writes that file)"
+            )
+        time.sleep(_MEMBERSHIP_POLL_SECONDS)
+
+
+def _start_query_server(instance: StreamsInstance, out: TextIO) -> QueryServer | None:
+    """Serve queries at ``application.server`` when it is set."""
+    address = instance.config.application_server
+    if not address:
+        return None
+    host = HostInfo.parse(address)
+    server = QueryServer(instance, host.host, host.port)
+    bound = server.start()
+    print(
+        f"[replica {instance.instance_id}] queries at http://{bound}/v1/stores",
+        file=out,
+        flush=True,
+    )
+    return server
+
+
 class _Progress:
     """One status line per second: processed records, rate, input lag, commits."""
 
-    def __init__(self, instance: StreamsInstance, out: TextIO) -> None:
+    def __init__(self, instance: StreamsInstance, out: TextIO, *, prefix: str = "") -> None:
         self._instance = instance
         self._out = out
+        self._prefix = prefix
         self._started = time.monotonic()
         self._last_print = self._started
         self._last_processed = 0
-        self._interactive = out.isatty()
+        # Replicas share a terminal: no carriage-return updates there.
+        self._interactive = out.isatty() and not prefix
 
     def maybe_print(self) -> None:
-        if time.monotonic() - self._last_print >= _PROGRESS_SECONDS:
+        since = time.monotonic() - self._last_print
+        busy = self._instance.processed != self._last_processed
+        # Idle replicas would only repeat themselves: a line a minute is enough.
+        if since >= _PROGRESS_SECONDS and (busy or not self._prefix or since >= 60):
             self.print_line()
 
     def print_line(self, *, final: bool = False) -> None:
@@ -131,7 +307,7 @@ class _Progress:
         # A closed instance's threads no longer register metrics: use their last values.
         metrics = self._instance.final_metrics or self._instance.metrics.snapshot()
         commits = sum(value for name, value in metrics.items() if name.name == "commit-total")
-        line = (
+        line = self._prefix + (
             f"processed {processed:,} records ({rate:,.0f}/s), input lag {lag}, "
             f"commits {commits:,.0f}"
         )

@@ -74,6 +74,11 @@ class StreamAppSpec(_Strict):
     )
     image: str | None = Field(default=None, description="the image holding the topology")
     replicas: int = Field(default=1, ge=1, le=1000)
+    zones: list[str] = Field(
+        default_factory=list,
+        description="zones to spread replicas over in local runs (replica i gets zone "
+        "i mod len(zones)); on Kubernetes the nodes' topology.kubernetes.io/zone is used",
+    )
     log: LogSpec = Field(default_factory=LogSpec)
     config: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Kafka Streams settings by their names"

@@ -12,13 +12,20 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
+from eddyline_runtime.assign import Assignment, Member, MemberTasks, assign
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log
 from eddyline_runtime.metrics import MetricName, MetricsRegistry
-from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
+from eddyline_runtime.processing.queryable import (
+    HostInfo,
+    KeyQueryMetadata,
+    LagInfo,
+    LocalStorePartition,
+)
 from eddyline_runtime.processing.stream_thread import (
     CommitListener,
     RestoreListener,
@@ -44,6 +51,8 @@ class StreamsFailedError(EddylineError):
 
 
 class StreamsInstance:
+    """One member of a stream application's group; see the module docstring."""
+
     def __init__(
         self,
         topology: Topology,
@@ -51,22 +60,26 @@ class StreamsInstance:
         log: Log,
         *,
         instance_id: str = "0",
-        tasks: Collection[TaskId] | None = None,
+        member: Member | None = None,
+        assignment: Assignment | None = None,
         on_commit: Sequence[CommitListener] = (),
         on_restore: Sequence[RestoreListener] = (),
     ) -> None:
-        """``tasks``: the active tasks this instance runs (None: all of them)."""
+        """``member``: this instance in the group (default: ``instance_id`` at
+        ``application.server``); ``assignment``: who runs what (default: this
+        instance alone, running every task). Change it with :meth:`apply_assignment`."""
         self.topology = topology
         self.config = config
         self.log = log
         self.instance_id = instance_id
+        self.member = member or Member(instance_id, address=config.application_server)
         self.metrics = MetricsRegistry()
         # Every metric's value as the threads closed (stores drop theirs on close).
         self.final_metrics: dict[MetricName, float] = {}
         self.state = InstanceState.CREATED
         self.layout: TopicLayout | None = None
         self.threads: list[StreamThread] = []
-        self._wanted_tasks = None if tasks is None else set(tasks)
+        self.assignment = assignment
         self._on_commit = tuple(on_commit)
         self._on_restore = tuple(on_restore)
         self._lock = threading.Lock()
@@ -78,8 +91,13 @@ class StreamsInstance:
             self.state = InstanceState.REBALANCING
             layout = resolve_topics(self.topology, self.config.application_id, self.log)
             self.layout = layout
-            wanted = self._wanted_tasks
-            tasks = [t for t in layout.tasks() if wanted is None or t in wanted]
+            if self.assignment is None:
+                self.assignment = assign(
+                    layout.tasks(),
+                    [self.member],
+                    self.config.num_standby_replicas,
+                    stateful=layout.stateful_tasks(),
+                )
             setup = ThreadSetup(
                 topology=self.topology,
                 layout=layout,
@@ -90,12 +108,56 @@ class StreamsInstance:
                 on_commit=self._on_commit,
                 on_restore=self._on_restore,
             )
-            count = self.config.num_stream_threads
+            shares = self._thread_shares(self.assignment)
             self.threads = [
-                StreamThread(index, tasks[index::count], setup) for index in range(count)
+                StreamThread(index, active, setup, standby)
+                for index, (active, standby) in enumerate(shares)
             ]
             for thread in self.threads:
                 thread.start()
+
+    def apply_assignment(self, assignment: Assignment) -> None:
+        """A rebalance: run this member's share of ``assignment`` from now on.
+
+        Threads commit and close the active tasks they lose before anything
+        else, promote standbys they become active for (restoring only the
+        tail), and open new standbys.
+        """
+        with self._lock:
+            self.assignment = assignment
+            if not self.threads:
+                return
+            for thread, (active, standby) in zip(
+                self.threads, self._thread_shares(assignment), strict=True
+            ):
+                thread.assign(active, standby)
+
+    def _thread_shares(
+        self, assignment: Assignment
+    ) -> list[tuple[frozenset[TaskId], frozenset[TaskId]]]:
+        """Split this member's tasks over the threads; a task always lands on the same one."""
+        mine = (
+            assignment.tasks_of(self.member.id)
+            if self.member.id in assignment.active
+            else MemberTasks(frozenset(), frozenset())
+        )
+        count = self.config.num_stream_threads
+
+        def thread_of(task: TaskId) -> int:
+            return (task.subtopology * 7919 + task.partition) % count
+
+        return [
+            (
+                frozenset(t for t in mine.active if thread_of(t) == index),
+                frozenset(t for t in mine.standby if thread_of(t) == index),
+            )
+            for index in range(count)
+        ]
+
+    def _layout(self) -> TopicLayout:
+        if self.layout is None:
+            raise EddylineError("the instance has not started: call start() first")
+        return self.layout
 
     def close(self, timeout: float | None = None) -> None:
         """Commit, close every store and stop; raises what made a thread fail, if any."""
@@ -131,6 +193,63 @@ class StreamsInstance:
             self.state = InstanceState.RUNNING
         return self.state
 
+    # -- interactive queries (KIP-535) -----------------------------------------------
+
+    def local_store_partitions(self, store: str) -> list[LocalStorePartition]:
+        """This instance's copies of ``store``, active and standby, by partition."""
+        found: list[LocalStorePartition] = []
+        for thread in self.threads:
+            found.extend(thread.local_store_partitions(store))
+        return sorted(found, key=lambda local: (local.partition, local.role.value))
+
+    def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
+        """Store -> partition -> LagInfo for every store partition held here."""
+        lags: dict[str, dict[int, LagInfo]] = {}
+        for store in self.topology.stores:
+            for local in self.local_store_partitions(store):
+                lags.setdefault(store, {})[local.partition] = local.lag
+        return lags
+
+    def key_query_metadata(self, store: str, key: bytes) -> KeyQueryMetadata:
+        """Which hosts hold ``key`` of ``store`` (its serialized form), and its partition."""
+        layout = self._layout()
+        subtopology = next((sub for sub in layout.subtopologies if store in sub.stores), None)
+        if subtopology is None:
+            raise EddylineError(
+                f'no store named "{store}"; stores: {", ".join(sorted(self.topology.stores))}'
+            )
+        partition = partition_for_key(key, layout.partitions[subtopology.id])
+        task = TaskId(subtopology.id, partition)
+        assignment = self.assignment
+        if assignment is None or task not in assignment.tasks:
+            return KeyQueryMetadata(None, (), partition)
+
+        def host(member_id: str) -> HostInfo | None:
+            address = assignment.member(member_id).address
+            return None if address is None else HostInfo.parse(address)
+
+        standbys = tuple(
+            h for h in (host(m) for m in assignment.standby_owners(task)) if h is not None
+        )
+        return KeyQueryMetadata(host(assignment.active_owner(task)), standbys, partition)
+
+    def ready(self) -> bool:
+        """Every active task assigned here is running (restored): Kubernetes' readiness."""
+        if self.state is not InstanceState.RUNNING or self.assignment is None:
+            return False
+        wanted = self.assignment.tasks_of(self.member.id).active
+        running = {
+            task_id
+            for thread in self.threads
+            for task_id, task in thread.active.items()
+            if task.running
+        }
+        return wanted <= running
+
+    def healthy(self) -> bool:
+        """No stream thread failed (liveness)."""
+        return self._failure() is None and self.state is not InstanceState.ERROR
+
     def _failure(self) -> StreamsFailedError | None:
         for thread in self.threads:
             if thread.error is not None:
@@ -143,7 +262,7 @@ class StreamsInstance:
 
     @property
     def processed(self) -> int:
-        return sum(task.processed for thread in self.threads for task in thread.tasks)
+        return sum(thread.processed_total for thread in self.threads)
 
     def input_lags(self) -> dict[TopicPartition, int | None]:
         lags: dict[TopicPartition, int | None] = {}

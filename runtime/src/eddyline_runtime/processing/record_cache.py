@@ -151,6 +151,13 @@ class ThreadCache:
             cache = self._caches[name] = NamedCache(name, self)
         return cache
 
+    def drop(self, name: str) -> None:
+        """Forget a closed task's cache, dirty entries included (they were committed or
+        are abandoned with the task)."""
+        cache = self._caches.pop(name, None)
+        if cache is not None:
+            self.num_bytes -= cache.num_bytes
+
     def make_room(self, writing: NamedCache) -> None:
         """Evict from the cache being written, then from the others, until within budget."""
         while self.num_bytes > self.max_bytes and writing.evict_one():

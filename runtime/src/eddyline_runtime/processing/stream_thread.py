@@ -30,6 +30,13 @@ outputs and changelogs belong to the same set of processed records.*
 * Killed during 3: each store's batch is atomic, so each store is either
   before or after; the ones before restore their tail as above.
 
+Each active task writes with its own transactional id, ``<application.id>-<task>``
+(Kafka's original exactly-once design). Taking over a task opens a producer
+for that id *before* restoring or reading offsets, which fences the previous
+owner: a zombie's next commit fails and writes nothing, and it drops the task
+(``TaskMigratedError``) without touching the log. So a task moving between
+members never runs twice, however late the old owner learns it lost it.
+
 Stores are never wiped (KIP-892 with ``READ_COMMITTED`` on disk); restart
 replays at most one commit's changelog records per store. Under
 at-least-once, step 2's appends may land without step 3 or the input
@@ -43,18 +50,20 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
-from eddyline_runtime.log import LagTracker, Log, Record, TransactionalProducer
+from eddyline_runtime.log import LagTracker, Log, ProducerFencedError, Record
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.processing.partition_group import PartitionGroup
+from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition, StoreRole
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.restoration import RestoreResult, restore
+from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.processing.task import StreamTask
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
@@ -131,13 +140,23 @@ class ThreadSetup:
 class StreamThread:
     """Runs its tasks on a thread of its own; see the module docstring for the commit."""
 
-    def __init__(self, index: int, tasks: Sequence[TaskId], setup: ThreadSetup) -> None:
+    def __init__(
+        self,
+        index: int,
+        tasks: Collection[TaskId],
+        setup: ThreadSetup,
+        standby_tasks: Collection[TaskId] = (),
+    ) -> None:
         self.name = f"{setup.config.application_id}-{setup.instance_id}-StreamThread-{index + 1}"
-        self.task_ids = list(tasks)
         self.setup = setup
+        # (active, standby) the thread should run; applied between iterations.
+        self._pending: tuple[frozenset[TaskId], frozenset[TaskId]] | None = (
+            frozenset(tasks),
+            frozenset(standby_tasks),
+        )
+        self._pending_lock = threading.Lock()
         config = setup.config
         self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
-        self._transactional_id = f"{config.application_id}-{setup.instance_id}-{index}"
         self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
         self._budget = UncommittedBytesBudget(
             config.statestore_uncommitted_max_bytes, config.num_stream_threads
@@ -145,10 +164,11 @@ class StreamThread:
         self._cache = ThreadCache(config.cache_bytes_per_thread)
         self._lag = LagTracker()
         self._store_options = RocksDBStoreOptions.from_config(config)
-        self.tasks: list[StreamTask] = []
+        # Read by other threads (queries, progress): replaced, never mutated in place.
+        self.active: dict[TaskId, StreamTask] = {}
+        self.standbys: dict[TaskId, StandbyTask] = {}
         self._fetch_positions: dict[TopicPartition, int] = {}
-        self._producer: TransactionalProducer | None = None
-        self._transaction_open = False
+        self.migrated = 0  # tasks dropped because another member took them over
         self._round_robin = count()
         # Output topic -> key -> partition: keys repeat, and murmur2 in Python is not free.
         self._partition_cache: dict[str, dict[bytes, TopicPartition]] = {}
@@ -157,6 +177,7 @@ class StreamThread:
         self.error: BaseException | None = None
         self.final_metrics: dict[MetricName, float] = {}
         self.processed_since_commit = 0
+        self.processed_total = 0  # by every task this thread ran, closed ones included
         self._outputs_sent = 0  # at-least-once outputs already appended since the last commit
         # Set by the thread after an iteration that found nothing to fetch or
         # process with everything committed; read by other threads.
@@ -184,17 +205,19 @@ class StreamThread:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def tasks(self) -> list[StreamTask]:
+        return list(self.active.values())
+
+    def assign(self, active: Collection[TaskId], standby: Collection[TaskId]) -> None:
+        """Run these tasks from the next iteration on (a rebalance)."""
+        with self._pending_lock:
+            self._pending = (frozenset(active), frozenset(standby))
+
     def _run(self) -> None:
         try:
-            self.state = ThreadState.RESTORING
-            if self._exactly_once:
-                # Before reading any committed offset: this fences every earlier
-                # producer of this thread (a zombie of a previous run).
-                self._producer = self.setup.log.transactional_producer(self._transactional_id)
-            for task_id in self.task_ids:
-                self.tasks.append(self._create_task(task_id))
-            self.state = ThreadState.RUNNING
             while not self._stop.is_set():
+                self._apply_pending_assignment()
                 self.run_once()
             self.commit("shutdown")
             self.state = ThreadState.STOPPED
@@ -202,10 +225,51 @@ class StreamThread:
             self.error = exc
             self.state = ThreadState.FAILED
             logger.error("stream thread %s failed: %s", self.name, exc)
-            if self._producer is not None and self._transaction_open:
-                self._producer.abort()
+            for task in self.active.values():
+                task.abort_transaction()
         finally:
             self._close_tasks()
+
+    def _apply_pending_assignment(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        active, standby = pending
+        leaving = [t for t in self.active if t not in active]
+        if leaving:
+            # Hand over cleanly: everything processed so far is committed first.
+            self.commit("tasks reassigned")
+            for task_id in leaving:
+                self._close_active(task_id)
+        for task_id in [t for t in self.standbys if t not in standby or t in active]:
+            self._close_standby(task_id)
+        self.state = ThreadState.RESTORING
+        for task_id in sorted(active):
+            if task_id not in self.active:
+                self._create_task(task_id)
+        for task_id in sorted(standby - active):
+            if task_id not in self.standbys:
+                self._create_standby(task_id)
+        self.state = ThreadState.RUNNING
+
+    def _close_active(self, task_id: TaskId) -> None:
+        """Close a task whose work is committed (or abandoned, when it was migrated)."""
+        active = dict(self.active)
+        task = active.pop(task_id)
+        self.active = active
+        for tp in task.consumed:
+            self._fetch_positions.pop(tp, None)
+        for name in task.stores:
+            self._cache.drop(f"{task_id}/{name}")
+        self.setup.metrics.unregister_tagged({"thread-id": self.name, "task-id": str(task_id)})
+        task.close()
+
+    def _close_standby(self, task_id: TaskId) -> None:
+        standbys = dict(self.standbys)
+        standby = standbys.pop(task_id)
+        self.standbys = standbys
+        standby.close()
 
     def _close_tasks(self) -> None:
         # Closed stores drop their metrics: keep the last values for reports.
@@ -215,42 +279,45 @@ class StreamThread:
             for name, value in self.setup.metrics.snapshot().items()
             if mine in name.tags
         }
-        for task in self.tasks:
+        tasks: list[StreamTask | StandbyTask] = [*self.active.values(), *self.standbys.values()]
+        for task in tasks:
             try:
                 task.close()
             except Exception as exc:  # close the others regardless
                 logger.warning("closing task %s failed: %s", task.id, exc)
-        if self._producer is not None:
-            self._producer.close()
+        self.active, self.standbys = {}, {}
         self.setup.metrics.unregister_tagged({"thread-id": self.name})
 
     # -- tasks and restoration ------------------------------------------------------
 
     def _create_task(self, task_id: TaskId) -> StreamTask:
+        """Fence the previous owner, open and restore the stores, then read the input offsets."""
         setup = self.setup
         layout, log, config = setup.layout, setup.log, setup.config
         subtopology = layout.subtopology(task_id)
+        # First: from here on the previous owner of the task can commit nothing.
+        producer = (
+            log.transactional_producer(f"{config.application_id}-{task_id}")
+            if self._exactly_once
+            else None
+        )
         stores: dict[str, TaskStore] = {}
         try:
             for name in subtopology.stores:
-                store = self._open_store(name, task_id)
-                changelog = layout.changelog_partition(name, task_id)
                 stores[name] = TaskStore(
-                    store, changelog=changelog, cache=self._cache, cache_name=f"{task_id}/{name}"
+                    self._open_store(name, task_id),
+                    changelog=layout.changelog_partition(name, task_id),
+                    cache=self._cache,
+                    cache_name=f"{task_id}/{name}",
                 )
-                if changelog is not None:
-                    result = restore(store, log, changelog)
-                    self._restored(task_id, result)
         except BaseException:
             for opened in stores.values():
                 opened.store.close()
+            if producer is not None:
+                producer.close()
             raise
-        inputs = layout.input_partitions(task_id)
-        committed = log.committed_offsets(config.application_id, inputs)
-        start = {tp: committed.get(tp, log.beginning_offset(tp)) for tp in inputs}
-        self._fetch_positions.update(start)
         partitions = PartitionGroup(
-            inputs,
+            layout.input_partitions(task_id),
             max_task_idle_ms=config.max_task_idle_ms,
             current_lag=self._lag.current_lag,
             clock_ms=lambda: int(time.monotonic() * 1000),
@@ -261,8 +328,23 @@ class StreamThread:
             stores=stores,
             partitions=partitions,
             logical_topics={physical: logical for logical, physical in layout.physical.items()},
-            start_offsets=start,
+            producer=producer,
         )
+        # Visible (as restoring) to queries and lag reports from now on.
+        self.active = {**self.active, task_id: task}
+        for name, store in stores.items():
+            changelog = store.logging.changelog
+            if changelog is not None:
+                committed = store.store.committed_offset(changelog)
+                position = log.beginning_offset(changelog) if committed is None else committed + 1
+                task.restoring[name] = LagInfo(position, log.end_offset(changelog))
+                self._restored(task_id, restore(store.store, log, changelog))
+                del task.restoring[name]
+        inputs = layout.input_partitions(task_id)
+        committed_inputs = log.committed_offsets(config.application_id, inputs)
+        start = {tp: committed_inputs.get(tp, log.beginning_offset(tp)) for tp in inputs}
+        task.start(start)
+        self._fetch_positions.update(start)
         tags = {"thread-id": self.name, "task-id": str(task_id)}
         setup.metrics.register(
             MetricName.of("stream-task-metrics", "enforced-processing-total", tags),
@@ -273,6 +355,25 @@ class StreamThread:
             lambda: float(task.processed),
         )
         return task
+
+    def _create_standby(self, task_id: TaskId) -> None:
+        layout = self.setup.layout
+        changelogs: dict[str, TopicPartition] = {}
+        stores: dict[str, StateStore] = {}
+        try:
+            for name in layout.subtopology(task_id).stores:
+                changelog = layout.changelog_partition(name, task_id)
+                if changelog is None:
+                    continue  # without a changelog there is nothing to replicate
+                stores[name] = self._open_store(name, task_id)
+                changelogs[name] = changelog
+        except BaseException:
+            for store in stores.values():
+                store.close()
+            raise
+        standby = StandbyTask(task_id, stores, changelogs)
+        standby.start(self.setup.log)
+        self.standbys = {**self.standbys, task_id: standby}
 
     def _open_store(self, name: str, task_id: TaskId) -> StateStore:
         spec = self.setup.topology.stores[name]
@@ -314,19 +415,26 @@ class StreamThread:
     # -- the loop -------------------------------------------------------------------
 
     def run_once(self) -> int:
-        """One iteration: fetch what is low, process, commit if due. Returns records processed."""
+        """One iteration: fetch what is low, process, replay standbys, commit if due.
+
+        Returns the records processed.
+        """
         fetched = self._fetch()
         processed = 0
-        for task in self.tasks:
+        for task in self.active.values():
             processed += task.process(_PROCESS_BATCH)
         if processed:
+            self.processed_total += processed
             self.processed_since_commit += processed
             self._process_sensor.record(processed)
             if not self._exactly_once:
                 # At-least-once may publish before committing, as Kafka's producer
                 # does: downstream sub-topologies need not wait for the interval.
                 self._outputs_sent += self._send_outputs()
-        reason = self._budget.after_iteration(sum(t.uncommitted_bytes() for t in self.tasks))
+        replayed = sum(standby.replay(self.setup.log) for standby in self.standbys.values())
+        reason = self._budget.after_iteration(
+            sum(t.uncommitted_bytes() for t in self.active.values())
+        )
         committed = None
         if reason is not None:
             committed = self.commit(reason.value)
@@ -340,33 +448,33 @@ class StreamThread:
         self.idle = (
             committed is None and not processed and not fetched and self.processed_since_commit == 0
         )
-        if not processed and not fetched:
+        if not processed and not fetched and not replayed:
             self._stop.wait(_IDLE_SLEEP_SECONDS)
         return processed
 
     def _send_outputs(self) -> int:
         """At-least-once only: append the outputs produced so far to the log."""
         batches: dict[TopicPartition, list[Record]] = {}
-        sent = self._collect_outputs(batches)
+        sent = 0
+        for task in self.active.values():
+            sent += self._collect_outputs(task, batches)
         for tp, records in batches.items():
             self.setup.log.produce(tp, records)
         return sent
 
-    def _collect_outputs(self, batches: dict[TopicPartition, list[Record]]) -> int:
-        collected = 0
-        for task in self.tasks:
-            for output in task.drain_outputs():
-                tp = self._output_partition(output.topic, output.key)
-                batches.setdefault(tp, []).append(
-                    Record(output.key, output.value, output.timestamp)
-                )
-                collected += 1
-        return collected
+    def _collect_outputs(
+        self, task: StreamTask, batches: dict[TopicPartition, list[Record]]
+    ) -> int:
+        outputs = task.drain_outputs()
+        for output in outputs:
+            tp = self._output_partition(output.topic, output.key)
+            batches.setdefault(tp, []).append(Record(output.key, output.value, output.timestamp))
+        return len(outputs)
 
     def _fetch(self) -> int:
         log, lag, positions = self.setup.log, self._lag, self._fetch_positions
         fetched = 0
-        for task in self.tasks:
+        for task in self.active.values():
             group = task.partitions
             for tp in task.consumed:
                 if group.buffered(tp) >= _FETCH_LOW_WATER:
@@ -388,22 +496,42 @@ class StreamThread:
             return None
         started = time.perf_counter()
         self._cache.flush()  # step 1
-        batches: dict[TopicPartition, list[Record]] = {}
         changelog_records: dict[TopicPartition, int] = {}
+        changelog_last_offsets: dict[TopicPartition, int] = {}
         input_offsets: dict[TopicPartition, int] = {}
-        output_records = self._collect_outputs(batches) + self._outputs_sent
+        output_records = self._outputs_sent
         self._outputs_sent = 0
-        for task in self.tasks:
+        migrated: list[TaskId] = []
+        for task in list(self.active.values()):
+            batches: dict[TopicPartition, list[Record]] = {}
+            output_records += self._collect_outputs(task, batches)
             timestamp = task.topology.timestamp
-            for tp, entries in task.drain_changelogs().items():
+            changelogs = task.drain_changelogs()
+            for tp, entries in changelogs.items():
                 batches[tp] = [Record(key, value, timestamp) for key, value in entries]
+            offsets = task.offsets_to_commit()
+            if not batches and not offsets:
+                continue
+            try:
+                last_offsets = self._write_to_log(task, batches, offsets)  # step 2
+            except ProducerFencedError as fenced:
+                logger.warning(
+                    "task %s was taken over by another member (%s); dropping it uncommitted",
+                    task.id,
+                    fenced,
+                )
+                migrated.append(task.id)
+                continue
+            task.commit_stores(last_offsets)  # step 3
+            input_offsets.update(offsets)
+            for tp, entries in changelogs.items():
                 changelog_records[tp] = len(entries)
-            input_offsets.update(task.offsets_to_commit())
-        last_offsets = self._write_to_log(batches, input_offsets)  # step 2
-        for task in self.tasks:  # step 3
-            task.commit_stores(last_offsets)
+                changelog_last_offsets[tp] = last_offsets[tp]
         if not self._exactly_once and input_offsets:
             self.setup.log.commit_offsets(self.setup.config.application_id, input_offsets)
+        for task_id in migrated:
+            self.migrated += 1
+            self._close_active(task_id)
         self._budget.committed()
         seconds = time.perf_counter() - started
         self._commit_sensor.record(seconds * 1000)
@@ -413,7 +541,7 @@ class StreamThread:
             records=self.processed_since_commit,
             input_offsets=input_offsets,
             changelog_records=changelog_records,
-            changelog_last_offsets={tp: last_offsets[tp] for tp in changelog_records},
+            changelog_last_offsets=changelog_last_offsets,
             output_records=output_records,
             seconds=seconds,
         )
@@ -425,24 +553,14 @@ class StreamThread:
 
     def _write_to_log(
         self,
+        task: StreamTask,
         batches: Mapping[TopicPartition, list[Record]],
         input_offsets: Mapping[TopicPartition, int],
     ) -> dict[TopicPartition, int]:
-        """Step 2; returns the offset of the last record written per partition."""
+        """Step 2 for one task; returns the offset of the last record written per partition."""
         log, group = self.setup.log, self.setup.config.application_id
-        if self._producer is not None:
-            producer = self._producer
-            producer.begin()
-            self._transaction_open = True
-            for tp, records in batches.items():
-                producer.send_batch(tp, records)
-            if input_offsets:
-                producer.send_offsets(group, input_offsets)
-            try:
-                committed = producer.commit()
-            finally:  # committed, or failed and dropped by the producer
-                self._transaction_open = False
-            return dict(committed.last_offsets)
+        if task.producer is not None:
+            return task.commit_transaction(batches, group, input_offsets)
         last: dict[TopicPartition, int] = {}
         for tp, records in batches.items():
             last[tp] = log.produce(tp, records)[-1]
@@ -471,10 +589,49 @@ class StreamThread:
 
     def input_lags(self) -> dict[TopicPartition, int | None]:
         """Locally known lag per input partition (None: not fetched yet)."""
-        return {tp: self._lag.current_lag(tp) for tp in self._fetch_positions}
+        return {tp: self._lag.current_lag(tp) for tp in list(self._fetch_positions)}
 
     def buffered(self) -> int:
         return sum(task.partitions.buffered() for task in self.tasks)
+
+    def local_store_partitions(self, store: str) -> list[LocalStorePartition]:
+        """This thread's copies of ``store``: active (running or restoring) and standby."""
+        found: list[LocalStorePartition] = []
+        for task_id, task in self.active.items():
+            task_store = task.stores.get(store)
+            if task_store is None:
+                continue
+            restoring = task.restoring.get(store)
+            changelog = task_store.logging.changelog
+            committed = None if changelog is None else task_store.store.committed_offset(changelog)
+            position = 0 if committed is None else committed + 1
+            found.append(
+                LocalStorePartition(
+                    store=store,
+                    partition=task_id.partition,
+                    task=task_id,
+                    role=StoreRole.ACTIVE,
+                    running=restoring is None and task.running,
+                    lag=restoring or LagInfo(position, position),
+                    open_reader=task_store.store.reader,
+                )
+            )
+        for task_id, standby in self.standbys.items():
+            standby_store = standby.stores.get(store)
+            if standby_store is None:
+                continue
+            found.append(
+                LocalStorePartition(
+                    store=store,
+                    partition=task_id.partition,
+                    task=task_id,
+                    role=StoreRole.STANDBY,
+                    running=False,
+                    lag=standby.lag(store),
+                    open_reader=standby_store.reader,
+                )
+            )
+        return found
 
     def _register_metrics(self) -> None:
         tags = {"thread-id": self.name}
@@ -487,7 +644,7 @@ class StreamThread:
         register(
             "stream-thread-metrics",
             "process-total",
-            lambda: float(sum(task.processed for task in self.tasks)),
+            lambda: float(self.processed_total),
         )
         register("stream-thread-metrics", "commit-rate", self._commit_sensor.rate)
         register("stream-thread-metrics", "commit-total", lambda: self._commit_sensor.total_count)

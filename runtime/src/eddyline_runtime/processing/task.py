@@ -10,11 +10,13 @@ fetches for it and commits for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.log import Record, TransactionalProducer
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.partition_group import PartitionGroup
+from eddyline_runtime.processing.queryable import LagInfo
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import Output, TaskTopology
 
@@ -40,18 +42,30 @@ class StreamTask:
         stores: Mapping[str, TaskStore],
         partitions: PartitionGroup,
         logical_topics: Mapping[str, str],
-        start_offsets: Mapping[TopicPartition, int],
+        producer: TransactionalProducer | None = None,
     ) -> None:
+        """``producer``: the task's own transactional producer under exactly-once."""
         self.id = task_id
         self.topology = topology
         self.stores = dict(stores)
         self.partitions = partitions
+        self.producer = producer
         # Log topic -> the name the topology uses for it (internal topics differ).
         self._logical_topics = dict(logical_topics)
         # Next input offset to read per partition: what a commit stores.
-        self.consumed: dict[TopicPartition, int] = dict(start_offsets)
-        self._committed_inputs = dict(start_offsets)
+        self.consumed: dict[TopicPartition, int] = {}
+        self._committed_inputs: dict[TopicPartition, int] = {}
+        # Stores still replaying their changelog, with how far they have to go.
+        self.restoring: dict[str, LagInfo] = {}
+        self.running = False
         self.processed = 0
+        self._transaction_open = False
+
+    def start(self, start_offsets: Mapping[TopicPartition, int]) -> None:
+        """Restored: process from these input offsets (the committed ones)."""
+        self.consumed = dict(start_offsets)
+        self._committed_inputs = dict(start_offsets)
+        self.running = True
 
     def process(self, max_records: int) -> int:
         """Process up to ``max_records`` buffered records, while timestamp order allows."""
@@ -121,10 +135,38 @@ class StreamTask:
             store.store.commit(offsets)
         self._committed_inputs = dict(self.consumed)
 
+    def commit_transaction(
+        self,
+        batches: Mapping[TopicPartition, Sequence[Record]],
+        group: str,
+        input_offsets: Mapping[TopicPartition, int],
+    ) -> dict[TopicPartition, int]:
+        """Write records and input offsets in one transaction of this task's producer."""
+        producer = self.producer
+        assert producer is not None, "exactly-once tasks have a producer"
+        producer.begin()
+        self._transaction_open = True
+        try:
+            for tp, records in batches.items():
+                producer.send_batch(tp, records)
+            if input_offsets:
+                producer.send_offsets(group, input_offsets)
+            return dict(producer.commit().last_offsets)
+        finally:  # committed, or failed and dropped by the producer
+            self._transaction_open = False
+
+    def abort_transaction(self) -> None:
+        if self.producer is not None and self._transaction_open:
+            self.producer.abort()
+            self._transaction_open = False
+
     def close(self) -> None:
-        """Close processors and stores; uncommitted store writes are discarded."""
+        """Close processors, stores and producer; uncommitted store writes are discarded."""
+        self.running = False
         try:
             self.topology.close()
         finally:
             for store in self.stores.values():
                 store.store.close()
+            if self.producer is not None:
+                self.producer.close()

@@ -51,6 +51,14 @@ class TopicLayout:
             for partition in range(self.partitions[sub.id])
         ]
 
+    def stateful_tasks(self) -> set[TaskId]:
+        """Tasks with at least one store that has a changelog (those get standbys)."""
+        return {
+            task
+            for task in self.tasks()
+            if any(store in self.changelogs for store in self.subtopology(task).stores)
+        }
+
     def subtopology(self, task: TaskId) -> SubTopology:
         return self.subtopologies[task.subtopology]
 

@@ -1,0 +1,81 @@
+"""What an instance tells interactive queries (KIP-535): where keys live, how stale copies are.
+
+Kafka Streams' names: :class:`HostInfo` is a member's query address,
+:class:`KeyQueryMetadata` says which host holds a key's active copy and which
+hold standbys, :class:`LagInfo` how far a local store trails its changelog.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.state import StoreReader
+
+
+@dataclass(frozen=True, order=True)
+class HostInfo:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, address: str) -> HostInfo:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f'"{address}" is not a host:port address (e.g. localhost:7070)')
+        return cls(host, int(port))
+
+
+@dataclass(frozen=True)
+class KeyQueryMetadata:
+    """Where a key's store partition lives: the active copy's host, the standbys' hosts."""
+
+    active_host: HostInfo | None
+    standby_hosts: tuple[HostInfo, ...]
+    partition: int
+
+
+@dataclass(frozen=True)
+class LagInfo:
+    """How far a local store partition trails its changelog (KIP-535).
+
+    ``current_offset_position`` is the next changelog offset the store would
+    apply (its committed offset + 1), ``end_offset_position`` the changelog's
+    end as last seen; an active, running task reports a lag of 0.
+    """
+
+    current_offset_position: int
+    end_offset_position: int
+
+    @property
+    def offset_lag(self) -> int:
+        return max(self.end_offset_position - self.current_offset_position, 0)
+
+
+class StoreRole(enum.StrEnum):
+    ACTIVE = "active"
+    STANDBY = "standby"
+
+
+@dataclass(frozen=True)
+class LocalStorePartition:
+    """One store partition this instance holds, and how it may be read."""
+
+    store: str
+    partition: int
+    task: TaskId
+    role: StoreRole
+    running: bool  # an active task that finished restoring; standbys never are
+    lag: LagInfo
+    open_reader: Callable[[IsolationLevel | None], StoreReader] = field(compare=False)
+
+    @property
+    def current(self) -> bool:
+        """Up to date: queries may read it without allowing stale results."""
+        return self.role is StoreRole.ACTIVE and self.running

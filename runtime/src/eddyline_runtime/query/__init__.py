@@ -1,0 +1,1 @@
+"""Interactive queries (KIP-535): the HTTP server each instance runs, and the client router."""

@@ -1,0 +1,170 @@
+"""The client router of KIP-535: query the active copy, else the freshest acceptable standby.
+
+``QueryRouter.get(store, key)``:
+
+1. asks any reachable instance for the key's ``KeyQueryMetadata``;
+2. queries the active host (fresh data only);
+3. if the active host is unreachable, restoring or gone, asks each standby
+   host for its lag on that store partition and queries, with
+   ``allow_stale``, the most caught-up standby whose lag is within
+   ``acceptable_lag``;
+4. otherwise fails with :class:`QueryFailedError`, saying what each host
+   answered.
+
+Plain ``urllib``: the router is a few blocking calls, run from the CLI or
+from user code that may have no event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.errors import EddylineError
+
+DEFAULT_TIMEOUT_SECONDS = 2.0
+
+
+class QueryFailedError(EddylineError):
+    """No host could answer acceptably; ``attempts`` says what each one did."""
+
+    def __init__(self, store: str, key: str, attempts: Sequence[str]) -> None:
+        self.attempts = list(attempts)
+        super().__init__(
+            f'no host answered for key "{key}" of store "{store}": '
+            + "; ".join(attempts)
+            + ". Retry later, or accept staler answers (a larger acceptable lag)"
+        )
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    found: bool
+    value: Any
+    host: str
+    role: str  # "active" or "standby"
+    stale: bool
+    lag: int
+    partition: int
+
+
+class QueryRouter:
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        *,
+        acceptable_lag: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        """``bootstrap``: host:port addresses of some instances; ``acceptable_lag``:
+        the most changelog records a standby may trail (None: any)."""
+        if not bootstrap:
+            raise ValueError("the router needs at least one host:port to start from")
+        self.bootstrap = list(bootstrap)
+        self.acceptable_lag = acceptable_lag
+        self.timeout = timeout
+
+    def metadata(self, store: str, key: str) -> dict[str, Any]:
+        attempts: list[str] = []
+        path = f"/v1/stores/{_quote(store)}/metadata/{_quote(key)}"
+        for host in self.bootstrap:
+            status, body = self._get(host, path)
+            if status == 200:
+                return body
+            attempts.append(f"{host}: {_describe(status, body)}")
+            if status == 404:
+                break  # the store does not exist: every host will say so
+        raise QueryFailedError(store, key, attempts)
+
+    def get(
+        self, store: str, key: str, *, isolation: IsolationLevel | str | None = None
+    ) -> QueryResult:
+        metadata = self.metadata(store, key)
+        partition = int(metadata["partition"])
+        attempts: list[str] = []
+        query: dict[str, str] = {}
+        if isolation is not None:
+            query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
+        path = f"/v1/stores/{_quote(store)}/keys/{_quote(key)}"
+        active = metadata.get("active_host")
+        if active:
+            status, body = self._get(active, path, query)
+            if status == 200:
+                return _result(active, body)
+            attempts.append(f"active {active}: {_describe(status, body)}")
+        else:
+            attempts.append("no active host (the task is being reassigned)")
+        for lag, host in self._standbys_by_lag(store, partition, metadata, attempts):
+            status, body = self._get(host, path, {**query, "allow_stale": "true"})
+            if status == 200:
+                return _result(host, body)
+            attempts.append(f"standby {host} (lag {lag}): {_describe(status, body)}")
+        raise QueryFailedError(store, key, attempts)
+
+    def _standbys_by_lag(
+        self, store: str, partition: int, metadata: dict[str, Any], attempts: list[str]
+    ) -> list[tuple[int, str]]:
+        candidates: list[tuple[int, str]] = []
+        for host in metadata.get("standby_hosts", []):
+            status, body = self._get(host, "/v1/lags")
+            if status != 200:
+                attempts.append(f"standby {host}: {_describe(status, body)}")
+                continue
+            lag_info = body.get(store, {}).get(str(partition))
+            if lag_info is None:
+                attempts.append(f"standby {host}: does not hold partition {partition} yet")
+                continue
+            lag = int(lag_info["offset_lag"])
+            if self.acceptable_lag is not None and lag > self.acceptable_lag:
+                attempts.append(
+                    f"standby {host}: lag {lag} exceeds the acceptable {self.acceptable_lag}"
+                )
+                continue
+            candidates.append((lag, host))
+        return sorted(candidates)
+
+    def _get(
+        self, host: str, path: str, query: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """(status, JSON body); status 0 when the host cannot be reached."""
+        url = f"http://{host}{path}"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+                return response.status, json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            try:
+                body = json.loads(error.read() or b"{}")
+            except ValueError:
+                body = {"error": error.reason}
+            return error.code, body
+        except (OSError, ValueError) as error:
+            return 0, {"error": f"unreachable ({error})"}
+
+
+def _result(host: str, body: dict[str, Any]) -> QueryResult:
+    return QueryResult(
+        found=bool(body["found"]),
+        value=body["value"],
+        host=host,
+        role=str(body["role"]),
+        stale=bool(body["stale"]),
+        lag=int(body["lag"]),
+        partition=int(body["partition"]),
+    )
+
+
+def _describe(status: int, body: dict[str, Any]) -> str:
+    error = body.get("error", "")
+    return f"{status} {error}".strip() if status else str(error)
+
+
+def _quote(text: str) -> str:
+    return urllib.parse.quote(text, safe="")

@@ -1,0 +1,413 @@
+"""The interactive-query HTTP server every instance runs (KIP-535).
+
+Built on aiohttp: a mature, actively maintained asyncio server and client in
+one package, needing no separate ASGI server, and small enough to run on a
+background thread beside the stream threads. Handlers only read stores
+through :class:`~eddyline_runtime.state.StoreReader` snapshots, which are
+safe while the owner thread writes and commits.
+
+Endpoints (JSON unless noted)::
+
+    GET /v1/stores                              the stores and their serdes
+    GET /v1/stores/{store}/keys/{key}           one key
+    GET /v1/stores/{store}/range?from=&to=      keys from..to (inclusive; either may be omitted)
+    GET /v1/stores/{store}/all                  every key this instance holds
+    GET /v1/stores/{store}/metadata/{key}       KeyQueryMetadata: active, standby hosts, partition
+    GET /v1/lags                                all_local_store_partition_lags()
+    GET /healthz   /readyz   /metrics (Prometheus text)
+
+Store reads take ``isolation=READ_COMMITTED|READ_UNCOMMITTED`` (default:
+``default.state.isolation.level``) and ``allow_stale=true|false`` (KIP-535's
+``includeStaleStores``, default false). Errors a client can act on:
+
+* 404: no such store (the body lists the stores);
+* 421: this instance does not hold the key's partition (the body names the
+  hosts that do);
+* 503 with ``Retry-After``: the local copy is a standby or still restoring
+  and ``allow_stale`` is false (the body names the active host);
+* 400: a bad parameter (the body names the accepted values).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import web
+
+from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.processing import StreamsInstance
+from eddyline_runtime.processing.queryable import (
+    HostInfo,
+    KeyQueryMetadata,
+    LocalStorePartition,
+)
+from eddyline_runtime.query.prometheus import render_prometheus
+from eddyline_runtime.serde import serde_for
+from eddyline_runtime.state import KeyRange, StateStoreError
+
+logger = logging.getLogger(__name__)
+
+# What a client should wait before retrying a standby or restoring store.
+RETRY_AFTER_SECONDS = 1
+_MAX_ENTRIES = 100_000
+
+
+class QueryServer:
+    """Serves one instance's stores over HTTP on a background thread."""
+
+    def __init__(self, instance: StreamsInstance, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.instance = instance
+        self._host, self._port = host, port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self.address: HostInfo | None = None
+
+    def start(self) -> HostInfo:
+        """Bind and serve; returns the bound address (port 0 picks a free one)."""
+        self._thread = threading.Thread(target=self._serve, name="eddyline-query", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        if self._error is not None:
+            raise EddylineError(
+                f"the query server cannot listen on {self._host}:{self._port}: {self._error}; "
+                "pick a free port (application.server)"
+            ) from self._error
+        assert self.address is not None
+        return self.address
+
+    def stop(self) -> None:
+        loop, runner = self._loop, self._runner
+        if loop is None or runner is None:
+            return
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        self._loop = None
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            runner = web.AppRunner(_application(self.instance), access_log=None)
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, self._host, self._port)
+            loop.run_until_complete(site.start())
+            self._runner = runner
+            sockets = runner.addresses
+            bound = sockets[0] if sockets else (self._host, self._port)
+            self.address = HostInfo(self._host, int(bound[1]))
+        except BaseException as exc:
+            self._error = exc
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+
+def _application(instance: StreamsInstance) -> web.Application:
+    handlers = _Handlers(instance)
+    app = web.Application()
+    app.router.add_get("/v1/stores", handlers.stores)
+    app.router.add_get("/v1/stores/{store}/keys/{key}", handlers.get_key)
+    app.router.add_get("/v1/stores/{store}/range", handlers.get_range)
+    app.router.add_get("/v1/stores/{store}/all", handlers.get_all)
+    app.router.add_get("/v1/stores/{store}/metadata/{key}", handlers.metadata)
+    app.router.add_get("/v1/lags", handlers.lags)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/readyz", handlers.readyz)
+    app.router.add_get("/metrics", handlers.metrics)
+    return app
+
+
+class _QueryError(Exception):
+    def __init__(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None):
+        super().__init__(body.get("error", ""))
+        self.status, self.body, self.headers = status, body, headers or {}
+
+    def response(self) -> web.Response:
+        return web.json_response(self.body, status=self.status, headers=self.headers)
+
+
+class _Handlers:
+    def __init__(self, instance: StreamsInstance) -> None:
+        self.instance = instance
+
+    # -- stores -------------------------------------------------------------------
+
+    async def stores(self, request: web.Request) -> web.Response:
+        specs = self.instance.topology.stores
+        return web.json_response(
+            {
+                "stores": [
+                    {"name": s.name, "key_serde": s.key_serde, "value_serde": s.value_serde}
+                    for s in specs.values()
+                ]
+            }
+        )
+
+    async def get_key(self, request: web.Request) -> web.Response:
+        try:
+            store = self._store(request)
+            isolation, allow_stale = _read_options(request)
+            keys, values = _serdes(self.instance, store, request)
+            key = keys.serialize_text(request.match_info["key"])
+            metadata = self.instance.key_query_metadata(store, key)
+            local = self._local(store, metadata.partition)
+            if local is None:
+                raise _QueryError(
+                    421,
+                    {
+                        "error": f"this instance does not host partition {metadata.partition} of "
+                        f'store "{store}"; query one of the hosts that do',
+                        **_metadata_body(metadata),
+                    },
+                )
+            _check_fresh(local, allow_stale, metadata)
+            value = local.open_reader(isolation).get(key)
+        except _QueryError as error:
+            return error.response()
+        except StateStoreError as error:
+            return _moving(error).response()
+        return web.json_response(
+            {
+                "store": store,
+                "key": request.match_info["key"],
+                "found": value is not None,
+                "value": None if value is None else _render(values, value),
+                **_served_by(local, isolation, self.instance),
+            }
+        )
+
+    async def get_range(self, request: web.Request) -> web.Response:
+        frm, to = request.query.get("from"), request.query.get("to")
+        return self._scan(request, frm, to)
+
+    async def get_all(self, request: web.Request) -> web.Response:
+        return self._scan(request, None, None)
+
+    def _scan(self, request: web.Request, frm: str | None, to: str | None) -> web.Response:
+        try:
+            store = self._store(request)
+            isolation, allow_stale = _read_options(request)
+            keys, values = _serdes(self.instance, store, request)
+            key_range = KeyRange.closed(
+                None if frm is None else keys.serialize_text(frm),
+                None if to is None else keys.serialize_text(to),
+            )
+        except _QueryError as error:
+            return error.response()
+        served, skipped, scans = [], [], []
+        for local in sorted(self.instance.local_store_partitions(store), key=lambda p: p.partition):
+            if not (local.current or allow_stale):
+                skipped.append(local.partition)
+                continue
+            served.append(local.partition)
+            try:
+                scans.append(local.open_reader(isolation).scan(key_range))
+            except StateStoreError as error:
+                return _moving(error).response()
+        entries = [
+            [_render(keys, stored_key), _render(values, value)]
+            for stored_key, value in _limited(heapq.merge(*scans))
+        ]
+        return web.json_response(
+            {
+                "store": store,
+                "isolation": (isolation or self.instance.config.effective_isolation_level).value,
+                "entries": entries,
+                "partitions": served,
+                "skipped_partitions": skipped,
+            }
+        )
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        try:
+            store = self._store(request)
+            keys, _ = _serdes(self.instance, store, request)
+            key = keys.serialize_text(request.match_info["key"])
+        except _QueryError as error:
+            return error.response()
+        return web.json_response(_metadata_body(self.instance.key_query_metadata(store, key)))
+
+    async def lags(self, request: web.Request) -> web.Response:
+        lags = self.instance.all_local_store_partition_lags()
+        return web.json_response(
+            {
+                store: {
+                    str(partition): {
+                        "current_offset_position": lag.current_offset_position,
+                        "end_offset_position": lag.end_offset_position,
+                        "offset_lag": lag.offset_lag,
+                    }
+                    for partition, lag in sorted(partitions.items())
+                }
+                for store, partitions in sorted(lags.items())
+            }
+        )
+
+    # -- health and metrics ---------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        healthy = self.instance.healthy()
+        return web.json_response(
+            {"status": "ok" if healthy else "failed", "state": self.instance.state.value},
+            status=200 if healthy else 503,
+        )
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready = self.instance.ready()
+        return web.json_response(
+            {"ready": ready, "state": self.instance.state.value}, status=200 if ready else 503
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text=render_prometheus(self.instance.metrics.snapshot()),
+            content_type="text/plain",
+            charset="utf-8",
+        )
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _store(self, request: web.Request) -> str:
+        store = request.match_info["store"]
+        if store not in self.instance.topology.stores:
+            known = sorted(self.instance.topology.stores)
+            raise _QueryError(
+                404,
+                {"error": f'no store named "{store}"; stores: {", ".join(known)}', "stores": known},
+            )
+        return store
+
+    def _local(self, store: str, partition: int) -> LocalStorePartition | None:
+        for local in self.instance.local_store_partitions(store):
+            if local.partition == partition:
+                return local
+        return None
+
+
+def _read_options(request: web.Request) -> tuple[IsolationLevel | None, bool]:
+    raw_isolation = request.query.get("isolation")
+    try:
+        isolation = (
+            None if raw_isolation is None else IsolationLevel.parse(raw_isolation, key="isolation")
+        )
+    except EddylineError as error:
+        raise _QueryError(400, {"error": str(error)}) from None
+    raw_stale = request.query.get("allow_stale", "false").lower()
+    if raw_stale not in ("true", "false", "1", "0"):
+        raise _QueryError(400, {"error": f'allow_stale must be true or false, got "{raw_stale}"'})
+    return isolation, raw_stale in ("true", "1")
+
+
+class _KeyCodec:
+    """A store's key serde, and how a key written in a URL becomes its input."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.serde = serde_for(name, key="key_serde")
+
+    def serialize_text(self, text: str) -> bytes:
+        try:
+            parsed: Any = text
+            if self.name in ("long", "int"):
+                parsed = int(text)
+            elif self.name == "json":
+                parsed = json.loads(text)
+            elif self.name == "bytes":
+                parsed = text.encode()
+            serialized: bytes = self.serde.serialize(parsed)
+        except (ValueError, TypeError) as error:
+            raise _QueryError(
+                400, {"error": f'cannot read key "{text}" as {self.name}: {error}'}
+            ) from None
+        return serialized
+
+    def deserialize(self, data: bytes) -> Any:
+        return self.serde.deserialize(data)
+
+
+def _serdes(instance: StreamsInstance, store: str, request: web.Request) -> tuple[_KeyCodec, Any]:
+    spec = instance.topology.stores[store]
+    try:
+        keys = _KeyCodec(request.query.get("key_serde", spec.key_serde or "string"))
+        values = serde_for(request.query.get("value_serde", spec.value_serde), key="value_serde")
+    except EddylineError as error:
+        raise _QueryError(400, {"error": str(error)}) from None
+    return keys, values
+
+
+def _render(serde: Any, data: bytes) -> Any:
+    value = serde.deserialize(data)
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value
+
+
+def _check_fresh(local: LocalStorePartition, allow_stale: bool, metadata: KeyQueryMetadata) -> None:
+    if local.current or allow_stale:
+        return
+    why = "a standby copy" if local.role.value == "standby" else "still restoring"
+    raise _QueryError(
+        503,
+        {
+            "error": f'partition {local.partition} of store "{local.store}" is {why} here '
+            f"(lag {local.lag.offset_lag}); query the active host, or pass allow_stale=true",
+            "lag": local.lag.offset_lag,
+            **_metadata_body(metadata),
+        },
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def _moving(error: StateStoreError) -> _QueryError:
+    """The store closed under the query: its task is moving (a rebalance); retry shortly."""
+    return _QueryError(
+        503,
+        {"error": f"the store is being closed or moved ({error}); retry"},
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def _metadata_body(metadata: KeyQueryMetadata) -> dict[str, Any]:
+    return {
+        "active_host": None if metadata.active_host is None else str(metadata.active_host),
+        "standby_hosts": [str(host) for host in metadata.standby_hosts],
+        "partition": metadata.partition,
+    }
+
+
+def _served_by(
+    local: LocalStorePartition, isolation: IsolationLevel | None, instance: StreamsInstance
+) -> dict[str, Any]:
+    return {
+        "partition": local.partition,
+        "task": str(local.task),
+        "role": local.role.value,
+        "stale": not local.current,
+        "lag": local.lag.offset_lag,
+        "isolation": (isolation or instance.config.effective_isolation_level).value,
+    }
+
+
+def _limited(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+    for count, entry in enumerate(entries):
+        if count >= _MAX_ENTRIES:
+            logger.warning("range query truncated at %d entries", _MAX_ENTRIES)
+            return
+        yield entry
