@@ -1,10 +1,5 @@
 """KIP-816 end to end: a topology gains a sub-topology before the others, the app
-restarts, and no store restores a single record from its changelog.
-
-Marked xfail until ``relocate_state`` runs in ``StreamsInstance.start()``;
-strict, so wiring it in turns this into an XPASS failure that asks for the
-marker to go.
-"""
+restarts, and no store restores a single record from its changelog."""
 
 from __future__ import annotations
 
@@ -87,9 +82,6 @@ def last_counts(log: SqliteLog) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="relocation not wired into start-up yet"
-)
 def test_a_new_first_sub_topology_restarts_without_restoring_a_record(
     tmp_path: Path, log: SqliteLog
 ) -> None:

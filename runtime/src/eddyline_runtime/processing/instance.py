@@ -26,6 +26,7 @@ from eddyline_runtime.processing.queryable import (
     LagInfo,
     LocalStorePartition,
 )
+from eddyline_runtime.processing.relocation import RelocationReport, relocate_state
 from eddyline_runtime.processing.stream_thread import (
     CommitListener,
     RestoreListener,
@@ -80,6 +81,7 @@ class StreamsInstance:
         self.layout: TopicLayout | None = None
         self.threads: list[StreamThread] = []
         self.assignment = assignment
+        self.relocation: RelocationReport | None = None
         self._on_commit = tuple(on_commit)
         self._on_restore = tuple(on_restore)
         self._lock = threading.Lock()
@@ -88,6 +90,13 @@ class StreamsInstance:
         with self._lock:
             if self.state is not InstanceState.CREATED:
                 raise EddylineError(f"an instance starts once; this one is {self.state}")
+            # KIP-816, before any store opens: stores whose sub-topology ordinal
+            # changed move to where this topology expects them (or we refuse).
+            self.relocation = relocate_state(
+                self.config.state_dir,
+                self.topology,
+                automatic=self.config.automatic_state_relocation,
+            )
             self.state = InstanceState.REBALANCING
             layout = resolve_topics(self.topology, self.config.application_id, self.log)
             self.layout = layout
