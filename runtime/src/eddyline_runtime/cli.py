@@ -36,7 +36,15 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
         if args.demo == "wordcount":
             from eddyline_runtime.demo.wordcount_demo import run_demo as run_wordcount
 
-            return _report_errors(lambda: run_wordcount(args.manifest, args.state_dir, args.lines))
+            return _report_errors(
+                lambda: run_wordcount(
+                    args.manifest,
+                    args.state_dir,
+                    args.lines,
+                    replicas=args.replicas,
+                    base_port=args.base_port,
+                )
+            )
         from eddyline_runtime.demo.store_demo import run_demo
 
         return run_demo(args.state_dir)
@@ -166,6 +174,15 @@ def _add_demo_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="the demo's log and stores; wiped at start (default: %(default)s)",
     )
     wordcount.add_argument("--lines", type=int, default=50_000, help="lines of text to generate")
+    wordcount.add_argument(
+        "--replicas", type=int, default=3, help="local replicas (default: %(default)s)"
+    )
+    wordcount.add_argument(
+        "--base-port",
+        type=int,
+        default=7070,
+        help="replica i answers queries on this port + i (default: %(default)s)",
+    )
 
 
 def _add_log_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
