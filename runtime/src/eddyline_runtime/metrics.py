@@ -62,24 +62,21 @@ class Sensor:
 
     def rate(self) -> float:
         """Events per second over the window (at least one second, so a burst is not inflated)."""
-        now = self.clock()
-        with self._lock:
-            live = self._live(now)
-            if not live:
-                return 0.0
-            elapsed = max(now - live[0].start, 1.0)
-            return sum(s.count for s in live) / elapsed
+        return self._per_second(lambda sample: sample.count)
 
     def total_rate(self) -> float:
         """Sum of recorded values per second over the window (records/s when each
         value is a batch size)."""
+        return self._per_second(lambda sample: sample.total)
+
+    def _per_second(self, amount: Callable[[_Sample], float]) -> float:
         now = self.clock()
         with self._lock:
             live = self._live(now)
             if not live:
                 return 0.0
             elapsed = max(now - live[0].start, 1.0)
-            return sum(s.total for s in live) / elapsed
+            return sum(amount(s) for s in live) / elapsed
 
     def avg(self) -> float:
         with self._lock:

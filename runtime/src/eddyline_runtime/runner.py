@@ -110,27 +110,11 @@ def run_app(
     config = app.streams_config()
     topology = load_topology(app.spec.topology, search_path)
     instance = StreamsInstance(topology, config, log, instance_id=instance_id)
-    stop = threading.Event()
-    with _stop_on_signals(stop):
-        instance.start()
-        server = _start_query_server(instance, out)
-        if on_started is not None:
-            on_started(instance)
-        progress = _Progress(instance, out)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while not stop.wait(0.05):
-                if until_caught_up and instance.caught_up():
-                    break
-                instance.check()
-                progress.maybe_print()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"{app.metadata.name} still running after {timeout} s")
-        finally:
-            if server is not None:
-                server.stop()
-            instance.close()
-        progress.print_line(final=True)
+
+    def finished() -> bool:
+        return until_caught_up and instance.caught_up()
+
+    _serve(instance, app, out, finished, tick_seconds=0.05, timeout=timeout, on_started=on_started)
     return instance
 
 
@@ -155,26 +139,61 @@ def run_member(
         member=membership.assignment.member(instance_id),
         assignment=membership.assignment,
     )
+    generation = membership.generation
+
+    def follow_membership() -> bool:
+        nonlocal generation
+        current = Membership.read(member_file)
+        if current is not None and current.generation != generation:
+            generation = current.generation
+            instance.apply_assignment(current.assignment)
+        return False  # a replica runs until it is stopped
+
+    _serve(
+        instance,
+        app,
+        out,
+        follow_membership,
+        tick_seconds=_MEMBERSHIP_POLL_SECONDS,
+        prefix=f"[replica {instance_id}] ",
+    )
+    return instance
+
+
+def _serve(
+    instance: StreamsInstance,
+    app: StreamApp,
+    out: TextIO,
+    finished: Callable[[], bool],
+    *,
+    tick_seconds: float,
+    prefix: str = "",
+    timeout: float | None = None,
+    on_started: Callable[[StreamsInstance], None] | None = None,
+) -> None:
+    """Start the instance and its query server; tick until ``finished()`` or a signal;
+    close cleanly (final commit) in every case."""
     stop = threading.Event()
     with _stop_on_signals(stop):
         instance.start()
         server = _start_query_server(instance, out)
-        progress = _Progress(instance, out, prefix=f"[replica {instance_id}] ")
-        generation = membership.generation
+        if on_started is not None:
+            on_started(instance)
+        progress = _Progress(instance, out, prefix=prefix)
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while not stop.wait(_MEMBERSHIP_POLL_SECONDS):
-                current = Membership.read(member_file)
-                if current is not None and current.generation != generation:
-                    generation = current.generation
-                    instance.apply_assignment(current.assignment)
+            while not stop.wait(tick_seconds):
+                if finished():
+                    break
                 instance.check()
                 progress.maybe_print()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"{app.metadata.name} still running after {timeout} s")
         finally:
             if server is not None:
                 server.stop()
             instance.close()
         progress.print_line(final=True)
-    return instance
 
 
 def run_group(

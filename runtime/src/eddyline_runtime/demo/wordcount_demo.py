@@ -30,7 +30,7 @@ import yaml
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.local_group import LocalGroup
-from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.log import Record, SqliteLog, read_partition
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from eddyline_runtime.runner import load_app, start_group
@@ -298,19 +298,12 @@ def _restore_lines(group: LocalGroup, member_id: str, task: str) -> list[str]:
 
 def _latest_counts(log: SqliteLog) -> dict[str, int]:
     longs = serde_for("long")
-    latest: dict[str, int] = {}
-    for partition in range(log.topics()[OUTPUT_TOPIC].partitions):
-        tp = TopicPartition(OUTPUT_TOPIC, partition)
-        position = log.beginning_offset(tp)
-        while True:
-            fetched = log.fetch(tp, position, 10_000)
-            for record in fetched.records:
-                if record.key is not None and record.value is not None:
-                    latest[record.key.decode()] = longs.deserialize(record.value)
-            if not fetched.records:
-                break
-            position = fetched.records[-1].offset + 1
-    return latest
+    return {
+        record.key.decode(): longs.deserialize(record.value)
+        for partition in range(log.topics()[OUTPUT_TOPIC].partitions)
+        for record in read_partition(log, TopicPartition(OUTPUT_TOPIC, partition))
+        if record.key is not None and record.value is not None
+    }
 
 
 def _get_json(url: str) -> Any:

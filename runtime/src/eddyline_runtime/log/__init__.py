@@ -24,6 +24,7 @@ from eddyline_runtime.log.port import (
     Record,
     TopicSpec,
     TransactionalProducer,
+    read_partition,
 )
 from eddyline_runtime.log.sqlite_log import SqliteLog
 
@@ -55,4 +56,5 @@ __all__ = [
     "UnknownTopicError",
     "UnsupportedLogUrlError",
     "open_log",
+    "read_partition",
 ]

@@ -20,7 +20,7 @@ producer with the same id (a zombie) is fenced: its commit fails with
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -197,3 +197,14 @@ class LagTracker:
         if end is None or position is None:
             return None
         return max(end - position, 0)
+
+
+def read_partition(log: Log, tp: TopicPartition, offset: int | None = None) -> Iterator[Record]:
+    """Every committed record of ``tp`` from ``offset`` (default: the beginning) to its end."""
+    position = log.beginning_offset(tp) if offset is None else offset
+    while True:
+        records = log.fetch(tp, position).records
+        if not records:
+            return
+        yield from records
+        position = records[-1].offset + 1
