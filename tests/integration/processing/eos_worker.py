@@ -1,0 +1,213 @@
+"""The process ``test_exactly_once_crash.py`` SIGKILLs and restarts: the word-count example.
+
+Usage::
+
+    eos_worker.py LOG STATE_DIR EVENTS GUARANTEE COMMIT_INTERVAL_MS THREADS \
+        LOG_COMMIT_DELAY_MS STORE_COMMIT_DELAY_MS
+
+It runs ``examples/wordcount/wordcount.py`` (application id ``wordcount``) on
+the SQLite log at LOG until every input record is processed and committed,
+then closes cleanly, unless the parent kills it first. It appends one JSON
+object per line to EVENTS, each line one ``write()`` on an ``O_APPEND`` file,
+so every line written before a SIGKILL survives it:
+
+* ``{"event": "restore", ...}`` per restored store (the runtime's
+  :class:`RestoreReport`, i.e. what its ``restore-total`` metric reports);
+* ``{"event": "running", "restore_total": ...}`` once every thread runs, with
+  the ``restore-total`` metric of every store as the runtime registered it;
+* ``{"event": "commit", ...}`` per commit (the runtime's :class:`CommitReport`,
+  handed to listeners only after the stores committed);
+* ``{"event": "closed", ...}`` after a clean close.
+
+The two delays change no logic; they widen the windows of a commit that a
+kill at a random instant rarely hits, so that the parent's kills land in
+them often:
+
+* LOG_COMMIT_DELAY_MS > 0 sleeps that long before each log transaction's
+  commit, or under at-least-once before each append to a changelog and
+  each commit of input offsets (step 2 of the commit protocol in
+  ``stream_thread.py``; under exactly-once, a kill then must leave no trace
+  of the commit in the log);
+* STORE_COMMIT_DELAY_MS > 0 sleeps that long before each store commit
+  (step 3: a kill then leaves a changelog tail for the restart to restore).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log import CommittedTransaction, Record, SqliteLog, TransactionalProducer
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.processing import (
+    CommitReport,
+    InstanceState,
+    RestoreReport,
+    StreamsInstance,
+)
+from eddyline_runtime.state import RocksDBStore
+
+EXAMPLE_DIR = Path(__file__).resolve().parents[3] / "examples" / "wordcount"
+sys.path.insert(0, str(EXAMPLE_DIR))
+
+import wordcount  # noqa: E402
+
+APPLICATION_ID = "wordcount"
+# A safety net: a worker that never catches up fails instead of hanging the suite.
+MAX_SECONDS = 240.0
+
+
+def tp_key(tp: TopicPartition) -> str:
+    return f"{tp.topic}:{tp.partition}"
+
+
+class Events:
+    """JSON lines, one ``write()`` each, appended from any thread."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+
+    def emit(self, event: dict[str, Any]) -> None:
+        line = (json.dumps(event, sort_keys=True) + "\n").encode()
+        with self._lock:
+            written = os.write(self._fd, line)
+        if written != len(line):  # a regular file takes the whole line
+            raise OSError(f"short write of an event: {written} of {len(line)} bytes")
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class SlowCommitsLog(SqliteLog):
+    """The SQLite log, with each commit's writes (step 2) applied late.
+
+    Under exactly-once that is every transaction's commit; under
+    at-least-once, the plain appends to changelog topics, which only commits
+    make (outputs are appended as produced, and stay fast), and the input
+    offsets' commit.
+    """
+
+    def __init__(self, path: Path, delay_seconds: float) -> None:
+        super().__init__(path)
+        self.delay_seconds = delay_seconds
+
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
+        producer = super().transactional_producer(transactional_id)
+        commit = producer.commit
+
+        def delayed_commit() -> CommittedTransaction:
+            time.sleep(self.delay_seconds)
+            return commit()
+
+        producer.commit = delayed_commit  # type: ignore[method-assign]
+        return producer
+
+    def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:
+        if tp.topic.endswith("-changelog"):
+            time.sleep(self.delay_seconds)
+        return super().produce(tp, records)
+
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        time.sleep(self.delay_seconds)
+        super().commit_offsets(group, offsets)
+
+
+def delay_store_commits(seconds: float) -> None:
+    """Sleep before every store commit; the commit itself is untouched."""
+    commit = RocksDBStore.commit
+
+    def delayed_commit(self: RocksDBStore, changelog_offsets: Any) -> None:
+        time.sleep(seconds)
+        commit(self, changelog_offsets)
+
+    RocksDBStore.commit = delayed_commit  # type: ignore[method-assign]
+
+
+def main() -> None:
+    log_path, state_dir, events_path = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    guarantee, commit_interval_ms, threads = sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+    log_commit_delay_ms, store_commit_delay_ms = int(sys.argv[7]), int(sys.argv[8])
+    if store_commit_delay_ms:
+        delay_store_commits(store_commit_delay_ms / 1000)
+    events = Events(events_path)
+
+    def committed(report: CommitReport) -> None:
+        events.emit(
+            {
+                "event": "commit",
+                "thread": report.thread,
+                "reason": report.reason,
+                "records": report.records,
+                "input_offsets": {tp_key(tp): o for tp, o in report.input_offsets.items()},
+                "changelog_records": {tp_key(tp): n for tp, n in report.changelog_records.items()},
+                "changelog_last_offsets": {
+                    tp_key(tp): o for tp, o in report.changelog_last_offsets.items()
+                },
+                "output_records": report.output_records,
+            }
+        )
+
+    def restored(report: RestoreReport) -> None:
+        result = report.result
+        events.emit(
+            {
+                "event": "restore",
+                "task": str(report.task),
+                "store": result.store,
+                "changelog": tp_key(result.changelog),
+                "first_offset": result.first_offset,
+                "end_offset": result.end_offset,
+                "records": result.records,
+            }
+        )
+
+    config = StreamsConfig.from_properties(
+        {
+            "application.id": APPLICATION_ID,
+            "state.dir": str(state_dir),
+            "processing.guarantee": guarantee,
+            "commit.interval.ms": commit_interval_ms,
+            "num.stream.threads": threads,
+        }
+    )
+    log = SlowCommitsLog(log_path, log_commit_delay_ms / 1000)
+    instance = StreamsInstance(
+        wordcount.topology().build(),
+        config,
+        log,
+        on_commit=[committed],
+        on_restore=[restored],
+    )
+    started = time.monotonic()
+    instance.start()
+    running = False
+    try:
+        while not instance.caught_up():
+            if not running and instance.state is InstanceState.RUNNING:
+                running = True
+                restore_total = {
+                    f"{dict(name.tags)['task-id']}/{dict(name.tags)['store']}": value
+                    for name, value in instance.metrics.snapshot().items()
+                    if name.group == "stream-state-metrics" and name.name == "restore-total"
+                }
+                events.emit({"event": "running", "restore_total": restore_total})
+            if time.monotonic() - started > MAX_SECONDS:
+                raise TimeoutError(f"not caught up after {MAX_SECONDS} s: {instance.input_lags()}")
+            time.sleep(0.01)
+    finally:
+        instance.close()
+        log.close()
+    events.emit({"event": "closed", "processed": instance.processed})
+    events.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,629 @@
+"""Word count SIGKILLed at random instants and restarted: exactly-once holds, restores stay small.
+
+The worker (``eos_worker.py``) runs ``examples/wordcount`` over generated
+lines on a SQLite log; the parent kills it with SIGKILL at random instants
+(during start-up, mid-iteration, mid-commit; see :func:`crash_loop`),
+restarts it, and finally lets it run to the end and close cleanly.
+
+The invariant under ``exactly_once_v2`` (the commit protocol in
+``stream_thread.py``):
+
+* after every kill, the log's committed input offsets, outputs and
+  changelogs belong to the same processed records: the repartition topic
+  holds exactly the words of the lines before the committed ``text-lines``
+  offsets, each changelog holds each word's count among the repartitioned
+  words before the committed offset, and the published counts are the
+  changelogs' (:class:`CommittedState`);
+* at the end, the log is that of one crash-free run: the repartition topic
+  holds each input word exactly once, each word's published counts on
+  ``word-counts`` strictly increase (a replayed or duplicated commit would
+  repeat a count or go back) and the last one is the word's exact count;
+* the stores equal a model: after the final clean close, the union of the
+  ``word-counts`` stores is exactly the expected counts, each word in the
+  task its key hashes to, each store committed at its changelog's end;
+* a restart replays at most one commit: the runtime's restore reports (and
+  its ``restore-total`` metric) never replay a changelog record of a commit
+  the commit listener saw (it runs after the stores committed), and what
+  they replay lies inside the one commit the kill cut between the log
+  transaction and the store commits (:func:`check_restores`).
+
+Under ``at_least_once`` the promise is weaker: nothing is lost (every final
+count is at least the exact count); duplicates are allowed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TopicPartition, partition_for_key
+from eddyline_runtime.serde import serde_for
+from eddyline_runtime.state import RocksDBStore
+
+WORKER = Path(__file__).with_name("eos_worker.py")
+APPLICATION_ID = "wordcount"  # eos_worker.APPLICATION_ID
+INPUT = "text-lines"
+OUTPUT = "word-counts"
+STORE = "word-counts"
+CHANGELOG = f"{APPLICATION_ID}-{STORE}-changelog"
+PARTITIONS = 4
+COUNTING_SUBTOPOLOGY = 1  # sub-topology 0 splits lines and repartitions by word
+LONGS = serde_for("long")
+SLOW_MS = 60  # how late a slow run's worker starts each log transaction or store commit
+# A Zipf-like vocabulary: frequent words are in (nearly) every commit of
+# their partition, so a changelog range spanning two commits repeats keys.
+VOCABULARY = [f"w{i}" for i in range(2_000)]
+CUMULATIVE_WEIGHTS = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(VOCABULARY))))
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[SqliteLog]:
+    log = SqliteLog(tmp_path / "log.db")
+    yield log
+    log.close()
+
+
+def generate_lines(log: SqliteLog, lines: int, seed: int) -> Counter[str]:
+    """Write ``lines`` keyless lines of 1..8 words round-robin; returns the exact word counts."""
+    rng = random.Random(seed)
+    log.create_topic(INPUT, PARTITIONS)
+    batches: list[list[Record]] = [[] for _ in range(PARTITIONS)]
+    expected: Counter[str] = Counter()
+    for i in range(lines):
+        words = rng.choices(VOCABULARY, cum_weights=CUMULATIVE_WEIGHTS, k=rng.randint(1, 8))
+        expected.update(words)
+        batches[i % PARTITIONS].append(Record(None, " ".join(words).encode(), i))
+    for partition, batch in enumerate(batches):
+        log.produce(TopicPartition(INPUT, partition), batch)
+    return expected
+
+
+# -- the worker ---------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One start of the worker, and what it reported before it ended."""
+
+    index: int
+    mode: str  # "random", "slow log" or "slow store": see crash_loop
+    changelog_ends: dict[int, int]  # per changelog partition, when the run started
+    killed: bool = False
+    kill_note: str = ""
+    progress: tuple[float, float] = (0.0, 0.0)  # committed_progress() after the run
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [event for event in self.events if event["event"] == kind]
+
+    def restores(self) -> dict[int, dict[str, Any]]:
+        return {partition_of(event["changelog"]): event for event in self.of("restore")}
+
+
+def partition_of(tp_key: str) -> int:
+    topic, _, partition = tp_key.rpartition(":")
+    assert topic == CHANGELOG, tp_key
+    return int(partition)
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a worker's events file (each line is one write())."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return [json.loads(line) for line in text.split("\n")[:-1]]
+
+
+def changelog_ends(log: SqliteLog) -> dict[int, int]:
+    if CHANGELOG not in log.topics():
+        return dict.fromkeys(range(PARTITIONS), 0)
+    return {p: log.end_offset(TopicPartition(CHANGELOG, p)) for p in range(PARTITIONS)}
+
+
+def start_worker(
+    tmp_path: Path, run: Run, guarantee: str, commit_interval_ms: int, threads: int
+) -> subprocess.Popen[bytes]:
+    # The environment overrides StreamsConfig (EDDYLINE_*): keep the parent's out of it.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("EDDYLINE_")}
+    with (tmp_path / "worker.stderr").open("ab") as stderr:
+        stderr.write(f"--- run {run.index}\n".encode())
+        stderr.flush()
+        return subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                str(tmp_path / "log.db"),
+                str(tmp_path / "state"),
+                str(events_path(tmp_path, run.index)),
+                guarantee,
+                str(commit_interval_ms),
+                str(threads),
+                str(SLOW_MS if run.mode == "slow log" else 0),
+                str(SLOW_MS if run.mode == "slow store" else 0),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+        )
+
+
+def events_path(tmp_path: Path, run: int) -> Path:
+    return tmp_path / f"events-{run:02d}.jsonl"
+
+
+def worker_failure(tmp_path: Path) -> str:
+    return (tmp_path / "worker.stderr").read_text()[-3_000:]
+
+
+def ended_early(tmp_path: Path, run: int, worker: subprocess.Popen[bytes]) -> str:
+    if worker.returncode == 0:
+        return f"run {run} processed all input before its kill: make the input larger"
+    return f"run {run} failed (returncode {worker.returncode}):\n{worker_failure(tmp_path)}"
+
+
+def crash_loop(
+    tmp_path: Path,
+    log: SqliteLog,
+    *,
+    kills: int,
+    seed: int,
+    guarantee: str,
+    commit_interval_ms: int,
+    threads: int,
+    expected: Counter[str],
+    after_run: Callable[[Run], None] = lambda run: None,
+) -> list[Run]:
+    """Start, kill, restart ``kills`` times; then one run to the end. Returns every run.
+
+    Most kills wait until the log shows a commit's changelog records (its
+    step 2) once the committed offsets passed this kill's share of the work
+    (so the kills spread over the whole processing), then pause at random;
+    the others kill at a random instant after the start (start-up,
+    restoration, the first records). A commit's steps 2 and 3 are short, so
+    random instants rarely hit them; in some runs the worker stretches one:
+
+    * "slow store": each store commit (step 3) starts SLOW_MS late; step 3
+      begins as the log shows the commit, so a short pause lands in it;
+    * "slow log": each log transaction (step 2) applies SLOW_MS late; a pause
+      across the next iteration often lands in it.
+    """
+    rng = random.Random(seed)
+    runs: list[Run] = []
+    lines = sum(log.end_offset(TopicPartition(INPUT, p)) for p in range(PARTITIONS))
+    words = sum(expected.values())
+
+    def progress() -> tuple[float, float]:
+        return committed_progress(log, lines, words)
+
+    for index in range(kills + 1):
+        final = index == kills
+        mode = "random" if final else rng.choice(("random", "random", "slow log", "slow store"))
+        run = Run(index, mode, changelog_ends(log))
+        runs.append(run)
+        worker = start_worker(tmp_path, run, guarantee, commit_interval_ms, threads)
+        try:
+            if final:
+                returncode = worker.wait(timeout=150)
+                assert returncode == 0, f"the last run failed:\n{worker_failure(tmp_path)}"
+            else:
+                if rng.random() < 0.15:
+                    pause = rng.uniform(0.0, 1.2)
+                    run.kill_note = f"{mode}, {pause:.2f} s after the start"
+                else:
+                    pause = {
+                        "random": rng.uniform(0.0, 0.3),
+                        # Inside a thread's 2 (of 2 threads) or 4 store commits.
+                        "slow store": rng.uniform(0.0, 0.1),
+                        "slow log": rng.uniform(0.1, 0.5),
+                    }[mode]
+                    # Wait for a log transaction (its changelog records appear, step 2)
+                    # once the committed offsets passed this kill's share of the work.
+                    target, seen = 0.8 * (index + 1) / kills, run.changelog_ends
+                    deadline = time.monotonic() + 60
+                    while (ends := changelog_ends(log)) == seen or progress()[1] < target:
+                        assert worker.poll() is None, ended_early(tmp_path, index, worker)
+                        assert time.monotonic() < deadline, f"run {index}: no progress"
+                        seen = ends
+                        time.sleep(0.01)
+                    run.kill_note = f"{mode}, {pause:.2f} s after a commit"
+                time.sleep(pause)
+                assert worker.poll() is None, ended_early(tmp_path, index, worker)
+                worker.send_signal(signal.SIGKILL)
+                assert worker.wait(timeout=30) == -signal.SIGKILL
+                run.killed = True
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        run.events = read_events(events_path(tmp_path, index))
+        run.progress = progress()
+        after_run(run)
+    return runs
+
+
+# -- reading the results ------------------------------------------------------------
+
+
+def fetch_range(log: SqliteLog, tp: TopicPartition, start: int, end: int) -> list[Record]:
+    records: list[Record] = []
+    while start < end:
+        fetched = log.fetch(tp, start, min(end - start, 50_000)).records
+        records.extend(fetched)
+        start = fetched[-1].offset + 1
+    return records
+
+
+def read_topic(log: SqliteLog, topic: str, partition: int) -> list[Record]:
+    tp = TopicPartition(topic, partition)
+    return fetch_range(log, tp, log.beginning_offset(tp), log.end_offset(tp))
+
+
+def counts_per_key(records: list[Record]) -> dict[str, list[int]]:
+    """Every count a topic holds per word, in offset order."""
+    counts: dict[str, list[int]] = {}
+    for record in records:
+        assert record.key is not None and record.value is not None
+        counts.setdefault(record.key.decode(), []).append(LONGS.deserialize(record.value))
+    return counts
+
+
+def published_counts(log: SqliteLog) -> dict[str, list[int]]:
+    published: dict[str, list[int]] = {}
+    for partition in range(PARTITIONS):
+        for word, counts in counts_per_key(read_topic(log, OUTPUT, partition)).items():
+            assert partition_for_key(word.encode(), PARTITIONS) == partition, word
+            assert word not in published, f"{word} published to two partitions"
+            published[word] = counts
+    return published
+
+
+def read_stores(state_dir: Path) -> dict[int, tuple[dict[str, int], int | None]]:
+    """Per counting task: its store's contents and committed changelog offset."""
+    stores = {}
+    for partition in range(PARTITIONS):
+        directory = state_dir / f"{COUNTING_SUBTOPOLOGY}_{partition}" / STORE
+        with RocksDBStore(STORE, directory) as store:
+            contents = {key.decode(): LONGS.deserialize(value) for key, value in store.all()}
+            offset = store.committed_offset(TopicPartition(CHANGELOG, partition))
+        stores[partition] = (contents, offset)
+    return stores
+
+
+def strictly_increasing(values: list[int]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(values))
+
+
+def where_not_increasing(values: list[int]) -> str:
+    i = next(i for i in range(1, len(values)) if values[i] <= values[i - 1])
+    return f"published ..., {', '.join(map(str, values[max(i - 2, 0) : i + 2]))}, ..."
+
+
+def committed_progress(log: SqliteLog, lines: int, words: int) -> tuple[float, float]:
+    """How far the committed input offsets are: of the lines, of the repartitioned words."""
+    topics = log.topics()
+    done = []
+    for topic in (INPUT, *(name for name in topics if name.endswith("-repartition"))):
+        tps = [TopicPartition(topic, p) for p in range(topics[topic].partitions)]
+        done.append(sum(log.committed_offsets(APPLICATION_ID, tps).values()))
+    return done[0] / lines, sum(done[1:]) / words
+
+
+class CommittedState:
+    """The log's committed state, folded incrementally, to check after every kill.
+
+    Under exactly-once every record in the log is committed, and the
+    committed input offsets belong to the same processed records as the
+    outputs and changelogs. So, whenever the worker is dead:
+
+    * the repartition topic holds exactly the words of the lines before the
+      committed ``text-lines`` offsets;
+    * each changelog's latest value per word is the word's count among the
+      repartition records before the committed repartition offset;
+    * the latest published count of each word is its changelog's.
+
+    Under at-least-once (``exactly=False``) input offsets are committed after
+    what their records produced, which may also be there twice: the first
+    two hold with "at least" for "exactly".
+    """
+
+    def __init__(self, log: SqliteLog, *, exactly: bool) -> None:
+        self.log = log
+        self.exactly = exactly
+        self.committed: dict[TopicPartition, int] = {}
+        self.line_words: Counter[str] = Counter()  # in lines before the committed offsets
+        self.repartitioned: Counter[str] = Counter()  # in the whole repartition topic
+        self.repartition_keys: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+        self.counted: dict[int, Counter[str]] = {p: Counter() for p in range(PARTITIONS)}
+        self.changelogs: dict[int, dict[str, int]] = {p: {} for p in range(PARTITIONS)}
+        self.published: dict[str, int] = {}
+        self.read_to: dict[TopicPartition, int] = {}
+
+    def check(self, run: Run) -> None:
+        topics = self.log.topics()
+        repartition = [name for name in topics if name.endswith("-repartition")]
+        if not repartition or CHANGELOG not in topics or OUTPUT not in topics:
+            return  # the first run died before it created its topics: nothing to check
+        self._read(repartition[0])
+        when = f"after run {run.index} ({run.kill_note or 'last'})"
+        more = (self.repartitioned - self.line_words).total() if self.exactly else 0
+        fewer = (self.line_words - self.repartitioned).total()
+        assert not more and not fewer, (
+            f"{when}: the repartition topic does not hold the words of the committed lines: "
+            f"{more} more, {fewer} fewer"
+        )
+        for p in range(PARTITIONS):
+            changelog, counted = self.changelogs[p], self.counted[p]
+            wrong = [
+                (word, changelog.get(word, 0), n)
+                for word, n in counted.items()
+                if changelog.get(word, 0) < n or (self.exactly and changelog.get(word, 0) > n)
+            ]
+            if self.exactly:
+                wrong += [(word, n, 0) for word, n in changelog.items() if word not in counted]
+            assert not wrong, (
+                f"{when}: {CHANGELOG}-{p} does not hold the counts of the repartitioned words "
+                f"before the committed offset (word, changelog, repartitioned): {wrong[:5]}"
+            )
+        if self.exactly:
+            union = {word: n for p in range(PARTITIONS) for word, n in self.changelogs[p].items()}
+            assert self.published == union, f"{when}: published counts differ from the changelogs"
+
+    def _read(self, repartition: str) -> None:
+        for p in range(PARTITIONS):
+            for record in self._new(TopicPartition(repartition, p)):
+                assert record.key is not None
+                word = record.key.decode()
+                self.repartition_keys[p].append(word)
+                self.repartitioned[word] += 1
+            for record in self._new(TopicPartition(CHANGELOG, p)):
+                assert record.key is not None and record.value is not None
+                self.changelogs[p][record.key.decode()] = LONGS.deserialize(record.value)
+            for record in self._new(TopicPartition(OUTPUT, p)):
+                assert record.key is not None and record.value is not None
+                self.published[record.key.decode()] = LONGS.deserialize(record.value)
+        inputs = [TopicPartition(INPUT, p) for p in range(PARTITIONS)]
+        repartitions = [TopicPartition(repartition, p) for p in range(PARTITIONS)]
+        committed = self.log.committed_offsets(APPLICATION_ID, inputs + repartitions)
+        for tp, offset in committed.items():
+            before = self.committed.get(tp, 0)
+            assert offset >= before, f"{tp}: the committed offset went back to {offset}"
+            if tp.topic == INPUT:
+                for record in fetch_range(self.log, tp, before, offset):
+                    assert record.value is not None
+                    self.line_words.update(record.value.decode().split())
+            else:
+                self.counted[tp.partition].update(
+                    self.repartition_keys[tp.partition][before:offset]
+                )
+            self.committed[tp] = offset
+
+    def _new(self, tp: TopicPartition) -> list[Record]:
+        """The records of ``tp`` not read yet."""
+        start, end = self.read_to.get(tp, 0), self.log.end_offset(tp)
+        self.read_to[tp] = end
+        return fetch_range(self.log, tp, start, end)
+
+
+# -- the restore bound --------------------------------------------------------------
+
+
+def check_restores(log: SqliteLog, runs: list[Run]) -> list[dict[int, int]]:
+    """Check every restart's restores against the commits before it; returns records restored.
+
+    A commit the listener saw had its stores committed, so no later restore
+    may replay its changelog records. Only a thread's last commit can be
+    missing from a run's events (the listener runs after the stores commit,
+    before the next commit starts), and a changelog partition has one writer,
+    its task: the changelog records a run wrote to a partition after its last
+    reported commit are one commit (one transaction of that task), and they
+    are all a restart may replay. Restores of 0 records are the common case: the window between the
+    log transaction and the store commits is short (the worker widens it in
+    some runs).
+    """
+    changelogs = {p: read_topic(log, CHANGELOG, p) for p in range(PARTITIONS)}
+    final_ends = changelog_ends(log)
+    reported_last = dict.fromkeys(range(PARTITIONS), -1)  # last offset a reported commit wrote
+    # The changelog range of the latest commit no listener reported, per partition.
+    unreported: dict[int, tuple[int, int]] = dict.fromkeys(range(PARTITIONS), (0, 0))
+    commit_sizes: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    restored_per_run: list[dict[int, int]] = []
+
+    def one_commit(p: int, start: int, end: int, what: str) -> None:
+        keys = [record.key for record in changelogs[p][start:end]]
+        assert [r.offset for r in changelogs[p][start:end]] == list(range(start, end))
+        assert len(set(keys)) == len(keys), f"{what}: a key twice, so more than one commit"
+        if end > start:
+            commit_sizes[p].append(end - start)
+
+    for i, run in enumerate(runs):
+        restores = run.restores()
+        if run.of("running") or run.of("commit"):  # every task was created
+            assert set(restores) == set(range(PARTITIONS)), f"run {i}: restores {restores}"
+        restored: dict[int, int] = {}
+        for p, event in restores.items():
+            first, end, records = event["first_offset"], event["end_offset"], event["records"]
+            where = f"run {i} ({run.kill_note or 'last'}), {CHANGELOG}-{p}"
+            assert end == run.changelog_ends[p], f"{where}: restored to {end}"
+            assert first > reported_last[p], (
+                f"{where}: restored from {first}, but a reported commit already stored "
+                f"offset {reported_last[p]}: the store lost a commit or was wiped"
+            )
+            assert records == end - first, f"{where}: {records} records from {first}..{end}"
+            if records:
+                start, stop = unreported[p]
+                assert start <= first and end == stop, (
+                    f"{where}: restored {first}..{end}, outside the one unreported commit "
+                    f"{start}..{stop}"
+                )
+            restored[p] = records
+        restored_per_run.append(restored)
+        for running in run.of("running"):
+            assert running["restore_total"] == {
+                f"{event['task']}/{STORE}": float(event["records"]) for event in restores.values()
+            }, f"run {i}: the restore-total metrics disagree with the restore reports"
+
+        # This run's reported commits must tile the changelog from where it started.
+        next_ends = runs[i + 1].changelog_ends if i + 1 < len(runs) else final_ends
+        position = dict(run.changelog_ends)
+        for commit in run.of("commit"):
+            for key, last in commit["changelog_last_offsets"].items():
+                p = partition_of(key)
+                count = commit["changelog_records"][key]
+                assert last - count + 1 == position[p], (
+                    f"run {i}: a commit wrote {CHANGELOG}-{p} {last - count + 1}..{last}, "
+                    f"expected it to start at {position[p]}"
+                )
+                one_commit(p, position[p], last + 1, f"run {i}, commit ending at {last}")
+                reported_last[p] = last
+                position[p] = last + 1
+        for p in range(PARTITIONS):
+            assert position[p] <= next_ends[p]
+            if next_ends[p] > run.changelog_ends[p]:  # the run wrote to this partition
+                unreported[p] = (position[p], next_ends[p])
+                one_commit(p, position[p], next_ends[p], f"run {i}, its unreported commit")
+            if not run.killed:
+                assert position[p] == next_ends[p], "a clean close reports every commit"
+
+    for i, restored in enumerate(restored_per_run):
+        for p, records in restored.items():
+            # The issue's bound, literally: no more than one commit's worth.
+            assert records <= max(commit_sizes[p], default=0), (i, p, records)
+    return restored_per_run
+
+
+# -- the tests ----------------------------------------------------------------------
+
+LINES = 200_000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("threads", [1, 2], ids=["1-thread", "2-threads"])
+def test_exactly_once_survives_sigkills(tmp_path: Path, log: SqliteLog, threads: int) -> None:
+    """SIGKILL the word count 24 times; the committed results are those of a clean run.
+
+    With 2 stream threads, each thread commits its own tasks in its own
+    transaction, and one thread's repartition records are the other's input.
+    """
+    expected = generate_lines(log, LINES, seed=2026)
+    kills = 24
+    started = time.monotonic()
+    committed = CommittedState(log, exactly=True)
+    runs = crash_loop(
+        tmp_path,
+        log,
+        kills=kills,
+        seed=424242 + threads,
+        guarantee="exactly_once_v2",
+        commit_interval_ms=100,
+        threads=threads,
+        expected=expected,
+        after_run=committed.check,
+    )
+    elapsed = time.monotonic() - started
+    assert sum(run.killed for run in runs) == kills
+    # The kills landed throughout the processing, not after it.
+    killed = [run for run in runs if run.killed]
+    quarters = {min(int(run.progress[1] * 4), 4) for run in killed}
+    assert quarters == {0, 1, 2, 3}, [run.progress for run in killed]
+
+    # The log: every word repartitioned exactly once, counts published without
+    # a repeat or a step back, and the last published count is exact.
+    repartition = [name for name in log.topics() if name.endswith("-repartition")]
+    assert len(repartition) == 1
+    words = Counter(
+        record.key.decode()
+        for p in range(PARTITIONS)
+        for record in read_topic(log, repartition[0], p)
+        if record.key is not None
+    )
+    assert words == expected, (
+        f"the repartition topic doubled {(words - expected).total()} words and lost "
+        f"{(expected - words).total()}"
+    )
+    published = published_counts(log)
+    not_increasing = {w: c for w, c in published.items() if not strictly_increasing(c)}
+    assert not not_increasing, (
+        f"{len(not_increasing)} words had a count published twice or going back, e.g. "
+        + ", ".join(f"{w} {where_not_increasing(c)}" for w, c in list(not_increasing.items())[:3])
+    )
+    assert {word: counts[-1] for word, counts in published.items()} == dict(expected)
+    for p in range(PARTITIONS):
+        for word, counts in counts_per_key(read_topic(log, CHANGELOG, p)).items():
+            assert partition_for_key(word.encode(), PARTITIONS) == p
+            assert strictly_increasing(counts), f"{p}: {word} {where_not_increasing(counts)}"
+            assert counts[-1] == expected[word]
+
+    # The stores equal the model.
+    ends = changelog_ends(log)
+    stores = read_stores(tmp_path / "state")
+    union: dict[str, int] = {}
+    for p, (contents, offset) in stores.items():
+        assert offset == ends[p] - 1, f"store {p} committed {offset}, changelog ends at {ends[p]}"
+        assert all(partition_for_key(w.encode(), PARTITIONS) == p for w in contents)
+        union.update(contents)
+    assert union == dict(expected)
+
+    # Restores: never a reported commit again, never more than the one cut commit.
+    restored = check_restores(log, runs)
+    restarts_restoring = [i for i, r in enumerate(restored) if any(r.values())]
+    report = {
+        "seconds": round(elapsed, 1),
+        "kills": [f"{r.kill_note}: {r.progress[1]:.0%} words" for r in killed],
+        "restored": [sum(r.values()) for r in restored],
+        "restarts restoring": restarts_restoring,
+        "commits": [len(run.of("commit")) for run in runs],
+    }
+    print(json.dumps(report))
+    # A "slow store" run's kill after a commit lands while the stores commit,
+    # each SLOW_MS late, one after the other: the next restart that gets as far
+    # as restoring restores the tails of those not committed yet.
+    aimed = [r.index for r in killed if r.mode == "slow store" and "commit" in r.kill_note]
+    restarts = [next(j for j in range(i + 1, len(runs)) if runs[j].restores()) for i in aimed]
+    assert len(set(restarts) & set(restarts_restoring)) >= len(aimed) / 2, report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_at_least_once_loses_nothing_under_sigkills(tmp_path: Path, log: SqliteLog) -> None:
+    """SIGKILL the word count 12 times under at-least-once: counts may double, never drop."""
+    expected = generate_lines(log, LINES, seed=2027)
+    committed = CommittedState(log, exactly=False)
+    runs = crash_loop(
+        tmp_path,
+        log,
+        kills=12,
+        seed=737373,
+        guarantee="at_least_once",
+        commit_interval_ms=200,
+        threads=1,
+        expected=expected,
+        after_run=committed.check,
+    )
+    assert sum(run.killed for run in runs) == 12
+    latest = {word: counts[-1] for word, counts in published_counts(log).items()}
+    lost = {w: (latest.get(w), n) for w, n in expected.items() if latest.get(w, 0) < n}
+    assert not lost, (
+        f"{len(lost)} words counted less than the input holds (last published, exact), e.g. "
+        f"{dict(list(lost.items())[:5])}"
+    )
+    assert set(latest) == set(expected)
+    assert sum(latest.values()) >= sum(expected.values())
+    stores = read_stores(tmp_path / "state")
+    union = {word: count for contents, _ in stores.values() for word, count in contents.items()}
+    # After a clean close each store holds what was last published for its words.
+    assert union == latest
