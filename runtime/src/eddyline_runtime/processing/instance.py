@@ -47,6 +47,10 @@ class InstanceState(enum.StrEnum):
     ERROR = "ERROR"
 
 
+class InstanceNotStartedError(EddylineError):
+    """Asked for something only a started instance knows (its topic layout, say)."""
+
+
 class StreamsFailedError(EddylineError):
     """A stream thread stopped on an error; the instance stopped with it."""
 
@@ -165,7 +169,9 @@ class StreamsInstance:
 
     def _layout(self) -> TopicLayout:
         if self.layout is None:
-            raise EddylineError("the instance has not started: call start() first")
+            raise InstanceNotStartedError(
+                "the instance has not started: call start() first (queries: retry shortly)"
+            )
         return self.layout
 
     def close(self, timeout: float | None = None) -> None:
@@ -196,11 +202,15 @@ class StreamsInstance:
                 thread.join()
             self.state = InstanceState.ERROR
             raise failed
+        self._refresh_state()
+        return self.state
+
+    def _refresh_state(self) -> None:
+        """REBALANCING becomes RUNNING once every thread has created its tasks."""
         if self.state is InstanceState.REBALANCING and all(
             thread.state is ThreadState.RUNNING for thread in self.threads
         ):
             self.state = InstanceState.RUNNING
-        return self.state
 
     # -- interactive queries (KIP-535) -----------------------------------------------
 
@@ -244,6 +254,7 @@ class StreamsInstance:
 
     def ready(self) -> bool:
         """Every active task assigned here is running (restored): Kubernetes' readiness."""
+        self._refresh_state()
         if self.state is not InstanceState.RUNNING or self.assignment is None:
             return False
         wanted = self.assignment.tasks_of(self.member.id).active
@@ -283,8 +294,14 @@ class StreamsInstance:
         """Running, every input fetched to its end, nothing buffered, everything committed."""
         if self.check() is not InstanceState.RUNNING:
             return False
-        return all(thread.idle and thread.buffered() == 0 for thread in self.threads) and all(
-            lag == 0 for lag in self.input_lags().values()
+        if not all(thread.idle and thread.buffered() == 0 for thread in self.threads):
+            return False
+        # Ask the log, not the lag last fetched: a record produced since then counts.
+        return all(
+            position >= self.log.end_offset(tp)
+            for thread in self.threads
+            for task in thread.tasks
+            for tp, position in list(task.consumed.items())
         )
 
     def wait_until_caught_up(self, timeout: float, *, poll_seconds: float = 0.05) -> None:

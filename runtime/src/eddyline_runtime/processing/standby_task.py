@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.queryable import LagInfo
+from eddyline_runtime.processing.restoration import ChangelogBehindStoreError
 from eddyline_runtime.state import StateStore
 
 # Records per changelog fetch: one WriteBatch each.
@@ -41,11 +42,18 @@ class StandbyTask:
     def start(self, log: Log) -> None:
         for name, tp in self.changelogs.items():
             committed = self.stores[name].committed_offset(tp)
-            beginning = log.beginning_offset(tp)
+            beginning, end = log.beginning_offset(tp), log.end_offset(tp)
+            if committed is not None and committed >= end:
+                # Never serve such a copy as "caught up" (restoration refuses it too).
+                raise ChangelogBehindStoreError(
+                    f'standby store "{name}" of task {self.id} has committed changelog offset '
+                    f"{committed} but {tp} ends at {end - 1}: the changelog was reset or "
+                    "replaced. Stop the instance, delete the store's directory and restart"
+                )
             self._positions[name] = (
                 beginning if committed is None else max(committed + 1, beginning)
             )
-            self._end_offsets[name] = log.end_offset(tp)
+            self._end_offsets[name] = end
 
     def replay(self, log: Log) -> int:
         """Apply what each changelog gained since the last call; returns records applied."""

@@ -43,6 +43,7 @@ from aiohttp import web
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.processing import StreamsInstance
+from eddyline_runtime.processing.instance import InstanceNotStartedError
 from eddyline_runtime.processing.queryable import (
     HostInfo,
     KeyQueryMetadata,
@@ -166,7 +167,7 @@ class _Handlers:
             isolation, allow_stale = _read_options(request)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
-            metadata = self.instance.key_query_metadata(store, key)
+            metadata = _metadata(self.instance, store, key)
             local = self._local(store, metadata.partition)
             if local is None:
                 raise _QueryError(
@@ -240,9 +241,10 @@ class _Handlers:
             store = self._store(request)
             keys, _ = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
+            metadata = _metadata(self.instance, store, key)
         except _QueryError as error:
             return error.response()
-        return web.json_response(_metadata_body(self.instance.key_query_metadata(store, key)))
+        return web.json_response(_metadata_body(metadata))
 
     async def lags(self, request: web.Request) -> web.Response:
         lags = self.instance.all_local_store_partition_lags()
@@ -373,6 +375,15 @@ def _check_fresh(local: LocalStorePartition, allow_stale: bool, metadata: KeyQue
         },
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
+
+
+def _metadata(instance: StreamsInstance, store: str, key: bytes) -> KeyQueryMetadata:
+    try:
+        return instance.key_query_metadata(store, key)
+    except InstanceNotStartedError as error:
+        raise _QueryError(
+            503, {"error": str(error)}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+        ) from None
 
 
 def _moving(error: StateStoreError) -> _QueryError:

@@ -1,0 +1,399 @@
+"""Standby tasks: warm copies of another member's stores (KIP-535's standby replicas).
+
+Two instances share one log file (each its own SqliteLog object and state
+directory, as two processes would): member "a" runs every task, member "b"
+only keeps standbys of the stateful ones. What a user relies on: the standby
+holds the active copy's data and says how far behind it is, it never writes
+to the log, and promoting it (a rebalance after "a" is lost) restores only
+the changelog tail it had not replayed yet.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.assign import Assignment, Member
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log import ChangeBatch, Record, SqliteLog
+from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
+from eddyline_runtime.processing import RestoreReport, StreamsBuilder, StreamsInstance, Topology
+from eddyline_runtime.processing import standby_task as standby_module
+from eddyline_runtime.processing.queryable import LagInfo, StoreRole
+from eddyline_runtime.processing.standby_task import StandbyTask
+from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
+from eddyline_runtime.serde import serde_for
+from eddyline_runtime.state import KeyRange, RocksDBStore
+
+APP = "app"
+STORE = "counts"
+PARTITIONS = 2
+DEADLINE_SECONDS = 30
+LONGS = serde_for("long")
+MEMBERS = (Member("a"), Member("b"))
+
+
+def word_count() -> Topology:
+    builder = StreamsBuilder()
+    (
+        builder.stream("lines", value_serde="string")
+        .flat_map_values(str.split)
+        .group_by(lambda _, word: word, value_serde="string")
+        .count(STORE)
+        .to_stream()
+        .to("word-counts", key_serde="string", value_serde="long")
+    )
+    return builder.build()
+
+
+def streams_config(state_dir: Path) -> StreamsConfig:
+    return StreamsConfig.from_properties(
+        {
+            "application.id": APP,
+            "state.dir": str(state_dir),
+            "processing.guarantee": "exactly_once_v2",
+            "num.standby.replicas": 1,
+        }
+    )
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not true after {timeout} s")
+        time.sleep(0.02)
+
+
+class PausableLog(SqliteLog):
+    """A SqliteLog whose standby replay can be paused (restoration is never paused)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.standby_replay_paused = threading.Event()
+
+    def fetch_changes(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> ChangeBatch:
+        if (
+            self.standby_replay_paused.is_set()
+            and sys._getframe(1).f_code is StandbyTask.replay.__code__
+        ):
+            return ChangeBatch([], -1)  # as if nothing had been fetched yet
+        return super().fetch_changes(tp, offset, max_records)
+
+
+def produce_lines(log: SqliteLog, lines: list[str]) -> None:
+    for partition in range(PARTITIONS):
+        chunk = lines[partition::PARTITIONS]
+        if chunk:
+            log.produce(
+                TopicPartition("lines", partition),
+                [Record(None, line.encode(), i) for i, line in enumerate(chunk)],
+            )
+
+
+LINES = ["a b a", "b a c", "a a a", "c b", "d e f g", "h i j k"]
+MORE_LINES = ["a c e g i k", "b d f h j", "a k"]
+EXPECTED = Counter(" ".join(LINES).split())
+EXPECTED_AFTER_MORE = EXPECTED + Counter(" ".join(MORE_LINES).split())
+
+
+class Pair:
+    """Member "a" runs every task; member "b" keeps a standby of each stateful one."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.log = SqliteLog(root / "log.db")  # the test's own client of the log
+        self.log.create_topic("lines", PARTITIONS)
+        self.layout: TopicLayout = resolve_topics(word_count(), APP, self.log)
+        self.tasks = frozenset(self.layout.tasks())
+        self.stateful = frozenset(self.layout.stateful_tasks())
+        assert len(self.stateful) == PARTITIONS
+        self.assignment = Assignment(
+            active={"a": self.tasks, "b": frozenset()},
+            standby={"a": frozenset(), "b": self.stateful},
+            members=MEMBERS,
+        )
+        self.logs: list[SqliteLog] = []
+        self.instances: list[StreamsInstance] = []
+        self.restores: dict[str, list[RestoreReport]] = {"a": [], "b": []}
+        self.a = self.instance("a")
+        self.b = self.instance("b")
+
+    def instance(self, member_id: str) -> StreamsInstance:
+        """A new instance of ``member_id`` (on its state directory) under the assignment."""
+        log = PausableLog(self.root / "log.db")
+        self.logs.append(log)
+        instance = StreamsInstance(
+            word_count(),
+            streams_config(self.root / f"state-{member_id}"),
+            log,
+            instance_id=member_id,
+            member=next(m for m in MEMBERS if m.id == member_id),
+            assignment=self.assignment,
+            on_restore=[self.restores[member_id].append],
+        )
+        self.instances.append(instance)
+        return instance
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for instance in self.instances:
+            try:
+                instance.close(30)
+            except BaseException as error:  # close the others regardless
+                errors.append(error)
+        for log in self.logs:
+            log.close()
+        self.log.close()
+        if errors:
+            raise errors[0]
+
+    def changelog(self, partition: int) -> TopicPartition:
+        return TopicPartition(self.layout.changelogs[STORE], partition)
+
+    def changelog_ends(self) -> dict[int, int]:
+        return {p: self.log.end_offset(self.changelog(p)) for p in range(PARTITIONS)}
+
+    def inputs(self) -> list[TopicPartition]:
+        return [tp for task in sorted(self.tasks) for tp in self.layout.input_partitions(task)]
+
+    def inputs_committed(self) -> bool:
+        # Sub-topology 0's inputs come first: once committed, so is what they wrote.
+        committed = self.log.committed_offsets(APP, self.inputs())
+        return all(committed.get(tp, 0) == self.log.end_offset(tp) for tp in self.inputs())
+
+    def at_changelog_end(self, instance: StreamsInstance) -> bool:
+        lags = instance.all_local_store_partition_lags().get(STORE, {})
+        return all(
+            p in lags and lags[p].current_offset_position == end
+            for p, end in self.changelog_ends().items()
+        )
+
+    def settled(self, *instances: StreamsInstance) -> bool:
+        for instance in instances:
+            instance.check()  # raises if a stream thread failed
+        return self.inputs_committed() and all(self.at_changelog_end(i) for i in instances)
+
+    def end_offsets(self) -> dict[TopicPartition, int]:
+        """Every partition's end offset, of every topic in the log."""
+        return {
+            TopicPartition(topic, p): self.log.end_offset(TopicPartition(topic, p))
+            for topic, spec in self.log.topics().items()
+            for p in range(spec.partitions)
+        }
+
+    def committed(self) -> dict[TopicPartition, int]:
+        return self.log.committed_offsets(APP, self.inputs())
+
+
+def store_contents(instance: StreamsInstance, role: StoreRole) -> dict[str, int]:
+    contents: dict[str, int] = {}
+    for local in instance.local_store_partitions(STORE):
+        if local.role is role:
+            for key, value in local.open_reader(None).scan(KeyRange()):
+                contents[key.decode()] = LONGS.deserialize(value)
+    return contents
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    group = Pair(tmp_path)
+    try:
+        group.a.start()
+        group.b.start()
+        produce_lines(group.log, LINES)
+        wait_for("both members caught up", lambda: group.settled(group.a, group.b))
+        yield group
+    finally:
+        group.close()
+
+
+def test_the_lines_reach_every_counts_partition() -> None:
+    assert {partition_for_key(word.encode(), PARTITIONS) for word in EXPECTED} == {0, 1}
+
+
+def test_a_standby_holds_the_active_data_and_reports_its_changelog_position(pair: Pair) -> None:
+    standbys = pair.b.local_store_partitions(STORE)
+    assert [(s.partition, s.role, s.running, s.current) for s in standbys] == [
+        (p, StoreRole.STANDBY, False, False) for p in range(PARTITIONS)
+    ]
+    ends = pair.changelog_ends()
+    assert all(end > 0 for end in ends.values())
+    # Caught up: the next offset it would apply is the changelog's end.
+    assert pair.b.all_local_store_partition_lags() == {
+        STORE: {p: LagInfo(end, end) for p, end in ends.items()}
+    }
+    assert all(s.lag.offset_lag == 0 for s in standbys)
+    # The active copy, running, reports lag 0 as well.
+    assert pair.a.all_local_store_partition_lags() == {
+        STORE: {p: LagInfo(end, end) for p, end in ends.items()}
+    }
+    assert store_contents(pair.b, StoreRole.STANDBY) == dict(EXPECTED)
+    assert store_contents(pair.a, StoreRole.ACTIVE) == dict(EXPECTED)
+    assert pair.b.processed == 0
+
+
+def test_a_standby_never_writes_to_the_log(pair: Pair) -> None:
+    pair.a.close(30)
+    ends, committed = pair.end_offsets(), pair.committed()
+    # Work an active member would do: the standby-only member must leave it alone.
+    produce_lines(pair.log, MORE_LINES)
+    ends.update({tp: pair.log.end_offset(tp) for tp in ends if tp.topic == "lines"})
+    time.sleep(0.5)  # many loops of b's stream thread
+    assert pair.b.processed == 0
+    pair.b.close(30)
+    # A new standby-only run on b's state resumes after what it applied.
+    again = pair.instance("b")
+    again.start()
+    wait_for("the new run is at the changelog end", lambda: pair.at_changelog_end(again))
+    time.sleep(0.3)
+    assert [s.replayed for t in again.threads for s in t.standbys.values()] == [0] * PARTITIONS
+    assert store_contents(again, StoreRole.STANDBY) == dict(EXPECTED)
+    again.close(30)
+    assert pair.end_offsets() == ends
+    assert pair.committed() == committed
+
+
+def test_promoting_a_caught_up_standby_restores_nothing(pair: Pair) -> None:
+    ends = pair.changelog_ends()
+    pair.a.close(30)
+    pair.b.apply_assignment(
+        Assignment(
+            active={"a": frozenset(), "b": pair.tasks},
+            standby={"a": frozenset(), "b": frozenset()},
+            members=MEMBERS,
+        )
+    )
+    wait_for("b runs every task", lambda: pair.b.check() is not None and pair.b.ready())
+    restored = {r.task: r.result for r in pair.restores["b"]}
+    assert set(restored) == pair.stateful
+    for task, result in restored.items():
+        assert result.store == STORE and result.changelog == pair.changelog(task.partition)
+        assert (result.first_offset, result.end_offset, result.records) == (
+            ends[task.partition],
+            ends[task.partition],
+            0,
+        )
+    assert [local.role for local in pair.b.local_store_partitions(STORE)] == [
+        StoreRole.ACTIVE
+    ] * PARTITIONS
+    # The promoted copy carries on counting from the replicated state.
+    produce_lines(pair.log, MORE_LINES)
+    wait_for(
+        "b counted the new lines",
+        lambda: (
+            pair.settled(pair.b)
+            and store_contents(pair.b, StoreRole.ACTIVE) == dict(EXPECTED_AFTER_MORE)
+        ),
+    )
+
+
+def test_promoting_a_standby_restores_only_the_tail_it_had_not_replayed(pair: Pair) -> None:
+    b_log = pair.b.log
+    assert isinstance(b_log, PausableLog)
+    replicated = pair.changelog_ends()
+    b_log.standby_replay_paused.set()
+    produce_lines(pair.log, MORE_LINES)
+    wait_for("a processed the new lines", lambda: pair.settled(pair.a))
+    ends = pair.changelog_ends()
+    assert all(ends[p] > replicated[p] for p in range(PARTITIONS))
+    # While behind, the standby reports the changelog's end and its own position.
+    wait_for(
+        "b sees the new changelog ends",
+        lambda: (
+            {
+                p: lag.end_offset_position
+                for p, lag in pair.b.all_local_store_partition_lags()[STORE].items()
+            }
+            == ends
+        ),
+    )
+    lags = pair.b.all_local_store_partition_lags()[STORE]
+    for p in range(PARTITIONS):
+        assert lags[p] == LagInfo(replicated[p], ends[p])
+        assert lags[p].offset_lag == ends[p] - replicated[p]
+    assert store_contents(pair.b, StoreRole.STANDBY) == dict(EXPECTED)
+
+    pair.a.close(30)
+    # Still paused, so the standby cannot catch up before the promotion.
+    pair.b.apply_assignment(
+        Assignment(
+            active={"a": frozenset(), "b": pair.tasks},
+            standby={"a": frozenset(), "b": frozenset()},
+            members=MEMBERS,
+        )
+    )
+    wait_for("b runs every task", lambda: pair.b.check() is not None and pair.b.ready())
+    restored = {r.task: r.result for r in pair.restores["b"]}
+    assert set(restored) == pair.stateful
+    for task, result in restored.items():
+        p = task.partition
+        # Exactly the records the standby had not applied (every changelog record is keyed).
+        assert (result.first_offset, result.end_offset, result.records) == (
+            replicated[p],
+            ends[p],
+            ends[p] - replicated[p],
+        )
+    assert store_contents(pair.b, StoreRole.ACTIVE) == dict(EXPECTED_AFTER_MORE)
+
+
+# ---------------------------------------------------------------------------------------
+# One StandbyTask, replayed by hand
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_standby_replays_in_batches_committing_each_and_resumes_after_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("changes", 1, compacted=True)
+    tp = TopicPartition("changes", 0)
+    records = [Record(f"k{i % 7}".encode(), str(i).encode(), i) for i in range(24)]
+    records.append(Record(b"k0", None, 24))  # a tombstone: k0 is deleted
+    log.produce(tp, records)
+    monkeypatch.setattr(standby_module, "_REPLAY_BATCH", 10)
+    directory = tmp_path / "0_0" / "s"
+    store = RocksDBStore("s", directory)
+    try:
+        standby = StandbyTask(TaskId(0, 0), {"s": store}, {"s": tp})
+        assert standby.lag("s") == LagInfo(0, 0)  # before start: nothing known
+        standby.start(log)
+        assert standby.lag("s") == LagInfo(0, 25)
+        assert standby.lag("s").offset_lag == 25
+        progress = []
+        while applied := standby.replay(log):
+            progress.append((applied, standby.lag("s"), store.committed_offset(tp)))
+        assert progress == [
+            (10, LagInfo(10, 25), 9),
+            (10, LagInfo(20, 25), 19),
+            (5, LagInfo(25, 25), 24),
+        ]
+        assert standby.replayed == 25
+        reader = store.reader(None)
+        assert reader.get(b"k0") is None
+        assert {k.decode(): v.decode() for k, v in reader.scan(KeyRange())} == {
+            f"k{i}": str(max(j for j in range(24) if j % 7 == i)) for i in range(1, 7)
+        }
+        # The changelog grows: the next replay picks up exactly the new records.
+        log.produce(tp, [Record(b"k1", b"new", 25)])
+        assert standby.replay(log) == 1
+        assert standby.lag("s") == LagInfo(26, 26)
+        standby.close()
+        # A restart on the same store resumes after its committed offset.
+        store = RocksDBStore("s", directory)
+        standby = StandbyTask(TaskId(0, 0), {"s": store}, {"s": tp})
+        standby.start(log)
+        assert standby.lag("s") == LagInfo(26, 26)
+        assert standby.replay(log) == 0
+        assert store.reader(None).get(b"k1") == b"new"
+    finally:
+        store.close()
+        log.close()

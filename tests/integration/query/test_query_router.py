@@ -1,0 +1,556 @@
+"""The client router (KIP-535) and ``eddyline query`` against a group of instances.
+
+Three instances run a word count in one process (own state directory, own
+SqliteLog object on the shared log file, own query server), under one
+assignment with a standby for every stateful task. The router must answer
+from the active copy while it is up, fall back to the freshest standby within
+the acceptable lag when it is not, and otherwise fail saying what each host
+answered.
+
+To make a standby deterministically behind, its instance reads the log
+through :class:`PausableLog`, which can hold back the changelog records a
+standby would replay (and only those: restoration still reads them).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eddyline_runtime.assign import Assignment, Member, assign
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log import ChangeBatch, Record, SqliteLog
+from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
+from eddyline_runtime.processing import RestoreReport, StreamsBuilder, StreamsInstance, Topology
+from eddyline_runtime.processing.standby_task import StandbyTask
+from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
+from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
+from eddyline_runtime.query.server import QueryServer
+
+APP = "app"
+STORE = "counts"
+PARTITIONS = 3
+COUNTS_SUBTOPOLOGY = 1  # word_count(): 0 splits and repartitions, 1 counts
+DEADLINE_SECONDS = 30
+REPO = Path(__file__).resolve().parents[3]
+
+# ---------------------------------------------------------------------------------------
+# Harness: a group of instances in this process
+# ---------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def word_count() -> Topology:
+    builder = StreamsBuilder()
+    (
+        builder.stream("lines", value_serde="string")
+        .flat_map_values(str.split)
+        .group_by(lambda _, word: word, value_serde="string")
+        .count(STORE)
+        .to_stream()
+        .to("word-counts", key_serde="string", value_serde="long")
+    )
+    return builder.build()
+
+
+def streams_config(state_dir: Path) -> StreamsConfig:
+    return StreamsConfig.from_properties(
+        {
+            "application.id": APP,
+            "state.dir": str(state_dir),
+            "processing.guarantee": "exactly_once_v2",
+            "num.standby.replicas": 1,
+        }
+    )
+
+
+def partition_of(word: str) -> int:
+    return partition_for_key(word.encode(), PARTITIONS)
+
+
+def http_json(address: str, path: str, **query: str) -> tuple[int, Any]:
+    host, _, port = address.rpartition(":")
+    target = path + ("?" + urllib.parse.urlencode(query) if query else "")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", target)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not true after {timeout} s")
+        time.sleep(0.02)
+
+
+class PausableLog(SqliteLog):
+    """A SqliteLog whose standby replay can be paused (restoration is never paused)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.standby_replay_paused = threading.Event()
+
+    def fetch_changes(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> ChangeBatch:
+        if (
+            self.standby_replay_paused.is_set()
+            and sys._getframe(1).f_code is StandbyTask.replay.__code__
+        ):
+            return ChangeBatch([], -1)  # as if nothing had been fetched yet
+        return super().fetch_changes(tp, offset, max_records)
+
+
+@dataclass
+class Node:
+    member: Member
+    log: PausableLog
+    instance: StreamsInstance
+    server: QueryServer | None = None
+    restores: list[RestoreReport] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        assert self.member.address is not None
+        return self.member.address
+
+    def stop(self) -> None:
+        """Stop serving and close the instance: the member is gone."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        self.instance.close(30)
+
+
+class Cluster:
+    """Three instances of ``word_count()`` on one log, one standby per stateful task."""
+
+    def __init__(self, root: Path, size: int = 3) -> None:
+        self.log = SqliteLog(root / "log.db")  # the test's own client of the log
+        self.log.create_topic("lines", PARTITIONS)
+        self.layout: TopicLayout = resolve_topics(word_count(), APP, self.log)
+        members = [
+            Member(str(i), zone=f"zone-{i}", address=f"127.0.0.1:{free_port()}")
+            for i in range(size)
+        ]
+        self.assignment: Assignment = assign(
+            self.layout.tasks(), members, 1, stateful=self.layout.stateful_tasks()
+        )
+        self.nodes: list[Node] = []
+        for member in members:
+            log = PausableLog(root / "log.db")
+            restores: list[RestoreReport] = []
+            instance = StreamsInstance(
+                word_count(),
+                streams_config(root / f"state-{member.id}"),
+                log,
+                instance_id=member.id,
+                member=member,
+                assignment=self.assignment,
+                on_restore=[restores.append],
+            )
+            self.nodes.append(Node(member, log, instance, restores=restores))
+
+    def start(self) -> Cluster:
+        for node in self.nodes:
+            node.instance.start()
+            host, _, port = node.address.rpartition(":")
+            node.server = QueryServer(node.instance, host, int(port))
+            node.server.start()
+        return self
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for node in self.nodes:
+            try:
+                node.stop()
+            except BaseException as error:  # close the others regardless
+                errors.append(error)
+            node.log.close()
+        self.log.close()
+        if errors:
+            raise errors[0]
+
+    def node(self, member_id: str) -> Node:
+        return next(n for n in self.nodes if n.member.id == member_id)
+
+    def active_node(self, partition: int) -> Node:
+        return self.node(self.assignment.active_owner(TaskId(COUNTS_SUBTOPOLOGY, partition)))
+
+    def standby_node(self, partition: int) -> Node:
+        owners = self.assignment.standby_owners(TaskId(COUNTS_SUBTOPOLOGY, partition))
+        assert len(owners) == 1, owners
+        return self.node(owners[0])
+
+    def other_node(self, partition: int) -> Node:
+        holders = {self.active_node(partition).member.id, self.standby_node(partition).member.id}
+        return next(n for n in self.nodes if n.member.id not in holders)
+
+    def changelog(self, partition: int) -> TopicPartition:
+        return TopicPartition(self.layout.changelogs[STORE], partition)
+
+    def inputs_committed(self) -> bool:
+        inputs = [tp for task in self.layout.tasks() for tp in self.layout.input_partitions(task)]
+        # Sub-topology 0's inputs first: once they are committed, so is what they wrote.
+        committed = self.log.committed_offsets(APP, inputs)
+        return all(committed.get(tp, 0) == self.log.end_offset(tp) for tp in inputs)
+
+    def settled(self) -> bool:
+        """Every input processed and committed; every store copy at its changelog's end."""
+        for node in self.nodes:
+            node.instance.check()  # raises if a stream thread failed
+        if not self.inputs_committed():
+            return False
+        for partition in range(PARTITIONS):
+            end = self.log.end_offset(self.changelog(partition))
+            for node in (self.active_node(partition), self.standby_node(partition)):
+                lag = node.instance.all_local_store_partition_lags().get(STORE, {}).get(partition)
+                if lag is None or lag.current_offset_position != end:
+                    return False
+        return all(node.instance.ready() for node in self.nodes)
+
+    def wait_until_settled(self) -> None:
+        wait_for("the group processed its input", self.settled)
+
+
+def produce_lines(log: SqliteLog, lines: list[str]) -> None:
+    for partition in range(PARTITIONS):
+        chunk = lines[partition::PARTITIONS]
+        if chunk:
+            log.produce(
+                TopicPartition("lines", partition),
+                [Record(None, line.encode(), i) for i, line in enumerate(chunk)],
+            )
+
+
+VOCABULARY = ["apple", "banana", "cherry", "date", "elder", "fig", "grape", "hazel", "and/or"]
+LINES = [" ".join(word for j, word in enumerate(VOCABULARY) if (i + j) % 3 != 0) for i in range(18)]
+EXPECTED = Counter(" ".join(LINES).split())
+
+
+def a_word_in(partition: int) -> str:
+    words = sorted(word for word in EXPECTED if partition_of(word) == partition)
+    assert words, f"no word of the vocabulary lands in partition {partition}"
+    return words[0]
+
+
+def started_cluster(root: Path) -> Cluster:
+    group = Cluster(root)
+    try:
+        group.start()
+        produce_lines(group.log, LINES)
+        group.wait_until_settled()
+    except BaseException:
+        group.close()
+        raise
+    return group
+
+
+@pytest.fixture(scope="module")
+def steady(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A group nobody stops: for the tests that only read."""
+    group = started_cluster(tmp_path_factory.mktemp("router-steady"))
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A group of the test's own, which it may stop members of."""
+    group = started_cluster(tmp_path)
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+# ---------------------------------------------------------------------------------------
+# While every member is up
+# ---------------------------------------------------------------------------------------
+
+
+def test_the_router_answers_from_the_active_host_whoever_it_asks_first(steady: Cluster) -> None:
+    for bootstrap in steady.nodes:
+        router = QueryRouter([bootstrap.address])
+        for word, count in EXPECTED.items():
+            partition = partition_of(word)
+            assert router.get(STORE, word) == QueryResult(
+                found=True,
+                value=count,
+                host=steady.active_node(partition).address,
+                role="active",
+                stale=False,
+                lag=0,
+                partition=partition,
+            )
+
+
+def test_the_router_reports_a_missing_key_as_not_found(steady: Cluster) -> None:
+    result = QueryRouter([steady.nodes[0].address]).get(STORE, "no-such-word")
+    assert (result.found, result.value, result.role) == (False, None, "active")
+
+
+def test_the_router_passes_the_isolation_level(steady: Cluster) -> None:
+    word = a_word_in(0)
+    router = QueryRouter([steady.nodes[1].address])
+    assert router.get(STORE, word, isolation="READ_UNCOMMITTED").value == EXPECTED[word]
+    assert router.get(STORE, word, isolation="read_committed").value == EXPECTED[word]
+
+
+def test_the_router_metadata_matches_the_assignment(steady: Cluster) -> None:
+    word = a_word_in(2)
+    assert QueryRouter([steady.nodes[0].address]).metadata(STORE, word) == {
+        "active_host": steady.active_node(2).address,
+        "standby_hosts": [steady.standby_node(2).address],
+        "partition": 2,
+    }
+
+
+def test_the_router_skips_unreachable_bootstrap_hosts(steady: Cluster) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    router = QueryRouter([dead, steady.nodes[2].address], timeout=1)
+    word = a_word_in(1)
+    assert router.get(STORE, word).value == EXPECTED[word]
+
+
+def test_the_router_fails_naming_each_bootstrap_host_when_none_answers() -> None:
+    dead = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    with pytest.raises(QueryFailedError) as failure:
+        QueryRouter(dead, timeout=1).get(STORE, "apple")
+    assert len(failure.value.attempts) == 2
+    for host, attempt in zip(dead, failure.value.attempts, strict=True):
+        assert attempt.startswith(f"{host}: unreachable")
+
+
+def test_an_unknown_store_fails_after_the_first_host_with_the_stores_named(
+    steady: Cluster,
+) -> None:
+    with pytest.raises(QueryFailedError) as failure:
+        QueryRouter([n.address for n in steady.nodes]).get("nope", "apple")
+    (attempt,) = failure.value.attempts  # a 404: asking the other hosts would not help
+    assert attempt.startswith(f"{steady.nodes[0].address}: 404")
+    assert STORE in attempt
+
+
+def test_eddyline_query_prints_one_json_line(steady: Cluster) -> None:
+    word = "and/or"
+    partition = partition_of(word)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eddyline_runtime.cli",
+            "query",
+            "--bootstrap",
+            f"127.0.0.1:{free_port()},{steady.other_node(partition).address}",
+            STORE,
+            word,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout
+    assert json.loads(lines[0]) == {
+        "key": word,
+        "found": True,
+        "value": EXPECTED[word],
+        "host": steady.active_node(partition).address,
+        "role": "active",
+        "stale": False,
+        "lag": 0,
+        "partition": partition,
+    }
+
+
+def test_eddyline_query_fails_with_exit_code_1_and_the_reason(steady: Cluster) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eddyline_runtime.cli",
+            "query",
+            "--bootstrap",
+            steady.nodes[0].address,
+            "nope",
+            "apple",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: ") and "404" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# When members go away
+# ---------------------------------------------------------------------------------------
+
+
+def test_without_its_active_host_the_router_answers_from_the_standby(cluster: Cluster) -> None:
+    partition = 0
+    word = a_word_in(partition)
+    active, standby, other = (
+        cluster.active_node(partition),
+        cluster.standby_node(partition),
+        cluster.other_node(partition),
+    )
+    active.stop()
+    # Ask the dead member first, as a client with a stale host list would.
+    router = QueryRouter([active.address, other.address], timeout=1)
+    assert router.get(STORE, word) == QueryResult(
+        found=True,
+        value=EXPECTED[word],
+        host=standby.address,
+        role="standby",
+        stale=True,
+        lag=0,
+        partition=partition,
+    )
+    # A caught-up standby is within any acceptable lag >= 0...
+    assert QueryRouter([other.address], acceptable_lag=0).get(STORE, word).role == "standby"
+    # ...but not within -1: the router refuses and says why for each host.
+    with pytest.raises(QueryFailedError) as refused:
+        QueryRouter([other.address], acceptable_lag=-1, timeout=1).get(STORE, word)
+    assert refused.value.attempts == [
+        refused.value.attempts[0],
+        f"standby {standby.address}: lag 0 exceeds the acceptable -1",
+    ]
+    assert refused.value.attempts[0].startswith(f"active {active.address}: unreachable")
+    assert "accept staler answers" in str(refused.value)
+    # Words of partitions whose active host is alive still come from it.
+    for other_partition in range(PARTITIONS):
+        if cluster.active_node(other_partition) is not active:
+            result = router.get(STORE, a_word_in(other_partition))
+            assert result.role == "active"
+
+
+def test_with_neither_copy_up_the_router_fails_listing_each_host(cluster: Cluster) -> None:
+    partition = 1
+    word = a_word_in(partition)
+    active, standby, other = (
+        cluster.active_node(partition),
+        cluster.standby_node(partition),
+        cluster.other_node(partition),
+    )
+    active.stop()
+    standby.stop()
+    with pytest.raises(QueryFailedError) as failure:
+        QueryRouter([other.address], timeout=1).get(STORE, word)
+    attempts = failure.value.attempts
+    assert len(attempts) == 2, attempts
+    assert attempts[0].startswith(f"active {active.address}: unreachable")
+    assert attempts[1].startswith(f"standby {standby.address}: unreachable")
+    assert f'key "{word}" of store "{STORE}"' in str(failure.value)
+
+
+def test_a_closed_instance_whose_server_still_runs_sends_the_router_to_the_standby(
+    cluster: Cluster,
+) -> None:
+    partition = 2
+    word = a_word_in(partition)
+    active, standby = cluster.active_node(partition), cluster.standby_node(partition)
+    active.instance.close(30)  # the server keeps answering: it no longer holds the partition
+    status, body = http_json(active.address, f"/v1/stores/{STORE}/keys/{word}")
+    assert status == 421, body
+    result = QueryRouter([active.address]).get(STORE, word)
+    assert (result.host, result.role, result.value) == (standby.address, "standby", EXPECTED[word])
+
+
+def test_a_standby_behind_by_more_than_the_acceptable_lag_is_refused(cluster: Cluster) -> None:
+    partition = 0
+    word = a_word_in(partition)
+    active, standby, other = (
+        cluster.active_node(partition),
+        cluster.standby_node(partition),
+        cluster.other_node(partition),
+    )
+    changelog = cluster.changelog(partition)
+    replicated_up_to = cluster.log.end_offset(changelog)
+    # The standby stops replaying; the active keeps counting.
+    standby.log.standby_replay_paused.set()
+    produce_lines(cluster.log, [f"{word} {word}"] * 6)
+    wait_for(
+        "the active host counted the new lines",
+        lambda: (
+            cluster.inputs_committed()
+            and http_json(active.address, f"/v1/stores/{STORE}/keys/{word}")[1].get("value")
+            == EXPECTED[word] + 12
+        ),
+    )
+    end = cluster.log.end_offset(changelog)
+    assert end > replicated_up_to
+    lag = end - replicated_up_to
+
+    def standby_lag() -> dict[str, int]:
+        status, body = http_json(standby.address, "/v1/lags")
+        assert status == 200
+        return dict(body[STORE][str(partition)])
+
+    # The standby sees the changelog's new end, and reports how far behind it is.
+    wait_for("the standby sees the new end", lambda: standby_lag()["end_offset_position"] == end)
+    assert standby_lag() == {
+        "current_offset_position": replicated_up_to,
+        "end_offset_position": end,
+        "offset_lag": lag,
+    }
+    status, body = http_json(standby.address, f"/v1/stores/{STORE}/keys/{word}", allow_stale="true")
+    assert (status, body["value"], body["lag"], body["stale"]) == (200, EXPECTED[word], lag, True)
+
+    active.stop()
+    with pytest.raises(QueryFailedError) as refused:
+        QueryRouter([other.address], acceptable_lag=lag - 1, timeout=1).get(STORE, word)
+    assert f"standby {standby.address}: lag {lag} exceeds the acceptable {lag - 1}" in (
+        refused.value.attempts
+    )
+    for acceptable in (lag, None):
+        result = QueryRouter([other.address], acceptable_lag=acceptable, timeout=1).get(STORE, word)
+        # The stale count from before the pause, and how stale it is.
+        assert result == QueryResult(
+            found=True,
+            value=EXPECTED[word],
+            host=standby.address,
+            role="standby",
+            stale=True,
+            lag=lag,
+            partition=partition,
+        )
+    # Replay resumes: the standby catches up, and the router returns the new count.
+    standby.log.standby_replay_paused.clear()
+    wait_for("the standby caught up", lambda: standby_lag()["offset_lag"] == 0)
+    result = QueryRouter([other.address], acceptable_lag=0, timeout=1).get(STORE, word)
+    assert (result.value, result.lag, result.role) == (EXPECTED[word] + 12, 0, "standby")

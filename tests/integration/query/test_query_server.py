@@ -1,0 +1,719 @@
+"""The interactive-query HTTP API (KIP-535) of a group of instances on one log.
+
+Three instances run a word count in one process, each with its own state
+directory, its own SqliteLog object on the shared log file (as separate
+processes would) and its own query server, under one assignment with a
+standby for every stateful task. With three partitions each instance runs
+one partition of the counts store actively, keeps a standby of another and
+does not hold the third, so every answer of the API can be checked against
+the assignment: fresh values on the active host, 421 elsewhere, 503 or stale
+values on the standby, lags against the changelog's end offsets.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eddyline_runtime.assign import Assignment, Member, assign
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
+from eddyline_runtime.processing import (
+    Processor,
+    RestoreReport,
+    StoreSpec,
+    StreamsBuilder,
+    StreamsInstance,
+    Topology,
+)
+from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
+from eddyline_runtime.query.server import QueryServer
+
+APP = "app"
+STORE = "counts"
+PARTITIONS = 3
+COUNTS_SUBTOPOLOGY = 1  # word_count(): 0 splits and repartitions, 1 counts
+DEADLINE_SECONDS = 30
+
+# ---------------------------------------------------------------------------------------
+# Harness: a group of instances in this process
+# ---------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def word_count() -> Topology:
+    builder = StreamsBuilder()
+    (
+        builder.stream("lines", value_serde="string")
+        .flat_map_values(str.split)
+        .group_by(lambda _, word: word, value_serde="string")
+        .count(STORE)
+        .to_stream()
+        .to("word-counts", key_serde="string", value_serde="long")
+    )
+    return builder.build()
+
+
+def streams_config(state_dir: Path, **settings: Any) -> StreamsConfig:
+    return StreamsConfig.from_properties(
+        {
+            "application.id": APP,
+            "state.dir": str(state_dir),
+            "processing.guarantee": "exactly_once_v2",
+            "num.standby.replicas": 1,
+            **settings,
+        }
+    )
+
+
+def partition_of(word: str) -> int:
+    return partition_for_key(word.encode(), PARTITIONS)
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    text: str
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def http_get(address: str, path: str, **query: str) -> Response:
+    host, _, port = address.rpartition(":")
+    target = path + ("?" + urllib.parse.urlencode(query) if query else "")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", target)
+        response = connection.getresponse()
+        return Response(response.status, dict(response.headers), response.read().decode())
+    finally:
+        connection.close()
+
+
+def key_path(word: str, store: str = STORE) -> str:
+    return f"/v1/stores/{store}/keys/{urllib.parse.quote(word, safe='')}"
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not true after {timeout} s")
+        time.sleep(0.02)
+
+
+@dataclass
+class Node:
+    member: Member
+    log: SqliteLog
+    instance: StreamsInstance
+    server: QueryServer | None = None
+    restores: list[RestoreReport] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        assert self.member.address is not None
+        return self.member.address
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        self.instance.close(30)
+
+
+class Cluster:
+    """``size`` instances of ``word_count()`` on one log, one standby per stateful task."""
+
+    def __init__(self, root: Path, size: int = 3) -> None:
+        self.root = root
+        self.log = SqliteLog(root / "log.db")  # the test's own client of the log
+        self.log.create_topic("lines", PARTITIONS)
+        self.layout: TopicLayout = resolve_topics(word_count(), APP, self.log)
+        members = [
+            Member(str(i), zone=f"zone-{i}", address=f"127.0.0.1:{free_port()}")
+            for i in range(size)
+        ]
+        self.assignment: Assignment = assign(
+            self.layout.tasks(), members, 1, stateful=self.layout.stateful_tasks()
+        )
+        self.nodes: list[Node] = []
+        for member in members:
+            log = SqliteLog(root / "log.db")
+            restores: list[RestoreReport] = []
+            instance = StreamsInstance(
+                word_count(),
+                streams_config(root / f"state-{member.id}"),
+                log,
+                instance_id=member.id,
+                member=member,
+                assignment=self.assignment,
+                on_restore=[restores.append],
+            )
+            node = Node(member, log, instance, restores=restores)
+            self.nodes.append(node)
+
+    def start(self) -> Cluster:
+        for node in self.nodes:
+            node.instance.start()
+            host, _, port = node.address.rpartition(":")
+            node.server = QueryServer(node.instance, host, int(port))
+            node.server.start()
+        return self
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for node in self.nodes:
+            try:
+                node.stop()
+            except BaseException as error:  # close the others regardless
+                errors.append(error)
+            node.log.close()
+        self.log.close()
+        if errors:
+            raise errors[0]
+
+    # -- who holds what ---------------------------------------------------------------
+
+    def node(self, member_id: str) -> Node:
+        return next(n for n in self.nodes if n.member.id == member_id)
+
+    def active_node(self, partition: int) -> Node:
+        return self.node(self.assignment.active_owner(TaskId(COUNTS_SUBTOPOLOGY, partition)))
+
+    def standby_node(self, partition: int) -> Node:
+        owners = self.assignment.standby_owners(TaskId(COUNTS_SUBTOPOLOGY, partition))
+        assert len(owners) == 1, owners
+        return self.node(owners[0])
+
+    def other_node(self, partition: int) -> Node:
+        """The member holding neither copy of ``partition``."""
+        holders = {self.active_node(partition).member.id, self.standby_node(partition).member.id}
+        return next(n for n in self.nodes if n.member.id not in holders)
+
+    def changelog(self, partition: int) -> TopicPartition:
+        return TopicPartition(self.layout.changelogs[STORE], partition)
+
+    # -- progress ---------------------------------------------------------------------
+
+    def settled(self) -> bool:
+        """Every input processed and committed; every store copy at its changelog's end."""
+        for node in self.nodes:
+            node.instance.check()  # raises if a stream thread failed
+        inputs = [tp for task in self.layout.tasks() for tp in self.layout.input_partitions(task)]
+        # Sub-topology 0's inputs first: once they are committed, so is what they wrote.
+        committed = self.log.committed_offsets(APP, inputs)
+        if any(committed.get(tp, 0) != self.log.end_offset(tp) for tp in inputs):
+            return False
+        for partition in range(PARTITIONS):
+            end = self.log.end_offset(self.changelog(partition))
+            for node in (self.active_node(partition), self.standby_node(partition)):
+                lag = node.instance.all_local_store_partition_lags().get(STORE, {}).get(partition)
+                if lag is None or lag.current_offset_position != end:
+                    return False
+        return all(node.instance.ready() for node in self.nodes)
+
+    def wait_until_settled(self, timeout: float = DEADLINE_SECONDS) -> None:
+        wait_for("the group processed its input", self.settled, timeout)
+
+
+def produce_lines(log: SqliteLog, lines: list[str]) -> None:
+    for partition in range(PARTITIONS):
+        log.produce(
+            TopicPartition("lines", partition),
+            [Record(None, line.encode(), i) for i, line in enumerate(lines[partition::PARTITIONS])],
+        )
+
+
+VOCABULARY = [
+    "apple",
+    "banana",
+    "cherry",
+    "date",
+    "elder",
+    "fig",
+    "grape",
+    "hazel",
+    "iris",
+    "juniper",
+    "kiwi",
+    "lemon",
+    "café",
+    "and/or",
+    "x+y",
+    "50%",
+]
+LINES = [" ".join(word for j, word in enumerate(VOCABULARY) if (i + j) % 4 != 0) for i in range(24)]
+EXPECTED = Counter(" ".join(LINES).split())
+
+
+def words_in(partition: int) -> list[str]:
+    return sorted(word for word in EXPECTED if partition_of(word) == partition)
+
+
+# ---------------------------------------------------------------------------------------
+# The shared, read-only group
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    group = Cluster(tmp_path_factory.mktemp("query-server"))
+    try:
+        group.start()
+        produce_lines(group.log, LINES)
+        group.wait_until_settled()
+        yield group
+    finally:
+        group.close()
+
+
+def test_the_vocabulary_covers_every_partition() -> None:
+    assert all(words_in(partition) for partition in range(PARTITIONS))
+
+
+def test_the_assignment_gives_each_instance_one_active_and_one_standby_partition(
+    cluster: Cluster,
+) -> None:
+    for partition in range(PARTITIONS):
+        holders = {
+            cluster.active_node(partition).member.id,
+            cluster.standby_node(partition).member.id,
+            cluster.other_node(partition).member.id,
+        }
+        assert len(holders) == 3
+
+
+def test_stores_lists_the_stores_and_their_serdes(cluster: Cluster) -> None:
+    response = http_get(cluster.nodes[0].address, "/v1/stores")
+    assert response.status == 200
+    assert response.json() == {
+        "stores": [{"name": STORE, "key_serde": "string", "value_serde": "long"}]
+    }
+
+
+# -- one key ----------------------------------------------------------------------------
+
+
+def test_a_key_on_its_active_host_is_the_fresh_count(cluster: Cluster) -> None:
+    for partition in range(PARTITIONS):
+        active = cluster.active_node(partition)
+        for word in words_in(partition):
+            response = http_get(active.address, key_path(word))
+            assert response.status == 200, response.text
+            assert response.json() == {
+                "store": STORE,
+                "key": word,
+                "found": True,
+                "value": EXPECTED[word],
+                "partition": partition,
+                "task": f"{COUNTS_SUBTOPOLOGY}_{partition}",
+                "role": "active",
+                "stale": False,
+                "lag": 0,
+                # exactly_once_v2 without default.state.isolation.level: READ_COMMITTED.
+                "isolation": "READ_COMMITTED",
+            }
+
+
+def test_a_missing_key_on_its_active_host_is_found_false(cluster: Cluster) -> None:
+    word = "no-such-word"
+    response = http_get(cluster.active_node(partition_of(word)).address, key_path(word))
+    assert response.status == 200
+    body = response.json()
+    assert (body["found"], body["value"], body["role"]) == (False, None, "active")
+
+
+def test_both_isolation_levels_are_accepted_in_any_case(cluster: Cluster) -> None:
+    word = words_in(0)[0]
+    active = cluster.active_node(0)
+    for given, echoed in [
+        ("READ_UNCOMMITTED", "READ_UNCOMMITTED"),
+        ("READ_COMMITTED", "READ_COMMITTED"),
+        ("read_uncommitted", "READ_UNCOMMITTED"),
+    ]:
+        response = http_get(active.address, key_path(word), isolation=given)
+        assert response.status == 200, response.text
+        body = response.json()
+        assert (body["isolation"], body["value"]) == (echoed, EXPECTED[word])
+
+
+def test_a_bad_isolation_level_is_400_naming_the_accepted_ones(cluster: Cluster) -> None:
+    word = words_in(0)[0]
+    address = cluster.active_node(0).address
+    for path in (key_path(word), f"/v1/stores/{STORE}/all", f"/v1/stores/{STORE}/range"):
+        response = http_get(address, path, isolation="SERIALIZABLE")
+        assert response.status == 400, (path, response.text)
+        error = response.json()["error"]
+        assert "SERIALIZABLE" in error
+        assert "READ_COMMITTED" in error and "READ_UNCOMMITTED" in error
+
+
+def test_a_bad_allow_stale_is_400(cluster: Cluster) -> None:
+    word = words_in(0)[0]
+    response = http_get(cluster.active_node(0).address, key_path(word), allow_stale="maybe")
+    assert response.status == 400
+    assert "allow_stale must be true or false" in response.json()["error"]
+
+
+def test_a_key_on_a_host_without_its_partition_is_421_naming_the_hosts(cluster: Cluster) -> None:
+    for partition in range(PARTITIONS):
+        word = words_in(partition)[0]
+        other = cluster.other_node(partition)
+        for allow_stale in ("false", "true"):
+            response = http_get(other.address, key_path(word), allow_stale=allow_stale)
+            assert response.status == 421, response.text
+            body = response.json()
+            metadata = other.instance.key_query_metadata(STORE, word.encode())
+            assert body["active_host"] == str(metadata.active_host)
+            assert body["standby_hosts"] == [str(h) for h in metadata.standby_hosts]
+            assert body["partition"] == metadata.partition == partition
+            assert body["active_host"] == cluster.active_node(partition).address
+            assert body["standby_hosts"] == [cluster.standby_node(partition).address]
+            assert f"partition {partition}" in body["error"]
+
+
+def test_a_key_on_its_standby_host_is_503_with_retry_after(cluster: Cluster) -> None:
+    for partition in range(PARTITIONS):
+        word = words_in(partition)[0]
+        standby = cluster.standby_node(partition)
+        response = http_get(standby.address, key_path(word))
+        assert response.status == 503, response.text
+        assert int(response.headers["Retry-After"]) >= 1
+        body = response.json()
+        assert body["active_host"] == cluster.active_node(partition).address
+        assert body["standby_hosts"] == [standby.address]
+        assert body["partition"] == partition
+        assert body["lag"] == 0
+        assert "standby" in body["error"] and "allow_stale=true" in body["error"]
+
+
+def test_a_key_on_its_standby_host_with_allow_stale_is_the_replicated_count(
+    cluster: Cluster,
+) -> None:
+    for partition in range(PARTITIONS):
+        standby = cluster.standby_node(partition)
+        for word in words_in(partition):
+            response = http_get(standby.address, key_path(word), allow_stale="true")
+            assert response.status == 200, response.text
+            body = response.json()
+            assert body["value"] == EXPECTED[word]
+            assert (body["role"], body["stale"], body["lag"]) == ("standby", True, 0)
+            assert (body["partition"], body["task"]) == (partition, f"1_{partition}")
+
+
+def test_allow_stale_on_the_active_host_still_answers_as_active(cluster: Cluster) -> None:
+    word = words_in(1)[0]
+    response = http_get(cluster.active_node(1).address, key_path(word), allow_stale="true")
+    body = response.json()
+    assert (body["role"], body["stale"], body["value"]) == ("active", False, EXPECTED[word])
+
+
+def test_an_unknown_store_is_404_listing_the_stores(cluster: Cluster) -> None:
+    address = cluster.nodes[0].address
+    for path in (
+        key_path("apple", store="nope"),
+        "/v1/stores/nope/all",
+        "/v1/stores/nope/range",
+        "/v1/stores/nope/metadata/apple",
+    ):
+        response = http_get(address, path)
+        assert response.status == 404, (path, response.text)
+        body = response.json()
+        assert body["stores"] == [STORE]
+        assert '"nope"' in body["error"] and STORE in body["error"]
+
+
+# -- range and all ----------------------------------------------------------------------
+
+
+def test_all_serves_only_the_active_partition_and_skips_the_standby(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        mine = cluster.assignment.tasks_of(node.member.id)
+        active = [t.partition for t in mine.active if t.subtopology == COUNTS_SUBTOPOLOGY]
+        standby = [t.partition for t in mine.standby]
+        response = http_get(node.address, f"/v1/stores/{STORE}/all")
+        assert response.status == 200, response.text
+        body = response.json()
+        assert body["partitions"] == sorted(active)
+        assert body["skipped_partitions"] == sorted(standby)
+        assert body["isolation"] == "READ_COMMITTED"
+        expected = sorted(w for w in EXPECTED if partition_of(w) in active)
+        assert [key for key, _ in body["entries"]] == sorted(expected, key=str.encode)
+        assert dict(body["entries"]) == {w: EXPECTED[w] for w in expected}
+
+
+def test_all_with_allow_stale_merges_active_and_standby_in_key_order(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        mine = cluster.assignment.tasks_of(node.member.id)
+        held = sorted(
+            t.partition for t in mine.active | mine.standby if t.subtopology == COUNTS_SUBTOPOLOGY
+        )
+        body = http_get(node.address, f"/v1/stores/{STORE}/all", allow_stale="true").json()
+        assert (body["partitions"], body["skipped_partitions"]) == (held, [])
+        expected = sorted((w for w in EXPECTED if partition_of(w) in held), key=str.encode)
+        assert body["entries"] == [[w, EXPECTED[w]] for w in expected]
+
+
+def test_range_is_inclusive_at_both_ends_and_either_end_may_be_omitted(cluster: Cluster) -> None:
+    node = cluster.nodes[0]
+    path = f"/v1/stores/{STORE}/range"
+    held = {p.partition for p in node.instance.local_store_partitions(STORE)}
+    assert len(held) == 2
+    ordered = sorted((w for w in EXPECTED if partition_of(w) in held), key=str.encode)
+    low, high = ordered[1], ordered[-2]
+
+    def keys(**query: str) -> list[str]:
+        response = http_get(node.address, path, allow_stale="true", **query)
+        assert response.status == 200, response.text
+        return [key for key, _ in response.json()["entries"]]
+
+    assert keys(**{"from": low, "to": high}) == ordered[1:-1]
+    assert keys(**{"from": low}) == ordered[1:]
+    assert keys(to=high) == ordered[:-1]
+    assert keys() == ordered
+    assert keys(**{"from": high, "to": low}) == []  # an empty range, not an error
+
+
+# -- metadata and lags ------------------------------------------------------------------
+
+
+def test_key_metadata_matches_the_assignment_on_every_host(cluster: Cluster) -> None:
+    for word in EXPECTED:
+        partition = partition_of(word)
+        expected = {
+            "active_host": cluster.active_node(partition).address,
+            "standby_hosts": [cluster.standby_node(partition).address],
+            "partition": partition,
+        }
+        for node in cluster.nodes:
+            path = f"/v1/stores/{STORE}/metadata/{urllib.parse.quote(word, safe='')}"
+            response = http_get(node.address, path)
+            assert response.status == 200, response.text
+            assert response.json() == expected
+
+
+def test_lags_report_active_and_standby_partitions_at_the_changelog_end(
+    cluster: Cluster,
+) -> None:
+    for node in cluster.nodes:
+        mine = cluster.assignment.tasks_of(node.member.id)
+        held = sorted(
+            t.partition for t in mine.active | mine.standby if t.subtopology == COUNTS_SUBTOPOLOGY
+        )
+        response = http_get(node.address, "/v1/lags")
+        assert response.status == 200
+        body = response.json()
+        assert list(body) == [STORE]
+        assert sorted(int(p) for p in body[STORE]) == held
+        for partition in held:
+            end = cluster.log.end_offset(cluster.changelog(partition))
+            assert end > 0
+            assert body[STORE][str(partition)] == {
+                "current_offset_position": end,
+                "end_offset_position": end,
+                "offset_lag": 0,
+            }
+        # The same numbers as the instance's own API.
+        direct = node.instance.all_local_store_partition_lags()
+        assert {
+            store: {
+                str(p): [lag.current_offset_position, lag.end_offset_position, lag.offset_lag]
+                for p, lag in lags.items()
+            }
+            for store, lags in direct.items()
+        } == {
+            store: {p: list(info.values()) for p, info in lags.items()}
+            for store, lags in body.items()
+        }
+
+
+# -- health and metrics -----------------------------------------------------------------
+
+
+def test_healthz_and_readyz_are_200_when_every_active_task_runs(cluster: Cluster) -> None:
+
+    for node in cluster.nodes:
+        health = http_get(node.address, "/healthz")
+        assert health.status == 200
+        assert health.json() == {"status": "ok", "state": "RUNNING"}
+        ready = http_get(node.address, "/readyz")
+        assert ready.status == 200
+        assert ready.json() == {"ready": True, "state": "RUNNING"}
+
+
+def test_metrics_are_prometheus_text_with_thread_and_store_metrics(cluster: Cluster) -> None:
+    response = http_get(cluster.nodes[0].address, "/metrics")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/plain")
+    lines = response.text.splitlines()
+    assert "# TYPE eddyline_stream_thread_metrics_commit_total gauge" in lines
+    samples = {}
+    for line in lines:
+        if line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        samples[name] = float(value)  # every sample line is "name{labels} number"
+    commits = [
+        v
+        for n, v in samples.items()
+        if n.startswith("eddyline_stream_thread_metrics_commit_total{")
+    ]
+    assert commits and sum(commits) >= 1
+    # RocksDB store metrics, tagged with the task and the store.
+    store_samples = [
+        n for n in samples if n.startswith("eddyline_stream_state_metrics_commit_rate{")
+    ]
+    assert any('rocksdb_state_id="counts"' in n and 'task_id="1_' in n for n in store_samples)
+    restore_samples = [
+        n for n in samples if n.startswith("eddyline_stream_state_metrics_restore_total{")
+    ]
+    assert any('store="counts"' in n for n in restore_samples)
+
+
+# ---------------------------------------------------------------------------------------
+# Isolation levels on a single instance whose processor holds a transaction open
+# ---------------------------------------------------------------------------------------
+
+RELEASE = threading.Event()
+HOLDING = threading.Event()
+
+
+class PutThenWait(Processor):
+    """Puts each value under its key; on the value "hold" waits for RELEASE after the put."""
+
+    def process(self, key: Any, value: Any) -> None:
+        self.context.get_state_store("latest").put(key.encode(), value.encode())
+        if value == "hold":
+            HOLDING.set()
+            RELEASE.wait(DEADLINE_SECONDS)
+
+
+def holding_topology() -> Topology:
+    topology = Topology()
+    topology.add_source("in", ["events"], key_serde="string", value_serde="string")
+    topology.add_processor("put", PutThenWait, "in")
+    topology.add_state_store(StoreSpec("latest", key_serde="string", value_serde="string"), "put")
+    return topology
+
+
+def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(tmp_path: Path) -> None:
+    RELEASE.clear()
+    HOLDING.clear()
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("events", 1)
+    tp = TopicPartition("events", 0)
+    instance = StreamsInstance(
+        holding_topology(),
+        # No record cache: a put goes straight to the store's open transaction.
+        streams_config(tmp_path / "state", **{"statestore.cache.max.bytes": 0}),
+        log,
+    )
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        instance.start()
+        address = str(server.start())
+
+        def value(isolation: str | None) -> Any:
+            query = {} if isolation is None else {"isolation": isolation}
+            response = http_get(address, "/v1/stores/latest/keys/k", **query)
+            assert response.status == 200, response.text
+            return response.json()["value"]
+
+        wait_for("the task runs", lambda: bool(instance.check() and instance.ready()))
+        log.produce(tp, [Record(b"k", b"v1", 0)])
+        # (wait_until_caught_up() right after a produce may not have seen it yet.)
+        wait_for("v1 is committed", lambda: value("READ_COMMITTED") == "v1")
+        log.produce(tp, [Record(b"k", b"hold", 1)])
+        assert HOLDING.wait(DEADLINE_SECONDS)
+        # The processor wrote "hold" but its commit has not happened yet.
+        assert value("READ_UNCOMMITTED") == "hold"
+        assert value("READ_COMMITTED") == "v1"
+        assert value(None) == "v1"  # the default under exactly_once_v2
+        RELEASE.set()
+        wait_for("the held write is committed", lambda: value("READ_COMMITTED") == "hold")
+        assert value("READ_UNCOMMITTED") == "hold"
+    finally:
+        RELEASE.set()
+        server.stop()
+        instance.close(30)
+        log.close()
+
+
+def test_readyz_is_503_and_healthz_200_before_the_instance_starts(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 1)
+    instance = StreamsInstance(word_count(), streams_config(tmp_path / "state"), log)
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        address = str(server.start())
+        ready = http_get(address, "/readyz")
+        assert ready.status == 503
+        assert ready.json() == {"ready": False, "state": "CREATED"}
+        health = http_get(address, "/healthz")
+        assert health.status == 200
+        assert health.json() == {"status": "ok", "state": "CREATED"}
+    finally:
+        server.stop()
+        instance.close(30)
+        log.close()
+
+
+def test_readyz_turns_200_once_the_tasks_run_without_anyone_polling_the_instance(
+    tmp_path: Path,
+) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 1)
+    instance = StreamsInstance(word_count(), streams_config(tmp_path / "state"), log)
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        address = str(server.start())
+        instance.start()
+
+        def tasks_run() -> bool:
+            running = [t for thread in instance.threads for t in thread.active.values()]
+            return len(running) == 2 and all(task.running for task in running)
+
+        wait_for("both active tasks run", tasks_run)
+        # Only the server looks at the instance, as a Kubernetes probe would.
+        wait_for("readyz turns 200", lambda: http_get(address, "/readyz").status == 200, 3)
+    finally:
+        server.stop()
+        instance.close(30)
+        log.close()
+
+
+def test_a_key_query_before_the_instance_starts_is_503_with_retry_after(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 1)
+    instance = StreamsInstance(word_count(), streams_config(tmp_path / "state"), log)
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        address = str(server.start())
+        for path in (key_path("apple"), f"/v1/stores/{STORE}/metadata/apple"):
+            response = http_get(address, path)
+            assert response.status == 503, (path, response.status, response.text)
+            assert "Retry-After" in response.headers
+    finally:
+        server.stop()
+        instance.close(30)
+        log.close()
