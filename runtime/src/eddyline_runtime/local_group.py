@@ -189,6 +189,8 @@ class LocalGroup:
 
     def _publish(self) -> None:
         present = [r.member for r in self._replicas.values() if r.restart_at is None]
+        if not present:
+            return  # every replica is down: keep the last assignment until one returns
         self.assignment = assign(
             self.layout.tasks(),
             present,
