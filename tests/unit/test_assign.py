@@ -210,10 +210,13 @@ def test_losing_a_member_moves_its_tasks_and_at_most_as_many_stateless_ones(
 
     others = [t for t in group.tasks if before.active_owner(t) != lost.id]
     shuffled = moved(before, after, others)
-    # Stateful tasks of surviving members stay; a stateless one moves only to
-    # make room on a member that took over one of the lost member's stateful tasks.
-    assert not [t for t in shuffled if t in group.stateful_tasks]
-    assert len(shuffled) <= len(before.active[lost.id] & group.stateful_tasks)
+    # A stateful task of a surviving member moves only in a warm swap: to a
+    # member that held its standby. A stateless one moves only to make room on
+    # a member that took over one of the lost member's stateful tasks.
+    stateful_moves = [t for t in shuffled if t in group.stateful_tasks]
+    assert all(after.active_owner(t) in before.standby_owners(t) for t in stateful_moves)
+    stateless_moves = [t for t in shuffled if t not in group.stateful_tasks]
+    assert len(stateless_moves) <= len(before.active[lost.id] & group.stateful_tasks)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -375,6 +378,23 @@ def test_a_lost_member_s_task_goes_to_the_member_that_kept_its_standby() -> None
     # a replays the changelog tail of 0_2 it has not seen, not the whole store.
     assert after.active == {"a": tasks("0_0", "0_2"), "b": tasks("0_1")}
     assert after.standby == {"a": tasks("0_1"), "b": tasks("0_0", "0_2")}
+
+
+def test_a_lost_task_goes_warm_even_when_its_standby_holder_is_full() -> None:
+    # Four stateful tasks on three members: 2/1/1. Whichever member is lost,
+    # each of its tasks lands on a member holding its state (a swap keeps the
+    # counts balanced), so the promotion restores only the changelog tail.
+    tasks = [TaskId(1, p) for p in range(4)]
+    members = [Member(str(i), zone=f"zone-{i}") for i in range(3)]
+    before = assign(tasks, members, 1)
+    for lost in members:
+        after = assign(tasks, [m for m in members if m != lost], 1, previous=before)
+        for task in tasks:
+            owner = after.active_owner(task)
+            assert owner == before.active_owner(task) or owner in before.standby_owners(task), (
+                lost.id,
+                task,
+            )
 
 
 def test_a_joining_member_takes_a_task_and_its_former_owner_keeps_a_standby() -> None:

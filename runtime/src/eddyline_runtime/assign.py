@@ -24,12 +24,14 @@ among the members (members without a zone share one unnamed zone):
    when zones do not constrain (``Z == 1``). With more zones point 4 comes
    first, and the same search for chains of moves evens out what it finds.
 6. Sticky, when ``previous`` was computed by :func:`assign` for the same
-   tasks: with unchanged members nothing moves. When a member leaves, no
-   stateful task of another member moves, and at most as many of their
-   stateless tasks move as the lost member had stateful tasks (to make room
-   on members that took those over). When a member joins, every stateful task
-   that moves goes to it, and stateless tasks move between the other members
-   at most once per stateful task it took over. Standbys stay where they are
+   tasks: with unchanged members nothing moves. When a member leaves, a
+   stateful task of another member moves only to a member holding its
+   standby, in a swap that lets a lost task go to its standby holder too
+   (point 7), and at most as many of their stateless tasks move as the lost
+   member had stateful tasks (to make room on members that took those over).
+   When a member joins, every stateful task that moves goes to it, and
+   stateless tasks move between the other members at most once per stateful
+   task it took over. Standbys stay where they are
    unless points 4 and 5 need them elsewhere (without zones, a lost member
    costs the others at most as many standbys as it had standbys and stateful
    tasks), and a task that moves prefers its former member, which has its
@@ -40,7 +42,9 @@ among the members (members without a zone share one unnamed zone):
    matching into the room balance leaves, after each member kept its own
    tasks: if such a task still goes to a member without its state, then
    every surviving standby holder of it runs only stateful tasks whose state
-   it already had.
+   it already had. Then, with counts unchanged, a task placed where its state
+   is not is swapped with a task of its standby holder whose standby the
+   first member holds, so both restore only their tails.
 8. Deterministic: the result depends only on the inputs' values, not on
    their order, on hash seeds or on anything random.
 """
@@ -336,6 +340,7 @@ def assign(
     active = _place_tier(
         heavy, ids, earlier_load=dict.fromkeys(ids, 0), later_own=light_own, history=history
     )
+    _swap_cold_tasks_to_warm_members(active, history)
     heavy_load = {m: len(active[m]) for m in ids}
     no_later_tier = dict.fromkeys(ids, 0)
     light_active = _place_tier(
@@ -494,6 +499,51 @@ def _capacities(
     # (if base equals its per-member floor, its own extra count is <= extra).
     favoured = set(sorted(ids, key=priority)[:extra])
     return {m: base - earlier_load[m] + (m in favoured) for m in ids}
+
+
+def _swap_cold_tasks_to_warm_members(placed: dict[str, list[TaskId]], history: _History) -> None:
+    """Swap tasks so that fewer land where their state is not (a cold start).
+
+    Balance can leave a lost member's task on a member without its state
+    while the member holding its standby is full of its own tasks. If that
+    member also runs a task whose standby the cold member holds, swapping the
+    two makes both warm: each restores only its changelog tail. Counts per
+    member do not change; every swap adds a warm placement, so this ends.
+    """
+
+    def warm(member_id: str, task: TaskId) -> bool:
+        return history.owner.get(task) == member_id or member_id in history.standby_holders.get(
+            task, ()
+        )
+
+    swapped = True
+    while swapped:
+        swapped = False
+        for cold_member in sorted(placed):
+            for task in sorted(placed[cold_member]):
+                if warm(cold_member, task):
+                    continue
+                for holder in sorted(history.standby_holders.get(task, ())):
+                    partner = next(
+                        (
+                            other
+                            for other in sorted(placed.get(holder, ()))
+                            if warm(cold_member, other)
+                        ),
+                        None,
+                    )
+                    if holder == cold_member or partner is None:
+                        continue
+                    placed[cold_member].remove(task)
+                    placed[holder].remove(partner)
+                    placed[cold_member].append(partner)
+                    placed[holder].append(task)
+                    swapped = True
+                    break
+                if swapped:
+                    break
+            if swapped:
+                break
 
 
 def _keep(own: Sequence[TaskId], capacity: int) -> list[TaskId]:

@@ -5,9 +5,9 @@
 1. asks any reachable instance for the key's ``KeyQueryMetadata``;
 2. queries the active host (fresh data only);
 3. if the active host is unreachable, restoring or gone, asks each standby
-   host for its lag on that store partition and queries, with
-   ``allow_stale``, the most caught-up standby whose lag is within
-   ``acceptable_lag``;
+   host (and a restoring active host) for its lag on that store partition
+   and queries, with ``allow_stale``, the most caught-up copy whose lag is
+   within ``acceptable_lag``;
 4. otherwise fails with :class:`QueryFailedError`, saying what each host
    answered.
 
@@ -93,25 +93,30 @@ class QueryRouter:
             query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
         path = f"/v1/stores/{_quote(store)}/keys/{_quote(key)}"
         active = metadata.get("active_host")
+        stale_candidates = list(metadata.get("standby_hosts", []))
         if active:
             status, body = self._get(active, path, query)
             if status == 200:
                 return _result(active, body)
             attempts.append(f"active {active}: {_describe(status, body)}")
+            if status == 503:
+                # Restoring (a promotion in progress): it may well be the freshest copy.
+                stale_candidates.append(active)
         else:
             attempts.append("no active host (the task is being reassigned)")
-        for lag, host in self._standbys_by_lag(store, partition, metadata, attempts):
+        for lag, host in self._copies_by_lag(store, partition, stale_candidates, attempts):
             status, body = self._get(host, path, {**query, "allow_stale": "true"})
             if status == 200:
                 return _result(host, body)
-            attempts.append(f"standby {host} (lag {lag}): {_describe(status, body)}")
+            attempts.append(f"copy on {host} (lag {lag}): {_describe(status, body)}")
         raise QueryFailedError(store, key, attempts)
 
-    def _standbys_by_lag(
-        self, store: str, partition: int, metadata: dict[str, Any], attempts: list[str]
+    def _copies_by_lag(
+        self, store: str, partition: int, hosts: list[str], attempts: list[str]
     ) -> list[tuple[int, str]]:
+        """The hosts whose copy is within the acceptable lag, freshest first."""
         candidates: list[tuple[int, str]] = []
-        for host in metadata.get("standby_hosts", []):
+        for host in hosts:
             status, body = self._get(host, "/v1/lags")
             if status != 200:
                 attempts.append(f"standby {host}: {_describe(status, body)}")
