@@ -15,7 +15,7 @@ QUIXSTREAMS := quixstreams==3.28.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast lint bench-store image clean
+.PHONY: help setup run demo-store test test-fast lint bench-store bench-runtime bench-relocation bench-failover image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,6 +56,15 @@ $(BENCH_STAMP): pyproject.toml
 
 bench-store: $(BENCH_STAMP) ## Store benchmark: eddyline vs raw rocksdict vs Quix Streams (last line JSON)
 	$(BENCH_VENV)/bin/python tests/bench/bench_store.py
+
+bench-runtime: $(STAMP) ## Runtime benchmark: word count EOS vs ALOS, restart after SIGKILL, restore rate (last line JSON)
+	$(BIN)/python tests/bench/bench_runtime.py
+
+bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after every ordinal shifted (last line JSON)
+	$(BIN)/python tests/bench/bench_relocation.py
+
+bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
+	$(BIN)/python tests/bench/bench_failover.py
 
 image: ## Build the runtime image (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }
