@@ -287,13 +287,27 @@ class SqliteLog(Log):
                     f'topic "{topic}" is not compacted, so compact() would drop history; '
                     "create changelog topics with compacted=True"
                 )
+            # The latest offset per key goes into an indexed temporary table
+            # first: a NOT IN over the grouped subquery rescans it for every
+            # row (minutes for a million-record changelog).
+            db.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS compaction_keep ("
+                " partition INTEGER NOT NULL, offset INTEGER NOT NULL,"
+                " PRIMARY KEY (partition, offset)) WITHOUT ROWID"
+            )
+            db.execute("DELETE FROM compaction_keep")
+            db.execute(
+                "INSERT INTO compaction_keep SELECT partition, MAX(offset) FROM records"
+                " WHERE topic_id = ?1 AND key IS NOT NULL GROUP BY partition, key",
+                (topic_id,),
+            )
             removed = db.execute(
-                "DELETE FROM records WHERE topic_id = ?1 AND key IS NOT NULL"
-                " AND (partition, offset) NOT IN ("
-                " SELECT partition, MAX(offset) FROM records WHERE topic_id = ?1"
-                " AND key IS NOT NULL GROUP BY partition, key)",
+                "DELETE FROM records WHERE topic_id = ?1 AND key IS NOT NULL AND NOT EXISTS ("
+                " SELECT 1 FROM compaction_keep k"
+                " WHERE k.partition = records.partition AND k.offset = records.offset)",
                 (topic_id,),
             ).rowcount
+            db.execute("DELETE FROM compaction_keep")
         return removed
 
     def close(self) -> None:

@@ -241,7 +241,8 @@ class StreamThread:
             # Hand over cleanly: everything processed so far is committed first.
             self.commit("tasks reassigned")
             for task_id in leaving:
-                self._close_active(task_id)
+                if task_id in self.active:  # the commit may have dropped it as migrated
+                    self._close_active(task_id)
         for task_id in [t for t in self.standbys if t not in standby or t in active]:
             self._close_standby(task_id)
         self.state = ThreadState.RESTORING
