@@ -588,6 +588,19 @@ def test_metrics_are_prometheus_text_with_thread_and_store_metrics(cluster: Clus
         n for n in samples if n.startswith("eddyline_stream_state_metrics_restore_total{")
     ]
     assert any('store="counts"' in n for n in restore_samples)
+    # Lag metrics: each input partition's locally known lag, each standby's offset lag.
+    input_lags = {
+        n: v
+        for n, v in samples.items()
+        if n.startswith("eddyline_consumer_fetch_manager_metrics_records_lag{")
+    }
+    assert input_lags and all(v == 0 for v in input_lags.values()), input_lags
+    standby_lags = {
+        n: v
+        for n, v in samples.items()
+        if n.startswith("eddyline_stream_state_metrics_standby_offset_lag{")
+    }
+    assert standby_lags and all(v == 0 for v in standby_lags.values()), standby_lags
 
 
 # ---------------------------------------------------------------------------------------

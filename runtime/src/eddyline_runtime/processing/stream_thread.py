@@ -52,6 +52,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import count
 from pathlib import Path
 
@@ -270,6 +271,7 @@ class StreamThread:
         standbys = dict(self.standbys)
         standby = standbys.pop(task_id)
         self.standbys = standbys
+        self.setup.metrics.unregister_tagged({"thread-id": self.name, "task-id": str(task_id)})
         standby.close()
 
     def _close_tasks(self) -> None:
@@ -355,6 +357,16 @@ class StreamThread:
             MetricName.of("stream-task-metrics", "process-total", tags),
             lambda: float(task.processed),
         )
+        for tp in inputs:
+            # Kafka's consumer records-lag: the locally known lag (-1: not fetched yet).
+            setup.metrics.register(
+                MetricName.of(
+                    "consumer-fetch-manager-metrics",
+                    "records-lag",
+                    {**tags, "topic": tp.topic, "partition": str(tp.partition)},
+                ),
+                partial(self._records_lag, tp),
+            )
         return task
 
     def _create_standby(self, task_id: TaskId) -> None:
@@ -375,6 +387,19 @@ class StreamThread:
         standby = StandbyTask(task_id, stores, changelogs)
         standby.start(self.setup.log)
         self.standbys = {**self.standbys, task_id: standby}
+        for name in changelogs:
+            self.setup.metrics.register(
+                MetricName.of(
+                    "stream-state-metrics",
+                    "standby-offset-lag",
+                    {"thread-id": self.name, "task-id": str(task_id), "store": name},
+                ),
+                partial(_standby_lag, standby, name),
+            )
+
+    def _records_lag(self, tp: TopicPartition) -> float:
+        lag = self._lag.current_lag(tp)
+        return -1.0 if lag is None else float(lag)
 
     def _open_store(self, name: str, task_id: TaskId) -> StateStore:
         spec = self.setup.topology.stores[name]
@@ -662,3 +687,7 @@ class StreamThread:
             lambda: cache.hits / (cache.hits + cache.misses) if cache.hits + cache.misses else 0.0,
         )
         register("stream-record-cache-metrics", "size-bytes", lambda: float(cache.num_bytes))
+
+
+def _standby_lag(standby: StandbyTask, store: str) -> float:
+    return float(standby.lag(store).offset_lag)
