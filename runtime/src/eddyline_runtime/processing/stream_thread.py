@@ -385,7 +385,11 @@ class StreamThread:
                 store.close()
             raise
         standby = StandbyTask(task_id, stores, changelogs)
-        standby.start(self.setup.log)
+        try:
+            standby.start(self.setup.log)
+        except BaseException:
+            standby.close()
+            raise
         self.standbys = {**self.standbys, task_id: standby}
         for name in changelogs:
             self.setup.metrics.register(
