@@ -1,0 +1,248 @@
+"""A group of word-count instances in this process, each with its own query server.
+
+Shared by the query tests of this directory (``from cluster_harness import ...``,
+as ``crash_writer`` is imported next door). Every member has its own state
+directory, its own log object on the shared log file (as separate processes
+would: ``log_factory`` chooses its class) and its own query server, under one
+assignment with a standby for every stateful task.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from eddyline_runtime.assign import Assignment, Member, assign
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
+from eddyline_runtime.processing import RestoreReport, StreamsBuilder, StreamsInstance, Topology
+from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
+from eddyline_runtime.query.server import QueryServer
+
+APP = "app"
+STORE = "counts"
+PARTITIONS = 3
+COUNTS_SUBTOPOLOGY = 1  # word_count(): 0 splits and repartitions, 1 counts
+DEADLINE_SECONDS = 30
+
+LogT = TypeVar("LogT", bound=SqliteLog)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def word_count() -> Topology:
+    builder = StreamsBuilder()
+    (
+        builder.stream("lines", value_serde="string")
+        .flat_map_values(str.split)
+        .group_by(lambda _, word: word, value_serde="string")
+        .count(STORE)
+        .to_stream()
+        .to("word-counts", key_serde="string", value_serde="long")
+    )
+    return builder.build()
+
+
+def streams_config(state_dir: Path, **settings: Any) -> StreamsConfig:
+    return StreamsConfig.from_properties(
+        {
+            "application.id": APP,
+            "state.dir": str(state_dir),
+            "processing.guarantee": "exactly_once_v2",
+            "num.standby.replicas": 1,
+            **settings,
+        }
+    )
+
+
+def partition_of(word: str) -> int:
+    return partition_for_key(word.encode(), PARTITIONS)
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    text: str
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def http_get(address: str, path: str, **query: str) -> Response:
+    host, _, port = address.rpartition(":")
+    target = path + ("?" + urllib.parse.urlencode(query) if query else "")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", target)
+        response = connection.getresponse()
+        return Response(response.status, dict(response.headers), response.read().decode())
+    finally:
+        connection.close()
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not true after {timeout} s")
+        time.sleep(0.02)
+
+
+@dataclass
+class Node(Generic[LogT]):
+    member: Member
+    log: LogT
+    instance: StreamsInstance
+    server: QueryServer | None = None
+    restores: list[RestoreReport] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        assert self.member.address is not None
+        return self.member.address
+
+    def stop(self) -> None:
+        """Stop serving and close the instance: the member is gone."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        self.instance.close(30)
+
+
+class Cluster(Generic[LogT]):
+    """``size`` instances of ``word_count()`` on one log, one standby per stateful task.
+
+    Each member reads the log through its own ``log_factory(path)``; the test's
+    own client of the log (``self.log``) is a plain SqliteLog.
+    """
+
+    def __init__(self, root: Path, log_factory: Callable[[Path], LogT], size: int = 3) -> None:
+        self.root = root
+        self.log = SqliteLog(root / "log.db")  # the test's own client of the log
+        self.log.create_topic("lines", PARTITIONS)
+        self.layout: TopicLayout = resolve_topics(word_count(), APP, self.log)
+        members = [
+            Member(str(i), zone=f"zone-{i}", address=f"127.0.0.1:{free_port()}")
+            for i in range(size)
+        ]
+        self.assignment: Assignment = assign(
+            self.layout.tasks(), members, 1, stateful=self.layout.stateful_tasks()
+        )
+        self.nodes: list[Node[LogT]] = []
+        for member in members:
+            log = log_factory(root / "log.db")
+            restores: list[RestoreReport] = []
+            instance = StreamsInstance(
+                word_count(),
+                streams_config(root / f"state-{member.id}"),
+                log,
+                instance_id=member.id,
+                member=member,
+                assignment=self.assignment,
+                on_restore=[restores.append],
+            )
+            self.nodes.append(Node(member, log, instance, restores=restores))
+
+    def start(self) -> Cluster[LogT]:
+        for node in self.nodes:
+            node.instance.start()
+            host, _, port = node.address.rpartition(":")
+            node.server = QueryServer(node.instance, host, int(port))
+            node.server.start()
+        return self
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for node in self.nodes:
+            try:
+                node.stop()
+            except BaseException as error:  # close the others regardless
+                errors.append(error)
+            node.log.close()
+        self.log.close()
+        if errors:
+            raise errors[0]
+
+    # -- who holds what ---------------------------------------------------------------
+
+    def node(self, member_id: str) -> Node[LogT]:
+        return next(n for n in self.nodes if n.member.id == member_id)
+
+    def active_node(self, partition: int) -> Node[LogT]:
+        return self.node(self.assignment.active_owner(TaskId(COUNTS_SUBTOPOLOGY, partition)))
+
+    def standby_node(self, partition: int) -> Node[LogT]:
+        owners = self.assignment.standby_owners(TaskId(COUNTS_SUBTOPOLOGY, partition))
+        assert len(owners) == 1, owners
+        return self.node(owners[0])
+
+    def other_node(self, partition: int) -> Node[LogT]:
+        """The member holding neither copy of ``partition``."""
+        holders = {self.active_node(partition).member.id, self.standby_node(partition).member.id}
+        return next(n for n in self.nodes if n.member.id not in holders)
+
+    def changelog(self, partition: int) -> TopicPartition:
+        return TopicPartition(self.layout.changelogs[STORE], partition)
+
+    # -- progress ---------------------------------------------------------------------
+
+    def inputs_committed(self) -> bool:
+        inputs = [tp for task in self.layout.tasks() for tp in self.layout.input_partitions(task)]
+        # Sub-topology 0's inputs first: once they are committed, so is what they wrote.
+        committed = self.log.committed_offsets(APP, inputs)
+        return all(committed.get(tp, 0) == self.log.end_offset(tp) for tp in inputs)
+
+    def settled(self) -> bool:
+        """Every input processed and committed; every store copy at its changelog's end."""
+        for node in self.nodes:
+            node.instance.check()  # raises if a stream thread failed
+        if not self.inputs_committed():
+            return False
+        for partition in range(PARTITIONS):
+            end = self.log.end_offset(self.changelog(partition))
+            for node in (self.active_node(partition), self.standby_node(partition)):
+                lag = node.instance.all_local_store_partition_lags().get(STORE, {}).get(partition)
+                if lag is None or lag.current_offset_position != end:
+                    return False
+        return all(node.instance.ready() for node in self.nodes)
+
+    def wait_until_settled(self, timeout: float = DEADLINE_SECONDS) -> None:
+        wait_for("the group processed its input", self.settled, timeout)
+
+
+def produce_lines(log: SqliteLog, lines: list[str]) -> None:
+    for partition in range(PARTITIONS):
+        chunk = lines[partition::PARTITIONS]
+        if chunk:
+            log.produce(
+                TopicPartition("lines", partition),
+                [Record(None, line.encode(), i) for i, line in enumerate(chunk)],
+            )
+
+
+def started_cluster(
+    root: Path, lines: list[str], log_factory: Callable[[Path], LogT]
+) -> Cluster[LogT]:
+    """A started group that has processed ``lines``; closed again if it fails to get there."""
+    group = Cluster(root, log_factory)
+    try:
+        group.start()
+        produce_lines(group.log, lines)
+        group.wait_until_settled()
+    except BaseException:
+        group.close()
+        raise
+    return group
