@@ -21,8 +21,9 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from eddyline_runtime.log.errors import (
     LogError,
@@ -177,7 +178,8 @@ class SqliteLog(Log):
 
     def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:
         with self._write() as db:
-            return _append(db, self._topic(db, tp), tp.partition, records)
+            first = _append(db, self._topic(db, tp), tp.partition, records)
+        return list(range(first, first + len(records)))
 
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
         with self._read() as db:
@@ -318,72 +320,113 @@ class SqliteLog(Log):
 
 
 class _SqliteTransactionalProducer(TransactionalProducer):
+    """Buffers one transaction per partition, in memory, and applies it at commit.
+
+    Records are kept per partition (what the database insert wants); the
+    send order is kept as one partition reference per record, so the
+    per-record offsets of :class:`CommittedTransaction` are only worked out
+    if someone reads them (the stream thread reads ``last_offsets`` only).
+    """
+
     def __init__(self, log: SqliteLog, transactional_id: str, epoch: int) -> None:
         self._log = log
         self.transactional_id = transactional_id
         self.epoch = epoch
-        self._sends: list[tuple[TopicPartition, Record]] | None = None
+        self._batches: dict[TopicPartition, list[Record]] | None = None
+        self._order: list[TopicPartition] = []
         self._offsets: dict[str, dict[TopicPartition, int]] = {}
 
     def begin(self) -> None:
-        if self._sends is not None:
+        if self._batches is not None:
             raise TransactionStateError(
                 f'transactional id "{self.transactional_id}": a transaction is already open; '
                 "commit or abort it first"
             )
-        self._sends = []
+        self._batches = {}
+        self._order = []
         self._offsets = {}
 
     def send(self, tp: TopicPartition, record: Record) -> None:
-        self._open("send").append((tp, record))
+        self._open("send").setdefault(tp, []).append(record)
+        self._order.append(tp)
 
     def send_batch(self, tp: TopicPartition, records: Sequence[Record]) -> None:
-        self._open("send").extend([(tp, record) for record in records])
+        self._open("send").setdefault(tp, []).extend(records)
+        self._order.extend(repeat(tp, len(records)))
 
     def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         self._open("send offsets")
         self._offsets.setdefault(group, {}).update(offsets)
 
     def commit(self) -> CommittedTransaction:
-        sends = self._open("commit")
+        batches = self._open("commit")
         log = self._log
         with log._write() as db:
             current = db.execute(
                 "SELECT epoch FROM producers WHERE transactional_id = ?", (self.transactional_id,)
             ).fetchone()[0]
             if current != self.epoch:
-                self._sends = None
+                self._batches = None
                 raise ProducerFencedError(self.transactional_id, self.epoch, current)
-            by_partition: dict[TopicPartition, list[int]] = {}
-            for index, (tp, _) in enumerate(sends):
-                by_partition.setdefault(tp, []).append(index)
-            assigned: dict[int, int] = {}
-            for tp, indexes in by_partition.items():
-                topic_id = log._topic(db, tp)
-                new = _append(db, topic_id, tp.partition, [sends[i][1] for i in indexes])
-                assigned.update(zip(indexes, new, strict=True))
-            offsets = [(tp, assigned[i]) for i, (tp, _) in enumerate(sends)]
+            firsts = {
+                tp: _append(db, log._topic(db, tp), tp.partition, records)
+                for tp, records in batches.items()
+                if records
+            }
             for group, group_offsets in self._offsets.items():
                 log._store_offsets(db, group, group_offsets)
-        self._sends = None
-        last = {tp: assigned[indexes[-1]] for tp, indexes in by_partition.items()}
-        return CommittedTransaction(offsets, last)
+        self._batches = None
+        last = {tp: firsts[tp] + len(batches[tp]) - 1 for tp in firsts}
+        return CommittedTransaction(_SendOrderOffsets(self._order, firsts), last)
 
     def abort(self) -> None:
         self._open("abort")
-        self._sends = None
+        self._batches = None
         self._offsets = {}
 
     def close(self) -> None:
-        self._sends = None
+        self._batches = None
 
-    def _open(self, action: str) -> list[tuple[TopicPartition, Record]]:
-        if self._sends is None:
+    def _open(self, action: str) -> dict[TopicPartition, list[Record]]:
+        if self._batches is None:
             raise TransactionStateError(
                 f'transactional id "{self.transactional_id}": cannot {action} without an open '
                 "transaction; call begin() first"
             )
-        return self._sends
+        return self._batches
+
+
+class _SendOrderOffsets(Sequence[tuple[TopicPartition, int]]):
+    """(partition, offset) of each sent record in send order, worked out on first use."""
+
+    def __init__(self, order: list[TopicPartition], firsts: Mapping[TopicPartition, int]) -> None:
+        self._order = order
+        self._firsts = firsts
+        self._pairs: list[tuple[TopicPartition, int]] | None = None
+
+    def _resolved(self) -> list[tuple[TopicPartition, int]]:
+        if self._pairs is None:
+            next_offset = dict(self._firsts)
+            pairs = []
+            for tp in self._order:
+                pairs.append((tp, next_offset[tp]))
+                next_offset[tp] += 1
+            self._pairs = pairs
+        return self._pairs
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[TopicPartition, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[TopicPartition, int]]: ...
+
+    def __getitem__(
+        self, index: int | slice
+    ) -> tuple[TopicPartition, int] | list[tuple[TopicPartition, int]]:
+        return self._resolved()[index]
 
 
 class _Transaction:
@@ -403,26 +446,26 @@ class _Transaction:
 
 def _append(
     db: sqlite3.Connection, topic_id: int, partition: int, records: Sequence[Record]
-) -> list[int]:
-    """Append in the caller's write transaction; returns the offsets given."""
-    first = db.execute(
+) -> int:
+    """Append in the caller's write transaction; returns the first offset given
+    (the records get consecutive offsets from it)."""
+    first: int = db.execute(
         "SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?",
         (topic_id, partition),
     ).fetchone()[0]
-    offsets = list(range(first, first + len(records)))
     db.executemany(
         "INSERT INTO records (topic_id, partition, offset, key, value, timestamp, headers) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
             (topic_id, partition, offset, r.key, r.value, r.timestamp, _encode_headers(r.headers))
-            for offset, r in zip(offsets, records, strict=True)
+            for offset, r in enumerate(records, first)
         ],
     )
     db.execute(
         "UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?",
         (first + len(records), topic_id, partition),
     )
-    return offsets
+    return first
 
 
 def _bounds(db: sqlite3.Connection, topic_id: int, partition: int) -> tuple[int, int]:
