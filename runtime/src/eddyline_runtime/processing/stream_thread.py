@@ -319,8 +319,9 @@ class StreamThread:
             if producer is not None:
                 producer.close()
             raise
+        inputs = layout.input_partitions(task_id)
         partitions = PartitionGroup(
-            layout.input_partitions(task_id),
+            inputs,
             max_task_idle_ms=config.max_task_idle_ms,
             current_lag=self._lag.current_lag,
             clock_ms=lambda: int(time.monotonic() * 1000),
@@ -343,7 +344,6 @@ class StreamThread:
                 task.restoring[name] = LagInfo(position, log.end_offset(changelog))
                 self._restored(task_id, restore(store.store, log, changelog))
                 del task.restoring[name]
-        inputs = layout.input_partitions(task_id)
         committed_inputs = log.committed_offsets(config.application_id, inputs)
         start = {tp: committed_inputs.get(tp, log.beginning_offset(tp)) for tp in inputs}
         task.start(start)
