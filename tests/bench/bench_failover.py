@@ -79,7 +79,7 @@ from typing import Any, Final
 
 import yaml
 
-from eddyline_runtime.assign import assign
+from eddyline_runtime.assignor import assign
 from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key

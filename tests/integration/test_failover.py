@@ -55,8 +55,9 @@ from typing import Any
 import pytest
 import yaml
 
-from eddyline_runtime.local_group import LocalGroup, Membership
+from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.membership import Membership
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from eddyline_runtime.runner import load_app, start_group

@@ -4,7 +4,7 @@ The local stand-in for what the operator and Kubernetes do for pods. A
 :class:`LocalGroup` starts one process per replica, each with its own
 ``state.dir`` (``<state.dir>/<replica>``) and query port, all sharing the
 embedded log. It is the group's membership authority: it computes the
-assignment with the same pure :func:`~eddyline_runtime.assign.assign` the
+assignment with the same pure :func:`~eddyline_runtime.assignor.assign` the
 operator uses and publishes it in a *membership file* that every replica
 polls. When a replica dies it republishes without it (its standbys are
 promoted, restoring only their tail), restarts it after a short back-off, and
@@ -17,7 +17,6 @@ task over fences the previous owner (see ``processing/stream_thread.py``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -29,42 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eddyline_runtime.assign import Assignment, Member, assign
+from eddyline_runtime.assignor import Assignment, Member, assign
 from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
 from eddyline_runtime.processing.topics import TopicLayout
 
 logger = logging.getLogger(__name__)
 
-MEMBERSHIP_FILE = "membership.json"
 DEFAULT_ZONES = ("zone-a", "zone-b", "zone-c")
 # How long a crashed replica stays out before it is restarted.
 RESTART_BACKOFF_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class Membership:
-    """What the membership file holds: a generation number and the assignment."""
-
-    generation: int
-    assignment: Assignment
-
-    @classmethod
-    def read(cls, path: Path) -> Membership | None:
-        """The published membership, or None when there is none (yet)."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        return cls(int(data["generation"]), Assignment.from_json(data["assignment"]))
-
-    def write(self, path: Path) -> None:
-        """Replace the file atomically: readers see the old or the new one, never half."""
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(
-            json.dumps({"generation": self.generation, "assignment": self.assignment.to_json()}),
-            encoding="utf-8",
-        )
-        os.replace(temporary, path)
 
 
 @dataclass

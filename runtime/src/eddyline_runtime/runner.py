@@ -28,8 +28,9 @@ from typing import TextIO
 
 from eddyline_runtime.config import StreamsConfig, read_settings_file
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.local_group import LocalGroup, Membership
+from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Log, open_log
+from eddyline_runtime.membership import Membership
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
 from eddyline_runtime.processing.queryable import HostInfo

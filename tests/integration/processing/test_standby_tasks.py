@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from eddyline_runtime.assign import Assignment, Member
+from eddyline_runtime.assignor import Assignment, Member
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import ChangeBatch, Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key

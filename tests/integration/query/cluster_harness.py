@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from eddyline_runtime.assign import Assignment, Member, assign
+from eddyline_runtime.assignor import Assignment, Member, assign
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from eddyline_runtime.assign import Assignment, Member, MemberTasks, assign
+from eddyline_runtime.assignor import Assignment, Member, MemberTasks, assign
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log

@@ -1,7 +1,7 @@
 """The assignor: balanced, sticky and zone-aware; a lost member's standbys take over.
 
 The property tests check each guarantee listed in the module docstring of
-``eddyline_runtime.assign`` on generated groups, including previous
+``eddyline_runtime.assignor`` on generated groups, including previous
 assignments that ``assign`` itself produced through members joining and
 leaving. The example tests read as documentation.
 """
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddyline_runtime.assign import (
+from eddyline_runtime.assignor import (
     Assignment,
     InvalidAssignmentError,
     InvalidMembersError,
@@ -317,7 +317,7 @@ def test_the_same_inputs_in_any_order_give_the_same_assignment(
 
 
 HASH_SEED_PROBE = """
-from eddyline_runtime.assign import Member, assign
+from eddyline_runtime.assignor import Member, assign
 from eddyline_runtime.partitions import TaskId
 import json
 members = [Member(f"pod-{n}", f"zone-{n % 3}") for n in range(7)]
