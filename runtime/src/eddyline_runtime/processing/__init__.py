@@ -18,7 +18,6 @@ from eddyline_runtime.processing.record_cache import (
     NamedCache,
     ThreadCache,
 )
-from eddyline_runtime.processing.restoration import RestoreResult, restore
 from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport
 from eddyline_runtime.processing.task import TaskProcessingError
 from eddyline_runtime.processing.task_store import TaskStore
@@ -32,6 +31,7 @@ from eddyline_runtime.processing.topology import (
     Topology,
     TopologyError,
 )
+from eddyline_runtime.restore import RestoreResult, restore
 
 __all__ = [
     "CachingKeyValueStore",

@@ -63,13 +63,13 @@ from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_ke
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition, StoreRole
 from eddyline_runtime.processing.record_cache import ThreadCache
-from eddyline_runtime.processing.restoration import RestoreResult, restore
 from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.processing.task import StreamTask
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
 from eddyline_runtime.processing.topics import TopicLayout
 from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore import RestoreResult, judge, next_offset_after, restore
 from eddyline_runtime.state import (
     InMemoryStore,
     RocksDBStore,
@@ -339,10 +339,9 @@ class StreamThread:
         for name, store in stores.items():
             changelog = store.logging.changelog
             if changelog is not None:
-                committed = store.store.committed_offset(changelog)
-                position = log.beginning_offset(changelog) if committed is None else committed + 1
-                task.restoring[name] = LagInfo(position, log.end_offset(changelog))
-                self._restored(task_id, restore(store.store, log, changelog))
+                verdict = judge(store.store, log, changelog)
+                task.restoring[name] = LagInfo(verdict.first_offset, verdict.log_end)
+                self._restored(task_id, restore(store.store, log, changelog, start=verdict))
                 del task.restoring[name]
         committed_inputs = log.committed_offsets(config.application_id, inputs)
         start = {tp: committed_inputs.get(tp, log.beginning_offset(tp)) for tp in inputs}
@@ -633,8 +632,12 @@ class StreamThread:
                 continue
             restoring = task.restoring.get(store)
             changelog = task_store.logging.changelog
-            committed = None if changelog is None else task_store.store.committed_offset(changelog)
-            position = 0 if committed is None else committed + 1
+            position = 0
+            if changelog is not None:
+                position = next_offset_after(
+                    task_store.store.committed_offset(changelog),
+                    self.setup.log.beginning_offset(changelog),
+                )
             found.append(
                 LocalStorePartition(
                     store=store,

@@ -16,20 +16,28 @@ import pytest
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import StoreSpec, StreamsBuilder, Topology
-from eddyline_runtime.processing.relocation import (
-    QUARANTINE_DIR_NAME,
+from eddyline_runtime.processing.topics import store_homes
+from eddyline_runtime.processing.topology import Processor
+from eddyline_runtime.state import KeyRange, RocksDBStore
+from eddyline_runtime.state.offset_checkpoint import CHECKPOINT_FILE_NAME, read_offsets
+from eddyline_runtime.state.relocation import (
     MisplacedStateError,
     RelocationReport,
     StateInUseError,
     StoreLeftAlone,
     StoreMove,
-    relocate_state,
 )
-from eddyline_runtime.processing.topology import Processor
-from eddyline_runtime.state import KeyRange, RocksDBStore
-from eddyline_runtime.state.offset_checkpoint import CHECKPOINT_FILE_NAME, read_offsets
+from eddyline_runtime.state.relocation import relocate_state as relocate_homes
+from eddyline_runtime.state.state_directory import QUARANTINE_DIR_NAME
 
 PARTITIONS = 4
+
+
+def relocate_state(
+    state_dir: Path, topology: Topology, *, automatic: bool = True
+) -> RelocationReport:
+    """Relocate for ``topology``, as an instance does at start."""
+    return relocate_homes(state_dir, store_homes(topology), automatic=automatic)
 
 
 def changelog(store: str, partition: int) -> TopicPartition:
@@ -253,7 +261,7 @@ def test_a_store_of_the_same_name_at_the_target_is_never_overwritten(
     # A store already at the new place, e.g. restored there by a start without relocation.
     write_store(state_dir / "2_1" / "counts", "counts", 1, records=7)
 
-    with caplog.at_level(logging.WARNING, logger="eddyline_runtime.processing.relocation"):
+    with caplog.at_level(logging.WARNING, logger="eddyline_runtime.state.relocation"):
         report = relocate_state(state_dir, word_count_after_a_new_first_sub_topology())
 
     [conflict] = report.conflicts
@@ -383,7 +391,7 @@ def test_a_store_the_topology_has_no_place_for_is_left_alone_and_reported(
     write_store(state_dir / "0_0" / "a", "a", 0)
     write_store(state_dir / "0_1" / "a", "a", 1)
 
-    with caplog.at_level(logging.WARNING, logger="eddyline_runtime.processing.relocation"):
+    with caplog.at_level(logging.WARNING, logger="eddyline_runtime.state.relocation"):
         report = relocate_state(state_dir, topology())
 
     assert report.moves == ()
