@@ -15,7 +15,7 @@ import pytest
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StoreSpec, StreamsBuilder, Topology
+from eddyline_runtime.processing import StoreSpec, Topology
 from eddyline_runtime.processing.topics import store_homes
 from eddyline_runtime.processing.topology import Processor
 from eddyline_runtime.state import KeyRange, RocksDBStore
@@ -29,6 +29,7 @@ from eddyline_runtime.state.relocation import (
 )
 from eddyline_runtime.state.relocation import relocate_state as relocate_homes
 from eddyline_runtime.state.state_directory import QUARANTINE_DIR_NAME
+from word_count_app import word_count
 
 PARTITIONS = 4
 
@@ -44,30 +45,9 @@ def changelog(store: str, partition: int) -> TopicPartition:
     return TopicPartition(f"app-{store}-changelog", partition)
 
 
-def add_word_count(builder: StreamsBuilder) -> None:
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count("counts")
-        .to_stream()
-        .to("out", key_serde="string", value_serde="long")
-    )
-
-
-def word_count() -> Topology:
-    """Sub-topology 0 splits and repartitions; 1 counts into "counts"."""
-    builder = StreamsBuilder()
-    add_word_count(builder)
-    return builder.build()
-
-
 def word_count_after_a_new_first_sub_topology() -> Topology:
     """The same word count behind a new stateless sub-topology: "counts" is in 2 now."""
-    builder = StreamsBuilder()
-    builder.stream("other").to("elsewhere")
-    add_word_count(builder)
-    return builder.build()
+    return word_count(new_first_sub_topology=True)
 
 
 class Remember(Processor):

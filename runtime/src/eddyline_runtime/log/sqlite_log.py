@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from eddyline_runtime.log.errors import (
+    InvalidTopicError,
     LogError,
     OffsetOutOfRangeError,
     ProducerFencedError,
@@ -127,7 +128,7 @@ class SqliteLog(Log):
 
     def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         if partitions < 1:
-            raise ValueError(f'topic "{name}" needs at least 1 partition, got {partitions}')
+            raise InvalidTopicError(name, f"needs at least 1 partition, got {partitions}")
         requested = TopicSpec(name, partitions, compacted)
         with self._write() as db:
             row = db.execute(

@@ -54,7 +54,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
-from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.log import LagTracker, Log, ProducerFencedError, Record
@@ -76,6 +75,7 @@ from eddyline_runtime.state import (
     RocksDBStoreOptions,
     StateStore,
     UncommittedBytesBudget,
+    store_directory,
 )
 
 logger = logging.getLogger(__name__)
@@ -410,7 +410,7 @@ class StreamThread:
             return InMemoryStore(name)
         return RocksDBStore(
             name,
-            Path(self.setup.config.state_dir) / str(task_id) / name,
+            store_directory(self.setup.config.state_dir, task_id, name),
             self._store_options,
             metrics=self.setup.metrics,
             metric_tags={"thread-id": self.name, "task-id": str(task_id)},

@@ -49,6 +49,7 @@ from rocksdict import (
 )
 
 from eddyline_runtime.config import IsolationLevel, StreamsConfig
+from eddyline_runtime.errors import InvalidArgumentError
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import (
@@ -108,7 +109,7 @@ class DurabilityBound:
 
     def __post_init__(self) -> None:
         if self.max_records < 0 or self.max_seconds < 0:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"DurabilityBound({self.max_records}, {self.max_seconds}): both must be >= 0 "
                 "(0 syncs every commit)"
             )
