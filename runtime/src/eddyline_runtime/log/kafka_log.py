@@ -956,9 +956,12 @@ class KafkaTransactionalProducer(TransactionalProducer):
                     KafkaPartition(log.real_topic(tp.topic), tp.partition, offset)
                     for tp, offset in offsets.items()
                 ]
-                self._producer.send_offsets_to_transaction(
-                    positions, log.group_metadata(group), log._transaction_timeout
-                )
+                try:
+                    self._producer.send_offsets_to_transaction(
+                        positions, log.group_metadata(group), log._transaction_timeout
+                    )
+                except KafkaException as exc:
+                    raise self._failed(exc, "committing", group=group) from None
             self._retrying("commit_transaction", "Committing")
         except KafkaException as exc:
             raise self._failed(exc, "committing") from None
@@ -1015,22 +1018,29 @@ class KafkaTransactionalProducer(TransactionalProducer):
                         )
                     ) from None
 
-    def _failed(self, exc: KafkaException, action: str) -> LogError:
+    def _failed(self, exc: KafkaException, action: str, *, group: str | None = None) -> LogError:
         """Map a failed commit/abort; abortable errors abort the transaction first."""
         self._open = False
         error = _kafka_error(exc)
         if error is None or not error.txn_requires_abort() or error.fatal():
-            return self._error(exc, action)
+            return self._error(exc, action, group=group)
         try:
             self._producer.abort_transaction(self._log._transaction_timeout)
         except KafkaException as abort_exc:
             return self._error(abort_exc, "aborting after a failed commit")
-        mapped = self._error(exc, action)
+        mapped = self._error(exc, action, group=group)
         if isinstance(mapped, (LogAuthorizationError, UnknownTopicError)):
             return mapped
         return TransactionAbortedError(self.transactional_id, error.str())
 
-    def _error(self, exc: KafkaException, action: str, *, acl: str | None = None) -> LogError:
+    def _error(
+        self,
+        exc: KafkaException,
+        action: str,
+        *,
+        acl: str | None = None,
+        group: str | None = None,
+    ) -> LogError:
         error = _kafka_error(exc)
         if error is not None and (error.code() in _FENCED_CODES or error.fatal()):
             return self._fence(ProducerFencedError(self.transactional_id, self._epoch))
@@ -1038,6 +1048,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
             exc,
             action=f'{action} for transactional id "{self.transactional_id}"',
             acl=acl,
+            group=group,
             transactional_id=self.transactional_id,
         )
 
@@ -1115,6 +1126,9 @@ class MockCluster:
 
     def create_topic(self, name: str) -> None:
         self._owner.list_topics(topic=name, timeout=_REQUEST_TIMEOUT_S)
+
+    def topic_names(self) -> set[str]:
+        return set(self._owner.list_topics(timeout=_REQUEST_TIMEOUT_S).topics)
 
     def close(self) -> None:
         self._owner.flush(0)
