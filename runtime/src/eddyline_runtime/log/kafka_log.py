@@ -112,6 +112,12 @@ _EPOCH_STATS_INTERVAL_MS = 1_000
 # Idle producers are polled this often by their thread's fetches, so statistics
 # reports do not pile up in librdkafka's queue while a task has no input.
 _SERVE_PRODUCERS_S = 1.0
+# Records buffered for one partition before it is paused: the memory bound for
+# partitions read rarely (a changelog after its restore) or slower than they fill.
+_BUFFER_PAUSE = 20_000
+# A partition not read for this long is unassigned, so librdkafka stops
+# fetching it (a restored changelog, a task handed over).
+_IDLE_UNASSIGN_S = 60.0
 # Internal topics (__consumer_offsets, __transaction_state) are not the app's.
 _INTERNAL_PREFIX = "__"
 
@@ -715,6 +721,11 @@ class _PartitionReader:
         # Where the caller's next fetch is expected to start, per partition.
         self._next: dict[tuple[str, int], int] = {}
         self._buffers: dict[tuple[str, int], deque[Message]] = {}
+        self._paused: set[tuple[str, int]] = set()
+        self._read_at: dict[tuple[str, int], float] = {}
+        self._swept_at = time.monotonic()
+        # An error met while draining belongs to its partition's next fetch.
+        self._errors: dict[tuple[str, int], LogError] = {}
 
     def bounds(self, tp: TopicPartition, real: str) -> tuple[int, int]:
         """(log start, last stable offset): one ListOffsets round trip."""
@@ -730,6 +741,11 @@ class _PartitionReader:
         self, tp: TopicPartition, real: str, offset: int, max_records: int
     ) -> tuple[list[Message], int]:
         key = (real, tp.partition)
+        now = time.monotonic()
+        self._read_at[key] = now
+        if now - self._swept_at > _IDLE_UNASSIGN_S / 4:
+            self._unassign_idle(now)
+        self._raise_pending(key)
         known_end: int | None = None
         if self._next.get(key) != offset:
             beginning, known_end = self.bounds(tp, real)
@@ -737,6 +753,7 @@ class _PartitionReader:
                 raise OffsetOutOfRangeError(tp, offset, beginning, known_end)
             self._seek(key, offset)
         self._drain(0)
+        self._raise_pending(key)
         taken = self._take(key, max_records)
         if taken:
             return taken, self._end_after(tp, real, _offset(taken[-1]))
@@ -749,6 +766,7 @@ class _PartitionReader:
         kafka_tp = KafkaPartition(real, tp.partition)
         while time.monotonic() < deadline:
             self._drain(_POLL_S)
+            self._raise_pending(key)
             taken = self._take(key, max_records)
             if taken:
                 return taken, self._end_after(tp, real, _offset(taken[-1]))
@@ -771,9 +789,32 @@ class _PartitionReader:
             return high
         return max(self.bounds(tp, real)[1], last + 1)
 
+    def _raise_pending(self, key: tuple[str, int]) -> None:
+        error = self._errors.pop(key, None)
+        if error is not None:
+            self._next.pop(key, None)  # the next fetch seeks and checks the range again
+            raise error
+
+    def _unassign_idle(self, now: float) -> None:
+        self._swept_at = now
+        idle = [key for key, at in self._read_at.items() if now - at > _IDLE_UNASSIGN_S]
+        if idle:
+            self._consumer.incremental_unassign([KafkaPartition(*key) for key in idle])
+            for key in idle:
+                for state in (self._read_at, self._next, self._buffers, self._errors):
+                    state.pop(key, None)
+                self._assigned.discard(key)
+                self._paused.discard(key)
+
+    def _resume(self, key: tuple[str, int]) -> None:
+        if key in self._paused:
+            self._paused.discard(key)
+            self._consumer.resume([KafkaPartition(*key)])
+
     def _seek(self, key: tuple[str, int], offset: int) -> None:
         kafka_tp = KafkaPartition(key[0], key[1], offset)
         self._buffers.pop(key, None)
+        self._resume(key)
         if key in self._assigned:
             try:
                 self._consumer.seek(kafka_tp)
@@ -787,6 +828,7 @@ class _PartitionReader:
         self._next[key] = offset
 
     def _drain(self, timeout: float) -> None:
+        buffers = self._buffers
         for message in self._consumer.consume(_CONSUME_BATCH, timeout):
             error = message.error()
             if error is not None:
@@ -794,20 +836,29 @@ class _PartitionReader:
                 continue
             key = (cast(str, message.topic()), cast(int, message.partition()))
             if key not in self._next:
-                continue  # a partition seeked away from; librdkafka drops the rest
-            buffer = self._buffers.get(key)
+                continue  # unassigned meanwhile
+            buffer = buffers.get(key)
             if buffer is None:
-                buffer = self._buffers[key] = deque()
+                buffer = buffers[key] = deque()
             buffer.append(message)
+            if len(buffer) >= _BUFFER_PAUSE and key not in self._paused:
+                self._consumer.pause([KafkaPartition(*key)])
+                self._paused.add(key)
 
     def _failed(self, message: Message, error: KafkaError) -> None:
         topic, partition = message.topic(), message.partition()
-        tp = TopicPartition(self._log.port_topic(topic or "?"), partition or 0)
+        if topic is None or partition is None or partition < 0:
+            # Client-wide events (a broker connection dropped): librdkafka retries.
+            logger.warning("Kafka consumer: %s", error.str())
+            return
+        key = (topic, partition)
+        tp = TopicPartition(self._log.port_topic(topic), partition)
         if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-            beginning, end = self.bounds(tp, topic or "?")
-            key = (topic or "?", partition or 0)
-            raise OffsetOutOfRangeError(tp, self._next.get(key, -1), beginning, end)
-        raise self._log.error(error, action=f"fetching {tp}", acl=f'READ on topic "{topic}"')
+            beginning, end = self.bounds(tp, topic)
+            found: LogError = OffsetOutOfRangeError(tp, self._next.get(key, -1), beginning, end)
+        else:
+            found = self._log.error(error, action=f"fetching {tp}", acl=f'READ on topic "{topic}"')
+        self._errors[key] = found
 
     def _take(self, key: tuple[str, int], max_records: int) -> list[Message]:
         buffer = self._buffers.get(key)
@@ -818,6 +869,8 @@ class _PartitionReader:
             buffer.clear()
         else:
             taken = [buffer.popleft() for _ in range(max_records)]
+        if len(buffer) < _BUFFER_PAUSE // 2:
+            self._resume(key)
         self._next[key] = _offset(taken[-1]) + 1
         return taken
 
