@@ -34,6 +34,8 @@ class FakeBroker:
     # method name -> errors to raise on its next calls, in order
     failures: dict[str, list[KafkaException]] = field(default_factory=dict)
     configs: list[dict[str, Any]] = field(default_factory=list)
+    # errors the next delivery reports carry, one per message
+    delivery_errors: list[KafkaError] = field(default_factory=list)
 
     def fail(self, method: str, *errors: KafkaException) -> None:
         self.failures.setdefault(method, []).extend(errors)
@@ -152,8 +154,9 @@ class FakeProducer:
     def flush(self, timeout: float = -1) -> int:
         self.broker.check("flush")
         for message, callback in self.pending:
+            error = self.broker.delivery_errors.pop(0) if self.broker.delivery_errors else None
             if callback is not None:
-                callback(None, message)
+                callback(error, message)
         self.pending = []
         return 0
 

@@ -15,6 +15,7 @@ from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import (
     BrokerUnreachableError,
     LogAuthorizationError,
+    LogError,
     ProducerFencedError,
     Record,
     TopicConflictError,
@@ -242,6 +243,42 @@ def test_an_abortable_commit_error_aborts_and_is_handled_like_fencing(broker: Fa
     assert issubclass(TransactionAbortedError, ProducerFencedError)
     producer.begin()  # an aborted (not fenced) producer goes on
     producer.commit()
+
+
+def test_a_failed_delivery_lets_librdkafka_fail_the_commit_then_aborts(
+    broker: FakeBroker,
+) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    broker.delivery_errors.append(KafkaError(KafkaError._MSG_TIMED_OUT))
+    broker.fail("commit_transaction", kafka_error(KafkaError._MSG_TIMED_OUT, abort=True))
+    with pytest.raises(TransactionAbortedError):
+        producer.commit()
+    assert broker.called("abort_transaction") == [None]
+
+
+def test_an_unexpected_commit_error_aborts_so_the_next_transaction_can_begin(
+    broker: FakeBroker,
+) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    broker.fail("commit_transaction", kafka_error(KafkaError._INVALID_ARG))
+    with pytest.raises(LogError, match="_INVALID_ARG"):
+        producer.commit()
+    assert broker.called("abort_transaction") == [None]
+    producer.begin()
+    producer.commit()
+
+
+def test_a_fatal_error_while_aborting_fences_the_producer(broker: FakeBroker) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    broker.fail("abort_transaction", kafka_error(KafkaError._FENCED, fatal=True))
+    with pytest.raises(ProducerFencedError):
+        producer.abort()
+    with pytest.raises(ProducerFencedError):
+        producer.begin()
 
 
 def test_a_retriable_commit_error_is_retried(broker: FakeBroker) -> None:

@@ -488,7 +488,18 @@ class KafkaLog(Log):
             raise ValueError(f"max_records must be >= 1, got {max_records}")
         real = self.check_partition(tp)
         messages, end = self._reader().fetch(tp, real, offset, max_records)
-        return FetchResult([_record(message) for message in messages], end)
+        # Inlined _record(): this runs once per record fetched.
+        records = [
+            Record(
+                m.key(),
+                m.value(),
+                m.timestamp()[1],
+                _headers(h) if (h := m.headers()) else (),
+                m.offset(),  # type: ignore[arg-type]
+            )
+            for m in messages
+        ]
+        return FetchResult(records, end)
 
     def fetch_changes(
         self, tp: TopicPartition, offset: int, max_records: int = 10_000
@@ -699,15 +710,9 @@ def _offset(message: Message) -> int:
     return cast(int, message.offset())
 
 
-def _record(message: Message) -> Record:
-    headers = cast(_Headers | None, message.headers())
-    return Record(
-        message.key(),
-        message.value(),
-        message.timestamp()[1],
-        tuple((name, cast(bytes, value or b"")) for name, value in headers) if headers else (),
-        _offset(message),
-    )
+def _headers(headers: Any) -> tuple[tuple[str, bytes], ...]:
+    """librdkafka gives a header without a value as None; the port has b""."""
+    return tuple((name, value or b"") for name, value in headers)
 
 
 class _PartitionReader:
@@ -828,20 +833,34 @@ class _PartitionReader:
         self._next[key] = offset
 
     def _drain(self, timeout: float) -> None:
-        buffers = self._buffers
-        for message in self._consumer.consume(_CONSUME_BATCH, timeout):
-            error = message.error()
-            if error is not None:
-                self._failed(message, error)
+        messages = self._consumer.consume(_CONSUME_BATCH, timeout)
+        if not messages:
+            return
+        buffers, expected = self._buffers, self._next
+        touched: dict[tuple[str, int], deque[Message]] = {}
+        # A consume() returns runs of one partition's messages: look the buffer
+        # up once per run, not once per message (the fetch hot path).
+        run_key: tuple[str | None, int | None] = (None, None)
+        buffer: deque[Message] | None = None
+        for message in messages:
+            if message.error() is not None:
+                self._failed(message, cast(KafkaError, message.error()))
                 continue
-            key = (cast(str, message.topic()), cast(int, message.partition()))
-            if key not in self._next:
-                continue  # unassigned meanwhile
-            buffer = buffers.get(key)
-            if buffer is None:
-                buffer = buffers[key] = deque()
-            buffer.append(message)
-            if len(buffer) >= _BUFFER_PAUSE and key not in self._paused:
+            key = (message.topic(), message.partition())
+            if key != run_key:
+                run_key = key
+                real_key = cast(tuple[str, int], key)
+                if real_key not in expected:
+                    buffer = None  # unassigned meanwhile
+                    continue
+                buffer = buffers.get(real_key)
+                if buffer is None:
+                    buffer = buffers[real_key] = deque()
+                touched[real_key] = buffer
+            if buffer is not None:
+                buffer.append(message)
+        for key, filled in touched.items():
+            if len(filled) >= _BUFFER_PAUSE and key not in self._paused:
                 self._consumer.pause([KafkaPartition(*key)])
                 self._paused.add(key)
 
@@ -996,14 +1015,16 @@ class KafkaTransactionalProducer(TransactionalProducer):
         log = self._log
         try:
             if self._producer.flush(log._transaction_timeout):
-                raise TransactionTimeoutError(
-                    self.transactional_id,
-                    "Delivering the records",
-                    log._transaction_timeout,
-                    log.settings.bootstrap,
+                raise self._fence(
+                    TransactionTimeoutError(
+                        self.transactional_id,
+                        "Delivering the records",
+                        log._transaction_timeout,
+                        log.settings.bootstrap,
+                    )
                 )
-            if self._delivery_error is not None:
-                raise KafkaException(self._delivery_error)
+            # A record that failed delivery makes commit_transaction fail with an
+            # abortable error; librdkafka then knows the state, so let it report.
             for group, offsets in self._offsets.items():
                 positions = [
                     KafkaPartition(log.real_topic(tp.topic), tp.partition, offset)
@@ -1022,6 +1043,8 @@ class KafkaTransactionalProducer(TransactionalProducer):
             self._open = False
             raise
         self._open = False
+        if self._delivery_error is not None:  # librdkafka committed regardless: never expected
+            raise self._log.error(self._delivery_error, action="a record of the transaction")
         delivered = {
             TopicPartition(log.port_topic(topic), partition): sorted(offsets)
             for (topic, partition), offsets in self._delivered.items()
@@ -1035,7 +1058,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         try:
             self._retrying("abort_transaction", "Aborting")
         except KafkaException as exc:
-            raise self._failed(exc, "aborting") from None
+            raise self._error(exc, "aborting") from None
 
     def close(self) -> None:
         if self._open and self._fenced is None:
@@ -1072,19 +1095,22 @@ class KafkaTransactionalProducer(TransactionalProducer):
                     ) from None
 
     def _failed(self, exc: KafkaException, action: str, *, group: str | None = None) -> LogError:
-        """Map a failed commit/abort; abortable errors abort the transaction first."""
+        """Map a failed commit. Unless the producer is fenced, the transaction is aborted
+        so that the producer can begin the next one."""
         self._open = False
         error = _kafka_error(exc)
-        if error is None or not error.txn_requires_abort() or error.fatal():
-            return self._error(exc, action, group=group)
+        mapped = self._error(exc, action, group=group)
+        if isinstance(mapped, ProducerFencedError):
+            return mapped
         try:
             self._producer.abort_transaction(self._log._transaction_timeout)
         except KafkaException as abort_exc:
             return self._error(abort_exc, "aborting after a failed commit")
-        mapped = self._error(exc, action, group=group)
         if isinstance(mapped, (LogAuthorizationError, UnknownTopicError)):
             return mapped
-        return TransactionAbortedError(self.transactional_id, error.str())
+        if error is not None and error.txn_requires_abort():
+            return TransactionAbortedError(self.transactional_id, error.str())
+        return mapped
 
     def _error(
         self,
