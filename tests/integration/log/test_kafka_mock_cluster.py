@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -218,3 +220,37 @@ def test_a_partition_left_unread_is_unassigned_and_read_again_from_where_asked(
     log.fetch(IN, 0)  # any fetch sweeps idle partitions
     assert all(p != 1 for _, p in log._reader()._assigned)
     assert [r.value for r in log.fetch(IN_1, 1).records] == [b"b"]
+
+
+_PRODUCER_PROCESS = """
+import sys
+from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.partitions import TopicPartition
+url, topic = sys.argv[1:]
+log = open_log(url, {})
+tp = TopicPartition(topic, 0)
+print(log.committed_offsets("app", [tp]).get(tp), log.produce(tp, [Record(b"k", b"from child", 7)]))
+log.close()
+"""
+
+
+def test_another_process_produces_to_the_same_cluster_and_sees_committed_offsets(
+    cluster: MockCluster,
+) -> None:
+    cluster.create_topic("shared")
+    log = open_log(cluster.url, {})
+    try:
+        tp = TopicPartition("shared", 0)
+        log.produce(tp, [rec(b"from parent")])
+        log.commit_offsets("app", {tp: 1})
+        child = subprocess.run(
+            [sys.executable, "-c", _PRODUCER_PROCESS, cluster.url, "shared"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert child.stdout.split("\n")[0] == "1 [1]"
+        assert [r.value for r in log.fetch(tp, 0).records] == [b"from parent", b"from child"]
+    finally:
+        log.close()
