@@ -468,19 +468,23 @@ class KafkaLog(Log):
         real = self.check_partition(tp)
         producer = self._plain_producer()
         deliveries = _Deliveries()
-        for record in records:
-            _produce(producer, real, tp.partition, record, deliveries)
+        action, acl = f"producing to {tp}", f'WRITE on topic "{real}"'
+        try:
+            for record in records:
+                _produce(producer, real, tp.partition, record, deliveries)
+        except KafkaException as exc:
+            self._thread_state().producer = None  # a refused producer may stay refused
+            raise self.error(exc, action=action, acl=acl) from None
         remaining = producer.flush(self._timeout)
         if remaining:
             raise BrokerUnreachableError(
                 self.settings.bootstrap, self._timeout, self._last_client_error
             )
         if deliveries.error is not None:
-            raise self.error(
-                deliveries.error,
-                action=f"producing to {tp}",
-                acl=f'WRITE on topic "{real}"',
-            )
+            # librdkafka keeps a refused topic (or a fatal error) in the producer's
+            # state: the next produce starts a new producer, so a fix takes effect.
+            self._thread_state().producer = None
+            raise self.error(deliveries.error, action=action, acl=acl)
         return deliveries.offsets
 
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
@@ -906,6 +910,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self.transactional_id = transactional_id
         self._epoch = -1
         self._fenced: ProducerFencedError | None = None
+        self._unusable: LogError | None = None
         self._open = False
         self._order: list[TopicPartition] = []
         self._delivered: dict[tuple[str, int], list[int]] = {}
@@ -1121,15 +1126,22 @@ class KafkaTransactionalProducer(TransactionalProducer):
         group: str | None = None,
     ) -> LogError:
         error = _kafka_error(exc)
-        if error is not None and (error.code() in _FENCED_CODES or error.fatal()):
+        if error is not None and error.code() in _FENCED_CODES:
             return self._fence(ProducerFencedError(self.transactional_id, self._epoch))
-        return self._log.error(
+        mapped = self._log.error(
             exc,
             action=f'{action} for transactional id "{self.transactional_id}"',
             acl=acl,
             group=group,
             transactional_id=self.transactional_id,
         )
+        if error is not None and error.fatal():
+            # librdkafka's producer is unusable after a fatal error: so is this one.
+            if isinstance(mapped, LogAuthorizationError):
+                self._unusable = mapped
+                return mapped
+            return self._fence(ProducerFencedError(self.transactional_id, self._epoch))
+        return mapped
 
     def _fence(self, error: ProducerFencedError) -> ProducerFencedError:
         """The producer can no longer be used; every later call raises ``error``."""
@@ -1140,6 +1152,8 @@ class KafkaTransactionalProducer(TransactionalProducer):
     def _check_usable(self) -> None:
         if self._fenced is not None:
             raise self._fenced
+        if self._unusable is not None:
+            raise self._unusable
 
     def _require_open(self, action: str) -> None:
         self._check_usable()
