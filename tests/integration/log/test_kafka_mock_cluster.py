@@ -254,3 +254,22 @@ def test_another_process_produces_to_the_same_cluster_and_sees_committed_offsets
         assert [r.value for r in log.fetch(tp, 0).records] == [b"from parent", b"from child"]
     finally:
         log.close()
+
+
+def test_a_fetch_that_finds_only_a_commit_marker_reports_no_lag(log: KafkaLog) -> None:
+    # The mock writes a transaction's commit marker (an offset of its own), which is
+    # all this test relies on; its read_committed visibility is not Kafka's.
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(IN, rec(b"t"))
+    assert producer.commit().last_offsets == {IN: 0}
+    assert log.end_offset(IN) == 2  # the marker took offset 1
+    lag = LagTracker()
+    result = log.fetch(IN, 0)
+    assert [r.offset for r in result.records] == [0]
+    after = log.fetch(IN, 1)
+    assert (list(after.records), after.end_offset) == ([], 1)
+    lag.fetched(IN, after)
+    lag.advanced(IN, 1)
+    assert lag.current_lag(IN) == 0  # KIP-695 does not wait on a marker
+    producer.close()

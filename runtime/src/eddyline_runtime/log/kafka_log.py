@@ -774,14 +774,16 @@ class _PartitionReader:
         deadline = time.monotonic() + _FETCH_WAIT_S
         kafka_tp = KafkaPartition(real, tp.partition)
         while time.monotonic() < deadline:
+            # Checked first: a partition whose tail is a commit marker comes here on
+            # every fetch, and should not pay a poll's wait for it.
+            (position,) = self._consumer.position([kafka_tp])
+            if position.offset >= end:  # a seek resets it to -1001 (invalid)
+                return [], offset
             self._drain(_POLL_S)
             self._raise_pending(key)
             taken = self._take(key, max_records)
             if taken:
                 return taken, self._end_after(tp, real, _offset(taken[-1]))
-            (position,) = self._consumer.position([kafka_tp])
-            if position.offset >= end:
-                return [], offset
         raise BrokerUnreachableError(
             self._log.settings.bootstrap,
             _FETCH_WAIT_S,
