@@ -9,7 +9,6 @@ boundary (tests/unit/log), and against a broker by the contract suite.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import subprocess
 import sys
@@ -187,27 +186,31 @@ def test_open_log_selects_the_kafka_adapter_by_url(cluster: MockCluster) -> None
 
 
 def test_a_partition_read_rarely_is_paused_when_its_buffer_fills_and_resumed_when_read(
-    cluster: MockCluster, open_handle: type[KafkaLog], monkeypatch: pytest.MonkeyPatch
+    log: KafkaLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kafka_log, "_BUFFER_PAUSE", 20)
-    log = open_handle()  # type: ignore[call-arg]
-    # Small fetch responses, so pausing visibly stops the buffer from growing.
-    log.settings = dataclasses.replace(log.settings, client={"max.partition.fetch.bytes": "1024"})
-    for first in range(0, 1_000, 5):  # small record batches: a fetch returns whole batches
-        log.produce(IN_1, [rec(b"%d" % i) for i in range(first, first + 5)])
+    log.produce(IN_1, [rec(b"%d" % i) for i in range(100)])
     assert len(log.fetch(IN_1, 0, max_records=1).records) == 1
     reader = log._reader()
-    for _ in range(20):  # other fetches drain librdkafka's queue meanwhile
-        log.fetch(IN, 0)
-        time.sleep(0.02)
-    assert ("in", 1) in {(topic.split(".", 1)[1], p) for topic, p in reader._paused}
-    assert sum(len(buffer) for buffer in reader._buffers.values()) < 500
+
+    def buffered() -> int:
+        for _ in range(10):  # fetches of another partition drain librdkafka's queue
+            log.fetch(IN, 0)
+            time.sleep(0.02)
+        return sum(len(buffer) for buffer in reader._buffers.values())
+
+    before = buffered()
+    assert [p for _, p in reader._paused] == [1]
+    time.sleep(0.3)  # longer than fetch.wait.max.ms: no fetch of it is in flight
+    log.produce(IN_1, [rec(b"%d" % i) for i in range(100, 1_000)])
+    assert buffered() == before  # paused: nothing more is fetched for it
     position, values = 1, []
     while position < 1_000:
         records = log.fetch(IN_1, position).records
         values += [r.value for r in records]
         position = records[-1].offset + 1
     assert values == [b"%d" % i for i in range(1, 1_000)]
+    assert reader._paused == set()
 
 
 def test_a_partition_left_unread_is_unassigned_and_read_again_from_where_asked(

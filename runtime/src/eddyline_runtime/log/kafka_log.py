@@ -70,6 +70,7 @@ from confluent_kafka.cimpl import NewTopic
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log.errors import (
     BrokerUnreachableError,
+    InvalidTopicError,
     LogAuthorizationError,
     LogError,
     OffsetOutOfRangeError,
@@ -118,6 +119,14 @@ _BUFFER_PAUSE = 20_000
 # A partition not read for this long is unassigned, so librdkafka stops
 # fetching it (a restored changelog, a task handed over).
 _IDLE_UNASSIGN_S = 60.0
+# Client defaults the log settings may override (librdkafka's names).
+_READER_TUNING = {
+    # Bounds how late data is seen after a seek or on an idle partition.
+    "fetch.wait.max.ms": 100,
+    # librdkafka's own prefetch queue, on top of the per-partition buffers.
+    "queued.max.messages.kbytes": 32_768,
+}
+_PRODUCER_TUNING = {"linger.ms": 5}
 # Internal topics (__consumer_offsets, __transaction_state) are not the app's.
 _INTERNAL_PREFIX = "__"
 
@@ -202,9 +211,13 @@ class KafkaLog(Log):
 
     # -- clients ---------------------------------------------------------------------
 
-    def client_config(self, **overrides: Any) -> dict[str, Any]:
-        """librdkafka configuration shared by every client of this log."""
+    def client_config(
+        self, defaults: Mapping[str, Any] | None = None, /, **overrides: Any
+    ) -> dict[str, Any]:
+        """librdkafka configuration: ``defaults`` (tuning the log settings may change),
+        the log settings, then ``overrides`` (what the adapter's semantics rest on)."""
         return {
+            **(defaults or {}),
             "bootstrap.servers": self.settings.bootstrap,
             **self.settings.client,
             "logger": logger,
@@ -255,6 +268,7 @@ class KafkaLog(Log):
             consumer = self._new_client(
                 "consumer",
                 self.client_config(
+                    _READER_TUNING,
                     **{
                         # Required by librdkafka; this consumer never joins or commits.
                         "group.id": "eddyline-reader",
@@ -264,10 +278,7 @@ class KafkaLog(Log):
                         "enable.partition.eof": False,
                         "auto.offset.reset": "error",
                         "allow.auto.create.topics": False,
-                        # Bounds how late data is seen after a seek or on an idle partition.
-                        "fetch.wait.max.ms": 100,
-                        "queued.max.messages.kbytes": 32_768,
-                    }
+                    },
                 ),
             )
             # Watermark queries go over their own connection: a broker answers one
@@ -298,11 +309,8 @@ class KafkaLog(Log):
             state.producer = self._new_client(
                 "producer",
                 self.client_config(
-                    **{
-                        "enable.idempotence": True,
-                        "allow.auto.create.topics": False,
-                        "linger.ms": 5,
-                    }
+                    _PRODUCER_TUNING,
+                    **{"enable.idempotence": True, "allow.auto.create.topics": False},
                 ),
             )
         producer: Producer = state.producer
@@ -414,7 +422,7 @@ class KafkaLog(Log):
 
     def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         if partitions < 1:
-            raise ValueError(f'topic "{name}" needs at least 1 partition, got {partitions}')
+            raise InvalidTopicError(name, f"needs at least 1 partition, got {partitions}")
         real = self.real_topic(name)
         requested = TopicSpec(name, partitions, compacted)
         existing = self._existing(real)
@@ -575,12 +583,6 @@ class KafkaLog(Log):
         producer = KafkaTransactionalProducer(self, transactional_id)
         self._thread_state().transactional.add(producer)
         return producer
-
-    def compact(self, topic: str) -> int:
-        raise LogError(
-            f'Kafka compacts topic "{topic}" itself (cleanup.policy=compact, on the brokers\' '
-            "schedule); compact() exists for the embedded log only"
-        )
 
     def close(self) -> None:
         if self._closed:
@@ -921,15 +923,17 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._producer: Producer = log._new_client(
             "producer",
             log.client_config(
+                {
+                    **_PRODUCER_TUNING,
+                    "transaction.timeout.ms": int(log._transaction_timeout * 1000),
+                },
                 **{
                     "transactional.id": transactional_id,
-                    "transaction.timeout.ms": int(log._transaction_timeout * 1000),
                     "allow.auto.create.topics": False,
-                    "linger.ms": 5,
                     "statistics.interval.ms": _EPOCH_STATS_INTERVAL_MS,
                     "stats_cb": self._on_statistics,
                     "on_delivery": self._on_delivery,
-                }
+                },
             ),
         )
         try:
