@@ -15,7 +15,7 @@ QUIXSTREAMS := quixstreams==3.28.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast lint bench-store bench-runtime bench-relocation bench-failover image clean
+.PHONY: help setup run demo-store test test-fast lint bench-store bench-runtime bench-relocation bench-failover bench-log image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -65,6 +65,9 @@ bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after ev
 
 bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
 	$(BIN)/python tests/bench/bench_failover.py
+
+bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
+	$(BIN)/python tests/bench/bench_log.py
 
 image: ## Build the runtime image (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }
