@@ -75,9 +75,9 @@ bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale
 bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
 	$(BIN)/python tests/bench/bench_log.py
 
-image: ## Build the runtime image (needs a Docker engine)
+image: ## Build the one image of the operator and the runtime (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }
-	docker build -t eddyline-runtime:dev .
+	docker build -t eddyline:dev .
 
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)
