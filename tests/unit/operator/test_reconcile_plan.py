@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from k8s_objects import body, node, pod
+import pytest
+from k8s_objects import body, node, pod, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.membership import is_member, members
@@ -16,6 +17,11 @@ from eddyline_runtime.partitions import TaskId
 
 Obj = dict[str, Any]
 TASKS = frozenset(TaskId(0, p) for p in range(4))
+
+
+@pytest.fixture
+def nodes() -> list[Obj]:
+    return three_zones()
 
 
 def report(member: str, *, roles: dict[int, tuple[str, int]] | None = None) -> MemberReport:
