@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from eddyline_operator.reconcile import names
+from eddyline_runtime.membership import MEMBERSHIP_FILE
 from eddyline_runtime.spec import API_VERSION, KIND, ClaimRetention, SpreadPolicy, StreamApp
 
 Obj = dict[str, Any]
@@ -114,8 +115,6 @@ def config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
 
 def membership_config_map(app_name: str, namespace: str, owner: Obj, data: str) -> Obj:
     """The membership the operator publishes; pods watch it (cluster_membership.py)."""
-    from eddyline_runtime.membership import MEMBERSHIP_FILE
-
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
