@@ -1,8 +1,13 @@
 """The kopf handlers: thin. Each observes, asks :func:`~.reconcile.plan.plan`, and carries
 out the plan through the client wrapper.
 
-* create / update / resume of a StreamApp, and a timer every ``TIMER_SECONDS``:
-  a full cycle (apply owned objects, membership, rollout, status, events);
+* create / update / resume of a StreamApp: a full cycle (apply owned objects,
+  membership, rollout, status, events);
+* a daemon per StreamApp repeats the cycle every ``SETTLED_SECONDS``, or every
+  ``SETTLING_SECONDS`` while the app is Pending or Progressing: pods that start
+  report their layout only once their process is up, and nothing else tells
+  the operator when that is (no pod event: they are not ready before they have
+  an assignment);
 * any change of one of its pods (kopf watches them): the same cycle without
   asking pods for their reports (cached from the last one), so a pod that stops
   running leaves the membership within one watch event.
@@ -34,9 +39,12 @@ from eddyline_runtime.spec import GROUP, PLURAL, VERSION
 
 logger = logging.getLogger(__name__)
 
-# How often every StreamApp is reconciled without a trigger: status (readiness, standby
-# lags), the next step of a rolling restart, drift of owned objects.
-TIMER_SECONDS = 2.0
+# How often a settled StreamApp is reconciled without a trigger: status (readiness, standby
+# lags), drift of owned objects.
+SETTLED_SECONDS = 2.0
+# How often while it settles (Pending, Progressing): a starting pod's layout, its
+# readiness and the next step of a rollout are noticed within this long.
+SETTLING_SECONDS = 0.25
 # Owned objects are re-applied at least this often even when the spec did not change
 # (someone deleted a Service, say); otherwise only when what we would apply changed.
 REAPPLY_SECONDS = 30.0
@@ -91,9 +99,24 @@ def reconcile_app(namespace: str | None, name: str, **_: Any) -> None:
     run_cycle(namespace or "default", name, fetch=True, force_apply=True)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS)
-def refresh_app(namespace: str | None, name: str, **_: Any) -> None:
-    run_cycle(namespace or "default", name, fetch=True, force_apply=False)
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+def follow_app(namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    while not stopped.is_set():
+        stopped.wait(refresh_app(namespace, name))
+
+
+def refresh_app(namespace: str | None, name: str, **_: Any) -> float:
+    """One cycle that also asks pods for their reports; returns when to run again."""
+    try:
+        result = run_cycle(namespace or "default", name, fetch=True, force_apply=False)
+    except Exception:
+        # The API server restarting, a conflict, a bug: the loop must outlive it (create
+        # and update handlers are retried by kopf; this daemon retries at its next beat).
+        logger.exception("StreamApp %s/%s: the cycle failed; retrying", namespace, name)
+        return SETTLED_SECONDS
+    if result is not None and result.status.get("phase") in ("Pending", "Progressing"):
+        return SETTLING_SECONDS
+    return SETTLED_SECONDS
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.OPERATOR})
@@ -166,7 +189,7 @@ def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_a
         except ApiError as error:
             if error.status != 409:
                 raise
-            # Someone wrote in between: the next cycle (at most TIMER_SECONDS) writes again.
+            # Someone wrote in between: the daemon's next cycle writes again.
 
 
 def post_event(body: Any, type_: str, reason: str, message: str) -> None:
