@@ -27,8 +27,9 @@ DEFAULT_IMAGE = "ghcr.io/eddyline/eddyline:0.1.0"
 DEFAULT_LOG_FILE = "log.db"
 # The image's non-root user (Dockerfile: useradd --uid 10001).
 RUNTIME_UID = 10001
-# Readiness is checked often: it gates the query Service and the rollout's next step.
-READINESS_PERIOD_SECONDS = 2
+# Readiness is checked every second (the least Kubernetes allows): it gates the query
+# Service, the Ready condition and the rollout's next step, and /readyz answers from memory.
+READINESS_PERIOD_SECONDS = 1
 # Liveness is slower: a container restart costs a restore, so it must really be stuck.
 LIVENESS_PERIOD_SECONDS = 10
 LIVENESS_FAILURES = 3
