@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from eddyline_operator.reconcile import names
+from eddyline_runtime.log.kafka_settings import LOG_SETTINGS_ENV
 from eddyline_runtime.membership import MEMBERSHIP_FILE
 from eddyline_runtime.spec import API_VERSION, KIND, ClaimRetention, SpreadPolicy, StreamApp
 
@@ -312,7 +313,8 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
         container["volumeMounts"].append(
             {"name": "log-secret", "mountPath": LOG_SECRET_MOUNT, "readOnly": True}
         )
-        container["env"].append({"name": "EDDYLINE_LOG_SECRET_DIR", "value": LOG_SECRET_MOUNT})
+        # The Kafka adapter reads its client settings from the directory this names.
+        container["env"].append({"name": LOG_SETTINGS_ENV, "value": LOG_SECRET_MOUNT})
         volumes.append({"name": "log-secret", "secret": {"secretName": spec.log.secret_name}})
     pod_spec: Obj = {
         "serviceAccountName": name,
