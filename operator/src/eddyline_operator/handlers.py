@@ -48,6 +48,8 @@ SETTLING_SECONDS = 0.25
 # Owned objects are re-applied at least this often even when the spec did not change
 # (someone deleted a Service, say); otherwise only when what we would apply changed.
 REAPPLY_SECONDS = 30.0
+# Nodes are listed again at least this often (readiness for the log's pin, new labels).
+NODES_SECONDS = 10.0
 # The image pods run when spec.image is empty.
 RUNTIME_IMAGE_ENV = "EDDYLINE_RUNTIME_IMAGE"
 
@@ -66,6 +68,9 @@ class _AppState:
 _apps: dict[tuple[str, str], _AppState] = {}
 _apps_lock = threading.Lock()
 _kube: Kube | None = None
+# Nodes as last listed: (time.monotonic() of the list, the Node objects).
+_nodes_cache: tuple[float, list[Any]] = (float("-inf"), [])
+_nodes_lock = threading.Lock()
 
 
 def _client() -> Kube:
@@ -145,7 +150,7 @@ def run_cycle(namespace: str, name: str, *, fetch: bool, force_apply: bool) -> P
         observed = Observed(
             body=body,
             pods=pods,
-            nodes=_nodes(kube),
+            nodes=_nodes(kube, {p.get("spec", {}).get("nodeName") for p in pods} - {None}),
             membership=kube.read_membership(namespace, names.membership_map(name)),
             reports=state.reports,
             applied_manifest=kube.read_config_value(
@@ -197,14 +202,25 @@ def post_event(body: Any, type_: str, reason: str, message: str) -> None:
     kopf.event(body, type=type_, reason=reason, message=message)
 
 
-def _nodes(kube: Kube) -> list[Any]:
-    try:
-        return kube.list("Node", None)
-    except ApiError as error:
-        if error.status == 403:
+def _nodes(kube: Kube, wanted: set[Any]) -> list[Any]:
+    """The cluster's Nodes, listed again only when a pod runs on one not seen yet, or every
+    NODES_SECONDS: a node's zone label does not change, and a big cluster's Node list is
+    too heavy for every cycle of every app."""
+    global _nodes_cache  # noqa: PLW0603 - one cache per process, shared by every app
+    with _nodes_lock:
+        listed_at, nodes = _nodes_cache
+        known = {n.get("metadata", {}).get("name") for n in nodes}
+        if time.monotonic() - listed_at < NODES_SECONDS and wanted <= known:
+            return nodes
+        try:
+            nodes = kube.list("Node", None)
+        except ApiError as error:
+            if error.status != 403:
+                raise
             logger.warning("cannot list Nodes (RBAC): zones unknown; grant nodes get/list/watch")
-            return []
-        raise
+            nodes = []
+        _nodes_cache = (time.monotonic(), nodes)
+        return nodes
 
 
 def _status_differs(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
