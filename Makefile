@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	@scripts/check-prerequisites
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,operator]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,operator,spark]'
 	$(BIN)/python -m pip install --quiet --ignore-requires-python 'helm-sdkpy==0.1.32'
 	@touch $(STAMP)
 
