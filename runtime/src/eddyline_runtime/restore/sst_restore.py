@@ -1,0 +1,210 @@
+"""Ingesting a Spark restore build: a missing store rebuilt from SST files, then its tail.
+
+A task whose store is missing (a new volume, a lost node, a store wiped after
+the integrity checks) looks for a manifest of its store partition; if one
+matches, it ingests the files into a fresh store in a staging directory,
+records the manifest's offset, renames the store into place
+(:func:`~eddyline_runtime.state.sst_files.build_store_from_sst_files`), and
+then replays only the changelog after that offset. Nothing here imports
+Spark: the runtime image ingests without a JVM.
+
+A manifest is **refused** (:class:`ManifestRefusedError`, and the task
+replays the changelog instead) when it was built for another application,
+store or changelog partition, by another manifest format version, when its
+offset is beyond the changelog's end (the changelog was reset after the
+build) or before its start (records after the offset are gone, so the tail
+cannot be replayed), when its changelog epoch differs from the one the
+store must carry, or when a listed file is missing or fails its checksum.
+A refused or interrupted ingest leaves no store behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.manifest import (
+    ManifestError,
+    ManifestRefusedError,
+    RestoreManifest,
+    manifests_for,
+    read_manifest,
+)
+from eddyline_runtime.state.sst_files import (
+    SstFileError,
+    build_store_from_sst_files,
+    store_exists,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """A store rebuilt from a manifest; replay resumes at ``offset + 1``."""
+
+    manifest: Path
+    store: str
+    directory: Path
+    changelog: TopicPartition
+    offset: int  # the changelog offset of the last record the files include (-1: none)
+    keys: int
+    files: int
+    bytes: int
+    seconds: float
+
+    @property
+    def keys_per_second(self) -> float:
+        return self.keys / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class IngestAttempt:
+    """What looking for a manifest gave: the store ingested (or None) and every refusal."""
+
+    result: IngestResult | None
+    refusals: Sequence[str] = field(default_factory=tuple)
+
+
+def check_manifest(
+    path: Path,
+    manifest: RestoreManifest,
+    *,
+    application: str,
+    store: str,
+    changelog: TopicPartition,
+    log_start: int,
+    log_end: int,
+    changelog_epoch: int | None = None,
+) -> None:
+    """Raise :class:`ManifestRefusedError` unless ``manifest`` fits this store partition."""
+    refuse = lambda reason: ManifestRefusedError(str(path), reason)  # noqa: E731
+    if manifest.application != application:
+        raise refuse(f'it was built for application "{manifest.application}", not "{application}"')
+    if manifest.store != store:
+        raise refuse(f'it was built for store "{manifest.store}", not "{store}"')
+    if manifest.changelog_partition != changelog:
+        raise refuse(f"it covers changelog {manifest.changelog_partition}, not {changelog}")
+    offset = manifest.offset
+    if offset >= log_end:
+        raise refuse(
+            f"its offset {offset} is beyond the end of {changelog} (next offset {log_end}): "
+            "the changelog was reset or replaced after the build"
+        )
+    if offset + 1 < log_start:
+        raise refuse(
+            f"its offset {offset} is before the start of {changelog} ({log_start}): records "
+            f"{offset + 1}..{log_start - 1} after it are gone, so its tail cannot be replayed"
+        )
+    if (
+        changelog_epoch is not None
+        and manifest.changelog_epoch is not None
+        and manifest.changelog_epoch != changelog_epoch
+    ):
+        raise refuse(
+            f"it was built from changelog epoch {manifest.changelog_epoch}, and the store "
+            f"needs epoch {changelog_epoch}"
+        )
+
+
+def ingest_manifest(
+    path: Path,
+    *,
+    application: str,
+    store: str,
+    changelog: TopicPartition,
+    directory: Path,
+    log_start: int,
+    log_end: int,
+    changelog_epoch: int | None = None,
+) -> IngestResult:
+    """Check the manifest, then build the missing store at ``directory`` from its files.
+
+    Raises :class:`ManifestRefusedError` (nothing is left behind) when the
+    manifest does not fit or a file fails its checksum; ``directory`` must
+    not hold a store already.
+    """
+    started = time.perf_counter()
+    manifest = read_manifest(path)
+    check_manifest(
+        path,
+        manifest,
+        application=application,
+        store=store,
+        changelog=changelog,
+        log_start=log_start,
+        log_end=log_end,
+        changelog_epoch=changelog_epoch,
+    )
+    files = [(path.parent / entry.name, entry.sha256, entry.keys) for entry in manifest.files]
+    offsets = {changelog: manifest.offset} if manifest.offset >= 0 else {}
+    try:
+        built = build_store_from_sst_files(store, directory, files, offsets)
+    except SstFileError as error:
+        raise ManifestRefusedError(str(path), str(error)) from error
+    return IngestResult(
+        manifest=path,
+        store=store,
+        directory=built.directory,
+        changelog=changelog,
+        offset=manifest.offset,
+        keys=built.entries,
+        files=built.files,
+        bytes=built.bytes,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def ingest_latest_manifest(
+    output: Path,
+    *,
+    application: str,
+    store: str,
+    changelog: TopicPartition,
+    directory: Path,
+    log_start: int,
+    log_end: int,
+    changelog_epoch: int | None = None,
+) -> IngestAttempt:
+    """Ingest the newest manifest under ``output`` that fits, when the store is missing.
+
+    Refused manifests are logged and skipped (an older build may still fit);
+    with none left the caller replays the whole changelog. A store that
+    exists is left alone: its own committed offset is worth more than a build.
+    """
+    if store_exists(directory):
+        return IngestAttempt(None)
+    refusals: list[str] = []
+    for path in manifests_for(output, application, store, changelog.partition):
+        try:
+            result = ingest_manifest(
+                path,
+                application=application,
+                store=store,
+                changelog=changelog,
+                directory=directory,
+                log_start=log_start,
+                log_end=log_end,
+                changelog_epoch=changelog_epoch,
+            )
+        except ManifestError as error:
+            logger.warning("%s", error)
+            refusals.append(str(error))
+            continue
+        logger.info(
+            'state store "%s" for %s rebuilt from %s: %d keys in %d files up to offset %d '
+            "in %.2f s",
+            store,
+            changelog,
+            path,
+            result.keys,
+            result.files,
+            result.offset,
+            result.seconds,
+        )
+        return IngestAttempt(result, tuple(refusals))
+    return IngestAttempt(None, tuple(refusals))
