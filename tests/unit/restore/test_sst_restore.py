@@ -166,7 +166,7 @@ def test_a_manifest_whose_file_is_gone_is_refused(tmp_path: Path) -> None:
 def test_a_manifest_that_is_not_json_says_to_rebuild(tmp_path: Path) -> None:
     path = make_manifest(tmp_path / "out")
     path.write_text("{half")
-    with pytest.raises(ManifestError, match="not JSON.*rebuild"):
+    with pytest.raises(ManifestError, match=r"not JSON.*rebuild"):
         ingest(path, tmp_path / STORE)
 
 

@@ -110,7 +110,7 @@ class LogPortSource:
 
 
 @dataclass(frozen=True)
-class ChangelogRange(InputPartition):  # type: ignore[misc]  # pyspark is untyped
+class ChangelogRange(InputPartition):
     """One task's share: everything its ``read()`` needs, since it runs elsewhere."""
 
     log_url: str
@@ -120,7 +120,7 @@ class ChangelogRange(InputPartition):  # type: ignore[misc]  # pyspark is untype
     end: int
 
 
-class ChangelogDataSource(DataSource):  # type: ignore[misc]
+class ChangelogDataSource(DataSource):
     """``spark.read.format("eddyline_changelog")``; options ``logurl``, ``topic``, ``ranges``
     (JSON ``[[partition, start, end], ...]``, fixed by the driver)."""
 
@@ -135,7 +135,7 @@ class ChangelogDataSource(DataSource):  # type: ignore[misc]
         return _ChangelogReader(self.options)
 
 
-class _ChangelogReader(DataSourceReader):  # type: ignore[misc]
+class _ChangelogReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         # Option keys are case-insensitive in Spark; ``dict(options)`` would lowercase them,
         # so every key used here is lowercase already.
@@ -149,7 +149,9 @@ class _ChangelogReader(DataSourceReader):  # type: ignore[misc]
             for partition, start, end in self.ranges
         ]
 
-    def read(self, partition: ChangelogRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, ChangelogRange):
+            raise TypeError(f"expected a ChangelogRange, got {type(partition).__name__}")
         return read_range(partition)
 
 

@@ -82,7 +82,10 @@ def check_manifest(
     changelog_epoch: int | None = None,
 ) -> None:
     """Raise :class:`ManifestRefusedError` unless ``manifest`` fits this store partition."""
-    refuse = lambda reason: ManifestRefusedError(str(path), reason)  # noqa: E731
+
+    def refuse(reason: str) -> ManifestRefusedError:
+        return ManifestRefusedError(str(path), reason)
+
     if manifest.application != application:
         raise refuse(f'it was built for application "{manifest.application}", not "{application}"')
     if manifest.store != store:

@@ -88,7 +88,7 @@ class BuildPlan:
 
 
 @dataclass(frozen=True)
-class SstCommitMessage(WriterCommitMessage):  # type: ignore[misc]  # pyspark is untyped
+class SstCommitMessage(WriterCommitMessage):
     """What one successful task wrote: (store partition, file name, sha256, bytes, keys)
     per file in key order, and (store partition, records, tombstones) it collapsed."""
 
@@ -97,7 +97,7 @@ class SstCommitMessage(WriterCommitMessage):  # type: ignore[misc]  # pyspark is
     counts: tuple[tuple[int, int, int], ...]
 
 
-class SstDataSource(DataSource):  # type: ignore[misc]
+class SstDataSource(DataSource):
     """``df.write.format("eddyline_sst").option("plan", BuildPlan.encode()).mode("append")``."""
 
     @classmethod
@@ -111,7 +111,7 @@ class SstDataSource(DataSource):  # type: ignore[misc]
         return _SstWriter(BuildPlan.decode(self.options["plan"]))
 
 
-class _SstWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class _SstWriter(DataSourceArrowWriter):
     def __init__(self, plan: BuildPlan) -> None:
         self.plan = plan
 
@@ -128,13 +128,13 @@ class _SstWriter(DataSourceArrowWriter):  # type: ignore[misc]
             task.abort()
             raise
 
-    def commit(self, messages: Sequence[SstCommitMessage | None]) -> None:
-        write_manifests(self.plan, [m for m in messages if m is not None])
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        write_manifests(self.plan, [m for m in messages if isinstance(m, SstCommitMessage)])
 
-    def abort(self, messages: Sequence[SstCommitMessage | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         build_dir = Path(self.plan.build_dir)
         for message in messages:
-            if message is None:
+            if not isinstance(message, SstCommitMessage):
                 continue
             for _, name, _, _, _ in message.files:
                 (build_dir / name).unlink(missing_ok=True)
