@@ -193,7 +193,7 @@ def test_a_failed_build_writes_no_manifest_and_leaves_no_files(
 ) -> None:
     fault_flag.write_text("kill-always")
     try:
-        with pytest.raises(Exception, match="17|Python worker exited"):
+        with pytest.raises(Exception, match=r"17|Python worker exited"):
             run_build(spark, log, tmp_path / "out")
     finally:
         fault_flag.unlink()

@@ -12,6 +12,7 @@ every test:
 * ``hang``: every task writes its files, then sleeps (a driver killed then).
 """
 
+import contextlib
 import os
 
 _FLAG = os.environ.get("EDDYLINE_TEST_FAULTS")
@@ -48,7 +49,5 @@ def _install() -> None:
 
 
 if _FLAG:
-    try:
+    with contextlib.suppress(ImportError):  # a Python process that is no Spark worker
         _install()
-    except ImportError:  # a Python process that is no Spark worker
-        pass
