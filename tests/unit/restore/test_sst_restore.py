@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime import __version__
+from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.restore.manifest import (
     MANIFEST_FORMAT_VERSION,
@@ -26,6 +27,7 @@ from eddyline_runtime.restore.sst_restore import (
     IngestResult,
     ingest_latest_manifest,
     ingest_manifest,
+    rebuild_store,
 )
 from eddyline_runtime.state import KeyRange, RocksDBStore
 from eddyline_runtime.state.sst_files import SortedFileWriter, store_exists
@@ -213,3 +215,36 @@ def test_no_manifest_is_ingested_over_an_existing_store(tmp_path: Path) -> None:
     assert store_exists(target)
     with RocksDBStore(STORE, target) as store:
         assert (store.get(b"mine"), store.get(b"a")) == (b"1", None)
+
+
+def test_rebuilding_a_missing_store_ingests_then_replays_only_the_tail(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(CHANGELOG.topic, 3, compacted=True)
+    log.produce(CHANGELOG, [Record(b"a", b"1", 0), Record(b"b", b"2", 0), Record(b"a", None, 0)])
+    # A build covering offsets 0..2 holds b only; the tail deletes b and adds c.
+    make_manifest(tmp_path / "out", offset=2, entries=[(b"b", b"2")])
+    log.produce(CHANGELOG, [Record(b"b", None, 0), Record(b"c", b"3", 0)])
+    target = tmp_path / "state" / STORE
+    rebuilt = rebuild_store(STORE, target, log, CHANGELOG, application=APP, output=tmp_path / "out")
+    assert rebuilt.ingested is not None and rebuilt.ingested.offset == 2
+    assert (rebuilt.replayed.first_offset, rebuilt.replayed.records) == (3, 2)
+    with RocksDBStore(STORE, target) as store:
+        assert list(store.scan(KeyRange.closed(None, None))) == [(b"c", b"3")]
+        assert store.committed_offset(CHANGELOG) == 4
+    log.close()
+
+
+def test_rebuilding_with_only_refused_manifests_replays_the_whole_changelog(
+    tmp_path: Path,
+) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(CHANGELOG.topic, 3, compacted=True)
+    log.produce(CHANGELOG, [Record(b"a", b"1", 0), Record(b"b", b"2", 0)])
+    make_manifest(tmp_path / "out", offset=7)  # beyond the changelog's end
+    target = tmp_path / "state" / STORE
+    rebuilt = rebuild_store(STORE, target, log, CHANGELOG, application=APP, output=tmp_path / "out")
+    assert rebuilt.ingested is None and len(rebuilt.refusals) == 1
+    assert (rebuilt.replayed.first_offset, rebuilt.replayed.records) == (0, 2)
+    with RocksDBStore(STORE, target) as store:
+        assert list(store.scan(KeyRange.closed(None, None))) == [(b"a", b"1"), (b"b", b"2")]
+    log.close()

@@ -26,7 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.changelog_replay import ReplayVerdict, replay_start
 from eddyline_runtime.restore.manifest import (
     ManifestError,
     ManifestRefusedError,
@@ -34,6 +36,8 @@ from eddyline_runtime.restore.manifest import (
     manifests_for,
     read_manifest,
 )
+from eddyline_runtime.restore.restoration import RestoreResult, restore
+from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
 from eddyline_runtime.state.sst_files import (
     SstFileError,
     build_store_from_sst_files,
@@ -93,12 +97,15 @@ def check_manifest(
     if manifest.changelog_partition != changelog:
         raise refuse(f"it covers changelog {manifest.changelog_partition}, not {changelog}")
     offset = manifest.offset
-    if offset >= log_end:
+    # The files stand for a store committed at the manifest's offset: the one rule for
+    # where replay starts judges it as it judges any store.
+    start = replay_start(offset if offset >= 0 else None, log_start, log_end)
+    if start.verdict is ReplayVerdict.AHEAD:
         raise refuse(
             f"its offset {offset} is beyond the end of {changelog} (next offset {log_end}): "
             "the changelog was reset or replaced after the build"
         )
-    if offset + 1 < log_start:
+    if start.verdict is ReplayVerdict.GAP:
         raise refuse(
             f"its offset {offset} is before the start of {changelog} ({log_start}): records "
             f"{offset + 1}..{log_start - 1} after it are gone, so its tail cannot be replayed"
@@ -211,3 +218,45 @@ def ingest_latest_manifest(
         )
         return IngestAttempt(result, tuple(refusals))
     return IngestAttempt(None, tuple(refusals))
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildResult:
+    """A store brought up to its changelog: from a build's files and the tail, or by replay."""
+
+    ingested: IngestResult | None  # None: no manifest fitted (or the store existed)
+    refusals: Sequence[str]
+    replayed: RestoreResult  # the replay after the ingest (the tail), or the whole replay
+
+
+def rebuild_store(
+    store: str,
+    directory: Path,
+    log: Log,
+    changelog: TopicPartition,
+    *,
+    application: str,
+    output: Path,
+    options: RocksDBStoreOptions | None = None,
+    changelog_epoch: int | None = None,
+) -> RebuildResult:
+    """A task's store brought up to date, through the newest fitting build when it is missing.
+
+    Ingests the newest manifest under ``output`` that fits (when the store is
+    missing), then replays the changelog after the store's committed offset:
+    after an ingest only the tail after the manifest's offset; with no
+    fitting manifest, the whole changelog.
+    """
+    attempt = ingest_latest_manifest(
+        output,
+        application=application,
+        store=store,
+        changelog=changelog,
+        directory=directory,
+        log_start=log.beginning_offset(changelog),
+        log_end=log.end_offset(changelog),
+        changelog_epoch=changelog_epoch,
+    )
+    with RocksDBStore(store, directory, options) as opened:
+        replayed = restore(opened, log, changelog)
+    return RebuildResult(attempt.result, attempt.refusals, replayed)

@@ -41,10 +41,10 @@ from eddyline_runtime.state.rocksdb_store import (
     _CHANGELOG_KIND,
     _OFFSET,
     OFFSETS_COLUMN_FAMILY,
-    _DirectoryLock,
     _offset_key,
     _open_database,
 )
+from eddyline_runtime.state.state_directory import DirectoryLock
 
 # RocksDB's CURRENT file names the live MANIFEST: a directory without it holds no database.
 _CURRENT: Final = "CURRENT"
@@ -260,7 +260,7 @@ def _install(store: str, staging: Path, target: Path) -> None:
     if target.exists():
         # What is there holds no database (checked): a lock or checkpoint file left by a
         # store that was wiped. Hold its lock, so no process has it open, and clear it.
-        lock = _DirectoryLock.acquire(store, target)
+        lock = DirectoryLock.acquire(store, target)
         try:
             if store_exists(target):
                 raise StateStoreError(
