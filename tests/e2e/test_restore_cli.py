@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import shutil
 import sys
 from collections.abc import Iterator
@@ -77,6 +78,15 @@ def contents(
         return list(store.scan(KeyRange.closed(None, None))), store.committed_offset(changelog)
 
 
+def summary_offsets(output: Path) -> dict[int, int]:
+    """The offset each partition's manifest covers, from the one build under ``output``."""
+    offsets = {}
+    for path in output.glob("*/*/*/*.manifest.json"):
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        offsets[manifest["changelog"]["partition"]] = manifest["offset"]
+    return offsets
+
+
 @pytest.fixture
 def app_dir(tmp_path: Path) -> Iterator[Path]:
     manifest = write_manifest(tmp_path)
@@ -89,7 +99,9 @@ def app_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.slow
-def test_a_wiped_store_is_rebuilt_from_a_spark_build_and_its_tail(app_dir: Path) -> None:
+def test_a_wiped_store_is_rebuilt_from_a_spark_build_and_its_tail(
+    app_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     manifest = app_dir / "streamapp.yaml"
     output = app_dir / "restore"
     code, out, err = eddyline(
@@ -119,6 +131,24 @@ def test_a_wiped_store_is_rebuilt_from_a_spark_build_and_its_tail(app_dir: Path)
     assert report["ingested_manifest"] is not None and report["ingested_keys"] > 0
     assert report["replayed_from"] == report["ingested_offset"] + 1
     assert 0 < report["replayed_records"] < before[1] - report["ingested_offset"] + 1
+    assert contents(store_dir, changelog) == before
+
+    # The runtime does the same by itself with restore.build.dir: partition 1's store is lost.
+    document = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    document["spec"]["config"]["restore.build.dir"] = str(output)
+    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    store_dir = next((app_dir / "state").glob(f"*_1/{STORE}"))
+    changelog = TopicPartition(f"wordcount-{STORE}-changelog", 1)
+    before = contents(store_dir, changelog)
+    shutil.rmtree(store_dir)
+    build_offset = summary_offsets(output)[1]
+    with caplog.at_level(logging.INFO, logger="eddyline_runtime"):
+        run_until_caught_up(manifest)
+    restored = [
+        r.getMessage() for r in caplog.records if f"restored store {STORE}" in r.getMessage()
+    ]
+    tail = [line for line in restored if f"{changelog} offsets {build_offset + 1}.." in line]
+    assert len(tail) == 1, restored  # replayed from just after the build's offset
     assert contents(store_dir, changelog) == before
 
 

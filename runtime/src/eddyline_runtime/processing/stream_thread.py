@@ -76,6 +76,7 @@ from eddyline_runtime.restore import (
     open_trusted,
     restore,
 )
+from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
 from eddyline_runtime.state import (
     InMemoryStore,
     RocksDBStore,
@@ -437,9 +438,25 @@ class StreamThread:
         spec = self.setup.topology.stores[name]
         if not spec.persistent:
             return InMemoryStore(name)
+        directory = store_directory(self.setup.config.state_dir, task_id, name)
+        builds = self.setup.config.restore_build_dir
+        changelog = self.setup.layout.changelog_partition(name, task_id)
+        if builds is not None and changelog is not None:
+            # A missing store comes back from a Spark build when one fits (the
+            # restore after opening then replays only the tail); else it replays.
+            log = self.setup.log
+            ingest_latest_manifest(
+                builds,
+                application=self.setup.config.application_id,
+                store=name,
+                changelog=changelog,
+                directory=directory,
+                log_start=log.beginning_offset(changelog),
+                log_end=log.end_offset(changelog),
+            )
         return RocksDBStore(
             name,
-            store_directory(self.setup.config.state_dir, task_id, name),
+            directory,
             self._store_options,
             metrics=self.setup.metrics,
             metric_tags={"thread-id": self.name, "task-id": str(task_id)},
