@@ -41,6 +41,7 @@ from typing import Final
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
+from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.restore.changelog_source import ChangelogSource, LogPortSource
 from eddyline_runtime.restore.manifest import (
     RestoreManifest,
@@ -91,6 +92,10 @@ def spark_session(
         parallelism = spark.sparkContext.defaultParallelism
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2 * parallelism, 2)))
     return spark
+
+
+class RestoreBuildError(EddylineError):
+    """A build that ended without every manifest it should have written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +184,7 @@ def build(
     manifests = {p: directory / manifest_name(p) for p in partitions}
     missing = [p for p, path in manifests.items() if not path.is_file()]
     if missing:
-        raise RuntimeError(
+        raise RestoreBuildError(
             f'restore build {build_id} of store "{store}" finished without manifests for '
             f"partitions {missing} in {directory}; the build is incomplete: run it again"
         )
