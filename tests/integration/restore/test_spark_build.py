@@ -31,7 +31,7 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.restore import restore
 from eddyline_runtime.restore.manifest import MANIFEST_SUFFIX, manifests_for, read_manifest
 from eddyline_runtime.restore.spark_build import build, spark_session
-from eddyline_runtime.restore.sst_restore import ingest_latest_manifest, ingest_manifest
+from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
 from eddyline_runtime.state import RocksDBStore
 
 pytestmark = pytest.mark.slow
@@ -240,19 +240,18 @@ def test_a_driver_killed_mid_build_leaves_no_manifest(
         driver.wait()
     assert list(output.glob(f"{APP}/{STORE}/*/*{MANIFEST_SUFFIX}")) == []
     assert list(manifests_for(output, APP, STORE, 0)) == []
-    # A task finds nothing to ingest, and a new build next to the dead one works.
-    result = run_build(spark, log, output)
-    directory = tmp_path / "sst" / STORE
-    ingested = ingest_manifest(
-        result.manifests[0],
+    # A task finds nothing to ingest: it replays the changelog instead.
+    attempt = ingest_latest_manifest(
+        output,
         application=APP,
         store=STORE,
         changelog=TopicPartition(TOPIC, 0),
-        directory=directory,
+        directory=tmp_path / "sst" / STORE,
         log_start=0,
         log_end=PER_PARTITION,
     )
-    assert ingested.offset == PER_PARTITION - 1
+    assert (attempt.result, attempt.refusals) == (None, ())
+    assert not (tmp_path / "sst").exists()
 
 
 def test_new_records_during_a_build_are_left_to_the_tail(
