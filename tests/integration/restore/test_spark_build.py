@@ -204,9 +204,7 @@ def test_a_failed_build_writes_no_manifest_and_leaves_no_files(
     assert list(manifests_for(tmp_path / "out", APP, STORE, 0)) == []
 
 
-def test_a_driver_killed_mid_build_leaves_no_manifest(
-    log: SqliteLog, tmp_path: Path, fault_flag: Path, spark: SparkSession
-) -> None:
+def test_a_driver_killed_mid_build_leaves_no_manifest(log: SqliteLog, tmp_path: Path) -> None:
     """A second driver in its own process, SIGKILLed (with its JVM and workers) once
     its tasks have written SST files but before any manifest."""
     flag = tmp_path / "hang"
