@@ -77,7 +77,14 @@ def make_manifest(
     return write_manifest(directory, RestoreManifest.model_validate(fields))
 
 
-def ingest(path: Path, target: Path, *, log_start: int = 0, log_end: int = 150) -> IngestResult:
+def ingest(
+    path: Path,
+    target: Path,
+    *,
+    log_start: int = 0,
+    log_end: int = 150,
+    changelog_epoch: str | None = None,
+) -> IngestResult:
     return ingest_manifest(
         path,
         application=APP,
@@ -86,6 +93,7 @@ def ingest(path: Path, target: Path, *, log_start: int = 0, log_end: int = 150) 
         directory=target,
         log_start=log_start,
         log_end=log_end,
+        changelog_epoch=changelog_epoch,
     )
 
 
@@ -133,6 +141,23 @@ def test_a_manifest_that_does_not_fit_is_refused_and_leaves_no_store(
         ingest(path, target, log_start=40)
     assert "falling back to replaying the changelog" in str(refused.value)
     assert not target.exists()
+
+
+def test_a_manifest_from_another_changelog_epoch_is_refused(tmp_path: Path) -> None:
+    path = make_manifest(tmp_path / "out", changelog_epoch="topic-a:0")
+    target = tmp_path / "state" / STORE
+    with pytest.raises(ManifestRefusedError, match=r"epoch topic-a:0 .* now epoch topic-a:1"):
+        ingest(path, target, changelog_epoch="topic-a:1")
+    assert not target.exists()
+
+
+def test_an_ingested_store_carries_the_manifests_changelog_epoch(tmp_path: Path) -> None:
+    path = make_manifest(tmp_path / "out", changelog_epoch="topic-a:0")
+    target = tmp_path / "state" / STORE
+    ingest(path, target, changelog_epoch="topic-a:0")
+    with RocksDBStore(STORE, target) as store:
+        assert store.changelog_epoch(CHANGELOG) == "topic-a:0"
+        assert store.committed_offset(CHANGELOG) == 99
 
 
 def test_a_manifest_of_another_format_version_is_refused(tmp_path: Path) -> None:

@@ -453,6 +453,7 @@ class StreamThread:
                 directory=directory,
                 log_start=log.beginning_offset(changelog),
                 log_end=log.end_offset(changelog),
+                changelog_epoch=log.partition_epoch(changelog),
             )
         return RocksDBStore(
             name,

@@ -57,10 +57,12 @@ _REGISTERED_CONF: Final = "spark.eddyline.changelogSourceRegistered"
 
 @dataclass(frozen=True, slots=True)
 class ChangelogBounds:
-    """A changelog partition's offsets as the build saw them: ``[start, end)``."""
+    """A changelog partition's offsets as the build saw them (``[start, end)``), and its
+    epoch (``Log.partition_epoch``; None when the log cannot tell)."""
 
     start: int
     end: int
+    epoch: str | None = None
 
 
 class ChangelogSource(Protocol):
@@ -89,6 +91,7 @@ class LogPortSource:
                 partition: ChangelogBounds(
                     log.beginning_offset(TopicPartition(topic, partition)),
                     log.end_offset(TopicPartition(topic, partition)),
+                    log.partition_epoch(TopicPartition(topic, partition)),
                 )
                 for partition in partitions
             }

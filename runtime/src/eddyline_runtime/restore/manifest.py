@@ -96,9 +96,10 @@ class RestoreManifest(_Frozen):
     # The changelog's bounds as the build saw them (start inclusive, end exclusive).
     log_start: int = Field(ge=0)
     log_end: int = Field(ge=0)
-    # Kept beside a committed offset by the integrity checks (the changelog's epoch),
-    # so a store rebuilt from files carries what a replayed one would. None: not known.
-    changelog_epoch: int | None = None
+    # The changelog's incarnation (Log.partition_epoch) the offset belongs to, kept beside
+    # it as stores keep it: a changelog truncated or recreated since the build has
+    # another. None: the log cannot tell.
+    changelog_epoch: str | None = None
     records_read: int = Field(ge=0, description="keyed changelog records read, every version")
     keys: int = Field(ge=0, description="live keys after keeping the latest version of each")
     files: tuple[ManifestFile, ...]

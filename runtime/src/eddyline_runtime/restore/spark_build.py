@@ -164,6 +164,7 @@ def build(
         build_dir=str(directory),
         created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         bounds={p: (bounds[p].start, bounds[p].end) for p in partitions},
+        epochs={p: bounds[p].epoch for p in partitions},
     )
     _register_once(spark)
     layout_partitions = files_per_build or spark.sparkContext.defaultParallelism

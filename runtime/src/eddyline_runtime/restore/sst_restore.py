@@ -13,8 +13,8 @@ replays the changelog instead) when it was built for another application,
 store or changelog partition, by another manifest format version, when its
 offset is beyond the changelog's end (the changelog was reset after the
 build) or before its start (records after the offset are gone, so the tail
-cannot be replayed), when its changelog epoch differs from the one the
-store must carry, or when a listed file is missing or fails its checksum.
+cannot be replayed), when the changelog was truncated or recreated since
+the build (its epoch differs), or when a listed file is missing or fails its checksum.
 A refused or interrupted ingest leaves no store behind.
 """
 
@@ -84,9 +84,12 @@ def check_manifest(
     changelog: TopicPartition,
     log_start: int,
     log_end: int,
-    changelog_epoch: int | None = None,
+    changelog_epoch: str | None = None,
 ) -> None:
-    """Raise :class:`ManifestRefusedError` unless ``manifest`` fits this store partition."""
+    """Raise :class:`ManifestRefusedError` unless ``manifest`` fits this store partition.
+
+    ``changelog_epoch`` is the changelog's epoch now (``Log.partition_epoch``).
+    """
 
     def refuse(reason: str) -> ManifestRefusedError:
         return ManifestRefusedError(str(path), reason)
@@ -100,7 +103,18 @@ def check_manifest(
     offset = manifest.offset
     # The files stand for a store committed at the manifest's offset: the one rule for
     # where replay starts judges it as it judges any store.
-    start = replay_start(offset if offset >= 0 else None, log_start, log_end)
+    start = replay_start(
+        offset if offset >= 0 else None,
+        log_start,
+        log_end,
+        store_epoch=manifest.changelog_epoch,
+        log_epoch=changelog_epoch,
+    )
+    if start.verdict is ReplayVerdict.REPLACED:
+        raise refuse(
+            f"it was built from epoch {manifest.changelog_epoch} of {changelog}, which is now "
+            f"epoch {changelog_epoch}: the changelog was truncated or recreated after the build"
+        )
     if start.verdict is ReplayVerdict.AHEAD:
         raise refuse(
             f"its offset {offset} is beyond the end of {changelog} (next offset {log_end}): "
@@ -110,15 +124,6 @@ def check_manifest(
         raise refuse(
             f"its offset {offset} is before the start of {changelog} ({log_start}): records "
             f"{offset + 1}..{log_start - 1} after it are gone, so its tail cannot be replayed"
-        )
-    if (
-        changelog_epoch is not None
-        and manifest.changelog_epoch is not None
-        and manifest.changelog_epoch != changelog_epoch
-    ):
-        raise refuse(
-            f"it was built from changelog epoch {manifest.changelog_epoch}, and the store "
-            f"needs epoch {changelog_epoch}"
         )
 
 
@@ -131,7 +136,7 @@ def ingest_manifest(
     directory: Path,
     log_start: int,
     log_end: int,
-    changelog_epoch: int | None = None,
+    changelog_epoch: str | None = None,
 ) -> IngestResult:
     """Check the manifest, then build the missing store at ``directory`` from its files.
 
@@ -153,8 +158,13 @@ def ingest_manifest(
     )
     files = [(path.parent / entry.name, entry.sha256, entry.keys) for entry in manifest.files]
     offsets = {changelog: manifest.offset} if manifest.offset >= 0 else {}
+    epochs = (
+        {changelog: manifest.changelog_epoch}
+        if offsets and manifest.changelog_epoch is not None
+        else {}
+    )
     try:
-        built = build_store_from_sst_files(store, directory, files, offsets)
+        built = build_store_from_sst_files(store, directory, files, offsets, epochs)
     except SstFileError as error:
         raise ManifestRefusedError(str(path), str(error)) from error
     return IngestResult(
@@ -180,7 +190,7 @@ def ingest_latest_manifest(
     directory: Path,
     log_start: int,
     log_end: int,
-    changelog_epoch: int | None = None,
+    changelog_epoch: str | None = None,
 ) -> IngestAttempt:
     """Ingest the newest manifest under ``output`` that fits, when the store is missing.
 
@@ -240,7 +250,6 @@ def rebuild_store(
     application: str,
     output: Path,
     options: RocksDBStoreOptions | None = None,
-    changelog_epoch: int | None = None,
 ) -> RebuildResult:
     """A task's store brought up to date, through the newest fitting build when it is missing.
 
@@ -257,7 +266,7 @@ def rebuild_store(
         directory=directory,
         log_start=log.beginning_offset(changelog),
         log_end=log.end_offset(changelog),
-        changelog_epoch=changelog_epoch,
+        changelog_epoch=log.partition_epoch(changelog),
     )
     with RocksDBStore(store, directory, options) as opened:
         replayed = restore(opened, log, changelog)

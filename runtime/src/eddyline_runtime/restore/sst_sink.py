@@ -66,6 +66,8 @@ class BuildPlan:
     created_at: str
     # store partition -> (log start, log end) as read; the build covers [start, end).
     bounds: Mapping[int, tuple[int, int]]
+    # store partition -> the changelog's epoch when its end was fixed (None: unknown).
+    epochs: Mapping[int, str | None]
 
     def encode(self) -> str:
         return json.dumps(
@@ -77,6 +79,7 @@ class BuildPlan:
                 "build_dir": self.build_dir,
                 "created_at": self.created_at,
                 "bounds": {str(p): list(b) for p, b in self.bounds.items()},
+                "epochs": {str(p): e for p, e in self.epochs.items()},
             }
         )
 
@@ -84,7 +87,8 @@ class BuildPlan:
     def decode(cls, text: str) -> BuildPlan:
         raw = json.loads(text)
         bounds = {int(p): (int(b[0]), int(b[1])) for p, b in raw.pop("bounds").items()}
-        return cls(bounds=bounds, **raw)
+        epochs = {int(p): e for p, e in raw.pop("epochs").items()}
+        return cls(bounds=bounds, epochs=epochs, **raw)
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,7 @@ def write_manifests(plan: BuildPlan, messages: Sequence[SstCommitMessage]) -> li
             offset=log_end - 1 if log_end > log_start else -1,
             log_start=log_start,
             log_end=log_end,
+            changelog_epoch=plan.epochs.get(partition),
             records_read=records[partition],
             keys=sum(entry.keys for entry in entries),
             files=entries,

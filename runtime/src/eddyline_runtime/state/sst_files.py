@@ -40,6 +40,9 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import StateStoreError
 from eddyline_runtime.state.rocksdb_store import (
     _CHANGELOG_KIND,
+    _EPOCH_KIND,
+    _FORMAT,
+    _FORMAT_KEY,
     _OFFSET,
     OFFSETS_COLUMN_FAMILY,
     _offset_key,
@@ -154,6 +157,7 @@ def build_store_from_sst_files(
     directory: Path | str,
     files: Sequence[tuple[Path, str, int]],
     changelog_offsets: Mapping[TopicPartition, int],
+    changelog_epochs: Mapping[TopicPartition, str] | None = None,
 ) -> IngestedStore:
     """Create the missing store at ``directory`` from SST files, with these committed offsets.
 
@@ -162,7 +166,9 @@ def build_store_from_sst_files(
     there, so the files ingested are exactly the bytes checked and the source
     files stay as they were (other tasks or a retry may read them). The
     offsets are the changelog offsets of the last records the files include,
-    as :meth:`RocksDBStore.commit` records them. Refuses a directory that
+    as :meth:`RocksDBStore.commit` records them, and ``changelog_epochs`` the
+    changelog incarnations they belong to (``Log.partition_epoch``), recorded
+    beside them as a store records them. Refuses a directory that
     already holds a database: ingest only rebuilds a missing store.
     """
     target = Path(directory)
@@ -182,7 +188,7 @@ def build_store_from_sst_files(
             _copy_checked(store, source, incoming / f"{index:06d}.sst", sha256)
             for index, (source, sha256, _) in enumerate(files)
         ]
-        ingest_seconds = _ingest(store, staging, copies, changelog_offsets)
+        ingest_seconds = _ingest(store, staging, copies, changelog_offsets, changelog_epochs or {})
         _install(store, staging, target)
     finally:
         shutil.rmtree(incoming, ignore_errors=True)
@@ -230,6 +236,7 @@ def _ingest(
     staging: Path,
     files: Sequence[Path],
     changelog_offsets: Mapping[TopicPartition, int],
+    changelog_epochs: Mapping[TopicPartition, str],
 ) -> float:
     """Open a fresh database with the store's options, ingest, record the offsets, flush.
 
@@ -252,11 +259,14 @@ def _ingest(
                     store, f'state store "{store}": RocksDB refused the SST files: {exc}'
                 ) from exc
             ingest_seconds = time.perf_counter() - started
-        if changelog_offsets:
-            batch = WriteBatch(raw_mode=True)
-            for tp, offset in changelog_offsets.items():
-                batch.put(_offset_key(_CHANGELOG_KIND, tp), _OFFSET.pack(offset), offsets_handle)
-            db.write(batch)
+        # Offsets, epochs and eddyline's format mark in one batch, as a store writes them.
+        batch = WriteBatch(raw_mode=True)
+        batch.put(_FORMAT_KEY, _FORMAT, offsets_handle)
+        for tp, offset in changelog_offsets.items():
+            batch.put(_offset_key(_CHANGELOG_KIND, tp), _OFFSET.pack(offset), offsets_handle)
+        for tp, epoch in changelog_epochs.items():
+            batch.put(_offset_key(_EPOCH_KIND, tp), epoch.encode(), offsets_handle)
+        db.write(batch)
         db.flush(wait=True)
         offsets_db.flush(wait=True)
         db.flush_wal(sync=True)
