@@ -3,7 +3,9 @@
 One Spark session for the module (a JVM starts in 10-25 s here). It runs
 ``local[2,2]``: two task threads, and a failed task is retried once, which
 the killed-attempt test relies on. Faults are injected into the Python
-workers through ``faults/sitecustomize.py`` (see there).
+workers by a sink that replaces ``eddyline_sst`` (``faulty_sst_sink.py``,
+shipped with ``addPyFile``); the driver killed mid-build runs in its own
+process, whose workers load ``faults/sitecustomize.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from eddyline_runtime.restore import restore
 from eddyline_runtime.restore.manifest import MANIFEST_SUFFIX, manifests_for, read_manifest
 from eddyline_runtime.restore.spark_build import build, spark_session
 from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
+from eddyline_runtime.restore.sst_sink import SstDataSource
 from eddyline_runtime.state import RocksDBStore
 
 pytestmark = pytest.mark.slow
@@ -44,25 +47,21 @@ FAULTS = Path(__file__).parent / "faults"
 
 
 @pytest.fixture(scope="module")
-def fault_flag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    flag = tmp_path_factory.mktemp("faults") / "mode"
-    yield flag
-    flag.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module")
-def spark(fault_flag: Path) -> Iterator[SparkSession]:
-    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "EDDYLINE_TEST_FAULTS")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAULTS), saved["PYTHONPATH"]]))
-    os.environ["EDDYLINE_TEST_FAULTS"] = str(fault_flag)
+def spark() -> Iterator[SparkSession]:
     session = spark_session("local[2,2]")
+    session.sparkContext.addPyFile(str(Path(__file__).with_name("faulty_sst_sink.py")))
     yield session
     session.stop()
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+
+
+@pytest.fixture
+def faulty_sink(spark: SparkSession) -> Iterator[None]:
+    """Builds in this test go through the sink whose tasks can be made to die."""
+    from faulty_sst_sink import FaultySstDataSource
+
+    spark.dataSource.register(FaultySstDataSource)
+    yield
+    spark.dataSource.register(SstDataSource)
 
 
 @pytest.fixture
@@ -161,17 +160,14 @@ def test_a_compacted_changelog_with_offset_gaps_builds_the_same_store(
     )
 
 
+@pytest.mark.usefixtures("faulty_sink")
 def test_a_killed_task_attempt_leaves_no_file_a_manifest_could_pick_up(
-    spark: SparkSession, log: SqliteLog, tmp_path: Path, fault_flag: Path
+    spark: SparkSession, log: SqliteLog, tmp_path: Path
 ) -> None:
-    fault_flag.write_text("kill-first-attempt")
-    fired = fault_flag.with_name(fault_flag.name + ".fired")
-    try:
-        result = run_build(spark, log, tmp_path / "out")
-    finally:
-        fault_flag.unlink()
-    killed_attempts = fired.read_text().split()
-    fired.unlink()
+    (tmp_path / "fault-mode").write_text("kill-first-attempt")
+    result = run_build(spark, log, tmp_path / "out")
+    (tmp_path / "fault-mode").unlink()
+    killed_attempts = (tmp_path / "fault-mode.fired").read_text().split()
     assert len(killed_attempts) == 1  # one attempt was killed after writing its files
     killed = f"-a{int(killed_attempts[0]):08d}-"
     listed = {f.name for m in result.read().values() for f in m.files}
@@ -188,16 +184,14 @@ def test_a_killed_task_attempt_leaves_no_file_a_manifest_could_pick_up(
     )
 
 
+@pytest.mark.usefixtures("faulty_sink")
 def test_a_failed_build_writes_no_manifest_and_leaves_no_files(
-    spark: SparkSession, log: SqliteLog, tmp_path: Path, fault_flag: Path
+    spark: SparkSession, log: SqliteLog, tmp_path: Path
 ) -> None:
-    fault_flag.write_text("kill-always")
-    try:
-        with pytest.raises(Exception, match=r"17|Python worker exited"):
-            run_build(spark, log, tmp_path / "out")
-    finally:
-        fault_flag.unlink()
-        fault_flag.with_name(fault_flag.name + ".fired").unlink()
+    (tmp_path / "fault-mode").write_text("kill-always")
+    with pytest.raises(Exception, match=r"17|Python worker exited"):
+        run_build(spark, log, tmp_path / "out")
+    assert (tmp_path / "fault-mode.fired").exists()
     builds = list((tmp_path / "out" / APP / STORE).iterdir())
     assert len(builds) == 1
     assert list(builds[0].iterdir()) == []
