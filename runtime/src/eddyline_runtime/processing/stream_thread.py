@@ -85,6 +85,7 @@ from eddyline_runtime.state import (
     UncommittedBytesBudget,
     store_directory,
 )
+from eddyline_runtime.state.sst_files import store_exists
 
 logger = logging.getLogger(__name__)
 
@@ -441,7 +442,7 @@ class StreamThread:
         directory = store_directory(self.setup.config.state_dir, task_id, name)
         builds = self.setup.config.restore_build_dir
         changelog = self.setup.layout.changelog_partition(name, task_id)
-        if builds is not None and changelog is not None:
+        if builds is not None and changelog is not None and not store_exists(directory):
             # A missing store comes back from a Spark build when one fits (the
             # restore after opening then replays only the tail); else it replays.
             log = self.setup.log
