@@ -178,7 +178,7 @@ def _ingest(args: argparse.Namespace, out: TextIO) -> int:
     if args.task is not None:
         task = TaskId.parse(args.task)
     else:
-        topology = load_topology(app.spec.topology, [args.manifest.resolve().parent])
+        topology = load_topology(app.spec.topology.ref, [args.manifest.resolve().parent])
         owners = [sub.id for sub in topology.subtopologies() if args.store in sub.stores]
         if not owners:
             raise RestoreCommandError(
