@@ -10,19 +10,6 @@ COPY runtime ./runtime
 COPY operator ./operator
 RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[operator]'
 
-# Spark restore jobs (`eddyline restore build`): the runtime plus a Java runtime,
-# PySpark and pyarrow (the `spark` extra). Build it with `--target restore`; the
-# default (last) stage below stays without a JVM.
-FROM python:3.11-slim AS restore
-RUN apt-get update \
-    && apt-get install --yes --no-install-recommends openjdk-17-jre-headless \
-    && rm -rf /var/lib/apt/lists/* \
-    && useradd --uid 10001 --create-home --shell /usr/sbin/nologin eddyline
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --find-links /wheels 'eddyline[spark]' && rm -rf /wheels
-USER 10001
-ENTRYPOINT ["eddyline", "restore"]
-
 FROM python:3.11-slim
 RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin eddyline \
     && mkdir -p /var/lib/eddyline && chown eddyline /var/lib/eddyline
