@@ -22,8 +22,20 @@ import eddyline_runtime.restore
 from eddyline_runtime import cli
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.manifest import (
+    MANIFEST_FORMAT_VERSION,
+    ChangelogRef,
+    ManifestFile,
+    RestoreManifest,
+    build_directory,
+    sst_name,
+)
+from eddyline_runtime.restore.manifest import (
+    write_manifest as write_restore_manifest,
+)
 from eddyline_runtime.runner import load_app, run_app
 from eddyline_runtime.state import KeyRange, RocksDBStore
+from eddyline_runtime.state.sst_files import SortedFileWriter
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount"
 STORE = "word-counts"
@@ -149,6 +161,71 @@ def test_a_wiped_store_is_rebuilt_from_a_spark_build_and_its_tail(
     ]
     tail = [line for line in restored if f"{changelog} offsets {build_offset + 1}.." in line]
     assert len(tail) == 1, restored  # replayed from just after the build's offset
+    assert contents(store_dir, changelog) == before
+
+
+def build_by_hand(store_dir: Path, changelog: TopicPartition, output: Path) -> int:
+    """A build of one store partition without Spark: the store's own keys as one SST file
+    and a manifest at its committed offset. Returns that offset."""
+    with RocksDBStore(STORE, store_dir) as store:
+        entries = list(store.scan(KeyRange.closed(None, None)))
+        offset = store.committed_offset(changelog)
+        epoch = store.changelog_epoch(changelog)
+    assert offset is not None
+    directory = build_directory(output, "wordcount", STORE, "20260101T000000Z-by-hand")
+    directory.mkdir(parents=True)
+    writer = SortedFileWriter(directory / sst_name(changelog.partition, 0, 0, 0), store=STORE)
+    writer.add([k for k, _ in entries], [v for _, v in entries])
+    finished = writer.finish()
+    assert finished is not None
+    manifest = RestoreManifest(
+        format_version=MANIFEST_FORMAT_VERSION,
+        eddyline_version="test",
+        build_id=directory.name,
+        created_at="2026-01-01T00:00:00+00:00",
+        application="wordcount",
+        store=STORE,
+        changelog=ChangelogRef(topic=changelog.topic, partition=changelog.partition),
+        offset=offset,
+        log_start=0,
+        log_end=offset + 1,
+        changelog_epoch=epoch,
+        records_read=len(entries),
+        keys=len(entries),
+        files=(
+            ManifestFile(
+                name=finished.path.name,
+                sha256=finished.sha256,
+                bytes=finished.size,
+                keys=finished.entries,
+            ),
+        ),
+    )
+    write_restore_manifest(directory, manifest)
+    return offset
+
+
+def test_the_runtime_rebuilds_a_lost_store_from_a_build_then_replays_only_the_tail(
+    app_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manifest = app_dir / "streamapp.yaml"
+    changelog = TopicPartition(f"wordcount-{STORE}-changelog", 0)
+    store_dir = next((app_dir / "state").glob(f"*_0/{STORE}"))
+    build_offset = build_by_hand(store_dir, changelog, app_dir / "restore")
+    log = SqliteLog(app_dir / "log.db")
+    produce_lines(log, 3, 100)  # the tail, after the build
+    log.close()
+    run_until_caught_up(manifest)
+    before = contents(store_dir, changelog)
+    assert before[1] is not None and before[1] > build_offset
+    shutil.rmtree(store_dir)  # the volume was lost
+    document = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    document["spec"]["config"]["restore.build.dir"] = str(app_dir / "restore")
+    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="eddyline_runtime"):
+        run_until_caught_up(manifest)
+    restored = [r.getMessage() for r in caplog.records if f"{changelog} offsets" in r.getMessage()]
+    assert len(restored) == 1 and f"offsets {build_offset + 1}.." in restored[0], restored
     assert contents(store_dir, changelog) == before
 
 
