@@ -63,7 +63,7 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     build.add_argument(
         "--split-records",
-        type=int,
+        type=_positive,
         help="changelog offsets per read task (default: 250,000)",
     )
     ingest = actions.add_parser(
@@ -248,6 +248,16 @@ def _partitions(text: str | None, count: int) -> list[int]:
             f"--partitions {text!r}: the changelog has partitions 0..{count - 1}"
         )
     return chosen
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of offsets")
+    return value
 
 
 def _setting(item: str) -> tuple[str, str]:
