@@ -47,10 +47,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   verbs: ["get", "patch", "update"]
 - apiGroups: [""]
   resources: ["configmaps", "services", "serviceaccounts", "persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete", "deletecollection"]
+# create, patch and deletecollection: only so that it may grant them to restore Jobs, whose
+# Spark driver runs its executor pods (RBAC lets a Role grant only what its creator holds).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "delete", "create", "patch", "deletecollection"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -38,6 +38,7 @@ _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Pod": ("/api/v1", "pods", True),
     "Node": ("/api/v1", "nodes", False),
     "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
+    "Job": ("/apis/batch/v1", "jobs", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),

@@ -31,7 +31,7 @@ from typing import Any
 import kopf
 
 from eddyline_operator.client import ApiError, Kube, fetch_reports
-from eddyline_operator.reconcile import names, objects
+from eddyline_operator.reconcile import names, objects, restore_job
 from eddyline_operator.reconcile.membership import is_member
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_runtime.membership import MemberReport
@@ -158,6 +158,7 @@ def run_cycle(namespace: str, name: str, *, fetch: bool, force_apply: bool) -> P
             ),
             now=_now(),
             default_image=os.environ.get(RUNTIME_IMAGE_ENV, objects.DEFAULT_IMAGE),
+            **_restore_jobs(kube, namespace, name),
         )
         result = plan(observed)
         _carry_out(kube, state, body, result, force_apply=force_apply)
@@ -186,6 +187,12 @@ def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_a
         kube.publish_membership(objects.membership_config_map(name, namespace, owner, data))
     for pod in result.delete_pods:
         kube.delete("Pod", namespace, pod)
+    for job in result.create_jobs:
+        try:
+            kube.create(job)
+        except ApiError as error:
+            if error.status != 409:  # launched by an earlier cycle whose status was lost
+                raise
     for event in result.events:
         post_event(body, event.type, event.reason, event.message)
     if _status_differs(body.get("status") or {}, result.status):
@@ -195,6 +202,14 @@ def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_a
             if error.status != 409:
                 raise
             # Someone wrote in between: the daemon's next cycle writes again.
+
+
+def _restore_jobs(kube: Kube, namespace: str, name: str) -> dict[str, list[Any]]:
+    """The app's Spark restore Jobs and their pods (none listed while restore is unused)."""
+    selector = restore_job.selector_string(name)
+    jobs = kube.list("Job", namespace, selector=selector)
+    pods = kube.list("Pod", namespace, selector=selector) if jobs else []
+    return {"jobs": jobs, "job_pods": pods}
 
 
 def post_event(body: Any, type_: str, reason: str, message: str) -> None:

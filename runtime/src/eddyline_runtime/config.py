@@ -137,6 +137,12 @@ class StreamsConfig(BaseSettings):
     # found. A task whose store is missing ingests the newest build that fits, then
     # replays only the changelog after the build's offset. None: always replay.
     restore_build_dir: Path | None = _setting("restore.build.dir", None)
+    # eddyline's own, set by the operator from spec.restore: a task whose store is missing
+    # and whose changelog holds more than this many records waits for a Spark build
+    # (restorePending) instead of replaying; -1 never waits. It waits at most
+    # restore.wait.ms, then replays the changelog.
+    restore_wait_lag_above: int = _setting("restore.wait.lag.above", -1, ge=-1)
+    restore_wait_ms: int = _setting("restore.wait.ms", 600_000, ge=0)
     # host:port where this instance answers interactive queries (Kafka's name).
     application_server: str | None = _setting("application.server", None)
     # None means "not set by the user": the effective level then depends on

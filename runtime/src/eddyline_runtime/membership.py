@@ -58,7 +58,10 @@ class Membership:
 # A member's report: what a pod tells the membership authority over its query port
 # (GET /v1/layout). The operator never imports user code, so the task layout comes
 # from the pods that run it.
-STORE_ROLES = ("active", "standby", "restoring")
+# "restorePending": an active copy whose store is missing, waiting for a Spark restore build
+# (its lag is the changelog a replay would read).
+RESTORE_PENDING = "restorePending"
+STORE_ROLES = ("active", "standby", "restoring", RESTORE_PENDING)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,21 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         type=_positive,
         help="changelog offsets per read task (default: 250,000)",
     )
+    job = actions.add_parser(
+        "job",
+        help="what a restore Job runs: the build through spark-submit (client mode), judged by "
+        "its manifests; the verdict goes to the output directory and --result-file",
+    )
+    job.add_argument("--manifest", type=Path, required=True, help="the StreamApp YAML file")
+    job.add_argument("--store", required=True)
+    job.add_argument("--partitions", required=True, help="comma-separated changelog partitions")
+    job.add_argument("--output", required=True, help="the directory the pods read builds from")
+    job.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
+    job.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    job.add_argument("--job-name", required=True, help="names the verdict file")
+    job.add_argument(
+        "--result-file", type=Path, help="also write the verdict here (the termination message)"
+    )
     ingest = actions.add_parser(
         "ingest",
         help="rebuild one task's missing store from the newest fitting build, then replay "
@@ -88,6 +103,8 @@ def run_restore_command(args: argparse.Namespace, out: TextIO | None = None) -> 
     try:
         if args.restore_action == "build":
             return _build(args, out)
+        if args.restore_action == "job":
+            return _job(args, out)
         return _ingest(args, out)
     except EddylineError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -163,6 +180,27 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
     }
     print(json.dumps(summary), file=out)
     return 0
+
+
+def _job(args: argparse.Namespace, out: TextIO) -> int:
+    from eddyline_runtime.restore.job_result import JobState
+    from eddyline_runtime.restore.job_runner import run_restore_job
+    from eddyline_runtime.spec import load_manifest
+
+    app = load_manifest(args.manifest)
+    result = run_restore_job(
+        manifest=args.manifest,
+        application=app.streams_config().application_id,
+        store=args.store,
+        partitions=_partitions(args.partitions, 1 << 31),
+        output=_local_path(args.output, "--output"),
+        master=args.master,
+        conf=dict(_setting(item) for item in args.conf),
+        job_name=args.job_name,
+        result_file=args.result_file,
+    )
+    print(result.to_text(), file=out)
+    return 0 if result.state is JobState.SUCCEEDED else 1
 
 
 def _ingest(args: argparse.Namespace, out: TextIO) -> int:

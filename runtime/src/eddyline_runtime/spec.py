@@ -255,6 +255,96 @@ class ResourcesSpec(_Strict):
         return values
 
 
+# Spark masters a restore Job may use: local threads in the Job's pod, or executors on the
+# cluster the Job runs in (k8s://https://host[:port]).
+_SPARK_MASTER = r"^(local(\[([1-9][0-9]*|\*)\])?|k8s://https?://[^\s/]+(:[0-9]+)?/?)$"
+# Spark's --executor-memory / spark.executor.memory form: a number and an optional unit.
+_SPARK_MEMORY = r"^[1-9][0-9]*[kKmMgGtT]?$"
+
+
+class RestoreWhen(enum.StrEnum):
+    """When a task whose store is missing waits for a Spark restore build instead of replaying."""
+
+    NEVER = "Never"  # always replay the changelog record by record
+    ALWAYS = "Always"  # every missing store with a non-empty changelog
+    WHEN_LAG_ABOVE = "WhenLagAbove"  # only changelogs longer than restore.lagAbove records
+
+
+class RestoreSpec(_Strict):
+    """Spark restore Jobs the operator launches for stores that must be rebuilt."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "self.when != 'WhenLagAbove' || has(self.lagAbove)",
+                "when WhenLagAbove needs lagAbove (changelog records)",
+            )
+        )
+    )
+    when: RestoreWhen = Field(
+        default=RestoreWhen.NEVER,
+        description="Never (replay changelogs), Always (a Spark build for every missing store), "
+        "WhenLagAbove (only for changelogs longer than lagAbove records)",
+    )
+    lag_above: int | None = Field(
+        default=None,
+        alias="lagAbove",
+        ge=0,
+        description="with WhenLagAbove: changelog records above which a missing store waits "
+        "for a Spark build instead of replaying",
+    )
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the restore-job image (Java, PySpark and eddyline; restore.Dockerfile); "
+        "default: the app's image",
+    )
+    master: str = Field(
+        default="local[*]",
+        pattern=_SPARK_MASTER,
+        description="Spark master: local[*] or local[N] inside the Job's pod, or "
+        "k8s://https://kubernetes.default.svc for executors on the cluster (client mode)",
+    )
+    executors: int = Field(default=2, ge=1, le=1000, description="executors with a k8s:// master")
+    executor_cores: int = Field(default=1, ge=1, le=64, alias="executorCores")
+    executor_memory: str = Field(
+        default="1g",
+        alias="executorMemory",
+        pattern=_SPARK_MEMORY,
+        description="memory per executor, Spark's form (1g, 512m)",
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec,
+        description="the Job's pod (the Spark driver, and the executors with local[N])",
+    )
+    wait_seconds: int = Field(
+        default=600,
+        alias="waitSeconds",
+        ge=1,
+        description="how long a task waits for the build before it replays the changelog",
+    )
+    storage_size: str = Field(
+        default="1Gi",
+        alias="storageSize",
+        pattern=_QUANTITY,
+        description="the claim shared by the Job and the pods for build output",
+    )
+
+    @model_validator(mode="after")
+    def _threshold(self) -> RestoreSpec:
+        if self.when is RestoreWhen.WHEN_LAG_ABOVE and self.lag_above is None:
+            raise ValueError("when WhenLagAbove needs lagAbove (changelog records)")
+        return self
+
+    def wait_threshold(self) -> int:
+        """Changelog records above which a missing store waits for a build; -1: never."""
+        if self.when is RestoreWhen.NEVER:
+            return -1
+        if self.when is RestoreWhen.ALWAYS:
+            return 0
+        return self.lag_above or 0
+
+
 def _setting(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {**schema, "description": description}
 
@@ -364,6 +454,10 @@ class StreamAppSpec(_Strict):
     suspend: bool = Field(
         default=False, description="true scales to zero pods and keeps the state claims"
     )
+    restore: RestoreSpec = Field(
+        default_factory=RestoreSpec,
+        description="Spark restore Jobs for missing stores with long changelogs",
+    )
 
     @field_validator("topology", mode="before")
     @classmethod
@@ -423,6 +517,18 @@ class Condition(_Strict):
     observed_generation: int | None = Field(default=None, alias="observedGeneration", ge=0)
 
 
+class RestoreJobStatus(_Strict):
+    """A Spark restore Job the operator launched, as it last saw it."""
+
+    name: str
+    store: str
+    partitions: list[int] = Field(default_factory=list)
+    state: str = Field(description="Running, Succeeded or Failed")
+    message: str = ""
+    started_at: str | None = Field(default=None, alias="startedAt")
+    finished_at: str | None = Field(default=None, alias="finishedAt")
+
+
 class StreamAppStatus(_Strict):
     observed_generation: int | None = Field(
         default=None,
@@ -450,6 +556,11 @@ class StreamAppStatus(_Strict):
         description="the node every pod is pinned to while the embedded sqlite log is used",
     )
     message: str | None = None
+    restore_jobs: list[RestoreJobStatus] | None = Field(
+        default=None,
+        alias="restoreJobs",
+        description="the newest Spark restore Jobs (spec.restore) and how they went",
+    )
 
 
 class StreamApp(_Strict):

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile import names, restore_job
 from eddyline_runtime.log.kafka_settings import LOG_SETTINGS_ENV
 from eddyline_runtime.membership import MEMBERSHIP_FILE
 from eddyline_runtime.spec import API_VERSION, KIND, ClaimRetention, SpreadPolicy, StreamApp
@@ -80,6 +80,7 @@ def rendered_config(app: StreamApp) -> dict[str, str | int | float | bool]:
     application.server is not here: each pod sets it to its own IP (env)."""
     settings = {k: v for k, v in app.spec.config.items() if k != "application.server"}
     settings["state.dir"] = names.STATE_MOUNT
+    settings.update(restore_job.pod_settings(app))
     return dict(sorted(settings.items()))
 
 
@@ -309,6 +310,10 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
         volumes.append(
             {"name": "log", "persistentVolumeClaim": {"claimName": names.log_claim(name)}}
         )
+    restore_volume = restore_job.pod_volume(app)
+    if restore_volume is not None:
+        container["volumeMounts"].append(restore_volume[0])
+        volumes.append(restore_volume[1])
     if spec.log.secret_name:
         container["volumeMounts"].append(
             {"name": "log-secret", "mountPath": LOG_SECRET_MOUNT, "readOnly": True}
@@ -474,6 +479,9 @@ def desired_objects(
     ]
     if uses_embedded_log(app):
         objects.append(log_claim(app, namespace, owner))
+    objects.extend(
+        restore_job.owned_objects(app, namespace, owner, embedded_log=uses_embedded_log(app))
+    )
     objects.append(
         stateful_set(app, namespace, owner, default_image=default_image, log_node=log_node)
     )

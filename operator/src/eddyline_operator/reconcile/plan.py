@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import names, objects
+from eddyline_operator.reconcile import names, objects, restore_job
 from eddyline_operator.reconcile.membership import (
     effective_standbys,
     is_member,
@@ -68,6 +68,9 @@ class Observed:
     applied_manifest: str | None = None
     now: str = "1970-01-01T00:00:00Z"
     default_image: str = objects.DEFAULT_IMAGE
+    # The app's restore Jobs and their pods (restore_job.selector_string).
+    jobs: Sequence[Obj] = ()
+    job_pods: Sequence[Obj] = ()
 
 
 @dataclass
@@ -78,6 +81,7 @@ class Plan:
     delete_pods: list[str]
     status: Obj
     events: list[Event]
+    create_jobs: list[Obj] = field(default_factory=list)  # restore Jobs to launch
 
 
 def parse_app(body: Obj) -> StreamApp:
@@ -281,6 +285,22 @@ class _Cycle:
         conditions, phase = self.conditions(
             app, desired_replicas, published, step, off_node=off_node
         )
+        restores = restore_job.plan_restores(
+            app,
+            self.namespace,
+            self.owner,
+            reports=self.observed.reports,
+            jobs=self.observed.jobs,
+            job_pods=self.observed.job_pods,
+            previous=self.old_status.get("restoreJobs") or [],
+            image=spec.image or self.observed.default_image,
+            log_node=log_node,
+            embedded_log=embedded,
+            now=self.observed.now,
+        )
+        if restores.condition is not None:
+            conditions.append(self.cond("Restoring", *restores.condition))
+        self.events.extend(Event(*event) for event in restores.events)
         previous_message = self.old_status.get("message") or ""
         for note in self.notes:
             if "capped" in note and note not in previous_message:
@@ -297,8 +317,9 @@ class _Cycle:
             "maxStandbyLag": max_standby_lag(self.observed.reports.values()),
             "logNode": log_node,
             "membershipGeneration": None if published is None else published.generation,
+            "restoreJobs": restores.jobs or None,
         }
-        return Plan(app, desired, membership, delete, status, self.events)
+        return Plan(app, desired, membership, delete, status, self.events, restores.create)
 
     def conditions(
         self,

@@ -35,6 +35,7 @@ from eddyline_runtime.processing.stream_thread import (
 )
 from eddyline_runtime.processing.topics import TopicLayout, resolve_topics, store_homes
 from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore.build_job import PendingRestore
 from eddyline_runtime.state.relocation import RelocationReport, relocate_state
 
 
@@ -220,6 +221,13 @@ class StreamsInstance:
         for thread in self.threads:
             found.extend(thread.local_store_partitions(store))
         return sorted(found, key=lambda local: (local.partition, local.role.value))
+
+    def restore_pending(self) -> list[PendingRestore]:
+        """Stores of active tasks that wait for a Spark restore build (restorePending)."""
+        return sorted(
+            (p for thread in self.threads for p in thread.restore_pending.values()),
+            key=lambda p: (p.store, p.changelog.partition),
+        )
 
     def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
         """Store -> partition -> LagInfo for every store partition held here."""

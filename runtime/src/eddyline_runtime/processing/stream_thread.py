@@ -54,6 +54,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
+from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.log import LagTracker, Log, ProducerFencedError, Record
@@ -76,7 +77,14 @@ from eddyline_runtime.restore import (
     open_trusted,
     restore,
 )
-from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
+from eddyline_runtime.restore.build_job import (
+    PendingRestore,
+    WaitOutcome,
+    WaitResult,
+    should_wait,
+    wait_for_build,
+)
+from eddyline_runtime.restore.sst_restore import IngestResult, ingest_latest_manifest
 from eddyline_runtime.state import (
     InMemoryStore,
     RocksDBStore,
@@ -99,6 +107,10 @@ _PROCESS_BATCH = 1_000
 _PARTITION_CACHE_KEYS = 100_000
 # How long an idle thread sleeps before polling the log again.
 _IDLE_SLEEP_SECONDS = 0.005
+
+
+class RestoreWaitInterruptedError(Exception):
+    """The thread was asked to stop while a store waited for a Spark build."""
 
 
 class ThreadState(enum.StrEnum):
@@ -183,6 +195,10 @@ class StreamThread:
         # Output topic -> key -> partition: keys repeat, and murmur2 in Python is not free.
         self._partition_cache: dict[str, dict[bytes, TopicPartition]] = {}
         self._stop = threading.Event()
+        # Stores waiting for a Spark build, by (store, partition); read by other threads.
+        self.restore_pending: dict[tuple[str, int], PendingRestore] = {}
+        self._ingested: dict[tuple[TaskId, str], IngestResult] = {}
+        self._build_waits: dict[tuple[TaskId, str], WaitResult] = {}
         self.state = ThreadState.CREATED
         self.error: BaseException | None = None
         self.final_metrics: dict[MetricName, float] = {}
@@ -229,6 +245,10 @@ class StreamThread:
             while not self._stop.is_set():
                 self._apply_pending_assignment()
                 self.run_once()
+            self.commit("shutdown")
+            self.state = ThreadState.STOPPED
+        except RestoreWaitInterruptedError:
+            # Asked to stop while a store waited for a build: nothing of it is open yet.
             self.commit("shutdown")
             self.state = ThreadState.STOPPED
         except BaseException as exc:  # reported by the instance, never swallowed
@@ -323,7 +343,7 @@ class StreamThread:
                 else:
                     # A store whose offsets do not fit its changelog is rebuilt, never trusted.
                     store, verdict = open_trusted(
-                        partial(self._open_store, name, task_id),
+                        partial(self._open_store, name, task_id, active=True),
                         log,
                         changelog,
                         copy=f"task {task_id}",
@@ -435,7 +455,7 @@ class StreamThread:
         lag = self._lag.current_lag(tp)
         return -1.0 if lag is None else float(lag)
 
-    def _open_store(self, name: str, task_id: TaskId) -> StateStore:
+    def _open_store(self, name: str, task_id: TaskId, *, active: bool = False) -> StateStore:
         spec = self.setup.topology.stores[name]
         if not spec.persistent:
             return InMemoryStore(name)
@@ -446,7 +466,7 @@ class StreamThread:
             # A missing store comes back from a Spark build when one fits (the
             # restore after opening then replays only the tail); else it replays.
             log = self.setup.log
-            ingest_latest_manifest(
+            attempt = ingest_latest_manifest(
                 builds,
                 application=self.setup.config.application_id,
                 store=name,
@@ -456,6 +476,10 @@ class StreamThread:
                 log_end=log.end_offset(changelog),
                 changelog_epoch=log.partition_epoch(changelog),
             )
+            if attempt.result is not None:
+                self._ingested[(task_id, name)] = attempt.result
+            elif active:  # standbys never wait: nothing reads them while they catch up
+                self._wait_for_build(task_id, name, changelog, directory, builds)
         return RocksDBStore(
             name,
             directory,
@@ -464,9 +488,82 @@ class StreamThread:
             metric_tags={"thread-id": self.name, "task-id": str(task_id)},
         )
 
+    def _wait_for_build(
+        self, task_id: TaskId, name: str, changelog: TopicPartition, directory: Path, builds: Path
+    ) -> None:
+        """restorePending: wait for a Spark build when the changelog is too long to replay.
+
+        The operator sees the pending store in this instance's layout and
+        launches the build; the wait ends with the store ingested (only the
+        tail is replayed then), or with a failed Job or the deadline (the
+        whole changelog is replayed). The thread's other tasks wait too.
+        """
+        config, log = self.setup.config, self.setup.log
+        log_start, log_end = log.beginning_offset(changelog), log.end_offset(changelog)
+        if not should_wait(config.restore_wait_lag_above, log_start, log_end):
+            return
+        now = time.time()
+        pending = PendingRestore(
+            name, changelog, log_start, log_end, now, now + config.restore_wait_ms / 1000
+        )
+        key = (name, task_id.partition)
+        self.restore_pending = {**self.restore_pending, key: pending}
+        logger.info(
+            "task %s: store %s is missing and %s holds %d records: waiting up to %.0f s for a "
+            "Spark restore build (restorePending)",
+            task_id,
+            name,
+            changelog,
+            pending.records,
+            config.restore_wait_ms / 1000,
+        )
+        try:
+            waited = wait_for_build(
+                builds,
+                pending,
+                application=config.application_id,
+                directory=directory,
+                changelog_epoch=log.partition_epoch(changelog),
+                stopped=self._stop,
+                bounds=lambda: (log.beginning_offset(changelog), log.end_offset(changelog)),
+            )
+        finally:
+            self.restore_pending = {k: v for k, v in self.restore_pending.items() if k != key}
+        self._build_waits[(task_id, name)] = waited
+        if waited.outcome is WaitOutcome.STOPPED:
+            raise RestoreWaitInterruptedError(f"task {task_id}: stopped while waiting for a build")
+        if waited.ingested is not None:
+            self._ingested[(task_id, name)] = waited.ingested
+            logger.info("task %s store %s: %s", task_id, name, waited.message)
+        else:
+            logger.warning(
+                "task %s store %s: %s; replaying %d records of %s instead",
+                task_id,
+                name,
+                waited.message,
+                pending.records,
+                changelog,
+            )
+
     def _restored(self, task_id: TaskId, result: RestoreResult) -> None:
         tags = {"thread-id": self.name, "task-id": str(task_id), "store": result.store}
         metrics = self.setup.metrics
+        ingested = self._ingested.pop((task_id, result.store), None)
+        waited = self._build_waits.pop((task_id, result.store), None)
+        # What came from a Spark build: keys ingested and the offset they cover (-1: none,
+        # the whole changelog was replayed), and how long the task waited for the build.
+        metrics.register(
+            MetricName.of("stream-state-metrics", "restore-ingested-keys", tags),
+            lambda: float(ingested.keys if ingested is not None else 0),
+        )
+        metrics.register(
+            MetricName.of("stream-state-metrics", "restore-ingested-offset", tags),
+            lambda: float(ingested.offset if ingested is not None else -1),
+        )
+        metrics.register(
+            MetricName.of("stream-state-metrics", "restore-build-wait-seconds", tags),
+            lambda: waited.seconds if waited is not None else 0.0,
+        )
         metrics.register(
             MetricName.of("stream-state-metrics", "restore-total", tags),
             lambda: float(result.records),

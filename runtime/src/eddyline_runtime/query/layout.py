@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 
-from eddyline_runtime.membership import MemberReport, StoreCopy
+from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
 from eddyline_runtime.processing.instance import InstanceNotStartedError, StreamsInstance
 from eddyline_runtime.processing.queryable import StoreRole
 
@@ -36,6 +36,12 @@ def member_report(instance: StreamsInstance) -> MemberReport:
             if local.role is StoreRole.ACTIVE and not local.running:
                 role = "restoring"
             stores.setdefault(store, {})[local.partition] = StoreCopy(role, local.lag.offset_lag)
+    for pending in instance.restore_pending():
+        # Not opened yet: the lag is the whole changelog a replay would read, which is what
+        # the operator compares with spec.restore's threshold before launching a build.
+        stores.setdefault(pending.store, {})[pending.changelog.partition] = StoreCopy(
+            RESTORE_PENDING, pending.records
+        )
     return MemberReport(
         member=instance.member.id,
         topology_hash=topology_hash(instance.topology.describe()),

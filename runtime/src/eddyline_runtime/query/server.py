@@ -250,19 +250,28 @@ class _Handlers:
 
     async def lags(self, request: web.Request) -> web.Response:
         lags = self.instance.all_local_store_partition_lags()
-        return web.json_response(
-            {
-                store: {
-                    str(partition): {
-                        "current_offset_position": lag.current_offset_position,
-                        "end_offset_position": lag.end_offset_position,
-                        "offset_lag": lag.offset_lag,
-                    }
-                    for partition, lag in sorted(partitions.items())
+        body: dict[str, dict[str, dict[str, Any]]] = {
+            store: {
+                str(partition): {
+                    "current_offset_position": lag.current_offset_position,
+                    "end_offset_position": lag.end_offset_position,
+                    "offset_lag": lag.offset_lag,
                 }
-                for store, partitions in sorted(lags.items())
+                for partition, lag in sorted(partitions.items())
             }
-        )
+            for store, partitions in sorted(lags.items())
+        }
+        for pending in self.instance.restore_pending():
+            # A missing store waiting for a Spark build: a replay would start at the
+            # changelog's start.
+            body.setdefault(pending.store, {})[str(pending.changelog.partition)] = {
+                "current_offset_position": pending.log_start,
+                "end_offset_position": pending.log_end,
+                "offset_lag": pending.records,
+                "restorePending": True,
+                "restoreDeadline": round(pending.deadline, 3),
+            }
+        return web.json_response(body)
 
     async def layout(self, request: web.Request) -> web.Response:
         try:

@@ -1,0 +1,541 @@
+"""Spark restore Jobs: when to launch one, what it looks like, and how it went. Pure.
+
+A pod whose store is missing and whose changelog is longer than
+``spec.restore``'s threshold does not replay; it reports the store partition
+as ``restorePending`` in ``/v1/layout`` and waits for a build on the claim
+``<app>-restore`` it shares with the Jobs. This module turns those reports
+into at most one Job per store at a time (``eddyline restore job``:
+spark-submit in client mode inside the Job's pod, executors owned by that
+pod with a ``k8s://`` master), and the Jobs as observed into the
+``Restoring`` condition, events and ``status.restoreJobs``.
+
+A Job's success is judged from its own verdict, not from its exit code
+alone: the container writes a :class:`~eddyline_runtime.restore.build_job.JobResult`
+(the driver's exit status and the manifests on disk) as its termination
+message, and only a Complete Job whose message says Succeeded for every
+partition it was asked for counts as a success.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from eddyline_operator.reconcile import names
+from eddyline_runtime.membership import RESTORE_PENDING, MemberReport
+from eddyline_runtime.restore.job_result import JobResult, JobState
+from eddyline_runtime.spec import GROUP, RestoreWhen, StreamApp
+
+Obj = dict[str, Any]
+
+# Where pods and Jobs mount the claim that holds builds (every path appears in args/env,
+# so a stand-in kubelet can map it; docs/operator.md).
+RESTORE_MOUNT = "/var/lib/eddyline/restore"
+# Kubernetes' default termination message file; the Job's container writes its verdict there.
+TERMINATION_LOG = "/dev/termination-log"
+COMPONENT = "restore"
+LABEL_JOB = f"{GROUP}/restore-job"
+LABEL_STORE = f"{GROUP}/restore-store"
+# A pod may still report restorePending for a moment after a Job finished (it polls for the
+# manifests or the verdict): no new Job for the same partitions this soon after one.
+RELAUNCH_AFTER_SECONDS = 30
+# Finished Jobs (and their pods, with the logs) stay a day for whoever investigates.
+JOB_TTL_SECONDS = 86_400
+# Service-account files the driver authenticates with in client mode (executor pods).
+_SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def enabled(app: StreamApp) -> bool:
+    return app.spec.restore.when is not RestoreWhen.NEVER
+
+
+def claim_name(app: str) -> str:
+    return f"{app}-restore"
+
+
+def service_account_name(app: str) -> str:
+    return f"{app}-restore"
+
+
+def pod_settings(app: StreamApp) -> dict[str, str | int]:
+    """The runtime settings that make pods wait for builds (none when restore is Never)."""
+    if not enabled(app):
+        return {}
+    restore = app.spec.restore
+    return {
+        "restore.build.dir": RESTORE_MOUNT,
+        "restore.wait.lag.above": restore.wait_threshold(),
+        "restore.wait.ms": restore.wait_seconds * 1000,
+    }
+
+
+def pod_volume(app: StreamApp) -> tuple[Obj, Obj] | None:
+    """The build claim's (volumeMount, volume) for the app's pods, or None."""
+    if not enabled(app):
+        return None
+    return (
+        {"name": "restore", "mountPath": RESTORE_MOUNT},
+        {"name": "restore", "persistentVolumeClaim": {"claimName": claim_name(app.metadata.name)}},
+    )
+
+
+def _labels(app: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    # Never the pods' selector labels: a Job's pod must not join the app's Services,
+    # StatefulSet or membership.
+    return {
+        names.LABEL_MANAGED_BY: names.OPERATOR,
+        names.LABEL_COMPONENT: COMPONENT,
+        names.LABEL_APP: app,
+        **(extra or {}),
+    }
+
+
+def selector_string(app: str) -> str:
+    """Selects an app's restore Jobs and their pods."""
+    return f"{names.LABEL_APP}={app},{names.LABEL_COMPONENT}={COMPONENT}"
+
+
+def _meta(name: str, namespace: str, app: str, owner: Obj | None) -> Obj:
+    meta: Obj = {"name": name, "namespace": namespace, "labels": _labels(app)}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return meta
+
+
+def owned_objects(app: StreamApp, namespace: str, owner: Obj, *, embedded_log: bool) -> list[Obj]:
+    """The build claim, and the Jobs' identity and rights (executor pods with k8s://)."""
+    if not enabled(app):
+        return []
+    name = app.metadata.name
+    restore = app.spec.restore
+    claim: Obj = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(claim_name(name), namespace, name, owner),
+        "spec": {
+            # With the embedded log every pod and Job runs on one node; otherwise pods on
+            # many nodes read what one Job wrote.
+            "accessModes": ["ReadWriteOnce" if embedded_log else "ReadWriteMany"],
+            "resources": {"requests": {"storage": restore.storage_size}},
+        },
+    }
+    if app.spec.storage.storage_class_name:
+        claim["spec"]["storageClassName"] = app.spec.storage.storage_class_name
+    account: Obj = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(service_account_name(name), namespace, name, owner),
+    }
+    role: Obj = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(service_account_name(name), namespace, name, owner),
+        # What a Spark driver in client mode needs to run its executor pods.
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+                "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"],
+            }
+        ],
+    }
+    binding: Obj = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(service_account_name(name), namespace, name, owner),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": service_account_name(name),
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": service_account_name(name), "namespace": namespace}
+        ],
+    }
+    return [claim, account, role, binding]
+
+
+def pending_partitions(app: StreamApp, reports: Mapping[str, MemberReport]) -> dict[str, list[int]]:
+    """Store -> partitions that pods report restorePending above the threshold."""
+    threshold = app.spec.restore.wait_threshold()
+    if threshold < 0:
+        return {}
+    found: dict[str, set[int]] = {}
+    for report in reports.values():
+        for store, partitions in report.stores.items():
+            for partition, copy in partitions.items():
+                if copy.role == RESTORE_PENDING and copy.lag > threshold:
+                    found.setdefault(store, set()).add(partition)
+    return {store: sorted(parts) for store, parts in sorted(found.items())}
+
+
+def job_name(app: str, store: str, partitions: Sequence[int], attempt: int) -> str:
+    """``<app>-restore-<10 hex>``: unique per store, partitions and attempt, and short
+    enough for a Job (its pods add a suffix; labels hold at most 63 characters)."""
+    text = f"{store}/{','.join(map(str, partitions))}/{attempt}"
+    return f"{app}-restore-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+def job(
+    app: StreamApp,
+    namespace: str,
+    owner: Obj,
+    *,
+    store: str,
+    partitions: Sequence[int],
+    attempt: int,
+    image: str,
+    log_node: str | None,
+    embedded_log: bool,
+) -> Obj:
+    """The Job that builds ``store``'s ``partitions``; with the embedded log it mounts the
+    shared log claim and runs on the log's node."""
+    name = app.metadata.name
+    log_mount = (
+        (
+            {"name": "log", "mountPath": names.LOG_MOUNT},
+            {"name": "log", "persistentVolumeClaim": {"claimName": names.log_claim(name)}},
+        )
+        if embedded_log
+        else None
+    )
+    restore = app.spec.restore
+    job_id = job_name(name, store, partitions, attempt)
+    restore_image = restore.image or image
+    conf: dict[str, str] = {"spark.local.dir": "/tmp"}
+    if restore.master.startswith("k8s://"):
+        conf.update(
+            {
+                "spark.kubernetes.namespace": "$(POD_NAMESPACE)",
+                # Executors are owned by this pod: they go when the Job's pod goes.
+                "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
+                "spark.kubernetes.container.image": restore_image,
+                "spark.kubernetes.authenticate.caCertFile": f"{_SERVICE_ACCOUNT_DIR}/ca.crt",
+                "spark.kubernetes.authenticate.oauthTokenFile": f"{_SERVICE_ACCOUNT_DIR}/token",
+                "spark.driver.host": "$(POD_IP)",
+                "spark.driver.bindAddress": "0.0.0.0",
+                "spark.executor.instances": str(restore.executors),
+                "spark.executor.cores": str(restore.executor_cores),
+                "spark.executor.memory": restore.executor_memory,
+            }
+        )
+        claims = [("restore", claim_name(name), RESTORE_MOUNT)]
+        if embedded_log:
+            claims.append(("log", names.log_claim(name), names.LOG_MOUNT))
+        for volume, claim, path in claims:
+            prefix = f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{volume}"
+            conf[f"{prefix}.options.claimName"] = claim
+            conf[f"{prefix}.mount.path"] = path
+    args = [
+        "restore",
+        "job",
+        "--manifest",
+        f"{names.CONFIG_MOUNT}/{names.MANIFEST_KEY}",
+        "--store",
+        store,
+        "--partitions",
+        ",".join(str(p) for p in partitions),
+        "--output",
+        RESTORE_MOUNT,
+        "--master",
+        restore.master,
+        "--job-name",
+        job_id,
+        "--result-file",
+        TERMINATION_LOG,
+    ]
+    for key, value in sorted(conf.items()):
+        args += ["--conf", f"{key}={value}"]
+    mounts: list[Obj] = [
+        {"name": "config", "mountPath": names.CONFIG_MOUNT, "readOnly": True},
+        {"name": "restore", "mountPath": RESTORE_MOUNT},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[Obj] = [
+        {"name": "config", "configMap": {"name": names.config_map(name)}},
+        {"name": "restore", "persistentVolumeClaim": {"claimName": claim_name(name)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if log_mount is not None:
+        mounts.append(log_mount[0])
+        volumes.append(log_mount[1])
+    container: Obj = {
+        "name": COMPONENT,
+        "image": restore_image,
+        "imagePullPolicy": app.spec.image_pull_policy.value,
+        "command": ["eddyline"],
+        "args": args,
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ],
+        "volumeMounts": mounts,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+    }
+    resources = {
+        key: dict(value)
+        for key, value in (
+            ("requests", restore.resources.requests),
+            ("limits", restore.resources.limits),
+        )
+        if value
+    }
+    if resources:
+        container["resources"] = resources
+    labels = _labels(name, {LABEL_JOB: job_id, LABEL_STORE: store})
+    pod_spec: Obj = {
+        "restartPolicy": "Never",
+        "serviceAccountName": service_account_name(name),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if log_node is not None:
+        # The embedded sqlite log is read on its own node only.
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [log_node]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {**_meta(job_id, namespace, name, owner), "labels": labels},
+        "spec": {
+            # One attempt: a failed build writes its verdict and the waiting pods replay at
+            # once; a retry would only race their fallback.
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """A restore Job as observed: Running, Succeeded or Failed, and why."""
+
+    name: str
+    store: str
+    partitions: tuple[int, ...]
+    state: str  # Running, Succeeded, Failed
+    message: str
+    started: str | None
+
+
+def _verdict(pods: Sequence[Obj]) -> JobResult | None:
+    for pod in pods:
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated") or {}
+            message = terminated.get("message")
+            if message:
+                found = JobResult.from_text(str(message))
+                if found is not None:
+                    return found
+    return None
+
+
+def observe_job(job_obj: Obj, pods: Sequence[Obj]) -> JobOutcome:
+    """Judge one Job from its conditions and its pod's verdict (the termination message)."""
+    meta = job_obj.get("metadata", {})
+    name = str(meta.get("name"))
+    labels = meta.get("labels") or {}
+    store = str(labels.get(LABEL_STORE, ""))
+    status = job_obj.get("status") or {}
+    started = status.get("startTime")
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    mine = [p for p in pods if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == name]
+    verdict = _verdict(mine)
+    partitions = tuple(verdict.partitions) if verdict is not None else _partitions_of(job_obj)
+
+    def outcome(state: str, message: str) -> JobOutcome:
+        return JobOutcome(name, store, partitions, state, message, started)
+
+    complete = (conditions.get("Complete") or {}).get("status") == "True"
+    failed = (conditions.get("Failed") or {}).get("status") == "True"
+    if failed:
+        reason = verdict.message if verdict is not None else conditions["Failed"].get("message")
+        return outcome("Failed", f"Job {name} failed: {reason or 'no verdict (pod killed?)'}")
+    if complete:
+        if verdict is None:
+            return outcome("Failed", f"Job {name} completed without a verdict in its pod")
+        if verdict.state is not JobState.SUCCEEDED:
+            return outcome("Failed", f"Job {name}: {verdict.message}")
+        missing = sorted(set(verdict.partitions) - set(verdict.offsets))
+        if missing:
+            return outcome("Failed", f"Job {name}: no manifest for partitions {missing}")
+        offsets = ", ".join(f"{p}@{o}" for p, o in sorted(verdict.offsets.items()))
+        return outcome(
+            "Succeeded",
+            f"Job {name} built store {store} (build {verdict.build_id}; partition@offset "
+            f"{offsets}); pods ingest it and replay the tail",
+        )
+    phase = next((p.get("status", {}).get("phase") for p in mine), None) or "Pending"
+    return outcome("Running", f"Job {name} building store {store}: driver pod {phase}")
+
+
+def _partitions_of(job_obj: Obj) -> tuple[int, ...]:
+    containers = job_obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers")
+    args: list[str] = (containers or [{}])[0].get("args") or []
+    if "--partitions" in args:
+        text = args[args.index("--partitions") + 1]
+        return tuple(int(p) for p in text.split(",") if p)
+    return ()
+
+
+@dataclass
+class RestorePlan:
+    """What the restore part of a cycle wants: Jobs to create, status, condition, events."""
+
+    create: list[Obj] = field(default_factory=list)
+    jobs: list[Obj] = field(default_factory=list)  # status.restoreJobs
+    condition: tuple[bool, str, str] | None = None  # Restoring: (status, reason, message)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+
+def plan_restores(
+    app: StreamApp,
+    namespace: str,
+    owner: Obj,
+    *,
+    reports: Mapping[str, MemberReport],
+    jobs: Sequence[Obj],
+    job_pods: Sequence[Obj],
+    previous: Sequence[Obj],
+    image: str,
+    log_node: str | None,
+    embedded_log: bool,
+    now: str,
+) -> RestorePlan:
+    """Launch a Job per store with pending partitions and none running; report the Jobs.
+
+    ``previous`` is ``status.restoreJobs`` as last written: a Job already
+    recorded there is never launched again (status as the write-ahead log:
+    a restarted operator resumes instead of launching twice), and events fire
+    only on a change of a Job's state.
+    """
+    result = RestorePlan()
+    if not enabled(app) and not jobs:
+        return result
+    outcomes = [observe_job(j, job_pods) for j in jobs]
+    before = {str(entry.get("name")): entry for entry in previous}
+    recorded: dict[str, Obj] = {}
+    for entry in previous:
+        recorded[str(entry.get("name"))] = dict(entry)
+    for seen in outcomes:
+        old = before.get(seen.name)
+        entry = {
+            "name": seen.name,
+            "store": seen.store,
+            "partitions": list(seen.partitions),
+            "state": seen.state,
+            "message": seen.message,
+            "startedAt": seen.started or (old or {}).get("startedAt") or now,
+        }
+        changed = old is None or old.get("state") != seen.state
+        if seen.state != "Running":
+            entry["finishedAt"] = now if changed else (old or {}).get("finishedAt", now)
+        recorded[seen.name] = entry
+        if changed:
+            if seen.state == "Succeeded":
+                result.events.append(("Normal", "RestoreSucceeded", seen.message))
+            elif seen.state == "Failed":
+                result.events.append(("Warning", "RestoreFailed", seen.message))
+    running_stores = {o.store for o in outcomes if o.state == "Running"}
+    attempts: dict[str, int] = {}
+    for entry in recorded.values():
+        attempts[str(entry.get("store"))] = attempts.get(str(entry.get("store")), 0) + 1
+    for store, partitions in pending_partitions(app, reports).items():
+        if store in running_stores:
+            continue
+        # Right after a Job for these partitions finished, pods may still report them for a
+        # moment (they poll for its manifests or its verdict): no second Job that soon.
+        latest = sorted(
+            (e for e in recorded.values() if e.get("store") == store),
+            key=lambda e: str(e.get("startedAt")),
+        )
+        if (
+            latest
+            and set(partitions) <= set(latest[-1].get("partitions") or ())
+            and latest[-1].get("state") in ("Succeeded", "Failed")
+            and _seconds_between(latest[-1].get("finishedAt"), now) < RELAUNCH_AFTER_SECONDS
+        ):
+            continue
+        attempt = attempts.get(store, 0) + 1
+        new = job(
+            app,
+            namespace,
+            owner,
+            store=store,
+            partitions=partitions,
+            attempt=attempt,
+            image=image,
+            log_node=log_node,
+            embedded_log=embedded_log,
+        )
+        name = new["metadata"]["name"]
+        if name in recorded:
+            continue
+        result.create.append(new)
+        message = (
+            f"Job {name} building store {store} partitions "
+            f"{','.join(map(str, partitions))} ({app.spec.restore.master})"
+        )
+        recorded[name] = {
+            "name": name,
+            "store": store,
+            "partitions": list(partitions),
+            "state": "Running",
+            "message": message,
+            "startedAt": now,
+        }
+        running_stores.add(store)
+        result.events.append(("Normal", "RestoreStarted", message))
+    # The newest few, so status stays small.
+    result.jobs = sorted(recorded.values(), key=lambda e: (str(e.get("startedAt")), e["name"]))[
+        -_KEEP_JOBS:
+    ]
+    running = [e for e in result.jobs if e.get("state") == "Running"]
+    if running:
+        waiting = sum(len(e.get("partitions") or ()) for e in running)
+        result.condition = (
+            True,
+            "BuildRunning",
+            "; ".join(str(e["message"]) for e in running)
+            + f" ({waiting} store partitions wait for it)",
+        )
+    elif result.jobs:
+        last = result.jobs[-1]
+        reason = "BuildSucceeded" if last.get("state") == "Succeeded" else "BuildFailed"
+        result.condition = (False, reason, str(last.get("message")))
+    else:
+        result.condition = (False, "NoBuild", "no store waits for a Spark build")
+    return result
+
+
+def _seconds_between(earlier: Any, later: str) -> float:
+    try:
+        start = datetime.datetime.fromisoformat(str(earlier).replace("Z", "+00:00"))
+        end = datetime.datetime.fromisoformat(later.replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return (end - start).total_seconds()
+
+
+# How many restore Jobs status.restoreJobs keeps (the newest).
+_KEEP_JOBS = 10

@@ -1,0 +1,183 @@
+"""Restore Jobs and the tasks that wait for them: the files both sides read on the shared claim.
+
+On a cluster the operator launches a Spark restore build as a Kubernetes Job
+when a pod reports a missing store whose changelog is long
+(``restorePending``); the pod waits for a manifest that fits instead of
+replaying record by record. Two things cross between them, both as files
+under the build output directory the Job and the pods share:
+
+* the manifests the build writes (:mod:`~eddyline_runtime.restore.manifest`);
+* a **job result** per Job attempt, ``OUTPUT/<application>/<store>/_jobs/<job>.json``,
+  written by ``eddyline restore job`` when the driver ended, successfully or
+  not. A waiting task that sees a failed result for its partition, written
+  after it began to wait, stops waiting and replays the changelog. A Job pod
+  killed before it could write one is covered by the task's deadline.
+
+The Job judges its own success from the driver's exit status *and* the
+manifests on disk (spark-submit's exit code alone can say 0 for a driver
+that failed); the operator reads the same result from the pod's termination
+message. Nothing here imports Spark or Kubernetes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.job_result import JobResult, JobState
+from eddyline_runtime.restore.sst_restore import IngestResult, ingest_latest_manifest
+
+JOB_RESULTS_DIR: Final = "_jobs"
+# How often a waiting task looks for a manifest or a failed Job: a build takes tens of
+# seconds at least (the JVM alone starts in 10-25 s), so a quarter second adds nothing.
+POLL_SECONDS: Final = 0.25
+
+
+def job_results_directory(output: Path, application: str, store: str) -> Path:
+    return output / application / store / JOB_RESULTS_DIR
+
+
+def write_job_result(output: Path, job: str, result: JobResult) -> Path:
+    """Write atomically (temporary name, rename): a waiting task reads it whole or not at all."""
+    directory = job_results_directory(output, result.application, result.store)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{job}.json"
+    temporary = directory / f".{job}.{secrets.token_hex(4)}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(result.to_text())
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    return path
+
+
+def job_results(output: Path, application: str, store: str) -> Iterator[JobResult]:
+    directory = job_results_directory(output, application, store)
+    if not directory.is_dir():
+        return
+    for path in sorted(directory.glob("*.json")):
+        with contextlib.suppress(OSError):
+            result = JobResult.from_text(path.read_text(encoding="utf-8"))
+            if result is not None:
+                yield result
+
+
+class WaitOutcome(enum.StrEnum):
+    INGESTED = "ingested"  # a manifest fitted: the store exists, replay only the tail
+    JOB_FAILED = "job-failed"  # a Job reported failure for this partition: replay everything
+    DEADLINE = "deadline"  # no fitting manifest in time: replay everything
+    STOPPED = "stopped"  # the instance is shutting down
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRestore:
+    """A task's store that waits for a Spark build (``restorePending`` in lags and layout)."""
+
+    store: str
+    changelog: TopicPartition
+    log_start: int
+    log_end: int
+    since: float  # Unix time the wait began
+    deadline: float  # Unix time it gives up and replays
+
+    @property
+    def records(self) -> int:
+        """Changelog offsets a full replay would read."""
+        return max(self.log_end - self.log_start, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitResult:
+    outcome: WaitOutcome
+    ingested: IngestResult | None
+    refusals: Sequence[str]
+    seconds: float
+    message: str
+
+
+def should_wait(threshold: int, log_start: int, log_end: int) -> bool:
+    """Whether a missing store with this changelog waits for a build (threshold -1: never)."""
+    return threshold >= 0 and log_end - log_start > threshold
+
+
+def wait_for_build(
+    output: Path,
+    pending: PendingRestore,
+    *,
+    application: str,
+    directory: Path,
+    changelog_epoch: str | None,
+    stopped: threading.Event,
+    bounds: Callable[[], tuple[int, int]],
+    poll_seconds: float = POLL_SECONDS,
+) -> WaitResult:
+    """Wait until a fitting manifest is ingested into ``directory``, a Job fails, or the deadline.
+
+    ``bounds`` gives the changelog's current ``(start, end)``: a manifest is
+    judged against the changelog as it is when it appears, not as it was when
+    the wait began.
+    """
+    started = time.monotonic()
+    refusals: list[str] = []
+    partition = pending.changelog.partition
+    while True:
+        log_start, log_end = bounds()
+        attempt = ingest_latest_manifest(
+            output,
+            application=application,
+            store=pending.store,
+            changelog=pending.changelog,
+            directory=directory,
+            log_start=log_start,
+            log_end=log_end,
+            changelog_epoch=changelog_epoch,
+        )
+        for refusal in attempt.refusals:
+            if refusal not in refusals:
+                refusals.append(refusal)
+        seconds = time.monotonic() - started
+        if attempt.result is not None:
+            return WaitResult(
+                WaitOutcome.INGESTED,
+                attempt.result,
+                tuple(refusals),
+                seconds,
+                f"ingested {attempt.result.manifest} after waiting {seconds:.1f} s",
+            )
+        failed = next(
+            (
+                r
+                for r in job_results(output, application, pending.store)
+                if r.state is JobState.FAILED
+                and partition in r.partitions
+                and r.finished_at >= pending.since
+            ),
+            None,
+        )
+        if failed is not None:
+            return WaitResult(
+                WaitOutcome.JOB_FAILED,
+                None,
+                tuple(refusals),
+                seconds,
+                f"the restore Job failed ({failed.message or 'no reason given'})",
+            )
+        if time.time() >= pending.deadline:
+            return WaitResult(
+                WaitOutcome.DEADLINE,
+                None,
+                tuple(refusals),
+                seconds,
+                f"no fitting build after {seconds:.0f} s (restore.wait.ms)",
+            )
+        if stopped.wait(poll_seconds):
+            return WaitResult(WaitOutcome.STOPPED, None, tuple(refusals), seconds, "stopping")
