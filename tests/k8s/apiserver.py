@@ -75,9 +75,7 @@ GRACEFUL_KINDS = {"Pod"}
 class ApiError(Exception):
     """An error answered as a ``Status`` object."""
 
-    def __init__(
-        self, code: int, reason: str, message: str, details: Obj | None = None
-    ) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
 
@@ -281,7 +279,11 @@ def match_expressions(selector: Obj, labels: dict[str, str]) -> bool:
     if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
         return False
     for expression in selector.get("matchExpressions", []):
-        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+        key, operator, values = (
+            expression["key"],
+            expression["operator"],
+            expression.get("values", []),
+        )
         if (
             (operator == "In" and labels.get(key) not in values)
             or (operator == "NotIn" and key in labels and labels[key] in values)
@@ -295,7 +297,9 @@ def match_expressions(selector: Obj, labels: dict[str, str]) -> bool:
 def field_selector_matches(selector: str, obj: Obj) -> bool:
     for key, operator, values in _selector_requirements(selector):
         value = dig(obj, key)
-        text = "" if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+        text = (
+            "" if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+        )
         if (operator == "=" and text != values[0]) or (operator == "!=" and text == values[0]):
             return False
     return True
@@ -356,9 +360,17 @@ class ApiServer:
         """Serve from a daemon thread with its own event loop; returns once listening."""
         ready = threading.Event()
 
+        failure: list[BaseException] = []
+
         def run() -> None:
             self.loop = asyncio.new_event_loop()
-            self.loop.run_until_complete(self._listen())
+            try:
+                self.loop.run_until_complete(self._listen())
+            except BaseException as error:
+                failure.append(error)
+                ready.set()
+                self.loop.close()
+                return
             ready.set()
             self.loop.run_forever()
             self.loop.run_until_complete(self._shutdown())
@@ -368,6 +380,8 @@ class ApiServer:
         self._thread.start()
         if not ready.wait(10):
             raise RuntimeError("the emulated API server did not start within 10 s")
+        if failure:
+            raise RuntimeError("the emulated API server did not start") from failure[0]
         return self
 
     def stop(self) -> None:
@@ -378,16 +392,20 @@ class ApiServer:
     def call(self, function: Callable[[], Any], timeout: float = 10) -> Any:
         """Run ``function`` on the server's loop (the only thread that touches the store)."""
         assert self.loop is not None
+
         async def wrapper() -> Any:
             return function()
+
         return asyncio.run_coroutine_threadsafe(wrapper(), self.loop).result(timeout)
 
     async def _listen(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, shutdown_timeout=0.5)
+        site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         server = site._server
         assert server is not None
@@ -413,7 +431,11 @@ class ApiServer:
                 "contexts": [
                     {
                         "name": "emulator",
-                        "context": {"cluster": "emulator", "user": "tester", "namespace": "default"},
+                        "context": {
+                            "cluster": "emulator",
+                            "user": "tester",
+                            "namespace": "default",
+                        },
                     }
                 ],
                 "current-context": "emulator",
@@ -428,14 +450,22 @@ class ApiServer:
         for (g, v, p), resource in self.resources.items():
             if g == group and p == plural and (version is None or v == version):
                 return resource
-        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
+        raise ApiError(
+            404, "NotFound", f"the server could not find the requested resource ({plural})"
+        )
 
     def resource_for(self, obj: Obj) -> Resource:
         group, _, version = obj.get("apiVersion", "").rpartition("/")
         for resource in self.resources.values():
-            if (resource.group, resource.version, resource.kind) == (group, version, obj.get("kind")):
+            if (resource.group, resource.version, resource.kind) == (
+                group,
+                version,
+                obj.get("kind"),
+            ):
                 return resource
-        raise ApiError(404, "NotFound", f"no resource for {obj.get('apiVersion')} {obj.get('kind')}")
+        raise ApiError(
+            404, "NotFound", f"no resource for {obj.get('apiVersion')} {obj.get('kind')}"
+        )
 
     # ------------------------------------------------------------------- reads
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
@@ -618,7 +648,9 @@ class ApiServer:
             raise ApiError(415, "UnsupportedMediaType", f'unsupported patch type "{content_type}"')
         stale = dig(patch, "metadata.resourceVersion") if isinstance(patch, dict) else None
         if not stale or stale == current["metadata"]["resourceVersion"]:  # type: ignore[index]
-            new.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]  # type: ignore[index]
+            new.setdefault("metadata", {})["resourceVersion"] = current["metadata"][
+                "resourceVersion"
+            ]  # type: ignore[index]
         if subresource == "scale":
             return self._patch_scale(resource, namespace, name, new, dry_run)
         return self.replace(
@@ -731,7 +763,9 @@ class ApiServer:
         elif resource.kind == "StatefulSet" and spec is not None:
             spec.setdefault("replicas", 1)
             spec.setdefault("podManagementPolicy", "OrderedReady")
-            spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+            spec.setdefault(
+                "updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+            )
             spec.setdefault("revisionHistoryLimit", 10)
         elif resource.kind == "Deployment" and spec is not None:
             spec.setdefault("replicas", 1)
@@ -825,10 +859,15 @@ class ApiServer:
                 doomed.append((by_key[key], obj))
         if resource.kind == "CustomResourceDefinition":
             for served in list(self.resources.values()):
-                if served.custom and served.key == f"{gone['spec']['group']}/{gone['spec']['names']['plural']}":
+                if (
+                    served.custom
+                    and served.key == f"{gone['spec']['group']}/{gone['spec']['names']['plural']}"
+                ):
                     del self.resources[served.group, served.version, served.plural]
         for owner_resource, obj in doomed:
-            remaining = [o for o in obj["metadata"].get("ownerReferences", []) if o.get("uid") != uid]
+            remaining = [
+                o for o in obj["metadata"].get("ownerReferences", []) if o.get("uid") != uid
+            ]
             meta = obj["metadata"]
             if remaining and resource.kind not in ("Namespace", "CustomResourceDefinition"):
                 updated = copy.deepcopy(obj)
@@ -933,7 +972,11 @@ class ApiServer:
         if not rest:
             return web.json_response(self._resource_list(group, version))
         namespace = None
-        if rest[0] == "namespaces" and len(rest) >= 3 and (group, version, rest[2]) in self.resources:
+        if (
+            rest[0] == "namespaces"
+            and len(rest) >= 3
+            and (group, version, rest[2]) in self.resources
+        ):
             namespace, rest = rest[1], rest[2:]
         resource = self.resources.get((group, version, rest[0]))
         if resource is None:
@@ -983,7 +1026,12 @@ class ApiServer:
         assert name is not None
         if subresource not in ("", "status", "scale"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if subresource == "status" and not resource.status or subresource == "scale" and not resource.scale:
+        if (
+            subresource == "status"
+            and not resource.status
+            or subresource == "scale"
+            and not resource.scale
+        ):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if method == "GET":
             if subresource == "scale":
@@ -995,7 +1043,9 @@ class ApiServer:
         if method == "PUT":
             body = await _body(request)
             if subresource == "scale":
-                return web.json_response(self._patch_scale(resource, namespace, name, body, dry_run))
+                return web.json_response(
+                    self._patch_scale(resource, namespace, name, body, dry_run)
+                )
             return web.json_response(self.replace(resource, namespace, name, body,
                 subresource=subresource, dry_run=dry_run, validation=validation))  # fmt: skip
         if method == "PATCH":
@@ -1169,6 +1219,7 @@ class ApiServer:
             schema_name = f"{reference}.{r.version}.{r.kind}"
             ref = {"$ref": f"#/components/schemas/{schema_name}"}
             body = {"content": {"application/json": {"schema": ref}}}
+
             def op(action: str, *, with_validation: bool = False, gvk: Obj = gvk) -> Obj:
                 operation: Obj = {
                     "x-kubernetes-action": action,
@@ -1179,6 +1230,7 @@ class ApiServer:
                     operation["parameters"] = [validation]
                     operation["requestBody"] = body
                 return operation
+
             paths[base] = {"get": op("list"), "post": op("post", with_validation=True)}
             paths[base + "/{name}"] = {
                 "get": op("get"), "put": op("put", with_validation=True),
@@ -1230,7 +1282,9 @@ async def _body(request: web.Request) -> Any:
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as error:
-            raise ApiError(400, "BadRequest", f"the body is neither JSON nor YAML: {error}") from None
+            raise ApiError(
+                400, "BadRequest", f"the body is neither JSON nor YAML: {error}"
+            ) from None
 
 
 async def _write_event(response: web.StreamResponse, event: str, obj: Obj) -> None:

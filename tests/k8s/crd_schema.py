@@ -192,7 +192,9 @@ def _validate(
         _check_rules(value, schema, path, errors, old)
 
 
-def _validate_value(value: Any, schema: dict[str, Any], path: str, errors: list[FieldError]) -> None:
+def _validate_value(
+    value: Any, schema: dict[str, Any], path: str, errors: list[FieldError]
+) -> None:
     def invalid(detail: str) -> None:
         errors.append(
             FieldError(path, "FieldValueInvalid", f"Invalid value: {_render(value)}: {detail}")
@@ -224,7 +226,9 @@ def _validate_value(value: Any, schema: dict[str, Any], path: str, errors: list[
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             errors.append(
                 FieldError(
-                    path, "FieldValueTooLong", f"Too long: may not be longer than {schema['maxLength']}"
+                    path,
+                    "FieldValueTooLong",
+                    f"Too long: may not be longer than {schema['maxLength']}",
                 )
             )
         if "minLength" in schema and len(value) < schema["minLength"]:
@@ -233,8 +237,9 @@ def _validate_value(value: Any, schema: dict[str, Any], path: str, errors: list[
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             errors.append(
                 FieldError(
-                    path, "FieldValueTooMany", f"Too many: {len(value)}: must have at most "
-                    f"{schema['maxItems']} items"
+                    path,
+                    "FieldValueTooMany",
+                    f"Too many: {len(value)}: must have at most {schema['maxItems']} items",
                 )
             )
         if "minItems" in schema and len(value) < schema["minItems"]:
@@ -247,7 +252,9 @@ def _validate_value(value: Any, schema: dict[str, Any], path: str, errors: list[
                 _validate(value, {"type": schema.get("type"), **option}, path, trial, None)
                 passing += not trial
             if passing == 0 or (keyword == "oneOf" and passing > 1):
-                invalid(f"{path} in body must match {'exactly one' if keyword == 'oneOf' else 'at least one'} schema in {keyword}")
+                invalid(
+                    f"{path} in body must match {'exactly one' if keyword == 'oneOf' else 'at least one'} schema in {keyword}"
+                )
 
 
 def _escape_key(key: str) -> str | None:
