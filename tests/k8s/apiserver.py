@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import copy
 import hashlib
 import json
@@ -140,33 +141,74 @@ def _builtin_resources() -> list[Resource]:
         r("", "v1", "events", "Event", short_names=["ev"]),
         r("", "v1", "endpoints", "Endpoints", short_names=["ep"]),
         r("", "v1", "pods", "Pod", short_names=["po"], status=True, categories=["all"]),
-        r("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short_names=["pvc"], status=True),
+        r(
+            "",
+            "v1",
+            "persistentvolumeclaims",
+            "PersistentVolumeClaim",
+            short_names=["pvc"],
+            status=True,
+        ),
         r("", "v1", "nodes", "Node", namespaced=False, short_names=["no"], status=True),
         r(
-            "apps", "v1", "statefulsets", "StatefulSet", short_names=["sts"], status=True,
+            "apps",
+            "v1",
+            "statefulsets",
+            "StatefulSet",
+            short_names=["sts"],
+            status=True,
             categories=["all"],
-            scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-                   "labelSelectorPath": ".status.selector"},
+            scale={
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            },
         ),
         r(
-            "apps", "v1", "deployments", "Deployment", short_names=["deploy"], status=True,
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            short_names=["deploy"],
+            status=True,
             categories=["all"],
-            scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-                   "labelSelectorPath": ".status.selector"},
+            scale={
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            },
         ),
         r("apps", "v1", "controllerrevisions", "ControllerRevision"),
         r("batch", "v1", "jobs", "Job", status=True, categories=["all"]),
-        r("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short_names=["pdb"], status=True),
+        r(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            short_names=["pdb"],
+            status=True,
+        ),
         r("coordination.k8s.io", "v1", "leases", "Lease"),
         r("rbac.authorization.k8s.io", "v1", "roles", "Role"),
         r("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
         r("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
-        r("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
         r(
-            "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-            namespaced=False, short_names=["crd", "crds"], status=True,
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            namespaced=False,
         ),
-    ]  # fmt: skip
+        r(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            namespaced=False,
+            short_names=["crd", "crds"],
+            status=True,
+        ),
+    ]
 
 
 def now_iso() -> str:
@@ -200,8 +242,11 @@ def human_age(timestamp: str | None) -> str | None:
 
 def json_path(obj: Any, path: str) -> Any:
     """A printer column's JSONPath (``.status.conditions[?(@.type=="Ready")].status``)."""
-    tokens = re.findall(r"\.([A-Za-z0-9_-]+)|\[\?\(@\.([\w.-]+)\s*==\s*[\"']([^\"']*)[\"']\)\]"
-                        r"|\[(\d+)\]|\[[\"']([^\"']+)[\"']\]", path)  # fmt: skip
+    tokens = re.findall(
+        r"\.([A-Za-z0-9_-]+)|\[\?\(@\.([\w.-]+)\s*==\s*[\"']([^\"']*)[\"']\)\]"
+        r"|\[(\d+)\]|\[[\"']([^\"']+)[\"']\]",
+        path,
+    )
     values = [obj]
     for name, filter_key, filter_value, index, quoted in tokens:
         found: list[Any] = []
@@ -210,9 +255,10 @@ def json_path(obj: Any, path: str) -> Any:
                 found.append(value[name or quoted])
             elif filter_key and isinstance(value, list):
                 found += [
-                    item for item in value
+                    item
+                    for item in value
                     if isinstance(item, dict) and str(dig(item, filter_key)) == filter_value
-                ]  # fmt: skip
+                ]
             elif index and isinstance(value, list) and int(index) < len(value):
                 found.append(value[int(index)])
         values = found
@@ -408,8 +454,8 @@ class ApiServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        assert isinstance(server, asyncio.base_events.Server)
+        self.port = server.sockets[0].getsockname()[1]
 
     async def _shutdown(self) -> None:
         for watch in self.watches:
@@ -472,16 +518,18 @@ class ApiServer:
         obj = self.objects.get((resource.key, namespace or "", name))
         if obj is None:
             raise ApiError(
-                404, "NotFound", f'{resource.qualified} "{name}" not found',
+                404,
+                "NotFound",
+                f'{resource.qualified} "{name}" not found',
                 {"name": name, "group": resource.group, "kind": resource.plural},
-            )  # fmt: skip
+            )
         return self._served(resource, obj)
 
     def find(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         obj = self.objects.get((resource.key, namespace or "", name))
         return None if obj is None else self._served(resource, obj)
 
-    def list(
+    def select(
         self,
         resource: Resource,
         namespace: str | None = None,
@@ -519,15 +567,21 @@ class ApiServer:
         namespace = self._check_namespace(resource, namespace, meta)
         if not meta.get("name"):
             if not meta.get("generateName"):
-                raise ApiError(422, "Invalid", f"{resource.kind} in version \"{resource.version}\" "
-                               "is invalid: metadata.name: Required value: name or generateName "
-                               "is required")  # fmt: skip
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'{resource.kind} in version "{resource.version}" '
+                    "is invalid: metadata.name: Required value: name or generateName "
+                    "is required",
+                )
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         if (resource.key, namespace or "", meta["name"]) in self.objects:
             raise ApiError(
-                409, "AlreadyExists", f'{resource.qualified} "{meta["name"]}" already exists',
+                409,
+                "AlreadyExists",
+                f'{resource.qualified} "{meta["name"]}" already exists',
                 {"name": meta["name"], "group": resource.group, "kind": resource.plural},
-            )  # fmt: skip
+            )
         if resource.status and resource.kind not in ("Namespace", "Node", "Pod"):
             obj.pop("status", None)
         for key in ("resourceVersion", "deletionTimestamp", "uid", "managedFields"):
@@ -562,19 +616,28 @@ class ApiServer:
         wanted = new.get("metadata", {}).get("resourceVersion")
         if wanted and wanted != old["metadata"]["resourceVersion"]:
             raise ApiError(
-                409, "Conflict",
+                409,
+                "Conflict",
                 f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object has '
                 "been modified; please apply your changes to the latest version and try again",
                 {"name": name, "group": resource.group, "kind": resource.plural},
-            )  # fmt: skip
+            )
         if subresource == "status":
             new = {**copy.deepcopy(old), "status": new.get("status")}
             if new["status"] is None:
                 del new["status"]
         else:
             meta = new.setdefault("metadata", {})
-            for immutable in ("uid", "creationTimestamp", "namespace", "name", "generation",
-                              "deletionTimestamp", "deletionGracePeriodSeconds", "generateName"):  # fmt: skip
+            for immutable in (
+                "uid",
+                "creationTimestamp",
+                "namespace",
+                "name",
+                "generation",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generateName",
+            ):
                 if immutable in old["metadata"]:
                     meta[immutable] = old["metadata"][immutable]
                 else:
@@ -626,16 +689,20 @@ class ApiServer:
             try:
                 new = jsonpatch.apply_patch(old, patch)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
-                raise ApiError(422, "Invalid", f"the server rejected our request due to an "
-                               f"error in our request: {error}") from None  # fmt: skip
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f"the server rejected our request due to an error in our request: {error}",
+                ) from None
         elif content_type.startswith("application/strategic-merge-patch+json") and resource.custom:
             raise ApiError(
-                415, "UnsupportedMediaType",
-                f'the body of the request was in an unknown format - accepted media types '
-                'include: application/json-patch+json, application/merge-patch+json, '
-                'application/apply-patch+yaml',
-            )  # fmt: skip
-        elif content_type.split(";")[0] in (
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml",
+            )
+        elif content_type.split(";", maxsplit=1)[0] in (
             "application/merge-patch+json",
             "application/strategic-merge-patch+json",
             "application/apply-patch+yaml",
@@ -647,16 +714,19 @@ class ApiServer:
         else:
             raise ApiError(415, "UnsupportedMediaType", f'unsupported patch type "{content_type}"')
         stale = dig(patch, "metadata.resourceVersion") if isinstance(patch, dict) else None
-        if not stale or stale == current["metadata"]["resourceVersion"]:  # type: ignore[index]
-            new.setdefault("metadata", {})["resourceVersion"] = current["metadata"][
-                "resourceVersion"
-            ]  # type: ignore[index]
+        if not stale or stale == old["metadata"]["resourceVersion"]:
+            new.setdefault("metadata", {})["resourceVersion"] = old["metadata"]["resourceVersion"]
         if subresource == "scale":
             return self._patch_scale(resource, namespace, name, new, dry_run)
         return self.replace(
-            resource, namespace, name, new,
-            subresource=subresource, dry_run=dry_run, validation=validation,
-        )  # fmt: skip
+            resource,
+            namespace,
+            name,
+            new,
+            subresource=subresource,
+            dry_run=dry_run,
+            validation=validation,
+        )
 
     def delete(
         self,
@@ -673,8 +743,12 @@ class ApiServer:
         stored = self.objects[key]
         wanted_uid = (preconditions or {}).get("uid")
         if wanted_uid and wanted_uid != stored["metadata"]["uid"]:
-            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: "
-                           f"{wanted_uid}, UID in object meta: {stored['metadata']['uid']}")  # fmt: skip
+            raise ApiError(
+                409,
+                "Conflict",
+                f"Precondition failed: UID in precondition: "
+                f"{wanted_uid}, UID in object meta: {stored['metadata']['uid']}",
+            )
         if dry_run:
             return obj
         meta = stored["metadata"]
@@ -721,14 +795,17 @@ class ApiServer:
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
-            "metadata": {k: obj["metadata"][k] for k in ("name", "namespace", "uid",
-                         "resourceVersion", "creationTimestamp") if k in obj["metadata"]},
+            "metadata": {
+                k: obj["metadata"][k]
+                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if k in obj["metadata"]
+            },
             "spec": {"replicas": json_path(obj, resource.scale["specReplicasPath"]) or 0},
             "status": {
                 "replicas": json_path(obj, resource.scale["statusReplicasPath"]) or 0,
                 "selector": json_path(obj, resource.scale.get("labelSelectorPath", "")) or "",
             },
-        }  # fmt: skip
+        }
 
     def _check_namespace(self, resource: Resource, namespace: str | None, meta: Obj) -> str | None:
         if not resource.namespaced:
@@ -736,20 +813,31 @@ class ApiServer:
             return None
         namespace = namespace or meta.get("namespace")
         if meta.get("namespace", namespace) != namespace:
-            raise ApiError(400, "BadRequest", "the namespace of the provided object does not "
-                           "match the namespace sent on the request")  # fmt: skip
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not "
+                "match the namespace sent on the request",
+            )
         if not namespace:
             raise ApiError(400, "BadRequest", "a namespace is required")
         if ("/namespaces", "", namespace) not in self.objects:
-            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
-                           {"name": namespace, "kind": "namespaces"})  # fmt: skip
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                {"name": namespace, "kind": "namespaces"},
+            )
         meta["namespace"] = namespace
         return namespace
 
     def _default_builtin(self, resource: Resource, obj: Obj) -> None:
         """The few defaults of built-in kinds that clients here read back."""
-        spec = obj.setdefault("spec", {}) if resource.kind in (
-            "Service", "StatefulSet", "Deployment", "Pod", "Job") else None  # fmt: skip
+        spec = (
+            obj.setdefault("spec", {})
+            if resource.kind in ("Service", "StatefulSet", "Deployment", "Pod", "Job")
+            else None
+        )
         if resource.kind == "Namespace":
             obj["status"] = {"phase": "Active"}
         elif resource.kind == "Service" and spec is not None:
@@ -783,19 +871,29 @@ class ApiServer:
         """Defaulting, pruning and validation of a custom resource against its CRD."""
         name = obj["metadata"].get("name", "")
         if resource.custom and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):
-            self._invalid(resource, name, [("metadata.name", "FieldValueInvalid",
-                          f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist '
-                          "of lower case alphanumeric characters, '-' or '.'")])  # fmt: skip
+            self._invalid(
+                resource,
+                name,
+                [
+                    (
+                        "metadata.name",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist '
+                        "of lower case alphanumeric characters, '-' or '.'",
+                    )
+                ],
+            )
         if resource.schema is None:
             return obj
         result = admit(obj, resource.schema, old=old)
         if result.unknown_fields and validation == "Strict":
             unknown = ", ".join(f'unknown field "{path}"' for path in result.unknown_fields)
             raise ApiError(
-                400, "BadRequest",
+                400,
+                "BadRequest",
                 f'{resource.kind} in version "{resource.version}" cannot be handled as a '
                 f"{resource.kind}: strict decoding error: {unknown}",
-            )  # fmt: skip
+            )
         if result.errors:
             self._invalid(resource, name, [(e.field, e.reason, e.detail) for e in result.errors])
         return result.obj
@@ -805,13 +903,19 @@ class ApiServer:
         joined = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
         kind = f"{resource.kind}.{resource.group}" if resource.group else resource.kind
         raise ApiError(
-            422, "Invalid", f'{kind} "{name}" is invalid: {joined}',
+            422,
+            "Invalid",
+            f'{kind} "{name}" is invalid: {joined}',
             {
-                "name": name, "group": resource.group, "kind": resource.kind,
-                "causes": [{"reason": reason, "message": detail, "field": path}
-                           for path, reason, detail in causes],
+                "name": name,
+                "group": resource.group,
+                "kind": resource.kind,
+                "causes": [
+                    {"reason": reason, "message": detail, "field": path}
+                    for path, reason, detail in causes
+                ],
             },
-        )  # fmt: skip
+        )
 
     def _store(self, resource: Resource, obj: Obj, event: str) -> None:
         self.revision += 1
@@ -874,13 +978,11 @@ class ApiServer:
                 updated["metadata"]["ownerReferences"] = remaining
                 self._store(owner_resource, updated, "MODIFIED")
                 continue
-            try:
+            with contextlib.suppress(ApiError):  # already gone through another owner
                 self.delete(owner_resource, meta.get("namespace"), meta["name"])
-            except ApiError:
-                pass  # already gone through another owner
 
     def _establish(self, crd: Obj) -> None:
-        """Register a CRD's versions and mark it Established, as the apiextensions controller does."""
+        """Register a CRD's versions and mark it Established (the apiextensions controller)."""
         spec = crd["spec"]
         names = spec["names"]
         for version in spec.get("versions", []):
@@ -909,15 +1011,28 @@ class ApiServer:
             "acceptedNames": names,
             "storedVersions": [v["name"] for v in spec["versions"] if v.get("storage")],
             "conditions": [
-                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                 "message": "no conflicts found", "lastTransitionTime": stamp},
-                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                 "message": "the initial names have been accepted", "lastTransitionTime": stamp},
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": stamp,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": stamp,
+                },
             ],
-        }  # fmt: skip
+        }
         if established.get("status") != crd.get("status"):
-            self._store(self.resource("apiextensions.k8s.io", "customresourcedefinitions"),
-                        established, "MODIFIED")  # fmt: skip
+            self._store(
+                self.resource("apiextensions.k8s.io", "customresourcedefinitions"),
+                established,
+                "MODIFIED",
+            )
 
     # -------------------------------------------------------------------- HTTP
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -952,9 +1067,15 @@ class ApiServer:
         if path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok")
         if path == "/api":
-            return web.json_response({"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
-                                                "serverAddress": f"{self.host}:{self.port}"}]})  # fmt: skip
+            return web.json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
+                    ],
+                }
+            )
         if path == "/apis":
             return web.json_response(self._group_list())
         if path.startswith("/openapi/v3"):
@@ -999,19 +1120,26 @@ class ApiServer:
         # The server's default is Warn: unknown fields are pruned (we send no warning header).
         validation = query.get("fieldValidation", "Warn")
         if method in ("POST", "PUT", "PATCH") and "protobuf" in request.content_type:
-            raise ApiError(415, "UnsupportedMediaType", "this emulator takes JSON bodies only; "
-                           "run Helm with HELM_DRIVER=memory")  # fmt: skip
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "this emulator takes JSON bodies only; run Helm with HELM_DRIVER=memory",
+            )
         if name is None and method == "GET":
             labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
             if query.get("watch") in ("true", "1"):
                 return await self._watch(request, resource, namespace, labels, fields)
-            items = self.list(resource, namespace, labels=labels, fields=fields)
+            items = self.select(resource, namespace, labels=labels, fields=fields)
             if _wants_table(request):
                 return web.json_response(self._table(resource, items, query))
-            return web.json_response({
-                "kind": f"{resource.kind}List", "apiVersion": resource.group_version,
-                "metadata": {"resourceVersion": str(self.revision)}, "items": items,
-            })  # fmt: skip
+            return web.json_response(
+                {
+                    "kind": f"{resource.kind}List",
+                    "apiVersion": resource.group_version,
+                    "metadata": {"resourceVersion": str(self.revision)},
+                    "items": items,
+                }
+            )
         if name is None and method == "POST":
             body = await _body(request)
             return web.json_response(
@@ -1020,17 +1148,14 @@ class ApiServer:
             )
         if name is None and method == "DELETE":
             labels = query.get("labelSelector", "")
-            for obj in self.list(resource, namespace, labels=labels):
+            for obj in self.select(resource, namespace, labels=labels):
                 self.delete(resource, namespace, obj["metadata"]["name"])
             return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
         assert name is not None
         if subresource not in ("", "status", "scale"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if (
-            subresource == "status"
-            and not resource.status
-            or subresource == "scale"
-            and not resource.scale
+        if (subresource == "status" and not resource.status) or (
+            subresource == "scale" and not resource.scale
         ):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if method == "GET":
@@ -1046,22 +1171,44 @@ class ApiServer:
                 return web.json_response(
                     self._patch_scale(resource, namespace, name, body, dry_run)
                 )
-            return web.json_response(self.replace(resource, namespace, name, body,
-                subresource=subresource, dry_run=dry_run, validation=validation))  # fmt: skip
+            return web.json_response(
+                self.replace(
+                    resource,
+                    namespace,
+                    name,
+                    body,
+                    subresource=subresource,
+                    dry_run=dry_run,
+                    validation=validation,
+                )
+            )
         if method == "PATCH":
             body = await _body(request)
             existed = (resource.key, namespace or "", name) in self.objects
-            obj = self.patch(resource, namespace, name, body, request.content_type,
-                             subresource=subresource, dry_run=dry_run, validation=validation)  # fmt: skip
+            obj = self.patch(
+                resource,
+                namespace,
+                name,
+                body,
+                request.content_type,
+                subresource=subresource,
+                dry_run=dry_run,
+                validation=validation,
+            )
             return web.json_response(obj, status=200 if existed or dry_run else 201)
         if method == "DELETE":
             options = await _body(request) if request.can_read_body else {}
             grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
-            return web.json_response(self.delete(
-                resource, namespace, name,
-                grace_seconds=None if grace is None else int(grace),
-                preconditions=options.get("preconditions"), dry_run=dry_run,
-            ))  # fmt: skip
+            return web.json_response(
+                self.delete(
+                    resource,
+                    namespace,
+                    name,
+                    grace_seconds=None if grace is None else int(grace),
+                    preconditions=options.get("preconditions"),
+                    dry_run=dry_run,
+                )
+            )
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
 
     async def _watch(
@@ -1080,16 +1227,30 @@ class ApiServer:
         # Everything up to `prepare()` runs without awaiting: no write can slip in between
         # the backlog and the live queue.
         if start in ("", "0") or query.get("sendInitialEvents") == "true":
-            backlog = [(self.revision, "ADDED", o) for o in self.list(resource, namespace)]
+            backlog = [(self.revision, "ADDED", o) for o in self.select(resource, namespace)]
         else:
             oldest = self.history[0][0] if self.history else self.revision
             if int(start) < oldest - 1 and int(start) < self.revision:
-                backlog = [(0, "ERROR", {"kind": "Status", "apiVersion": "v1",
-                    "status": "Failure", "code": 410, "reason": "Expired",
-                    "message": f"too old resource version: {start} ({oldest - 1})"})]  # fmt: skip
+                backlog = [
+                    (
+                        0,
+                        "ERROR",
+                        {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "status": "Failure",
+                            "code": 410,
+                            "reason": "Expired",
+                            "message": f"too old resource version: {start} ({oldest - 1})",
+                        },
+                    )
+                ]
             else:
-                backlog = [(rv, event, obj) for rv, key, event, obj in self.history
-                           if key == resource.key and rv > int(start)]  # fmt: skip
+                backlog = [
+                    (rv, event, obj)
+                    for rv, key, event, obj in self.history
+                    if key == resource.key and rv > int(start)
+                ]
         self.watches.append(watch)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         try:
@@ -1097,19 +1258,27 @@ class ApiServer:
             timeout = float(query.get("timeoutSeconds", 1800))
             deadline = asyncio.get_running_loop().time() + timeout
             bookmarks = query.get("allowWatchBookmarks") == "true"
-            for revision, event, obj in backlog:
+            for _, event, obj in backlog:
                 await self._send(response, watch, event, obj, table)
             if query.get("sendInitialEvents") == "true":
-                await _write_event(response, "BOOKMARK", {"kind": resource.kind,
-                    "apiVersion": resource.group_version, "metadata": {
-                    "resourceVersion": str(self.revision),
-                    "annotations": {"k8s.io/initial-events-end": "true"}}})  # fmt: skip
+                await _write_event(
+                    response,
+                    "BOOKMARK",
+                    {
+                        "kind": resource.kind,
+                        "apiVersion": resource.group_version,
+                        "metadata": {
+                            "resourceVersion": str(self.revision),
+                            "annotations": {"k8s.io/initial-events-end": "true"},
+                        },
+                    },
+                )
             if backlog and backlog[0][1] == "ERROR":
                 return response
             last_bookmark = asyncio.get_running_loop().time()
             while (remaining := deadline - asyncio.get_running_loop().time()) > 0:
                 try:
-                    revision, event, obj = await asyncio.wait_for(
+                    _, event, obj = await asyncio.wait_for(
                         watch.queue.get(), timeout=min(remaining, 1.0)
                     )
                 except TimeoutError:
@@ -1118,9 +1287,15 @@ class ApiServer:
                     now = asyncio.get_running_loop().time()
                     if bookmarks and now - last_bookmark >= BOOKMARK_INTERVAL:
                         last_bookmark = now
-                        await _write_event(response, "BOOKMARK", {"kind": resource.kind,
-                            "apiVersion": resource.group_version,
-                            "metadata": {"resourceVersion": str(self.revision)}})  # fmt: skip
+                        await _write_event(
+                            response,
+                            "BOOKMARK",
+                            {
+                                "kind": resource.kind,
+                                "apiVersion": resource.group_version,
+                                "metadata": {"resourceVersion": str(self.revision)},
+                            },
+                        )
                     continue
                 if event == "STOP":
                     break
@@ -1159,12 +1334,20 @@ class ApiServer:
         if versions is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-        return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": entries,
-                "preferredVersion": entries[0]}  # fmt: skip
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": name,
+            "versions": entries,
+            "preferredVersion": entries[0],
+        }
 
     def _group_list(self) -> Obj:
-        return {"kind": "APIGroupList", "apiVersion": "v1",
-                "groups": [self._group(name) for name in self._groups()]}  # fmt: skip
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [self._group(name) for name in self._groups()],
+        }
 
     def _resource_list(self, group: str, version: str) -> Obj:
         served = [r for (g, v, _), r in self.resources.items() if (g, v) == (group, version)]
@@ -1173,8 +1356,13 @@ class ApiServer:
         entries: list[Obj] = []
         verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
         for r in served:
-            entry = {"name": r.plural, "singularName": r.singular(), "namespaced": r.namespaced,
-                     "kind": r.kind, "verbs": verbs}  # fmt: skip
+            entry = {
+                "name": r.plural,
+                "singularName": r.singular(),
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": verbs,
+            }
             if r.short_names:
                 entry["shortNames"] = r.short_names
             if r.categories:
@@ -1182,16 +1370,33 @@ class ApiServer:
             entries.append(entry)
             # Subresources carry no short names: kubectl warns about ambiguous ones otherwise.
             if r.status:
-                entries.append({"name": f"{r.plural}/status", "singularName": "",
-                                "namespaced": r.namespaced, "kind": r.kind,
-                                "verbs": ["get", "patch", "update"]})  # fmt: skip
+                entries.append(
+                    {
+                        "name": f"{r.plural}/status",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "kind": r.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
             if r.scale:
-                entries.append({"name": f"{r.plural}/scale", "singularName": "",
-                                "namespaced": r.namespaced, "group": "autoscaling",
-                                "version": "v1", "kind": "Scale",
-                                "verbs": ["get", "patch", "update"]})  # fmt: skip
-        return {"kind": "APIResourceList", "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version, "resources": entries}  # fmt: skip
+                entries.append(
+                    {
+                        "name": f"{r.plural}/scale",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "group": "autoscaling",
+                        "version": "v1",
+                        "kind": "Scale",
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": entries,
+        }
 
     def _openapi(self, group_version: str) -> Obj:
         """OpenAPI v3: kubectl's validation looks for the ``fieldValidation`` parameter here."""
@@ -1200,17 +1405,28 @@ class ApiServer:
             prefix = "apis/" + resource.group_version if resource.group else "api/v1"
             served.setdefault(prefix, []).append(resource)
         if not group_version:
-            return {"paths": {
-                prefix: {"serverRelativeURL": f"/openapi/v3/{prefix}?hash="
-                         + hashlib.sha256(json.dumps(self._openapi(prefix), sort_keys=True)
-                                          .encode()).hexdigest()[:16].upper()}
-                for prefix in served}}  # fmt: skip
+            return {
+                "paths": {
+                    prefix: {
+                        "serverRelativeURL": f"/openapi/v3/{prefix}?hash="
+                        + hashlib.sha256(json.dumps(self._openapi(prefix), sort_keys=True).encode())
+                        .hexdigest()[:16]
+                        .upper()
+                    }
+                    for prefix in served
+                }
+            }
         if group_version not in served:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         paths: Obj = {}
         schemas: Obj = {}
-        validation = {"name": "fieldValidation", "in": "query", "uniqueItems": True,
-                      "schema": {"type": "string"}, "description": "Strict, Warn or Ignore"}  # fmt: skip
+        validation = {
+            "name": "fieldValidation",
+            "in": "query",
+            "uniqueItems": True,
+            "schema": {"type": "string"},
+            "description": "Strict, Warn or Ignore",
+        }
         for r in served[group_version]:
             gvk = {"group": r.group, "version": r.version, "kind": r.kind}
             scope = "namespaces/{namespace}/" if r.namespaced else ""
@@ -1220,7 +1436,14 @@ class ApiServer:
             ref = {"$ref": f"#/components/schemas/{schema_name}"}
             body = {"content": {"application/json": {"schema": ref}}}
 
-            def op(action: str, *, with_validation: bool = False, gvk: Obj = gvk) -> Obj:
+            def op(
+                action: str,
+                *,
+                with_validation: bool = False,
+                gvk: Obj = gvk,
+                ref: Obj = ref,
+                body: Obj = body,
+            ) -> Obj:
                 operation: Obj = {
                     "x-kubernetes-action": action,
                     "x-kubernetes-group-version-kind": gvk,
@@ -1233,26 +1456,48 @@ class ApiServer:
 
             paths[base] = {"get": op("list"), "post": op("post", with_validation=True)}
             paths[base + "/{name}"] = {
-                "get": op("get"), "put": op("put", with_validation=True),
-                "patch": op("patch", with_validation=True), "delete": op("delete"),
-            }  # fmt: skip
-            schema = copy.deepcopy(r.schema) if r.schema else {
-                "type": "object", "x-kubernetes-preserve-unknown-fields": True}  # fmt: skip
+                "get": op("get"),
+                "put": op("put", with_validation=True),
+                "patch": op("patch", with_validation=True),
+                "delete": op("delete"),
+            }
+            schema = (
+                copy.deepcopy(r.schema)
+                if r.schema
+                else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            )
             schema["x-kubernetes-group-version-kind"] = [gvk]
             schemas[schema_name] = schema
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.4"},
-                "paths": paths, "components": {"schemas": schemas}}  # fmt: skip
+        return {
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": "v1.32.4"},
+            "paths": paths,
+            "components": {"schemas": schemas},
+        }
 
     def _table(self, resource: Resource, items: Iterable[Obj], query: Any) -> Obj:
-        columns = [{"name": "Name", "type": "string", "format": "name", "priority": 0,
-                    "description": "Name must be unique within a namespace."}]  # fmt: skip
+        columns = [
+            {
+                "name": "Name",
+                "type": "string",
+                "format": "name",
+                "priority": 0,
+                "description": "Name must be unique within a namespace.",
+            }
+        ]
         printer = resource.printer_columns or [
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
         ]
         for column in printer:
-            columns.append({"name": column["name"], "type": column.get("type", "string"),
-                            "format": column.get("format", ""), "priority": column.get("priority", 0),
-                            "description": column.get("description", "")})  # fmt: skip
+            columns.append(
+                {
+                    "name": column["name"],
+                    "type": column.get("type", "string"),
+                    "format": column.get("format", ""),
+                    "priority": column.get("priority", 0),
+                    "description": column.get("description", ""),
+                }
+            )
         rows = []
         for obj in items:
             cells: list[Any] = [obj["metadata"]["name"]]
@@ -1260,12 +1505,25 @@ class ApiServer:
                 value = json_path(obj, column["jsonPath"])
                 cells.append(human_age(value) if column.get("type") == "date" else value)
             whole = query.get("includeObject") == "Object"
-            rows.append({"cells": cells, "object": obj if whole else {
-                "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                "metadata": obj["metadata"]}})  # fmt: skip
-        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-                "metadata": {"resourceVersion": str(self.revision)},
-                "columnDefinitions": columns, "rows": rows}  # fmt: skip
+            rows.append(
+                {
+                    "cells": cells,
+                    "object": obj
+                    if whole
+                    else {
+                        "kind": "PartialObjectMetadata",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": obj["metadata"],
+                    },
+                }
+            )
+        return {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": str(self.revision)},
+            "columnDefinitions": columns,
+            "rows": rows,
+        }
 
 
 def _wants_table(request: web.Request) -> bool:

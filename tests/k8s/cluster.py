@@ -32,6 +32,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -132,12 +133,32 @@ class Cluster:
         for index, zone in enumerate(self.zones):
             name = f"node-{chr(ord('a') + index)}"
             if self.api.find(nodes, None, name) is None:
-                self.api.create(nodes, None, {"metadata": {"name": name, "labels": {
-                    HOSTNAME_LABEL: name, ZONE_LABEL: zone, "kubernetes.io/os": "linux"}},
-                    "status": {"conditions": [{"type": "Ready", "status": "True",
-                               "reason": "KubeletReady", "lastHeartbeatTime": now_iso()}],
-                               "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-                               "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}}})  # fmt: skip
+                self.api.create(
+                    nodes,
+                    None,
+                    {
+                        "metadata": {
+                            "name": name,
+                            "labels": {
+                                HOSTNAME_LABEL: name,
+                                ZONE_LABEL: zone,
+                                "kubernetes.io/os": "linux",
+                            },
+                        },
+                        "status": {
+                            "conditions": [
+                                {
+                                    "type": "Ready",
+                                    "status": "True",
+                                    "reason": "KubeletReady",
+                                    "lastHeartbeatTime": now_iso(),
+                                }
+                            ],
+                            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                            "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+                        },
+                    },
+                )
         self._wake = asyncio.Event()
         self.api.listeners.append(self._on_change)
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -188,17 +209,26 @@ class Cluster:
         return self.api.resource(group, plural)
 
     def _pods(self, namespace: str | None = None) -> list[Obj]:
-        return self.api.list(self._r("", "pods"), namespace)
+        return self.api.select(self._r("", "pods"), namespace)
 
     def _owned_by(self, pods: list[Obj], uid: str) -> list[Obj]:
-        return [p for p in pods if any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences", []))]
+        return [
+            p
+            for p in pods
+            if any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences", []))
+        ]
 
     def _write_status(self, resource: Any, obj: Obj, status: Obj) -> None:
         if obj.get("status") == status:
             return
         with contextlib.suppress(ApiError):  # gone or changed meanwhile: next round
-            self.api.replace(resource, obj["metadata"].get("namespace"), obj["metadata"]["name"],
-                             {**obj, "status": status}, subresource="status")  # fmt: skip
+            self.api.replace(
+                resource,
+                obj["metadata"].get("namespace"),
+                obj["metadata"]["name"],
+                {**obj, "status": status},
+                subresource="status",
+            )
 
     @staticmethod
     def _is_ready(pod: Obj) -> bool:
@@ -209,14 +239,16 @@ class Cluster:
     def _stateful_sets(self) -> None:
         sets = self._r("apps", "statefulsets")
         pods_resource = self._r("", "pods")
-        for sts in self.api.list(sets):
+        for sts in self.api.select(sets):
             meta, spec = sts["metadata"], sts["spec"]
             namespace, name = meta["namespace"], meta["name"]
             if meta.get("deletionTimestamp"):
                 continue
             template = spec["template"]
             revision = f"{name}-{_hash(template)}"
-            owned = {p["metadata"]["name"]: p for p in self._owned_by(self._pods(namespace), meta["uid"])}
+            owned = {
+                p["metadata"]["name"]: p for p in self._owned_by(self._pods(namespace), meta["uid"])
+            }
             replicas = spec.get("replicas", 1)
             parallel = spec.get("podManagementPolicy") == "Parallel"
             for ordinal in range(replicas):
@@ -224,7 +256,9 @@ class Cluster:
                 if pod_name in owned:
                     continue
                 if not parallel and not all(
-                    self._is_ready(owned[f"{name}-{o}"]) for o in range(ordinal) if f"{name}-{o}" in owned
+                    self._is_ready(owned[f"{name}-{o}"])
+                    for o in range(ordinal)
+                    if f"{name}-{o}" in owned
                 ):
                     break
                 if not parallel and any(f"{name}-{o}" not in owned for o in range(ordinal)):
@@ -243,19 +277,25 @@ class Cluster:
             strategy = spec.get("updateStrategy", {}).get("type", "RollingUpdate")
             current = [p for n, p in owned.items() if _ordinal(n, name) < replicas]
             if strategy == "RollingUpdate" and current and all(self._is_ready(p) for p in current):
-                partition = spec.get("updateStrategy", {}).get("rollingUpdate", {}).get("partition", 0)
+                partition = (
+                    spec.get("updateStrategy", {}).get("rollingUpdate", {}).get("partition", 0)
+                )
                 outdated = [
-                    p for p in current
+                    p
+                    for p in current
                     if p["metadata"].get("labels", {}).get("controller-revision-hash") != revision
                     and _ordinal(p["metadata"]["name"], name) >= partition
-                ]  # fmt: skip
+                ]
                 if outdated:
                     newest = max(outdated, key=lambda p: _ordinal(p["metadata"]["name"], name))
                     with contextlib.suppress(ApiError):
                         self.api.delete(pods_resource, namespace, newest["metadata"]["name"])
             live = [p for p in owned.values() if not p["metadata"].get("deletionTimestamp")]
-            updated = [p for p in live
-                       if p["metadata"].get("labels", {}).get("controller-revision-hash") == revision]  # fmt: skip
+            updated = [
+                p
+                for p in live
+                if p["metadata"].get("labels", {}).get("controller-revision-hash") == revision
+            ]
             ready = [p for p in live if self._is_ready(p)]
             status = {
                 **sts.get("status", {}),
@@ -282,14 +322,29 @@ class Cluster:
             claim_name = f"{claim['metadata']['name']}-{pod_name}"
             if self.api.find(claims, namespace, claim_name) is None:
                 labels = dict(spec.get("selector", {}).get("matchLabels", {}))
-                created = self.api.create(claims, namespace, {
-                    "metadata": {"name": claim_name, "labels": labels},
-                    "spec": copy.deepcopy(claim.get("spec", {}))})  # fmt: skip
-                self._write_status(claims, created, {"phase": "Bound",
-                    "accessModes": claim.get("spec", {}).get("accessModes", []),
-                    "capacity": claim.get("spec", {}).get("resources", {}).get("requests", {})})  # fmt: skip
-            volumes.append({"name": claim["metadata"]["name"],
-                            "persistentVolumeClaim": {"claimName": claim_name}})  # fmt: skip
+                created = self.api.create(
+                    claims,
+                    namespace,
+                    {
+                        "metadata": {"name": claim_name, "labels": labels},
+                        "spec": copy.deepcopy(claim.get("spec", {})),
+                    },
+                )
+                self._write_status(
+                    claims,
+                    created,
+                    {
+                        "phase": "Bound",
+                        "accessModes": claim.get("spec", {}).get("accessModes", []),
+                        "capacity": claim.get("spec", {}).get("resources", {}).get("requests", {}),
+                    },
+                )
+            volumes.append(
+                {
+                    "name": claim["metadata"]["name"],
+                    "persistentVolumeClaim": {"claimName": claim_name},
+                }
+            )
         labels = {
             **template.get("metadata", {}).get("labels", {}),
             "statefulset.kubernetes.io/pod-name": pod_name,
@@ -303,8 +358,11 @@ class Cluster:
                 "labels": labels,
                 "ownerReferences": [_owner(sts)],
             },
-            "spec": {**template["spec"], "hostname": pod_name,
-                     "subdomain": spec.get("serviceName", "")},  # fmt: skip
+            "spec": {
+                **template["spec"],
+                "hostname": pod_name,
+                "subdomain": spec.get("serviceName", ""),
+            },
         }
         with contextlib.suppress(ApiError):  # an old pod of that name is still terminating
             self.api.create(self._r("", "pods"), namespace, pod)
@@ -312,7 +370,7 @@ class Cluster:
     # --------------------------------------------------------------- Job controller
     def _jobs(self) -> None:
         jobs = self._r("batch", "jobs")
-        for job in self.api.list(jobs):
+        for job in self.api.select(jobs):
             meta, spec = job["metadata"], job["spec"]
             status = job.get("status", {})
             if any(c["type"] in ("Complete", "Failed") for c in status.get("conditions", [])):
@@ -321,59 +379,96 @@ class Cluster:
             succeeded = sum(p["status"].get("phase") == "Succeeded" for p in pods)
             failed = sum(p["status"].get("phase") == "Failed" for p in pods)
             active = [p for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed")]
-            new_status: Obj = {**status, "startTime": status.get("startTime", now_iso()),
-                               "active": len(active), "succeeded": succeeded, "failed": failed}  # fmt: skip
+            new_status: Obj = {
+                **status,
+                "startTime": status.get("startTime", now_iso()),
+                "active": len(active),
+                "succeeded": succeeded,
+                "failed": failed,
+            }
             if succeeded >= spec.get("completions", 1):
                 new_status["completionTime"] = now_iso()
-                new_status["conditions"] = [{"type": "Complete", "status": "True",
-                                             "lastTransitionTime": now_iso()}]  # fmt: skip
+                new_status["conditions"] = [
+                    {"type": "Complete", "status": "True", "lastTransitionTime": now_iso()}
+                ]
             elif failed > spec.get("backoffLimit", 6):
-                new_status["conditions"] = [{"type": "Failed", "status": "True",
-                    "reason": "BackoffLimitExceeded", "lastTransitionTime": now_iso(),
-                    "message": "Job has reached the specified backoff limit"}]  # fmt: skip
+                new_status["conditions"] = [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "lastTransitionTime": now_iso(),
+                        "message": "Job has reached the specified backoff limit",
+                    }
+                ]
             elif not active:
                 template = copy.deepcopy(spec["template"])
-                labels = {**template.get("metadata", {}).get("labels", {}),
-                          "job-name": meta["name"], "batch.kubernetes.io/job-name": meta["name"],
-                          "controller-uid": meta["uid"]}  # fmt: skip
-                self.api.create(self._r("", "pods"), meta["namespace"], {
-                    "metadata": {"generateName": f"{meta['name']}-", "labels": labels,
-                                 "ownerReferences": [_owner(job)]},
-                    "spec": template["spec"]})  # fmt: skip
+                labels = {
+                    **template.get("metadata", {}).get("labels", {}),
+                    "job-name": meta["name"],
+                    "batch.kubernetes.io/job-name": meta["name"],
+                    "controller-uid": meta["uid"],
+                }
+                self.api.create(
+                    self._r("", "pods"),
+                    meta["namespace"],
+                    {
+                        "metadata": {
+                            "generateName": f"{meta['name']}-",
+                            "labels": labels,
+                            "ownerReferences": [_owner(job)],
+                        },
+                        "spec": template["spec"],
+                    },
+                )
             self._write_status(jobs, job, new_status)
 
     # ------------------------------------------------------------------ scheduler
     def _schedule(self) -> None:
         pods_resource = self._r("", "pods")
-        nodes = self.api.list(self._r("", "nodes"))
+        nodes = self.api.select(self._r("", "nodes"))
         for pod in self._pods():
             if pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 continue
             choice = self._choose_node(pod, nodes)
-            condition = {"type": "PodScheduled", "status": "True" if choice else "False",
-                         "lastTransitionTime": now_iso()}  # fmt: skip
+            condition = {
+                "type": "PodScheduled",
+                "status": "True" if choice else "False",
+                "lastTransitionTime": now_iso(),
+            }
             if choice is None:
-                condition.update(reason="Unschedulable",
-                                 message="0/3 nodes are available: no node matches the pod's "
-                                 "affinity or topology spread constraints")  # fmt: skip
+                condition.update(
+                    reason="Unschedulable",
+                    message="0/3 nodes are available: no node matches the pod's "
+                    "affinity or topology spread constraints",
+                )
                 old = pod.get("status", {}).get("conditions", [])
                 if not any(c.get("reason") == "Unschedulable" for c in old):
-                    self._write_status(pods_resource, pod, {**pod.get("status", {}),
-                                       "conditions": [condition]})  # fmt: skip
+                    self._write_status(
+                        pods_resource, pod, {**pod.get("status", {}), "conditions": [condition]}
+                    )
                 continue
             bound = {**pod, "spec": {**pod["spec"], "nodeName": choice}}
             with contextlib.suppress(ApiError):
-                bound = self.api.replace(pods_resource, pod["metadata"]["namespace"],
-                                         pod["metadata"]["name"], bound)  # fmt: skip
-                self._write_status(pods_resource, bound, {**bound.get("status", {}),
-                                   "phase": "Pending", "conditions": [condition]})  # fmt: skip
+                bound = self.api.replace(
+                    pods_resource, pod["metadata"]["namespace"], pod["metadata"]["name"], bound
+                )
+                self._write_status(
+                    pods_resource,
+                    bound,
+                    {**bound.get("status", {}), "phase": "Pending", "conditions": [condition]},
+                )
 
     def _choose_node(self, pod: Obj, nodes: list[Obj]) -> str | None:
         spec = pod["spec"]
         fitting = [n for n in nodes if self._fits(spec, n)]
-        others = [p for p in self._pods(pod["metadata"]["namespace"])
-                  if p["spec"].get("nodeName") and p["metadata"]["uid"] != pod["metadata"]["uid"]
-                  and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+        others = [
+            p
+            for p in self._pods(pod["metadata"]["namespace"])
+            if p["spec"].get("nodeName")
+            and p["metadata"]["uid"] != pod["metadata"]["uid"]
+            and not p["metadata"].get("deletionTimestamp")
+        ]
         by_node = {n["metadata"]["name"]: n for n in nodes}
         scores: dict[str, tuple[int, int, str]] = {}
         for node in fitting:
@@ -381,19 +476,27 @@ class Cluster:
             for constraint in spec.get("topologySpreadConstraints", []):
                 key = constraint["topologyKey"]
                 domain = node["metadata"]["labels"].get(key)
-                matching = [p for p in others
-                            if match_expressions(constraint.get("labelSelector", {}),
-                                                 p["metadata"].get("labels", {}))]  # fmt: skip
+                matching = [
+                    p
+                    for p in others
+                    if match_expressions(
+                        constraint.get("labelSelector", {}), p["metadata"].get("labels", {})
+                    )
+                ]
                 counts = {n["metadata"]["labels"].get(key): 0 for n in fitting}
                 for other in matching:
-                    other_domain = by_node.get(other["spec"]["nodeName"], {}).get("metadata", {}).get("labels", {}).get(key)
+                    other_domain = (
+                        by_node.get(other["spec"]["nodeName"], {})
+                        .get("metadata", {})
+                        .get("labels", {})
+                        .get(key)
+                    )
                     if other_domain in counts:
                         counts[other_domain] += 1
                 mine = counts.get(domain, 0) + 1
-                if (
-                    constraint.get("whenUnsatisfiable") == "DoNotSchedule"
-                    and mine - min(counts.values(), default=0) > constraint.get("maxSkew", 1)
-                ):
+                if constraint.get("whenUnsatisfiable") == "DoNotSchedule" and mine - min(
+                    counts.values(), default=0
+                ) > constraint.get("maxSkew", 1):
                     skew_penalty = -1
                     break
                 skew_penalty += counts.get(domain, 0)
@@ -408,8 +511,11 @@ class Cluster:
         labels = node["metadata"].get("labels", {})
         if any(labels.get(k) != v for k, v in spec.get("nodeSelector", {}).items()):
             return False
-        required = (spec.get("affinity", {}).get("nodeAffinity", {})
-                    .get("requiredDuringSchedulingIgnoredDuringExecution"))  # fmt: skip
+        required = (
+            spec.get("affinity", {})
+            .get("nodeAffinity", {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution")
+        )
         if not required:
             return True
         fields = {"metadata.name": node["metadata"]["name"]}
@@ -432,8 +538,12 @@ class Cluster:
             if runtime is None:
                 if pod["metadata"].get("deletionTimestamp"):
                     with contextlib.suppress(ApiError):
-                        self.api.delete(pods_resource, pod["metadata"]["namespace"],
-                                        pod["metadata"]["name"], grace_seconds=0)  # fmt: skip
+                        self.api.delete(
+                            pods_resource,
+                            pod["metadata"]["namespace"],
+                            pod["metadata"]["name"],
+                            grace_seconds=0,
+                        )
                     continue
                 runtime = self._admit_pod(pod)
             self._sync_pod(pod, runtime)
@@ -452,9 +562,13 @@ class Cluster:
         sandbox = self.root / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
         sandbox.mkdir(parents=True, exist_ok=True)
         runtime = PodRuntime(
-            meta["namespace"], meta["name"], meta["uid"], self.free_ips.pop(0), sandbox,
+            meta["namespace"],
+            meta["name"],
+            meta["uid"],
+            self.free_ips.pop(0),
+            sandbox,
             [Container(spec=c) for c in pod["spec"].get("containers", [])],
-        )  # fmt: skip
+        )
         self.pods[meta["uid"]] = runtime
         return runtime
 
@@ -518,8 +632,9 @@ class Cluster:
                     _kill(container, signal.SIGKILL)
             if all(c.process is None or c.process.poll() is not None for c in runtime.containers):
                 with contextlib.suppress(ApiError):
-                    self.api.delete(self._r("", "pods"), runtime.namespace, runtime.name,
-                                    grace_seconds=0)  # fmt: skip
+                    self.api.delete(
+                        self._r("", "pods"), runtime.namespace, runtime.name, grace_seconds=0
+                    )
             return
         if runtime.finished:
             return
@@ -529,10 +644,14 @@ class Cluster:
             process = container.process
             if process is not None and process.poll() is not None:
                 code = process.returncode
-                container.last_exit = {"terminated": {
-                    "exitCode": code if code >= 0 else 128 - code,
-                    "reason": "Completed" if code == 0 else ("Error" if code > 0 else "Killed"),
-                    "startedAt": container.started_at, "finishedAt": now_iso()}}  # fmt: skip
+                container.last_exit = {
+                    "terminated": {
+                        "exitCode": code if code >= 0 else 128 - code,
+                        "reason": "Completed" if code == 0 else ("Error" if code > 0 else "Killed"),
+                        "startedAt": container.started_at,
+                        "finishedAt": now_iso(),
+                    }
+                }
                 _close_logs(container)
                 container.process = None
                 container.started = container.ready = False
@@ -541,15 +660,20 @@ class Cluster:
                 if policy == "Always" or (policy == "OnFailure" and code != 0):
                     first, limit = self.restart_backoff
                     ran = now - container.started_clock
-                    container.backoff = first if ran > limit * 10 or not container.backoff else min(
-                        container.backoff * 2, limit)  # fmt: skip
+                    container.backoff = (
+                        first
+                        if ran > limit * 10 or not container.backoff
+                        else min(container.backoff * 2, limit)
+                    )
                     container.next_start = now + container.backoff
                     container.waiting_reason = "CrashLoopBackOff"
             if container.process is None and now >= container.next_start:
                 if container.last_exit is not None and not (
-                    policy == "Always" or (policy == "OnFailure" and
-                                           container.last_exit["terminated"]["exitCode"] != 0)
-                ):  # fmt: skip
+                    policy == "Always"
+                    or (
+                        policy == "OnFailure" and container.last_exit["terminated"]["exitCode"] != 0
+                    )
+                ):
                     continue
                 if container.last_exit is not None:
                     container.restarts += 1
@@ -569,9 +693,12 @@ class Cluster:
         argv = [_map_paths(a, mounts) for a in argv]
         if not argv:
             raise ValueError(f"container {spec['name']} names no command")
-        executable = next((str(Path(d) / argv[0]) for d in self.path
-                           if (Path(d) / argv[0]).exists()), argv[0])  # fmt: skip
-        workdir = _map_paths(spec["workingDir"], mounts) if spec.get("workingDir") else runtime.sandbox
+        executable = next(
+            (str(Path(d) / argv[0]) for d in self.path if (Path(d) / argv[0]).exists()), argv[0]
+        )
+        workdir = (
+            _map_paths(spec["workingDir"], mounts) if spec.get("workingDir") else runtime.sandbox
+        )
         logs = runtime.sandbox / "logs"
         logs.mkdir(exist_ok=True)
         output = (logs / f"{spec['name']}.log").open("ab")
@@ -593,7 +720,9 @@ class Cluster:
         container.started = "startupProbe" not in spec
         container.ready = False
 
-    def _environment(self, pod: Obj, runtime: PodRuntime, spec: Obj, mounts: dict[str, Path]) -> dict[str, str]:
+    def _environment(
+        self, pod: Obj, runtime: PodRuntime, spec: Obj, mounts: dict[str, Path]
+    ) -> dict[str, str]:
         env = {
             "PATH": os.pathsep.join([*self.path, os.environ.get("PATH", "")]),
             "HOME": str(runtime.sandbox),
@@ -604,19 +733,27 @@ class Cluster:
             "KUBERNETES_SERVICE_PORT": str(self.api.port),
             "EDDYLINE_KUBERNETES_API": self.api.url,
         }
-        status_pod = {**pod, "status": {**pod.get("status", {}), "podIP": runtime.ip,
-                                        "hostIP": "127.0.0.1"}}  # fmt: skip
+        status_pod = {
+            **pod,
+            "status": {**pod.get("status", {}), "podIP": runtime.ip, "hostIP": "127.0.0.1"},
+        }
         for source in spec.get("envFrom", []):
             prefix = source.get("prefix", "")
             if "configMapRef" in source:
-                found = self.api.find(self._r("", "configmaps"), runtime.namespace,
-                                      source["configMapRef"]["name"])  # fmt: skip
+                found = self.api.find(
+                    self._r("", "configmaps"), runtime.namespace, source["configMapRef"]["name"]
+                )
                 env.update({prefix + k: v for k, v in (found or {}).get("data", {}).items()})
             if "secretRef" in source:
-                found = self.api.find(self._r("", "secrets"), runtime.namespace,
-                                      source["secretRef"]["name"])  # fmt: skip
-                env.update({prefix + k: base64.b64decode(v).decode()
-                            for k, v in (found or {}).get("data", {}).items()})  # fmt: skip
+                found = self.api.find(
+                    self._r("", "secrets"), runtime.namespace, source["secretRef"]["name"]
+                )
+                env.update(
+                    {
+                        prefix + k: base64.b64decode(v).decode()
+                        for k, v in (found or {}).get("data", {}).items()
+                    }
+                )
         for variable in spec.get("env", []):
             if "value" in variable:
                 value = _expand(variable["value"], env)
@@ -661,7 +798,9 @@ class Cluster:
             container.probing.add(kind)
             asyncio.get_running_loop().create_task(self._run_probe(runtime, container, kind, probe))
 
-    async def _run_probe(self, runtime: PodRuntime, container: Container, kind: str, probe: Obj) -> None:
+    async def _run_probe(
+        self, runtime: PodRuntime, container: Container, kind: str, probe: Obj
+    ) -> None:
         try:
             ok = await _http_probe(runtime.ip, container.spec, probe)
             if container.process is None:
@@ -729,7 +868,7 @@ class Cluster:
             text = "True" if value else "False"
             previous = old_conditions.get(kind)
             if previous is not None and previous["status"] == text:
-                return previous
+                return dict(previous)
             return {"type": kind, "status": text, "lastTransitionTime": now_iso()}
 
         status = {
@@ -752,7 +891,7 @@ class Cluster:
     # -------------------------------------------------------------- Service proxy
     async def _proxy_services(self) -> None:
         wanted: dict[tuple[str, int], Obj] = {}
-        for service in self.api.list(self._r("", "services")):
+        for service in self.api.select(self._r("", "services")):
             address = service["spec"].get("clusterIP")
             if not address or address == "None" or not service["spec"].get("selector"):
                 continue
@@ -765,7 +904,7 @@ class Cluster:
                 self.proxies[address, port] = (self.proxies[address, port][0], service)
                 continue
             server = await asyncio.start_server(
-                lambda r, w, key=(address, port): self._forward(key, r, w), address, port
+                functools.partial(self._forward, (address, port)), address, port
             )
             self.proxies[address, port] = (server, service)
 
@@ -801,7 +940,9 @@ class Cluster:
     def endpoints(self, service: Obj, port: int) -> list[tuple[str, int]]:
         """The ready pods behind a Service port, as (pod IP, container port)."""
         spec = service["spec"]
-        target = next((p.get("targetPort", p["port"]) for p in spec["ports"] if p["port"] == port), port)
+        target = next(
+            (p.get("targetPort", p["port"]) for p in spec["ports"] if p["port"] == port), port
+        )
         result = []
         for pod in self._pods(service["metadata"]["namespace"]):
             labels = pod["metadata"].get("labels", {})
@@ -821,7 +962,10 @@ class Cluster:
 
         def kill() -> int:
             for runtime in self.pods.values():
-                if (runtime.namespace, runtime.name) == (namespace, pod_name) and not runtime.terminating_since:
+                if (runtime.namespace, runtime.name) == (
+                    namespace,
+                    pod_name,
+                ) and not runtime.terminating_since:
                     process = runtime.containers[0].process
                     if process is None:
                         raise LookupError(f'pod "{pod_name}" has no running container')
@@ -833,8 +977,10 @@ class Cluster:
 
     def pod_log(self, namespace: str, pod_name: str) -> str:
         """Every run's output of a pod's containers (the newest pod of that name)."""
-        logs = sorted((self.root / "pods").glob(f"{namespace}_{pod_name}_*/logs/*.log"),
-                      key=lambda p: p.stat().st_mtime)  # fmt: skip
+        logs = sorted(
+            (self.root / "pods").glob(f"{namespace}_{pod_name}_*/logs/*.log"),
+            key=lambda p: p.stat().st_mtime,
+        )
         return "\n".join(p.read_text(errors="replace") for p in logs)
 
     def pod_ips(self) -> Iterator[tuple[str, str]]:
@@ -843,8 +989,14 @@ class Cluster:
 
 
 def _owner(obj: Obj) -> Obj:
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _hash(template: Obj) -> str:
@@ -884,7 +1036,7 @@ def _map_paths(text: str, mounts: dict[str, Path]) -> str:
     """Replace each mount path (as a whole path prefix) by its directory here."""
     for mount_path in sorted(mounts, key=len, reverse=True):
         pattern = r"(?<![\w.-])" + re.escape(mount_path.rstrip("/")) + r"(?=/|$|[^\w.-])"
-        text = re.sub(pattern, lambda _, d=str(mounts[mount_path]): d, text)
+        text = re.sub(pattern, str(mounts[mount_path]).replace("\\", "\\\\"), text)
     return text
 
 
@@ -907,8 +1059,10 @@ async def _http_probe(ip: str, container: Obj, probe: Obj) -> bool:
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout)
         try:
-            writer.write(f"GET {action.get('path', '/')} HTTP/1.1\r\nHost: {ip}\r\n"
-                         "User-Agent: kube-probe/1.32\r\nConnection: close\r\n\r\n".encode())  # fmt: skip
+            writer.write(
+                f"GET {action.get('path', '/')} HTTP/1.1\r\nHost: {ip}\r\n"
+                "User-Agent: kube-probe/1.32\r\nConnection: close\r\n\r\n".encode()
+            )
             await writer.drain()
             line = await asyncio.wait_for(reader.readline(), timeout)
         finally:
@@ -940,4 +1094,3 @@ def _close_logs(container: Container) -> None:
     if container.process is not None:
         with contextlib.suppress(Exception):
             container.process.poll()
-

@@ -27,10 +27,28 @@ import cel
 # (https://kubernetes.io/docs/reference/using-api/cel/#escaping).
 _CEL_ESCAPES = (("__", "__underscores__"), (".", "__dot__"), ("-", "__dash__"), ("/", "__slash__"))
 _CEL_RESERVED = {
-    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
-    "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
-    "void", "while",
-}  # fmt: skip
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -252,9 +270,8 @@ def _validate_value(
                 _validate(value, {"type": schema.get("type"), **option}, path, trial, None)
                 passing += not trial
             if passing == 0 or (keyword == "oneOf" and passing > 1):
-                invalid(
-                    f"{path} in body must match {'exactly one' if keyword == 'oneOf' else 'at least one'} schema in {keyword}"
-                )
+                how_many = "exactly one" if keyword == "oneOf" else "at least one"
+                invalid(f"{path} in body must match {how_many} schema in {keyword}")
 
 
 def _escape_key(key: str) -> str | None:

@@ -51,23 +51,42 @@ def test_kubectl_apply_get_describe_and_delete_a_streamapp(
     assert "unchanged" in kubectl("apply", "-f", "-", stdin=MANIFEST)
     base = f"{apiserver.url}/apis/eddyline.dev/v1alpha1/namespaces/default/streamapps/word-count"
     status = {
-        "observedGeneration": 1, "phase": "Running", "replicas": 3, "readyReplicas": 3,
+        "observedGeneration": 1,
+        "phase": "Running",
+        "replicas": 3,
+        "readyReplicas": 3,
         "revision": "7",
-        "conditions": [{"type": "Ready", "status": "True", "reason": "AllReplicasReady",
-                        "message": "3 of 3 pods ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-    }  # fmt: skip
-    patched = request(f"{base}/status", "PATCH", {"status": status},
-                      content_type="application/merge-patch+json")  # fmt: skip
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "AllReplicasReady",
+                "message": "3 of 3 pods ready",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+    }
+    patched = request(
+        f"{base}/status", "PATCH", {"status": status}, content_type="application/merge-patch+json"
+    )
     assert patched.status == 200, patched
     uid = patched.body["metadata"]["uid"]
     event = {
         "metadata": {"generateName": "word-count."},
-        "involvedObject": {"apiVersion": "eddyline.dev/v1alpha1", "kind": "StreamApp",
-                           "name": "word-count", "namespace": "default", "uid": uid},
-        "reason": "Scaled", "message": "StatefulSet word-count scaled to 3", "type": "Normal",
+        "involvedObject": {
+            "apiVersion": "eddyline.dev/v1alpha1",
+            "kind": "StreamApp",
+            "name": "word-count",
+            "namespace": "default",
+            "uid": uid,
+        },
+        "reason": "Scaled",
+        "message": "StatefulSet word-count scaled to 3",
+        "type": "Normal",
         "source": {"component": "eddyline-operator"},
-        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
-    }  # fmt: skip
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+    }
     posted = request(f"{apiserver.url}/api/v1/namespaces/default/events", "POST", event)
     assert posted.status == 201, posted
 
@@ -94,14 +113,24 @@ def test_kubectl_apply_rejects_an_unknown_field_like_a_real_server(crd_kubectl: 
 def test_kubectl_apply_rejects_schema_and_cel_violations_naming_the_field(
     crd_kubectl: Kubectl,
 ) -> None:
-    error = crd_kubectl.fails("apply", "-f", "-", stdin=MANIFEST.replace("standby.replicas: 1",
-                              "standby.replicas: 1\n    max.task.idle.ms: -5"))  # fmt: skip
+    error = crd_kubectl.fails(
+        "apply",
+        "-f",
+        "-",
+        stdin=MANIFEST.replace(
+            "standby.replicas: 1", "standby.replicas: 1\n    max.task.idle.ms: -5"
+        ),
+    )
     assert (
         'The StreamApp "word-count" is invalid: spec.config[max.task.idle.ms]: Invalid value: -5: '
         "spec.config[max.task.idle.ms] in body should be greater than or equal to -1"
     ) in error
-    error = crd_kubectl.fails("apply", "-f", "-", stdin=MANIFEST.replace(
-        'log.db"}', 'log.db", secretName: "kafka-client"}'))  # fmt: skip
+    error = crd_kubectl.fails(
+        "apply",
+        "-f",
+        "-",
+        stdin=MANIFEST.replace('log.db"}', 'log.db", secretName: "kafka-client"}'),
+    )
     assert 'spec.log: Invalid value: "object": secretName holds Kafka client settings' in error
 
 

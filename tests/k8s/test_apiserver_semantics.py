@@ -20,8 +20,9 @@ JSON_PATCH = "application/json-patch+json"
 @pytest.fixture
 def api(apiserver: ApiServer) -> ApiServer:
     crd = yaml.safe_load(CRD.read_text(encoding="utf-8"))
-    created = request(f"{apiserver.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                      "POST", crd)  # fmt: skip
+    created = request(
+        f"{apiserver.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "POST", crd
+    )
     assert created.status == 201, created
     return apiserver
 
@@ -35,8 +36,12 @@ def configmaps(api: ApiServer, namespace: str = "default") -> str:
 
 
 def app(name: str = "wc", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "eddyline.dev/v1alpha1", "kind": "StreamApp",
-            "metadata": {"name": name}, "spec": {"topology": {"ref": "m:f"}, **spec}}  # fmt: skip
+    return {
+        "apiVersion": "eddyline.dev/v1alpha1",
+        "kind": "StreamApp",
+        "metadata": {"name": name},
+        "spec": {"topology": {"ref": "m:f"}, **spec},
+    }
 
 
 def test_lists_carry_their_kind_and_the_current_resource_version(api: ApiServer) -> None:
@@ -81,8 +86,12 @@ def test_status_subresource_and_main_resource_ignore_each_others_fields(api: Api
     url = f"{apps(api)}/wc"
     request(url, "PATCH", {"status": {"phase": "Running"}}, content_type=MERGE)
     assert "status" not in request(url).body
-    request(f"{url}/status", "PATCH", {"spec": {"replicas": 9}, "status": {"phase": "Running"}},
-            content_type=MERGE)  # fmt: skip
+    request(
+        f"{url}/status",
+        "PATCH",
+        {"spec": {"replicas": 9}, "status": {"phase": "Running"}},
+        content_type=MERGE,
+    )
     body = request(url).body
     assert body["spec"]["replicas"] == 1 and body["status"]["phase"] == "Running"
 
@@ -93,14 +102,23 @@ def test_a_stale_update_conflicts_and_a_failed_json_patch_test_is_422(api: ApiSe
     request(url, "PATCH", {"spec": {"replicas": 2}}, content_type=MERGE)
     stale = request(url, "PUT", {**created, "spec": {**created["spec"], "replicas": 3}})
     assert stale.status == 409 and stale.body["reason"] == "Conflict"
-    stale_patch = {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]},
-                   "spec": {"replicas": 3}}  # fmt: skip
+    stale_patch = {
+        "metadata": {"resourceVersion": created["metadata"]["resourceVersion"]},
+        "spec": {"replicas": 3},
+    }
     assert request(url, "PATCH", stale_patch, content_type=MERGE).status == 409
     kopf_style = [
-        {"op": "test", "path": "/metadata/resourceVersion",
-         "value": created["metadata"]["resourceVersion"]},
-        {"op": "add", "path": "/metadata/finalizers", "value": ["kopf.zalando.org/KopfFinalizerMarker"]},
-    ]  # fmt: skip
+        {
+            "op": "test",
+            "path": "/metadata/resourceVersion",
+            "value": created["metadata"]["resourceVersion"],
+        },
+        {
+            "op": "add",
+            "path": "/metadata/finalizers",
+            "value": ["kopf.zalando.org/KopfFinalizerMarker"],
+        },
+    ]
     assert request(url, "PATCH", kopf_style, content_type=JSON_PATCH).status == 422
     kopf_style[0]["value"] = request(url).body["metadata"]["resourceVersion"]
     assert request(url, "PATCH", kopf_style, content_type=JSON_PATCH).status == 200
@@ -140,8 +158,9 @@ def test_watch_resumes_from_a_resource_version_with_bookmarks_and_timeout(
     kinds = [(e["type"], e["object"]["metadata"].get("name")) for e in events]
     assert kinds[:2] == [("ADDED", "after"), ("DELETED", "after")]
     assert ("BOOKMARK", None) in kinds
-    replay = watch_events(f"{configmaps(api)}?watch=1&resourceVersion={rv}&timeoutSeconds=1"
-                          "&labelSelector=k%3Dv")  # fmt: skip
+    replay = watch_events(
+        f"{configmaps(api)}?watch=1&resourceVersion={rv}&timeoutSeconds=1&labelSelector=k%3Dv"
+    )
     assert [e["type"] for e in replay] == ["ADDED", "DELETED"]
     initial = watch_events(f"{configmaps(api)}?watch=1&timeoutSeconds=1")
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in initial] == [("ADDED", "before")]
@@ -161,8 +180,13 @@ def test_deleting_an_owner_collects_its_dependents_and_finalizers_hold_deletion(
     api: ApiServer,
 ) -> None:
     owner = request(apps(api), "POST", app()).body
-    reference = {"apiVersion": "eddyline.dev/v1alpha1", "kind": "StreamApp", "name": "wc",
-                 "uid": owner["metadata"]["uid"], "controller": True}  # fmt: skip
+    reference = {
+        "apiVersion": "eddyline.dev/v1alpha1",
+        "kind": "StreamApp",
+        "name": "wc",
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+    }
     request(
         configmaps(api), "POST", {"metadata": {"name": "owned", "ownerReferences": [reference]}}
     )
@@ -207,8 +231,9 @@ def test_unknown_fields_are_pruned_unless_validation_is_strict(api: ApiServer) -
 
 def test_transition_rules_see_the_old_object(api: ApiServer) -> None:
     request(apps(api), "POST", app(storage={"size": "1Gi"}))
-    resized = request(f"{apps(api)}/wc", "PATCH", {"spec": {"storage": {"size": "2Gi"}}},
-                      content_type=MERGE)  # fmt: skip
+    resized = request(
+        f"{apps(api)}/wc", "PATCH", {"spec": {"storage": {"size": "2Gi"}}}, content_type=MERGE
+    )
     assert resized.status == 422
     assert 'spec.storage: Invalid value: "object": size is immutable' in resized.body["message"]
 

@@ -39,27 +39,58 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = 20) -> An
 def stateful_set(replicas: int = 3, **pod_spec: Any) -> dict[str, Any]:
     labels = {"app": "web"}
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
         "metadata": {"name": "web"},
         "spec": {
-            "replicas": replicas, "serviceName": "web", "podManagementPolicy": "Parallel",
+            "replicas": replicas,
+            "serviceName": "web",
+            "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": labels},
-            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
-            "template": {"metadata": {"labels": labels}, "spec": {
-                "containers": [{
-                    "name": "web", "image": "python", "command": SERVER,
-                    "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                    "ports": [{"name": "http", "containerPort": 8080}],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
-                }],
-                "topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiable": "ScheduleAnyway",
-                    "topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": labels}}],
-                **pod_spec,
-            }},
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }
+            ],
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "web",
+                            "image": "python",
+                            "command": SERVER,
+                            "env": [
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                                }
+                            ],
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/", "port": "http"},
+                                "periodSeconds": 1,
+                            },
+                        }
+                    ],
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "topologyKey": "topology.kubernetes.io/zone",
+                            "labelSelector": {"matchLabels": labels},
+                        }
+                    ],
+                    **pod_spec,
+                },
+            },
         },
-    }  # fmt: skip
+    }
 
 
 def sts_url(api: ApiServer) -> str:
@@ -72,7 +103,7 @@ def pods(api: ApiServer) -> list[dict[str, Any]]:
 
 def ready_replicas(api: ApiServer, count: int) -> bool:
     status = request(f"{sts_url(api)}/web").body.get("status", {})
-    return status.get("readyReplicas") == count and status.get("replicas") == count
+    return bool(status.get("readyReplicas") == count and status.get("replicas") == count)
 
 
 def fetch(url: str) -> str:
@@ -90,13 +121,20 @@ def test_stateful_set_pods_run_on_their_own_addresses_in_three_zones(
     assert sorted(p["metadata"]["name"] for p in running) == ["web-0", "web-1", "web-2"]
     addresses = {p["status"]["podIP"] for p in running}
     assert len(addresses) == 3 and all(a.startswith("127.0.0.") for a in addresses)
-    nodes = {n["metadata"]["name"]: n for n in request(f"{apiserver.url}/api/v1/nodes").body["items"]}
-    zones = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"]["topology.kubernetes.io/zone"]
-             for p in running}  # fmt: skip
+    nodes = {
+        n["metadata"]["name"]: n for n in request(f"{apiserver.url}/api/v1/nodes").body["items"]
+    }
+    zones = {
+        nodes[p["spec"]["nodeName"]]["metadata"]["labels"]["topology.kubernetes.io/zone"]
+        for p in running
+    }
     assert zones == {"zone-a", "zone-b", "zone-c"}
     claims = request(f"{apiserver.url}/api/v1/namespaces/default/persistentvolumeclaims").body
     assert sorted(c["metadata"]["name"] for c in claims["items"]) == [
-        "data-web-0", "data-web-1", "data-web-2"]  # fmt: skip
+        "data-web-0",
+        "data-web-1",
+        "data-web-2",
+    ]
     # Each pod's /data is its own claim's directory, which outlives the pod.
     claim_dir = cluster.root / "claims" / "default" / "data-web-1"
     (claim_dir / "marker.txt").write_text("one")
@@ -124,7 +162,9 @@ def test_a_killed_container_restarts_and_a_deleted_pod_is_replaced(
 
     def replaced() -> bool:
         pod = request(f"{apiserver.url}/api/v1/namespaces/default/pods/web-0").body
-        return pod.get("metadata", {}).get("uid") not in (None, old_uid) and ready_replicas(apiserver, 2)
+        return pod.get("metadata", {}).get("uid") not in (None, old_uid) and ready_replicas(
+            apiserver, 2
+        )
 
     wait_for(replaced, "a new web-0")
     request(f"{sts_url(apiserver)}/web", "PATCH", {"spec": {"replicas": 1}}, content_type=MERGE)
@@ -135,10 +175,14 @@ def test_a_killed_container_restarts_and_a_deleted_pod_is_replaced(
 @pytest.mark.slow
 def test_a_service_forwards_to_ready_pods_only(apiserver: ApiServer, cluster: Cluster) -> None:
     request(sts_url(apiserver), "POST", stateful_set(replicas=1))
-    service = request(f"{apiserver.url}/api/v1/namespaces/default/services", "POST", {
-        "metadata": {"name": "web"},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]},
-    }).body  # fmt: skip
+    service = request(
+        f"{apiserver.url}/api/v1/namespaces/default/services",
+        "POST",
+        {
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]},
+        },
+    ).body
     address = service["spec"]["clusterIP"]
     assert address.startswith("127.0.100.")
     wait_for(lambda: ready_replicas(apiserver, 1), "1 ready replica")
@@ -150,9 +194,19 @@ def test_a_service_forwards_to_ready_pods_only(apiserver: ApiServer, cluster: Cl
 def test_required_node_affinity_pins_every_pod_to_one_node(
     apiserver: ApiServer, cluster: Cluster
 ) -> None:
-    pinned = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": ["node-b"]}]}]}}}  # fmt: skip
+    pinned = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-b"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
     request(sts_url(apiserver), "POST", stateful_set(replicas=3, affinity=pinned))
     wait_for(lambda: ready_replicas(apiserver, 3), "3 ready replicas")
     assert {p["spec"]["nodeName"] for p in pods(apiserver)} == {"node-b"}
@@ -160,13 +214,25 @@ def test_required_node_affinity_pins_every_pod_to_one_node(
 
 @pytest.mark.slow
 def test_a_job_runs_its_pod_to_completion(apiserver: ApiServer, cluster: Cluster) -> None:
-    job = {"metadata": {"name": "once"}, "spec": {"template": {"spec": {
-        "restartPolicy": "Never",
-        "containers": [{"name": "main", "image": "python", "command": ["python", "-c", "print(1)"]}]}}}}  # fmt: skip
+    job = {
+        "metadata": {"name": "once"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": "python", "command": ["python", "-c", "print(1)"]}
+                    ],
+                }
+            }
+        },
+    }
     request(f"{apiserver.url}/apis/batch/v1/namespaces/default/jobs", "POST", job)
 
     def complete() -> bool:
-        status = request(f"{apiserver.url}/apis/batch/v1/namespaces/default/jobs/once").body.get("status", {})
+        status = request(f"{apiserver.url}/apis/batch/v1/namespaces/default/jobs/once").body.get(
+            "status", {}
+        )
         return any(c["type"] == "Complete" for c in status.get("conditions", []))
 
     wait_for(complete, "the job to complete")
