@@ -37,6 +37,10 @@ def kopf_arguments(argv: Sequence[str], environ: dict[str, str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     import kopf.cli
 
+    # This package was imported before kopf (as the script's parent), so its __init__ did
+    # not register the handlers, and `kopf run -m` will not import it again.
+    from eddyline_operator import handlers  # noqa: F401
+
     args = kopf_arguments(sys.argv[1:] if argv is None else argv, dict(os.environ))
     kopf.cli.main(args=args, prog_name="eddyline-operator")
     return 0
