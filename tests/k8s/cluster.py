@@ -1033,11 +1033,13 @@ def _expand(text: str, env: dict[str, str]) -> str:
 
 
 def _map_paths(text: str, mounts: dict[str, Path]) -> str:
-    """Replace each mount path (as a whole path prefix) by its directory here."""
-    for mount_path in sorted(mounts, key=len, reverse=True):
-        pattern = r"(?<![\w.-])" + re.escape(mount_path.rstrip("/")) + r"(?=/|$|[^\w.-])"
-        text = re.sub(pattern, str(mounts[mount_path]).replace("\\", "\\\\"), text)
-    return text
+    """Replace each mount path (as a whole path prefix) by its directory here, in one pass."""
+    if not mounts:
+        return text
+    by_path = {path.rstrip("/") or "/": str(directory) for path, directory in mounts.items()}
+    alternatives = "|".join(re.escape(p) for p in sorted(by_path, key=len, reverse=True))
+    pattern = r"(?<![\w.-])(" + alternatives + r")(?=/|$|[^\w.-])"
+    return re.sub(pattern, lambda match: by_path[match.group(1)], text)
 
 
 def _container_port(pod: Obj, target: Any) -> int | None:
