@@ -149,8 +149,10 @@ class OperatorHarness:
         """What to print when a test times out: status, pods and the operator's last lines."""
         lines: list[Any] = [f"status: {self.app(app).get('status')}"]
         for name, pod in sorted(self.pods(app).items()):
-            lines.append(f"{name}: {pod.get('status', {}).get('phase')} "
-                         f"{pod.get('status', {}).get('containerStatuses')}")
+            lines.append(
+                f"{name}: {pod.get('status', {}).get('phase')} "
+                f"{pod.get('status', {}).get('containerStatuses')}"
+            )
             lines.append(self.cluster.pod_log(self.namespace, name)[-2000:])
         lines.append(self.operator_output()[-4000:])
         return "\n".join(str(line) for line in lines)
