@@ -1,0 +1,183 @@
+"""``helm install`` of the operator's chart, by Helm's own library, against the emulated API server.
+
+helm-sdkpy has no client-only render, so installing is how the chart is rendered: every object
+Helm sends is validated against the Kubernetes 1.32 schemas, and the CRD from the chart's
+``crds/`` becomes Established. Helm keeps its release in memory (``HELM_DRIVER=memory``): the
+default Secret storage sends protobuf, which the emulator does not speak. The Go runtime
+reads the environment once when the library loads, so Helm runs in a subprocess started
+with that environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from k8s.apiserver import ApiServer
+from k8s.client import request
+from k8s.kubectl import KUBECTL, Kubectl
+from k8s.operator_harness import REPO
+
+helm_sdkpy = pytest.importorskip("helm_sdkpy")
+
+CHART = REPO / "charts" / "eddyline-operator"
+CRD_NAME = "streamapps.eddyline.dev"
+# One Helm session: with the memory driver, releases live only as long as the process.
+HELM = """
+import asyncio, json, sys
+import helm_sdkpy
+
+kubeconfig, namespace, chart, steps = sys.argv[1:5]
+config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
+results = []
+for step in json.loads(steps):
+    try:
+        if step["action"] == "install":
+            result = asyncio.run(helm_sdkpy.Install(config).run(
+                "eddyline", chart, values=step.get("values", {}), wait=False, timeout=30))
+        else:
+            result = asyncio.run(helm_sdkpy.Uninstall(config).run("eddyline", wait=False, timeout=30))
+    except Exception as error:
+        result = {"error": f"{type(error).__name__}: {error}"}
+    results.append(result)
+print(json.dumps(results, default=str))
+"""
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    server = ApiServer().start()
+    yield server
+    server.stop()
+
+
+def helm(
+    api: ApiServer, tmp_path: Path, namespace: str, *steps: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Run install/uninstall steps in one Helm session; one result (or error) per step."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(api.kubeconfig(), encoding="utf-8")
+    env = {**os.environ, "HELM_DRIVER": "memory", "HOME": str(tmp_path)}
+    completed = subprocess.run(
+        [sys.executable, "-c", HELM, str(kubeconfig), namespace, str(CHART), json.dumps(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    results: list[dict[str, Any]] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return results
+
+
+INSTALL: dict[str, Any] = {"action": "install"}
+UNINSTALL: dict[str, Any] = {"action": "uninstall"}
+
+
+def rendered(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(result["manifest"]) if doc]
+
+
+def create_namespace(api: ApiServer, name: str) -> None:
+    created = request(f"{api.url}/api/v1/namespaces", "POST", {"metadata": {"name": name}})
+    assert created.status == 201, created
+
+
+def test_helm_installs_the_chart_and_every_rendered_object_is_valid(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    create_namespace(api, "eddyline-system")
+    (result,) = helm(api, tmp_path, "eddyline-system", INSTALL)
+    assert "error" not in result, result.get("error")
+    objects = rendered(result)
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                            "RoleBinding", "Deployment"])  # fmt: skip
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.32", strict=True)
+        resource = api.resource_for(obj)
+        namespace = (
+            obj["metadata"].get("namespace", "eddyline-system") if resource.namespaced else None
+        )
+        name = obj["metadata"]["name"]
+        stored = api.call(lambda r=resource, ns=namespace, n=name: api.find(r, ns, n))
+        assert stored is not None, f"{obj['kind']} {obj['metadata']['name']} was not created"
+        kubernetes_validate.validate(stored, "1.32", strict=True)
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env["WATCH_NAMESPACES"] == "eddyline-system"
+    role = next(o for o in objects if o["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "eddyline-system"
+    cluster_role = next(o for o in objects if o["kind"] == "ClusterRole")
+    verbs = {v for rule in cluster_role["rules"] for v in rule["verbs"]}
+    assert verbs == {"get", "list", "watch"}  # cluster-wide, the operator only reads
+
+    crd_url = f"{api.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+    crd = request(crd_url).body
+    established = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert established["Established"] == "True"
+    kubernetes_validate.validate(crd, "1.32", strict=True)
+
+
+def test_helm_uninstall_removes_the_release_and_keeps_the_crd(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    installed, uninstalled = helm(api, tmp_path, "default", INSTALL, UNINSTALL)
+    assert "error" not in installed and "error" not in uninstalled, (installed, uninstalled)
+    assert request(f"{api.url}/apis/apps/v1/namespaces/default/deployments").body["items"] == []
+    assert request(f"{api.url}/api/v1/namespaces/default/serviceaccounts").body["items"] == []
+    crd_url = f"{api.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+    assert request(crd_url).status == 200  # Helm never deletes CRDs
+
+
+def test_helm_renders_a_role_per_watched_namespace_or_one_cluster_role(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    for name in ("eddyline-system", "team-a", "team-b"):
+        create_namespace(api, name)
+    result, _, wide = helm(
+        api,
+        tmp_path,
+        "eddyline-system",
+        {"action": "install", "values": {"watchNamespaces": ["team-a", "team-b"]}},
+        UNINSTALL,
+        {"action": "install", "values": {"clusterWide": True}},
+    )  # fmt: skip
+    roles = [o for o in rendered(result) if o["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    kinds = [o["kind"] for o in rendered(wide)]
+    assert "Role" not in kinds and kinds.count("ClusterRole") == 2
+    for obj in rendered(wide):
+        kubernetes_validate.validate(obj, "1.32", strict=True)
+
+
+def test_helm_refuses_values_the_schema_refuses_naming_the_value(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    (result,) = helm(
+        api, tmp_path, "default", {"action": "install", "values": {"livenessPort": 80}}
+    )
+    assert "livenessPort" in result.get("error", ""), result
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+def test_after_helm_install_kubectl_knows_streamapps(api: ApiServer, tmp_path: Path) -> None:
+    helm(api, tmp_path, "default", INSTALL)
+    kubectl = Kubectl(api, tmp_path / "kubectl-home")
+    kubectl("wait", "--for=condition=Established", "crd/streamapps.eddyline.dev")
+    assert "No resources found" in kubectl.run("get", "sapp").stderr
