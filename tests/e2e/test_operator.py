@@ -114,6 +114,7 @@ def wordcount(harness: OperatorHarness) -> WordCount:
     log = open_log(log_url)  # the input topic exists before the app, as on a real cluster
     log.create_topic("text-lines", 4)
     log.close()
+    harness.wait_until_operator_watches()
     assert harness.kubectl is not None
     assert harness.kubectl("apply", "-f", str(MANIFEST)).strip() == (
         f"streamapp.eddyline.dev/{APP} created"

@@ -45,7 +45,8 @@ for step in json.loads(steps):
             result = asyncio.run(helm_sdkpy.Install(config).run(
                 "eddyline", chart, values=step.get("values", {}), wait=False, timeout=30))
         else:
-            result = asyncio.run(helm_sdkpy.Uninstall(config).run("eddyline", wait=False, timeout=30))
+            uninstall = helm_sdkpy.Uninstall(config)
+            result = asyncio.run(uninstall.run("eddyline", wait=False, timeout=30))
     except Exception as error:
         result = {"error": f"{type(error).__name__}: {error}"}
     results.append(result)

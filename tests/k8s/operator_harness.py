@@ -73,6 +73,21 @@ class OperatorHarness:
         self.start_operator()
         return self
 
+    def wait_until_operator_watches(self, timeout: float = 60) -> None:
+        """Until kopf has a watch open on StreamApps (it then handles what is applied)."""
+
+        def watching() -> bool:
+            if self.operator is not None and self.operator.poll() is not None:
+                raise AssertionError(f"the operator exited:\n{self.operator_output()[-3000:]}")
+            return any(
+                r["agent"].startswith("kopf/")
+                and r["path"].endswith("/streamapps")
+                and r["query"].get("watch") == "true"
+                for r in list(self.api.requests)
+            )
+
+        wait_for(watching, "the operator to watch StreamApps", timeout)
+
     def start_operator(self) -> None:
         assert self.kubectl is not None
         env = {
