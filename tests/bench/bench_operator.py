@@ -39,10 +39,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eddyline_runtime.log import Record, open_log  # noqa: E402
-from eddyline_runtime.partitions import TopicPartition  # noqa: E402
-from eddyline_runtime.query.client import QueryFailedError, QueryRouter  # noqa: E402
-from k8s.operator_harness import REPO, OperatorHarness, wait_for  # noqa: E402
+from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from k8s.operator_harness import REPO, OperatorHarness, wait_for
 
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
