@@ -15,16 +15,19 @@ QUIXSTREAMS := quixstreams==3.28.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast lint bench-store bench-runtime bench-relocation bench-failover image clean
+.PHONY: help setup run demo-store test test-fast lint crds bench-store bench-runtime bench-relocation bench-failover image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# helm-sdkpy (Helm's Go library: chart lint and render) declares Python >= 3.12 but
+# runs on 3.11, hence --ignore-requires-python.
 $(STAMP): pyproject.toml
 	@scripts/check-prerequisites
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,operator]'
+	$(BIN)/python -m pip install --quiet --ignore-requires-python 'helm-sdkpy==0.1.32'
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv and install eddyline with its development tools
@@ -40,6 +43,9 @@ test: $(STAMP) ## Run every test, slow ones included (what CI runs)
 
 test-fast: $(STAMP) ## Run the tests not marked slow
 	$(BIN)/pytest -m "not slow"
+
+crds: $(STAMP) ## Generate the StreamApp CRD from the pydantic model into crds/ and the chart
+	$(BIN)/python -m eddyline_operator.crd --root .
 
 lint: $(STAMP) ## ruff, mypy --strict on src, and the import contracts
 	$(BIN)/ruff check .
