@@ -109,7 +109,7 @@ def run_app(
     on_started: Callable[[StreamsInstance], None] | None = None,
 ) -> StreamsInstance:
     config = app.streams_config()
-    topology = load_topology(app.spec.topology, search_path)
+    topology = load_topology(app.spec.topology.ref, search_path)
     instance = StreamsInstance(topology, config, log, instance_id=instance_id)
 
     def finished() -> bool:
@@ -130,7 +130,7 @@ def run_member(
 ) -> StreamsInstance:
     """One replica of a local group: follow the membership file until SIGINT/SIGTERM."""
     config = app.streams_config()
-    topology = load_topology(app.spec.topology, search_path)
+    topology = load_topology(app.spec.topology.ref, search_path)
     membership = _wait_for_membership(member_file, instance_id)
     instance = StreamsInstance(
         topology,
@@ -229,7 +229,7 @@ def start_group(
 ) -> LocalGroup:
     """Start the replicas of ``app`` and print where to query them."""
     config = app.streams_config()
-    topology = load_topology(app.spec.topology, [manifest.resolve().parent])
+    topology = load_topology(app.spec.topology.ref, [manifest.resolve().parent])
     log = open_log(app.spec.log.url)
     try:
         layout = resolve_topics(topology, config.application_id, log)
