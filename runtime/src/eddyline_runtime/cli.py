@@ -74,6 +74,13 @@ def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
         help="run as one replica of a local group, following this membership file "
         "(eddyline run starts replicas this way when spec.replicas > 1)",
     )
+    run.add_argument(
+        "--membership-configmap",
+        metavar="NAME",
+        help="run as a pod of a cluster, following the membership the operator publishes in "
+        "this ConfigMap of the pod's namespace (watched through the Kubernetes API)",
+    )
+    run.add_argument("--log-url", help="open this log instead of spec.log.url")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -131,6 +138,8 @@ def _run_manifest(args: argparse.Namespace) -> int:
             instance_id=args.instance_id,
             config_file=args.config,
             member_file=args.member_file,
+            membership_configmap=args.membership_configmap,
+            log_url=args.log_url,
             until_caught_up=args.until_caught_up,
         )
         return 0

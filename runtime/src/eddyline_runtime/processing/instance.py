@@ -257,6 +257,8 @@ class StreamsInstance:
         self._refresh_state()
         if self.state is not InstanceState.RUNNING or self.assignment is None:
             return False
+        if self.member.id not in self.assignment.active:
+            return False  # no share yet: on a cluster, the operator has not assigned it
         wanted = self.assignment.tasks_of(self.member.id).active
         running = {
             task_id
