@@ -338,15 +338,18 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
         },
         "spec": pod_spec,
     }
-    template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH] = template_hash(template)
+    # Pods load the rendered settings once at start: a change in them restarts pods too.
+    template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH] = template_hash(
+        template, rendered_config(app)
+    )
     return template
 
 
-def template_hash(template: Obj) -> str:
-    """A hash of the template without its own hash annotation."""
+def template_hash(template: Obj, settings: Obj) -> str:
+    """A hash of the template (without its own hash annotation) and the settings pods load."""
     bare = json.loads(json.dumps(template))
     bare.get("metadata", {}).get("annotations", {}).pop(names.ANNOTATION_CONFIG_HASH, None)
-    text = json.dumps(bare, sort_keys=True, separators=(",", ":"))
+    text = json.dumps([bare, settings], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
