@@ -257,3 +257,17 @@ def test_local_only_fields_are_not_rendered_for_pods() -> None:
         build(zones=["a", "b"])["ConfigMap/wc-config"]["data"][names.MANIFEST_KEY]
     )
     assert "zones" not in manifest["spec"]
+
+
+@pytest.mark.parametrize("example", ["wordcount", "click_enrichment", "custom_processor"])
+def test_each_example_has_a_cluster_manifest_the_operator_accepts(example: str) -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    document = yaml.safe_load((root / "examples" / example / "streamapp.cluster.yaml").read_text())
+    app = parse_app({**document, "metadata": {**document["metadata"], "namespace": "default"}})
+    assert app.spec.replicas == 3
+    assert app.streams_config().num_standby_replicas == 1
+    assert objects.uses_embedded_log(app)
+    built = objects.desired_objects(app, "default", OWNER, default_image="x", log_node="node-0")
+    assert "PersistentVolumeClaim" in [o["kind"] for o in built]
