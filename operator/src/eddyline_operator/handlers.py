@@ -145,10 +145,11 @@ def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_a
         for obj in result.objects:
             outcome = kube.apply(obj)
             if outcome != "unchanged":
-                kopf.info(
+                post_event(
                     body,
-                    reason=outcome.capitalize(),
-                    message=f"{outcome} {obj['kind']} {obj['metadata']['name']}",
+                    "Normal",
+                    outcome.capitalize(),
+                    f"{outcome} {obj['kind']} {obj['metadata']['name']}",
                 )
         state.applied_hash, state.applied_at = digest, time.monotonic()
     if result.membership is not None:
@@ -158,7 +159,7 @@ def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_a
     for pod in result.delete_pods:
         kube.delete("Pod", namespace, pod)
     for event in result.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        post_event(body, event.type, event.reason, event.message)
     if _status_differs(body.get("status") or {}, result.status):
         try:
             kube.patch_streamapp_status(namespace, name, result.status)
@@ -166,6 +167,11 @@ def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_a
             if error.status != 409:
                 raise
             # Someone wrote in between: the next cycle (at most TIMER_SECONDS) writes again.
+
+
+def post_event(body: Any, type_: str, reason: str, message: str) -> None:
+    """An Event about the StreamApp (kopf posts it in the background)."""
+    kopf.event(body, type=type_, reason=reason, message=message)
 
 
 def _nodes(kube: Kube) -> list[Any]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from conftest import StoreFactory
 from eddyline_runtime.config import StreamsConfig
-from eddyline_runtime.processing import CachingKeyValueStore, Change, ThreadCache
+from eddyline_runtime.processing import Change
+from eddyline_runtime.processing.record_cache import CachingKeyValueStore, ThreadCache
 from eddyline_runtime.state import InMemoryStore, TopicPartition
 
 CHANGELOG = TopicPartition("sum-changelog", 0)

@@ -24,19 +24,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Protocol
 
+from eddyline_runtime.errors import ConfigError
+from eddyline_runtime.processing.topology import Change
 from eddyline_runtime.state import KeyRange, KeyValue
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """An update as downstream sees it: the new value and the one it replaces."""
-
-    new: bytes | None
-    old: bytes | None
-
 
 # Called with a store's dirty entries, in dirty order, when they are flushed.
 FlushListener = Callable[[list[tuple[bytes, bytes | None]]], None]
@@ -140,7 +132,7 @@ class ThreadCache:
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 0:
-            raise ValueError(f"statestore.cache.max.bytes must be >= 0, got {max_bytes}")
+            raise ConfigError("statestore.cache.max.bytes", max_bytes, "0 or more bytes")
         self.max_bytes = max_bytes
         self.num_bytes = 0
         self._caches: dict[str, NamedCache] = {}

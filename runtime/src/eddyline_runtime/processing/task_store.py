@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.record_cache import CachingKeyValueStore, Change, ThreadCache
+from eddyline_runtime.processing.record_cache import CachingKeyValueStore, ThreadCache
+from eddyline_runtime.processing.topology import Change
 from eddyline_runtime.state import KeyRange, KeyValue, ReadableKeyValueStore, StateStore
 
 # Receives each update the cache flushes: the key and Change(new, old).

@@ -22,6 +22,14 @@ from typing import Any, Protocol
 from eddyline_runtime.errors import EddylineError
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """An update as downstream sees it: the new value and the one it replaces."""
+
+    new: bytes | None
+    old: bytes | None
+
+
 class TopologyError(EddylineError, ValueError):
     """A topology that cannot be built: a duplicate name, an unknown parent or store."""
 

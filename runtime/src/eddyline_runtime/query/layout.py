@@ -13,8 +13,7 @@ from __future__ import annotations
 import hashlib
 
 from eddyline_runtime.membership import MemberReport, StoreCopy
-from eddyline_runtime.processing import StreamsInstance
-from eddyline_runtime.processing.instance import InstanceNotStartedError
+from eddyline_runtime.processing.instance import InstanceNotStartedError, StreamsInstance
 from eddyline_runtime.processing.queryable import StoreRole
 
 
