@@ -11,6 +11,7 @@ embedded log; it never writes membership: the pods learn it from the operator.
 from __future__ import annotations
 
 import collections
+import json
 import random
 import re
 import time
@@ -130,11 +131,11 @@ def wordcount(harness: OperatorHarness) -> WordCount:
     return WordCount(harness, log_url, address, collections.Counter())
 
 
-def _ready(harness: OperatorHarness) -> bool:
+def _ready(harness: OperatorHarness, replicas: int = 3) -> bool:
     status = harness.app(APP).get("status", {})
     ready = harness.condition(APP, "Ready")
     return bool(
-        status.get("readyReplicas") == 3
+        status.get("readyReplicas") == replicas
         and ready is not None
         and ready["status"] == "True"
         and status.get("observedGeneration") == harness.app(APP)["metadata"]["generation"]
@@ -221,6 +222,45 @@ def test_a_killed_pod_fails_over_to_its_standby_and_counts_stay_exact(
     # The kubelet restarts the container after its back-off; it rejoins as a member.
     wait_for(lambda: _pod_restarted(harness, victim) and _ready(harness), "the pod back", 60)
     wait_for(wordcount.counts_exact, "exact counts with the pod back", 60)
+
+
+def test_a_deleted_pod_terminates_gracefully_is_replaced_and_counts_stay_exact(
+    wordcount: WordCount,
+) -> None:
+    harness = wordcount.harness
+    wait_for(lambda: _settled(harness), "no rollout under way", 120)
+    old_uid = harness.pods(APP)[f"{APP}-2"]["metadata"]["uid"]
+    # kubectl waits for the kubelet stand-in: SIGTERM, the runtime commits and exits.
+    assert f'pod "{APP}-2" deleted' in wordcount.kubectl("delete", "pod", f"{APP}-2")
+    wordcount.produce(500, seed=4)
+
+    def replaced() -> bool:
+        pod = harness.pods(APP).get(f"{APP}-2")
+        return pod is not None and pod["metadata"]["uid"] != old_uid and _ready(harness)
+
+    wait_for(replaced, f"a new {APP}-2, ready", 60)
+    wait_for(wordcount.counts_exact, "exact counts after the replacement", 60)
+    log = harness.cluster.pod_log("default", f"{APP}-2")
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_scaling_through_the_scale_subresource_rebalances_and_counts_stay_exact(
+    wordcount: WordCount,
+) -> None:
+    harness = wordcount.harness
+    wait_for(lambda: _settled(harness), "no rollout under way", 120)
+    assert "scaled" in wordcount.kubectl("scale", "sapp", APP, "--replicas=4")
+    wait_for(lambda: len(harness.pods(APP)) == 4 and _ready(harness, 4), "4 ready pods", 90)
+    membership = harness.get("", "configmaps", f"{APP}-membership")
+    assert membership is not None
+    assigned = json.loads(membership["data"]["membership.json"])["assignment"]
+    assert f"{APP}-3" in json.dumps(assigned)  # the new pod holds tasks
+    wordcount.produce(500, seed=5)
+    wait_for(wordcount.counts_exact, "exact counts on 4 pods", 60)
+    assert "scaled" in wordcount.kubectl("scale", "sapp", APP, "--replicas=3")
+    wait_for(lambda: len(harness.pods(APP)) == 3 and _ready(harness), "back to 3 pods", 90)
+    wordcount.produce(500, seed=6)
+    wait_for(wordcount.counts_exact, "exact counts back on 3 pods", 60)
 
 
 def _pod_at(harness: OperatorHarness, host: str | None) -> str:
