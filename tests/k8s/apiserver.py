@@ -1485,9 +1485,11 @@ class ApiServer:
                 "description": "Name must be unique within a namespace.",
             }
         ]
-        printer = resource.printer_columns or [
-            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-        ]
+        printer = (
+            resource.printer_columns
+            or _BUILTIN_COLUMNS.get(resource.kind)
+            or [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+        )
         for column in printer:
             columns.append(
                 {
@@ -1502,7 +1504,8 @@ class ApiServer:
         for obj in items:
             cells: list[Any] = [obj["metadata"]["name"]]
             for column in printer:
-                value = json_path(obj, column["jsonPath"])
+                compute = column.get("compute")
+                value = compute(obj) if compute else json_path(obj, column["jsonPath"])
                 cells.append(human_age(value) if column.get("type") == "date" else value)
             whole = query.get("includeObject") == "Object"
             rows.append(
@@ -1524,6 +1527,45 @@ class ApiServer:
             "columnDefinitions": columns,
             "rows": rows,
         }
+
+
+def _pod_status(pod: Obj) -> str:
+    """The STATUS kubectl prints: Terminating, a waiting or terminated reason, or the phase."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    for container in pod.get("status", {}).get("containerStatuses", []):
+        state = container.get("state", {})
+        reason = state.get("waiting", {}).get("reason") or state.get("terminated", {}).get("reason")
+        if reason:
+            return str(reason)
+    return str(pod.get("status", {}).get("phase", "Pending"))
+
+
+def _ready_of(statuses: list[Obj]) -> str:
+    return f"{sum(bool(s.get('ready')) for s in statuses)}/{len(statuses)}"
+
+
+# What the API server's table convertors print for built-in kinds (kubectl get pods, sts).
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_BUILTIN_COLUMNS: dict[str, list[Obj]] = {
+    "Pod": [
+        {"name": "Ready", "type": "string",
+         "compute": lambda p: _ready_of(p.get("status", {}).get("containerStatuses", []))},
+        {"name": "Status", "type": "string", "compute": _pod_status},
+        {"name": "Restarts", "type": "string",
+         "compute": lambda p: str(sum(c.get("restartCount", 0)
+                                      for c in p.get("status", {}).get("containerStatuses", [])))},
+        _AGE,
+        {"name": "IP", "type": "string", "priority": 1, "jsonPath": ".status.podIP"},
+        {"name": "Node", "type": "string", "priority": 1, "jsonPath": ".spec.nodeName"},
+    ],
+    "StatefulSet": [
+        {"name": "Ready", "type": "string",
+         "compute": lambda s: f"{s.get('status', {}).get('readyReplicas', 0)}/"
+                              f"{s.get('spec', {}).get('replicas', 0)}"},
+        _AGE,
+    ],
+}  # fmt: skip
 
 
 def _wants_table(request: web.Request) -> bool:

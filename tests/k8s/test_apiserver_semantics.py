@@ -139,6 +139,7 @@ def test_label_and_field_selectors(api: ApiServer) -> None:
     assert names("fieldSelector=metadata.name!%3Db") == ["a", "c"]
 
 
+@pytest.mark.slow
 def test_watch_resumes_from_a_resource_version_with_bookmarks_and_timeout(
     api: ApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

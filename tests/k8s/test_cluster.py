@@ -14,6 +14,7 @@ import pytest
 from k8s.apiserver import ApiServer
 from k8s.client import request
 from k8s.cluster import Cluster
+from k8s.kubectl import Kubectl
 
 MERGE = "application/merge-patch+json"
 # A pod that serves its claim's directory on its own address; ready once it answers.
@@ -170,6 +171,21 @@ def test_a_killed_container_restarts_and_a_deleted_pod_is_replaced(
     request(f"{sts_url(apiserver)}/web", "PATCH", {"spec": {"replicas": 1}}, content_type=MERGE)
     wait_for(lambda: [p["metadata"]["name"] for p in pods(apiserver)] == ["web-0"], "scale down")
     wait_for(lambda: len(cluster.pods) == 1, "web-1's process gone")
+
+
+@pytest.mark.slow
+def test_kubectl_get_pods_prints_readiness_status_and_restarts(
+    apiserver: ApiServer, cluster: Cluster, kubectl: Kubectl
+) -> None:
+    request(sts_url(apiserver), "POST", stateful_set(replicas=2))
+    wait_for(lambda: ready_replicas(apiserver, 2), "2 ready replicas")
+    table = kubectl("get", "pods", "-o", "wide").splitlines()
+    assert table[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    assert [row.split()[:4] for row in table[1:]] == [
+        ["web-0", "1/1", "Running", "0"],
+        ["web-1", "1/1", "Running", "0"],
+    ]
+    assert kubectl("get", "sts", "web").splitlines()[1].split()[:2] == ["web", "2/2"]
 
 
 @pytest.mark.slow
