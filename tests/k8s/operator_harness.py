@@ -58,7 +58,7 @@ class OperatorHarness:
             self.api,
             root / "cluster",
             pythonpath=[str(REPO / "examples" / example) for example in examples],
-            restart_backoff=(2.0, 20.0),
+            restart_backoff=(5.0, 40.0),  # a real kubelet: 10 s doubling to 300 s
         )
         self.kubectl: Kubectl | None = None
         self.operator: subprocess.Popen[bytes] | None = None
