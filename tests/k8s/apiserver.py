@@ -21,9 +21,11 @@ There is no cluster on these machines. This emulator serves the parts of the API
 - CRDs that register their resource and become Established, and custom resources defaulted,
   pruned and validated by their schema and CEL rules (``crd_schema.py``).
 
-Not emulated: authentication and RBAC (every request is allowed; the request log keeps each
-request's bearer token so a test can check who asked for what), protobuf bodies (run Helm
-with ``HELM_DRIVER=memory``), managed fields, and conversion between CRD versions.
+RBAC is enforced for the bearer tokens :meth:`ApiServer.issue_token` gives to service accounts
+(Roles, ClusterRoles and their bindings, ``resourceNames``, subresources; 403 in the API
+server's words); any other request is an administrator's. Not emulated: privilege-escalation
+checks, protobuf bodies (run Helm with ``HELM_DRIVER=memory``), managed fields, and conversion
+between CRD versions.
 
 Everything runs on one event loop in one thread, so a write and the watch events it causes
 are never interleaved with another write. Controllers that stand in for the cluster
@@ -387,6 +389,7 @@ class ApiServer:
         self.watches: list[_Watch] = []
         self.requests: collections.deque[Obj] = collections.deque(maxlen=500)
         self.injections: list[Injection] = []
+        self.tokens: dict[str, tuple[str, str]] = {}  # bearer token -> (namespace, account)
         self.listeners: list[Callable[[str, Resource, Obj], None]] = []
         self.cluster_ips = iter(f"127.0.100.{n}" for n in range(2, 255))
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -467,13 +470,19 @@ class ApiServer:
         """Answer the next ``times`` matching requests with ``status`` (fault injection)."""
         self.injections.append(Injection(method.upper(), path_prefix, status, times))
 
-    def kubeconfig(self) -> str:
+    def issue_token(self, namespace: str, service_account: str) -> str:
+        """A bearer token for a service account: its requests are checked against RBAC."""
+        token = f"sa.{namespace}.{service_account}.{uuid.uuid4().hex}"
+        self.tokens[token] = (namespace, service_account)
+        return token
+
+    def kubeconfig(self, token: str = "admin") -> str:
         return yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
                 "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-                "users": [{"name": "tester", "user": {"token": "tester"}}],
+                "users": [{"name": "tester", "user": {"token": token}}],
                 "contexts": [
                     {
                         "name": "emulator",
@@ -1116,6 +1125,17 @@ class ApiServer:
     ) -> web.StreamResponse:
         query = request.query
         method = request.method
+        account = self.tokens.get(request.headers.get("Authorization", "").removeprefix("Bearer "))
+        if account is not None:
+            self.authorize(
+                account,
+                _verb(method, name, query),
+                resource,
+                subresource=subresource,
+                namespace=namespace,
+                name=name,
+                fields=query.get("fieldSelector", ""),
+            )
         dry_run = query.get("dryRun") == "All"
         # The server's default is Warn: unknown fields are pruned (we send no warning header).
         validation = query.get("fieldValidation", "Warn")
@@ -1320,6 +1340,73 @@ class ApiServer:
             if table:
                 obj = self._table(watch.resource, [obj], {})
         await _write_event(response, event, obj)
+
+    # -------------------------------------------------------------------- RBAC
+    def authorize(
+        self,
+        account: tuple[str, str],
+        verb: str,
+        resource: Resource,
+        *,
+        subresource: str = "",
+        namespace: str | None = None,
+        name: str | None = None,
+        fields: str = "",
+    ) -> None:
+        """Raise 403 unless a Role or ClusterRole bound to the account allows the request."""
+        target = f"{resource.plural}/{subresource}" if subresource else resource.plural
+        named = name or dict(
+            (r[0], r[2][0]) for r in _selector_requirements(fields) if r[1] == "="
+        ).get("metadata.name")
+        for rule in self._rules_of(account, namespace):
+            if (
+                ({"*", verb} & set(rule.get("verbs", [])))
+                and ({"*", resource.group} & set(rule.get("apiGroups", [])))
+                and ({"*", target} & set(rule.get("resources", [])))
+                and (not rule.get("resourceNames") or named in rule["resourceNames"])
+            ):
+                return
+        user = f"system:serviceaccount:{account[0]}:{account[1]}"
+        subject = f'{resource.qualified} "{name}"' if name else resource.qualified
+        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        raise ApiError(
+            403,
+            "Forbidden",
+            f'{subject} is forbidden: User "{user}" cannot {verb} resource "{target}" in API '
+            f'group "{resource.group}" {where}',
+            {"name": name or "", "group": resource.group, "kind": resource.plural},
+        )
+
+    def _rules_of(self, account: tuple[str, str], namespace: str | None) -> list[Obj]:
+        rbac = "rbac.authorization.k8s.io"
+        account_namespace, account_name = account
+
+        def binds(binding: Obj) -> bool:
+            home = binding["metadata"].get("namespace", "")
+            return any(
+                subject.get("kind") == "ServiceAccount"
+                and subject.get("name") == account_name
+                and subject.get("namespace", home) == account_namespace
+                for subject in binding.get("subjects", [])
+            )
+
+        def role(reference: Obj, home: str | None) -> list[Obj]:
+            plural = "clusterroles" if reference["kind"] == "ClusterRole" else "roles"
+            found = self.objects.get((f"{rbac}/{plural}", home or "", reference["name"]))
+            return list((found or {}).get("rules", []))
+
+        rules: list[Obj] = []
+        for binding in self.select(self.resource(rbac, "clusterrolebindings")):
+            if binds(binding):
+                rules += role(binding["roleRef"], None)
+        if namespace:
+            for binding in self.select(self.resource(rbac, "rolebindings"), namespace):
+                if binds(binding):
+                    reference = binding["roleRef"]
+                    rules += role(
+                        reference, None if reference["kind"] == "ClusterRole" else namespace
+                    )
+        return rules
 
     # ---------------------------------------------------------------- discovery
     def _groups(self) -> dict[str, list[str]]:
@@ -1566,6 +1653,16 @@ _BUILTIN_COLUMNS: dict[str, list[Obj]] = {
         _AGE,
     ],
 }  # fmt: skip
+
+
+def _verb(method: str, name: str | None, query: Any) -> str:
+    if method == "GET":
+        if query.get("watch") in ("true", "1"):
+            return "watch"
+        return "get" if name else "list"
+    if method == "DELETE":
+        return "delete" if name else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
 
 
 def _wants_table(request: web.Request) -> bool:

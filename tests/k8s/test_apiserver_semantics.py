@@ -243,3 +243,37 @@ def test_injected_failures_answer_the_next_matching_requests(api: ApiServer) -> 
     api.inject("GET", "/api/v1/namespaces/default/configmaps", 500, times=1)
     assert request(configmaps(api)).status == 500
     assert request(configmaps(api)).status == 200
+
+
+def test_service_account_tokens_get_what_their_roles_allow_and_403_otherwise(
+    api: ApiServer,
+) -> None:
+    rbac = f"{api.url}/apis/rbac.authorization.k8s.io/v1/namespaces/default"
+    request(f"{rbac}/roles", "POST", {
+        "metadata": {"name": "membership-reader"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch"],
+                   "resourceNames": ["wc-membership"]}],
+    })  # fmt: skip
+    request(f"{rbac}/rolebindings", "POST", {
+        "metadata": {"name": "membership-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "membership-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "wc", "namespace": "default"}],
+    })  # fmt: skip
+    request(configmaps(api), "POST", {"metadata": {"name": "wc-membership"}})
+    request(configmaps(api), "POST", {"metadata": {"name": "other"}})
+    token = {"Authorization": f"Bearer {api.issue_token('default', 'wc')}"}
+    assert request(f"{configmaps(api)}/wc-membership", headers=token).status == 200
+    watch = (
+        f"{configmaps(api)}?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dwc-membership"
+    )
+    assert request(watch, headers=token).status == 200
+    denied = request(f"{configmaps(api)}/other", headers=token)
+    assert denied.status == 403 and denied.body["reason"] == "Forbidden"
+    assert denied.body["message"] == (
+        'configmaps "other" is forbidden: User "system:serviceaccount:default:wc" cannot get '
+        'resource "configmaps" in API group "" in the namespace "default"'
+    )
+    assert request(configmaps(api), headers=token).status == 403  # list is not granted
+    assert request(f"{apps(api)}", headers=token).status == 403
+    assert request(f"{api.url}/apis", headers=token).status == 200  # discovery is for everyone
