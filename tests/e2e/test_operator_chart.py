@@ -2,28 +2,23 @@
 
 helm-sdkpy has no client-only render, so installing is how the chart is rendered: every object
 Helm sends is validated against the Kubernetes 1.32 schemas, and the CRD from the chart's
-``crds/`` becomes Established. Helm keeps its release in memory (``HELM_DRIVER=memory``): the
-default Secret storage sends protobuf, which the emulator does not speak. The Go runtime
-reads the environment once when the library loads, so Helm runs in a subprocess started
-with that environment.
+``crds/`` becomes Established (``tests/k8s/helm.py`` says how Helm runs here). The operator's
+end-to-end tests run it with this chart's ServiceAccount and RBAC.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from k8s.apiserver import ApiServer
 from k8s.client import request
+from k8s.helm import INSTALL, UNINSTALL, rendered
+from k8s.helm import helm as helm_session
 from k8s.kubectl import KUBECTL, Kubectl
 from k8s.operator_harness import REPO
 
@@ -31,27 +26,6 @@ helm_sdkpy = pytest.importorskip("helm_sdkpy")
 
 CHART = REPO / "charts" / "eddyline-operator"
 CRD_NAME = "streamapps.eddyline.dev"
-# One Helm session: with the memory driver, releases live only as long as the process.
-HELM = """
-import asyncio, json, sys
-import helm_sdkpy
-
-kubeconfig, namespace, chart, steps = sys.argv[1:5]
-config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
-results = []
-for step in json.loads(steps):
-    try:
-        if step["action"] == "install":
-            result = asyncio.run(helm_sdkpy.Install(config).run(
-                "eddyline", chart, values=step.get("values", {}), wait=False, timeout=30))
-        else:
-            uninstall = helm_sdkpy.Uninstall(config)
-            result = asyncio.run(uninstall.run("eddyline", wait=False, timeout=30))
-    except Exception as error:
-        result = {"error": f"{type(error).__name__}: {error}"}
-    results.append(result)
-print(json.dumps(results, default=str))
-"""
 
 
 @pytest.fixture
@@ -61,32 +35,8 @@ def api() -> Iterator[ApiServer]:
     server.stop()
 
 
-def helm(
-    api: ApiServer, tmp_path: Path, namespace: str, *steps: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Run install/uninstall steps in one Helm session; one result (or error) per step."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(api.kubeconfig(), encoding="utf-8")
-    env = {**os.environ, "HELM_DRIVER": "memory", "HOME": str(tmp_path)}
-    completed = subprocess.run(
-        [sys.executable, "-c", HELM, str(kubeconfig), namespace, str(CHART), json.dumps(steps)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    results: list[dict[str, Any]] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return results
-
-
-INSTALL: dict[str, Any] = {"action": "install"}
-UNINSTALL: dict[str, Any] = {"action": "uninstall"}
-
-
-def rendered(result: dict[str, Any]) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(result["manifest"]) if doc]
+def helm(api: ApiServer, tmp_path: Path, namespace: str, *steps: dict[str, Any]) -> list[Any]:
+    return helm_session(api, tmp_path / "helm", namespace, CHART, *steps)
 
 
 def create_namespace(api: ApiServer, name: str) -> None:

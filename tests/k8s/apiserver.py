@@ -46,6 +46,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from random import SystemRandom
 from typing import Any
 
 import jsonpatch
@@ -391,7 +392,11 @@ class ApiServer:
         self.injections: list[Injection] = []
         self.tokens: dict[str, tuple[str, str]] = {}  # bearer token -> (namespace, account)
         self.listeners: list[Callable[[str, Resource, Obj], None]] = []
-        self.cluster_ips = iter(f"127.0.100.{n}" for n in range(2, 255))
+        # Each emulated cluster takes two /24s of the loopback range of its own (pods, then
+        # Services), so clusters of tests running at once on one machine never share one.
+        second, third = SystemRandom().randrange(16, 250), SystemRandom().randrange(0, 254, 2)
+        self.pod_network = f"127.{second}.{third}"
+        self.cluster_ips = iter(f"127.{second}.{third + 1}.{n}" for n in range(2, 255))
         self.loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -1045,15 +1050,14 @@ class ApiServer:
 
     # -------------------------------------------------------------------- HTTP
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        self.requests.append(
-            {
-                "method": request.method,
-                "path": request.path,
-                "query": dict(request.query),
-                "token": request.headers.get("Authorization", "").removeprefix("Bearer "),
-                "agent": request.headers.get("User-Agent", ""),
-            }
-        )
+        entry: Obj = {
+            "method": request.method,
+            "path": request.path,
+            "query": dict(request.query),
+            "token": request.headers.get("Authorization", "").removeprefix("Bearer "),
+            "agent": request.headers.get("User-Agent", ""),
+        }
+        self.requests.append(entry)
         for injection in self.injections:
             if (
                 injection.times > 0
@@ -1062,11 +1066,15 @@ class ApiServer:
             ):
                 injection.times -= 1
                 error = ApiError(injection.status, "InternalError", "injected failure")
+                entry["status"] = injection.status
                 return web.json_response(error.status(), status=injection.status)
         try:
-            return await self._route(request)
+            response = await self._route(request)
         except ApiError as error:
+            entry["status"] = error.code
             return web.json_response(error.status(), status=error.code)
+        entry["status"] = response.status
+        return response
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"

@@ -9,13 +9,13 @@ It plays, on the API server's event loop and through the same write methods clie
   node affinity (labels and ``metadata.name`` fields), ``DoNotSchedule`` topology spread, and
   spreading over the topology key otherwise;
 - the kubelet: runs each container as a real local process with its own loopback address
-  (127.0.0.N, the pod IP, so every pod serves on the same container port), volumes as
+  (127.X.Y.N, the pod IP, so every pod serves on the same container port), volumes as
   directories (a claim's directory outlives its pods; ConfigMaps and Secrets are written as
   files and refreshed no faster than a real kubelet's minute), env with the downward API and
   ``$(VAR)`` expansion; probes at their periods (startup, liveness, readiness; Ready comes
   from the pod's real ``/readyz``), restarts with back-off, graceful deletion (SIGTERM, then
   SIGKILL after the grace period);
-- the Service proxy: each ClusterIP Service's address (127.0.100.N) forwards TCP to a ready
+- the Service proxy: each ClusterIP Service's address (127.X.Y+1.N) forwards TCP to a ready
   pod that its selector matches.
 
 There are no mount namespaces here, so the kubelet maps each ``mountPath`` to its directory in
@@ -110,7 +110,7 @@ class Cluster:
         self.pythonpath = pythonpath or []
         self.restart_backoff = restart_backoff
         self.pods: dict[str, PodRuntime] = {}
-        self.free_ips = [f"127.0.0.{n}" for n in range(10, 250)]
+        self.free_ips = [f"{api.pod_network}.{n}" for n in range(2, 255)]
         self.proxies: dict[tuple[str, int], tuple[asyncio.AbstractServer, Obj]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

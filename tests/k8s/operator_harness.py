@@ -1,9 +1,11 @@
-"""The operator on the emulated cluster: API server, cluster stand-in, kopf, kubectl.
+"""The operator on the emulated cluster: API server, cluster stand-in, Helm, kopf, kubectl.
 
-Shared by the end-to-end operator tests and ``tests/bench/bench_operator.py``. The operator
-runs as its own process (``eddyline-operator``, i.e. kopf) whose ``sys.path`` lacks
-``examples/``: it never imports user code. Pods run the real ``eddyline`` runtime with the
-example's directory on ``PYTHONPATH``, as the app's image would.
+Shared by the end-to-end operator tests and ``tests/bench/bench_operator.py``. As a user
+would: ``helm install`` the chart (its CRD, ServiceAccount and least-privilege RBAC), then the
+operator runs as its own process (``eddyline-operator``, i.e. kopf) with the chart's
+environment and its ServiceAccount's token, so the emulator holds it to the chart's RBAC.
+Its ``sys.path`` lacks ``examples/``: it never imports user code. Pods run the real
+``eddyline`` runtime with the example's directory on ``PYTHONPATH``, as the app's image would.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from typing import Any, TypeVar
 from k8s.apiserver import ApiServer, Obj
 from k8s.client import request
 from k8s.cluster import Cluster
+from k8s.helm import INSTALL, chart_environment, deployment_container, helm
 from k8s.kubectl import Kubectl
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "crds" / "streamapps.eddyline.dev.yaml"
+CHART = REPO / "charts" / "eddyline-operator"
 BIN = Path(sys.executable).parent
 T = TypeVar("T")
 
@@ -61,6 +64,8 @@ class OperatorHarness:
             restart_backoff=(5.0, 40.0),  # a real kubelet: 10 s doubling to 300 s
         )
         self.kubectl: Kubectl | None = None
+        self.operator_env: dict[str, Any] = {}
+        self.operator_token = ""
         self.operator: subprocess.Popen[bytes] | None = None
         self.operator_log = root / "operator.log"
 
@@ -68,8 +73,13 @@ class OperatorHarness:
         self.api.start()
         self.cluster.start()
         self.kubectl = Kubectl(self.api, self.root / "kubectl-home")
-        self.kubectl("apply", "-f", str(CRD))
+        (installed,) = helm(self.api, self.root / "helm", self.namespace, CHART, INSTALL)
+        if "error" in installed:
+            raise RuntimeError(f"helm install failed: {installed['error']}")
         self.kubectl("wait", "--for=condition=Established", "crd/streamapps.eddyline.dev")
+        pod, container = deployment_container(installed)
+        self.operator_env = chart_environment(container)
+        self.operator_token = self.api.issue_token(self.namespace, pod["serviceAccountName"])
         self.start_operator()
         return self
 
@@ -89,16 +99,19 @@ class OperatorHarness:
         wait_for(watching, "the operator to watch StreamApps", timeout)
 
     def start_operator(self) -> None:
-        assert self.kubectl is not None
+        kubeconfig = self.root / "operator-kubeconfig"
+        kubeconfig.write_text(self.api.kubeconfig(self.operator_token), encoding="utf-8")
         env = {
+            **self.operator_env,  # WATCH_NAMESPACES, EDDYLINE_RUNTIME_IMAGE, ... as the chart sets
             "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")]),
-            "HOME": str(self.root / "kubectl-home"),
-            "KUBECONFIG": str(self.kubectl.kubeconfig),
+            "HOME": str(self.root),
+            "KUBECONFIG": str(kubeconfig),
+            # Every test's operator on this machine would want the chart's port 8080.
             "EDDYLINE_OPERATOR_LIVENESS": f"http://127.0.0.1:{free_port()}/healthz",
         }
         with self.operator_log.open("ab") as log:
             self.operator = subprocess.Popen(
-                [str(BIN / "eddyline-operator"), f"--namespace={self.namespace}"],
+                [str(BIN / "eddyline-operator")],
                 cwd=self.root,
                 env=env,
                 stdout=log,
