@@ -26,6 +26,7 @@ import yaml
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from k8s.client import request
 from k8s.kubectl import KUBECTL, Kubectl
 from k8s.operator_harness import REPO, OperatorHarness, wait_for
 
@@ -420,6 +421,17 @@ def test_an_invalid_spec_past_an_old_crd_degrades_the_app_and_changes_nothing(
     degraded = harness.condition(APP, "Degraded")
     assert degraded is not None and degraded["status"] == "False"
     assert _running_state(harness) == before
+
+
+def test_the_operator_needed_nothing_beyond_the_charts_rbac(wordcount: WordCount) -> None:
+    harness = wordcount.harness
+    assert harness.api.denied == []
+    token = {"Authorization": f"Bearer {harness.operator_token}"}
+    secrets = request(harness.url("/api/v1/namespaces/default/secrets"), headers=token)
+    assert secrets.status == 403  # least privilege: the chart grants no Secrets
+    assert harness.api.denied[-1].startswith(
+        'secrets is forbidden: User "system:serviceaccount:default:'
+    )
 
 
 def test_deleting_the_app_removes_what_it_owns_and_keeps_the_claims(wordcount: WordCount) -> None:

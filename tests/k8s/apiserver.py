@@ -391,6 +391,7 @@ class ApiServer:
         self.requests: collections.deque[Obj] = collections.deque(maxlen=500)
         self.injections: list[Injection] = []
         self.tokens: dict[str, tuple[str, str]] = {}  # bearer token -> (namespace, account)
+        self.denied: list[str] = []  # every RBAC refusal's message, for tests to assert on
         self.listeners: list[Callable[[str, Resource, Obj], None]] = []
         # Each emulated cluster takes two /24s of the loopback range of its own (pods, then
         # Services), so clusters of tests running at once on one machine never share one.
@@ -1377,11 +1378,15 @@ class ApiServer:
         user = f"system:serviceaccount:{account[0]}:{account[1]}"
         subject = f'{resource.qualified} "{name}"' if name else resource.qualified
         where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        message = (
+            f'{subject} is forbidden: User "{user}" cannot {verb} resource "{target}" in API '
+            f'group "{resource.group}" {where}'
+        )
+        self.denied.append(message)
         raise ApiError(
             403,
             "Forbidden",
-            f'{subject} is forbidden: User "{user}" cannot {verb} resource "{target}" in API '
-            f'group "{resource.group}" {where}',
+            message,
             {"name": name or "", "group": resource.group, "kind": resource.plural},
         )
 
