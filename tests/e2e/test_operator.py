@@ -272,6 +272,23 @@ def test_scaling_through_the_scale_subresource_rebalances_and_counts_stay_exact(
     wait_for(wordcount.counts_exact, "exact counts back on 3 pods", 60)
 
 
+def test_suspending_scales_to_zero_keeps_the_state_and_resuming_counts_on(
+    wordcount: WordCount,
+) -> None:
+    harness = wordcount.harness
+    wait_for(lambda: _settled(harness), "no rollout under way", 120)
+    merge = '{"spec": {"suspend": true}}'
+    wordcount.kubectl("patch", "sapp", APP, "--type=merge", "-p", merge)
+    wait_for(lambda: not harness.pods(APP) and not harness.cluster.pods, "no pods", 60)
+    wait_for(lambda: harness.app(APP).get("status", {}).get("phase") == "Suspended", "Suspended")
+    claims = {c["metadata"]["name"] for c in harness.objects("", "persistentvolumeclaims")}
+    assert {f"state-{APP}-0", f"state-{APP}-1", f"state-{APP}-2", f"{APP}-log"} <= claims
+    wordcount.produce(500, seed=7)  # arrives while nothing runs
+    wordcount.kubectl("patch", "sapp", APP, "--type=merge", "-p", merge.replace("true", "false"))
+    wait_for(lambda: _settled(harness), "Ready again after resuming", 90)
+    wait_for(wordcount.counts_exact, "exact counts after resuming", 60)
+
+
 def _pod_at(harness: OperatorHarness, host: str | None) -> str:
     assert host is not None
     address = host.split(":")[0]
