@@ -388,7 +388,7 @@ class ApiServer:
             maxlen=EVENT_HISTORY
         )
         self.watches: list[_Watch] = []
-        self.requests: collections.deque[Obj] = collections.deque(maxlen=500)
+        self.requests: collections.deque[Obj] = collections.deque(maxlen=2000)
         self.injections: list[Injection] = []
         self.tokens: dict[str, tuple[str, str]] = {}  # bearer token -> (namespace, account)
         self.denied: list[str] = []  # every RBAC refusal's message, for tests to assert on
@@ -1057,6 +1057,7 @@ class ApiServer:
             "query": dict(request.query),
             "token": request.headers.get("Authorization", "").removeprefix("Bearer "),
             "agent": request.headers.get("User-Agent", ""),
+            "time": asyncio.get_running_loop().time(),
         }
         self.requests.append(entry)
         for injection in self.injections:
