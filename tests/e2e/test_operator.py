@@ -25,7 +25,7 @@ import yaml
 
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
 from k8s.client import request
 from k8s.kubectl import KUBECTL, Kubectl
 from k8s.operator_harness import REPO, OperatorHarness, wait_for
@@ -287,6 +287,40 @@ def test_suspending_scales_to_zero_keeps_the_state_and_resuming_counts_on(
     wordcount.kubectl("patch", "sapp", APP, "--type=merge", "-p", merge.replace("true", "false"))
     wait_for(lambda: _settled(harness), "Ready again after resuming", 90)
     wait_for(wordcount.counts_exact, "exact counts after resuming", 60)
+
+
+def test_a_pod_lost_while_the_operator_is_down_fails_over_once_it_is_back(
+    wordcount: WordCount,
+) -> None:
+    harness = wordcount.harness
+    wait_for(lambda: _settled(harness), "no rollout under way", 120)
+    word = wordcount.expected.most_common(1)[0][0]
+    before = wordcount.router().get(STORE, word)
+    victim = _pod_at(harness, before.host)
+    generation = harness.app(APP)["status"]["membershipGeneration"]
+    harness.stop_operator()
+    harness.cluster.kill_container("default", victim, keep_down_for=10)
+    wordcount.produce(500, seed=8)
+    # Nobody reassigns the dead pod's tasks, but its standbys still answer (stale).
+    stale = wait_for(lambda: _answer_elsewhere(wordcount, word, before.host), "a stale answer")
+    assert stale.role == "standby"
+    assert harness.app(APP)["status"]["membershipGeneration"] == generation
+    harness.start_operator()
+    wait_for(wordcount.counts_exact, "exact counts once the operator is back", 90)
+    membership = harness.get("", "configmaps", f"{APP}-membership")
+    assert membership is not None
+    published = json.loads(membership["data"]["membership.json"])
+    assert published["generation"] > generation
+    assert victim not in [m["id"] for m in published["assignment"]["members"]]
+    wait_for(lambda: _settled(harness), "the pod back and the app settled", 90)
+
+
+def _answer_elsewhere(wordcount: WordCount, word: str, host: str | None) -> QueryResult | None:
+    try:
+        result = wordcount.router().get(STORE, word)
+    except QueryFailedError:
+        return None
+    return result if result.host != host else None
 
 
 def _pod_at(harness: OperatorHarness, host: str | None) -> str:

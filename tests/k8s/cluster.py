@@ -66,6 +66,7 @@ class Container:
     started_clock: float = 0.0
     restarts: int = 0
     next_start: float = 0.0
+    held_until: float = 0.0  # a test keeps the container down (kill_container(keep_down_for=))
     backoff: float = 0.0
     started: bool = False  # the startup probe passed
     ready: bool = False
@@ -667,7 +668,7 @@ class Cluster:
                     )
                     container.next_start = now + container.backoff
                     container.waiting_reason = "CrashLoopBackOff"
-            if container.process is None and now >= container.next_start:
+            if container.process is None and now >= max(container.next_start, container.held_until):
                 if container.last_exit is not None and not (
                     policy == "Always"
                     or (
@@ -957,8 +958,18 @@ class Cluster:
         return result
 
     # ------------------------------------------------------------ for the tests
-    def kill_container(self, namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> int:
-        """Kill a pod's container process as a crash or the OOM killer would; returns its pid."""
+    def kill_container(
+        self,
+        namespace: str,
+        pod_name: str,
+        sig: int = signal.SIGKILL,
+        *,
+        keep_down_for: float = 0.0,
+    ) -> int:
+        """Kill a pod's container process as a crash or the OOM killer would; returns its pid.
+
+        ``keep_down_for`` seconds pass before the kubelet may restart it, whatever its back-off.
+        """
 
         def kill() -> int:
             for runtime in self.pods.values():
@@ -969,6 +980,7 @@ class Cluster:
                     process = runtime.containers[0].process
                     if process is None:
                         raise LookupError(f'pod "{pod_name}" has no running container')
+                    runtime.containers[0].held_until = time.monotonic() + keep_down_for
                     os.killpg(process.pid, sig)
                     return process.pid
             raise LookupError(f'no pod "{namespace}/{pod_name}" runs here')
