@@ -1,8 +1,13 @@
 """The kopf handlers: thin. Each observes, asks :func:`~.reconcile.plan.plan`, and carries
 out the plan through the client wrapper.
 
-* create / update / resume of a StreamApp, and a timer every ``TIMER_SECONDS``:
-  a full cycle (apply owned objects, membership, rollout, status, events);
+* create / update / resume of a StreamApp: a full cycle (apply owned objects,
+  membership, rollout, status, events);
+* a daemon per StreamApp repeats the cycle every ``SETTLED_SECONDS``, or every
+  ``SETTLING_SECONDS`` while the app is Pending or Progressing: pods that start
+  report their layout only once their process is up, and nothing else tells
+  the operator when that is (no pod event: they are not ready before they have
+  an assignment);
 * any change of one of its pods (kopf watches them): the same cycle without
   asking pods for their reports (cached from the last one), so a pod that stops
   running leaves the membership within one watch event.
@@ -34,12 +39,17 @@ from eddyline_runtime.spec import GROUP, PLURAL, VERSION
 
 logger = logging.getLogger(__name__)
 
-# How often every StreamApp is reconciled without a trigger: status (readiness, standby
-# lags), the next step of a rolling restart, drift of owned objects.
-TIMER_SECONDS = 2.0
+# How often a settled StreamApp is reconciled without a trigger: status (readiness, standby
+# lags), drift of owned objects.
+SETTLED_SECONDS = 2.0
+# How often while it settles (Pending, Progressing): a starting pod's layout, its
+# readiness and the next step of a rollout are noticed within this long.
+SETTLING_SECONDS = 0.25
 # Owned objects are re-applied at least this often even when the spec did not change
 # (someone deleted a Service, say); otherwise only when what we would apply changed.
 REAPPLY_SECONDS = 30.0
+# Nodes are listed again at least this often (readiness for the log's pin, new labels).
+NODES_SECONDS = 10.0
 # The image pods run when spec.image is empty.
 RUNTIME_IMAGE_ENV = "EDDYLINE_RUNTIME_IMAGE"
 
@@ -58,6 +68,9 @@ class _AppState:
 _apps: dict[tuple[str, str], _AppState] = {}
 _apps_lock = threading.Lock()
 _kube: Kube | None = None
+# Nodes as last listed: (time.monotonic() of the list, the Node objects).
+_nodes_cache: tuple[float, list[Any]] = (float("-inf"), [])
+_nodes_lock = threading.Lock()
 
 
 def _client() -> Kube:
@@ -91,9 +104,24 @@ def reconcile_app(namespace: str | None, name: str, **_: Any) -> None:
     run_cycle(namespace or "default", name, fetch=True, force_apply=True)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS)
-def refresh_app(namespace: str | None, name: str, **_: Any) -> None:
-    run_cycle(namespace or "default", name, fetch=True, force_apply=False)
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+def follow_app(namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    while not stopped.is_set():
+        stopped.wait(refresh_app(namespace, name))
+
+
+def refresh_app(namespace: str | None, name: str, **_: Any) -> float:
+    """One cycle that also asks pods for their reports; returns when to run again."""
+    try:
+        result = run_cycle(namespace or "default", name, fetch=True, force_apply=False)
+    except Exception:
+        # The API server restarting, a conflict, a bug: the loop must outlive it (create
+        # and update handlers are retried by kopf; this daemon retries at its next beat).
+        logger.exception("StreamApp %s/%s: the cycle failed; retrying", namespace, name)
+        return SETTLED_SECONDS
+    if result is not None and result.status.get("phase") in ("Pending", "Progressing"):
+        return SETTLING_SECONDS
+    return SETTLED_SECONDS
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.OPERATOR})
@@ -122,7 +150,7 @@ def run_cycle(namespace: str, name: str, *, fetch: bool, force_apply: bool) -> P
         observed = Observed(
             body=body,
             pods=pods,
-            nodes=_nodes(kube),
+            nodes=_nodes(kube, {p.get("spec", {}).get("nodeName") for p in pods} - {None}),
             membership=kube.read_membership(namespace, names.membership_map(name)),
             reports=state.reports,
             applied_manifest=kube.read_config_value(
@@ -166,7 +194,7 @@ def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_a
         except ApiError as error:
             if error.status != 409:
                 raise
-            # Someone wrote in between: the next cycle (at most TIMER_SECONDS) writes again.
+            # Someone wrote in between: the daemon's next cycle writes again.
 
 
 def post_event(body: Any, type_: str, reason: str, message: str) -> None:
@@ -174,14 +202,25 @@ def post_event(body: Any, type_: str, reason: str, message: str) -> None:
     kopf.event(body, type=type_, reason=reason, message=message)
 
 
-def _nodes(kube: Kube) -> list[Any]:
-    try:
-        return kube.list("Node", None)
-    except ApiError as error:
-        if error.status == 403:
+def _nodes(kube: Kube, wanted: set[Any]) -> list[Any]:
+    """The cluster's Nodes, listed again only when a pod runs on one not seen yet, or every
+    NODES_SECONDS: a node's zone label does not change, and a big cluster's Node list is
+    too heavy for every cycle of every app."""
+    global _nodes_cache  # noqa: PLW0603 - one cache per process, shared by every app
+    with _nodes_lock:
+        listed_at, nodes = _nodes_cache
+        known = {n.get("metadata", {}).get("name") for n in nodes}
+        if time.monotonic() - listed_at < NODES_SECONDS and wanted <= known:
+            return nodes
+        try:
+            nodes = kube.list("Node", None)
+        except ApiError as error:
+            if error.status != 403:
+                raise
             logger.warning("cannot list Nodes (RBAC): zones unknown; grant nodes get/list/watch")
-            return []
-        raise
+            nodes = []
+        _nodes_cache = (time.monotonic(), nodes)
+        return nodes
 
 
 def _status_differs(current: dict[str, Any], wanted: dict[str, Any]) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from k8s_objects import body, pod, three_zones
+from k8s_objects import body, node, pod, three_zones
 
 from eddyline_operator import handlers
 from eddyline_operator.reconcile import names
@@ -85,6 +85,7 @@ def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKube]:
     events: list[tuple[str, str, str]] = []
     monkeypatch.setattr(handlers, "_kube", memory)
     monkeypatch.setattr(handlers, "_apps", {})
+    monkeypatch.setattr(handlers, "_nodes_cache", (float("-inf"), []))
     monkeypatch.setattr(
         handlers, "post_event", lambda body, t, reason, message: events.append((t, reason, message))
     )
@@ -104,8 +105,8 @@ def layout_reports(pods: list[Obj], port: int) -> dict[str, MemberReport]:
 
 def test_a_cycle_creates_the_owned_objects_and_writes_status(kube: MemoryKube) -> None:
     kube.put(body())
-    for node in three_zones():
-        kube.put({"kind": "Node", **node})
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
     handlers.reconcile_app(namespace="apps", name="wc")
     kinds = sorted(k for k, _, _ in kube.objects)
     assert kinds.count("Service") == 2
@@ -121,8 +122,8 @@ def test_pods_reporting_a_layout_get_a_published_membership(
 ) -> None:
     monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
     kube.put(body())
-    for node in three_zones():
-        kube.put({"kind": "Node", **node})
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
     handlers.reconcile_app(namespace="apps", name="wc")
     template = kube.objects["StatefulSet", "apps", "wc"]["spec"]["template"]
     config_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
@@ -144,3 +145,26 @@ def test_pods_reporting_a_layout_get_a_published_membership(
 def test_a_deleted_app_is_left_alone(kube: MemoryKube) -> None:
     assert handlers.run_cycle("apps", "gone", fetch=True, force_apply=True) is None
     assert kube.objects == {}
+
+
+def test_nodes_are_listed_again_only_for_a_node_not_seen_yet(kube: MemoryKube) -> None:
+    listed = []
+    original = kube.list
+
+    def counting(kind: str, namespace: str | None, *, selector: str | None = None) -> list[Obj]:
+        if kind == "Node":
+            listed.append(kind)
+        return original(kind, namespace, selector=selector)
+
+    kube.list = counting  # type: ignore[method-assign]
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
+    kube.put(body())
+    kube.put({"kind": "Pod", **pod(0, node_name="node-0")})
+    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
+    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
+    assert len(listed) == 1
+    kube.put({"kind": "Node", **node("node-9", "zone-z")})
+    kube.put({"kind": "Pod", **pod(1, node_name="node-9")})
+    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
+    assert len(listed) == 2

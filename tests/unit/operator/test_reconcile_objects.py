@@ -182,6 +182,8 @@ def test_a_log_secret_is_mounted_for_the_kafka_client() -> None:
     assert {"name": "log-secret", "secret": {"secretName": "kafka-auth"}} in pod_spec(built)[
         "volumes"
     ]
+    env = {e["name"]: e.get("value") for e in container(built)["env"]}
+    assert env["EDDYLINE_LOG_SETTINGS"] == objects.LOG_SECRET_MOUNT
 
 
 def test_config_is_rendered_with_state_dir_on_the_pods_volume() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from k8s_objects import body, node, pod
+import pytest
+from k8s_objects import body, node, pod, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.membership import is_member, members
@@ -16,6 +17,11 @@ from eddyline_runtime.partitions import TaskId
 
 Obj = dict[str, Any]
 TASKS = frozenset(TaskId(0, p) for p in range(4))
+
+
+@pytest.fixture
+def nodes() -> list[Obj]:
+    return three_zones()
 
 
 def report(member: str, *, roles: dict[int, tuple[str, int]] | None = None) -> MemberReport:
@@ -312,3 +318,19 @@ def test_crash_looping_pods_degrade_the_app(nodes: list[Obj]) -> None:
 def test_pods_of_other_apps_are_ignored(nodes: list[Obj]) -> None:
     result = run(body(), [pod(0, app="other")], nodes, reports={})
     assert result.status["replicas"] == 0
+
+
+def test_the_embedded_log_is_never_shared_across_nodes(nodes: list[Obj]) -> None:
+    app = body(log={"url": "sqlite:///log.db"})
+    app["status"] = {"logNode": "node-0"}
+    config_hash = current_hash(app, nodes)
+    pods = [pod(i, node_name="node-0", config_hash=config_hash) for i in range(3)]
+    pods[1] = pod(1, node_name="node-2", config_hash=config_hash)
+    result = run(app, pods, nodes, reports=reports())
+    assert result.delete_pods == ["wc-1"]
+    degraded = condition(result, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "LogSharedAcrossNodes")
+    assert "node-0" in degraded["message"]
+    assert any(e.reason == "LogSharedAcrossNodes" for e in result.events)
+    pods[1] = pod(1, node_name="node-0", config_hash=config_hash)
+    assert run(app, pods, nodes, reports=reports()).delete_pods == []

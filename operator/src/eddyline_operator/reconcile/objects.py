@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 
 from eddyline_operator.reconcile import names
+from eddyline_runtime.log.kafka_settings import LOG_SETTINGS_ENV
+from eddyline_runtime.membership import MEMBERSHIP_FILE
 from eddyline_runtime.spec import API_VERSION, KIND, ClaimRetention, SpreadPolicy, StreamApp
 
 Obj = dict[str, Any]
@@ -26,8 +28,9 @@ DEFAULT_IMAGE = "ghcr.io/eddyline/eddyline:0.1.0"
 DEFAULT_LOG_FILE = "log.db"
 # The image's non-root user (Dockerfile: useradd --uid 10001).
 RUNTIME_UID = 10001
-# Readiness is checked often: it gates the query Service and the rollout's next step.
-READINESS_PERIOD_SECONDS = 2
+# Readiness is checked every second (the least Kubernetes allows): it gates the query
+# Service, the Ready condition and the rollout's next step, and /readyz answers from memory.
+READINESS_PERIOD_SECONDS = 1
 # Liveness is slower: a container restart costs a restore, so it must really be stuck.
 LIVENESS_PERIOD_SECONDS = 10
 LIVENESS_FAILURES = 3
@@ -114,8 +117,6 @@ def config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
 
 def membership_config_map(app_name: str, namespace: str, owner: Obj, data: str) -> Obj:
     """The membership the operator publishes; pods watch it (cluster_membership.py)."""
-    from eddyline_runtime.membership import MEMBERSHIP_FILE
-
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -312,7 +313,8 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
         container["volumeMounts"].append(
             {"name": "log-secret", "mountPath": LOG_SECRET_MOUNT, "readOnly": True}
         )
-        container["env"].append({"name": "EDDYLINE_LOG_SECRET_DIR", "value": LOG_SECRET_MOUNT})
+        # The Kafka adapter reads its client settings from the directory this names.
+        container["env"].append({"name": LOG_SETTINGS_ENV, "value": LOG_SECRET_MOUNT})
         volumes.append({"name": "log-secret", "secret": {"secretName": spec.log.secret_name}})
     pod_spec: Obj = {
         "serviceAccountName": name,

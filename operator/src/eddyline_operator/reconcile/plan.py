@@ -31,6 +31,7 @@ from eddyline_operator.reconcile.membership import (
     next_membership,
 )
 from eddyline_operator.reconcile.status import (
+    RolloutStep,
     condition,
     crash_looping,
     is_deleting,
@@ -255,9 +256,30 @@ class _Cycle:
             self.events.append(
                 Event("Normal", step.reason, f"restarting pod {pod} ({step.message})")
             )
+        # SQLite's WAL needs every process on one host: a pod elsewhere (the pin moved, or
+        # someone edited the StatefulSet) must not open the shared log. It is restarted,
+        # and comes back on the pinned node.
+        off_node = sorted(
+            p["metadata"]["name"]
+            for p in self.live_pods
+            if embedded
+            and log_node is not None
+            and p.get("spec", {}).get("nodeName") not in (None, log_node)
+        )
+        for pod in off_node:
+            if pod not in delete:
+                delete.append(pod)
+                self.events.append(
+                    Event(
+                        "Warning",
+                        "LogSharedAcrossNodes",
+                        f"restarting pod {pod}: it runs off node {log_node}, and the embedded "
+                        "sqlite log may not be shared across nodes",
+                    )
+                )
         published = membership or self.observed.membership
         conditions, phase = self.conditions(
-            app, desired_replicas, published, step.reason, step.message
+            app, desired_replicas, published, step, off_node=off_node
         )
         previous_message = self.old_status.get("message") or ""
         for note in self.notes:
@@ -283,10 +305,12 @@ class _Cycle:
         app: StreamApp,
         desired_replicas: int,
         published: Membership | None,
-        rollout_reason: str,
-        rollout_message: str,
+        step: RolloutStep,
+        *,
+        off_node: Sequence[str] = (),
     ) -> tuple[list[Obj], str]:
         """Ready, Progressing and Degraded, and the phase they add up to."""
+        rollout_reason, rollout_message = step.reason, step.message
         live, ready_count = self.live_pods, self.ready_count
         members_now = {p["metadata"]["name"] for p in live if is_member(p)}
         assigned = set(published.assignment.active) if published is not None else set()
@@ -318,7 +342,16 @@ class _Cycle:
         else:
             progressing = self.cond("Progressing", False, "Complete", "every pod is current")
         looping = crash_looping(live)
-        if looping:
+        if off_node:
+            degraded = self.cond(
+                "Degraded",
+                True,
+                "LogSharedAcrossNodes",
+                f"pods {', '.join(off_node)} run off the log's node "
+                f"{self.old_status.get('logNode') or '?'}: the embedded sqlite log cannot be "
+                "shared across nodes (use a kafka:// log to spread pods)",
+            )
+        elif looping:
             degraded = self.cond(
                 "Degraded",
                 True,
@@ -331,7 +364,7 @@ class _Cycle:
             degraded = self.cond("Degraded", False, "AsExpected", "")
         if app.spec.suspend:
             phase = "Suspended"
-        elif looping:
+        elif looping or off_node:
             phase = "Degraded"
         elif ready and not rollout_reason:
             phase = "Running"

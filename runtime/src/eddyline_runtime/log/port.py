@@ -150,6 +150,19 @@ class Log(abc.ABC):
     @abc.abstractmethod
     def end_offset(self, tp: TopicPartition) -> int: ...
 
+    def partition_epoch(self, tp: TopicPartition) -> str | None:
+        """Which incarnation of the partition this is; None when the log cannot tell.
+
+        It changes whenever offsets that were handed out before may now stand
+        for other records: the topic deleted and created again (Kafka's topic
+        id, KIP-516), or the partition truncated (as a leader epoch marks
+        diverged logs, KIP-320). Stores keep it beside their committed
+        changelog offset, and a store whose epoch is not the changelog's is
+        rebuilt instead of trusted. Appends, compaction and deleting records
+        from the start never change it.
+        """
+        return None
+
     @abc.abstractmethod
     def committed_offsets(
         self, group: str, partitions: Sequence[TopicPartition]

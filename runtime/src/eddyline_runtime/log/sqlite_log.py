@@ -55,13 +55,15 @@ CREATE TABLE IF NOT EXISTS topics (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
     partitions INTEGER NOT NULL,
-    compacted INTEGER NOT NULL
+    compacted INTEGER NOT NULL,
+    uuid TEXT DEFAULT (lower(hex(randomblob(16))))
 );
 CREATE TABLE IF NOT EXISTS partitions (
     topic_id INTEGER NOT NULL,
     partition INTEGER NOT NULL,
     log_start INTEGER NOT NULL DEFAULT 0,
     next_offset INTEGER NOT NULL DEFAULT 0,
+    epoch INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic_id, partition)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS records (
@@ -87,6 +89,30 @@ CREATE TABLE IF NOT EXISTS producers (
 );
 """
 
+# Logs written before topics had ids and partitions had epochs gain both.
+_MIGRATIONS = {
+    ("topics", "uuid"): (
+        "ALTER TABLE topics ADD COLUMN uuid TEXT",
+        "UPDATE topics SET uuid = lower(hex(randomblob(16))) WHERE uuid IS NULL",
+    ),
+    ("partitions", "epoch"): (
+        "ALTER TABLE partitions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
+    ),
+}
+
+# A partition's end moving back (truncation, however it was done: even by hand
+# in SQL) starts a new epoch, so offsets from before it are never mistaken for
+# offsets after it. The trigger lives in the database, not in this adapter.
+_TRUNCATION_TRIGGER = """
+CREATE TRIGGER IF NOT EXISTS partition_truncated
+AFTER UPDATE OF next_offset ON partitions
+WHEN NEW.next_offset < OLD.next_offset
+BEGIN
+    UPDATE partitions SET epoch = OLD.epoch + 1
+    WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
+END
+"""
+
 
 class SqliteLog(Log):
     """A :class:`Log` in one SQLite file; safe across threads and processes."""
@@ -99,6 +125,12 @@ class SqliteLog(Log):
         with self._write() as db:
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(statement)
+            for (table, column), statements in _MIGRATIONS.items():
+                columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                if column not in columns:
+                    for statement in statements:
+                        db.execute(statement)
+            db.execute(_TRUNCATION_TRIGGER)
 
     @property
     def url(self) -> str:
@@ -238,6 +270,23 @@ class SqliteLog(Log):
     def end_offset(self, tp: TopicPartition) -> int:
         with self._read() as db:
             return _bounds(db, self._topic(db, tp), tp.partition)[1]
+
+    def partition_epoch(self, tp: TopicPartition) -> str:
+        """The topic's id and the partition's truncation epoch, as ``<topic id>:<epoch>``.
+
+        Looked up by name, never through the cached topic id: a topic deleted
+        and created again (by another process, say) is another incarnation.
+        """
+        with self._read() as db:
+            row = db.execute(
+                "SELECT t.uuid, p.epoch FROM topics t JOIN partitions p ON p.topic_id = t.id"
+                " WHERE t.name = ? AND p.partition = ?",
+                (tp.topic, tp.partition),
+            ).fetchone()
+            if row is None:
+                self._topic(db, tp)  # raises, naming the topics there are
+                raise UnknownTopicError(f"partition {tp}", [])
+        return f"{row[0]}:{row[1]}"
 
     # -- consumer group offsets ------------------------------------------------------
 

@@ -68,7 +68,14 @@ from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
 from eddyline_runtime.processing.topics import TopicLayout
 from eddyline_runtime.processing.topology import Topology
-from eddyline_runtime.restore import RestoreResult, judge, next_offset_after, restore
+from eddyline_runtime.restore import (
+    ChangelogMismatchError,
+    ReplayStart,
+    RestoreResult,
+    next_offset_after,
+    open_trusted,
+    restore,
+)
 from eddyline_runtime.state import (
     InMemoryStore,
     RocksDBStore,
@@ -305,13 +312,23 @@ class StreamThread:
             else None
         )
         stores: dict[str, TaskStore] = {}
+        verdicts: dict[str, tuple[TopicPartition, ReplayStart]] = {}
         try:
             for name in subtopology.stores:
+                changelog = layout.changelog_partition(name, task_id)
+                if changelog is None:
+                    store = self._open_store(name, task_id)
+                else:
+                    # A store whose offsets do not fit its changelog is rebuilt, never trusted.
+                    store, verdict = open_trusted(
+                        partial(self._open_store, name, task_id),
+                        log,
+                        changelog,
+                        copy=f"task {task_id}",
+                    )
+                    verdicts[name] = (changelog, verdict)
                 stores[name] = TaskStore(
-                    self._open_store(name, task_id),
-                    changelog=layout.changelog_partition(name, task_id),
-                    cache=self._cache,
-                    cache_name=f"{task_id}/{name}",
+                    store, changelog=changelog, cache=self._cache, cache_name=f"{task_id}/{name}"
                 )
         except BaseException:
             for opened in stores.values():
@@ -336,13 +353,10 @@ class StreamThread:
         )
         # Visible (as restoring) to queries and lag reports from now on.
         self.active = {**self.active, task_id: task}
-        for name, store in stores.items():
-            changelog = store.logging.changelog
-            if changelog is not None:
-                verdict = judge(store.store, log, changelog)
-                task.restoring[name] = LagInfo(verdict.first_offset, verdict.log_end)
-                self._restored(task_id, restore(store.store, log, changelog, start=verdict))
-                del task.restoring[name]
+        for name, (changelog, verdict) in verdicts.items():
+            task.restoring[name] = LagInfo(verdict.first_offset, verdict.log_end)
+            self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
+            del task.restoring[name]
         committed_inputs = log.committed_offsets(config.application_id, inputs)
         start = {tp: committed_inputs.get(tp, log.beginning_offset(tp)) for tp in inputs}
         task.start(start)
@@ -368,6 +382,16 @@ class StreamThread:
             )
         return task
 
+    def _replay(self, standby: StandbyTask) -> int:
+        """Replay a standby; one whose changelog was truncated or recreated is rebuilt."""
+        try:
+            return standby.replay(self.setup.log)
+        except ChangelogMismatchError as mismatch:
+            logger.warning("%s. Rebuilding the standby from the changelog", mismatch.problem)
+            self._close_standby(standby.id)
+            self._create_standby(standby.id)
+            return 0
+
     def _create_standby(self, task_id: TaskId) -> None:
         layout = self.setup.layout
         changelogs: dict[str, TopicPartition] = {}
@@ -377,7 +401,12 @@ class StreamThread:
                 changelog = layout.changelog_partition(name, task_id)
                 if changelog is None:
                     continue  # without a changelog there is nothing to replicate
-                stores[name] = self._open_store(name, task_id)
+                stores[name], _ = open_trusted(
+                    partial(self._open_store, name, task_id),
+                    self.setup.log,
+                    changelog,
+                    copy=f"standby of task {task_id}",
+                )
                 changelogs[name] = changelog
         except BaseException:
             for store in stores.values():
@@ -460,7 +489,7 @@ class StreamThread:
                 # At-least-once may publish before committing, as Kafka's producer
                 # does: downstream sub-topologies need not wait for the interval.
                 self._outputs_sent += self._send_outputs()
-        replayed = sum(standby.replay(self.setup.log) for standby in self.standbys.values())
+        replayed = sum(self._replay(standby) for standby in list(self.standbys.values()))
         reason = self._budget.after_iteration(
             sum(t.uncommitted_bytes() for t in self.active.values())
         )
