@@ -343,22 +343,25 @@ def _pod_restarted(harness: OperatorHarness, name: str) -> bool:
 INVALID = {
     "isolation level": (
         {"spec__config": {"default.state.isolation.level": "SERIALIZABLE"}},
-        "spec.config[default.state.isolation.level]",
+        "spec.config.default.state.isolation.level",
     ),
     "uncommitted bytes below -1": (
         {"spec__config": {"statestore.uncommitted.max.bytes": -2}},
-        "spec.config[statestore.uncommitted.max.bytes]",
+        "spec.config.statestore.uncommitted.max.bytes",
     ),
     "idle time below -1": (
         {"spec__config": {"max.task.idle.ms": -5}},
-        "spec.config[max.task.idle.ms]",
+        "spec.config.max.task.idle.ms",
     ),
     "guarantee": (
         {"spec__config": {"processing.guarantee": "exactly_once"}},
-        "spec.config[processing.guarantee]",
+        "spec.config.processing.guarantee",
     ),
     "unknown field": ({"spec__replica": 3}, 'unknown field "spec.replica"'),
-    "unknown setting": ({"spec__config": {"num.stream.thread": 2}}, "num.stream.thread"),
+    "unknown setting": (
+        {"spec__config": {"num.stream.thread": 2}},
+        'unknown field "spec.config.num.stream.thread"',
+    ),
     "revision": ({"spec__topology": {"ref": "wordcount:topology", "revision": "v 2!"}},
                  "spec.topology.revision"),
     "topology ref": ({"spec__topology": {"ref": "wordcount"}}, "spec.topology.ref"),
@@ -366,7 +369,10 @@ INVALID = {
                  "spec.standbyPlacement.topologyKey"),
     "negative storage": ({"spec__storage": {"size": "-1Gi", "logSize": "1Gi"}},
                          "spec.storage.size"),
-    "resized storage": ({"spec__storage": {"size": "2Gi", "logSize": "1Gi"}}, "size is immutable"),
+    "resized storage": (
+        {"spec__storage": {"size": "2Gi", "logSize": "1Gi"}},
+        'spec.storage: Invalid value: "object": size is immutable',
+    ),
     "zero replicas": ({"spec__replicas": 0}, "spec.replicas"),
     "pull policy": ({"spec__imagePullPolicy": "Sometimes"}, "spec.imagePullPolicy"),
     "secret with sqlite": (
