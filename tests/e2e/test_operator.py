@@ -491,6 +491,20 @@ def test_the_operator_needed_nothing_beyond_the_charts_rbac(wordcount: WordCount
     )
 
 
+def test_pods_reach_the_api_as_their_service_account_with_only_the_membership(
+    wordcount: WordCount,
+) -> None:
+    """The pods watched their membership under the Role the operator gave them, and no more."""
+    harness = wordcount.harness
+    assert harness.api.denied[:-1] == []  # the one refusal is the previous test's
+    pod = harness.pods(APP)[f"{APP}-0"]
+    own_api = f"http://{pod['status']['podIP']}:{harness.api.port}/api/v1/namespaces/default"
+    assert harness.api.address_identities[pod["status"]["podIP"]] == ("default", APP)
+    assert request(f"{own_api}/configmaps/{APP}-membership").status == 200
+    assert request(f"{own_api}/configmaps/{APP}-config").status == 403
+    assert request(f"{own_api}/pods").status == 403
+
+
 def test_deleting_the_app_removes_what_it_owns_and_keeps_the_claims(wordcount: WordCount) -> None:
     harness = wordcount.harness
     assert f'streamapp.eddyline.dev "{APP}" deleted' in wordcount.kubectl("delete", "sapp", APP)

@@ -392,6 +392,9 @@ class ApiServer:
         self.injections: list[Injection] = []
         self.tokens: dict[str, tuple[str, str]] = {}  # bearer token -> (namespace, account)
         self.denied: list[str] = []  # every RBAC refusal's message, for tests to assert on
+        # Addresses whose every request is a service account's: a pod's own endpoint.
+        self.address_identities: dict[str, tuple[str, str]] = {}
+        self._sites: dict[str, web.TCPSite] = {}
         self.listeners: list[Callable[[str, Resource, Obj], None]] = []
         # Each emulated cluster takes two /24s of the loopback range of its own (pods, then
         # Services), so clusters of tests running at once on one machine never share one.
@@ -465,6 +468,25 @@ class ApiServer:
         server = site._server
         assert isinstance(server, asyncio.base_events.Server)
         self.port = server.sockets[0].getsockname()[1]
+
+    async def listen_as(self, host: str, namespace: str, service_account: str) -> str:
+        """Also serve on ``host`` (same port), every request there as the service account.
+
+        What ``kubectl proxy`` with the account's credentials would be: a pod reaches the API
+        through its own endpoint, and RBAC holds it to its account's roles.
+        """
+        assert self._runner is not None
+        site = web.TCPSite(self._runner, host, self.port)
+        await site.start()
+        self._sites[host] = site
+        self.address_identities[host] = (namespace, service_account)
+        return f"http://{host}:{self.port}"
+
+    async def stop_listening(self, host: str) -> None:
+        self.address_identities.pop(host, None)
+        site = self._sites.pop(host, None)
+        if site is not None:
+            await site.stop()
 
     async def _shutdown(self) -> None:
         for watch in self.watches:
@@ -1136,6 +1158,9 @@ class ApiServer:
         query = request.query
         method = request.method
         account = self.tokens.get(request.headers.get("Authorization", "").removeprefix("Bearer "))
+        local = request.transport.get_extra_info("sockname") if request.transport else None
+        if account is None and local:
+            account = self.address_identities.get(local[0])
         if account is not None:
             self.authorize(
                 account,

@@ -21,7 +21,9 @@ It plays, on the API server's event loop and through the same write methods clie
 There are no mount namespaces here, so the kubelet maps each ``mountPath`` to its directory in
 the container's command, args, env values and workingDir. The pod contract (docs/operator.md)
 promises that every path a pod uses appears there. The process finds the API server through
-``EDDYLINE_KUBERNETES_API`` (plain HTTP, no token: the emulator does not authenticate).
+``EDDYLINE_KUBERNETES_API``: the emulator's port on the pod's own address, where every request
+counts as the pod's service account (as through ``kubectl proxy`` with its credentials), so
+RBAC holds pods to the roles they are given.
 
 It never writes anything a pod should learn from the operator (membership, assignment).
 """
@@ -89,6 +91,7 @@ class PodRuntime:
     volumes_refreshed: float = 0.0
     terminating_since: float | None = None
     finished: bool = False
+    api_url: str = ""  # the pod's own API endpoint, once listening
 
 
 class Cluster:
@@ -555,8 +558,12 @@ class Cluster:
             if all(c.process is None or c.process.poll() is not None for c in runtime.containers):
                 for container in runtime.containers:
                     _close_logs(container)
-                self.free_ips.append(runtime.ip)
+                asyncio.get_running_loop().create_task(self._release(runtime.ip))
                 del self.pods[uid]
+
+    async def _release(self, ip: str) -> None:
+        await self.api.stop_listening(ip)
+        self.free_ips.append(ip)
 
     def _admit_pod(self, pod: Obj) -> PodRuntime:
         meta = pod["metadata"]
@@ -571,6 +578,13 @@ class Cluster:
             [Container(spec=c) for c in pod["spec"].get("containers", [])],
         )
         self.pods[meta["uid"]] = runtime
+        account = pod["spec"].get("serviceAccountName", "default")
+
+        async def listen() -> None:
+            runtime.api_url = await self.api.listen_as(runtime.ip, runtime.namespace, account)
+            self._wake.set()
+
+        asyncio.get_running_loop().create_task(listen())
         return runtime
 
     def _volume_dirs(self, pod: Obj, runtime: PodRuntime) -> dict[str, Path]:
@@ -637,7 +651,7 @@ class Cluster:
                         self._r("", "pods"), runtime.namespace, runtime.name, grace_seconds=0
                     )
             return
-        if runtime.finished:
+        if runtime.finished or not runtime.api_url:
             return
         runtime.mounts = self._volume_dirs(pod, runtime)
         policy = spec.get("restartPolicy", "Always")
@@ -732,7 +746,7 @@ class Cluster:
             "PYTHONPATH": os.pathsep.join(self.pythonpath),
             "KUBERNETES_SERVICE_HOST": self.api.host,
             "KUBERNETES_SERVICE_PORT": str(self.api.port),
-            "EDDYLINE_KUBERNETES_API": self.api.url,
+            "EDDYLINE_KUBERNETES_API": runtime.api_url,
         }
         status_pod = {
             **pod,
