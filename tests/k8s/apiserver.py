@@ -13,8 +13,8 @@ There is no cluster on these machines. This emulator serves the parts of the API
   namespaces that must exist, finalizers and ``deletionTimestamp``, owner-reference garbage
   collection, graceful deletion of scheduled pods (the kubelet stand-in finishes it);
 - lists with ``kind``, label and field selectors, server-side Tables from a CRD's
-  ``additionalPrinterColumns``; watches from a resourceVersion (410 when too old), with
-  bookmarks and ``timeoutSeconds``;
+  ``additionalPrinterColumns`` (and pods' and StatefulSets' usual columns); watches from a
+  resourceVersion (410 when too old), with bookmarks and ``timeoutSeconds``;
 - PUT, merge, JSON (422 on a failed ``test``) and apply patches; strategic merge patches are
   415 for custom resources as on a real server, and approximated as merge patches for
   built-ins; the status and scale subresources;
@@ -22,10 +22,12 @@ There is no cluster on these machines. This emulator serves the parts of the API
   pruned and validated by their schema and CEL rules (``crd_schema.py``).
 
 RBAC is enforced for the bearer tokens :meth:`ApiServer.issue_token` gives to service accounts
-(Roles, ClusterRoles and their bindings, ``resourceNames``, subresources; 403 in the API
-server's words); any other request is an administrator's. Not emulated: privilege-escalation
-checks, protobuf bodies (run Helm with ``HELM_DRIVER=memory``), managed fields, and conversion
-between CRD versions.
+and for requests to a pod's own endpoint (:meth:`ApiServer.listen_as`): Roles, ClusterRoles
+and their bindings, ``resourceNames``, subresources; 403 in the API server's words. Any other
+request is an administrator's. Not emulated: privilege-escalation checks, protobuf bodies
+(run Helm with ``HELM_DRIVER=memory``), managed fields and server-side apply conflicts, the
+strategic merge of lists for built-ins, CEL's Kubernetes libraries (``quantity()``, ...), and
+conversion between CRD versions.
 
 Everything runs on one event loop in one thread, so a write and the watch events it causes
 are never interleaved with another write. Controllers that stand in for the cluster

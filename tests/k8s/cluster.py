@@ -183,7 +183,7 @@ class Cluster:
                 if container.process is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         container.process.wait(5)
-                    _close_logs(container)
+                    _reap(container)
 
     def _on_change(self, event: str, resource: Any, obj: Obj) -> None:
         self._wake.set()
@@ -557,7 +557,7 @@ class Cluster:
                 _kill(container, signal.SIGKILL)
             if all(c.process is None or c.process.poll() is not None for c in runtime.containers):
                 for container in runtime.containers:
-                    _close_logs(container)
+                    _reap(container)
                 asyncio.get_running_loop().create_task(self._release(runtime.ip))
                 del self.pods[uid]
 
@@ -667,7 +667,7 @@ class Cluster:
                         "finishedAt": now_iso(),
                     }
                 }
-                _close_logs(container)
+                _reap(container)
                 container.process = None
                 container.started = container.ready = False
                 container.probe_failures.clear()
@@ -1117,8 +1117,8 @@ def _kill(container: Container, sig: int) -> None:
             os.killpg(container.process.pid, sig)
 
 
-def _close_logs(container: Container) -> None:
-    """Popen keeps no handle on the log file (closed after start); nothing to do but reap."""
+def _reap(container: Container) -> None:
+    """Collect an exited process (its log file was closed right after the start)."""
     if container.process is not None:
         with contextlib.suppress(Exception):
             container.process.poll()
