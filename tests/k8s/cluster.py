@@ -77,6 +77,7 @@ class Container:
     probe_failures: dict[str, int] = field(default_factory=dict)
     probe_due: dict[str, float] = field(default_factory=dict)
     probing: set[str] = field(default_factory=set)
+    termination_file: Path | None = None  # where the container writes terminationMessagePath
 
 
 @dataclass
@@ -667,6 +668,11 @@ class Cluster:
                         "finishedAt": now_iso(),
                     }
                 }
+                termination = container.termination_file
+                if termination is not None and termination.is_file():
+                    # Kubernetes keeps at most 4096 bytes of it.
+                    message = termination.read_bytes()[:4096].decode(errors="replace")
+                    container.last_exit["terminated"]["message"] = message
                 _reap(container)
                 container.process = None
                 container.started = container.ready = False
@@ -703,6 +709,13 @@ class Cluster:
             for mount in spec.get("volumeMounts", [])
             if mount["name"] in runtime.mounts
         }
+        # The termination message file: a real kubelet mounts one at terminationMessagePath
+        # and puts what the container wrote there into its terminated state (message).
+        container.termination_file = runtime.sandbox / f"termination-{spec['name']}"
+        container.termination_file.unlink(missing_ok=True)
+        mounts[spec.get("terminationMessagePath", "/dev/termination-log")] = (
+            container.termination_file
+        )
         env = self._environment(pod, runtime, spec, mounts)
         argv = [_expand(a, env) for a in [*spec.get("command", []), *spec.get("args", [])]]
         argv = [_map_paths(a, mounts) for a in argv]

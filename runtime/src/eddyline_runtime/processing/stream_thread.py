@@ -276,9 +276,15 @@ class StreamThread:
         for task_id in [t for t in self.standbys if t not in standby or t in active]:
             self._close_standby(task_id)
         self.state = ThreadState.RESTORING
-        for task_id in sorted(active):
-            if task_id not in self.active:
+        new_tasks = sorted(t for t in active if t not in self.active)
+        # Every missing store that will wait for a build is reported at once, so one Spark
+        # build covers them all, though the tasks are then created one after another.
+        self._announce_pending_builds(new_tasks)
+        try:
+            for task_id in new_tasks:
                 self._create_task(task_id)
+        finally:
+            self.restore_pending = {}
         for task_id in sorted(standby - active):
             if task_id not in self.standbys:
                 self._create_standby(task_id)
@@ -488,6 +494,27 @@ class StreamThread:
             metric_tags={"thread-id": self.name, "task-id": str(task_id)},
         )
 
+    def _announce_pending_builds(self, tasks: Sequence[TaskId]) -> None:
+        """Report restorePending for every store of ``tasks`` that is missing and will wait."""
+        config, setup = self.setup.config, self.setup
+        if config.restore_build_dir is None or config.restore_wait_lag_above < 0:
+            return
+        announced = dict(self.restore_pending)
+        now = time.time()
+        for task_id in tasks:
+            for name in setup.layout.subtopology(task_id).stores:
+                changelog = setup.layout.changelog_partition(name, task_id)
+                if changelog is None or not setup.topology.stores[name].persistent:
+                    continue
+                if store_exists(store_directory(config.state_dir, task_id, name)):
+                    continue
+                start, end = setup.log.beginning_offset(changelog), setup.log.end_offset(changelog)
+                if should_wait(config.restore_wait_lag_above, start, end):
+                    announced[(name, task_id.partition)] = PendingRestore(
+                        name, changelog, start, end, now, now + config.restore_wait_ms / 1000
+                    )
+        self.restore_pending = announced
+
     def _wait_for_build(
         self, task_id: TaskId, name: str, changelog: TopicPartition, directory: Path, builds: Path
     ) -> None:
@@ -502,11 +529,11 @@ class StreamThread:
         log_start, log_end = log.beginning_offset(changelog), log.end_offset(changelog)
         if not should_wait(config.restore_wait_lag_above, log_start, log_end):
             return
+        key = (name, task_id.partition)
         now = time.time()
-        pending = PendingRestore(
+        pending = self.restore_pending.get(key) or PendingRestore(
             name, changelog, log_start, log_end, now, now + config.restore_wait_ms / 1000
         )
-        key = (name, task_id.partition)
         self.restore_pending = {**self.restore_pending, key: pending}
         logger.info(
             "task %s: store %s is missing and %s holds %d records: waiting up to %.0f s for a "

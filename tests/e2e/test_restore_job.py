@@ -1,0 +1,224 @@
+"""A lost volume restored through a Spark Job the operator launches, in the emulated cluster.
+
+The word count runs as one pod with ``spec.restore`` set (``WhenLagAbove``,
+``local[2]``). Its state claim is wiped while its container is down; on
+restart every store partition is missing and its changelog is above the
+threshold, so the pod reports them ``restorePending`` instead of replaying.
+The operator launches one restore Job (``eddyline restore job``: spark-submit
+in client mode, run by the kubelet stand-in as a local process), reads its
+verdict from the termination message, and shows ``Restoring``; the pod ingests
+the build and replays only the changelog after each manifest's offset, which
+its restore metrics show, and the counts come back exact.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import re
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from eddyline_runtime.restore.manifest import read_manifest
+from k8s.kubectl import KUBECTL
+from k8s.operator_harness import REPO, OperatorHarness, wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH"),
+    pytest.mark.skipif(shutil.which("java") is None, reason="the Spark build needs Java"),
+]
+
+APP = "wordcount"
+STORE = "word-counts"
+MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
+WORDS = [f"w{index:02d}" for index in range(40)]
+# Changelog records above which a missing store waits for a build instead of replaying.
+LAG_ABOVE = 20
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorHarness]:
+    running = OperatorHarness(tmp_path_factory.mktemp("restore"), examples=["wordcount"])
+    running.start()
+    yield running
+    running.stop()
+
+
+def produce(log_url: str, expected: collections.Counter[str], lines: int, seed: int) -> None:
+    rng = random.Random(seed)
+    batch = []
+    for _ in range(lines):
+        words = rng.choices(WORDS, k=rng.randint(1, 6))
+        expected.update(words)
+        batch.append(" ".join(words))
+    log = open_log(log_url)
+    try:
+        now = int(time.time() * 1000)
+        for partition in range(4):
+            records = [Record(None, line.encode(), now) for line in batch[partition::4]]
+            log.produce(TopicPartition("text-lines", partition), records)
+    finally:
+        log.close()
+
+
+def counts_exact(router: QueryRouter, expected: collections.Counter[str]) -> bool:
+    for word, count in expected.items():
+        try:
+            result = router.get(STORE, word)
+        except QueryFailedError:
+            return False
+        if not result.found or int(result.value) != count:
+            return False
+    return True
+
+
+def metrics(pod_ip: str) -> dict[tuple[str, str], float]:
+    """(metric family, partition of the task) -> value, for the store's restore metrics."""
+    with urllib.request.urlopen(f"http://{pod_ip}:7070/metrics", timeout=5) as response:
+        text = response.read().decode()
+    found: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        match = re.match(r"(eddyline_stream_state_metrics_restore_\w+)\{(.*)\} (\S+)$", line)
+        if match and f'store="{STORE}"' in match.group(2):
+            task = re.search(r'task_id="(\d+)_(\d+)"', match.group(2))
+            assert task is not None
+            found[(match.group(1), task.group(2))] = float(match.group(3))
+    return found
+
+
+def condition(harness: OperatorHarness, kind: str) -> dict[str, Any] | None:
+    return harness.condition(APP, kind)
+
+
+def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
+    harness: OperatorHarness, tmp_path: Path
+) -> None:
+    log_claim = harness.claim_dir(f"{APP}-log")
+    log_claim.mkdir(parents=True)
+    log_url = f"sqlite:///{log_claim}/log.db"
+    log = open_log(log_url)
+    log.create_topic("text-lines", 4)
+    log.close()
+    document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    document["spec"]["replicas"] = 1
+    document["spec"]["config"]["num.standby.replicas"] = 0
+    document["spec"]["restore"] = {
+        "when": "WhenLagAbove",
+        "lagAbove": LAG_ABOVE,
+        "master": "local[2]",
+        "waitSeconds": 240,
+    }
+    manifest = tmp_path / "streamapp.yaml"
+    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    harness.wait_until_operator_watches()
+    assert harness.kubectl is not None
+    harness.kubectl("apply", "-f", str(manifest))
+
+    def ready() -> bool:
+        status = harness.app(APP).get("status", {})
+        found = condition(harness, "Ready")
+        return status.get("readyReplicas") == 1 and found is not None and found["status"] == "True"
+
+    try:
+        wait_for(ready, "the pod ready", 90)
+    except AssertionError:
+        print(harness.describe_failure(APP))
+        raise
+    claim = harness.get("", "persistentvolumeclaims", f"{APP}-restore")
+    assert claim is not None
+    kubernetes_validate.validate(claim, "1.32", strict=True)
+    service = harness.get("", "services", f"{APP}-query")
+    assert service is not None
+    router = QueryRouter([f"{service['spec']['clusterIP']}:7070"], timeout=2)
+    expected: collections.Counter[str] = collections.Counter()
+    produce(log_url, expected, 2_000, seed=1)
+    wait_for(lambda: counts_exact(router, expected), "exact counts", 60)
+
+    # The volume is lost: the container is killed, its state claim wiped while it is down.
+    harness.cluster.kill_container("default", f"{APP}-0", keep_down_for=3.0)
+    state = harness.claim_dir(f"state-{APP}-0")
+    time.sleep(0.5)
+    for entry in state.iterdir():
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    lost_at = time.monotonic()
+
+    def job() -> dict[str, Any] | None:
+        jobs = harness.objects("batch", "jobs")
+        return jobs[0] if jobs else None
+
+    try:
+        launched = wait_for(job, "a restore Job", 60)
+    except AssertionError:
+        print(harness.describe_failure(APP))
+        raise
+    kubernetes_validate.validate(launched, "1.32", strict=True)
+    restoring = condition(harness, "Restoring")
+    assert restoring is not None and restoring["status"] == "True", restoring
+    args = launched["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--partitions") + 1] == "0,1,2,3"
+    try:
+        wait_for(
+            lambda: ready() and counts_exact(router, expected), "restored, exact counts", 240
+        )
+    except AssertionError:
+        print(harness.describe_failure(APP))
+        for pod in harness.objects("", "pods"):
+            print(harness.cluster.pod_log("default", pod["metadata"]["name"])[-4000:])
+        raise
+    restored_after = time.monotonic() - lost_at
+    finished = condition(harness, "Restoring")
+    assert finished is not None and finished["status"] == "False", finished
+    assert finished["reason"] == "BuildSucceeded", finished
+    jobs = harness.app(APP)["status"]["restoreJobs"]
+    assert [j["state"] for j in jobs] == ["Succeeded"], jobs
+    assert len(harness.objects("batch", "jobs")) == 1  # one build for every partition
+
+    # Only the tail after each manifest's offset was replayed (the pod's restore metrics).
+    builds = sorted((harness.claim_dir(f"{APP}-restore") / APP / STORE).glob("2*"))
+    assert len(builds) == 1, builds
+    pod_ip = harness.pods(APP)[f"{APP}-0"]["status"]["podIP"]
+    restored = metrics(pod_ip)
+    log = open_log(log_url, read_only=True)
+    try:
+        for partition in range(4):
+            built = read_manifest(builds[0] / f"partition-{partition}.manifest.json")
+            changelog = TopicPartition(f"{APP}-{STORE}-changelog", partition)
+            tail = [
+                r
+                for r in log.fetch(changelog, built.offset + 1, 1_000_000).records
+                if r.key is not None
+            ]
+            key = str(partition)
+            assert restored[("eddyline_stream_state_metrics_restore_ingested_offset", key)] == (
+                built.offset
+            )
+            assert restored[("eddyline_stream_state_metrics_restore_ingested_keys", key)] == (
+                built.keys
+            )
+            assert restored[("eddyline_stream_state_metrics_restore_total", key)] == len(tail)
+            assert built.records_read > built.keys  # many versions per key collapsed
+    finally:
+        log.close()
+    verdict = json.loads(
+        next(
+            s["state"]["terminated"]["message"]
+            for p in harness.objects("", "pods")
+            if p["metadata"]["name"].startswith(f"{APP}-restore-")
+            for s in p["status"]["containerStatuses"]
+        )
+    )
+    assert verdict["state"] == "Succeeded" and verdict["build_id"] == builds[0].name
+    print(f"volume lost -> restored with exact counts in {restored_after:.1f} s")
