@@ -45,8 +45,10 @@ APP = "wordcount"
 STORE = "word-counts"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
 WORDS = [f"w{index:02d}" for index in range(40)]
-# Changelog records above which a missing store waits for a build instead of replaying.
-LAG_ABOVE = 20
+# Changelog records above which a missing store waits for a build instead of replaying: each
+# round of input adds about 10 records (one per word) to each changelog partition.
+LAG_ABOVE = 30
+ROUNDS = 5
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +146,11 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
     assert service is not None
     router = QueryRouter([f"{service['spec']['clusterIP']}:7070"], timeout=2)
     expected: collections.Counter[str] = collections.Counter()
-    produce(log_url, expected, 2_000, seed=1)
-    wait_for(lambda: counts_exact(router, expected), "exact counts", 60)
+    # Rounds with a commit between them: every round writes each word's count again, so
+    # the changelog holds many versions per key (what a build collapses).
+    for round_ in range(ROUNDS):
+        produce(log_url, expected, 200, seed=round_)
+        wait_for(lambda: counts_exact(router, expected), "exact counts", 60)
 
     # The volume is lost: the container is killed, its state claim wiped while it is down.
     harness.cluster.kill_container("default", f"{APP}-0", keep_down_for=3.0)

@@ -1,0 +1,232 @@
+"""Spark restore Jobs, without a server: when one is launched, what it is, how it is judged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from k8s_objects import body, three_zones
+
+from eddyline_operator.reconcile import restore_job
+from eddyline_operator.reconcile.plan import Observed, Plan, parse_app, plan
+from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
+from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.restore.job_result import JobResult, JobState
+from eddyline_runtime.spec import ManifestError
+
+Obj = dict[str, Any]
+TASKS = frozenset(TaskId(0, p) for p in range(4))
+NOW = "2026-11-23T10:00:00Z"
+RESTORE = {"when": "WhenLagAbove", "lagAbove": 1000, "master": "local[2]"}
+
+
+def report(member: str, roles: dict[int, tuple[str, int]]) -> MemberReport:
+    return MemberReport(
+        member=member,
+        topology_hash="abc",
+        tasks=TASKS,
+        stateful=TASKS,
+        stores={"counts": {p: StoreCopy(role, lag) for p, (role, lag) in roles.items()}},
+        ready=False,
+    )
+
+
+def run(app: Obj, **observed: Any) -> Plan:
+    return plan(Observed(body=app, nodes=three_zones(), now=NOW, **observed))
+
+
+def restoring(result: Plan) -> Obj:
+    return next(c for c in result.status["conditions"] if c["type"] == "Restoring")
+
+
+def finished_job(job: Obj, *, complete: bool = True) -> Obj:
+    kind = "Complete" if complete else "Failed"
+    return {
+        **job,
+        "status": {"startTime": NOW, "conditions": [{"type": kind, "status": "True"}]},
+    }
+
+
+def job_pod(job: Obj, verdict: JobResult | None, exit_code: int = 0) -> Obj:
+    terminated: Obj = {"exitCode": exit_code}
+    if verdict is not None:
+        terminated["message"] = verdict.to_text()
+    return {
+        "metadata": {"name": f"{job['metadata']['name']}-x", "labels": job["metadata"]["labels"]},
+        "status": {
+            "phase": "Succeeded" if exit_code == 0 else "Failed",
+            "containerStatuses": [{"name": "restore", "state": {"terminated": terminated}}],
+        },
+    }
+
+
+def verdict(state: JobState, offsets: dict[int, int], partitions: tuple[int, ...]) -> JobResult:
+    return JobResult(
+        state=state,
+        application="wc",
+        store="counts",
+        partitions=partitions,
+        build_id="20261123T100000Z-abcd",
+        offsets=offsets,
+        driver_exit_code=0,
+        message="the Spark driver exited with status 1" if state is JobState.FAILED else "ok",
+    )
+
+
+def test_restore_is_never_by_default_and_adds_nothing() -> None:
+    result = run(body())
+    kinds = [o["kind"] for o in result.objects]
+    assert "Job" not in kinds and "restore.build.dir" not in str(result.objects)
+    assert not any(o["metadata"]["name"] == "wc-restore" for o in result.objects)
+    assert not any(c["type"] == "Restoring" for c in result.status["conditions"])
+    assert result.status["restoreJobs"] is None
+
+
+def test_when_lag_above_needs_its_threshold() -> None:
+    with pytest.raises(ManifestError, match="lagAbove"):
+        parse_app(body(restore={"when": "WhenLagAbove"}))
+
+
+def test_a_bad_spark_master_is_refused_naming_the_field() -> None:
+    with pytest.raises(ManifestError, match=r"spec\.restore\.master"):
+        parse_app(body(restore={"when": "Always", "master": "yarn"}))
+
+
+def test_with_restore_pods_mount_the_build_claim_and_wait_for_builds() -> None:
+    result = run(body(restore=RESTORE))
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in result.objects}
+    claim = by_name[("PersistentVolumeClaim", "wc-restore")]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # pods on many nodes read it
+    assert ("Role", "wc-restore") in by_name and ("ServiceAccount", "wc-restore") in by_name
+    config = by_name[("ConfigMap", "wc-config")]["data"]["streams.properties"]
+    assert "restore.build.dir=/var/lib/eddyline/restore\n" in config
+    assert "restore.wait.lag.above=1000\n" in config
+    assert "restore.wait.ms=600000\n" in config
+    template = result.objects[-1]["spec"]["template"]["spec"]
+    assert {"name": "restore", "mountPath": "/var/lib/eddyline/restore"} in template["containers"][
+        0
+    ]["volumeMounts"]
+    for obj in result.objects:
+        kubernetes_validate.validate(obj, "1.32", strict=True)
+    assert restoring(result)["reason"] == "NoBuild"
+
+
+def test_pending_partitions_above_the_threshold_launch_one_job_for_the_store() -> None:
+    reports = {
+        "wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000), 1: (RESTORE_PENDING, 10)}),
+        "wc-1": report("wc-1", {2: (RESTORE_PENDING, 2000), 3: ("restoring", 9000)}),
+    }
+    result = run(body(restore=RESTORE), reports=reports)
+    assert len(result.create_jobs) == 1
+    job = result.create_jobs[0]
+    kubernetes_validate.validate(job, "1.32", strict=True)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[:2] == ["restore", "job"]
+    assert args[args.index("--partitions") + 1] == "0,2"  # 1 is below it, 3 is replaying
+    assert args[args.index("--master") + 1] == "local[2]"
+    assert args[args.index("--result-file") + 1] == container["terminationMessagePath"]
+    assert job["spec"]["backoffLimit"] == 0
+    # Its pods never join the app's Services or membership.
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert "app.kubernetes.io/instance" not in labels
+    assert restoring(result)["status"] == "True"
+    assert [e.reason for e in result.events if e.reason.startswith("Restore")] == [
+        "RestoreStarted"
+    ]
+    assert result.status["restoreJobs"][0]["state"] == "Running"
+
+
+def test_a_k8s_master_names_the_driver_pod_so_executors_are_owned_by_it() -> None:
+    spec = {**RESTORE, "master": "k8s://https://kubernetes.default.svc", "executors": 3}
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}
+    job = run(body(restore=spec), reports=reports).create_jobs[0]
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    conf = dict(a.split("=", 1) for a in args[1:] if "=" in a and a.startswith("spark."))
+    assert conf["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"
+    assert conf["spark.executor.instances"] == "3"
+    assert conf["spark.driver.host"] == "$(POD_IP)"
+    assert (
+        conf["spark.kubernetes.executor.volumes.persistentVolumeClaim.restore.options.claimName"]
+        == "wc-restore"
+    )
+
+
+def test_a_running_job_is_not_launched_twice() -> None:
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}
+    first = run(body(restore=RESTORE), reports=reports)
+    job = first.create_jobs[0]
+    app = body(restore=RESTORE)
+    app["status"] = first.status
+    again = run(app, reports=reports, jobs=[job])
+    assert again.create_jobs == []
+    assert restoring(again)["status"] == "True"
+    assert not [e for e in again.events if e.reason == "RestoreStarted"]
+
+
+def succeeded_cycle(job_verdict: JobResult | None, *, complete: bool = True) -> Plan:
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000), 1: (RESTORE_PENDING, 5000)})}
+    first = run(body(restore=RESTORE), reports=reports)
+    job = first.create_jobs[0]
+    app = body(restore=RESTORE)
+    app["status"] = first.status
+    done = finished_job(job, complete=complete)
+    return run(app, reports=reports, jobs=[done], job_pods=[job_pod(done, job_verdict)])
+
+
+def test_a_job_succeeds_only_with_a_verdict_naming_every_manifest() -> None:
+    result = succeeded_cycle(verdict(JobState.SUCCEEDED, {0: 41, 1: 77}, (0, 1)))
+    cond = restoring(result)
+    assert (cond["status"], cond["reason"]) == ("False", "BuildSucceeded")
+    assert "0@41, 1@77" in cond["message"]
+    assert [e.reason for e in result.events if e.reason.startswith("Restore")] == [
+        "RestoreSucceeded"
+    ]
+    # Pods still report the partitions for a moment: no second Job for them.
+    assert result.create_jobs == []
+
+
+def test_a_complete_job_without_a_verdict_or_with_missing_manifests_failed() -> None:
+    # spark-submit's exit code alone can lie: Complete is not enough.
+    for job_verdict in (None, verdict(JobState.SUCCEEDED, {0: 41}, (0, 1))):
+        result = succeeded_cycle(job_verdict)
+        cond = restoring(result)
+        assert (cond["status"], cond["reason"]) == ("False", "BuildFailed"), job_verdict
+        assert [e.type for e in result.events if e.reason == "RestoreFailed"] == ["Warning"]
+
+
+def test_a_failed_job_reports_the_drivers_reason() -> None:
+    result = succeeded_cycle(verdict(JobState.FAILED, {}, (0, 1)), complete=False)
+    cond = restoring(result)
+    assert cond["reason"] == "BuildFailed"
+    assert "exited with status 1" in cond["message"]
+    assert result.status["restoreJobs"][-1]["state"] == "Failed"
+
+
+def test_pending_again_long_after_a_build_launches_a_new_attempt() -> None:
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}
+    first = run(body(restore=RESTORE), reports=reports)
+    old_job = first.create_jobs[0]
+    app = body(restore=RESTORE)
+    app["status"] = {
+        **first.status,
+        "restoreJobs": [
+            {
+                **first.status["restoreJobs"][0],
+                "state": "Succeeded",
+                "finishedAt": "2026-11-23T09:00:00Z",
+            }
+        ],
+    }
+    later = run(app, reports=reports)
+    assert len(later.create_jobs) == 1
+    assert later.create_jobs[0]["metadata"]["name"] != old_job["metadata"]["name"]
+
+
+def test_pending_partitions_below_the_threshold_or_under_never_wait_for_nothing() -> None:
+    app = parse_app(body(restore={"when": "Always"}))
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 1), 1: ("active", 0)})}
+    assert restore_job.pending_partitions(app, reports) == {"counts": [0]}
+    never = parse_app(body())
+    assert restore_job.pending_partitions(never, reports) == {}
