@@ -11,9 +11,14 @@ import io
 import json
 import logging
 import shutil
+import socket
 import sys
+import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -285,3 +290,91 @@ def test_restore_output_on_object_storage_is_refused_clearly(app_dir: Path) -> N
         "--partition", "0", "--from", "s3://bucket/restore",
     )  # fmt: skip
     assert code == 1 and "only local directories and file:// URIs" in err
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def get_json(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+        return json.load(response)
+
+
+def publish_once_pending(port: int, staged: Path, output: Path, seen: dict[str, Any]) -> None:
+    """Wait for restorePending on /v1/lags, note what the pod reports, then publish the build
+    (the Job's output appearing on the shared claim)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            lags = get_json(port, "/v1/lags")
+        except OSError:
+            time.sleep(0.05)
+            continue
+        if lags.get(STORE, {}).get("0", {}).get("restorePending"):
+            seen["lags"] = lags[STORE]["0"]
+            seen["layout"] = get_json(port, "/v1/layout")
+            break
+        time.sleep(0.05)
+    staged.rename(output)
+
+
+def test_a_task_waits_for_a_build_reporting_restore_pending_then_ingests_it(
+    app_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """spec.restore on a cluster, by hand: the lost store waits (restorePending on /v1/lags
+    and /v1/layout) instead of replaying, and ingests the build once it appears."""
+    manifest = app_dir / "streamapp.yaml"
+    changelog = TopicPartition(f"wordcount-{STORE}-changelog", 0)
+    store_dir = next((app_dir / "state").glob(f"*_0/{STORE}"))
+    staged = app_dir / "staged"
+    build_offset = build_by_hand(store_dir, changelog, staged)
+    before = contents(store_dir, changelog)
+    shutil.rmtree(store_dir)  # the volume was lost
+    port = free_port()
+    document = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    document["spec"]["config"].update(
+        {
+            "restore.build.dir": str(app_dir / "restore"),
+            "restore.wait.lag.above": 10,
+            "restore.wait.ms": 60_000,
+            "application.server": f"127.0.0.1:{port}",
+        }
+    )
+    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    seen: dict[str, Any] = {}
+
+    def on_started(_: object) -> None:
+        threading.Thread(
+            target=publish_once_pending,
+            args=(port, staged, app_dir / "restore", seen),
+            daemon=True,
+        ).start()
+
+    log = SqliteLog(app_dir / "log.db")
+    try:
+        with caplog.at_level(logging.INFO, logger="eddyline_runtime"):
+            run_app(
+                load_app(manifest),
+                log,
+                search_path=[manifest.parent],
+                until_caught_up=True,
+                out=io.StringIO(),
+                on_started=on_started,
+            )
+    finally:
+        log.close()
+    assert seen["lags"]["offset_lag"] == build_offset + 1
+    assert seen["layout"]["stores"][STORE]["0"] == {
+        "role": "restorePending",
+        "lag": build_offset + 1,
+    }
+    assert seen["layout"]["ready"] is False
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("restorePending" in m for m in messages), messages
+    restored = [m for m in messages if f"{changelog} offsets" in m]
+    assert len(restored) == 1 and f"offsets {build_offset + 1}.." in restored[0], restored
+    assert contents(store_dir, changelog) == before

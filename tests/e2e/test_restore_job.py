@@ -105,9 +105,8 @@ def condition(harness: OperatorHarness, kind: str) -> dict[str, Any] | None:
     return harness.condition(APP, kind)
 
 
-def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
-    harness: OperatorHarness, tmp_path: Path
-) -> None:
+def start_app(harness: OperatorHarness, tmp_path: Path) -> tuple[str, QueryRouter]:
+    """The word count, one pod, spec.restore set; returns its log URL and a query router."""
     log_claim = harness.claim_dir(f"{APP}-log")
     log_claim.mkdir(parents=True)
     log_url = f"sqlite:///{log_claim}/log.db"
@@ -128,14 +127,8 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
     harness.wait_until_operator_watches()
     assert harness.kubectl is not None
     harness.kubectl("apply", "-f", str(manifest))
-
-    def ready() -> bool:
-        status = harness.app(APP).get("status", {})
-        found = condition(harness, "Ready")
-        return status.get("readyReplicas") == 1 and found is not None and found["status"] == "True"
-
     try:
-        wait_for(ready, "the pod ready", 90)
+        wait_for(lambda: ready(harness), "the pod ready", 90)
     except AssertionError:
         print(harness.describe_failure(APP))
         raise
@@ -144,20 +137,65 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
     kubernetes_validate.validate(claim, "1.32", strict=True)
     service = harness.get("", "services", f"{APP}-query")
     assert service is not None
-    router = QueryRouter([f"{service['spec']['clusterIP']}:7070"], timeout=2)
+    return log_url, QueryRouter([f"{service['spec']['clusterIP']}:7070"], timeout=2)
+
+
+def ready(harness: OperatorHarness) -> bool:
+    status = harness.app(APP).get("status", {})
+    found = condition(harness, "Ready")
+    return status.get("readyReplicas") == 1 and found is not None and found["status"] == "True"
+
+
+def lose_the_volume(harness: OperatorHarness) -> None:
+    """The container is killed and its state claim wiped while it is down."""
+    harness.cluster.kill_container("default", f"{APP}-0", keep_down_for=3.0)
+    state = harness.claim_dir(f"state-{APP}-0")
+    time.sleep(0.5)
+    for entry in state.iterdir():
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+def print_failure(harness: OperatorHarness) -> None:
+    print(harness.describe_failure(APP))
+    for pod in harness.objects("", "pods"):
+        print(harness.cluster.pod_log("default", pod["metadata"]["name"])[-4000:])
+
+
+def assert_only_the_tail_was_replayed(harness: OperatorHarness, log_url: str) -> Path:
+    """Each store partition: ingested at its manifest's offset, then replayed what follows."""
+    builds = sorted((harness.claim_dir(f"{APP}-restore") / APP / STORE).glob("2*"))
+    assert len(builds) == 1, builds
+    pod_ip = harness.pods(APP)[f"{APP}-0"]["status"]["podIP"]
+    restored = metrics(pod_ip)
+    family = "eddyline_stream_state_metrics_restore_"
+    log = open_log(log_url, read_only=True)
+    try:
+        for partition in range(4):
+            built = read_manifest(builds[0] / f"partition-{partition}.manifest.json")
+            changelog = TopicPartition(f"{APP}-{STORE}-changelog", partition)
+            records = log.fetch(changelog, built.offset + 1, 1_000_000).records
+            tail = [r for r in records if r.key is not None]
+            key = str(partition)
+            assert restored[(family + "ingested_offset", key)] == built.offset
+            assert restored[(family + "ingested_keys", key)] == built.keys
+            assert restored[(family + "total", key)] == len(tail)
+            assert built.records_read > built.keys  # many versions per key collapsed
+    finally:
+        log.close()
+    return builds[0]
+
+
+def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
+    harness: OperatorHarness, tmp_path: Path
+) -> None:
+    log_url, router = start_app(harness, tmp_path)
     expected: collections.Counter[str] = collections.Counter()
     # Rounds with a commit between them: every round writes each word's count again, so
     # the changelog holds many versions per key (what a build collapses).
     for round_ in range(ROUNDS):
         produce(log_url, expected, 200, seed=round_)
         wait_for(lambda: counts_exact(router, expected), "exact counts", 60)
-
-    # The volume is lost: the container is killed, its state claim wiped while it is down.
-    harness.cluster.kill_container("default", f"{APP}-0", keep_down_for=3.0)
-    state = harness.claim_dir(f"state-{APP}-0")
-    time.sleep(0.5)
-    for entry in state.iterdir():
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    lose_the_volume(harness)
     lost_at = time.monotonic()
 
     def job() -> dict[str, Any] | None:
@@ -167,7 +205,7 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
     try:
         launched = wait_for(job, "a restore Job", 60)
     except AssertionError:
-        print(harness.describe_failure(APP))
+        print_failure(harness)
         raise
     kubernetes_validate.validate(launched, "1.32", strict=True)
     restoring = condition(harness, "Restoring")
@@ -175,13 +213,9 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
     args = launched["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--partitions") + 1] == "0,1,2,3"
     try:
-        wait_for(
-            lambda: ready() and counts_exact(router, expected), "restored, exact counts", 240
-        )
+        wait_for(lambda: ready(harness) and counts_exact(router, expected), "restored, exact", 240)
     except AssertionError:
-        print(harness.describe_failure(APP))
-        for pod in harness.objects("", "pods"):
-            print(harness.cluster.pod_log("default", pod["metadata"]["name"])[-4000:])
+        print_failure(harness)
         raise
     restored_after = time.monotonic() - lost_at
     finished = condition(harness, "Restoring")
@@ -190,33 +224,7 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
     jobs = harness.app(APP)["status"]["restoreJobs"]
     assert [j["state"] for j in jobs] == ["Succeeded"], jobs
     assert len(harness.objects("batch", "jobs")) == 1  # one build for every partition
-
-    # Only the tail after each manifest's offset was replayed (the pod's restore metrics).
-    builds = sorted((harness.claim_dir(f"{APP}-restore") / APP / STORE).glob("2*"))
-    assert len(builds) == 1, builds
-    pod_ip = harness.pods(APP)[f"{APP}-0"]["status"]["podIP"]
-    restored = metrics(pod_ip)
-    log = open_log(log_url, read_only=True)
-    try:
-        for partition in range(4):
-            built = read_manifest(builds[0] / f"partition-{partition}.manifest.json")
-            changelog = TopicPartition(f"{APP}-{STORE}-changelog", partition)
-            tail = [
-                r
-                for r in log.fetch(changelog, built.offset + 1, 1_000_000).records
-                if r.key is not None
-            ]
-            key = str(partition)
-            assert restored[("eddyline_stream_state_metrics_restore_ingested_offset", key)] == (
-                built.offset
-            )
-            assert restored[("eddyline_stream_state_metrics_restore_ingested_keys", key)] == (
-                built.keys
-            )
-            assert restored[("eddyline_stream_state_metrics_restore_total", key)] == len(tail)
-            assert built.records_read > built.keys  # many versions per key collapsed
-    finally:
-        log.close()
+    build = assert_only_the_tail_was_replayed(harness, log_url)
     verdict = json.loads(
         next(
             s["state"]["terminated"]["message"]
@@ -225,5 +233,5 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
             for s in p["status"]["containerStatuses"]
         )
     )
-    assert verdict["state"] == "Succeeded" and verdict["build_id"] == builds[0].name
+    assert verdict["state"] == "Succeeded" and verdict["build_id"] == build.name
     print(f"volume lost -> restored with exact counts in {restored_after:.1f} s")

@@ -49,6 +49,7 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     build.add_argument(
         "--output", required=True, help="a directory (or file:// URI) the pods can read"
     )
+    build.add_argument("--log-url", help="open this log instead of spec.log.url")
     build.add_argument(
         "--master",
         default="local[*]",
@@ -75,6 +76,7 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     job.add_argument("--store", required=True)
     job.add_argument("--partitions", required=True, help="comma-separated changelog partitions")
     job.add_argument("--output", required=True, help="the directory the pods read builds from")
+    job.add_argument("--log-url", help="open this log instead of spec.log.url")
     job.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
     job.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     job.add_argument("--job-name", required=True, help="names the verdict file")
@@ -119,7 +121,8 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
     application = app.streams_config().application_id
     topic = f"{application}-{args.store}-changelog"
     output = _local_path(args.output, "--output")
-    log = open_log(app.spec.log.url, read_only=True)
+    log_url = args.log_url or app.spec.log.url
+    log = open_log(log_url, read_only=True)
     try:
         known = log.topics().get(topic)
     finally:
@@ -127,7 +130,7 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
     if known is None:
         raise RestoreCommandError(
             f'store "{args.store}" of application "{application}" has no changelog topic '
-            f'"{topic}" in {app.spec.log.url}; check --store, or run the app once to create it'
+            f'"{topic}" in {log_url}; check --store, or run the app once to create it'
         )
     partitions = _partitions(args.partitions, known.partitions)
     conf = dict(_setting(item) for item in args.conf)
@@ -156,7 +159,7 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
             changelog_topic=topic,
             partitions=partitions,
             output=output,
-            log_url=app.spec.log.url,
+            log_url=log_url,
             **options,
         )
     finally:
@@ -196,6 +199,7 @@ def _job(args: argparse.Namespace, out: TextIO) -> int:
         output=_local_path(args.output, "--output"),
         master=args.master,
         conf=dict(_setting(item) for item in args.conf),
+        log_url=args.log_url,
         job_name=args.job_name,
         result_file=args.result_file,
     )

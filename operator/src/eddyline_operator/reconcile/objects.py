@@ -314,6 +314,10 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
     if restore_volume is not None:
         container["volumeMounts"].append(restore_volume[0])
         volumes.append(restore_volume[1])
+        # In the env too, as state.dir is: every path a pod uses appears in its args or env.
+        container["env"].append(
+            {"name": "EDDYLINE_RESTORE_BUILD_DIR", "value": restore_volume[0]["mountPath"]}
+        )
     if spec.log.secret_name:
         container["volumeMounts"].append(
             {"name": "log-secret", "mountPath": LOG_SECRET_MOUNT, "readOnly": True}

@@ -296,6 +296,7 @@ class _Cycle:
             image=spec.image or self.observed.default_image,
             log_node=log_node,
             embedded_log=embedded,
+            log_url=objects.pod_log_url(app),
             now=self.observed.now,
         )
         if restores.condition is not None:

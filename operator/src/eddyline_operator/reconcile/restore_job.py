@@ -190,6 +190,7 @@ def job(
     image: str,
     log_node: str | None,
     embedded_log: bool,
+    log_url: str,
 ) -> Obj:
     """The Job that builds ``store``'s ``partitions``; with the embedded log it mounts the
     shared log claim and runs on the log's node."""
@@ -240,6 +241,8 @@ def job(
         ",".join(str(p) for p in partitions),
         "--output",
         RESTORE_MOUNT,
+        "--log-url",
+        log_url,
         "--master",
         restore.master,
         "--job-name",
@@ -420,10 +423,12 @@ def plan_restores(
     image: str,
     log_node: str | None,
     embedded_log: bool,
+    log_url: str,
     now: str,
 ) -> RestorePlan:
     """Launch a Job per store with pending partitions and none running; report the Jobs.
 
+    ``log_url`` is the log as pods open it (the embedded log's file on its claim).
     ``previous`` is ``status.restoreJobs`` as last written: a Job already
     recorded there is never launched again (status as the write-ahead log:
     a restarted operator resumes instead of launching twice), and events fire
@@ -487,6 +492,7 @@ def plan_restores(
             image=image,
             log_node=log_node,
             embedded_log=embedded_log,
+            log_url=log_url,
         )
         name = new["metadata"]["name"]
         if name in recorded:

@@ -41,6 +41,7 @@ def spark_submit_command(
     master: str,
     conf: Mapping[str, str],
     spark_submit: str,
+    log_url: str | None = None,
 ) -> list[str]:
     """spark-submit in client mode running the build driver."""
     command = [spark_submit, "--master", master, "--deploy-mode", "client"]
@@ -50,6 +51,8 @@ def spark_submit_command(
     command += [str(DRIVER_SCRIPT), "--manifest", str(manifest), "--store", store]
     command += ["--partitions", ",".join(str(p) for p in partitions)]
     command += ["--output", str(output), "--master", master]
+    if log_url is not None:
+        command += ["--log-url", log_url]
     for key, value in sorted(conf.items()):
         command += ["--conf", f"{key}={value}"]
     return command
@@ -148,6 +151,7 @@ def run_restore_job(
     conf: Mapping[str, str],
     job_name: str,
     result_file: Path | None,
+    log_url: str | None = None,
 ) -> JobResult:
     """Run the build with spark-submit, judge it, and publish the verdict."""
     before = build_directories(output, application, store)
@@ -170,6 +174,7 @@ def run_restore_job(
             master=master,
             conf=conf,
             spark_submit=spark_submit,
+            log_url=log_url,
         )
         env = dict(os.environ)
         # The driver and the Python workers must be this interpreter (it has eddyline).
