@@ -218,8 +218,13 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
         print_failure(harness)
         raise
     restored_after = time.monotonic() - lost_at
-    finished = condition(harness, "Restoring")
-    assert finished is not None and finished["status"] == "False", finished
+
+    def job_done() -> dict[str, Any] | None:
+        # The pod ingests once the driver wrote the manifests, before the Job completes.
+        found = condition(harness, "Restoring")
+        return found if found is not None and found["status"] == "False" else None
+
+    finished = wait_for(job_done, "Restoring=False", 60)
     assert finished["reason"] == "BuildSucceeded", finished
     jobs = harness.app(APP)["status"]["restoreJobs"]
     assert [j["state"] for j in jobs] == ["Succeeded"], jobs
