@@ -161,7 +161,9 @@ def test_a_range_pages_within_its_bounds(cluster: Cluster) -> None:
     node = cluster.nodes[1]
     held = held_words(cluster, 1)
     low, high = held[10], held[-10]
-    found = pages(node.address, "range", allow_stale="true", limit="50", **{"from": low, "to": high})
+    found = pages(
+        node.address, "range", allow_stale="true", limit="50", **{"from": low, "to": high}
+    )
     keys = [key for page in found for key, _ in page["entries"]]
     assert keys == held[10:-9]
 

@@ -66,6 +66,7 @@ from eddyline_runtime.processing.queryable import (
     LocalStorePartition,
 )
 from eddyline_runtime.query.layout import member_report
+from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits, install_log_limits
 from eddyline_runtime.query.prometheus import render_prometheus
 from eddyline_runtime.serde import SerdeError, serde_for_request
 from eddyline_runtime.state import KeyRange, StateStoreError
@@ -83,11 +84,22 @@ MAX_PAGE_ENTRIES = 10_000
 class QueryServer:
     """Serves one instance's stores over HTTP on a background thread."""
 
-    def __init__(self, instance: StreamsInstance, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        instance: StreamsInstance,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         self.instance = instance
         self._host, self._port = host, port
+        self.limits = limits or ConnectionLimits()
+        self.guard = ConnectionGuard(self.limits)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -110,23 +122,40 @@ class QueryServer:
         loop, runner = self._loop, self._runner
         if loop is None or runner is None:
             return
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._shutdown(runner), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(10)
         self._loop = None
 
+    async def _shutdown(self, runner: web.AppRunner) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        await runner.cleanup()
+
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
+        install_log_limits(loop)
         try:
-            runner = web.AppRunner(_application(self.instance), access_log=None)
+            app = _application(self.instance)
+            app.middlewares.append(self.guard.middleware)
+            runner = web.AppRunner(
+                app, access_log=None, keepalive_timeout=self.limits.idle_timeout_seconds
+            )
             loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, self._host, self._port)
-            loop.run_until_complete(site.start())
+            assert runner.server is not None
+            self.guard.server = runner.server
+            # Our own listener instead of a TCPSite: the guard sits in front of
+            # aiohttp's protocol factory to cap connections (see limits.py).
+            self._listener = loop.run_until_complete(
+                loop.create_server(self.guard.factory, self._host, self._port)
+            )
             self._runner = runner
-            sockets = runner.addresses
-            bound = sockets[0] if sockets else (self._host, self._port)
+            self._watch = loop.create_task(self.guard.watch())
+            bound = self._listener.sockets[0].getsockname()
             self.address = HostInfo(self._host, int(bound[1]))
         except BaseException as exc:
             self._error = exc
