@@ -86,6 +86,14 @@ def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "this ConfigMap of the pod's namespace (watched through the Kubernetes API)",
     )
     run.add_argument("--log-url", help="open this log instead of spec.log.url")
+    # A replica's lifeline to its supervisor (local_group.py): internal, not for users.
+    run.add_argument("--supervisor-fd", type=int, help=argparse.SUPPRESS)
+    run.add_argument(
+        "--logs-dir",
+        type=Path,
+        help="with spec.replicas > 1: write replica N's output to DIR/replica-N.log "
+        "(default: the terminal, each line prefixed [replica N])",
+    )
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -145,7 +153,9 @@ def _run_manifest(args: argparse.Namespace) -> int:
             member_file=args.member_file,
             membership_configmap=args.membership_configmap,
             log_url=args.log_url,
+            supervisor_fd=args.supervisor_fd,
             until_caught_up=args.until_caught_up,
+            logs_dir=args.logs_dir,
         )
         return 0
 
