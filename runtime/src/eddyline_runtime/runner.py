@@ -66,6 +66,11 @@ DEFAULT_QUERY_PORT = 7070
 def load_app(manifest: Path, config_file: Path | None = None) -> StreamApp:
     """The manifest, with ``config_file`` (``.properties`` or YAML) over its ``spec.config``;
     the environment (``EDDYLINE_<NAME>``) overrides both when the config is built."""
+    if manifest.is_dir():
+        raise EddylineError(
+            f'manifest "{manifest}" is a directory; pass the StreamApp YAML file in it '
+            f"(e.g. {manifest / 'streamapp.yaml'})"
+        )
     app = load_manifest(manifest)
     if config_file is not None:
         settings = {**app.spec.config, **read_settings_file(config_file)}
@@ -156,6 +161,7 @@ def run_app(
 ) -> StreamsInstance:
     config = app.streams_config()
     topology = load_topology(app.spec.topology.ref, search_path)
+    check_state_dir(Path(config.state_dir))
     instance = StreamsInstance(topology, config, log, instance_id=instance_id)
 
     def finished() -> bool:
@@ -191,6 +197,7 @@ def run_member(
     """One replica of a local group: follow the membership file until SIGINT/SIGTERM."""
     config = app.streams_config()
     topology = load_topology(app.spec.topology.ref, search_path)
+    check_state_dir(Path(config.state_dir))
     membership = _wait_for_membership(member_file, instance_id)
     instance = StreamsInstance(
         topology,
@@ -204,7 +211,7 @@ def run_member(
 
     def follow_membership() -> bool:
         nonlocal generation
-        current = Membership.read(member_file)
+        current = _read_membership(member_file)
         if current is not None and current.generation != generation:
             generation = current.generation
             instance.apply_assignment(current.assignment)
@@ -448,6 +455,41 @@ def uncommitted_inputs(log: Log, layout: TopicLayout) -> dict[TopicPartition, tu
     return behind
 
 
+def check_state_dir(state_dir: Path) -> None:
+    """Refuse, saying what to fix, a ``state.dir`` that is a file or that we cannot write."""
+    if state_dir.exists() and not state_dir.is_dir():
+        raise ConfigError(
+            "state.dir",
+            str(state_dir),
+            "a directory",
+            hint="it is a file: remove it or choose another state.dir",
+        )
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        probe = state_dir / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(
+            "state.dir",
+            str(state_dir),
+            "a directory this process can create and write",
+            hint=f"{error.strerror or error}: make it writable by uid {os.getuid()} "
+            "(e.g. a volume's fsGroup) or choose another state.dir",
+        ) from None
+
+
+def _read_membership(member_file: Path) -> Membership | None:
+    try:
+        return Membership.read(member_file)
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        raise EddylineError(
+            f'member file "{member_file}" is not a membership eddyline wrote '
+            f"({type(error).__name__}: {error}); start replicas through `eddyline run` "
+            "(which writes it), or remove the file"
+        ) from None
+
+
 def _exit_with_supervisor(fd: int, grace_seconds: float = 30.0) -> None:
     """A replica's lifeline: end-of-file on ``fd`` means the supervisor died.
 
@@ -472,7 +514,7 @@ def _exit_with_supervisor(fd: int, grace_seconds: float = 30.0) -> None:
 def _wait_for_membership(member_file: Path, instance_id: str, timeout: float = 30.0) -> Membership:
     deadline = time.monotonic() + timeout
     while True:
-        membership = Membership.read(member_file)
+        membership = _read_membership(member_file)
         if membership is not None and instance_id in membership.assignment.active:
             return membership
         if time.monotonic() > deadline:
