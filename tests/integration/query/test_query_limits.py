@@ -24,7 +24,7 @@ import yaml
 from cluster_harness import free_port, http_get, streams_config, wait_for, word_count
 
 from eddyline_runtime.log import SqliteLog
-from eddyline_runtime.processing import StreamsInstance
+from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.query.limits import ConnectionLimits
 from eddyline_runtime.query.server import QueryServer
 
