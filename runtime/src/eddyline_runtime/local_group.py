@@ -60,12 +60,12 @@ DEFAULT_ZONES = ("zone-a", "zone-b", "zone-c")
 RESTART_BACKOFF_SECONDS = 1.0
 # A liveness probe (GET /healthz) waits this long for an answer, as a kubelet's
 # timeoutSeconds; probes run this often (periodSeconds).
-PROBE_TIMEOUT_SECONDS = 1.0
+PROBE_TIMEOUT_SECONDS = 2.0
 PROBE_PERIOD_SECONDS = 0.5
 # A replica that answered no probe for this long is hung: the kubelet's
 # failureThreshold x periodSeconds. Several probe timeouts, so one slow answer
 # under load is not a death sentence.
-LIVENESS_FAILURE_SECONDS = 5.0
+LIVENESS_FAILURE_SECONDS = 10.0
 # A replica gets this long to answer its first probe (loading its topology,
 # opening stores): a kubelet's startup probe.
 STARTUP_SECONDS = 60.0
