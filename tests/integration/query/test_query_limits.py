@@ -8,6 +8,7 @@ whose file descriptors would otherwise run out.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import resource
@@ -21,11 +22,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aiohttp import web
 from cluster_harness import free_port, http_get, streams_config, wait_for, word_count
 
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.processing.instance import StreamsInstance
-from eddyline_runtime.query.limits import ConnectionLimits
+from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits
 from eddyline_runtime.query.server import QueryServer
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom_processor"
@@ -91,6 +93,8 @@ def test_idle_connections_beyond_the_cap_are_closed_and_healthz_still_answers(
         assert not any(closed_by_server(s) for s in sockets[-5:])
         for _ in range(5):
             assert http_get(str(server.address), "/healthz").status == 200
+            # Not started: not ready, and it says so promptly.
+            assert http_get(str(server.address), "/readyz").json()["ready"] is False
     finally:
         for sock in sockets:
             sock.close()
@@ -212,3 +216,53 @@ def test_an_eddyline_run_keeps_answering_probes_when_idle_sockets_outnumber_its_
     output = stderr_path.read_text(errors="replace")
     assert "Traceback" not in output, output[-3000:]
     assert len(output.splitlines()) < 50, output[-3000:]
+
+
+# -- every slot busy, and a request that runs too long -----------------------------------
+
+
+def test_with_every_slot_busy_a_new_connection_gets_503_and_long_requests_are_aborted() -> None:
+    """The guard in front of a real aiohttp app whose one route takes 3 s."""
+    limits = ConnectionLimits(max_connections=2, request_timeout_seconds=1.0)
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(3)
+        return web.Response(text="done")
+
+    async def scenario() -> tuple[list[bytes], bytes, float]:
+        guard = ConnectionGuard(limits)
+        app = web.Application(middlewares=[guard.middleware])
+        app.router.add_get("/slow", slow)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        assert runner.server is not None
+        guard.server = runner.server
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(guard.factory, "127.0.0.1", 0)
+        watch = loop.create_task(guard.watch())
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            for _, writer in busy:
+                writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+                await writer.drain()
+            await asyncio.sleep(0.3)  # both requests are being handled
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            refused = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            started = loop.time()
+            answers = [await asyncio.wait_for(r.read(), 5) for r, _ in busy]
+            aborted_after = loop.time() - started + 0.3
+            for _, busy_writer in busy:
+                busy_writer.close()
+            return answers, refused, aborted_after
+        finally:
+            watch.cancel()
+            listener.close()
+            await runner.cleanup()
+
+    answers, refused, aborted_after = asyncio.run(scenario())
+    assert refused.startswith(b"HTTP/1.1 503"), refused
+    assert b"too many connections" in refused
+    assert answers == [b"", b""]  # cut off without an answer, not served after 3 s
+    assert aborted_after < 2.5

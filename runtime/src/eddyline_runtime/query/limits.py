@@ -82,7 +82,8 @@ class ConnectionGuard:
     refused: int = 0
     evicted: int = 0
     timed_out: int = 0
-    _connections: dict[int, _Connection] = field(default_factory=dict)
+    # Keyed by aiohttp's RequestHandler (hashable by identity, as aiohttp keys it too).
+    _connections: dict[Any, _Connection] = field(default_factory=dict)
 
     def factory(self) -> asyncio.Protocol:
         """What ``loop.create_server`` calls for each accepted socket."""
@@ -99,7 +100,7 @@ class ConnectionGuard:
             return _Refuse()
         assert self.server is not None, "set the guard's server before serving"
         handler = self.server()
-        self._connections[id(handler)] = _Connection(handler, time.monotonic())
+        self._connections[handler] = _Connection(handler, time.monotonic())
         if len(self._connections) > self.limits.max_connections:
             # The loop connects this protocol (and those accepted just before it)
             # right after: evict once they are connected, so an abort reaches them.
@@ -130,7 +131,7 @@ class ConnectionGuard:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         """Marks a connection busy while a request is handled."""
-        connection = self._connections.get(id(request.protocol))
+        connection = self._connections.get(request.protocol)
         if connection is not None:
             connection.busy_since = time.monotonic()
         try:
@@ -166,7 +167,7 @@ class ConnectionGuard:
         self._forget_closed()
         return len(self._connections)
 
-    def _abort(self, key: int) -> None:
+    def _abort(self, key: Any) -> None:
         connection = self._connections.pop(key)
         transport = connection.handler.transport
         connection.handler.force_close()
