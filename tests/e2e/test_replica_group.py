@@ -264,7 +264,7 @@ def test_a_sigstopped_replica_is_dropped_from_the_membership_then_restarted(
             group.poll()
             return all(http_status(a, "/readyz") == 200 for a in addresses)
 
-        wait_for("every replica is ready", ready)
+        wait_for("every replica is ready", ready, timeout=120)
         stopped = group.pid("1")
         assert stopped is not None
         os.kill(stopped, signal.SIGSTOP)
@@ -285,7 +285,7 @@ def test_a_sigstopped_replica_is_dropped_from_the_membership_then_restarted(
             re.search(r"replica 1 \(pid \d+\) has not answered /healthz", e) for e in events
         ), events
         assert not running(stopped)  # killed, as a kubelet restarts a failed container
-        wait_for("the replica is restarted and the group ready again", ready)
+        wait_for("the replica is restarted and the group ready again", ready, timeout=120)
         membership = Membership.read(group.membership_file)
         assert membership is not None and "1" in membership.assignment.active
     except AssertionError as failure:
