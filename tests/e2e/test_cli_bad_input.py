@@ -57,7 +57,7 @@ class Case:
 
 
 CASES = [
-    Case("log url scheme", ("log", "--log", "kafka://broker:9092", "topics"), ("kafka://broker",)),
+    Case("log url scheme", ("log", "--log", "redis://cache:6379", "topics"), ("redis://cache",)),
     Case(
         "log url without scheme", ("log", "--log", "log.db", "topics"), ("'log.db'", "sqlite:///")
     ),
