@@ -262,7 +262,9 @@ def test_a_sigstopped_replica_is_dropped_from_the_membership_then_restarted(
 
         def ready() -> bool:
             group.poll()
-            return all(http_status(a, "/readyz") == 200 for a in addresses)
+            # Probed alive, too: until then only the 60 s startup grace would apply.
+            probed = all(group.answered_probe(m.id) for m in group.members)
+            return probed and all(http_status(a, "/readyz") == 200 for a in addresses)
 
         wait_for("every replica is ready", ready, timeout=120)
         stopped = group.pid("1")

@@ -215,6 +215,12 @@ class LocalGroup:
             replica.restart_at = None
         return codes
 
+    def answered_probe(self, member_id: str) -> bool:
+        """Whether the replica's current process has answered a liveness probe yet (until it
+        has, only the startup grace of STARTUP_SECONDS applies to it)."""
+        replica = self._replicas[member_id]
+        return replica.process is not None and replica.last_alive is not None
+
     def log_path(self, member_id: str) -> Path | None:
         """The file a replica's output goes to (None: the supervisor's terminal)."""
         return self._replicas[member_id].log_path
