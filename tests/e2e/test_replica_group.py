@@ -232,7 +232,7 @@ def test_a_sigkilled_supervisors_replicas_exit_and_a_new_one_runs_until_caught_u
         from eddyline_runtime.processing.loader import load_topology
         from eddyline_runtime.processing.topics import resolve_topics
 
-        topology = load_topology(app.spec.topology, [tmp_path])
+        topology = load_topology(app.spec.topology.ref, [tmp_path])
         layout = resolve_topics(topology, app.streams_config().application_id, log)
         assert uncommitted_inputs(log, layout) == {}
         assert latest_counts(log) == dict(
