@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from eddyline_runtime.restore_cli import add_restore_commands, run_restore_command
+
 if TYPE_CHECKING:
     from eddyline_runtime.log import Log, Record
 
@@ -24,6 +26,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
     _add_query_command(commands)
     _add_demo_commands(commands)
     _add_log_commands(commands)
+    add_restore_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(args, "log_level", "WARNING"), format="%(levelname)s %(name)s: %(message)s"
@@ -32,6 +35,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
         return _run_manifest(args)
     if args.command == "query":
         return _run_query(args)
+    if args.command == "restore":
+        return run_restore_command(args)
     if args.command == "demo":
         if args.demo == "wordcount":
             from eddyline_runtime.demo.wordcount_demo import run_demo as run_wordcount
