@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
 
+import pytest
 from test_sst_restore import APP, CHANGELOG, ENTRIES, STORE, make_manifest
 
 from eddyline_runtime.restore.build_job import (
@@ -94,14 +96,16 @@ def test_an_old_failure_or_another_partitions_does_not_end_the_wait(tmp_path: Pa
     assert len(list(job_results(output, APP, STORE))) == 2
 
 
-def test_a_refused_build_is_not_ingested_and_the_wait_runs_to_its_deadline(
-    tmp_path: Path,
+def test_a_refused_build_is_judged_once_and_the_wait_runs_to_its_deadline(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     output, target = tmp_path / "out", tmp_path / "state" / "1_2" / STORE
     make_manifest(output, BUILD_ID, application="another-app")
-    result = wait(output, target, pending(seconds=0.3), threading.Event())
+    with caplog.at_level(logging.WARNING):
+        result = wait(output, target, pending(seconds=0.3), threading.Event())
     assert result.outcome is WaitOutcome.DEADLINE
     assert result.refusals and "another-app" in result.refusals[0]
+    assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1
     assert not store_exists(target)
 
 

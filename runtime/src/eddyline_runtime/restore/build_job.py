@@ -34,6 +34,7 @@ from typing import Final
 
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.restore.job_result import JobResult, JobState
+from eddyline_runtime.restore.manifest import manifests_for
 from eddyline_runtime.restore.sst_restore import IngestResult, ingest_latest_manifest
 
 JOB_RESULTS_DIR: Final = "_jobs"
@@ -129,29 +130,36 @@ def wait_for_build(
     started = time.monotonic()
     refusals: list[str] = []
     partition = pending.changelog.partition
+    judged: tuple[Path, ...] | None = None
     while True:
-        log_start, log_end = bounds()
-        attempt = ingest_latest_manifest(
-            output,
-            application=application,
-            store=pending.store,
-            changelog=pending.changelog,
-            directory=directory,
-            log_start=log_start,
-            log_end=log_end,
-            changelog_epoch=changelog_epoch,
-        )
-        for refusal in attempt.refusals:
-            if refusal not in refusals:
-                refusals.append(refusal)
+        found = tuple(manifests_for(output, application, pending.store, partition))
+        result: IngestResult | None = None
+        if found != judged:
+            # Only when a manifest appeared: a refused one is judged (and logged) once.
+            judged = found
+            log_start, log_end = bounds()
+            attempt = ingest_latest_manifest(
+                output,
+                application=application,
+                store=pending.store,
+                changelog=pending.changelog,
+                directory=directory,
+                log_start=log_start,
+                log_end=log_end,
+                changelog_epoch=changelog_epoch,
+            )
+            result = attempt.result
+            for refusal in attempt.refusals:
+                if refusal not in refusals:
+                    refusals.append(refusal)
         seconds = time.monotonic() - started
-        if attempt.result is not None:
+        if result is not None:
             return WaitResult(
                 WaitOutcome.INGESTED,
-                attempt.result,
+                result,
                 tuple(refusals),
                 seconds,
-                f"ingested {attempt.result.manifest} after waiting {seconds:.1f} s",
+                f"ingested {result.manifest} after waiting {seconds:.1f} s",
             )
         failed = next(
             (
