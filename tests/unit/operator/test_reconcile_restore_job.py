@@ -132,6 +132,7 @@ def test_pending_partitions_above_the_threshold_launch_one_job_for_the_store() -
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert "app.kubernetes.io/instance" not in labels
     assert restoring(result)["status"] == "True"
+    assert "2 store partitions (7,000 changelog records) wait" in restoring(result)["message"]
     assert [e.reason for e in result.events if e.reason.startswith("Restore")] == ["RestoreStarted"]
     assert result.status["restoreJobs"][0]["state"] == "Running"
 

@@ -158,17 +158,28 @@ def owned_objects(app: StreamApp, namespace: str, owner: Obj, *, embedded_log: b
     return [claim, account, role, binding]
 
 
-def pending_partitions(app: StreamApp, reports: Mapping[str, MemberReport]) -> dict[str, list[int]]:
-    """Store -> partitions that pods report restorePending above the threshold."""
+def pending_copies(
+    app: StreamApp, reports: Mapping[str, MemberReport]
+) -> dict[tuple[str, int], int]:
+    """(store, partition) -> changelog records, for copies reported restorePending above
+    the threshold."""
     threshold = app.spec.restore.wait_threshold()
     if threshold < 0:
         return {}
-    found: dict[str, set[int]] = {}
+    found: dict[tuple[str, int], int] = {}
     for report in reports.values():
         for store, partitions in report.stores.items():
             for partition, copy in partitions.items():
                 if copy.role == RESTORE_PENDING and copy.lag > threshold:
-                    found.setdefault(store, set()).add(partition)
+                    found[(store, partition)] = copy.lag
+    return found
+
+
+def pending_partitions(app: StreamApp, reports: Mapping[str, MemberReport]) -> dict[str, list[int]]:
+    """Store -> partitions that pods report restorePending above the threshold."""
+    found: dict[str, set[int]] = {}
+    for store, partition in pending_copies(app, reports):
+        found.setdefault(store, set()).add(partition)
     return {store: sorted(parts) for store, parts in sorted(found.items())}
 
 
@@ -516,22 +527,36 @@ def plan_restores(
     result.jobs = sorted(recorded.values(), key=lambda e: (str(e.get("startedAt")), e["name"]))[
         -_KEEP_JOBS:
     ]
-    running = [e for e in result.jobs if e.get("state") == "Running"]
+    result.condition = _restoring(app, reports, result.jobs, now)
+    return result
+
+
+def _restoring(
+    app: StreamApp, reports: Mapping[str, MemberReport], jobs: Sequence[Obj], now: str
+) -> tuple[bool, str, str]:
+    """The Restoring condition: (status, reason, message)."""
+    running = [e for e in jobs if e.get("state") == "Running"]
     if running:
-        waiting = sum(len(e.get("partitions") or ()) for e in running)
-        result.condition = (
+        # Progress as the pods see it: how many store partitions still wait, and how many
+        # changelog records a replay of them would read.
+        waiting = pending_copies(app, reports)
+        records = sum(waiting.values())
+        parts = []
+        for entry in running:
+            elapsed = _seconds_between(entry.get("startedAt"), now)
+            took = f", {elapsed:.0f} s so far" if elapsed != float("inf") else ""
+            parts.append(f"{entry['message']}{took}")
+        return (
             True,
             "BuildRunning",
-            "; ".join(str(e["message"]) for e in running)
-            + f" ({waiting} store partitions wait for it)",
+            "; ".join(parts)
+            + f"; {len(waiting)} store partitions ({records:,} changelog records) wait for it",
         )
-    elif result.jobs:
-        last = result.jobs[-1]
+    if jobs:
+        last = jobs[-1]
         reason = "BuildSucceeded" if last.get("state") == "Succeeded" else "BuildFailed"
-        result.condition = (False, reason, str(last.get("message")))
-    else:
-        result.condition = (False, "NoBuild", "no store waits for a Spark build")
-    return result
+        return (False, reason, str(last.get("message")))
+    return (False, "NoBuild", "no store waits for a Spark build")
 
 
 def _seconds_between(earlier: Any, later: str) -> float:
