@@ -239,4 +239,13 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
         )
     )
     assert verdict["state"] == "Succeeded" and verdict["build_id"] == build.name
+    assert harness.kubectl is not None
+    kubectl = harness.kubectl
+
+    def described() -> str | None:
+        text = kubectl("describe", "sapp", APP)
+        return text if "RestoreSucceeded" in text else None
+
+    text = wait_for(described, "the RestoreSucceeded event", 30)
+    assert "RestoreStarted" in text and "Restoring" in text
     print(f"volume lost -> restored with exact counts in {restored_after:.1f} s")
