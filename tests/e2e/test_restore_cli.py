@@ -7,6 +7,7 @@ from the build, replaying only the changelog written after the build.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ import eddyline_runtime.restore
 from eddyline_runtime import cli
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.build_job import write_job_result
+from eddyline_runtime.restore.job_result import JobResult, JobState
 from eddyline_runtime.restore.manifest import (
     MANIFEST_FORMAT_VERSION,
     ChangelogRef,
@@ -304,9 +307,9 @@ def get_json(port: int, path: str) -> Any:
         return json.load(response)
 
 
-def publish_once_pending(port: int, staged: Path, output: Path, seen: dict[str, Any]) -> None:
-    """Wait for restorePending on /v1/lags, note what the pod reports, then publish the build
-    (the Job's output appearing on the shared claim)."""
+def when_pending(port: int, seen: dict[str, Any], then: Callable[[], object]) -> None:
+    """Wait for restorePending on /v1/lags, note what the instance reports, then ``then()``
+    (a restore Job's output or verdict appearing on the shared claim)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -319,7 +322,7 @@ def publish_once_pending(port: int, staged: Path, output: Path, seen: dict[str, 
             seen["layout"] = get_json(port, "/v1/layout")
             break
         time.sleep(0.05)
-    staged.rename(output)
+    then()
 
 
 def test_a_task_waits_for_a_build_reporting_restore_pending_then_ingests_it(
@@ -348,11 +351,8 @@ def test_a_task_waits_for_a_build_reporting_restore_pending_then_ingests_it(
     seen: dict[str, Any] = {}
 
     def on_started(_: object) -> None:
-        threading.Thread(
-            target=publish_once_pending,
-            args=(port, staged, app_dir / "restore", seen),
-            daemon=True,
-        ).start()
+        publish = functools.partial(staged.rename, app_dir / "restore")
+        threading.Thread(target=when_pending, args=(port, seen, publish), daemon=True).start()
 
     log = SqliteLog(app_dir / "log.db")
     try:
@@ -377,4 +377,59 @@ def test_a_task_waits_for_a_build_reporting_restore_pending_then_ingests_it(
     assert any("restorePending" in m for m in messages), messages
     restored = [m for m in messages if f"{changelog} offsets" in m]
     assert len(restored) == 1 and f"offsets {build_offset + 1}.." in restored[0], restored
+    assert contents(store_dir, changelog) == before
+
+
+def test_a_task_whose_build_job_failed_replays_the_whole_changelog(
+    app_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manifest = app_dir / "streamapp.yaml"
+    changelog = TopicPartition(f"wordcount-{STORE}-changelog", 0)
+    store_dir = next((app_dir / "state").glob(f"*_0/{STORE}"))
+    before = contents(store_dir, changelog)
+    shutil.rmtree(store_dir)  # the volume was lost
+    output, port = app_dir / "restore", free_port()
+    document = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    document["spec"]["config"].update(
+        {
+            "restore.build.dir": str(output),
+            "restore.wait.lag.above": 10,
+            "restore.wait.ms": 60_000,
+            "application.server": f"127.0.0.1:{port}",
+        }
+    )
+    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+
+    def fail_the_job() -> None:
+        verdict = JobResult(
+            state=JobState.FAILED,
+            application="wordcount",
+            store=STORE,
+            partitions=(0,),
+            driver_exit_code=1,
+            message="the Spark driver exited with status 1",
+        )
+        write_job_result(output, "wordcount-restore-1", verdict)
+
+    started = time.monotonic()
+    log = SqliteLog(app_dir / "log.db")
+    try:
+        with caplog.at_level(logging.INFO, logger="eddyline_runtime"):
+            run_app(
+                load_app(manifest),
+                log,
+                search_path=[manifest.parent],
+                until_caught_up=True,
+                out=io.StringIO(),
+                on_started=lambda _: threading.Thread(
+                    target=when_pending, args=(port, {}, fail_the_job), daemon=True
+                ).start(),
+            )
+    finally:
+        log.close()
+    assert time.monotonic() - started < 30  # not the 60 s deadline
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("the restore Job failed" in m and "replaying" in m for m in messages), messages
+    restored = [m for m in messages if f"{changelog} offsets" in m]
+    assert len(restored) == 1 and f"{changelog} offsets 0.." in restored[0], restored
     assert contents(store_dir, changelog) == before
