@@ -15,7 +15,7 @@ QUIXSTREAMS := quixstreams==3.28.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast lint crds bench-store bench-runtime bench-relocation bench-failover bench-log image clean
+.PHONY: help setup run demo-store test test-fast lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -74,6 +74,8 @@ bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale
 
 bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
 	$(BIN)/python tests/bench/bench_log.py
+bench-operator: $(STAMP) ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, on the emulated cluster (last line JSON)
+	$(BIN)/python tests/bench/bench_operator.py
 
 image: ## Build the one image of the operator and the runtime (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }
