@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -155,7 +156,28 @@ def _report_errors(action: Callable[[], int]) -> int:
         return action()
     except EddylineError as error:
         print(f"error: {error}", file=sys.stderr)
+        _write_termination_message(str(error))
         return 1
+
+
+# Kubernetes shows this file's content as the container's termination message
+# (``terminationMessagePath``); the operator reads it to say why a pod refused to start.
+TERMINATION_MESSAGE_ENV = "EDDYLINE_TERMINATION_MESSAGE_PATH"
+# The kubelet keeps at most 4096 bytes of it.
+_TERMINATION_MESSAGE_MAX = 4000
+
+
+def _write_termination_message(message: str) -> None:
+    path = os.environ.get(TERMINATION_MESSAGE_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(message.encode()[:_TERMINATION_MESSAGE_MAX].decode(errors="ignore"))
+    except OSError as failure:  # never hide the error itself behind this one
+        print(
+            f"warning: cannot write the termination message to {path}: {failure}", file=sys.stderr
+        )
 
 
 def _add_demo_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
