@@ -24,8 +24,8 @@ def topology() -> StreamsBuilder:
     return builder
 
 
-# Revision 2 of the topology: it gains a first sub-topology (lines that mention a word
-# from a watch list are copied to their own topic), so every ordinal shifts and the
+# Revision 2 of the topology: it gains a first sub-topology (records of "watched-words" are
+# copied to "word-alerts"), so every ordinal shifts and the
 # ``word-counts`` store's task moves from sub-topology 1 to 2. Deploy it by changing
 # ``spec.topology`` to ``{ref: "wordcount:topology_v2", revision: "2"}``: the operator stops
 # every pod, publishes the new revision, and the pods relocate their state (KIP-816)
