@@ -32,6 +32,8 @@ def topology() -> StreamsBuilder:
 # instead of rebuilding it.
 ALERTS_INPUT_TOPIC = "watched-words"
 ALERTS_TOPIC = "word-alerts"
+# The name revision 1 generated for its repartition topic (KSTREAM-AGGREGATE-STATE-STORE-<n>).
+V1_REPARTITION = "KSTREAM-AGGREGATE-STATE-STORE-0000000003"
 
 
 def topology_v2() -> StreamsBuilder:
@@ -40,7 +42,9 @@ def topology_v2() -> StreamsBuilder:
     (
         builder.stream(INPUT_TOPIC, value_serde="string")
         .flat_map_values(lambda line: line.lower().split())
-        .group_by(lambda _, word: word, value_serde="string")
+        # Revision 1's repartition topic, by name: the generated one would shift with the new
+        # nodes above, and words still in the old topic at the upgrade would be lost.
+        .group_by(lambda _, word: word, value_serde="string", repartition_name=V1_REPARTITION)
         .count(STORE)
         .to_stream()
         .to(OUTPUT_TOPIC, key_serde="string", value_serde="long")
