@@ -11,6 +11,8 @@ counts, through the query Service and on the output topic, stay exact.
 from __future__ import annotations
 
 import collections
+import itertools
+import json
 import os
 import random
 import signal
@@ -24,7 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
+from eddyline_runtime.assignor import assign
 from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from eddyline_runtime.serde import serde_for
@@ -220,6 +224,19 @@ class OperatorFreezer:
             self.frozen.set()
 
 
+def store_directories(harness: OperatorHarness) -> dict[str, set[tuple[int, int]]]:
+    """Per pod, the (partition, inode) of every ``word-counts`` directory on its state claim,
+    active and standby copies alike: a store relocated by rename keeps its inode."""
+    found: dict[str, set[tuple[int, int]]] = {}
+    for ordinal in range(3):
+        claim = harness.claim_dir(f"state-{APP}-{ordinal}")
+        found[f"{APP}-{ordinal}"] = {
+            (int(path.parent.name.split("_")[1]), path.stat().st_ino)
+            for path in claim.glob(f"*_*/{STORE}")
+        }
+    return found
+
+
 def kill_and_restart_operator(harness: OperatorHarness) -> None:
     before = _watches(harness)
     operator = harness.operator
@@ -248,6 +265,8 @@ def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_
     previous = str(int(revision) - 1)
     if not _settled(harness, previous):
         pytest.skip(f"needs revision {previous} running (the previous run)")
+    on_disk = store_directories(harness)
+    assert all(len(copies) >= PARTITIONS // 3 for copies in on_disk.values()), on_disk
     freezer = OperatorFreezer(harness, step, revision)
     harness.api.listeners.append(freezer)
     seen: list[str] = []
@@ -264,9 +283,9 @@ def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_
                 kill_and_restart_operator(harness)
                 restarted = True
             upgrading = harness.condition(APP, "Upgrading")
-            if upgrading is not None and upgrading["status"] == "True":
-                if not seen or seen[-1] != upgrading["reason"]:
-                    seen.append(upgrading["reason"])
+            under_way = upgrading is not None and upgrading["status"] == "True"
+            if under_way and (not seen or seen[-1] != upgrading["reason"]):
+                seen.append(upgrading["reason"])
             time.sleep(0.02)
     finally:
         harness.api.listeners.remove(freezer)
@@ -283,6 +302,12 @@ def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_
     app.output_is_exactly_once()
     pods = harness.pods(APP)
     assert sorted(pods) == [f"{APP}-0", f"{APP}-1", f"{APP}-2"]
+    # Every copy, standbys included, is the same directory moved to its new ordinal.
+    owner = 2 if ref.endswith("_v2") else 1
+    assert store_directories(harness) == on_disk
+    for ordinal in range(3):
+        claim = harness.claim_dir(f"state-{APP}-{ordinal}")
+        assert {p.parent.name.split("_")[0] for p in claim.glob(f"*_*/{STORE}")} <= {str(owner)}
     assert {p["metadata"]["labels"]["eddyline.dev/revision"] for p in pods.values()} == {revision}
 
 
@@ -318,4 +343,75 @@ def test_a_revision_the_runtime_refuses_is_rolled_back_without_restores(
     app.produce(500)
     wait_for(app.counts_exact, "exact counts after the rollback", TIMEOUT)
     assert app.restored_records() == 0
+    app.output_is_exactly_once()
+
+
+def _memberships(harness: OperatorHarness, since: int) -> list[Membership]:
+    """Every membership the operator published after API revision ``since``, in order."""
+    found: list[Membership] = []
+    for revision, key, _event, obj in list(harness.api.history):
+        if revision <= since or key != "/configmaps":
+            continue
+        if obj["metadata"]["name"] != f"{APP}-membership":
+            continue
+        membership = Membership.from_json(json.loads(obj["data"][MEMBERSHIP_FILE]))
+        if not found or found[-1].generation != membership.generation:
+            found.append(membership)
+    return found
+
+
+def test_scaling_3_to_5_to_2_is_no_upgrade_and_moves_tasks_only_as_the_assignor_says(
+    app: App,
+) -> None:
+    harness = app.harness
+    wait_for(lambda: _settled(harness, "4"), "revision 4 running", TIMEOUT)
+    assert harness.kubectl is not None
+    upgrades_before = harness.app(APP)["status"].get("lastUpgrade")
+    since = harness.api.revision
+    start = harness.api.call(
+        lambda: harness.api.find(
+            harness.api.resource("", "configmaps"), harness.namespace, f"{APP}-membership"
+        )
+    )
+    first = Membership.from_json(json.loads(start["data"][MEMBERSHIP_FILE]))
+    stateful = frozenset(t for t in first.assignment.tasks if t.subtopology == 2)
+    app.keep_producing()
+    try:
+        for replicas in (5, 2):
+            harness.kubectl("scale", "sapp", APP, f"--replicas={replicas}")
+            wait_for(
+                lambda n=replicas: (
+                    len(harness.pods(APP)) == n
+                    and _settled(harness, "4")
+                    and harness.app(APP)["status"].get("readyReplicas") == n
+                ),
+                f"{replicas} ready pods",
+                TIMEOUT,
+            )
+    finally:
+        app.stop_producing()
+    status = harness.app(APP)["status"]
+    assert status.get("upgrade") is None and status.get("lastUpgrade") == upgrades_before
+    history = [first, *_memberships(harness, since)]
+    assert len(history) >= 3
+    for before, after in itertools.pairwise(history):
+        # Each generation is exactly what the sticky assignor makes of the previous one.
+        expected = assign(
+            after.assignment.tasks,
+            list(after.assignment.members),
+            1 if len(after.assignment.members) > 1 else 0,
+            previous=before.assignment,
+            stateful=stateful,
+        )
+        assert after.assignment == expected
+        gone = {m.id for m in before.assignment.members} - {m.id for m in after.assignment.members}
+        for task in stateful:
+            owner = before.assignment.active_owner(task)
+            holders = [h for h in before.assignment.standby_owners(task) if h not in gone]
+            if owner in gone and holders:
+                # A lost active copy is promoted where its standby state is.
+                assert after.assignment.active_owner(task) in holders
+    final = history[-1].assignment
+    assert sorted(m.id for m in final.members) == [f"{APP}-0", f"{APP}-1"]
+    wait_for(app.counts_exact, "exact counts on 2 pods", TIMEOUT)
     app.output_is_exactly_once()
