@@ -301,3 +301,12 @@ def test_the_placement_translates_by_store_name_to_the_new_ordinals() -> None:
     }
     assert translated.standby["b"] == frozenset({TaskId(2, 0)})
     assert translate_placement(placement, {"other": 1}, {"a"}) is None
+
+
+def test_a_report_carries_its_store_owners_through_json_and_older_reports_have_none() -> None:
+    report = layout_report("wc-0", "2")
+    again = MemberReport.from_json(report.to_json())
+    assert again == report and again.store_owners == {"word-counts": 2}
+    older = report.to_json()
+    del older["store_owners"]
+    assert MemberReport.from_json(older).store_owners == {}

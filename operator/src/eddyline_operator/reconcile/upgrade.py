@@ -250,7 +250,7 @@ def _act(observed: UpgradeInput, base: Decision, record: Obj, *, write_ahead: bo
     else:
         base.render, base.replicas = target, None
         base.membership = _first_assignment(observed, record)
-        base.hold_membership = not _assigned_for(observed, target)
+        base.hold_membership = not _assigned(observed)
         waiting = _starting_message(observed)
     verb = "rolling back" if record.get("rollback") else "upgrading"
     name = _step_name(record, step)
@@ -398,7 +398,7 @@ def _layout(reports: Mapping[str, MemberReport]) -> TaskLayout | None:
     return TaskLayout(report.topology_hash, report.tasks, report.stateful)
 
 
-def _assigned_for(observed: UpgradeInput, target: Topology) -> bool:
+def _assigned(observed: UpgradeInput) -> bool:
     """Whether the published assignment is already one of the new layout's tasks (after that,
     the membership follows the pods as usual)."""
     layout = _layout(_member_reports(observed))
@@ -422,7 +422,7 @@ def _first_assignment(observed: UpgradeInput, record: Obj) -> Membership | None:
     if len(current) < wanted or set(reports) != {m.id for m in current}:
         return None
     layout = _layout(reports)
-    if layout is None or _assigned_for(observed, Topology("", "")):
+    if layout is None or _assigned(observed):
         return None
     owners: dict[str, int] = {}
     for report in reports.values():
@@ -506,7 +506,7 @@ def _started(observed: UpgradeInput, target: Topology) -> bool:
         return True
     if not all(is_ready(p) and is_member(p) for p in live):
         return False
-    if not _assigned_for(observed, target):
+    if not _assigned(observed):
         return False
     membership = observed.membership
     assert membership is not None
