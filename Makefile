@@ -72,10 +72,11 @@ bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after ev
 bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
 	$(BIN)/python tests/bench/bench_failover.py
 
-bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
-	$(BIN)/python tests/bench/bench_log.py
 bench-operator: $(STAMP) ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, on the emulated cluster (last line JSON)
 	$(BIN)/python tests/bench/bench_operator.py
+
+bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
+	$(BIN)/python tests/bench/bench_log.py
 
 image: ## Build the one image of the operator and the runtime (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }

@@ -25,7 +25,7 @@ import yaml
 
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
 from k8s.client import request
 from k8s.kubectl import KUBECTL, Kubectl
 from k8s.operator_harness import REPO, OperatorHarness, wait_for
@@ -289,6 +289,40 @@ def test_suspending_scales_to_zero_keeps_the_state_and_resuming_counts_on(
     wait_for(wordcount.counts_exact, "exact counts after resuming", 60)
 
 
+def test_a_pod_lost_while_the_operator_is_down_fails_over_once_it_is_back(
+    wordcount: WordCount,
+) -> None:
+    harness = wordcount.harness
+    wait_for(lambda: _settled(harness), "no rollout under way", 120)
+    word = wordcount.expected.most_common(1)[0][0]
+    before = wordcount.router().get(STORE, word)
+    victim = _pod_at(harness, before.host)
+    generation = harness.app(APP)["status"]["membershipGeneration"]
+    harness.stop_operator()
+    harness.cluster.kill_container("default", victim, keep_down_for=10)
+    wordcount.produce(500, seed=8)
+    # Nobody reassigns the dead pod's tasks, but its standbys still answer (stale).
+    stale = wait_for(lambda: _answer_elsewhere(wordcount, word, before.host), "a stale answer")
+    assert stale.role == "standby"
+    assert harness.app(APP)["status"]["membershipGeneration"] == generation
+    harness.start_operator()
+    wait_for(wordcount.counts_exact, "exact counts once the operator is back", 90)
+    membership = harness.get("", "configmaps", f"{APP}-membership")
+    assert membership is not None
+    published = json.loads(membership["data"]["membership.json"])
+    assert published["generation"] > generation
+    assert victim not in [m["id"] for m in published["assignment"]["members"]]
+    wait_for(lambda: _settled(harness), "the pod back and the app settled", 90)
+
+
+def _answer_elsewhere(wordcount: WordCount, word: str, host: str | None) -> QueryResult | None:
+    try:
+        result = wordcount.router().get(STORE, word)
+    except QueryFailedError:
+        return None
+    return result if result.host != host else None
+
+
 def _pod_at(harness: OperatorHarness, host: str | None) -> str:
     assert host is not None
     address = host.split(":")[0]
@@ -309,22 +343,25 @@ def _pod_restarted(harness: OperatorHarness, name: str) -> bool:
 INVALID = {
     "isolation level": (
         {"spec__config": {"default.state.isolation.level": "SERIALIZABLE"}},
-        "spec.config[default.state.isolation.level]",
+        "spec.config.default.state.isolation.level",
     ),
     "uncommitted bytes below -1": (
         {"spec__config": {"statestore.uncommitted.max.bytes": -2}},
-        "spec.config[statestore.uncommitted.max.bytes]",
+        "spec.config.statestore.uncommitted.max.bytes",
     ),
     "idle time below -1": (
         {"spec__config": {"max.task.idle.ms": -5}},
-        "spec.config[max.task.idle.ms]",
+        "spec.config.max.task.idle.ms",
     ),
     "guarantee": (
         {"spec__config": {"processing.guarantee": "exactly_once"}},
-        "spec.config[processing.guarantee]",
+        "spec.config.processing.guarantee",
     ),
     "unknown field": ({"spec__replica": 3}, 'unknown field "spec.replica"'),
-    "unknown setting": ({"spec__config": {"num.stream.thread": 2}}, "num.stream.thread"),
+    "unknown setting": (
+        {"spec__config": {"num.stream.thread": 2}},
+        'unknown field "spec.config.num.stream.thread"',
+    ),
     "revision": ({"spec__topology": {"ref": "wordcount:topology", "revision": "v 2!"}},
                  "spec.topology.revision"),
     "topology ref": ({"spec__topology": {"ref": "wordcount"}}, "spec.topology.ref"),
@@ -332,7 +369,10 @@ INVALID = {
                  "spec.standbyPlacement.topologyKey"),
     "negative storage": ({"spec__storage": {"size": "-1Gi", "logSize": "1Gi"}},
                          "spec.storage.size"),
-    "resized storage": ({"spec__storage": {"size": "2Gi", "logSize": "1Gi"}}, "size is immutable"),
+    "resized storage": (
+        {"spec__storage": {"size": "2Gi", "logSize": "1Gi"}},
+        'spec.storage: Invalid value: "object": size is immutable',
+    ),
     "zero replicas": ({"spec__replicas": 0}, "spec.replicas"),
     "pull policy": ({"spec__imagePullPolicy": "Sometimes"}, "spec.imagePullPolicy"),
     "secret with sqlite": (
@@ -449,6 +489,20 @@ def test_the_operator_needed_nothing_beyond_the_charts_rbac(wordcount: WordCount
     assert harness.api.denied[-1].startswith(
         'secrets is forbidden: User "system:serviceaccount:default:'
     )
+
+
+def test_pods_reach_the_api_as_their_service_account_with_only_the_membership(
+    wordcount: WordCount,
+) -> None:
+    """The pods watched their membership under the Role the operator gave them, and no more."""
+    harness = wordcount.harness
+    assert harness.api.denied[:-1] == []  # the one refusal is the previous test's
+    pod = harness.pods(APP)[f"{APP}-0"]
+    own_api = f"http://{pod['status']['podIP']}:{harness.api.port}/api/v1/namespaces/default"
+    assert harness.api.address_identities[pod["status"]["podIP"]] == ("default", APP)
+    assert request(f"{own_api}/configmaps/{APP}-membership").status == 200
+    assert request(f"{own_api}/configmaps/{APP}-config").status == 403
+    assert request(f"{own_api}/pods").status == 403
 
 
 def test_deleting_the_app_removes_what_it_owns_and_keeps_the_claims(wordcount: WordCount) -> None:

@@ -13,8 +13,8 @@ There is no cluster on these machines. This emulator serves the parts of the API
   namespaces that must exist, finalizers and ``deletionTimestamp``, owner-reference garbage
   collection, graceful deletion of scheduled pods (the kubelet stand-in finishes it);
 - lists with ``kind``, label and field selectors, server-side Tables from a CRD's
-  ``additionalPrinterColumns``; watches from a resourceVersion (410 when too old), with
-  bookmarks and ``timeoutSeconds``;
+  ``additionalPrinterColumns`` (and pods' and StatefulSets' usual columns); watches from a
+  resourceVersion (410 when too old), with bookmarks and ``timeoutSeconds``;
 - PUT, merge, JSON (422 on a failed ``test``) and apply patches; strategic merge patches are
   415 for custom resources as on a real server, and approximated as merge patches for
   built-ins; the status and scale subresources;
@@ -22,10 +22,12 @@ There is no cluster on these machines. This emulator serves the parts of the API
   pruned and validated by their schema and CEL rules (``crd_schema.py``).
 
 RBAC is enforced for the bearer tokens :meth:`ApiServer.issue_token` gives to service accounts
-(Roles, ClusterRoles and their bindings, ``resourceNames``, subresources; 403 in the API
-server's words); any other request is an administrator's. Not emulated: privilege-escalation
-checks, protobuf bodies (run Helm with ``HELM_DRIVER=memory``), managed fields, and conversion
-between CRD versions.
+and for requests to a pod's own endpoint (:meth:`ApiServer.listen_as`): Roles, ClusterRoles
+and their bindings, ``resourceNames``, subresources; 403 in the API server's words. Any other
+request is an administrator's. Not emulated: privilege-escalation checks, protobuf bodies
+(run Helm with ``HELM_DRIVER=memory``), managed fields and server-side apply conflicts, the
+strategic merge of lists for built-ins, CEL's Kubernetes libraries (``quantity()``, ...), and
+conversion between CRD versions.
 
 Everything runs on one event loop in one thread, so a write and the watch events it causes
 are never interleaved with another write. Controllers that stand in for the cluster
@@ -392,6 +394,9 @@ class ApiServer:
         self.injections: list[Injection] = []
         self.tokens: dict[str, tuple[str, str]] = {}  # bearer token -> (namespace, account)
         self.denied: list[str] = []  # every RBAC refusal's message, for tests to assert on
+        # Addresses whose every request is a service account's: a pod's own endpoint.
+        self.address_identities: dict[str, tuple[str, str]] = {}
+        self._sites: dict[str, web.TCPSite] = {}
         self.listeners: list[Callable[[str, Resource, Obj], None]] = []
         # Each emulated cluster takes two /24s of the loopback range of its own (pods, then
         # Services), so clusters of tests running at once on one machine never share one.
@@ -465,6 +470,25 @@ class ApiServer:
         server = site._server
         assert isinstance(server, asyncio.base_events.Server)
         self.port = server.sockets[0].getsockname()[1]
+
+    async def listen_as(self, host: str, namespace: str, service_account: str) -> str:
+        """Also serve on ``host`` (same port), every request there as the service account.
+
+        What ``kubectl proxy`` with the account's credentials would be: a pod reaches the API
+        through its own endpoint, and RBAC holds it to its account's roles.
+        """
+        assert self._runner is not None
+        site = web.TCPSite(self._runner, host, self.port)
+        await site.start()
+        self._sites[host] = site
+        self.address_identities[host] = (namespace, service_account)
+        return f"http://{host}:{self.port}"
+
+    async def stop_listening(self, host: str) -> None:
+        self.address_identities.pop(host, None)
+        site = self._sites.pop(host, None)
+        if site is not None:
+            await site.stop()
 
     async def _shutdown(self) -> None:
         for watch in self.watches:
@@ -1136,6 +1160,9 @@ class ApiServer:
         query = request.query
         method = request.method
         account = self.tokens.get(request.headers.get("Authorization", "").removeprefix("Bearer "))
+        local = request.transport.get_extra_info("sockname") if request.transport else None
+        if account is None and local:
+            account = self.address_identities.get(local[0])
         if account is not None:
             self.authorize(
                 account,

@@ -21,7 +21,9 @@ It plays, on the API server's event loop and through the same write methods clie
 There are no mount namespaces here, so the kubelet maps each ``mountPath`` to its directory in
 the container's command, args, env values and workingDir. The pod contract (docs/operator.md)
 promises that every path a pod uses appears there. The process finds the API server through
-``EDDYLINE_KUBERNETES_API`` (plain HTTP, no token: the emulator does not authenticate).
+``EDDYLINE_KUBERNETES_API``: the emulator's port on the pod's own address, where every request
+counts as the pod's service account (as through ``kubectl proxy`` with its credentials), so
+RBAC holds pods to the roles they are given.
 
 It never writes anything a pod should learn from the operator (membership, assignment).
 """
@@ -66,6 +68,7 @@ class Container:
     started_clock: float = 0.0
     restarts: int = 0
     next_start: float = 0.0
+    held_until: float = 0.0  # a test keeps the container down (kill_container(keep_down_for=))
     backoff: float = 0.0
     started: bool = False  # the startup probe passed
     ready: bool = False
@@ -88,6 +91,7 @@ class PodRuntime:
     volumes_refreshed: float = 0.0
     terminating_since: float | None = None
     finished: bool = False
+    api_url: str = ""  # the pod's own API endpoint, once listening
 
 
 class Cluster:
@@ -179,7 +183,7 @@ class Cluster:
                 if container.process is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         container.process.wait(5)
-                    _close_logs(container)
+                    _reap(container)
 
     def _on_change(self, event: str, resource: Any, obj: Obj) -> None:
         self._wake.set()
@@ -553,9 +557,13 @@ class Cluster:
                 _kill(container, signal.SIGKILL)
             if all(c.process is None or c.process.poll() is not None for c in runtime.containers):
                 for container in runtime.containers:
-                    _close_logs(container)
-                self.free_ips.append(runtime.ip)
+                    _reap(container)
+                asyncio.get_running_loop().create_task(self._release(runtime.ip))
                 del self.pods[uid]
+
+    async def _release(self, ip: str) -> None:
+        await self.api.stop_listening(ip)
+        self.free_ips.append(ip)
 
     def _admit_pod(self, pod: Obj) -> PodRuntime:
         meta = pod["metadata"]
@@ -570,6 +578,13 @@ class Cluster:
             [Container(spec=c) for c in pod["spec"].get("containers", [])],
         )
         self.pods[meta["uid"]] = runtime
+        account = pod["spec"].get("serviceAccountName", "default")
+
+        async def listen() -> None:
+            runtime.api_url = await self.api.listen_as(runtime.ip, runtime.namespace, account)
+            self._wake.set()
+
+        asyncio.get_running_loop().create_task(listen())
         return runtime
 
     def _volume_dirs(self, pod: Obj, runtime: PodRuntime) -> dict[str, Path]:
@@ -636,7 +651,7 @@ class Cluster:
                         self._r("", "pods"), runtime.namespace, runtime.name, grace_seconds=0
                     )
             return
-        if runtime.finished:
+        if runtime.finished or not runtime.api_url:
             return
         runtime.mounts = self._volume_dirs(pod, runtime)
         policy = spec.get("restartPolicy", "Always")
@@ -655,7 +670,7 @@ class Cluster:
                 message = _termination_message(runtime, container, failed=code != 0)
                 if message:
                     container.last_exit["terminated"]["message"] = message
-                _close_logs(container)
+                _reap(container)
                 container.process = None
                 container.started = container.ready = False
                 container.probe_failures.clear()
@@ -670,7 +685,7 @@ class Cluster:
                     )
                     container.next_start = now + container.backoff
                     container.waiting_reason = "CrashLoopBackOff"
-            if container.process is None and now >= container.next_start:
+            if container.process is None and now >= max(container.next_start, container.held_until):
                 if container.last_exit is not None and not (
                     policy == "Always"
                     or (
@@ -738,7 +753,7 @@ class Cluster:
             "PYTHONPATH": os.pathsep.join(self.pythonpath),
             "KUBERNETES_SERVICE_HOST": self.api.host,
             "KUBERNETES_SERVICE_PORT": str(self.api.port),
-            "EDDYLINE_KUBERNETES_API": self.api.url,
+            "EDDYLINE_KUBERNETES_API": runtime.api_url,
         }
         status_pod = {
             **pod,
@@ -964,8 +979,18 @@ class Cluster:
         return result
 
     # ------------------------------------------------------------ for the tests
-    def kill_container(self, namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> int:
-        """Kill a pod's container process as a crash or the OOM killer would; returns its pid."""
+    def kill_container(
+        self,
+        namespace: str,
+        pod_name: str,
+        sig: int = signal.SIGKILL,
+        *,
+        keep_down_for: float = 0.0,
+    ) -> int:
+        """Kill a pod's container process as a crash or the OOM killer would; returns its pid.
+
+        ``keep_down_for`` seconds pass before the kubelet may restart it, whatever its back-off.
+        """
 
         def kill() -> int:
             for runtime in self.pods.values():
@@ -976,6 +1001,7 @@ class Cluster:
                     process = runtime.containers[0].process
                     if process is None:
                         raise LookupError(f'pod "{pod_name}" has no running container')
+                    runtime.containers[0].held_until = time.monotonic() + keep_down_for
                     os.killpg(process.pid, sig)
                     return process.pid
             raise LookupError(f'no pod "{namespace}/{pod_name}" runs here')
@@ -1123,8 +1149,8 @@ def _kill(container: Container, sig: int) -> None:
             os.killpg(container.process.pid, sig)
 
 
-def _close_logs(container: Container) -> None:
-    """Popen keeps no handle on the log file (closed after start); nothing to do but reap."""
+def _reap(container: Container) -> None:
+    """Collect an exited process (its log file was closed right after the start)."""
     if container.process is not None:
         with contextlib.suppress(Exception):
             container.process.poll()

@@ -97,9 +97,9 @@ def admit(
 
 
 def _child(path: str, key: str) -> str:
-    if re.match(r"^[A-Za-z0-9_-]+$", key):
-        return f"{path}.{key}" if path else key
-    return f"{path}[{key}]" if path else key
+    """The API server's schema errors join property names with dots, dotted names included
+    (``spec.config.max.task.idle.ms``)."""
+    return f"{path}.{key}" if path else key
 
 
 def _default(value: Any, schema: dict[str, Any]) -> None:

@@ -216,7 +216,7 @@ def test_schema_errors_come_back_as_invalid_with_causes_naming_each_field(api: A
     assert rejected.status == 422 and rejected.body["reason"] == "Invalid"
     causes = {c["field"]: c for c in rejected.body["details"]["causes"]}
     assert causes["spec.replicas"]["reason"] == "FieldValueInvalid"
-    assert causes["spec.config[default.state.isolation.level]"]["message"] == (
+    assert causes["spec.config.default.state.isolation.level"]["message"] == (
         'Unsupported value: "SERIALIZABLE": supported values: "READ_UNCOMMITTED", "READ_COMMITTED"'
     )
 
