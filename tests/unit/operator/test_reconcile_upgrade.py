@@ -67,10 +67,12 @@ class Driver:
             )
         )
         self.app["status"] = {**(self.app.get("status") or {}), **result.status}
-        config = next(o for o in result.objects if o["metadata"]["name"] == "wc-config")
-        self.manifest = config["data"][names.MANIFEST_KEY]
         if result.membership is not None:
             self.membership = result.membership
+        if not result.objects:  # an invalid spec applies nothing
+            return result
+        config = next(o for o in result.objects if o["metadata"]["name"] == "wc-config")
+        self.manifest = config["data"][names.MANIFEST_KEY]
         template = result.objects[-1]["spec"]["template"]
         self.template_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
         return result
@@ -310,3 +312,15 @@ def test_a_report_carries_its_store_owners_through_json_and_older_reports_have_n
     older = report.to_json()
     del older["store_owners"]
     assert MemberReport.from_json(older).store_owners == {}
+
+
+def test_an_invalid_spec_mid_upgrade_pauses_it_and_publishes_no_membership(
+    driver: Driver,
+) -> None:
+    run_to_starting(driver)
+    driver.start_pods("2")
+    driver.app["spec"]["replicas"] = -1  # the schema would refuse it; an old CRD did not
+    result = driver.cycle()
+    assert result.membership is None and result.objects == []
+    assert driver.step() == "Starting"
+    assert condition(result, "Degraded")["reason"] == "InvalidSpec"

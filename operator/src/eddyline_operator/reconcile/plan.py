@@ -123,7 +123,10 @@ def plan(observed: Observed) -> Plan:
     try:
         app = parse_app(observed.body)
     except ManifestError as invalid:
-        membership = cycle.follow_membership(_applied_app(observed.applied_manifest))
+        # Mid-upgrade, the upgrade alone decides the membership: it waits for a valid spec.
+        upgrading = bool((observed.body.get("status") or {}).get("upgrade"))
+        applied = None if upgrading else _applied_app(observed.applied_manifest)
+        membership = cycle.follow_membership(applied)
         return cycle.invalid(invalid, membership)
     upgrade = cycle.upgrade(app)
     running = with_topology(app, upgrade.render)
