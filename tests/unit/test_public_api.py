@@ -82,6 +82,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "Log",
         "LogAuthorizationError",
         "LogError",
+        "OffsetChanges",
         "OffsetOutOfRangeError",
         "ProducerFencedError",
         "Record",

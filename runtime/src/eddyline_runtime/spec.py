@@ -553,6 +553,8 @@ def _manifest_error(source: str, exc: ValidationError) -> ManifestError:
     first = exc.errors()[0]
     path = ".".join(_path_part(part) for part in first["loc"]) or "(document)"
     original = first.get("ctx", {}).get("error")
+    if isinstance(original, ConfigError) and original.key.startswith("EDDYLINE_"):
+        return ManifestError("the environment", original.key, str(original))  # not the manifest
     if isinstance(original, ConfigError):
         return ManifestError(source, f'{path}."{original.key}"', str(original))
     if first["type"] == "literal_error":

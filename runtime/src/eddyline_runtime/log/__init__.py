@@ -29,6 +29,7 @@ from eddyline_runtime.log.port import (
     FetchResult,
     LagTracker,
     Log,
+    OffsetChanges,
     Record,
     TopicSpec,
     TransactionalProducer,
@@ -39,16 +40,22 @@ from eddyline_runtime.log.sqlite_log import SqliteLog
 SQLITE_SCHEME = "sqlite:///"
 
 
-def open_log(url: str, settings: Mapping[str, object] | None = None) -> Log:
+def open_log(
+    url: str, settings: Mapping[str, object] | None = None, *, read_only: bool = False
+) -> Log:
     """``sqlite:///relative/log.db``, ``sqlite:////absolute/log.db`` or
     ``kafka://host:port[,host:port...]``.
 
     ``settings`` are the Kafka client settings (librdkafka's names); when not
     given, they are read from the file or mounted Secret that the environment
     variable ``EDDYLINE_LOG_SETTINGS`` names (none when it is unset).
+
+    ``read_only``: for readers that must never take the log's write lock nor
+    create anything (Spark restore tasks); every write then raises LogError.
+    A Kafka client takes no lock to read, so it only matters to the embedded log.
     """
     if url.startswith(SQLITE_SCHEME) and len(url) > len(SQLITE_SCHEME):
-        return SqliteLog(Path(url[len(SQLITE_SCHEME) :]))
+        return SqliteLog(Path(url[len(SQLITE_SCHEME) :]), read_only=read_only)
     if url.startswith(KAFKA_SCHEME):
         # Imported here: confluent-kafka loads librdkafka, which embedded runs never need.
         from eddyline_runtime.log.kafka_log import KafkaLog
@@ -67,6 +74,7 @@ __all__ = [
     "Log",
     "LogAuthorizationError",
     "LogError",
+    "OffsetChanges",
     "OffsetOutOfRangeError",
     "ProducerFencedError",
     "Record",

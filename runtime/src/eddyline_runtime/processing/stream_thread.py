@@ -76,6 +76,7 @@ from eddyline_runtime.restore import (
     open_trusted,
     restore,
 )
+from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
 from eddyline_runtime.state import (
     InMemoryStore,
     RocksDBStore,
@@ -84,6 +85,7 @@ from eddyline_runtime.state import (
     UncommittedBytesBudget,
     store_directory,
 )
+from eddyline_runtime.state.sst_files import store_exists
 
 logger = logging.getLogger(__name__)
 
@@ -437,9 +439,26 @@ class StreamThread:
         spec = self.setup.topology.stores[name]
         if not spec.persistent:
             return InMemoryStore(name)
+        directory = store_directory(self.setup.config.state_dir, task_id, name)
+        builds = self.setup.config.restore_build_dir
+        changelog = self.setup.layout.changelog_partition(name, task_id)
+        if builds is not None and changelog is not None and not store_exists(directory):
+            # A missing store comes back from a Spark build when one fits (the
+            # restore after opening then replays only the tail); else it replays.
+            log = self.setup.log
+            ingest_latest_manifest(
+                builds,
+                application=self.setup.config.application_id,
+                store=name,
+                changelog=changelog,
+                directory=directory,
+                log_start=log.beginning_offset(changelog),
+                log_end=log.end_offset(changelog),
+                changelog_epoch=log.partition_epoch(changelog),
+            )
         return RocksDBStore(
             name,
-            store_directory(self.setup.config.state_dir, task_id, name),
+            directory,
             self._store_options,
             metrics=self.setup.metrics,
             metric_tags={"thread-id": self.name, "task-id": str(task_id)},

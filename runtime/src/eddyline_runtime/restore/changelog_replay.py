@@ -99,11 +99,6 @@ class ReplayStart:
             return self.log_start
         return self.committed + 1
 
-    @property
-    def records_behind(self) -> int:
-        """Offsets between where replay starts and the end (an upper bound on records)."""
-        return self.log_end - self.first_offset
-
 
 def replay_start(
     committed: int | None,
