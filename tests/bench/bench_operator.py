@@ -47,6 +47,9 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from k8s.operator_harness import REPO, OperatorHarness, wait_for
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_upgrade  # beside this script, found through the path set above
+
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
 STORE = "word-counts"
@@ -156,10 +159,13 @@ class Bench:
         return {key: round(value, 3) for key, value in sorted(marks.items())}
 
 
-def main() -> int:
+def main() -> int:  # noqa: PLR0915 - one run, read top to bottom
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--lines", type=int, default=5_000, help="lines before the first kill")
+    parser.add_argument(
+        "--upgrade-keys", type=int, default=100_000, help="keys in the store for the upgrades"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-operator-"))
     harness = OperatorHarness(root, examples=["wordcount"])
@@ -170,6 +176,7 @@ def main() -> int:
         log_url = f"sqlite:///{claim}/log.db"
         log = open_log(log_url)
         log.create_topic("text-lines", 4)
+        log.create_topic("watched-words", 4)  # topology_v2's new first sub-topology reads it
         log.close()
         bench = Bench(harness, log_url)
         harness.wait_until_operator_watches()
@@ -217,6 +224,10 @@ def main() -> int:
         summary["not_ready_to_processing_s"] = round(
             statistics.median(k["kill_to_processing_s"] - k["kill_to_not_ready_s"] for k in kills),
             3,
+        )
+        # Issue 11: a full-cluster topology upgrade, relocating vs. resetting and rebuilding.
+        summary.update(
+            bench_upgrade.run(harness, log_url, bench.service, MANIFEST, keys=args.upgrade_keys)
         )
         print(json.dumps(summary))
         return 0

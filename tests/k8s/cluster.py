@@ -77,7 +77,6 @@ class Container:
     probe_failures: dict[str, int] = field(default_factory=dict)
     probe_due: dict[str, float] = field(default_factory=dict)
     probing: set[str] = field(default_factory=set)
-    termination_file: Path | None = None  # where the container writes terminationMessagePath
 
 
 @dataclass
@@ -668,10 +667,8 @@ class Cluster:
                         "finishedAt": now_iso(),
                     }
                 }
-                termination = container.termination_file
-                if termination is not None and termination.is_file():
-                    # Kubernetes keeps at most 4096 bytes of it.
-                    message = termination.read_bytes()[:4096].decode(errors="replace")
+                message = _termination_message(runtime, container, failed=code != 0)
+                if message:
                     container.last_exit["terminated"]["message"] = message
                 _reap(container)
                 container.process = None
@@ -709,13 +706,10 @@ class Cluster:
             for mount in spec.get("volumeMounts", [])
             if mount["name"] in runtime.mounts
         }
-        # The termination message file: a real kubelet mounts one at terminationMessagePath
-        # and puts what the container wrote there into its terminated state (message).
-        container.termination_file = runtime.sandbox / f"termination-{spec['name']}"
-        container.termination_file.unlink(missing_ok=True)
-        mounts[spec.get("terminationMessagePath", "/dev/termination-log")] = (
-            container.termination_file
-        )
+        # The kubelet's terminationMessagePath: a file of the pod's own, emptied at each start.
+        message_file = _termination_file(runtime, spec)
+        message_file.write_text("", encoding="utf-8")
+        mounts[spec.get("terminationMessagePath", "/dev/termination-log")] = message_file
         env = self._environment(pod, runtime, spec, mounts)
         argv = [_expand(a, env) for a in [*spec.get("command", []), *spec.get("args", [])]]
         argv = [_map_paths(a, mounts) for a in argv]
@@ -1122,6 +1116,31 @@ async def _tcp_probe(ip: str, container: Obj, probe: Obj, timeout: float) -> boo
         return True
     except (OSError, TimeoutError):
         return False
+
+
+def _termination_file(runtime: PodRuntime, spec: Obj) -> Path:
+    return runtime.sandbox / f"termination-log-{spec['name']}"
+
+
+# What a kubelet keeps of a termination message, and of the log's tail with
+# FallbackToLogsOnError (80 lines, 2048 bytes).
+_MESSAGE_BYTES, _LOG_TAIL_LINES, _LOG_TAIL_BYTES = 4096, 80, 2048
+
+
+def _termination_message(runtime: PodRuntime, container: Container, *, failed: bool) -> str:
+    """The file at terminationMessagePath, else (FallbackToLogsOnError, a failed container)
+    the log's tail, as a kubelet reports it in ``state.terminated.message``."""
+    path = _termination_file(runtime, container.spec)
+    text = path.read_text(errors="replace")[:_MESSAGE_BYTES] if path.exists() else ""
+    if text or not failed:
+        return text
+    if container.spec.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+        return ""
+    log = runtime.sandbox / "logs" / f"{container.spec['name']}.log"
+    if not log.exists():
+        return ""
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:])
+    return tail[-_LOG_TAIL_BYTES:]
 
 
 def _kill(container: Container, sig: int) -> None:

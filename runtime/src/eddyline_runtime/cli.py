@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -182,6 +183,7 @@ def _report_errors(action: Callable[[], int], *, show_traceback: bool = False) -
         return action()
     except EddylineError as error:
         print(f"error: {error}", file=sys.stderr)
+        _write_termination_message(str(error))
         return 1
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -193,6 +195,7 @@ def _report_errors(action: Callable[[], int], *, show_traceback: bool = False) -
             "eddyline --traceback ... and report it)",
             file=sys.stderr,
         )
+        _write_termination_message(f"{type(error).__name__}: {error}")
         return 1
 
 
@@ -213,6 +216,26 @@ def _topic_name(text: str) -> str:
             f"invalid topic name {text!r}: use 1 to 249 letters, digits, '.', '_' or '-'"
         )
     return text
+
+
+# Kubernetes shows this file's content as the container's termination message
+# (``terminationMessagePath``); the operator reads it to say why a pod refused to start.
+TERMINATION_MESSAGE_ENV = "EDDYLINE_TERMINATION_MESSAGE_PATH"
+# The kubelet keeps at most 4096 bytes of it.
+_TERMINATION_MESSAGE_MAX = 4000
+
+
+def _write_termination_message(message: str) -> None:
+    path = os.environ.get(TERMINATION_MESSAGE_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(message.encode()[:_TERMINATION_MESSAGE_MAX].decode(errors="ignore"))
+    except OSError as failure:  # never hide the error itself behind this one
+        print(
+            f"warning: cannot write the termination message to {path}: {failure}", file=sys.stderr
+        )
 
 
 def _add_demo_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

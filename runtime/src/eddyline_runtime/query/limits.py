@@ -27,7 +27,9 @@ reading never takes.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import resource
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -63,6 +65,18 @@ class ConnectionLimits:
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
 
+    def connection_cap(self) -> int:
+        """``max_connections``, lowered to fit the process's file-descriptor limit.
+
+        A third of the descriptors at most: the rest stay for the stores'
+        files, the log, and the burst of sockets the event loop accepts in one
+        go before the cap is enforced.
+        """
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return self.max_connections
+        return max(1, min(self.max_connections, soft // 3))
+
 
 @dataclass
 class _Connection:
@@ -84,24 +98,28 @@ class ConnectionGuard:
     timed_out: int = 0
     # Keyed by aiohttp's RequestHandler (hashable by identity, as aiohttp keys it too).
     _connections: dict[Any, _Connection] = field(default_factory=dict)
+    _cap: int = field(init=False, default=0)  # max_connections within the fd limit
+
+    def __post_init__(self) -> None:
+        self._cap = self.limits.connection_cap()
 
     def factory(self) -> asyncio.Protocol:
         """What ``loop.create_server`` calls for each accepted socket."""
         self._forget_closed()
         busy = sum(c.busy_since is not None for c in self._connections.values())
-        if busy >= self.limits.max_connections:
+        if busy >= self._cap:
             self.refused += 1
             _log_limited(
                 logging.WARNING,
                 "query server: all %d connections are busy with requests; refusing new ones "
                 "with 503",
-                self.limits.max_connections,
+                self._cap,
             )
             return _Refuse()
         assert self.server is not None, "set the guard's server before serving"
         handler = self.server()
         self._connections[handler] = _Connection(handler, time.monotonic())
-        if len(self._connections) > self.limits.max_connections:
+        if len(self._connections) > self._cap:
             # The loop connects this protocol (and those accepted just before it)
             # right after: evict once they are connected, so an abort reaches them.
             asyncio.get_running_loop().call_soon(self._enforce_cap)
@@ -109,7 +127,7 @@ class ConnectionGuard:
 
     def _enforce_cap(self) -> None:
         self._forget_closed()
-        while len(self._connections) > self.limits.max_connections:
+        while len(self._connections) > self._cap:
             idle = [
                 (c.since, key)
                 for key, c in self._connections.items()
@@ -122,7 +140,7 @@ class ConnectionGuard:
             _log_limited(
                 logging.INFO,
                 "query server: %d connections open, closing the ones idle the longest",
-                self.limits.max_connections,
+                self._cap,
             )
             self._abort(key)
 
@@ -250,6 +268,16 @@ def install_log_limits(loop: asyncio.AbstractEventLoop) -> None:
     """Rate-limit the loop's unhandled errors and aiohttp's per-request error lines."""
 
     def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        failure = context.get("exception")
+        if isinstance(failure, OSError) and failure.errno in (errno.EMFILE, errno.ENFILE):
+            # Expected while a flood of sockets is being cut down to the cap: one line.
+            _log_limited(
+                logging.WARNING,
+                "query server: out of file descriptors accepting a connection (%s); idle "
+                "connections are being closed",
+                failure.strerror,
+            )
+            return
         log, repeats = _should_log("asyncio", str(context.get("message", "")))
         if not log:
             return
