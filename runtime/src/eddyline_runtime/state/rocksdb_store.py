@@ -65,6 +65,7 @@ from eddyline_runtime.state.key_ranges import KeyRange
 from eddyline_runtime.state.offset_checkpoint import (
     CHECKPOINT_FILE_NAME,
     POSITION_FILE_NAME,
+    read_changelog_offsets,
     read_offsets,
     write_offsets,
 )
@@ -411,7 +412,9 @@ class RocksDBStore(StateStore):
         """KIP-892 upgrade: adopt offsets from .checkpoint / .position when the store has none."""
         position_file = self.directory / POSITION_FILE_NAME
         imported_changelog = (
-            {} if self._committed_offsets else read_offsets(self.directory / CHECKPOINT_FILE_NAME)
+            {}
+            if self._committed_offsets
+            else read_changelog_offsets(self.directory / CHECKPOINT_FILE_NAME, self.name)
         )
         imported_position = {} if self._committed_position else read_offsets(position_file)
         if imported_changelog or imported_position:
