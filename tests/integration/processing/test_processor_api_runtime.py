@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -132,9 +132,7 @@ def test_the_uncommitted_bytes_budget_holds_within_one_record(
 ) -> None:
     log.create_topic("events", 1)
     value = b"v" * 10 * 1024
-    log.produce(
-        TopicPartition("events", 0), [Record(b"%06d" % i, value, i) for i in range(1_500)]
-    )
+    log.produce(TopicPartition("events", 0), [Record(b"%06d" % i, value, i) for i in range(1_500)])
     reports: list[CommitReport] = []
     limit = 1024 * 1024
     settings = {
@@ -226,8 +224,8 @@ def test_wall_clock_punctuation_runs_and_commits_without_input(
 class QueryWhileDirty(Processor):
     """On the marker record, asks (from another thread) what READ_UNCOMMITTED sees."""
 
-    instance: StreamsInstance
-    seen: list[bytes | None] = []
+    instance: ClassVar[StreamsInstance]
+    seen: ClassVar[list[bytes | None]] = []
 
     def process(self, key: Any, value: Any) -> None:
         if value != b"query":
@@ -249,9 +247,7 @@ def test_read_uncommitted_queries_see_writes_still_in_the_record_cache(
     tmp_path: Path, log: SqliteLog
 ) -> None:
     log.create_topic("events", 1)
-    log.produce(
-        TopicPartition("events", 0), [Record(b"k", b"dirty", 1), Record(b"q", b"query", 2)]
-    )
+    log.produce(TopicPartition("events", 0), [Record(b"k", b"dirty", 1), Record(b"q", b"query", 2)])
     topology = Topology()
     topology.add_source("in", ["events"])
     topology.add_processor("query", QueryWhileDirty, "in")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -27,6 +27,7 @@ class Observe(Processor):
     """Records what the context says about each record, and forwards the value."""
 
     seen: list[tuple[Any, ...]]
+    last: ClassVar[Observe]
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -41,9 +42,6 @@ class Observe(Processor):
         context.forward(key, value)
 
 
-Observe.last: Observe
-
-
 def observing() -> Topology:
     topology = Topology()
     topology.add_source("in", ["events"], value_serde="string")
@@ -52,7 +50,9 @@ def observing() -> Topology:
     return topology
 
 
-def task_of(topology: Topology, stores: dict[str, Any] | None = None, **kwargs: Any) -> TaskTopology:
+def task_of(
+    topology: Topology, stores: dict[str, Any] | None = None, **kwargs: Any
+) -> TaskTopology:
     return TaskTopology(topology, topology.subtopologies()[0], 0, stores or {}, **kwargs)
 
 
@@ -78,6 +78,8 @@ def test_stream_time_is_the_largest_timestamp_and_lateness_the_distance_behind_i
 class Ticker(Processor):
     """Schedules a punctuation in init; each punctuation forwards its time."""
 
+    last: ClassVar[Ticker]
+
     def __init__(self, punctuation_type: PunctuationType, interval: int = 10) -> None:
         self._type, self._interval = punctuation_type, interval
 
@@ -91,9 +93,6 @@ class Ticker(Processor):
 
     def process(self, key: Any, value: Any) -> None:
         pass
-
-
-Ticker.last: Ticker
 
 
 def ticking(punctuation_type: PunctuationType) -> Topology:
@@ -144,9 +143,7 @@ def test_wall_clock_punctuation_follows_the_clock_and_stops_when_cancelled() -> 
 def test_a_punctuation_interval_below_one_millisecond_is_refused() -> None:
     topology = Topology()
     topology.add_source("in", ["events"])
-    topology.add_processor(
-        "ticker", lambda: Ticker(PunctuationType.STREAM_TIME, interval=0), "in"
-    )
+    topology.add_processor("ticker", lambda: Ticker(PunctuationType.STREAM_TIME, interval=0), "in")
     with pytest.raises(TopologyError, match=">= 1"):
         task_of(topology)
 

@@ -51,7 +51,7 @@ def test_a_closed_task_store_refuses_every_operation(store_factory: StoreFactory
         lambda: store.put_all([(b"k", b"v3")]),
         lambda: store.put_if_absent(b"n", b"v"),
         lambda: list(store.all()),
-        lambda: store.flush(),
+        store.flush,
         lambda: reader.get(b"k"),
         lambda: list(reader.all()),
     ):

@@ -31,7 +31,9 @@ CHANGELOG = TopicPartition("app-counts-changelog", 0)
 
 
 @pytest.fixture(params=["rocksdb", "memory"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], StateStore]]:
+def open_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[], StateStore]]:
     opened: list[StateStore] = []
 
     def make() -> StateStore:
@@ -150,7 +152,7 @@ def test_none_and_str_keys_raise_type_error_naming_the_store(
         lambda: reader.get(None),  # type: ignore[arg-type]
         lambda: reader.prefix_scan(None),  # type: ignore[arg-type]
     ):
-        with pytest.raises(TypeError, match='state store "counts".*bytes key'):
+        with pytest.raises(TypeError, match=r'state store "counts".*bytes key'):
             operation()
 
 

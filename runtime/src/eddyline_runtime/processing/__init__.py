@@ -16,17 +16,21 @@ from eddyline_runtime.processing.record_cache import (
     CachingKeyValueStore,
     Change,
     NamedCache,
+    RecordContext,
     ThreadCache,
 )
 from eddyline_runtime.processing.restoration import RestoreResult, restore
 from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport
 from eddyline_runtime.processing.task import TaskProcessingError
 from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.processing.task_topology import Output, PunctuationError, TaskTopology
 from eddyline_runtime.processing.topics import TopicLayout, TopologyLayoutError
 from eddyline_runtime.processing.topology import (
+    Cancellable,
     Processor,
     ProcessorContext,
+    PunctuationType,
+    Punctuator,
     StoreSpec,
     SubTopology,
     Topology,
@@ -35,6 +39,7 @@ from eddyline_runtime.processing.topology import (
 
 __all__ = [
     "CachingKeyValueStore",
+    "Cancellable",
     "Change",
     "CommitReport",
     "InstanceState",
@@ -46,6 +51,10 @@ __all__ = [
     "PartitionGroup",
     "Processor",
     "ProcessorContext",
+    "PunctuationError",
+    "PunctuationType",
+    "Punctuator",
+    "RecordContext",
     "RestoreReport",
     "RestoreResult",
     "StoreSpec",
