@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
+from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions, store_directory
 
 StoreFactory = Callable[..., RocksDBStore]
 
@@ -23,7 +24,9 @@ def store_factory(tmp_path: Path) -> Iterator[StoreFactory]:
         directory: Path | None = None,
         **kwargs: object,
     ) -> RocksDBStore:
-        store = RocksDBStore(name, directory or tmp_path / "0_0" / name, options, **kwargs)  # type: ignore[arg-type]
+        store = RocksDBStore(
+            name, directory or store_directory(tmp_path, TaskId(0, 0), name), options, **kwargs
+        )  # type: ignore[arg-type]
         opened.append(store)
         return store
 

@@ -41,11 +41,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eddyline_runtime.processing import StreamsBuilder, Topology
-from eddyline_runtime.processing.relocation import MisplacedStateError, relocate_state
+from eddyline_runtime.processing.topics import store_homes
+from eddyline_runtime.state.relocation import MisplacedStateError, RelocationReport
+from eddyline_runtime.state.relocation import relocate_state as relocate_homes
 
 STORE = "counts"
 RETIRED = "retired"  # a store the new topology no longer has
 STORE_FILES = {"eddyline.lock": "4711", ".checkpoint": "0\n1\napp-counts-changelog 0 41\n"}
+
+
+def relocate_state(
+    state_dir: Path, topology: Topology, *, automatic: bool = True
+) -> RelocationReport:
+    """Relocate for ``topology``, as an instance does at start."""
+    return relocate_homes(state_dir, store_homes(topology), automatic=automatic)
 
 
 def new_first_word_count() -> Topology:

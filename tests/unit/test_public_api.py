@@ -1,12 +1,15 @@
-"""The state package exports what a user needs, and only that."""
+"""Each package exports what its users need, and only that (its public face)."""
 
 from __future__ import annotations
 
-from eddyline_runtime import state
+from types import ModuleType
 
+import pytest
 
-def test_state_package_exports_the_intended_names() -> None:
-    assert set(state.__all__) == {
+from eddyline_runtime import log, processing, restore, state
+
+EXPECTED: dict[ModuleType, set[str]] = {
+    state: {
         "CheckpointFileError",
         "CommitReason",
         "DurabilityBound",
@@ -27,6 +30,85 @@ def test_state_package_exports_the_intended_names() -> None:
         "StoreReader",
         "TopicPartition",
         "UncommittedBytesBudget",
+        "parse_task_directory",
+        "quarantine_directory",
+        "store_directory",
+        "task_directory",
         "uncommitted_bytes",
-    }
-    assert all(hasattr(state, name) for name in state.__all__)
+    },
+    processing: {
+        "BytesSerde",
+        "Cancellable",
+        "Change",
+        "Headers",
+        "IntSerde",
+        "JsonSerde",
+        "KGroupedStream",
+        "KStream",
+        "KTable",
+        "LongSerde",
+        "Processor",
+        "ProcessorContext",
+        "PunctuationType",
+        "Punctuator",
+        "RecordContext",
+        "Serde",
+        "StoreSpec",
+        "StreamsBuilder",
+        "StringSerde",
+        "Topology",
+        "TopologyError",
+    },
+    restore: {
+        "ChangelogBehindStoreError",
+        "ChangelogGapError",
+        "ChangelogMismatchError",
+        "DEFAULT_BATCH_RECORDS",
+        "ReplayStart",
+        "ReplayVerdict",
+        "RestoreResult",
+        "judge",
+        "mismatch_error",
+        "next_offset_after",
+        "replay_batch",
+        "replay_start",
+        "restore",
+    },
+    log: {
+        "ChangeBatch",
+        "CommittedTransaction",
+        "FetchResult",
+        "InvalidTopicError",
+        "LagTracker",
+        "Log",
+        "LogError",
+        "OffsetOutOfRangeError",
+        "ProducerFencedError",
+        "Record",
+        "SqliteLog",
+        "TopicConflictError",
+        "TopicSpec",
+        "TransactionStateError",
+        "TransactionalProducer",
+        "UnknownTopicError",
+        "UnsupportedLogUrlError",
+        "open_log",
+        "read_partition",
+    },
+}
+
+
+@pytest.mark.parametrize("package", list(EXPECTED), ids=lambda p: p.__name__)
+def test_a_package_exports_the_intended_names(package: ModuleType) -> None:
+    exported = set(package.__all__)
+    assert exported == EXPECTED[package]
+    assert all(hasattr(package, name) for name in exported)
+
+
+def test_a_topology_author_finds_everything_in_processing() -> None:
+    """The authoring face: builders, the Processor API, store specs and serdes; no engine."""
+    authoring = {"StreamsBuilder", "Topology", "Processor", "ProcessorContext", "StoreSpec"}
+    assert authoring <= set(processing.__all__)
+    assert {"StringSerde", "LongSerde", "JsonSerde"} <= set(processing.__all__)
+    engine = {"StreamsInstance", "StreamTask", "TaskStore", "ThreadCache", "restore"}
+    assert not engine & set(processing.__all__)

@@ -1,7 +1,18 @@
 """eddyline's runtime: what each pod of a StreamApp runs.
 
-The packages inside follow one layering (checked by ``make lint``):
-``cli`` > ``state`` > ``config`` / ``metrics`` / ``partitions``.
+The packages inside follow one layering, highest first (checked by ``make lint``)::
+
+    cli > demo > runner > local_group          entry points, local replica groups
+    query                                      the instance's HTTP server and the router
+    processing                                 topology authoring (its __init__) and the engine
+    restore                                    changelog replay: the one replay-start rule
+    state | log                                stores and state on disk | the log port, adapters
+    membership > spec | assignor               the published membership, the StreamApp model,
+                                               the pure assignor
+    config | metrics | partitions | serde      leaves
+
+Topology authors import from :mod:`eddyline_runtime.processing`; the operator
+imports only ``spec``, ``config``, ``assignor`` and ``membership``.
 """
 
 __version__ = "0.1.0"

@@ -20,6 +20,13 @@ class EddylineError(Exception):
     """Base of every error eddyline raises on purpose."""
 
 
+class InvalidArgumentError(EddylineError, ValueError):
+    """A value handed to eddyline (an address, a task id, a bound) that it cannot accept.
+
+    The message names the value and what would do.
+    """
+
+
 class ConfigError(EddylineError, ValueError):
     """A setting has a value eddyline cannot accept.
 

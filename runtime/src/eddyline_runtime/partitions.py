@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from eddyline_runtime.errors import InvalidArgumentError
+
 
 class TopicPartition(NamedTuple):
     """One partition of one topic, e.g. ``TopicPartition("app-counts-changelog", 3)``."""
@@ -72,6 +74,6 @@ class TaskId:
         try:
             return cls(int(subtopology), int(partition))
         except ValueError:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f'"{text}" is not a task id; task ids are <sub-topology>_<partition>, e.g. 0_1'
             ) from None

@@ -21,15 +21,16 @@ from eddyline_runtime.config import IsolationLevel, StreamsConfig
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import (
-    CommitReport,
     Processor,
+    ProcessorContext,
+    PunctuationType,
     StoreSpec,
     StreamsBuilder,
-    StreamsInstance,
     Topology,
 )
+from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.queryable import KeyQueryMetadata
-from eddyline_runtime.processing.topology import ProcessorContext, PunctuationType
+from eddyline_runtime.processing.stream_thread import CommitReport
 from eddyline_runtime.serde import serde_for
 
 LONGS = serde_for("long")

@@ -11,27 +11,14 @@ import pytest
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import RestoreReport, StreamsBuilder, StreamsInstance, Topology
+from eddyline_runtime.processing import Topology
+from eddyline_runtime.processing.instance import StreamsInstance
+from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.serde import serde_for
+from word_count_app import word_count
 
 PARTITIONS = 2
 LONGS = serde_for("long")
-
-
-def word_count(*, new_first: bool) -> Topology:
-    """The word count; with ``new_first``, behind a new first sub-topology."""
-    builder = StreamsBuilder()
-    if new_first:
-        builder.stream("other").to("elsewhere")
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count("counts")
-        .to_stream()
-        .to("word-counts", key_serde="string", value_serde="long")
-    )
-    return builder.build()
 
 
 @pytest.fixture
@@ -87,12 +74,14 @@ def test_a_new_first_sub_topology_restarts_without_restoring_a_record(
 ) -> None:
     state_dir = tmp_path / "state"
     produce(log, ["a b a", "b a c", "a a a", "c b"] * 50)
-    run(word_count(new_first=False), log, state_dir)
-    assert [sub.stores for sub in word_count(new_first=False).subtopologies()][1] == ("counts",)
+    run(word_count(), log, state_dir)
+    assert [sub.stores for sub in word_count(new_first_sub_topology=False).subtopologies()][1] == (
+        "counts",
+    )
     assert {p.name for p in state_dir.iterdir()} == {f"1_{p}" for p in range(PARTITIONS)}
 
     produce(log, ["a d"], first_timestamp=1_000)
-    restored = run(word_count(new_first=True), log, state_dir)
+    restored = run(word_count(new_first_sub_topology=True), log, state_dir)
 
     # Every ordinal shifted by one: "counts" lives under 2_<p> now, moved, not rebuilt.
     assert len(restored) == PARTITIONS

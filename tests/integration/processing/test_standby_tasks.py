@@ -10,8 +10,6 @@ the changelog tail it had not replayed yet.
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,47 +18,24 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.assignor import Assignment, Member
-from eddyline_runtime.config import StreamsConfig
-from eddyline_runtime.log import ChangeBatch, Record, SqliteLog
+from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
-from eddyline_runtime.processing import RestoreReport, StreamsBuilder, StreamsInstance, Topology
 from eddyline_runtime.processing import standby_task as standby_module
+from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.queryable import LagInfo, StoreRole
 from eddyline_runtime.processing.standby_task import StandbyTask
+from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import KeyRange, RocksDBStore, StoreClosedError
+from pausable_log import PausableLog
+from word_count_app import APP, streams_config, word_count
 
-APP = "app"
 STORE = "counts"
 PARTITIONS = 2
 DEADLINE_SECONDS = 30
 LONGS = serde_for("long")
 MEMBERS = (Member("a"), Member("b"))
-
-
-def word_count() -> Topology:
-    builder = StreamsBuilder()
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count(STORE)
-        .to_stream()
-        .to("word-counts", key_serde="string", value_serde="long")
-    )
-    return builder.build()
-
-
-def streams_config(state_dir: Path) -> StreamsConfig:
-    return StreamsConfig.from_properties(
-        {
-            "application.id": APP,
-            "state.dir": str(state_dir),
-            "processing.guarantee": "exactly_once_v2",
-            "num.standby.replicas": 1,
-        }
-    )
 
 
 def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> None:
@@ -69,24 +44,6 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not true after {timeout} s")
         time.sleep(0.02)
-
-
-class PausableLog(SqliteLog):
-    """A SqliteLog whose standby replay can be paused (restoration is never paused)."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.standby_replay_paused = threading.Event()
-
-    def fetch_changes(
-        self, tp: TopicPartition, offset: int, max_records: int = 10_000
-    ) -> ChangeBatch:
-        if (
-            self.standby_replay_paused.is_set()
-            and sys._getframe(1).f_code is StandbyTask.replay.__code__
-        ):
-            return ChangeBatch([], -1)  # as if nothing had been fetched yet
-        return super().fetch_changes(tp, offset, max_records)
 
 
 def produce_lines(log: SqliteLog, lines: list[str]) -> None:

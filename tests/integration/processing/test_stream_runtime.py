@@ -19,17 +19,11 @@ import pytest
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import (
-    CommitReport,
-    Processor,
-    RestoreReport,
-    StoreSpec,
-    StreamsBuilder,
-    StreamsFailedError,
-    StreamsInstance,
-    Topology,
-)
+from eddyline_runtime.processing import Processor, StoreSpec, Topology
+from eddyline_runtime.processing.instance import StreamsFailedError, StreamsInstance
+from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport
 from eddyline_runtime.serde import serde_for
+from word_count_app import word_count
 
 LONGS = serde_for("long")
 
@@ -50,19 +44,6 @@ def config(tmp_path: Path, **settings: Any) -> StreamsConfig:
             **settings,
         }
     )
-
-
-def word_count() -> Topology:
-    builder = StreamsBuilder()
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count("counts")
-        .to_stream()
-        .to("word-counts", key_serde="string", value_serde="long")
-    )
-    return builder.build()
 
 
 def produce_lines(log: SqliteLog, lines: list[str], partitions: int = 2) -> None:

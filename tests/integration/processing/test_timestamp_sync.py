@@ -25,7 +25,8 @@ import pytest
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import FetchResult, Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StreamsInstance, Topology
+from eddyline_runtime.processing import Topology
+from eddyline_runtime.processing.instance import StreamsInstance
 
 CLICKS = TopicPartition("clicks", 0)
 USERS = TopicPartition("users", 0)

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from eddyline_runtime.assignor import Assignment, Member, assign
-from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
-from eddyline_runtime.processing import RestoreReport, StreamsBuilder, StreamsInstance, Topology
+from eddyline_runtime.processing.instance import StreamsInstance
+from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.query.server import QueryServer
+from word_count_app import APP, streams_config, word_count
 
-APP = "app"
 STORE = "counts"
 PARTITIONS = 3
 COUNTS_SUBTOPOLOGY = 1  # word_count(): 0 splits and repartitions, 1 counts
@@ -40,31 +40,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def word_count() -> Topology:
-    builder = StreamsBuilder()
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count(STORE)
-        .to_stream()
-        .to("word-counts", key_serde="string", value_serde="long")
-    )
-    return builder.build()
-
-
-def streams_config(state_dir: Path, **settings: Any) -> StreamsConfig:
-    return StreamsConfig.from_properties(
-        {
-            "application.id": APP,
-            "state.dir": str(state_dir),
-            "processing.guarantee": "exactly_once_v2",
-            "num.standby.replicas": 1,
-            **settings,
-        }
-    )
 
 
 def partition_of(word: str) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,10 +35,8 @@ from cluster_harness import (
 )
 from cluster_harness import Cluster as HarnessCluster
 
-from eddyline_runtime.log import ChangeBatch, SqliteLog
-from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
+from pausable_log import PausableLog
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -47,24 +44,6 @@ REPO = Path(__file__).resolve().parents[3]
 def http_json(address: str, path: str, **query: str) -> tuple[int, Any]:
     response = http_get(address, path, **query)
     return response.status, response.json()
-
-
-class PausableLog(SqliteLog):
-    """A SqliteLog whose standby replay can be paused (restoration is never paused)."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.standby_replay_paused = threading.Event()
-
-    def fetch_changes(
-        self, tp: TopicPartition, offset: int, max_records: int = 10_000
-    ) -> ChangeBatch:
-        if (
-            self.standby_replay_paused.is_set()
-            and sys._getframe(1).f_code is StandbyTask.replay.__code__
-        ):
-            return ChangeBatch([], -1)  # as if nothing had been fetched yet
-        return super().fetch_changes(tp, offset, max_records)
 
 
 # The harness's group, each member reading the log through a PausableLog.

@@ -2,7 +2,7 @@
 
 eddyline speaks to its log only through the port in ``eddyline_runtime.log.port``;
 these tests pin down that port's semantics (topics, offsets, read_committed
-transactions, epoch fencing, compaction, lag), so every adapter runs the very
+transactions, epoch fencing, lag), so every adapter runs the very
 same tests. The ``log`` fixture is parametrized over :data:`ADAPTERS`: today
 only the embedded SQLite log; a Kafka adapter joins by adding an opener there
 that gives each test a fresh, empty log (e.g. a dedicated broker or cluster).
@@ -27,7 +27,6 @@ from eddyline_runtime.log import (
     FetchResult,
     LagTracker,
     Log,
-    LogError,
     OffsetOutOfRangeError,
     ProducerFencedError,
     Record,
@@ -504,66 +503,6 @@ def test_different_transactional_ids_do_not_fence_each_other(log: Log) -> None:
 # Compaction
 
 
-def test_compact_keeps_only_the_latest_record_per_key(log: Log) -> None:
-    log.create_topic("store-changelog", 1, compacted=True)
-    changelog = TopicPartition("store-changelog", 0)
-    log.produce(
-        changelog,
-        [
-            Record(b"x", b"x1", 10),  # 0 kept: only record of x
-            Record(b"a", b"a1", 11),  # 1
-            Record(b"b", b"b1", 12),  # 2
-            Record(b"a", b"a2", 13),  # 3
-            Record(b"b", b"b2", 14, (("h", b"v"),)),  # 4 kept
-            Record(b"a", None, 15),  # 5 kept: a tombstone is the latest record of a
-        ],
-    )
-    assert log.compact("store-changelog") == 3
-    assert list(log.fetch(changelog, 0).records) == [
-        Record(b"x", b"x1", 10, (), 0),
-        Record(b"b", b"b2", 14, (("h", b"v"),), 4),
-        Record(b"a", None, 15, (), 5),
-    ]
-    assert log.end_offset(changelog) == 6
-    assert log.compact("store-changelog") == 0
-
-
-def test_fetch_from_a_compacted_away_offset_returns_the_next_remaining_records(
-    log: Log,
-) -> None:
-    log.create_topic("store-changelog", 1, compacted=True)
-    changelog = TopicPartition("store-changelog", 0)
-    log.produce(changelog, [rec(b"%d" % i, key=b"k%d" % (i % 3)) for i in range(9)])
-    assert log.compact("store-changelog") == 6
-    result = log.fetch(changelog, 1)
-    assert [(r.offset, r.key, r.value) for r in result.records] == [
-        (6, b"k0", b"6"),
-        (7, b"k1", b"7"),
-        (8, b"k2", b"8"),
-    ]
-    assert result.end_offset == 9
-    assert [r.offset for r in log.fetch(changelog, 7, max_records=1).records] == [7]
-
-
-def test_compaction_is_per_partition_and_appending_continues_after_it(log: Log) -> None:
-    log.create_topic("store-changelog", 2, compacted=True)
-    p0, p1 = TopicPartition("store-changelog", 0), TopicPartition("store-changelog", 1)
-    log.produce(p0, [rec(b"0-old", key=b"a"), rec(b"0-new", key=b"a")])
-    log.produce(p1, [rec(b"1-only", key=b"a")])
-    assert log.compact("store-changelog") == 1
-    assert [(r.offset, r.value) for r in fetch_all(log, p0)] == [(1, b"0-new")]
-    assert [(r.offset, r.value) for r in fetch_all(log, p1)] == [(0, b"1-only")]
-    assert log.produce(p0, [rec(b"0-newest", key=b"a")]) == [2]
-    assert values(log.fetch(p0, 1)) == [b"0-new", b"0-newest"]
-
-
-def test_compact_leaves_other_topics_alone(log: Log) -> None:
-    log.create_topic("store-changelog", 1, compacted=True)
-    log.produce(IN, [rec(b"1"), rec(b"2")])
-    log.compact("store-changelog")
-    assert values(log.fetch(IN, 0)) == [b"1", b"2"]
-
-
 # Lag
 
 
@@ -599,14 +538,6 @@ def test_lag_is_the_end_offset_seen_by_the_last_fetch_minus_the_position(log: Lo
 def test_open_log_rejects_a_url_it_does_not_serve(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedLogUrlError, match="sqlite:///"):
         open_log(f"postgres:///{tmp_path / 'log.db'}")
-
-
-def test_compacting_a_topic_that_is_not_compacted_is_refused(log: Log) -> None:
-    log.create_topic("events", 1)
-    log.produce(TopicPartition("events", 0), [rec(b"1"), rec(b"2")])
-    with pytest.raises(LogError, match="not compacted"):
-        log.compact("events")
-    assert len(fetch_all(log, TopicPartition("events", 0))) == 2
 
 
 def test_fetch_needs_a_positive_record_limit(log: Log) -> None:

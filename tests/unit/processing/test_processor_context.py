@@ -7,7 +7,9 @@ from typing import Any, ClassVar
 import pytest
 
 from conftest import StoreFactory
-from eddyline_runtime.processing import StreamsBuilder, TaskStore, ThreadCache
+from eddyline_runtime.processing import StreamsBuilder
+from eddyline_runtime.processing.record_cache import ThreadCache
+from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import Output, PunctuationError, TaskTopology
 from eddyline_runtime.processing.topology import (
     Processor,

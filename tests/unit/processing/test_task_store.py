@@ -6,7 +6,9 @@ import pytest
 
 from conftest import StoreFactory
 from eddyline_runtime.config import IsolationLevel
-from eddyline_runtime.processing import Change, TaskStore, ThreadCache
+from eddyline_runtime.processing import Change
+from eddyline_runtime.processing.record_cache import ThreadCache
+from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.state import InMemoryStore, StoreClosedError, TopicPartition
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)

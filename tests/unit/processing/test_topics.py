@@ -7,22 +7,10 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.log import SqliteLog, TopicConflictError
-from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StreamsBuilder, TaskId, TopologyLayoutError
-from eddyline_runtime.processing.topics import resolve_topics
-
-
-def word_count() -> StreamsBuilder:
-    builder = StreamsBuilder()
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count("counts")
-        .to_stream()
-        .to("word-counts", key_serde="string", value_serde="long")
-    )
-    return builder
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing import StreamsBuilder
+from eddyline_runtime.processing.topics import TopologyLayoutError, resolve_topics
+from word_count_app import word_count_builder as word_count
 
 
 def test_word_count_layout(tmp_path: Path) -> None:

@@ -24,8 +24,13 @@ from pathlib import Path
 from typing import TextIO
 
 from eddyline_runtime.config import IsolationLevel
-from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.state import DurabilityBound, RocksDBStore, RocksDBStoreOptions
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.state import (
+    DurabilityBound,
+    RocksDBStore,
+    RocksDBStoreOptions,
+    store_directory,
+)
 
 STORE_NAME = "word-counts"
 CHANGELOG = TopicPartition("demo-word-counts-changelog", 0)
@@ -87,7 +92,7 @@ def run_demo(state_dir: Path, out: TextIO = sys.stdout) -> int:
     def say(line: str = "") -> None:
         print(line, file=out, flush=True)
 
-    store_dir = state_dir / "0_0" / STORE_NAME
+    store_dir = store_directory(state_dir, TaskId(0, 0), STORE_NAME)
     if store_dir.exists():
         shutil.rmtree(store_dir)
     say(f"eddyline store engine demo: state store {STORE_NAME!r} in {store_dir}")

@@ -7,6 +7,7 @@ embedded log). Everything else speaks the :class:`Log` interface.
 from pathlib import Path
 
 from eddyline_runtime.log.errors import (
+    InvalidTopicError,
     LogError,
     OffsetOutOfRangeError,
     ProducerFencedError,
@@ -42,6 +43,7 @@ __all__ = [
     "ChangeBatch",
     "CommittedTransaction",
     "FetchResult",
+    "InvalidTopicError",
     "LagTracker",
     "Log",
     "LogError",

@@ -3,6 +3,7 @@
 EddylineError (eddyline_runtime.errors)
 └── LogError
     ├── UnknownTopicError          a topic or partition that does not exist
+    ├── InvalidTopicError          create_topic with a shape no topic can have
     ├── TopicConflictError         create_topic with a different shape than the existing one
     ├── OffsetOutOfRangeError      fetch below the log start or beyond the end
     ├── ProducerFencedError        a newer producer owns this transactional id
@@ -25,6 +26,11 @@ class UnknownTopicError(LogError):
     def __init__(self, what: str, known: Iterable[str]) -> None:
         names = ", ".join(sorted(known)) or "none"
         super().__init__(f"{what} does not exist (topics: {names}); create it first")
+
+
+class InvalidTopicError(LogError, ValueError):
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f'topic "{name}" {problem}')
 
 
 class TopicConflictError(LogError):

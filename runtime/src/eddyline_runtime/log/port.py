@@ -165,10 +165,6 @@ class Log(abc.ABC):
         """A producer for ``transactional_id``; fences every earlier one for that id."""
 
     @abc.abstractmethod
-    def compact(self, topic: str) -> int:
-        """Keep only the latest record per key in a compacted topic; returns records removed."""
-
-    @abc.abstractmethod
     def close(self) -> None: ...
 
 

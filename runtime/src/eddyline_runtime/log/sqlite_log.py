@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from eddyline_runtime.log.errors import (
+    InvalidTopicError,
     LogError,
     OffsetOutOfRangeError,
     ProducerFencedError,
@@ -127,7 +128,7 @@ class SqliteLog(Log):
 
     def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         if partitions < 1:
-            raise ValueError(f'topic "{name}" needs at least 1 partition, got {partitions}')
+            raise InvalidTopicError(name, f"needs at least 1 partition, got {partitions}")
         requested = TopicSpec(name, partitions, compacted)
         with self._write() as db:
             row = db.execute(
@@ -281,7 +282,10 @@ class SqliteLog(Log):
             ).fetchone()[0]
         return _SqliteTransactionalProducer(self, transactional_id, epoch)
 
+    # -- what a broker's cleaner and retention do (not on the port) ----------------
+
     def compact(self, topic: str) -> int:
+        """Keep only the latest record per key in a compacted topic; returns records removed."""
         with self._write() as db:
             topic_id = self._topic(db, TopicPartition(topic, 0))
             if not self._topic_ids[topic][1].compacted:
@@ -311,6 +315,30 @@ class SqliteLog(Log):
             ).rowcount
             db.execute("DELETE FROM compaction_keep")
         return removed
+
+    def delete_records(self, tp: TopicPartition, before_offset: int) -> int:
+        """Move the partition's start to ``before_offset``, deleting what lies below it.
+
+        Kafka's DeleteRecords (what retention does to old segments): offsets
+        keep their meaning, the end stays, the start never moves back.
+        Returns the records removed. An offset beyond the end is refused.
+        """
+        with self._write() as db:
+            topic_id = self._topic(db, tp)
+            start, end = _bounds(db, topic_id, tp.partition)
+            if before_offset > end:
+                raise OffsetOutOfRangeError(tp, before_offset, start, end)
+            if before_offset <= start:
+                return 0
+            removed = db.execute(
+                "DELETE FROM records WHERE topic_id = ? AND partition = ? AND offset < ?",
+                (topic_id, tp.partition, before_offset),
+            ).rowcount
+            db.execute(
+                "UPDATE partitions SET log_start = ? WHERE topic_id = ? AND partition = ?",
+                (before_offset, topic_id, tp.partition),
+            )
+        return int(removed)
 
     def close(self) -> None:
         connection = getattr(self._local, "connection", None)

@@ -1,77 +1,54 @@
-"""Processing: what runs between the log and the stores (tasks, threads, caches).
+"""Processing: what a topology author writes, and the engine that runs it.
 
-Start from :class:`StreamsInstance`: it resolves a :class:`Topology` (built
-with :class:`StreamsBuilder` or the Processor API) against a log, and runs its
-tasks on stream threads with exactly-once or at-least-once commits, the
-record cache (KIP-63), timestamp synchronization (KIP-695) and restoration
-of the changelog tail.
+A topology author imports from here and nowhere else: build a
+:class:`Topology` with :class:`StreamsBuilder` (the DSL) or the Processor API
+(:class:`Processor`, :class:`ProcessorContext` with its punctuations,
+:class:`StoreSpec`), and pick serdes. ``eddyline run`` loads the function that returns it.
+
+The engine lives in this package's modules and is not part of this face:
+``instance`` (:class:`~eddyline_runtime.processing.instance.StreamsInstance`:
+resolves a topology against a log and runs its tasks on stream threads),
+``stream_thread`` (the loop and the commit protocol), ``task``,
+``task_store`` and ``record_cache`` (KIP-63), ``partition_group`` (KIP-695),
+``standby_task`` (KIP-535). Restoration is :mod:`eddyline_runtime.restore`.
 """
 
-from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.processing.dsl import KGroupedStream, KStream, KTable, StreamsBuilder
-from eddyline_runtime.processing.instance import InstanceState, StreamsFailedError, StreamsInstance
-from eddyline_runtime.processing.loader import TopologyLoadError, load_topology
-from eddyline_runtime.processing.partition_group import PartitionGroup
-from eddyline_runtime.processing.record_cache import (
-    CachingKeyValueStore,
-    Change,
-    NamedCache,
-    RecordContext,
-    ThreadCache,
-)
-from eddyline_runtime.processing.restoration import RestoreResult, restore
-from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport
-from eddyline_runtime.processing.task import TaskProcessingError
-from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import Output, PunctuationError, TaskTopology
-from eddyline_runtime.processing.topics import TopicLayout, TopologyLayoutError
 from eddyline_runtime.processing.topology import (
     Cancellable,
+    Change,
+    Headers,
     Processor,
     ProcessorContext,
     PunctuationType,
     Punctuator,
+    RecordContext,
     StoreSpec,
-    SubTopology,
     Topology,
     TopologyError,
 )
+from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, Serde, StringSerde
 
 __all__ = [
-    "CachingKeyValueStore",
+    "BytesSerde",
     "Cancellable",
     "Change",
-    "CommitReport",
-    "InstanceState",
+    "Headers",
+    "IntSerde",
+    "JsonSerde",
     "KGroupedStream",
     "KStream",
     "KTable",
-    "NamedCache",
-    "Output",
-    "PartitionGroup",
+    "LongSerde",
     "Processor",
     "ProcessorContext",
-    "PunctuationError",
     "PunctuationType",
     "Punctuator",
     "RecordContext",
-    "RestoreReport",
-    "RestoreResult",
+    "Serde",
     "StoreSpec",
     "StreamsBuilder",
-    "StreamsFailedError",
-    "StreamsInstance",
-    "SubTopology",
-    "TaskId",
-    "TaskProcessingError",
-    "TaskStore",
-    "TaskTopology",
-    "ThreadCache",
-    "TopicLayout",
+    "StringSerde",
     "Topology",
     "TopologyError",
-    "TopologyLayoutError",
-    "TopologyLoadError",
-    "load_topology",
-    "restore",
 ]

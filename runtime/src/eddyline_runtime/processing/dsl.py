@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from eddyline_runtime.processing.record_cache import Change
 from eddyline_runtime.processing.topology import (
+    Change,
     Processor,
     ProcessorContext,
     StoreSpec,

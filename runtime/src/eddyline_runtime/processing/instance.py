@@ -26,7 +26,6 @@ from eddyline_runtime.processing.queryable import (
     LagInfo,
     LocalStorePartition,
 )
-from eddyline_runtime.processing.relocation import RelocationReport, relocate_state
 from eddyline_runtime.processing.stream_thread import (
     CommitListener,
     RestoreListener,
@@ -34,8 +33,9 @@ from eddyline_runtime.processing.stream_thread import (
     ThreadSetup,
     ThreadState,
 )
-from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
+from eddyline_runtime.processing.topics import TopicLayout, resolve_topics, store_homes
 from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.state.relocation import RelocationReport, relocate_state
 
 
 class InstanceState(enum.StrEnum):
@@ -98,7 +98,7 @@ class StreamsInstance:
             # changed move to where this topology expects them (or we refuse).
             self.relocation = relocate_state(
                 self.config.state_dir,
-                self.topology,
+                store_homes(self.topology),
                 automatic=self.config.automatic_state_relocation,
             )
             self.state = InstanceState.REBALANCING

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.errors import InvalidArgumentError
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.state import StoreReader
 
@@ -29,7 +30,9 @@ class HostInfo:
     def parse(cls, address: str) -> HostInfo:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
-            raise ValueError(f'"{address}" is not a host:port address (e.g. localhost:7070)')
+            raise InvalidArgumentError(
+                f'"{address}" is not a host:port address (e.g. localhost:7070)'
+            )
         return cls(host, int(port))
 
 

@@ -40,38 +40,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from eddyline_runtime.processing.topology import Headers
+from eddyline_runtime.errors import ConfigError
+from eddyline_runtime.processing.topology import Change, RecordContext
 from eddyline_runtime.state import KeyRange, KeyValue, StoreClosedError
-
-
-class RecordContext(NamedTuple):
-    """Where a record came from: what Kafka Streams' ``ProcessorRecordContext`` carries.
-
-    A punctuation runs with its own context: its time, no headers and no
-    topic (``topic`` None, ``partition`` and ``offset`` -1).
-    """
-
-    timestamp: int
-    headers: Headers = ()
-    topic: str | None = None
-    partition: int = -1
-    offset: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """An update as downstream sees it: the new value and the one it replaces.
-
-    ``context`` is the record context of the write that produced ``new``; it
-    does not take part in equality (two changes are equal by their values).
-    """
-
-    new: bytes | None
-    old: bytes | None
-    context: RecordContext | None = field(default=None, compare=False)
 
 
 class DirtyEntry(NamedTuple):
@@ -246,7 +219,7 @@ class ThreadCache:
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 0:
-            raise ValueError(f"statestore.cache.max.bytes must be >= 0, got {max_bytes}")
+            raise ConfigError("statestore.cache.max.bytes", max_bytes, "0 or more bytes")
         self.max_bytes = max_bytes
         self.num_bytes = 0
         self._caches: dict[str, NamedCache] = {}

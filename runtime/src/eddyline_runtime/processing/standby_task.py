@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.queryable import LagInfo
-from eddyline_runtime.processing.restoration import ChangelogBehindStoreError
+from eddyline_runtime.restore import judge, mismatch_error, replay_batch
 from eddyline_runtime.state import StateStore
 
 # Records per changelog fetch: one WriteBatch each.
@@ -41,19 +41,12 @@ class StandbyTask:
 
     def start(self, log: Log) -> None:
         for name, tp in self.changelogs.items():
-            committed = self.stores[name].committed_offset(tp)
-            beginning, end = log.beginning_offset(tp), log.end_offset(tp)
-            if committed is not None and committed >= end:
+            start = judge(self.stores[name], log, tp)
+            if not start.trusted:
                 # Never serve such a copy as "caught up" (restoration refuses it too).
-                raise ChangelogBehindStoreError(
-                    f'standby store "{name}" of task {self.id} has committed changelog offset '
-                    f"{committed} but {tp} ends at {end - 1}: the changelog was reset or "
-                    "replaced. Stop the instance, delete the store's directory and restart"
-                )
-            self._positions[name] = (
-                beginning if committed is None else max(committed + 1, beginning)
-            )
-            self._end_offsets[name] = end
+                raise mismatch_error(name, tp, start, copy=f"standby of task {self.id}")
+            self._positions[name] = start.first_offset
+            self._end_offsets[name] = start.log_end
 
     def replay(self, log: Log) -> int:
         """Apply what each changelog gained since the last call; returns records applied."""
@@ -64,12 +57,10 @@ class StandbyTask:
             self._end_offsets[name] = end
             if position >= end:
                 continue
-            batch = log.fetch_changes(tp, position, _REPLAY_BATCH)
-            if batch.last_offset < 0:
-                continue
-            self.stores[name].restore_batch(batch.entries, {tp: batch.last_offset})
-            self._positions[name] = batch.last_offset + 1
-            applied += len(batch.entries)
+            records, self._positions[name] = replay_batch(
+                self.stores[name], log, tp, position, max_records=_REPLAY_BATCH
+            )
+            applied += records
         self.replayed += applied
         return applied
 

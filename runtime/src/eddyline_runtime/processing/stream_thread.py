@@ -55,7 +55,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
-from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.log import LagTracker, Log, ProducerFencedError, Record
@@ -64,19 +63,20 @@ from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_ke
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition, StoreRole
 from eddyline_runtime.processing.record_cache import ThreadCache
-from eddyline_runtime.processing.restoration import RestoreResult, restore
 from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.processing.task import StreamTask
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
 from eddyline_runtime.processing.topics import TopicLayout
 from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore import RestoreResult, judge, next_offset_after, restore
 from eddyline_runtime.state import (
     InMemoryStore,
     RocksDBStore,
     RocksDBStoreOptions,
     StateStore,
     UncommittedBytesBudget,
+    store_directory,
 )
 
 logger = logging.getLogger(__name__)
@@ -343,10 +343,9 @@ class StreamThread:
         for name, store in stores.items():
             changelog = store.logging.changelog
             if changelog is not None:
-                committed = store.store.committed_offset(changelog)
-                position = log.beginning_offset(changelog) if committed is None else committed + 1
-                task.restoring[name] = LagInfo(position, log.end_offset(changelog))
-                self._restored(task_id, restore(store.store, log, changelog))
+                verdict = judge(store.store, log, changelog)
+                task.restoring[name] = LagInfo(verdict.first_offset, verdict.log_end)
+                self._restored(task_id, restore(store.store, log, changelog, start=verdict))
                 del task.restoring[name]
         committed_inputs = log.committed_offsets(config.application_id, inputs)
         start = {tp: committed_inputs.get(tp, log.beginning_offset(tp)) for tp in inputs}
@@ -419,7 +418,7 @@ class StreamThread:
             return InMemoryStore(name)
         return RocksDBStore(
             name,
-            Path(self.setup.config.state_dir) / str(task_id) / name,
+            store_directory(self.setup.config.state_dir, task_id, name),
             self._store_options,
             metrics=self.setup.metrics,
             metric_tags={"thread-id": self.name, "task-id": str(task_id)},
@@ -662,8 +661,12 @@ class StreamThread:
                 continue
             restoring = task.restoring.get(store)
             changelog = task_store.logging.changelog
-            committed = None if changelog is None else task_store.store.committed_offset(changelog)
-            position = 0 if committed is None else committed + 1
+            position = 0
+            if changelog is not None:
+                position = next_offset_after(
+                    task_store.store.committed_offset(changelog),
+                    self.setup.log.beginning_offset(changelog),
+                )
             found.append(
                 LocalStorePartition(
                     store=store,

@@ -30,11 +30,10 @@ from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing.record_cache import (
     CachingKeyValueStore,
-    Change,
     NamedCache,
-    RecordContext,
     ThreadCache,
 )
+from eddyline_runtime.processing.topology import Change, RecordContext
 from eddyline_runtime.state import (
     KeyRange,
     KeyValue,

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.processing.record_cache import RecordContext
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.topology import (
     Headers,
@@ -35,6 +34,7 @@ from eddyline_runtime.processing.topology import (
     Processor,
     PunctuationType,
     Punctuator,
+    RecordContext,
     SubTopology,
     Topology,
     TopologyError,

@@ -23,6 +23,7 @@ from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log, TopicSpec
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.topology import SubTopology, Topology
+from eddyline_runtime.state.relocation import StoreHomes
 
 
 class TopologyLayoutError(EddylineError):
@@ -163,3 +164,26 @@ def _partition_counts(
                 f"sub-topologies {unresolved} read internal topics nothing writes"
             )
     return counts
+
+
+def store_homes(topology: Topology) -> StoreHomes:
+    """Which sub-topology owns each persistent store now, and why other names have none.
+
+    What KIP-816 relocation needs of a topology, in terms ``state`` understands.
+    """
+    owners = {
+        name: sub.id
+        for sub in topology.subtopologies()
+        for name in sub.stores
+        if topology.stores[name].persistent
+    }
+    homeless = {
+        name: (
+            "the topology keeps this store in memory now"
+            if not spec.persistent
+            else "no processor of the topology uses this store"
+        )
+        for name, spec in topology.stores.items()
+        if name not in owners
+    }
+    return StoreHomes(owners, homeless)

@@ -18,12 +18,40 @@ import abc
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from eddyline_runtime.errors import EddylineError
 
 # Record headers, as the log carries them: (name, value) pairs, names may repeat.
 Headers = tuple[tuple[str, bytes], ...]
+
+
+class RecordContext(NamedTuple):
+    """Where a record came from: what Kafka Streams' ``ProcessorRecordContext`` carries.
+
+    A punctuation runs with its own context: its time, no headers and no
+    topic (``topic`` None, ``partition`` and ``offset`` -1).
+    """
+
+    timestamp: int
+    headers: Headers = ()
+    topic: str | None = None
+    partition: int = -1
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """An update as downstream sees it: the new value and the one it replaces.
+
+    ``context`` is the record context of the write that produced ``new`` (the
+    record cache forwards a key's update with it); it takes no part in
+    equality: two changes are equal by their values.
+    """
+
+    new: bytes | None
+    old: bytes | None
+    context: RecordContext | None = field(default=None, compare=False)
 
 
 class TopologyError(EddylineError, ValueError):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eddyline_runtime.config import IsolationLevel
-from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.errors import EddylineError, InvalidArgumentError
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
 
@@ -65,7 +65,7 @@ class QueryRouter:
         """``bootstrap``: host:port addresses of some instances; ``acceptable_lag``:
         the most changelog records a standby may trail (None: any)."""
         if not bootstrap:
-            raise ValueError("the router needs at least one host:port to start from")
+            raise InvalidArgumentError("the router needs at least one host:port to start from")
         self.bootstrap = list(bootstrap)
         self.acceptable_lag = acceptable_lag
         self.timeout = timeout

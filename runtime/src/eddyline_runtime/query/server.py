@@ -42,8 +42,7 @@ from aiohttp import web
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.processing import StreamsInstance
-from eddyline_runtime.processing.instance import InstanceNotStartedError
+from eddyline_runtime.processing.instance import InstanceNotStartedError, StreamsInstance
 from eddyline_runtime.processing.queryable import (
     HostInfo,
     KeyQueryMetadata,

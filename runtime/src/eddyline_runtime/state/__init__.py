@@ -2,6 +2,9 @@
 
 Start from :class:`RocksDBStore` (or :class:`InMemoryStore`); both implement
 :class:`StateStore`. Other threads read through ``store.reader(isolation)``.
+Where stores live on disk (``state.dir/<task>/<store>``) is spelled only by
+:mod:`~eddyline_runtime.state.state_directory`; KIP-816 relocation of misplaced
+stores is :mod:`~eddyline_runtime.state.relocation`.
 """
 
 from eddyline_runtime.config import IsolationLevel
@@ -21,6 +24,12 @@ from eddyline_runtime.state.rocksdb_store import (
     DurabilityBound,
     RocksDBStore,
     RocksDBStoreOptions,
+)
+from eddyline_runtime.state.state_directory import (
+    parse_task_directory,
+    quarantine_directory,
+    store_directory,
+    task_directory,
 )
 from eddyline_runtime.state.store import (
     KeyValue,
@@ -55,5 +64,9 @@ __all__ = [
     "StoreReader",
     "TopicPartition",
     "UncommittedBytesBudget",
+    "parse_task_directory",
+    "quarantine_directory",
+    "store_directory",
+    "task_directory",
     "uncommitted_bytes",
 ]

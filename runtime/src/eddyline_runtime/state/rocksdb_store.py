@@ -30,7 +30,6 @@ of its offsets; our crash test caught exactly that.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import struct
 import threading
@@ -38,7 +37,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Final, cast
+from typing import Final, cast
 
 from rocksdict import (
     DbClosedError,
@@ -51,6 +50,7 @@ from rocksdict import (
 )
 
 from eddyline_runtime.config import IsolationLevel, StreamsConfig
+from eddyline_runtime.errors import InvalidArgumentError
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import (
@@ -69,11 +69,11 @@ from eddyline_runtime.state.offset_checkpoint import (
     read_offsets,
     write_offsets,
 )
+from eddyline_runtime.state.state_directory import DirectoryLock
 from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader, check_key
 from eddyline_runtime.state.transaction_buffer import ABSENT, TransactionBuffer, merge_sorted
 
 OFFSETS_COLUMN_FAMILY: Final = "offsets"
-LOCK_FILE_NAME: Final = "eddyline.lock"
 STATE_METRICS_GROUP: Final = "stream-state-metrics"
 
 # Offsets column family keys: a kind byte, the partition, then the topic.
@@ -111,7 +111,7 @@ class DurabilityBound:
 
     def __post_init__(self) -> None:
         if self.max_records < 0 or self.max_seconds < 0:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"DurabilityBound({self.max_records}, {self.max_seconds}): both must be >= 0 "
                 "(0 syncs every commit)"
             )
@@ -153,7 +153,7 @@ class RocksDBStore(StateStore):
         self.directory = Path(directory)
         self.options = options or RocksDBStoreOptions()
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._dir_lock = _DirectoryLock.acquire(name, self.directory)
+        self._dir_lock = DirectoryLock.acquire(name, self.directory)
         # Write-ahead log on, not synced per write: see the module docstring.
         self._write_options = WriteOptions()
         self._buffer = TransactionBuffer()
@@ -517,40 +517,6 @@ class _RocksDBReader(StoreReader):
         return store.own_iterator(
             merge_sorted(snapshot.sorted_keys_in(key_range), snapshot.writes, stored)
         )
-
-
-class _DirectoryLock:
-    """An exclusive ``flock`` on the store directory, naming its holder's pid.
-
-    RocksDB has its own LOCK file, but its error does not say who holds it;
-    ours does, and it also refuses a second open from the same process.
-    """
-
-    def __init__(self, handle: IO[str]) -> None:
-        self._handle: IO[str] | None = handle
-
-    @classmethod
-    def acquire(cls, store: str, directory: Path) -> _DirectoryLock:
-        path = directory / LOCK_FILE_NAME
-        handle = open(path, "a+", encoding="ascii")  # noqa: SIM115 - held until release()
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip()
-            handle.close()
-            holder_pid = int(holder) if holder.isdigit() else None
-            raise StoreLockedError(store, directory, holder_pid) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        return cls(handle)
-
-    def release(self) -> None:
-        if self._handle is not None:
-            self._handle.close()  # closing the descriptor drops the flock
-            self._handle = None
 
 
 def _open_database(store: str, directory: Path) -> Rdict:

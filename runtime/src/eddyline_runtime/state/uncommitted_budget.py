@@ -18,6 +18,7 @@ import enum
 from collections.abc import Iterable
 
 from eddyline_runtime.config import UNLIMITED, validate_uncommitted_max_bytes
+from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.state.store import StateStore
 
 # Weight of the newest iteration in the smoothed growth estimate: high enough
@@ -36,7 +37,7 @@ class UncommittedBytesBudget:
     def __init__(self, max_bytes: int, num_stream_threads: int) -> None:
         validate_uncommitted_max_bytes(max_bytes)
         if num_stream_threads < 1:
-            raise ValueError(f"num.stream.threads must be >= 1, got {num_stream_threads}")
+            raise ConfigError("num.stream.threads", num_stream_threads, "1 or more")
         self.share: int | None = None if max_bytes == UNLIMITED else max_bytes // num_stream_threads
         self._previous_bytes = 0
         self._expected_growth = 0.0

@@ -45,10 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,22 +55,20 @@ from typing import Final
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TaskId
-from eddyline_runtime.processing.topology import Topology
-from eddyline_runtime.state.rocksdb_store import LOCK_FILE_NAME
+from eddyline_runtime.state.state_directory import (
+    DirectoryLock,
+    LockHolder,
+    parse_task_directory,
+    quarantine_directory,
+)
 
 logger = logging.getLogger(__name__)
 
-QUARANTINE_DIR_NAME: Final = ".quarantine"
 SETTING: Final = "automatic.state.relocation"
 
-# Only canonical task ids name task directories (str(TaskId) spells "0_1", never
-# "00_1"), so anything else in state.dir is not ours to move.
-_TASK_DIR: Final = re.compile(r"(0|[1-9][0-9]*)_(0|[1-9][0-9]*)")
 # rename(2) refusing because the target is a non-empty directory (Linux says
 # ENOTEMPTY, some systems EEXIST) or is not a directory at all.
 _TARGET_TAKEN: Final = frozenset({errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR})
-# Bytes of eddyline.lock worth reading: a pid.
-_PID_BYTES: Final = 32
 
 
 class StateRelocationError(EddylineError):
@@ -82,6 +78,20 @@ class StateRelocationError(EddylineError):
     ├── MisplacedStateError   automatic.state.relocation is false and stores are misplaced
     └── StateInUseError       a misplaced store is open in a running process
     """
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHomes:
+    """Where the current topology keeps each store, as relocation needs to know it.
+
+    Store names are unique in a topology, so a name alone says which
+    sub-topology owns a store. ``owners`` maps each persistent store to that
+    sub-topology; ``homeless`` says, for store names the topology has but
+    keeps nowhere on disk, why (they are left in place and reported).
+    """
+
+    owners: Mapping[str, int]
+    homeless: Mapping[str, str] = field(default_factory=dict)
 
 
 class StoreMove:
@@ -218,9 +228,9 @@ class StateInUseError(StateRelocationError):
 
 
 def relocate_state(
-    state_dir: Path | str, topology: Topology, *, automatic: bool = True
+    state_dir: Path | str, homes: StoreHomes, *, automatic: bool = True
 ) -> RelocationReport:
-    """Move every misplaced store in ``state_dir`` to where ``topology`` puts it.
+    """Move every misplaced store in ``state_dir`` to where ``homes`` puts it.
 
     Run it at start-up, before any store opens. With ``automatic`` false
     (``automatic.state.relocation: false``) nothing moves, and misplaced
@@ -230,7 +240,7 @@ def relocate_state(
     """
     started = time.perf_counter()
     root = os.fspath(state_dir)
-    plan = _scan(root, *_homes(topology))
+    plan = _scan(root, homes.owners, homes.homeless)
     if not plan.misplaced:
         return _finish(plan, (), (), started)
     if not automatic:
@@ -238,11 +248,11 @@ def relocate_state(
     # Check every lock before moving anything: a refusal leaves state.dir as it was.
     locked = []
     for misplaced in plan.misplaced:
-        lock = _try_lock(misplaced.source)
-        if isinstance(lock, _Held):
+        lock = DirectoryLock.try_existing(misplaced.source)
+        if isinstance(lock, LockHolder):
             locked.append(LockedStore(misplaced.store, Path(misplaced.source), lock.pid))
         elif lock is not None:
-            os.close(lock)
+            lock.release()
     if locked:
         raise StateInUseError(locked)
 
@@ -257,26 +267,6 @@ def relocate_state(
 
 
 # -- planning ----------------------------------------------------------------------
-
-
-def _homes(topology: Topology) -> tuple[dict[str, int], dict[str, str]]:
-    """Which sub-topology owns each persistent store now, and why other names have no home."""
-    owners = {
-        name: sub.id
-        for sub in topology.subtopologies()
-        for name in sub.stores
-        if topology.stores[name].persistent
-    }
-    homeless = {
-        name: (
-            "the topology keeps this store in memory now"
-            if not spec.persistent
-            else "no processor of the topology uses this store"
-        )
-        for name, spec in topology.stores.items()
-        if name not in owners
-    }
-    return owners, homeless
 
 
 @dataclass(slots=True)
@@ -337,9 +327,9 @@ def _scan(root: str, owners: Mapping[str, int], homeless: Mapping[str, str]) -> 
     try:
         with os.scandir(root) as found:
             tasks = [
-                (TaskId(int(match[1]), int(match[2])), entry.path)
+                (task, entry.path)
                 for entry in found
-                if (match := _TASK_DIR.fullmatch(entry.name)) is not None and entry.is_dir()
+                if (task := parse_task_directory(entry.name)) is not None and entry.is_dir()
             ]
     except FileNotFoundError:
         return plan  # a first start: no state yet
@@ -404,15 +394,15 @@ class _Mover:
         return [store for task in pending for store in task.stores]
 
     def _move_task(self, task: _WholeTask) -> bool:
-        held: list[int] = []
+        held: list[DirectoryLock] = []
         try:
             for store in task.stores:
                 held.extend(self._lock(store))
             if not _rename(task.source, task.target):
                 return False  # the target task holds state already
         finally:
-            for fd in held:
-                os.close(fd)
+            for lock in held:
+                lock.release()
         self.task_dirs.discard(task.source)
         self.task_dirs.add(task.target)
         for store in task.stores:
@@ -430,8 +420,8 @@ class _Mover:
         try:
             quarantined = None if _rename(store.source, store.target) else self._quarantine(store)
         finally:
-            for fd in held:
-                os.close(fd)
+            for lock in held:
+                lock.release()
         if store.last_out:
             self.emptied.add(os.path.dirname(store.source))
         if quarantined is None:
@@ -452,17 +442,17 @@ class _Mover:
             store.target,
         )
 
-    def _lock(self, store: _Misplaced) -> list[int]:
+    def _lock(self, store: _Misplaced) -> list[DirectoryLock]:
         """Hold the store's lock across its rename, so no process opens it mid-move."""
-        lock = _try_lock(store.source)
-        if isinstance(lock, _Held):  # opened since the check; this store is still whole
+        lock = DirectoryLock.try_existing(store.source)
+        if isinstance(lock, LockHolder):  # opened since the check; this store is still whole
             held = LockedStore(store.store, Path(store.source), lock.pid)
             raise StateInUseError([held], moved=len(self.moves) + len(self.conflicts))
         return [] if lock is None else [lock]
 
     def _quarantine(self, store: _Misplaced) -> str:
         """Move a store that found its target taken to ``state.dir/.quarantine``."""
-        quarantine = os.path.join(self.root, QUARANTINE_DIR_NAME)
+        quarantine = os.fspath(quarantine_directory(self.root))
         os.makedirs(quarantine, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S")
         base = os.path.join(quarantine, f"{store.task}-{store.store}-{stamp}")
@@ -499,33 +489,6 @@ def _rename(source: str, target: str, *, make_parent: bool = True) -> bool:
             ) from exc
         raise
     return True
-
-
-# -- the store's lock ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Held:
-    pid: int | None
-
-
-def _try_lock(store_dir: str) -> int | _Held | None:
-    """A descriptor holding the store's flock, _Held if another open holds it, None if
-    the store has no lock file (never opened by eddyline)."""
-    try:
-        fd = os.open(f"{store_dir}/{LOCK_FILE_NAME}", os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, _PID_BYTES, 0).decode("ascii", "replace").strip()
-        os.close(fd)
-        return _Held(int(holder) if holder.isdigit() else None)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 # -- reporting ---------------------------------------------------------------------

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from conftest import StoreFactory
-from eddyline_runtime.log import Log, Record, open_log
+from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.restoration import ChangelogBehindStoreError, restore
+from eddyline_runtime.restore import ChangelogBehindStoreError, restore
 from eddyline_runtime.state import InMemoryStore
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
@@ -34,14 +34,14 @@ def expected_after(count: int) -> dict[bytes, bytes]:
 
 
 @pytest.fixture
-def log(tmp_path: Path) -> Log:
-    log = open_log(f"sqlite:///{tmp_path / 'log.db'}")
+def log(tmp_path: Path) -> SqliteLog:
+    log = SqliteLog(tmp_path / "log.db")
     log.create_topic(CHANGELOG.topic, 1, compacted=True)
     log.produce(CHANGELOG, [record_at(o) for o in range(25_000)])
     return log
 
 
-def test_restore_rebuilds_the_store_in_batches(log: Log, store_factory: StoreFactory) -> None:
+def test_restore_rebuilds_the_store_in_batches(log: SqliteLog, store_factory: StoreFactory) -> None:
     store = store_factory()
     result = restore(store, log, CHANGELOG, batch_records=4_000)
     assert result.records == 25_000
@@ -50,7 +50,7 @@ def test_restore_rebuilds_the_store_in_batches(log: Log, store_factory: StoreFac
 
 
 def test_restart_replays_only_the_tail(
-    log: Log, store_factory: StoreFactory, tmp_path: Path
+    log: SqliteLog, store_factory: StoreFactory, tmp_path: Path
 ) -> None:
     directory = tmp_path / "store"
     store = store_factory(directory=directory)
@@ -65,7 +65,7 @@ def test_restart_replays_only_the_tail(
 
 
 def test_restore_after_compaction_gives_the_same_state(
-    log: Log, store_factory: StoreFactory
+    log: SqliteLog, store_factory: StoreFactory
 ) -> None:
     assert log.compact(CHANGELOG.topic) > 0
     store = store_factory()
@@ -73,14 +73,14 @@ def test_restore_after_compaction_gives_the_same_state(
     assert dict(store.all()) == expected_after(25_000)
 
 
-def test_in_memory_stores_replay_from_the_beginning(log: Log) -> None:
+def test_in_memory_stores_replay_from_the_beginning(log: SqliteLog) -> None:
     store = InMemoryStore("counts")
     assert restore(store, log, CHANGELOG).records == 25_000
     assert dict(store.all()) == expected_after(25_000)
 
 
 def test_a_store_ahead_of_its_changelog_says_how_to_recover(
-    log: Log, store_factory: StoreFactory
+    log: SqliteLog, store_factory: StoreFactory
 ) -> None:
     store = store_factory()
     store.put(b"k", b"v")

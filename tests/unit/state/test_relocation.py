@@ -15,51 +15,39 @@ import pytest
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StoreSpec, StreamsBuilder, Topology
-from eddyline_runtime.processing.relocation import (
-    QUARANTINE_DIR_NAME,
+from eddyline_runtime.processing import StoreSpec, Topology
+from eddyline_runtime.processing.topics import store_homes
+from eddyline_runtime.processing.topology import Processor
+from eddyline_runtime.state import KeyRange, RocksDBStore
+from eddyline_runtime.state.offset_checkpoint import CHECKPOINT_FILE_NAME, read_offsets
+from eddyline_runtime.state.relocation import (
     MisplacedStateError,
     RelocationReport,
     StateInUseError,
     StoreLeftAlone,
     StoreMove,
-    relocate_state,
 )
-from eddyline_runtime.processing.topology import Processor
-from eddyline_runtime.state import KeyRange, RocksDBStore
-from eddyline_runtime.state.offset_checkpoint import CHECKPOINT_FILE_NAME, read_offsets
+from eddyline_runtime.state.relocation import relocate_state as relocate_homes
+from eddyline_runtime.state.state_directory import QUARANTINE_DIR_NAME
+from word_count_app import word_count
 
 PARTITIONS = 4
+
+
+def relocate_state(
+    state_dir: Path, topology: Topology, *, automatic: bool = True
+) -> RelocationReport:
+    """Relocate for ``topology``, as an instance does at start."""
+    return relocate_homes(state_dir, store_homes(topology), automatic=automatic)
 
 
 def changelog(store: str, partition: int) -> TopicPartition:
     return TopicPartition(f"app-{store}-changelog", partition)
 
 
-def add_word_count(builder: StreamsBuilder) -> None:
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count("counts")
-        .to_stream()
-        .to("out", key_serde="string", value_serde="long")
-    )
-
-
-def word_count() -> Topology:
-    """Sub-topology 0 splits and repartitions; 1 counts into "counts"."""
-    builder = StreamsBuilder()
-    add_word_count(builder)
-    return builder.build()
-
-
 def word_count_after_a_new_first_sub_topology() -> Topology:
     """The same word count behind a new stateless sub-topology: "counts" is in 2 now."""
-    builder = StreamsBuilder()
-    builder.stream("other").to("elsewhere")
-    add_word_count(builder)
-    return builder.build()
+    return word_count(new_first_sub_topology=True)
 
 
 class Remember(Processor):
@@ -253,7 +241,7 @@ def test_a_store_of_the_same_name_at_the_target_is_never_overwritten(
     # A store already at the new place, e.g. restored there by a start without relocation.
     write_store(state_dir / "2_1" / "counts", "counts", 1, records=7)
 
-    with caplog.at_level(logging.WARNING, logger="eddyline_runtime.processing.relocation"):
+    with caplog.at_level(logging.WARNING, logger="eddyline_runtime.state.relocation"):
         report = relocate_state(state_dir, word_count_after_a_new_first_sub_topology())
 
     [conflict] = report.conflicts
@@ -383,7 +371,7 @@ def test_a_store_the_topology_has_no_place_for_is_left_alone_and_reported(
     write_store(state_dir / "0_0" / "a", "a", 0)
     write_store(state_dir / "0_1" / "a", "a", 1)
 
-    with caplog.at_level(logging.WARNING, logger="eddyline_runtime.processing.relocation"):
+    with caplog.at_level(logging.WARNING, logger="eddyline_runtime.state.relocation"):
         report = relocate_state(state_dir, topology())
 
     assert report.moves == ()

@@ -1,0 +1,112 @@
+"""What the embedded SQLite log does beyond the log contract: compaction and record deletion.
+
+Neither is on the log port: a Kafka broker compacts on its own schedule, and
+the runtime never asks for either. Tests use them to shape changelogs the way
+a broker's cleaner and retention would (records gone below the log start,
+latest record per key kept).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_log_contract import IN, fetch_all, rec, values
+
+from eddyline_runtime.log import LogError, OffsetOutOfRangeError, Record, SqliteLog
+from eddyline_runtime.partitions import TopicPartition
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> SqliteLog:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("app-input", 2)
+    return log
+
+
+def test_compact_keeps_only_the_latest_record_per_key(log: SqliteLog) -> None:
+    log.create_topic("store-changelog", 1, compacted=True)
+    changelog = TopicPartition("store-changelog", 0)
+    log.produce(
+        changelog,
+        [
+            Record(b"x", b"x1", 10),  # 0 kept: only record of x
+            Record(b"a", b"a1", 11),  # 1
+            Record(b"b", b"b1", 12),  # 2
+            Record(b"a", b"a2", 13),  # 3
+            Record(b"b", b"b2", 14, (("h", b"v"),)),  # 4 kept
+            Record(b"a", None, 15),  # 5 kept: a tombstone is the latest record of a
+        ],
+    )
+    assert log.compact("store-changelog") == 3
+    assert list(log.fetch(changelog, 0).records) == [
+        Record(b"x", b"x1", 10, (), 0),
+        Record(b"b", b"b2", 14, (("h", b"v"),), 4),
+        Record(b"a", None, 15, (), 5),
+    ]
+    assert log.end_offset(changelog) == 6
+    assert log.compact("store-changelog") == 0
+
+
+def test_fetch_from_a_compacted_away_offset_returns_the_next_remaining_records(
+    log: SqliteLog,
+) -> None:
+    log.create_topic("store-changelog", 1, compacted=True)
+    changelog = TopicPartition("store-changelog", 0)
+    log.produce(changelog, [rec(b"%d" % i, key=b"k%d" % (i % 3)) for i in range(9)])
+    assert log.compact("store-changelog") == 6
+    result = log.fetch(changelog, 1)
+    assert [(r.offset, r.key, r.value) for r in result.records] == [
+        (6, b"k0", b"6"),
+        (7, b"k1", b"7"),
+        (8, b"k2", b"8"),
+    ]
+    assert result.end_offset == 9
+    assert [r.offset for r in log.fetch(changelog, 7, max_records=1).records] == [7]
+
+
+def test_compaction_is_per_partition_and_appending_continues_after_it(log: SqliteLog) -> None:
+    log.create_topic("store-changelog", 2, compacted=True)
+    p0, p1 = TopicPartition("store-changelog", 0), TopicPartition("store-changelog", 1)
+    log.produce(p0, [rec(b"0-old", key=b"a"), rec(b"0-new", key=b"a")])
+    log.produce(p1, [rec(b"1-only", key=b"a")])
+    assert log.compact("store-changelog") == 1
+    assert [(r.offset, r.value) for r in fetch_all(log, p0)] == [(1, b"0-new")]
+    assert [(r.offset, r.value) for r in fetch_all(log, p1)] == [(0, b"1-only")]
+    assert log.produce(p0, [rec(b"0-newest", key=b"a")]) == [2]
+    assert values(log.fetch(p0, 1)) == [b"0-new", b"0-newest"]
+
+
+def test_compact_leaves_other_topics_alone(log: SqliteLog) -> None:
+    log.create_topic("store-changelog", 1, compacted=True)
+    log.produce(IN, [rec(b"1"), rec(b"2")])
+    log.compact("store-changelog")
+    assert values(log.fetch(IN, 0)) == [b"1", b"2"]
+
+
+def test_compacting_a_topic_that_is_not_compacted_is_refused(log: SqliteLog) -> None:
+    log.create_topic("events", 1)
+    log.produce(TopicPartition("events", 0), [rec(b"1"), rec(b"2")])
+    with pytest.raises(LogError, match="not compacted"):
+        log.compact("events")
+    assert len(fetch_all(log, TopicPartition("events", 0))) == 2
+
+
+def test_delete_records_moves_the_log_start_and_keeps_the_end(log: SqliteLog) -> None:
+    log.produce(IN, [rec(b"%d" % i) for i in range(10)])
+    assert log.delete_records(IN, 4) == 4
+    assert (log.beginning_offset(IN), log.end_offset(IN)) == (4, 10)
+    assert [r.offset for r in fetch_all(log, IN)] == list(range(4, 10))
+    with pytest.raises(OffsetOutOfRangeError):
+        log.fetch(IN, 3)
+    assert log.delete_records(IN, 2) == 0  # the start never moves back
+    assert log.beginning_offset(IN) == 4
+    assert log.produce(IN, [rec(b"10")]) == [10]
+
+
+def test_delete_records_beyond_the_end_is_refused(log: SqliteLog) -> None:
+    log.produce(IN, [rec(b"0")])
+    with pytest.raises(OffsetOutOfRangeError, match=r"valid: 0\.\.1"):
+        log.delete_records(IN, 2)
+    assert log.delete_records(IN, 1) == 1
+    assert (log.beginning_offset(IN), log.end_offset(IN)) == (1, 1)

@@ -1,0 +1,125 @@
+"""The one replay-start rule, at every boundary, and what restoration makes of each verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import StoreFactory
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing.standby_task import StandbyTask
+from eddyline_runtime.restore import (
+    ChangelogBehindStoreError,
+    ChangelogGapError,
+    ReplayVerdict,
+    replay_start,
+    restore,
+)
+
+CHANGELOG = TopicPartition("app-counts-changelog", 0)
+
+
+@pytest.mark.parametrize(
+    ("committed", "start", "end", "verdict", "first"),
+    [
+        # no committed offset: replay from the log's start, wherever it is
+        (None, 0, 0, ReplayVerdict.CAUGHT_UP, 0),
+        (None, 0, 10, ReplayVerdict.REPLAY, 0),
+        (None, 4, 10, ReplayVerdict.REPLAY, 4),
+        (None, 10, 10, ReplayVerdict.CAUGHT_UP, 10),
+        # committed + 1 < start: the records after the store's offset are gone
+        (2, 4, 10, ReplayVerdict.GAP, 4),
+        (0, 2, 10, ReplayVerdict.GAP, 2),
+        # committed + 1 == start: the next record is the first the log holds
+        (3, 4, 10, ReplayVerdict.REPLAY, 4),
+        (5, 4, 10, ReplayVerdict.REPLAY, 6),
+        (8, 0, 10, ReplayVerdict.REPLAY, 9),
+        # committed == end - 1: caught up (also when the start moved up to the end)
+        (9, 0, 10, ReplayVerdict.CAUGHT_UP, 10),
+        (9, 10, 10, ReplayVerdict.CAUGHT_UP, 10),
+        # committed >= end: the changelog lost records the store holds
+        (10, 0, 10, ReplayVerdict.AHEAD, 0),
+        (50, 4, 10, ReplayVerdict.AHEAD, 4),
+        (0, 0, 0, ReplayVerdict.AHEAD, 0),
+    ],
+)
+def test_replay_start_verdict_at_every_boundary(
+    committed: int | None, start: int, end: int, verdict: ReplayVerdict, first: int
+) -> None:
+    judged = replay_start(committed, start, end)
+    assert judged.verdict is verdict
+    assert judged.first_offset == first
+    assert judged.trusted == (verdict in (ReplayVerdict.REPLAY, ReplayVerdict.CAUGHT_UP))
+
+
+def test_bounds_that_no_log_has_are_refused() -> None:
+    with pytest.raises(ValueError, match="not a log's"):
+        replay_start(None, 5, 4)
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> SqliteLog:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(CHANGELOG.topic, 1, compacted=True)
+    log.produce(CHANGELOG, [Record(b"k%d" % (i % 7), b"v%d" % i, i) for i in range(100)])
+    return log
+
+
+def test_a_store_whose_next_records_were_deleted_is_refused_not_skipped(
+    log: SqliteLog, store_factory: StoreFactory
+) -> None:
+    store = store_factory()
+    restore(store, log, CHANGELOG, batch_records=30)
+    store.close()
+    log.produce(CHANGELOG, [Record(b"k0", b"later", 0)] * 20)  # offsets 100..119
+    log.delete_records(CHANGELOG, 110)  # retention took 100..109, which the store never saw
+    reopened = store_factory()
+    with pytest.raises(ChangelogGapError, match=r"records 100\.\.109") as raised:
+        restore(reopened, log, CHANGELOG)
+    assert "delete the store's directory" in str(raised.value)
+    assert reopened.committed_offset(CHANGELOG) == 99  # nothing was applied
+
+
+def test_a_store_at_the_log_start_after_deletion_replays_from_there(
+    log: SqliteLog, store_factory: StoreFactory
+) -> None:
+    store = store_factory()
+    restore(store, log, CHANGELOG)
+    log.produce(CHANGELOG, [Record(b"k0", b"later", 0)] * 20)
+    log.delete_records(CHANGELOG, 100)  # everything the store has seen, nothing more
+    result = restore(store, log, CHANGELOG)
+    assert (result.first_offset, result.records) == (100, 20)
+    assert store.get(b"k0") == b"later"
+
+
+def test_a_store_without_offsets_replays_from_the_log_start_not_zero(
+    log: SqliteLog, store_factory: StoreFactory
+) -> None:
+    log.delete_records(CHANGELOG, 60)
+    store = store_factory()
+    result = restore(store, log, CHANGELOG)
+    assert (result.first_offset, result.end_offset, result.records) == (60, 100, 40)
+    assert store.committed_offset(CHANGELOG) == 99
+
+
+def test_a_standby_refuses_a_gap_as_the_active_restore_does(
+    log: SqliteLog, store_factory: StoreFactory
+) -> None:
+    store = store_factory()
+    store.restore_batch([(b"k", b"v")], {CHANGELOG: 10})
+    log.delete_records(CHANGELOG, 50)
+    standby = StandbyTask(TaskId(0, 0), {"counts": store}, {"counts": CHANGELOG})
+    with pytest.raises(ChangelogGapError, match=r"standby of task 0_0"):
+        standby.start(log)
+
+
+def test_a_standby_ahead_of_its_changelog_is_refused(
+    log: SqliteLog, store_factory: StoreFactory
+) -> None:
+    store = store_factory()
+    store.restore_batch([(b"k", b"v")], {CHANGELOG: 500})
+    standby = StandbyTask(TaskId(0, 0), {"counts": store}, {"counts": CHANGELOG})
+    with pytest.raises(ChangelogBehindStoreError, match=r"holds offsets \[0, 100\)"):
+        standby.start(log)
