@@ -84,3 +84,12 @@ def test_an_uncached_delete_of_a_missing_key_writes_no_tombstone() -> None:
     store.put(b"k", b"1")
     assert store.delete(b"k") == b"1"
     assert store.logging.drain_changelog() == [(b"k", None)]
+
+
+def test_an_in_memory_stores_pending_changelog_records_count_as_uncommitted_bytes() -> None:
+    """A decision, not a defect fix: the store buffers nothing, but the changelog records
+    its writes produce wait for the commit, and that memory counts against the budget."""
+    store = TaskStore(InMemoryStore("counts"), changelog=CHANGELOG, cache=None, cache_name="c")
+    store.put(b"key", b"value")
+    assert store.store.approximate_num_uncommitted_bytes() == 0
+    assert store.logging.pending_bytes == len(b"key") + len(b"value")
