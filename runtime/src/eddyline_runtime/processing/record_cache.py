@@ -119,16 +119,17 @@ class NamedCache:
         """Record an update; it reaches the store and downstream on flush or eviction."""
         if self.dropped:
             raise StoreClosedError(self.name, "put")
-        cached = (value, context)
         dirty = self.dirty
         if key in dirty:
             self.forwards_saved += 1
-            dirty[key] = cached
+            dirty[key] = (value, context)
             dirty.move_to_end(key)
         else:
-            dirty[key] = cached
+            dirty[key] = (value, context)
         self._store(key, value)
-        self._thread_cache.make_room(self)
+        thread_cache = self._thread_cache
+        if thread_cache.num_bytes > thread_cache.max_bytes:
+            thread_cache.make_room(self)
 
     def put_clean(self, key: bytes, value: bytes | None) -> None:
         """Cache a value read from the store (no forward owed)."""
@@ -202,12 +203,16 @@ class NamedCache:
         return {key: cached[0] for key, cached in copied.items()}
 
     def _store(self, key: bytes, value: bytes | None) -> None:
+        # Sizes inline: this runs once per cached write.
         entries = self._entries
+        change = 0 if value is None else len(value)
         if key in entries:
             self.overwrites += 1
-            change = _size(key, value) - _size(key, entries[key])
+            previous = entries[key]
+            if previous is not None:
+                change -= len(previous)
         else:
-            change = _size(key, value)
+            change += len(key)
         entries[key] = value
         entries.move_to_end(key)
         self.num_bytes += change

@@ -114,6 +114,8 @@ class TaskStore(ReadableKeyValueStore):
             if cache is not None and cache.max_bytes > 0
             else None
         )
+        # The cached path's hot calls go straight to the named cache.
+        self._named = None if self._cached is None else self._cached.named_cache
         self._context: RecordContextHolder | None = None
         self._closed = False
 
@@ -159,10 +161,17 @@ class TaskStore(ReadableKeyValueStore):
     def get(self, key: bytes) -> bytes | None:
         if self._closed:
             raise StoreClosedError(self.name, "get")
-        check_key(self.name, "get", key)
-        if self._cached is not None:
-            return self._cached.get(key)
-        return self.store.get(key)
+        if type(key) is not bytes:
+            check_key(self.name, "get", key)
+        named = self._named
+        if named is None:
+            return self.store.get(key)
+        found, value = named.lookup(key)
+        if found:
+            return value
+        value = self.logging.get(key)
+        named.put_clean(key, value)
+        return value
 
     def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
         if self._closed:
@@ -180,9 +189,10 @@ class TaskStore(ReadableKeyValueStore):
                 f"{type(key).__name__} and {type(value).__name__}; serialize them first "
                 "(eddyline_runtime.serde)"
             )
-        if self._cached is not None:
+        named = self._named
+        if named is not None:
             holder = self._context
-            self._cached.put(key, value, None if holder is None else holder.record_context)
+            named.put_dirty(key, value, None if holder is None else holder.record_context)
         else:
             self.logging.put(key, value)
 

@@ -46,6 +46,7 @@ from eddyline_runtime.state import StateStore
 UNKNOWN_STREAM_TIME: Final = -1
 # "No punctuation due": larger than any timestamp.
 _NEVER: Final = 2**63 - 1
+_new_context: Final = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +253,10 @@ class TaskTopology:
         source = self._sources.get(topic)
         if source is None:
             raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
-        self.record_context = RecordContext(timestamp, headers, topic, partition, offset)
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs per record.
+        self.record_context = _new_context(
+            RecordContext, (timestamp, headers, topic, partition, offset)
+        )
         if timestamp > self.stream_time:
             self.stream_time = timestamp
             self.record_lateness = 0
