@@ -547,6 +547,8 @@ class StreamThread:
 
     def commit(self, reason: str) -> CommitReport | None:
         if self.processed_since_commit == 0 and not self._punctuated:
+            for task in self.active.values():
+                task.topology.commit_requested = False  # nothing to commit: granted
             self._last_commit = time.monotonic()
             return None
         started = time.perf_counter()
