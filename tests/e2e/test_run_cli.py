@@ -140,10 +140,12 @@ def test_more_standbys_than_other_replicas_runs_with_a_warning_naming_the_cap(
     result = run_eddyline("run", str(manifest), "--until-caught-up", cwd=tmp_path)
 
     assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1, result.stderr
     assert (
-        "warning: num.standby.replicas is 2 but spec.replicas is 1: each stateful task gets 0 "
+        "num.standby.replicas is 2 but spec.replicas is 1: each stateful task gets 0 "
         "standby replica(s)"
-    ) in result.stderr
+    ) in warnings[0]
 
 
 def test_a_missing_input_topic_fails_naming_it(tmp_path: Path, log: SqliteLog) -> None:

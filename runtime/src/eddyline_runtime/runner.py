@@ -93,7 +93,6 @@ def run_manifest(
         capped = standby_cap_warning(app.spec.replicas, app.streams_config().num_standby_replicas)
         if capped is not None:
             logger.warning(capped)
-            print(f"warning: {capped}", file=out, flush=True)
     if member_file is None and app.spec.replicas > 1:
         run_group(manifest, app, config_file=config_file, out=out)
         return None
