@@ -15,16 +15,19 @@ QUIXSTREAMS := quixstreams==3.28.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast lint bench-store bench-runtime bench-relocation bench-failover image clean
+.PHONY: help setup run demo-store test test-fast lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-restore image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# helm-sdkpy (Helm's Go library: chart lint and render) declares Python >= 3.12 but
+# runs on 3.11, hence --ignore-requires-python.
 $(STAMP): pyproject.toml
 	@scripts/check-prerequisites
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,operator,spark]'
+	$(BIN)/python -m pip install --quiet --ignore-requires-python 'helm-sdkpy==0.1.32'
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv and install eddyline with its development tools
@@ -40,6 +43,9 @@ test: $(STAMP) ## Run every test, slow ones included (what CI runs)
 
 test-fast: $(STAMP) ## Run the tests not marked slow
 	$(BIN)/pytest -m "not slow"
+
+crds: $(STAMP) ## Generate the StreamApp CRD from the pydantic model into crds/ and the chart
+	$(BIN)/python -m eddyline_operator.crd --root .
 
 lint: $(STAMP) ## ruff, mypy --strict on src, and the import contracts
 	$(BIN)/ruff check .
@@ -66,9 +72,15 @@ bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after ev
 bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
 	$(BIN)/python tests/bench/bench_failover.py
 
-image: ## Build the runtime image (needs a Docker engine)
+bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
+	$(BIN)/python tests/bench/bench_log.py
+
+bench-restore: $(STAMP) ## Restore benchmark: serial replay vs Spark build + SST ingest, 2M records (last line JSON)
+	$(BIN)/python tests/bench/bench_restore.py
+
+image: ## Build the one image of the operator and the runtime (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }
-	docker build -t eddyline-runtime:dev .
+	docker build -t eddyline:dev .
 
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import Path
+from types import FrameType
 
 from eddyline_runtime.log import ChangeBatch, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
@@ -20,7 +21,7 @@ _FRAMES_TO_LOOK_UP = 3
 
 
 def _called_from_standby_replay() -> bool:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(_FRAMES_TO_LOOK_UP):
         if frame is None:
             return False

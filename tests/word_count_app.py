@@ -8,10 +8,14 @@ so every ordinal shifts by one (what KIP-816 relocation exists for).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log import Log, Record
+from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import StreamsBuilder, Topology
 
 APP = "app"
@@ -62,3 +66,23 @@ def streams_config(state_dir: Path, **settings: Any) -> StreamsConfig:
             **settings,
         }
     )
+
+
+def produce_lines(log: Log, lines: list[str], partitions: int) -> None:
+    """Keyless lines round-robin over the partitions, timestamps counting up in each."""
+    for partition in range(partitions):
+        chunk = lines[partition::partitions]
+        if chunk:
+            log.produce(
+                TopicPartition(INPUT, partition),
+                [Record(None, line.encode(), i) for i, line in enumerate(chunk)],
+            )
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``condition`` until it holds; a TimeoutError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not true after {timeout} s")
+        time.sleep(0.02)

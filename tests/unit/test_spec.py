@@ -56,7 +56,7 @@ def test_defaults_fill_what_a_minimal_manifest_leaves_out() -> None:
         (
             ("spec", "topology"),
             "word_count",
-            "spec.topology: 'word_count' is not a module:function",
+            "spec.topology.ref: 'word_count' is not a module:function",
         ),
         (("spec", "replicas"), 0, "spec.replicas: must be a number greater than or equal to 1"),
         (("spec", "replica"), 2, "spec.replica: unknown field"),

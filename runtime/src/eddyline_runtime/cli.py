@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from eddyline_runtime.restore_cli import add_restore_commands, run_restore_command
+
 if TYPE_CHECKING:
     from eddyline_runtime.log import Log, Record
 
@@ -24,6 +26,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
     _add_query_command(commands)
     _add_demo_commands(commands)
     _add_log_commands(commands)
+    add_restore_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(args, "log_level", "WARNING"), format="%(levelname)s %(name)s: %(message)s"
@@ -32,6 +35,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
         return _run_manifest(args)
     if args.command == "query":
         return _run_query(args)
+    if args.command == "restore":
+        return run_restore_command(args)
     if args.command == "demo":
         if args.demo == "wordcount":
             from eddyline_runtime.demo.wordcount_demo import run_demo as run_wordcount
@@ -74,6 +79,13 @@ def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
         help="run as one replica of a local group, following this membership file "
         "(eddyline run starts replicas this way when spec.replicas > 1)",
     )
+    run.add_argument(
+        "--membership-configmap",
+        metavar="NAME",
+        help="run as a pod of a cluster, following the membership the operator publishes in "
+        "this ConfigMap of the pod's namespace (watched through the Kubernetes API)",
+    )
+    run.add_argument("--log-url", help="open this log instead of spec.log.url")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -131,6 +143,8 @@ def _run_manifest(args: argparse.Namespace) -> int:
             instance_id=args.instance_id,
             config_file=args.config,
             member_file=args.member_file,
+            membership_configmap=args.membership_configmap,
+            log_url=args.log_url,
             until_caught_up=args.until_caught_up,
         )
         return 0

@@ -139,6 +139,10 @@ class StreamsConfig(BaseSettings):
     num_standby_replicas: int = _setting("num.standby.replicas", 0, ge=0)
     # KIP-816: move stores whose sub-topology ordinal changed instead of rebuilding them.
     automatic_state_relocation: bool = _setting("automatic.state.relocation", True)
+    # eddyline's own: where Spark restore builds (`eddyline restore build --output`) are
+    # found. A task whose store is missing ingests the newest build that fits, then
+    # replays only the changelog after the build's offset. None: always replay.
+    restore_build_dir: Path | None = _setting("restore.build.dir", None)
     # host:port where this instance answers interactive queries (Kafka's name).
     application_server: str | None = _setting("application.server", None)
     # None means "not set by the user": the effective level then depends on

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.partitions import TaskId
 
 # The file name a local group publishes under its state.dir.
 MEMBERSHIP_FILE = "membership.json"
@@ -52,3 +53,84 @@ class Membership:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Membership:
         return cls(int(data["generation"]), Assignment.from_json(data["assignment"]))
+
+
+# A member's report: what a pod tells the membership authority over its query port
+# (GET /v1/layout). The operator never imports user code, so the task layout comes
+# from the pods that run it.
+STORE_ROLES = ("active", "standby", "restoring")
+
+
+@dataclass(frozen=True)
+class StoreCopy:
+    """One store partition a member holds: its role and how far it trails its changelog."""
+
+    role: str  # one of STORE_ROLES; "restoring" is an active copy not yet caught up
+    lag: int
+
+
+@dataclass(frozen=True)
+class MemberReport:
+    """A member's task layout and the store partitions it holds.
+
+    ``topology_hash`` is a hash of the topology's ``describe()``: members whose
+    hashes differ run different topologies (an upgrade under way), and the
+    authority assigns only the tasks of one. ``tasks`` are sub-topologies x
+    partitions; ``stateful`` those that get standbys. ``ready`` is the
+    member's own /readyz.
+    """
+
+    member: str
+    topology_hash: str
+    tasks: frozenset[TaskId]
+    stateful: frozenset[TaskId]
+    stores: dict[str, dict[int, StoreCopy]]
+    ready: bool
+
+    def max_standby_lag(self) -> int | None:
+        """The largest lag of a standby copy held here; None when it holds none."""
+        lags = [
+            copy.lag
+            for partitions in self.stores.values()
+            for copy in partitions.values()
+            if copy.role == "standby"
+        ]
+        return max(lags) if lags else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "member": self.member,
+            "topology_hash": self.topology_hash,
+            "tasks": [str(t) for t in sorted(self.tasks)],
+            "stateful_tasks": [str(t) for t in sorted(self.stateful)],
+            "stores": {
+                store: {
+                    str(partition): {"role": copy.role, "lag": copy.lag}
+                    for partition, copy in sorted(partitions.items())
+                }
+                for store, partitions in sorted(self.stores.items())
+            },
+            "ready": self.ready,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> MemberReport:
+        """Read what :meth:`to_json` wrote; a malformed report raises ValueError naming why."""
+        try:
+            stores = {
+                str(store): {
+                    int(partition): StoreCopy(str(copy["role"]), int(copy["lag"]))
+                    for partition, copy in partitions.items()
+                }
+                for store, partitions in data["stores"].items()
+            }
+            return cls(
+                member=str(data["member"]),
+                topology_hash=str(data["topology_hash"]),
+                tasks=frozenset(TaskId.parse(t) for t in data["tasks"]),
+                stateful=frozenset(TaskId.parse(t) for t in data["stateful_tasks"]),
+                stores=stores,
+                ready=bool(data["ready"]),
+            )
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None

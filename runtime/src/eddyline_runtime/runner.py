@@ -9,7 +9,10 @@ topology it names and opens its log. Then, by ``spec.replicas``:
   is set;
 * several: a :class:`~eddyline_runtime.local_group.LocalGroup` starts one
   process per replica (each runs :func:`run_member`), publishes their
-  assignment, restarts crashed ones, and prints where to query them.
+  assignment, restarts crashed ones, and prints where to query them;
+* a pod of a cluster (``--membership-configmap``): :func:`run_cluster_member`
+  starts with no tasks, reports its layout on ``/v1/layout`` and runs the
+  share of the assignment the operator publishes (docs/operator.md).
 
 Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
 """
@@ -17,6 +20,7 @@ Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -27,6 +31,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from eddyline_runtime.assignor import Assignment, Member
+from eddyline_runtime.cluster_membership import (
+    SERVICE_ACCOUNT_DIR,
+    ApiServer,
+    ConfigMapMembership,
+)
 from eddyline_runtime.config import StreamsConfig, read_settings_file
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.local_group import LocalGroup
@@ -43,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 _PROGRESS_SECONDS = 1.0
 _MEMBERSHIP_POLL_SECONDS = 0.1
+# A pod checks the watched membership this often (a memory read; the watch itself is pushed).
+_CLUSTER_TICK_SECONDS = 0.05
 # Replica i of a local group answers queries on DEFAULT_QUERY_PORT + i.
 DEFAULT_QUERY_PORT = 7070
 
@@ -81,23 +93,38 @@ def run_manifest(
     instance_id: str = "0",
     config_file: Path | None = None,
     member_file: Path | None = None,
+    membership_configmap: str | None = None,
+    log_url: str | None = None,
     until_caught_up: bool = False,
     timeout: float | None = None,
     out: TextIO = sys.stderr,
     on_started: Callable[[StreamsInstance], None] | None = None,
 ) -> StreamsInstance | None:
     """Run until stopped (or caught up); returns the closed instance for its metrics
-    (None when it supervised a group of replicas)."""
+    (None when it supervised a group of replicas). ``log_url`` overrides ``spec.log.url``."""
     app = load_app(manifest, config_file)
-    if member_file is None:
+    if member_file is None and membership_configmap is None:
         capped = standby_cap_warning(app.spec.replicas, app.streams_config().num_standby_replicas)
         if capped is not None:
             logger.warning(capped)
-    if member_file is None and app.spec.replicas > 1:
+    if member_file is None and membership_configmap is None and app.spec.replicas > 1:
         run_group(manifest, app, config_file=config_file, out=out)
         return None
-    log = open_log(app.spec.log.url)
+    log = open_log(log_url or app.spec.log.url)
     try:
+        if membership_configmap is not None:
+            return run_cluster_member(
+                app,
+                log,
+                search_path=[manifest.resolve().parent],
+                instance_id=instance_id,
+                source=ConfigMapMembership(
+                    ApiServer.from_environment(),
+                    namespace=pod_namespace(),
+                    name=membership_configmap,
+                ),
+                out=out,
+            )
         if member_file is not None:
             return run_member(
                 app,
@@ -133,7 +160,7 @@ def run_app(
     on_started: Callable[[StreamsInstance], None] | None = None,
 ) -> StreamsInstance:
     config = app.streams_config()
-    topology = load_topology(app.spec.topology, search_path)
+    topology = load_topology(app.spec.topology.ref, search_path)
     instance = StreamsInstance(topology, config, log, instance_id=instance_id)
 
     def finished() -> bool:
@@ -154,7 +181,7 @@ def run_member(
 ) -> StreamsInstance:
     """One replica of a local group: follow the membership file until SIGINT/SIGTERM."""
     config = app.streams_config()
-    topology = load_topology(app.spec.topology, search_path)
+    topology = load_topology(app.spec.topology.ref, search_path)
     membership = _wait_for_membership(member_file, instance_id)
     instance = StreamsInstance(
         topology,
@@ -183,6 +210,70 @@ def run_member(
         prefix=f"[replica {instance_id}] ",
     )
     return instance
+
+
+def run_cluster_member(
+    app: StreamApp,
+    log: Log,
+    *,
+    search_path: list[Path],
+    instance_id: str,
+    source: ConfigMapMembership,
+    out: TextIO = sys.stderr,
+) -> StreamsInstance:
+    """One pod: start with no tasks, report the layout, follow the operator's membership.
+
+    The pod serves ``/v1/layout`` (and is not ready) before it holds an
+    assignment: the operator needs the layout to compute one, and it counts
+    a pod as a member once its container runs, never by readiness.
+    """
+    config = app.streams_config()
+    topology = load_topology(app.spec.topology.ref, search_path)
+    instance = StreamsInstance(
+        topology,
+        config,
+        log,
+        instance_id=instance_id,
+        member=Member(instance_id, address=config.application_server),
+        assignment=Assignment(active={}, standby={}),  # nothing until the operator says
+    )
+    generation: int | None = None
+
+    def follow_membership() -> bool:
+        nonlocal generation
+        current = source.current()
+        if current is not None and current.generation != generation:
+            generation = current.generation
+            instance.apply_assignment(current.assignment)
+        return False  # a pod runs until it is stopped
+
+    source.start()
+    try:
+        _serve(
+            instance,
+            app,
+            out,
+            follow_membership,
+            tick_seconds=_CLUSTER_TICK_SECONDS,
+            prefix=f"[{instance_id}] ",
+        )
+    finally:
+        source.stop()
+    return instance
+
+
+def pod_namespace() -> str:
+    """This pod's namespace: POD_NAMESPACE (downward API), else the service account's."""
+    namespace = os.environ.get("POD_NAMESPACE")
+    if namespace:
+        return namespace
+    try:
+        return (SERVICE_ACCOUNT_DIR / "namespace").read_text(encoding="utf-8").strip()
+    except OSError:
+        raise EddylineError(
+            "cannot tell this pod's namespace: set POD_NAMESPACE (the operator's pods get it "
+            "from the downward API)"
+        ) from None
 
 
 def _serve(
@@ -253,7 +344,7 @@ def start_group(
 ) -> LocalGroup:
     """Start the replicas of ``app`` and print where to query them."""
     config = app.streams_config()
-    topology = load_topology(app.spec.topology, [manifest.resolve().parent])
+    topology = load_topology(app.spec.topology.ref, [manifest.resolve().parent])
     log = open_log(app.spec.log.url)
     try:
         layout = resolve_topics(topology, config.application_id, log)

@@ -1,8 +1,8 @@
 """The StreamApp resource: one pydantic model, the source of truth for every reader.
 
-The operator generates the CRD schema from it and parses cluster objects with
-it; ``eddyline run MANIFEST`` parses local manifests with it. It lives in the
-runtime package so both sides import the same definition.
+The operator generates the CRD schema from it (``make crds``) and parses
+cluster objects with it; ``eddyline run MANIFEST`` parses local manifests with
+it. It lives in the runtime package so both sides import the same definition.
 
 A minimal manifest::
 
@@ -11,7 +11,7 @@ A minimal manifest::
     metadata:
       name: word-count
     spec:
-      topology: examples.word_count:build
+      topology: examples.word_count:build      # or {ref: ..., revision: "2"}
       log:
         url: sqlite:///.eddyline-state/log.db
       config:
@@ -19,24 +19,66 @@ A minimal manifest::
 
 An invalid manifest raises :class:`ManifestError`, naming the field by its
 path (``spec.config."processing.guarantee"``) and what it accepts.
+
+What only a cluster reads (image, storage, standby placement, resources,
+suspend) has defaults, so local manifests need none of it. Constraints that
+the API server must enforce too carry their schema here: ``pattern``/``ge``
+become the CRD's patterns and minimums, and ``x-kubernetes-validations``
+(CEL) hold the cross-field rules.
 """
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.config import (
+    DEFAULT_CACHE_MAX_BYTES,
+    DEFAULT_UNCOMMITTED_MAX_BYTES,
+    IsolationLevel,
+    ProcessingGuarantee,
+    StreamsConfig,
+)
 from eddyline_runtime.errors import ConfigError, EddylineError
 
 API_VERSION = "eddyline.dev/v1alpha1"
+GROUP = "eddyline.dev"
+VERSION = "v1alpha1"
 KIND = "StreamApp"
+PLURAL = "streamapps"
+SHORT_NAME = "sapp"
 # Kubernetes object names (RFC 1123 labels: pods and services derive from it).
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# RFC 1123 subdomains (Secret and claim names).
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
+_LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 _TOPOLOGY_REFERENCE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+# A revision becomes a label value: at most 63 characters, alphanumeric at both ends.
+_REVISION = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+# Log URLs the runtime opens: the embedded log, or Kafka bootstrap servers.
+_LOG_URL = r"^(sqlite:///.+|kafka://[^,/\s]+(,[^,/\s]+)*)$"
+# A non-negative Kubernetes quantity (no sign: "-1Gi" is refused here, not by the kubelet).
+_QUANTITY = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
+# Pods are named <name>-<ordinal> and carry it in a label (at most 63 characters), and
+# the Services <name>-headless / <name>-query: 47 leaves room for every suffix.
+MAX_NAME_LENGTH = 47
+DEFAULT_ZONE_KEY = "topology.kubernetes.io/zone"
 
 
 class ManifestError(EddylineError, ValueError):
@@ -44,7 +86,13 @@ class ManifestError(EddylineError, ValueError):
 
     def __init__(self, source: str, field: str, problem: str) -> None:
         self.field = field
+        self.problem = problem
         super().__init__(f"{source}: {field}: {problem}")
+
+
+def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
+    """CEL rules for the CRD (``x-kubernetes-validations``); pydantic checks the same."""
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
 
 
 class _Strict(BaseModel):
@@ -60,29 +108,268 @@ class ObjectMeta(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class PullPolicy(enum.StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class SpreadPolicy(enum.StrEnum):
+    """How hard the scheduler must spread replicas over zones."""
+
+    REQUIRED = "Required"  # DoNotSchedule: a pod waits rather than share a zone
+    PREFERRED = "Preferred"  # ScheduleAnyway: spread when possible
+
+
+class ClaimRetention(enum.StrEnum):
+    """What happens to the state claims when the StreamApp is deleted."""
+
+    RETAIN = "Retain"
+    DELETE = "Delete"
+
+
+class TopologySpec(_Strict):
+    ref: str = Field(
+        pattern=_TOPOLOGY_REFERENCE,
+        description="a module:function reference to the function that builds the topology "
+        "(imported inside the app's image, never by the operator)",
+    )
+    revision: str = Field(
+        default="1",
+        pattern=_REVISION,
+        description="the topology's revision; changing it is a topology change (every pod "
+        "restarts together, state relocates per KIP-816) instead of a rolling config change",
+    )
+
+
 class LogSpec(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.secretName) || self.url.startsWith('kafka://')",
+                "secretName holds Kafka client settings: it needs a kafka:// url",
+            )
+        )
+    )
     url: str = Field(
         default="sqlite:///.eddyline-state/log.db",
-        description="where topics live; sqlite:///path is the embedded log",
+        pattern=_LOG_URL,
+        description="where topics live: sqlite:///path is the embedded log (one node only), "
+        "kafka://host:port,host:port the production log",
     )
+    secret_name: str | None = Field(
+        default=None,
+        alias="secretName",
+        pattern=_DNS_SUBDOMAIN,
+        description="a Secret whose keys are Kafka client settings (sasl.username, ...)",
+    )
+
+    @model_validator(mode="after")
+    def _secret_needs_kafka(self) -> LogSpec:
+        if self.secret_name is not None and not self.url.startswith("kafka://"):
+            raise ValueError("secretName holds Kafka client settings: it needs a kafka:// url")
+        return self
+
+
+class StandbyPlacement(_Strict):
+    topology_key: str = Field(
+        default=DEFAULT_ZONE_KEY,
+        alias="topologyKey",
+        pattern=_LABEL_KEY,
+        description="the node label that names a zone; a task's standby lands in another zone "
+        "than its active copy",
+    )
+    spread: SpreadPolicy = Field(
+        default=SpreadPolicy.PREFERRED,
+        description="Required: a pod stays Pending rather than share a zone; Preferred: spread "
+        "when the nodes allow",
+    )
+
+
+class StorageSpec(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "self.size == oldSelf.size",
+                "size is immutable: a StatefulSet's claim templates cannot change "
+                "(resize the claims themselves)",
+            ),
+            (
+                "has(self.storageClassName) == has(oldSelf.storageClassName) && "
+                "(!has(self.storageClassName) || "
+                "self.storageClassName == oldSelf.storageClassName)",
+                "storageClassName is immutable: a StatefulSet's claim templates cannot change",
+            ),
+        )
+    )
+    size: str = Field(
+        default="1Gi",
+        pattern=_QUANTITY,
+        description="each pod's claim for state.dir (a quantity such as 10Gi)",
+    )
+    storage_class_name: str | None = Field(
+        default=None,
+        alias="storageClassName",
+        pattern=_DNS_SUBDOMAIN,
+        description="the claims' storage class (default: the cluster's default class)",
+    )
+    log_size: str = Field(
+        default="1Gi",
+        alias="logSize",
+        pattern=_QUANTITY,
+        description="the shared claim holding the embedded sqlite log (unused with Kafka)",
+    )
+    when_deleted: ClaimRetention = Field(
+        default=ClaimRetention.RETAIN,
+        alias="whenDeleted",
+        description="Retain keeps the claims when the StreamApp is deleted (state is "
+        "expensive to rebuild); Delete removes them",
+    )
+
+
+_QUANTITY_MAP = Annotated[
+    dict[str, str],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "additionalProperties": {"type": "string", "pattern": _QUANTITY},
+        }
+    ),
+]
+
+
+class ResourcesSpec(_Strict):
+    requests: _QUANTITY_MAP = Field(
+        default_factory=dict, description="cpu, memory, ... each pod asks for"
+    )
+    limits: _QUANTITY_MAP = Field(default_factory=dict, description="the most each pod may use")
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _quantities(cls, values: dict[str, str]) -> dict[str, str]:
+        import re
+
+        for name, quantity in values.items():
+            if not re.match(_QUANTITY, quantity):
+                raise ValueError(f"{name}: {quantity!r} is not a quantity such as 500m or 2Gi")
+        return values
+
+
+def _setting(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {**schema, "description": description}
+
+
+# The CRD's schema of spec.config: the settings a cluster may set, by Kafka Streams' names,
+# with the constraints StreamsConfig enforces (a unit test holds the two together).
+STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Kafka Streams settings by their names; each pod loads them once at start",
+    "properties": {
+        "processing.guarantee": _setting(
+            {
+                "type": "string",
+                "enum": [g.value for g in ProcessingGuarantee],
+                "default": ProcessingGuarantee.AT_LEAST_ONCE.value,
+            },
+            "exactly_once_v2 commits outputs, changelogs and input offsets in one transaction",
+        ),
+        "commit.interval.ms": _setting(
+            {"type": "integer", "minimum": 0},
+            "how often tasks commit (default: 100 under exactly-once, 30000 otherwise)",
+        ),
+        "default.state.isolation.level": _setting(
+            {"type": "string", "enum": [level.value for level in IsolationLevel]},
+            "what queries see of open transactions (KIP-892; default: READ_COMMITTED under "
+            "exactly-once, READ_UNCOMMITTED otherwise)",
+        ),
+        "statestore.uncommitted.max.bytes": _setting(
+            {"type": "integer", "minimum": -1, "default": DEFAULT_UNCOMMITTED_MAX_BYTES},
+            "uncommitted writes buffered per instance before an early commit; -1: no limit",
+        ),
+        "statestore.cache.max.bytes": _setting(
+            {"type": "integer", "minimum": 0, "default": DEFAULT_CACHE_MAX_BYTES},
+            "the record cache per instance (KIP-63); 0 turns it off",
+        ),
+        "max.task.idle.ms": _setting(
+            {"type": "integer", "minimum": -1, "default": 0},
+            "KIP-695: -1 never waits for a lagging input, 0 waits while it has lag, N also "
+            "N ms for data not produced yet",
+        ),
+        "num.standby.replicas": _setting(
+            {"type": "integer", "minimum": 0, "default": 0},
+            "standby copies per stateful task, in other zones; capped at replicas - 1",
+        ),
+        "automatic.state.relocation": _setting(
+            {"type": "boolean", "default": True},
+            "KIP-816: move state whose sub-topology ordinal changed instead of rebuilding it",
+        ),
+        "num.stream.threads": _setting(
+            {"type": "integer", "minimum": 1, "default": 1}, "stream threads per pod"
+        ),
+        "state.dir": _setting(
+            {"type": "string", "minLength": 1},
+            "local runs only: on a cluster the operator sets it to the pod's volume",
+        ),
+        "application.server": _setting(
+            {"type": "string"},
+            "local runs only: on a cluster each pod answers queries at its pod IP",
+        ),
+    },
+    "additionalProperties": False,
+}
+
+_StreamsSettings = Annotated[
+    dict[str, str | int | float | bool], WithJsonSchema(STREAMS_CONFIG_SCHEMA)
+]
 
 
 class StreamAppSpec(_Strict):
-    topology: str = Field(
-        pattern=_TOPOLOGY_REFERENCE,
-        description="a module:function reference to the function that builds the topology",
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!self.log.url.startsWith('sqlite:') || self.standbyPlacement.spread != 'Required'",
+                "standbyPlacement.spread Required needs a log every node reaches (kafka://): "
+                "the embedded sqlite log pins every pod to one node",
+            ),
+        )
     )
-    image: str | None = Field(default=None, description="the image holding the topology")
-    replicas: int = Field(default=1, ge=1, le=1000)
+    topology: TopologySpec = Field(
+        description="the topology: {ref: module:function, revision}; a bare module:function "
+        "string is accepted by local runs"
+    )
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the image holding eddyline and the topology (default: the operator's "
+        "runtime image)",
+    )
+    image_pull_policy: PullPolicy = Field(
+        default=PullPolicy.IF_NOT_PRESENT, alias="imagePullPolicy"
+    )
+    replicas: int = Field(default=1, ge=1, le=1000, description="pods running the app")
     zones: list[str] = Field(
         default_factory=list,
         description="zones to spread replicas over in local runs (replica i gets zone "
-        "i mod len(zones)); on Kubernetes the nodes' topology.kubernetes.io/zone is used",
+        "i mod len(zones)); on Kubernetes the nodes' zone label is used",
     )
     log: LogSpec = Field(default_factory=LogSpec)
-    config: dict[str, str | int | float | bool] = Field(
+    config: _StreamsSettings = Field(
         default_factory=dict, description="Kafka Streams settings by their names"
     )
+    standby_placement: StandbyPlacement = Field(
+        default_factory=StandbyPlacement, alias="standbyPlacement"
+    )
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    suspend: bool = Field(
+        default=False, description="true scales to zero pods and keeps the state claims"
+    )
+
+    @field_validator("topology", mode="before")
+    @classmethod
+    def _bare_reference(cls, value: Any) -> Any:
+        # Local manifests say `topology: module:function`; the cluster form is an object.
+        return {"ref": value} if isinstance(value, str) else value
 
     @field_validator("config")
     @classmethod
@@ -92,8 +379,77 @@ class StreamAppSpec(_Strict):
         StreamsConfig.from_properties(config)  # raises ConfigError naming the key
         return config
 
+    @model_validator(mode="after")
+    def _placement_needs_a_shared_log(self) -> StreamAppSpec:
+        if self.log.url.startswith("sqlite:") and (
+            self.standby_placement.spread is SpreadPolicy.REQUIRED
+        ):
+            raise ValueError(
+                "standbyPlacement.spread Required needs a log every node reaches (kafka://): "
+                "the embedded sqlite log pins every pod to one node"
+            )
+        return self
+
     def streams_config(self, *, application_id: str) -> StreamsConfig:
         return StreamsConfig.from_properties({"application.id": application_id, **self.config})
+
+
+class ConditionStatus(enum.StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Phase(enum.StrEnum):
+    """The one-word summary `kubectl get sapp` prints."""
+
+    PENDING = "Pending"
+    PROGRESSING = "Progressing"
+    RUNNING = "Running"
+    DEGRADED = "Degraded"
+    SUSPENDED = "Suspended"
+
+
+class Condition(_Strict):
+    """A condition per the Kubernetes API conventions (metav1.Condition)."""
+
+    type: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")
+    status: ConditionStatus
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = ""
+    last_transition_time: str = Field(
+        alias="lastTransitionTime", json_schema_extra={"format": "date-time"}
+    )
+    observed_generation: int | None = Field(default=None, alias="observedGeneration", ge=0)
+
+
+class StreamAppStatus(_Strict):
+    observed_generation: int | None = Field(
+        default=None,
+        alias="observedGeneration",
+        description="the metadata.generation this status describes",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    phase: Phase | None = None
+    replicas: int | None = Field(default=None, description="pods that exist")
+    ready_replicas: int | None = Field(default=None, alias="readyReplicas")
+    revision: str | None = Field(default=None, description="the topology revision running")
+    selector: str | None = Field(default=None, description="the pods' label selector (scale)")
+    max_standby_lag: int | None = Field(
+        default=None,
+        alias="maxStandbyLag",
+        description="the largest standby lag in changelog records, from the pods' /v1/lags",
+    )
+    membership_generation: int | None = Field(default=None, alias="membershipGeneration")
+    log_node: str | None = Field(
+        default=None,
+        alias="logNode",
+        description="the node every pod is pinned to while the embedded sqlite log is used",
+    )
+    message: str | None = None
 
 
 class StreamApp(_Strict):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,31 +29,13 @@ from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import KeyRange, RocksDBStore, StoreClosedError
 from pausable_log import PausableLog
-from word_count_app import APP, streams_config, word_count
+from word_count_app import APP, streams_config, wait_for, word_count
+from word_count_app import produce_lines as produce_input
 
 STORE = "counts"
 PARTITIONS = 2
-DEADLINE_SECONDS = 30
 LONGS = serde_for("long")
 MEMBERS = (Member("a"), Member("b"))
-
-
-def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not true after {timeout} s")
-        time.sleep(0.02)
-
-
-def produce_lines(log: SqliteLog, lines: list[str]) -> None:
-    for partition in range(PARTITIONS):
-        chunk = lines[partition::PARTITIONS]
-        if chunk:
-            log.produce(
-                TopicPartition("lines", partition),
-                [Record(None, line.encode(), i) for i, line in enumerate(chunk)],
-            )
 
 
 LINES = ["a b a", "b a c", "a a a", "c b", "d e f g", "h i j k"]
@@ -377,3 +359,7 @@ def test_a_standby_replays_in_batches_committing_each_and_resumes_after_a_restar
     finally:
         store.close()
         log.close()
+
+
+def produce_lines(log: SqliteLog, lines: list[str]) -> None:
+    produce_input(log, lines, PARTITIONS)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,13 +19,14 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from eddyline_runtime.assignor import Assignment, Member, assign
-from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.query.server import QueryServer
-from word_count_app import APP, streams_config, word_count
+from word_count_app import APP, streams_config, wait_for, word_count
+from word_count_app import produce_lines as produce_input
 
 STORE = "counts"
 PARTITIONS = 3
@@ -66,14 +66,6 @@ def http_get(address: str, path: str, **query: str) -> Response:
         return Response(response.status, dict(response.headers), response.read().decode())
     finally:
         connection.close()
-
-
-def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not true after {timeout} s")
-        time.sleep(0.02)
 
 
 @dataclass
@@ -198,16 +190,6 @@ class Cluster(Generic[LogT]):
         wait_for("the group processed its input", self.settled, timeout)
 
 
-def produce_lines(log: SqliteLog, lines: list[str]) -> None:
-    for partition in range(PARTITIONS):
-        chunk = lines[partition::PARTITIONS]
-        if chunk:
-            log.produce(
-                TopicPartition("lines", partition),
-                [Record(None, line.encode(), i) for i, line in enumerate(chunk)],
-            )
-
-
 def started_cluster(
     root: Path, lines: list[str], log_factory: Callable[[Path], LogT]
 ) -> Cluster[LogT]:
@@ -221,3 +203,7 @@ def started_cluster(
         group.close()
         raise
     return group
+
+
+def produce_lines(log: SqliteLog, lines: list[str]) -> None:
+    produce_input(log, lines, PARTITIONS)

@@ -3,9 +3,12 @@
 eddyline speaks to its log only through the port in ``eddyline_runtime.log.port``;
 these tests pin down that port's semantics (topics, offsets, read_committed
 transactions, epoch fencing, lag), so every adapter runs the very
-same tests. The ``log`` fixture is parametrized over :data:`ADAPTERS`: today
-only the embedded SQLite log; a Kafka adapter joins by adding an opener there
-that gives each test a fresh, empty log (e.g. a dedicated broker or cluster).
+same tests. The ``log`` fixture is parametrized over :data:`ADAPTERS`: the
+embedded SQLite log, and Kafka when ``EDDYLINE_TEST_KAFKA_BOOTSTRAP`` names a
+broker (``host:port,...``; client settings, e.g. SASL, from the file
+``EDDYLINE_LOG_SETTINGS`` names). Each Kafka test gets fresh, empty topics
+under a prefix of its own. Never a fake or librdkafka's mock cluster: they
+are not faithful for transactions.
 
 ``open_again`` opens another handle on the same log, as a second process would,
 to check that what one handle commits the other sees.
@@ -17,6 +20,8 @@ with what fetch returns instead of expecting them to follow on without gaps.
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -47,7 +52,30 @@ def sqlite_opener(tmp_path: Path) -> LogOpener:
     return lambda: open_log(url)
 
 
-ADAPTERS: dict[str, Callable[[Path], LogOpener]] = {"sqlite": sqlite_opener}
+KAFKA_BOOTSTRAP_ENV = "EDDYLINE_TEST_KAFKA_BOOTSTRAP"
+
+
+def kafka_opener(tmp_path: Path) -> LogOpener:
+    from eddyline_runtime.log.kafka_log import KafkaLog
+    from eddyline_runtime.log.kafka_settings import settings_from_environment
+
+    url = f"kafka://{os.environ[KAFKA_BOOTSTRAP_ENV]}"
+    settings = settings_from_environment()
+    prefix = f"eddyline-contract-{uuid.uuid4().hex[:12]}."
+    return lambda: KafkaLog.open(url, settings, topic_prefix=prefix)
+
+
+ADAPTERS: dict[str, Callable[[Path], LogOpener]] = {"sqlite": sqlite_opener, "kafka": kafka_opener}
+ADAPTER_PARAMS = [
+    pytest.param("sqlite"),
+    pytest.param(
+        "kafka",
+        marks=pytest.mark.skipif(
+            not os.environ.get(KAFKA_BOOTSTRAP_ENV),
+            reason=f"{KAFKA_BOOTSTRAP_ENV} is not set: no Kafka broker to run the contract against",
+        ),
+    ),
+]
 
 IN = TopicPartition("app-input", 0)
 IN_1 = TopicPartition("app-input", 1)
@@ -55,7 +83,7 @@ OUT = TopicPartition("app-output", 0)
 OUT_1 = TopicPartition("app-output", 1)
 
 
-@pytest.fixture(params=sorted(ADAPTERS))
+@pytest.fixture(params=ADAPTER_PARAMS)
 def open_again(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogOpener]:
     """Open a handle on this test's log; every handle still open is closed at the end."""
     opener = ADAPTERS[request.param](tmp_path)

@@ -8,6 +8,7 @@ latest record per key kept).
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,65 @@ def test_delete_records_beyond_the_end_is_refused(log: SqliteLog) -> None:
         log.delete_records(IN, 2)
     assert log.delete_records(IN, 1) == 1
     assert (log.beginning_offset(IN), log.end_offset(IN)) == (1, 1)
+
+
+# The partition epoch: what a store keeps beside its committed changelog offset
+
+
+def test_the_epoch_stays_through_appends_compaction_and_record_deletion(
+    log: SqliteLog,
+) -> None:
+    log.create_topic("store-changelog", 1, compacted=True)
+    changelog = TopicPartition("store-changelog", 0)
+    epoch = log.partition_epoch(changelog)
+    log.produce(changelog, [rec(b"%d" % i, key=b"k%d" % (i % 2)) for i in range(6)])
+    log.compact("store-changelog")
+    log.delete_records(changelog, 5)
+    assert log.partition_epoch(changelog) == epoch
+    assert log.partition_epoch(TopicPartition("store-changelog", 0)) != log.partition_epoch(IN)
+
+
+def test_truncating_a_partition_by_hand_in_sqlite_starts_a_new_epoch(
+    log: SqliteLog, tmp_path: Path
+) -> None:
+    log.produce(IN, [rec(b"%d" % i) for i in range(10)])
+    before = log.partition_epoch(IN)
+    with sqlite3.connect(tmp_path / "log.db") as db:
+        db.execute("DELETE FROM records WHERE partition = 0 AND offset >= 4")
+        db.execute("UPDATE partitions SET next_offset = 4 WHERE partition = 0")
+    after = log.partition_epoch(IN)
+    assert after != before
+    log.produce(IN, [rec(b"again")] * 10)  # growing back past 10 does not restore the epoch
+    assert log.partition_epoch(IN) == after
+    assert log.partition_epoch(TopicPartition("app-input", 1)) != after
+
+
+def test_a_topic_created_again_is_another_incarnation(tmp_path: Path) -> None:
+    first = SqliteLog(tmp_path / "a.db")
+    first.create_topic("changelog", 1, compacted=True)
+    epoch = first.partition_epoch(TopicPartition("changelog", 0))
+    first.close()
+    (tmp_path / "a.db").unlink()
+    second = SqliteLog(tmp_path / "a.db")
+    second.create_topic("changelog", 1, compacted=True)
+    assert second.partition_epoch(TopicPartition("changelog", 0)) != epoch
+
+
+def test_a_log_written_before_epochs_existed_gains_them(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:  # the schema of earlier versions
+        db.execute(
+            "CREATE TABLE topics (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
+            " partitions INTEGER NOT NULL, compacted INTEGER NOT NULL)"
+        )
+        db.execute(
+            "CREATE TABLE partitions (topic_id INTEGER NOT NULL, partition INTEGER NOT NULL,"
+            " log_start INTEGER NOT NULL DEFAULT 0, next_offset INTEGER NOT NULL DEFAULT 0,"
+            " PRIMARY KEY (topic_id, partition)) WITHOUT ROWID"
+        )
+        db.execute("INSERT INTO topics VALUES (1, 'old', 1, 0)")
+        db.execute("INSERT INTO partitions (topic_id, partition) VALUES (1, 0)")
+    log = SqliteLog(path)
+    epoch = log.partition_epoch(TopicPartition("old", 0))
+    assert epoch.endswith(":0") and len(epoch) > 10
+    assert SqliteLog(path).partition_epoch(TopicPartition("old", 0)) == epoch

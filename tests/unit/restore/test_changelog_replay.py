@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,9 @@ from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.restore import (
     ChangelogBehindStoreError,
     ChangelogGapError,
+    ChangelogReplacedError,
     ReplayVerdict,
+    open_trusted,
     replay_start,
     restore,
 )
@@ -123,3 +127,58 @@ def test_a_standby_ahead_of_its_changelog_is_refused(
     standby = StandbyTask(TaskId(0, 0), {"counts": store}, {"counts": CHANGELOG})
     with pytest.raises(ChangelogBehindStoreError, match=r"holds offsets \[0, 100\)"):
         standby.start(log)
+
+
+def test_a_running_standby_notices_its_changelog_truncated_and_grown_back(
+    log: SqliteLog, store_factory: StoreFactory, tmp_path: Path
+) -> None:
+    store = store_factory()
+    standby = StandbyTask(TaskId(0, 0), {"counts": store}, {"counts": CHANGELOG})
+    standby.start(log)
+    assert standby.replay(log) == 100
+    with sqlite3.connect(tmp_path / "log.db") as db:  # cut back to 80, then regrow past 100
+        db.execute("DELETE FROM records WHERE offset >= 80")
+        db.execute("UPDATE partitions SET next_offset = 80")
+    log.produce(CHANGELOG, [Record(b"new", b"%d" % i, 0) for i in range(40)])
+    with pytest.raises(ChangelogReplacedError, match="truncated or recreated"):
+        standby.replay(log)
+
+
+def test_open_trusted_wipes_a_store_that_does_not_fit_and_records_the_epoch(
+    log: SqliteLog, store_factory: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "0_0" / "counts"
+    stale = store_factory(directory=directory)
+    stale.restore_batch([(b"stale", b"1")], {CHANGELOG: 500})  # ahead of the changelog
+    stale.close()
+    with caplog.at_level(logging.WARNING):
+        store, start = open_trusted(lambda: store_factory(directory=directory), log, CHANGELOG)
+    assert 'state store "counts"' in caplog.text and "Wiping it" in caplog.text
+    assert (start.verdict, start.first_offset) == (ReplayVerdict.REPLAY, 0)
+    assert store.get(b"stale") is None
+    assert store.changelog_epoch(CHANGELOG) == log.partition_epoch(CHANGELOG)
+    restore(store, log, CHANGELOG, start=start)
+    assert store.committed_offset(CHANGELOG) == 99
+
+
+@pytest.mark.parametrize(
+    ("store_epoch", "log_epoch", "verdict"),
+    [
+        ("t:0", "t:0", ReplayVerdict.REPLAY),
+        ("t:0", "t:1", ReplayVerdict.REPLACED),
+        ("t:0", "u:0", ReplayVerdict.REPLACED),
+        (None, "t:1", ReplayVerdict.REPLAY),  # recorded by no earlier version: offsets only
+        ("t:0", None, ReplayVerdict.REPLAY),  # a log that cannot tell
+    ],
+)
+def test_a_store_of_another_changelog_incarnation_is_not_trusted(
+    store_epoch: str | None, log_epoch: str | None, verdict: ReplayVerdict
+) -> None:
+    judged = replay_start(5, 0, 10, store_epoch=store_epoch, log_epoch=log_epoch)
+    assert judged.verdict is verdict
+
+
+def test_offsets_of_another_changelog_partition_make_a_store_foreign() -> None:
+    other = TopicPartition("app-counts-changelog", 3)
+    assert replay_start(None, 0, 10, other_changelogs=[other]).verdict is ReplayVerdict.FOREIGN
+    assert replay_start(None, 0, 10).verdict is ReplayVerdict.REPLAY

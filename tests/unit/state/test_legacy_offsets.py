@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 from rocksdict import Options, Rdict
 
-from eddyline_runtime.state import CheckpointFileError, RocksDBStore, TopicPartition
+from eddyline_runtime.state import (
+    CheckpointFileError,
+    RocksDBStore,
+    StoreCorruptedError,
+    TopicPartition,
+)
 from eddyline_runtime.state.offset_checkpoint import read_offsets, write_offsets
 
 CHANGELOG = TopicPartition("app-counts-changelog", 3)
@@ -62,6 +68,7 @@ def test_files_are_ignored_once_the_store_manages_offsets(tmp_path: Path) -> Non
 def test_an_unreadable_checkpoint_file_names_itself(tmp_path: Path) -> None:
     directory = tmp_path / "counts"
     directory.mkdir()
+    make_legacy_store(directory)
     (directory / ".checkpoint").write_text("0\n1\napp-counts-changelog three 4\n")
     with pytest.raises(CheckpointFileError) as error:
         RocksDBStore("counts", directory)
@@ -70,6 +77,61 @@ def test_an_unreadable_checkpoint_file_names_itself(tmp_path: Path) -> None:
     (directory / ".checkpoint").unlink()
     with RocksDBStore("counts", directory) as store:  # the failed open released the lock
         assert store.committed_offset(CHANGELOG) is None
+
+
+def test_a_database_created_now_never_adopts_a_checkpoint_left_beside_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "counts"
+    with RocksDBStore("counts", directory) as store:
+        store.put(b"apple", b"16568")
+        store.commit({CHANGELOG: 41})
+    for entry in directory.iterdir():  # the store's files deleted, its hidden file kept
+        if entry.name != ".checkpoint":
+            entry.unlink()
+    with caplog.at_level(logging.WARNING), RocksDBStore("counts", directory) as store:
+        assert store.committed_offset(CHANGELOG) is None  # restored from the changelog
+        assert store.get(b"apple") is None
+    assert "ignoring .checkpoint" in caplog.text
+    assert not (directory / ".checkpoint").exists()
+
+
+def test_a_database_rocksdb_recreated_after_losing_current_is_not_trusted(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "counts"
+    with RocksDBStore("counts", directory) as store:
+        store.put(b"apple", b"16568")
+        store.commit({CHANGELOG: 41})
+    (directory / "CURRENT").unlink()
+    with pytest.raises(StoreCorruptedError, match="delete the directory"):
+        RocksDBStore("counts", directory)
+    # The failed open left a fresh, empty database behind; it is not caught up at 41.
+    with RocksDBStore("counts", directory) as store:
+        assert store.committed_offset(CHANGELOG) is None
+        assert dict(store.all()) == {}
+
+
+def test_a_legacy_database_without_data_does_not_adopt_its_checkpoint(tmp_path: Path) -> None:
+    directory = tmp_path / "counts"
+    directory.mkdir()
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    Rdict(str(directory), options).close()
+    write_offsets(directory / ".checkpoint", {CHANGELOG: 120})
+    with RocksDBStore("counts", directory) as store:
+        assert store.committed_offset(CHANGELOG) is None
+
+
+def test_a_formatted_store_never_adopts_files_even_without_offsets(tmp_path: Path) -> None:
+    directory = tmp_path / "counts"
+    with RocksDBStore("counts", directory) as store:
+        store.put(b"k", b"v")
+        store.commit({})
+    write_offsets(directory / ".checkpoint", {CHANGELOG: 120})
+    with RocksDBStore("counts", directory) as store:
+        assert store.committed_offset(CHANGELOG) is None
+        assert store.get(b"k") == b"v"
 
 
 def test_checkpoint_format_round_trips_kafka_layout(tmp_path: Path) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing import StoreSpec, Topology
 from eddyline_runtime.processing.topics import store_homes
 from eddyline_runtime.processing.topology import Processor
@@ -449,3 +450,29 @@ def test_entries_that_are_not_task_directories_are_ignored(
 def test_a_state_dir_that_does_not_exist_yet_is_a_first_start(tmp_path: Path) -> None:
     assert relocate_state(tmp_path / "none", word_count()) == RelocationReport()
     assert not (tmp_path / "none").exists()
+
+
+def test_a_store_under_a_partition_the_topology_does_not_have_is_left_alone(
+    old_word_count_state: Path,
+) -> None:
+    state_dir = old_word_count_state
+    write_store(state_dir / "9_9" / "counts", "counts", 9)  # a stray copy, not ours to place
+    topology = word_count_after_a_new_first_sub_topology()
+    tasks = frozenset(TaskId(sub.id, p) for sub in topology.subtopologies() for p in range(4))
+    report = relocate_homes(state_dir, replace(store_homes(topology), tasks=tasks))
+    assert len(report.moves) == PARTITIONS  # 1_p -> 2_p as ever
+    assert [(s.store, s.path) for s in report.left_alone] == [
+        ("counts", state_dir / "9_9" / "counts")
+    ]
+    assert "2_9 does not exist" in report.left_alone[0].reason
+    assert not (state_dir / "2_9").exists()
+    assert_store_intact(state_dir / "9_9" / "counts", "counts", 9)
+
+
+def test_a_store_being_wiped_is_not_a_store_to_move(old_word_count_state: Path) -> None:
+    state_dir = old_word_count_state
+    trash = state_dir / "1_0" / ".counts.wiping"
+    trash.mkdir()
+    report = relocate_state(state_dir, word_count_after_a_new_first_sub_topology())
+    assert len(report.moves) == PARTITIONS and report.left_alone == ()
+    assert trash.exists()  # it kept its task directory in place; the store moved out alone

@@ -287,3 +287,37 @@ def test_exactly_once_config_makes_readers_read_committed_by_default(
     store.put(b"k", b"v")
     assert store.reader().get(b"k") is None
     assert store.reader(IsolationLevel.READ_UNCOMMITTED).get(b"k") == b"v"
+
+
+def test_a_changelog_epoch_is_written_with_the_next_commit_and_survives_reopen(
+    store_factory: StoreFactory, tmp_path: Path
+) -> None:
+    changelog = TopicPartition("app-counts-changelog", 0)
+    directory = tmp_path / "epoch"
+    store = store_factory(directory=directory)
+    store.record_changelog_epoch(changelog, "abc:0")
+    assert store.changelog_epoch(changelog) == "abc:0"  # pending, not yet durable
+    store.close()
+    reopened = store_factory(directory=directory)
+    assert reopened.changelog_epoch(changelog) is None  # never committed
+    reopened.record_changelog_epoch(changelog, "abc:0")
+    reopened.restore_batch([(b"k", b"v")], {changelog: 7})
+    reopened.close()
+    again = store_factory(directory=directory)
+    assert (again.changelog_epoch(changelog), again.committed_offset(changelog)) == ("abc:0", 7)
+    assert list(again.committed_changelogs()) == [changelog]
+
+
+def test_wipe_deletes_the_store_so_a_reopen_starts_empty(
+    store_factory: StoreFactory, tmp_path: Path
+) -> None:
+    changelog = TopicPartition("app-counts-changelog", 0)
+    directory = tmp_path / "wiped"
+    store = store_factory(directory=directory)
+    store.put(b"k", b"v")
+    store.commit({changelog: 3})
+    store.wipe()
+    assert not directory.exists()
+    assert not any(p.name.endswith(".wiping") for p in tmp_path.iterdir())
+    reopened = store_factory(directory=directory)
+    assert (reopened.committed_offset(changelog), dict(reopened.all())) == (None, {})

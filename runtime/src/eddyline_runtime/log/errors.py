@@ -6,8 +6,15 @@ EddylineError (eddyline_runtime.errors)
     ├── InvalidTopicError          create_topic with a shape no topic can have
     ├── TopicConflictError         create_topic with a different shape than the existing one
     ├── OffsetOutOfRangeError      fetch below the log start or beyond the end
-    ├── ProducerFencedError        a newer producer owns this transactional id
+    ├── ProducerFencedError        a newer producer owns this transactional id: drop the task
+    │   │                          uncommitted, keep its store, rejoin (KIP-892: nothing wiped)
+    │   ├── TransactionAbortedError  the broker aborted the transaction (e.g. it outlived
+    │   │                            transaction.timeout.ms); handled like fencing
+    │   └── TransactionTimeoutError  commit or abort got no answer in time; its outcome is
+    │                                settled when the task's next producer starts
     ├── TransactionStateError      send/commit without begin, begin twice
+    ├── LogAuthorizationError      the broker refused an operation: names the missing ACL
+    ├── BrokerUnreachableError     no broker answered: names the bootstrap servers tried
     └── UnsupportedLogUrlError     a log URL with a scheme we do not serve
 """
 
@@ -34,11 +41,14 @@ class InvalidTopicError(LogError, ValueError):
 
 
 class TopicConflictError(LogError):
-    def __init__(self, name: str, existing: str, requested: str) -> None:
-        super().__init__(
-            f'topic "{name}" exists as {existing}, not {requested}; use another name or '
-            "delete the topic"
-        )
+    def __init__(
+        self,
+        name: str,
+        existing: str,
+        requested: str,
+        fix: str = "use another name or delete the topic",
+    ) -> None:
+        super().__init__(f'topic "{name}" exists as {existing}, not {requested}; {fix}')
 
 
 class OffsetOutOfRangeError(LogError):
@@ -52,12 +62,42 @@ class OffsetOutOfRangeError(LogError):
 
 
 class ProducerFencedError(LogError):
-    def __init__(self, transactional_id: str, epoch: int, current: int) -> None:
+    def __init__(self, transactional_id: str, epoch: int, current: int | None = None) -> None:
         self.transactional_id = transactional_id
+        mine = f" (epoch {epoch})" if epoch >= 0 else ""
+        theirs = f" (epoch {current})" if current is not None and current >= 0 else ""
         super().__init__(
-            f'producer for transactional id "{transactional_id}" (epoch {epoch}) was fenced by '
-            f"a newer one (epoch {current}); this instance is a zombie: stop it, its "
+            f'producer for transactional id "{transactional_id}"{mine} was fenced by '
+            f"a newer one{theirs}; this instance is a zombie: stop it, its "
             "transaction was not applied"
+        )
+
+
+class TransactionAbortedError(ProducerFencedError):
+    """The broker aborted the open transaction; nothing of it was written."""
+
+    def __init__(self, transactional_id: str, reason: str) -> None:
+        self.transactional_id = transactional_id
+        LogError.__init__(
+            self,
+            f'the broker aborted the transaction of "{transactional_id}" ({reason}); nothing of '
+            "it was written: the task restarts from its last commit (its stores keep their "
+            "last commit and restore only the changelog tail); if this repeats, raise "
+            "transaction.timeout.ms in the log settings or commit more often",
+        )
+
+
+class TransactionTimeoutError(ProducerFencedError):
+    """A commit or abort got no answer in time: its outcome is not known yet."""
+
+    def __init__(self, transactional_id: str, action: str, seconds: float, bootstrap: str) -> None:
+        self.transactional_id = transactional_id
+        LogError.__init__(
+            self,
+            f'{action} of the transaction of "{transactional_id}" got no answer from the '
+            f"brokers ({bootstrap}) within {seconds:g} s; the task is dropped and restarts "
+            "from its last commit: its next producer settles the transaction (stores keep "
+            "their last commit). Check the brokers' health and the network path",
         )
 
 
@@ -65,8 +105,34 @@ class TransactionStateError(LogError):
     pass
 
 
+class LogAuthorizationError(LogError):
+    """The broker refused an operation; the message names the ACL that is missing."""
+
+    def __init__(self, action: str, acl: str) -> None:
+        self.acl = acl
+        super().__init__(
+            f"{action} was refused by the broker: the principal of the log settings "
+            f"(spec.log.secretName) lacks the ACL {acl}; grant it (Strimzi: add it to the "
+            "KafkaUser's spec.authorization.acls)"
+        )
+
+
+class BrokerUnreachableError(LogError):
+    """No broker answered; names the bootstrap servers and the client's last complaint."""
+
+    def __init__(self, bootstrap: str, seconds: float, last_error: str | None = None) -> None:
+        self.bootstrap = bootstrap
+        seen = f" (the client's last error: {last_error})" if last_error else ""
+        super().__init__(
+            f"no Kafka broker answered within {seconds:g} s; bootstrap servers tried: "
+            f"{bootstrap}{seen}; check spec.log.url, that the brokers run and are reachable "
+            "from here, and security.protocol / SASL settings in the log Secret"
+        )
+
+
 class UnsupportedLogUrlError(LogError):
     def __init__(self, url: str) -> None:
         super().__init__(
-            f"log URL {url!r} is not supported; use sqlite:///path/to/log.db (the embedded log)"
+            f"log URL {url!r} is not supported; use sqlite:///path/to/log.db (the embedded log) "
+            "or kafka://host:port[,host:port...]"
         )

@@ -70,6 +70,25 @@ class ChangeBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetChanges:
+    """Keyed changes read from a bounded offset range, as columns, with their offsets.
+
+    What a parallel reader of a changelog (a Spark restore task) needs: each
+    entry's own offset, so the latest version of a key can be picked across
+    ranges read by different tasks. Columns, not rows, because they go
+    straight into Arrow arrays. ``values[i]`` is None for a delete (tombstone);
+    records without a key are skipped. ``last_offset`` is the offset of the
+    last record read, keyless ones included (-1 when none was): the next read
+    of the range starts after it.
+    """
+
+    offsets: Sequence[int]
+    keys: Sequence[bytes]
+    values: Sequence[bytes | None]
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommittedTransaction:
     """What a committed transaction wrote: the offset of each sent record, in send order,
     and the last offset per partition (what a store commits as its changelog offset)."""
@@ -144,11 +163,50 @@ class Log(abc.ABC):
         values (records without a key are skipped), and the offset of the last
         record read. Restoration's hot path, so it builds no Record objects."""
 
+    def fetch_changes_between(
+        self, tp: TopicPartition, start: int, end: int, max_records: int = 10_000
+    ) -> OffsetChanges:
+        """Keyed changes with offsets in ``[start, end)``, at most ``max_records`` read.
+
+        ``end`` bounds the read even while the log grows, so a reader that
+        fixed its ranges up front reads exactly them. This default goes
+        through :meth:`fetch`; adapters may read the range directly.
+        """
+        if end <= start:
+            return OffsetChanges((), (), (), -1)
+        records = self.fetch(tp, start, max_records).records
+        offsets: list[int] = []
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        last = -1
+        for record in records:
+            if record.offset >= end:
+                break
+            last = record.offset
+            if record.key is not None:
+                offsets.append(record.offset)
+                keys.append(record.key)
+                values.append(record.value)
+        return OffsetChanges(offsets, keys, values, last)
+
     @abc.abstractmethod
     def beginning_offset(self, tp: TopicPartition) -> int: ...
 
     @abc.abstractmethod
     def end_offset(self, tp: TopicPartition) -> int: ...
+
+    def partition_epoch(self, tp: TopicPartition) -> str | None:
+        """Which incarnation of the partition this is; None when the log cannot tell.
+
+        It changes whenever offsets that were handed out before may now stand
+        for other records: the topic deleted and created again (Kafka's topic
+        id, KIP-516), or the partition truncated (as a leader epoch marks
+        diverged logs, KIP-320). Stores keep it beside their committed
+        changelog offset, and a store whose epoch is not the changelog's is
+        rebuilt instead of trusted. Appends, compaction and deleting records
+        from the start never change it.
+        """
+        return None
 
     @abc.abstractmethod
     def committed_offsets(

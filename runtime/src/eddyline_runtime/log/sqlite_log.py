@@ -13,6 +13,11 @@ are assigned at commit, which is why commit returns them.
 
 Durability: ``synchronous=NORMAL`` in WAL mode survives any process crash; a
 machine crash may lose the last transactions, never part of one.
+
+Read-only opens (``SqliteLog(path, read_only=True)``) are for readers beside a
+live log that must not slow its writers down, such as Spark restore tasks:
+they open the file with ``mode=ro``, never take the write lock, create no
+table, and refuse every write.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from pathlib import Path
@@ -40,6 +46,7 @@ from eddyline_runtime.log.port import (
     FetchResult,
     Headers,
     Log,
+    OffsetChanges,
     Record,
     TopicSpec,
     TransactionalProducer,
@@ -55,13 +62,15 @@ CREATE TABLE IF NOT EXISTS topics (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
     partitions INTEGER NOT NULL,
-    compacted INTEGER NOT NULL
+    compacted INTEGER NOT NULL,
+    uuid TEXT DEFAULT (lower(hex(randomblob(16))))
 );
 CREATE TABLE IF NOT EXISTS partitions (
     topic_id INTEGER NOT NULL,
     partition INTEGER NOT NULL,
     log_start INTEGER NOT NULL DEFAULT 0,
     next_offset INTEGER NOT NULL DEFAULT 0,
+    epoch INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic_id, partition)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS records (
@@ -87,18 +96,57 @@ CREATE TABLE IF NOT EXISTS producers (
 );
 """
 
+# Logs written before topics had ids and partitions had epochs gain both.
+_MIGRATIONS = {
+    ("topics", "uuid"): (
+        "ALTER TABLE topics ADD COLUMN uuid TEXT",
+        "UPDATE topics SET uuid = lower(hex(randomblob(16))) WHERE uuid IS NULL",
+    ),
+    ("partitions", "epoch"): (
+        "ALTER TABLE partitions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
+    ),
+}
+
+# A partition's end moving back (truncation, however it was done: even by hand
+# in SQL) starts a new epoch, so offsets from before it are never mistaken for
+# offsets after it. The trigger lives in the database, not in this adapter.
+_TRUNCATION_TRIGGER = """
+CREATE TRIGGER IF NOT EXISTS partition_truncated
+AFTER UPDATE OF next_offset ON partitions
+WHEN NEW.next_offset < OLD.next_offset
+BEGIN
+    UPDATE partitions SET epoch = OLD.epoch + 1
+    WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
+END
+"""
+
 
 class SqliteLog(Log):
     """A :class:`Log` in one SQLite file; safe across threads and processes."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         self._local = threading.local()
         self._topic_ids: dict[str, tuple[int, TopicSpec]] = {}
+        if read_only:
+            if not self.path.is_file():
+                raise LogError(
+                    f"log {self.url} does not exist, so it cannot be opened read-only; "
+                    "check the path (a read-only open never creates the log)"
+                )
+            self._connection()  # fail here, not at the first read, if it cannot be opened
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._write() as db:
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(statement)
+            for (table, column), statements in _MIGRATIONS.items():
+                columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                if column not in columns:
+                    for statement in statements:
+                        db.execute(statement)
+            db.execute(_TRUNCATION_TRIGGER)
 
     @property
     def url(self) -> str:
@@ -110,15 +158,36 @@ class SqliteLog(Log):
         """This thread's connection (sqlite3 connections are not shared across threads)."""
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = sqlite3.connect(
-                self.path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None
-            )
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
+            if self.read_only:
+                # WAL mode is a property of the file: a read-only connection
+                # reads beside the writers without setting it (a write).
+                uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro"
+                try:
+                    connection = sqlite3.connect(
+                        uri, uri=True, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None
+                    )
+                    connection.execute("SELECT 1 FROM partitions LIMIT 1")
+                except sqlite3.Error as exc:
+                    raise LogError(
+                        f"log {self.url} could not be opened read-only: {exc}; check that the "
+                        "file is an eddyline log and readable (its directory too: SQLite "
+                        "needs the -shm file beside it)"
+                    ) from exc
+            else:
+                connection = sqlite3.connect(
+                    self.path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None
+                )
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=NORMAL")
             self._local.connection = connection
         return connection
 
     def _write(self) -> _Transaction:
+        if self.read_only:
+            raise LogError(
+                f"log {self.url} was opened read-only, so it cannot be written; open it "
+                "without read_only=True to write"
+            )
         return _Transaction(self._connection(), "BEGIN IMMEDIATE")
 
     def _read(self) -> _Transaction:
@@ -219,6 +288,29 @@ class SqliteLog(Log):
             ).fetchall()
         return ChangeBatch(entries, last)
 
+    def fetch_changes_between(
+        self, tp: TopicPartition, start: int, end: int, max_records: int = 10_000
+    ) -> OffsetChanges:
+        if end <= start:
+            return OffsetChanges((), (), (), -1)
+        with self._read() as db:
+            topic_id, _ = self._start_reading(db, tp, start, max_records)
+            # One index range scan of the primary key; keyless records are
+            # read too (not returned), so last_offset counts them as read.
+            rows = db.execute(
+                "SELECT offset, key, value FROM records WHERE topic_id = ? AND partition = ? "
+                "AND offset >= ? AND offset < ? ORDER BY offset LIMIT ?",
+                (topic_id, tp.partition, start, end, max_records),
+            ).fetchall()
+        if not rows:
+            return OffsetChanges((), (), (), -1)
+        last: int = rows[-1][0]
+        keyed = [row for row in rows if row[1] is not None]
+        if not keyed:
+            return OffsetChanges((), (), (), last)
+        offsets, keys, values = zip(*keyed, strict=True)
+        return OffsetChanges(offsets, keys, values, last)
+
     def _start_reading(
         self, db: sqlite3.Connection, tp: TopicPartition, offset: int, max_records: int
     ) -> tuple[int, int]:
@@ -238,6 +330,23 @@ class SqliteLog(Log):
     def end_offset(self, tp: TopicPartition) -> int:
         with self._read() as db:
             return _bounds(db, self._topic(db, tp), tp.partition)[1]
+
+    def partition_epoch(self, tp: TopicPartition) -> str:
+        """The topic's id and the partition's truncation epoch, as ``<topic id>:<epoch>``.
+
+        Looked up by name, never through the cached topic id: a topic deleted
+        and created again (by another process, say) is another incarnation.
+        """
+        with self._read() as db:
+            row = db.execute(
+                "SELECT t.uuid, p.epoch FROM topics t JOIN partitions p ON p.topic_id = t.id"
+                " WHERE t.name = ? AND p.partition = ?",
+                (tp.topic, tp.partition),
+            ).fetchone()
+            if row is None:
+                self._topic(db, tp)  # raises, naming the topics there are
+                raise UnknownTopicError(f"partition {tp}", [])
+        return f"{row[0]}:{row[1]}"
 
     # -- consumer group offsets ------------------------------------------------------
 

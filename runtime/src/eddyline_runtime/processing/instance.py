@@ -94,15 +94,15 @@ class StreamsInstance:
         with self._lock:
             if self.state is not InstanceState.CREATED:
                 raise EddylineError(f"an instance starts once; this one is {self.state}")
+            layout = resolve_topics(self.topology, self.config.application_id, self.log)
             # KIP-816, before any store opens: stores whose sub-topology ordinal
             # changed move to where this topology expects them (or we refuse).
             self.relocation = relocate_state(
                 self.config.state_dir,
-                store_homes(self.topology),
+                store_homes(self.topology, layout),
                 automatic=self.config.automatic_state_relocation,
             )
             self.state = InstanceState.REBALANCING
-            layout = resolve_topics(self.topology, self.config.application_id, self.log)
             self.layout = layout
             if self.assignment is None:
                 self.assignment = assign(
@@ -264,6 +264,8 @@ class StreamsInstance:
         self._refresh_state()
         if self.state is not InstanceState.RUNNING or self.assignment is None:
             return False
+        if self.member.id not in self.assignment.active:
+            return False  # no share yet: on a cluster, the operator has not assigned it
         wanted = self.assignment.tasks_of(self.member.id).active
         running = {
             task_id

@@ -16,7 +16,13 @@ from collections.abc import Mapping
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.queryable import LagInfo
-from eddyline_runtime.restore import judge, mismatch_error, replay_batch
+from eddyline_runtime.restore import (
+    ReplayStart,
+    ReplayVerdict,
+    judge,
+    mismatch_error,
+    replay_batch,
+)
 from eddyline_runtime.state import StateStore
 
 # Records per changelog fetch: one WriteBatch each.
@@ -37,6 +43,8 @@ class StandbyTask:
         # offsets resumes after its committed one; an in-memory store starts over.
         self._positions: dict[str, int] = {}
         self._end_offsets: dict[str, int] = {}
+        # The changelog incarnation each store replays (None: the log cannot tell).
+        self._epochs: dict[str, str | None] = {}
         self.replayed = 0
 
     def start(self, log: Log) -> None:
@@ -47,15 +55,30 @@ class StandbyTask:
                 raise mismatch_error(name, tp, start, copy=f"standby of task {self.id}")
             self._positions[name] = start.first_offset
             self._end_offsets[name] = start.log_end
+            self._epochs[name] = start.log_epoch
 
     def replay(self, log: Log) -> int:
-        """Apply what each changelog gained since the last call; returns records applied."""
+        """Apply what each changelog gained since the last call; returns records applied.
+
+        Raises :class:`~eddyline_runtime.restore.ChangelogMismatchError` when a
+        changelog moved behind what this copy applied, or became another
+        incarnation (truncated or recreated): the copy must be rebuilt.
+        """
         applied = 0
         for name, tp in self.changelogs.items():
             position = self._positions[name]
             end = log.end_offset(tp)
             self._end_offsets[name] = end
-            if position >= end:
+            epoch = self._epochs[name]
+            if position < end:
+                epoch = log.partition_epoch(tp)  # only asked when there is something to apply
+            if position > end or epoch != self._epochs[name]:
+                verdict = ReplayVerdict.AHEAD if position > end else ReplayVerdict.REPLACED
+                applied_to = ReplayStart(
+                    verdict, position - 1, log.beginning_offset(tp), end, self._epochs[name], epoch
+                )
+                raise mismatch_error(name, tp, applied_to, copy=f"standby of task {self.id}")
+            if position == end:
                 continue
             records, self._positions[name] = replay_batch(
                 self.stores[name], log, tp, position, max_records=_REPLAY_BATCH

@@ -69,7 +69,15 @@ from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
 from eddyline_runtime.processing.topics import TopicLayout
 from eddyline_runtime.processing.topology import Topology
-from eddyline_runtime.restore import RestoreResult, judge, next_offset_after, restore
+from eddyline_runtime.restore import (
+    ChangelogMismatchError,
+    ReplayStart,
+    RestoreResult,
+    next_offset_after,
+    open_trusted,
+    restore,
+)
+from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
 from eddyline_runtime.state import (
     InMemoryStore,
     RocksDBStore,
@@ -78,6 +86,7 @@ from eddyline_runtime.state import (
     UncommittedBytesBudget,
     store_directory,
 )
+from eddyline_runtime.state.sst_files import store_exists
 
 logger = logging.getLogger(__name__)
 
@@ -309,13 +318,23 @@ class StreamThread:
             else None
         )
         stores: dict[str, TaskStore] = {}
+        verdicts: dict[str, tuple[TopicPartition, ReplayStart]] = {}
         try:
             for name in subtopology.stores:
+                changelog = layout.changelog_partition(name, task_id)
+                if changelog is None:
+                    store = self._open_store(name, task_id)
+                else:
+                    # A store whose offsets do not fit its changelog is rebuilt, never trusted.
+                    store, verdict = open_trusted(
+                        partial(self._open_store, name, task_id),
+                        log,
+                        changelog,
+                        copy=f"task {task_id}",
+                    )
+                    verdicts[name] = (changelog, verdict)
                 stores[name] = TaskStore(
-                    self._open_store(name, task_id),
-                    changelog=layout.changelog_partition(name, task_id),
-                    cache=self._cache,
-                    cache_name=f"{task_id}/{name}",
+                    store, changelog=changelog, cache=self._cache, cache_name=f"{task_id}/{name}"
                 )
         except BaseException:
             for opened in stores.values():
@@ -340,13 +359,10 @@ class StreamThread:
         )
         # Visible (as restoring) to queries and lag reports from now on.
         self.active = {**self.active, task_id: task}
-        for name, store in stores.items():
-            changelog = store.logging.changelog
-            if changelog is not None:
-                verdict = judge(store.store, log, changelog)
-                task.restoring[name] = LagInfo(verdict.first_offset, verdict.log_end)
-                self._restored(task_id, restore(store.store, log, changelog, start=verdict))
-                del task.restoring[name]
+        for name, (changelog, verdict) in verdicts.items():
+            task.restoring[name] = LagInfo(verdict.first_offset, verdict.log_end)
+            self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
+            del task.restoring[name]
         committed_inputs = log.committed_offsets(config.application_id, inputs)
         start = {tp: committed_inputs.get(tp, log.beginning_offset(tp)) for tp in inputs}
         task.start(start)
@@ -376,6 +392,16 @@ class StreamThread:
             )
         return task
 
+    def _replay(self, standby: StandbyTask) -> int:
+        """Replay a standby; one whose changelog was truncated or recreated is rebuilt."""
+        try:
+            return standby.replay(self.setup.log)
+        except ChangelogMismatchError as mismatch:
+            logger.warning("%s. Rebuilding the standby from the changelog", mismatch.problem)
+            self._close_standby(standby.id)
+            self._create_standby(standby.id)
+            return 0
+
     def _create_standby(self, task_id: TaskId) -> None:
         layout = self.setup.layout
         changelogs: dict[str, TopicPartition] = {}
@@ -385,7 +411,12 @@ class StreamThread:
                 changelog = layout.changelog_partition(name, task_id)
                 if changelog is None:
                     continue  # without a changelog there is nothing to replicate
-                stores[name] = self._open_store(name, task_id)
+                stores[name], _ = open_trusted(
+                    partial(self._open_store, name, task_id),
+                    self.setup.log,
+                    changelog,
+                    copy=f"standby of task {task_id}",
+                )
                 changelogs[name] = changelog
         except BaseException:
             for store in stores.values():
@@ -416,9 +447,26 @@ class StreamThread:
         spec = self.setup.topology.stores[name]
         if not spec.persistent:
             return InMemoryStore(name)
+        directory = store_directory(self.setup.config.state_dir, task_id, name)
+        builds = self.setup.config.restore_build_dir
+        changelog = self.setup.layout.changelog_partition(name, task_id)
+        if builds is not None and changelog is not None and not store_exists(directory):
+            # A missing store comes back from a Spark build when one fits (the
+            # restore after opening then replays only the tail); else it replays.
+            log = self.setup.log
+            ingest_latest_manifest(
+                builds,
+                application=self.setup.config.application_id,
+                store=name,
+                changelog=changelog,
+                directory=directory,
+                log_start=log.beginning_offset(changelog),
+                log_end=log.end_offset(changelog),
+                changelog_epoch=log.partition_epoch(changelog),
+            )
         return RocksDBStore(
             name,
-            store_directory(self.setup.config.state_dir, task_id, name),
+            directory,
             self._store_options,
             metrics=self.setup.metrics,
             metric_tags={"thread-id": self.name, "task-id": str(task_id)},
@@ -481,7 +529,7 @@ class StreamThread:
                 # At-least-once may publish before committing, as Kafka's producer
                 # does: downstream sub-topologies need not wait for the interval.
                 self._outputs_sent += self._send_outputs()
-        replayed = sum(standby.replay(self.setup.log) for standby in self.standbys.values())
+        replayed = sum(self._replay(standby) for standby in list(self.standbys.values()))
         reason = self._budget.after_iteration(self._uncommitted_bytes())
         committed = None
         if reason is not None:

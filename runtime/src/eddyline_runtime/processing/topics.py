@@ -166,10 +166,12 @@ def _partition_counts(
     return counts
 
 
-def store_homes(topology: Topology) -> StoreHomes:
+def store_homes(topology: Topology, layout: TopicLayout | None = None) -> StoreHomes:
     """Which sub-topology owns each persistent store now, and why other names have none.
 
-    What KIP-816 relocation needs of a topology, in terms ``state`` understands.
+    What KIP-816 relocation needs of a topology, in terms ``state``
+    understands; with the topology resolved against the log (``layout``),
+    also which tasks exist, so nothing is moved into a task that does not.
     """
     owners = {
         name: sub.id
@@ -186,4 +188,4 @@ def store_homes(topology: Topology) -> StoreHomes:
         for name, spec in topology.stores.items()
         if name not in owners
     }
-    return StoreHomes(owners, homeless)
+    return StoreHomes(owners, homeless, None if layout is None else frozenset(layout.tasks()))

@@ -14,6 +14,7 @@ Endpoints (JSON unless noted)::
     GET /v1/stores/{store}/all                  every key this instance holds
     GET /v1/stores/{store}/metadata/{key}       KeyQueryMetadata: active, standby hosts, partition
     GET /v1/lags                                all_local_store_partition_lags()
+    GET /v1/layout                              task layout and store roles (query/layout.py)
     GET /healthz   /readyz   /metrics (Prometheus text)
 
 Store reads take ``isolation=READ_COMMITTED|READ_UNCOMMITTED`` (default:
@@ -48,6 +49,7 @@ from eddyline_runtime.processing.queryable import (
     KeyQueryMetadata,
     LocalStorePartition,
 )
+from eddyline_runtime.query.layout import member_report
 from eddyline_runtime.query.prometheus import render_prometheus
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import KeyRange, StateStoreError
@@ -128,6 +130,7 @@ def _application(instance: StreamsInstance) -> web.Application:
     app.router.add_get("/v1/stores/{store}/all", handlers.get_all)
     app.router.add_get("/v1/stores/{store}/metadata/{key}", handlers.metadata)
     app.router.add_get("/v1/lags", handlers.lags)
+    app.router.add_get("/v1/layout", handlers.layout)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
     app.router.add_get("/metrics", handlers.metrics)
@@ -260,6 +263,17 @@ class _Handlers:
                 for store, partitions in sorted(lags.items())
             }
         )
+
+    async def layout(self, request: web.Request) -> web.Response:
+        try:
+            report = member_report(self.instance)
+        except InstanceNotStartedError as error:
+            return web.json_response(
+                {"error": str(error)},
+                status=503,
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        return web.json_response(report.to_json())
 
     # -- health and metrics ---------------------------------------------------------
 

@@ -6,6 +6,11 @@ where changelog replay starts (:func:`replay_start`, with its verdicts), the
 batched replay step, and active restoration; standby tasks and lag reports
 use the same rule. It never imports the processing engine, so restore jobs
 that run outside an instance can use it.
+
+Spark restore builds live in :mod:`eddyline_runtime.restore.spark_build` and
+the modules it imports (the only ones that import ``pyspark``, never imported
+from here); ingesting what they built is :mod:`eddyline_runtime.restore.sst_restore`,
+which needs no Spark.
 """
 
 from eddyline_runtime.restore.changelog_replay import (
@@ -13,11 +18,14 @@ from eddyline_runtime.restore.changelog_replay import (
     ChangelogBehindStoreError,
     ChangelogGapError,
     ChangelogMismatchError,
+    ChangelogReplacedError,
+    ForeignStoreError,
     ReplayStart,
     ReplayVerdict,
     judge,
     mismatch_error,
     next_offset_after,
+    open_trusted,
     replay_batch,
     replay_start,
 )
@@ -28,12 +36,15 @@ __all__ = [
     "ChangelogBehindStoreError",
     "ChangelogGapError",
     "ChangelogMismatchError",
+    "ChangelogReplacedError",
+    "ForeignStoreError",
     "ReplayStart",
     "ReplayVerdict",
     "RestoreResult",
     "judge",
     "mismatch_error",
     "next_offset_after",
+    "open_trusted",
     "replay_batch",
     "replay_start",
     "restore",

@@ -27,19 +27,35 @@ none                                  REPLAY from ``start`` (CAUGHT_UP if the
                                       recreated): wipe and rebuild it
 ====================================  =========================================
 
-Kafka Streams marks a task corrupted in the GAP and AHEAD cases; the runtime
-wipes the store and rebuilds it from the changelog (``restoration.py``).
+Offsets alone cannot tell a changelog that was truncated or recreated and
+has since grown back past the store's offset: its offsets now name other
+records. So a store keeps the changelog's *epoch*
+(:meth:`~eddyline_runtime.log.Log.partition_epoch`, which truncation and
+recreation change) beside its committed offset, and two more verdicts come
+first:
+
+* REPLACED: the store's epoch is not the changelog's;
+* FOREIGN: the store holds no offset for this changelog partition but does
+  for another (a directory copied from another task or application): its
+  data is not this changelog's, so it is not "a store without offsets".
+
+Kafka Streams marks a task corrupted in these cases; the runtime wipes the
+store and rebuilds it from the changelog (:func:`open_trusted`).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state import StateStore
+
+logger = logging.getLogger(__name__)
 
 # Records per fetch and per WriteBatch: large enough that per-batch costs
 # vanish, small enough that a batch stays a few MiB.
@@ -51,6 +67,8 @@ class ReplayVerdict(enum.Enum):
     CAUGHT_UP = "caught-up"
     GAP = "gap"
     AHEAD = "ahead"
+    REPLACED = "replaced"
+    FOREIGN = "foreign"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +79,9 @@ class ReplayStart:
     committed: int | None  # the store's committed offset (last record included)
     log_start: int  # first offset the changelog holds
     log_end: int  # next offset the changelog will write
+    store_epoch: str | None = None
+    log_epoch: str | None = None
+    other_changelogs: tuple[TopicPartition, ...] = ()
 
     @property
     def trusted(self) -> bool:
@@ -78,17 +99,34 @@ class ReplayStart:
             return self.log_start
         return self.committed + 1
 
-    @property
-    def records_behind(self) -> int:
-        """Offsets between where replay starts and the end (an upper bound on records)."""
-        return self.log_end - self.first_offset
 
+def replay_start(
+    committed: int | None,
+    log_start: int,
+    log_end: int,
+    *,
+    store_epoch: str | None = None,
+    log_epoch: str | None = None,
+    other_changelogs: Collection[TopicPartition] = (),
+) -> ReplayStart:
+    """Judge a store against its changelog's bounds (see the module's table).
 
-def replay_start(committed: int | None, log_start: int, log_end: int) -> ReplayStart:
-    """Judge a store against its changelog's bounds (see the module's table)."""
+    ``store_epoch`` is the changelog epoch the store recorded beside its
+    offset, ``log_epoch`` the changelog's now (None: unknown, not compared);
+    ``other_changelogs`` the other partitions the store holds offsets for.
+    """
     if log_start < 0 or log_end < log_start:
         raise ValueError(f"changelog bounds [{log_start}, {log_end}) are not a log's")
-    if committed is None:
+    if committed is None and other_changelogs:
+        verdict = ReplayVerdict.FOREIGN
+    elif (
+        committed is not None
+        and store_epoch is not None
+        and log_epoch is not None
+        and store_epoch != log_epoch
+    ):
+        verdict = ReplayVerdict.REPLACED
+    elif committed is None:
         verdict = ReplayVerdict.REPLAY if log_start < log_end else ReplayVerdict.CAUGHT_UP
     elif committed >= log_end:
         verdict = ReplayVerdict.AHEAD
@@ -98,15 +136,20 @@ def replay_start(committed: int | None, log_start: int, log_end: int) -> ReplayS
         verdict = ReplayVerdict.CAUGHT_UP
     else:
         verdict = ReplayVerdict.REPLAY
-    return ReplayStart(verdict, committed, log_start, log_end)
+    return ReplayStart(
+        verdict, committed, log_start, log_end, store_epoch, log_epoch, tuple(other_changelogs)
+    )
 
 
 def judge(store: StateStore, log: Log, changelog: TopicPartition) -> ReplayStart:
-    """:func:`replay_start` for ``store`` against the live bounds of ``changelog``."""
+    """:func:`replay_start` for ``store`` against the live bounds and epoch of ``changelog``."""
     return replay_start(
         store.committed_offset(changelog),
         log.beginning_offset(changelog),
         log.end_offset(changelog),
+        store_epoch=store.changelog_epoch(changelog),
+        log_epoch=log.partition_epoch(changelog),
+        other_changelogs=[tp for tp in store.committed_changelogs() if tp != changelog],
     )
 
 
@@ -120,7 +163,9 @@ class ChangelogMismatchError(EddylineError):
 
     ChangelogMismatchError
     ├── ChangelogBehindStoreError   the store committed past the changelog's end (AHEAD)
-    └── ChangelogGapError           records after the store's offset are gone (GAP)
+    ├── ChangelogGapError           records after the store's offset are gone (GAP)
+    ├── ChangelogReplacedError      the changelog was truncated or recreated (REPLACED)
+    └── ForeignStoreError           the store's offsets are another changelog's (FOREIGN)
     """
 
     def __init__(
@@ -134,6 +179,11 @@ class ChangelogMismatchError(EddylineError):
             f"{self._describe()}. To recover, stop the instance, delete the store's directory "
             "and restart: the store is rebuilt from the changelog"
         )
+
+    @property
+    def problem(self) -> str:
+        """What does not fit, without the way out (for callers that take it themselves)."""
+        return self._describe()
 
     def _describe(self) -> str:
         which = f" ({self.copy})" if self.copy else ""
@@ -166,6 +216,31 @@ class ChangelogGapError(ChangelogMismatchError):
         )
 
 
+class ChangelogReplacedError(ChangelogMismatchError):
+    """The changelog was truncated or recreated since the store committed its offset."""
+
+    def _describe(self) -> str:
+        return (
+            f"{super()._describe()}, and the changelog is another incarnation than the one the "
+            f"store's offset belongs to (epoch {self.start.log_epoch}, the store recorded "
+            f"{self.start.store_epoch}): it was truncated or recreated, so its offsets now name "
+            "other records"
+        )
+
+
+class ForeignStoreError(ChangelogMismatchError):
+    """The store's offsets belong to other changelog partitions than its own."""
+
+    def _describe(self) -> str:
+        others = ", ".join(str(tp) for tp in self.start.other_changelogs)
+        which = f" ({self.copy})" if self.copy else ""
+        return (
+            f'state store "{self.store}"{which} holds no offset for its changelog '
+            f"{self.changelog} but holds offsets for {others}: its data is another changelog's "
+            "(was the directory copied from another task or application?)"
+        )
+
+
 def mismatch_error(
     store: str, changelog: TopicPartition, start: ReplayStart, *, copy: str = ""
 ) -> ChangelogMismatchError:
@@ -174,6 +249,10 @@ def mismatch_error(
         return ChangelogBehindStoreError(store, changelog, start, copy=copy)
     if start.verdict is ReplayVerdict.GAP:
         return ChangelogGapError(store, changelog, start, copy=copy)
+    if start.verdict is ReplayVerdict.REPLACED:
+        return ChangelogReplacedError(store, changelog, start, copy=copy)
+    if start.verdict is ReplayVerdict.FOREIGN:
+        return ForeignStoreError(store, changelog, start, copy=copy)
     raise ValueError(f"verdict {start.verdict.value} is no mismatch")
 
 
@@ -197,3 +276,39 @@ def replay_batch(
         return 0, position
     store.restore_batch(batch.entries, {changelog: batch.last_offset})
     return len(batch.entries), batch.last_offset + 1
+
+
+def open_trusted(
+    open_store: Callable[[], StateStore],
+    log: Log,
+    changelog: TopicPartition,
+    *,
+    copy: str = "",
+) -> tuple[StateStore, ReplayStart]:
+    """Open a store for ``changelog`` that replay can bring up to date, wiping it if it cannot.
+
+    A store whose offsets do not fit its changelog (any verdict but REPLAY
+    and CAUGHT_UP) is wiped, with a warning naming it and why, and opened
+    again empty: restoration then rebuilds it from the changelog's start.
+    The changelog's epoch is recorded on the store, to be committed with its
+    next offsets. Returns the store and its verdict.
+    """
+    store = open_store()
+    try:
+        start = judge(store, log, changelog)
+        if not start.trusted:
+            reason = mismatch_error(store.name, changelog, start, copy=copy)
+            logger.warning(
+                "%s. Wiping it and rebuilding it from the changelog's start (offset %d)",
+                reason.problem,
+                start.log_start,
+            )
+            store.wipe()
+            store = open_store()
+            start = judge(store, log, changelog)
+        if start.log_epoch is not None:
+            store.record_changelog_epoch(changelog, start.log_epoch)
+    except BaseException:
+        store.close()
+        raise
+    return store, start

@@ -48,7 +48,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -92,6 +92,10 @@ class StoreHomes:
 
     owners: Mapping[str, int]
     homeless: Mapping[str, str] = field(default_factory=dict)
+    # The tasks the topology has (None: not known). A store is only moved into
+    # a task that exists: state under a partition the topology does not have
+    # (say 9_9 when inputs have 4 partitions) is not ours to place.
+    tasks: Collection[TaskId] | None = None
 
 
 class StoreMove:
@@ -240,7 +244,7 @@ def relocate_state(
     """
     started = time.perf_counter()
     root = os.fspath(state_dir)
-    plan = _scan(root, homes.owners, homes.homeless)
+    plan = _scan(root, homes.owners, homes.homeless, homes.tasks)
     if not plan.misplaced:
         return _finish(plan, (), (), started)
     if not automatic:
@@ -319,7 +323,12 @@ class _Plan:
 _NO_SUCH_STORE: Final = "the topology has no store of that name"
 
 
-def _scan(root: str, owners: Mapping[str, int], homeless: Mapping[str, str]) -> _Plan:
+def _scan(
+    root: str,
+    owners: Mapping[str, int],
+    homeless: Mapping[str, str],
+    known_tasks: Collection[TaskId] | None,
+) -> _Plan:
     """One pass over state.dir and its task directories; nothing is touched."""
     plan = _Plan()
     # f-strings over os.path.join, which cost more than a rename here (10,000 tasks).
@@ -341,11 +350,26 @@ def _scan(root: str, owners: Mapping[str, int], homeless: Mapping[str, str]) -> 
         misplaced: list[_Misplaced] = []
         targets: set[str] = set()
         for name, path, is_dir in contents:
-            if not is_dir:
-                continue  # a stray file is no store; it keeps the task directory in place
+            if not is_dir or name.startswith("."):
+                # A stray file is no store, nor a store being wiped (``.<name>.wiping``);
+                # either keeps the task directory in place.
+                continue
             owner = owners.get(name)
             if owner == task.subtopology:
                 plan.in_place += 1
+            elif (
+                owner is not None
+                and known_tasks is not None
+                and (TaskId(owner, task.partition) not in known_tasks)
+            ):
+                plan.left_alone.append(
+                    StoreLeftAlone(
+                        name,
+                        Path(path),
+                        f"its target task {owner}_{task.partition} does not exist in this "
+                        f"topology (no input partition {task.partition})",
+                    )
+                )
             elif owner is not None:
                 target_task = f"{prefix}{owner}_{task.partition}"
                 misplaced.append(_Misplaced(name, task, path, f"{target_task}/{name}", target_task))

@@ -30,11 +30,14 @@ of its offsets; our crash test caught exactly that.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import shutil
 import struct
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, cast
@@ -69,9 +72,11 @@ from eddyline_runtime.state.offset_checkpoint import (
     read_offsets,
     write_offsets,
 )
-from eddyline_runtime.state.state_directory import DirectoryLock
+from eddyline_runtime.state.state_directory import DirectoryLock, empty_trash, move_to_trash
 from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader, check_key
 from eddyline_runtime.state.transaction_buffer import ABSENT, TransactionBuffer, merge_sorted
+
+logger = logging.getLogger(__name__)
 
 OFFSETS_COLUMN_FAMILY: Final = "offsets"
 STATE_METRICS_GROUP: Final = "stream-state-metrics"
@@ -79,6 +84,14 @@ STATE_METRICS_GROUP: Final = "stream-state-metrics"
 # Offsets column family keys: a kind byte, the partition, then the topic.
 _CHANGELOG_KIND: Final = b"c"
 _POSITION_KIND: Final = b"p"
+_EPOCH_KIND: Final = b"e"  # the changelog incarnation (Log.partition_epoch) of an offset
+# Written when eddyline creates the database: offsets are eddyline's from then on,
+# so a legacy .checkpoint file never speaks for it.
+_FORMAT_KEY: Final = b"m:format"
+_FORMAT: Final = b"eddyline/1"
+# The file RocksDB writes when it creates a database: absent before an open
+# means this open creates it (new, or recreated after its files were lost).
+_ROCKSDB_CURRENT_FILE: Final = "CURRENT"
 _PARTITION: Final = struct.Struct(">i")
 _OFFSET: Final = struct.Struct(">q")
 # Memtable size. Inserting a commit's batch costs more the larger the
@@ -154,6 +167,8 @@ class RocksDBStore(StateStore):
         self.options = options or RocksDBStoreOptions()
         self.directory.mkdir(parents=True, exist_ok=True)
         self._dir_lock = DirectoryLock.acquire(name, self.directory)
+        empty_trash(self.directory)
+        created = not (self.directory / _ROCKSDB_CURRENT_FILE).exists()
         # Write-ahead log on, not synced per write: see the module docstring.
         self._write_options = WriteOptions()
         self._buffer = TransactionBuffer()
@@ -168,9 +183,11 @@ class RocksDBStore(StateStore):
             raise
         self._offsets_db = self._db.get_column_family(OFFSETS_COLUMN_FAMILY)
         self._offsets_handle = self._db.get_column_family_handle(OFFSETS_COLUMN_FAMILY)
+        self._committed_epochs: dict[TopicPartition, str] = {}
+        self._pending_epochs: dict[TopicPartition, str] = {}
         try:
-            self._committed_offsets, self._committed_position = self._load_offsets()
-            self._import_legacy_offset_files()
+            self._committed_offsets, self._committed_position, formatted = self._load_offsets()
+            self._adopt_legacy_offset_files(created=created, formatted=formatted)
             self._write_checkpoint_file()
         except BaseException:
             # Leave nothing held: the caller may fix the cause and open again.
@@ -240,7 +257,7 @@ class RocksDBStore(StateStore):
         started = time.perf_counter_ns()
         advanced = self._advanced_offsets(changelog_offsets)
         buffer = self._buffer
-        if buffer.writes or advanced or buffer.positions:
+        if buffer.writes or advanced or buffer.positions or self._pending_epochs:
             self._write(buffer.writes.items(), len(buffer.writes), advanced, buffer.positions)
         self._commit_sensor.record(time.perf_counter_ns() - started)
 
@@ -292,6 +309,9 @@ class RocksDBStore(StateStore):
             put(_offset_key(_CHANGELOG_KIND, tp), _OFFSET.pack(offset), self._offsets_handle)
         for tp, offset in positions.items():
             put(_offset_key(_POSITION_KIND, tp), _OFFSET.pack(offset), self._offsets_handle)
+        epochs, self._pending_epochs = self._pending_epochs, {}
+        for tp, epoch in epochs.items():
+            put(_offset_key(_EPOCH_KIND, tp), epoch.encode(), self._offsets_handle)
         with self._commit_lock:
             try:
                 self._db.write(batch, self._write_options)
@@ -302,10 +322,23 @@ class RocksDBStore(StateStore):
             self._committed_position.update(positions)
             self._buffer.reset()
             self._committed_offsets.update(advanced)
+            self._committed_epochs.update(epochs)
         self._after_commit(count, advanced)
 
     def committed_offset(self, partition: TopicPartition) -> int | None:
         return self._committed_offsets.get(partition)
+
+    def committed_changelogs(self) -> Collection[TopicPartition]:
+        return tuple(self._committed_offsets)
+
+    def changelog_epoch(self, partition: TopicPartition) -> str | None:
+        return self._pending_epochs.get(partition, self._committed_epochs.get(partition))
+
+    def record_changelog_epoch(self, partition: TopicPartition, epoch: str) -> None:
+        if self._closed:
+            raise StoreClosedError(self.name, "record a changelog epoch")
+        if self._committed_epochs.get(partition) != epoch:
+            self._pending_epochs[partition] = epoch
 
     def approximate_num_uncommitted_bytes(self) -> int:
         return self._buffer.num_bytes
@@ -346,17 +379,38 @@ class RocksDBStore(StateStore):
             if self._metrics is not None:
                 self._metrics.unregister_tagged(self._metric_tags)
 
+    def wipe(self) -> None:
+        """Close and delete the store's directory; restoration rebuilds it from its changelog.
+
+        The directory leaves its place in one rename while this store still
+        holds its lock, so nothing opens it half deleted.
+        """
+        if not self._closed:
+            self._buffer.reset()
+            try:
+                self._close_database()
+                trash = move_to_trash(self.directory)
+            finally:
+                self._dir_lock.release()
+                if self._metrics is not None:
+                    self._metrics.unregister_tagged(self._metric_tags)
+            shutil.rmtree(trash, ignore_errors=True)
+
     def _release(self) -> None:
         """Close RocksDB and drop the directory lock."""
-        self._closed = True
         try:
-            self._offsets_db.close()
-            self._db.close()
-            # RocksDB stays open while any handle on it lives; drop ours so a
-            # reopen in this process finds the database closed.
-            del self._offsets_handle
+            self._close_database()
         finally:
             self._dir_lock.release()
+
+    def _close_database(self) -> None:
+        self._closed = True
+        self._offsets_db.close()
+        self._db.close()
+        # RocksDB stays open while any handle on it lives; drop ours so a
+        # reopen in this process finds the database closed.
+        with contextlib.suppress(AttributeError):
+            del self._offsets_handle
 
     # -- durability ------------------------------------------------------------------
 
@@ -400,36 +454,71 @@ class RocksDBStore(StateStore):
 
     # -- offsets on disk -----------------------------------------------------------
 
-    def _load_offsets(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    def _load_offsets(
+        self,
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int], bool]:
+        """Changelog offsets, positions and epochs; and whether eddyline formatted the database."""
         changelog: dict[TopicPartition, int] = {}
         position: dict[TopicPartition, int] = {}
-        for key, value in self._offsets_db.items():
-            kind, tp = _decode_offset_key(cast(bytes, key))
-            (changelog if kind == _CHANGELOG_KIND else position)[tp] = _OFFSET.unpack(value)[0]
-        return changelog, position
+        formatted = False
+        for raw_key, raw_value in self._offsets_db.items():
+            key, value = cast(bytes, raw_key), cast(bytes, raw_value)
+            if key == _FORMAT_KEY:
+                formatted = True
+                continue
+            kind, tp = _decode_offset_key(key)
+            if kind == _EPOCH_KIND:
+                self._committed_epochs[tp] = value.decode()
+            else:
+                (changelog if kind == _CHANGELOG_KIND else position)[tp] = _OFFSET.unpack(value)[0]
+        return changelog, position, formatted
 
-    def _import_legacy_offset_files(self) -> None:
-        """KIP-892 upgrade: adopt offsets from .checkpoint / .position when the store has none."""
+    def _adopt_legacy_offset_files(self, *, created: bool, formatted: bool) -> None:
+        """KIP-892 upgrade: adopt offsets from .checkpoint / .position, then format the database.
+
+        Only a database that existed before this open, that eddyline never
+        formatted, and that holds data is a pre-KIP-892 store whose offsets
+        live in those files. A database this open created (its files were
+        deleted, or RocksDB recreated it) or one eddyline formatted never
+        adopts them: its data is not what the files describe, and adopting
+        them would skip the changelog records it lacks.
+        """
+        checkpoint_file = self.directory / CHECKPOINT_FILE_NAME
         position_file = self.directory / POSITION_FILE_NAME
-        imported_changelog = (
-            {}
-            if self._committed_offsets
-            else read_changelog_offsets(self.directory / CHECKPOINT_FILE_NAME, self.name)
-        )
-        imported_position = {} if self._committed_position else read_offsets(position_file)
-        if imported_changelog or imported_position:
-            batch = WriteBatch(raw_mode=True)
-            for kind, offsets in (
-                (_CHANGELOG_KIND, imported_changelog),
-                (_POSITION_KIND, imported_position),
-            ):
-                for tp, offset in offsets.items():
-                    batch.put(_offset_key(kind, tp), _OFFSET.pack(offset), self._offsets_handle)
-            self._db.write(batch, self._write_options)
-            self._committed_offsets.update(imported_changelog)
-            self._committed_position.update(imported_position)
-            # The imported offsets must be durable before the file that held them goes.
-            self._db.flush_wal(sync=True)
+        adopt = not (created or formatted)
+        holds_data = adopt and next(iter(self._db.keys()), None) is not None
+        imported_changelog: dict[TopicPartition, int] = {}
+        imported_position: dict[TopicPartition, int] = {}
+        if holds_data:
+            if not self._committed_offsets:
+                imported_changelog = read_changelog_offsets(checkpoint_file, self.name)
+            if not self._committed_position:
+                imported_position = dict(read_offsets(position_file))
+        elif not self._committed_offsets and checkpoint_file.exists():
+            logger.warning(
+                'state store "%s" at %s: ignoring %s, which does not describe this database '
+                "(it was created now, or holds no data); the store is restored from its changelog",
+                self.name,
+                self.directory,
+                CHECKPOINT_FILE_NAME,
+            )
+            checkpoint_file.unlink()
+        if formatted:
+            position_file.unlink(missing_ok=True)  # only the store's own position counts
+            return
+        batch = WriteBatch(raw_mode=True)
+        for kind, offsets in (
+            (_CHANGELOG_KIND, imported_changelog),
+            (_POSITION_KIND, imported_position),
+        ):
+            for tp, offset in offsets.items():
+                batch.put(_offset_key(kind, tp), _OFFSET.pack(offset), self._offsets_handle)
+        batch.put(_FORMAT_KEY, _FORMAT, self._offsets_handle)
+        self._db.write(batch, self._write_options)
+        self._committed_offsets.update(imported_changelog)
+        self._committed_position.update(imported_position)
+        # The format mark, and imported offsets, must be durable before the files go.
+        self._db.flush_wal(sync=True)
         position_file.unlink(missing_ok=True)
 
     def _write_checkpoint_file(self) -> None:

@@ -14,9 +14,11 @@ module: stores, relocation (KIP-816), restore jobs and the tests.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -47,6 +49,30 @@ def store_directory(state_dir: str | os.PathLike[str], task: TaskId, store: str)
 def quarantine_directory(state_dir: str | os.PathLike[str]) -> Path:
     """Where stores go that relocation found in the way; eddyline never deletes them."""
     return Path(state_dir) / QUARANTINE_DIR_NAME
+
+
+def trash_directory(store_dir: str | os.PathLike[str]) -> Path:
+    """Where a store being wiped goes first: ``<task>/.<store>.wiping`` (no store's name)."""
+    path = Path(store_dir)
+    return path.with_name(f".{path.name}.wiping")
+
+
+def move_to_trash(store_dir: str | os.PathLike[str]) -> Path:
+    """Take a store directory out of its place in one ``rename(2)``; returns where it went.
+
+    The store disappears atomically: a crash leaves it whole where it was or
+    gone, never half deleted under its own name. Delete the trash after.
+    """
+    trash = trash_directory(store_dir)
+    shutil.rmtree(trash, ignore_errors=True)  # a wipe a crash interrupted
+    os.rename(store_dir, trash)
+    return trash
+
+
+def empty_trash(store_dir: str | os.PathLike[str]) -> None:
+    """Delete what a wipe of ``store_dir`` moved aside (also after a crash cut it short)."""
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(trash_directory(store_dir))
 
 
 def parse_task_directory(name: str) -> TaskId | None:

@@ -28,7 +28,7 @@ import abc
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Self
 
 from eddyline_runtime.config import IsolationLevel
@@ -188,6 +188,29 @@ class StateStore(ReadableKeyValueStore):
     @abc.abstractmethod
     def committed_offset(self, partition: TopicPartition) -> int | None:
         """The changelog offset last committed for ``partition``; None if none or not managed."""
+
+    def committed_changelogs(self) -> Collection[TopicPartition]:
+        """Every changelog partition the store holds a committed offset for."""
+        return ()
+
+    def changelog_epoch(self, partition: TopicPartition) -> str | None:
+        """The changelog's incarnation the committed offset of ``partition`` belongs to.
+
+        See :meth:`eddyline_runtime.log.Log.partition_epoch`; None when the
+        store does not manage offsets or none was recorded.
+        """
+        return None
+
+    def record_changelog_epoch(self, partition: TopicPartition, epoch: str) -> None:
+        """Keep ``epoch`` beside ``partition``'s offset, written with the next commit."""
+
+    def wipe(self) -> None:
+        """Close the store and delete everything it holds, committed state included.
+
+        For a store that cannot be trusted (its offsets do not fit its
+        changelog): restoration then rebuilds it from the changelog.
+        """
+        self.close()
 
     @abc.abstractmethod
     def approximate_num_uncommitted_bytes(self) -> int:

@@ -1,0 +1,247 @@
+"""The operator's one door to the outside world: the Kubernetes API and the pods' ports.
+
+Only this module imports ``kubernetes`` (an import contract). It speaks to
+the API with the ``kubernetes`` client's authenticated transport but with
+plain dicts (no generated models: what the reconcile functions build is what
+is sent), and reads each pod's task layout from its query port
+(``GET /v1/layout``) with the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import kubernetes
+
+from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership
+from eddyline_runtime.spec import GROUP, PLURAL, VERSION
+
+logger = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+# Requests to the API server; a hung one must not stall a reconciliation for long.
+_API_TIMEOUT_SECONDS = 10
+# A pod's /v1/layout answers from memory: a pod slower than this is treated as silent.
+_POD_TIMEOUT_SECONDS = 1.0
+
+# Kind -> (API path prefix, plural, namespaced).
+_RESOURCES: dict[str, tuple[str, str, bool]] = {
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "Service": ("/api/v1", "services", True),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "Pod": ("/api/v1", "pods", True),
+    "Node": ("/api/v1", "nodes", False),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "StreamApp": (f"/apis/{GROUP}/{VERSION}", PLURAL, True),
+}
+# What may change on an existing object; the rest of its spec is immutable or defaulted.
+_MUTABLE_SPEC: dict[str, tuple[str, ...]] = {
+    "StatefulSet": (
+        "replicas",
+        "template",
+        "updateStrategy",
+        "persistentVolumeClaimRetentionPolicy",
+    ),
+    "PersistentVolumeClaim": (),
+}
+
+
+class ApiError(Exception):
+    """The API server refused a request; ``status`` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class Kube:
+    """A small, dict-based Kubernetes client over the ``kubernetes`` package's transport."""
+
+    def __init__(self, api_client: Any | None = None) -> None:
+        if api_client is None:
+            try:
+                kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+            api_client = kubernetes.client.ApiClient()
+        self._api = api_client
+
+    # -- generic verbs ------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj | None:
+        """Send one request; None for 404, ApiError for any other failure."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method_, url, headers_, body_, post = self._api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(
+                method_, url, headers_, body_, post, _request_timeout=_API_TIMEOUT_SECONDS
+            )
+            response.read()
+        except kubernetes.client.ApiException as error:
+            raise ApiError(int(error.status or 0), str(error)) from None
+        if response.status == 404:
+            return None
+        text = response.data.decode() if response.data else ""
+        if not 200 <= response.status < 300:
+            raise ApiError(response.status, f"{method} {path}: {response.status} {text[:500]}")
+        result: Obj = json.loads(text) if text else {}
+        return result
+
+    @staticmethod
+    def path(kind: str, namespace: str | None, name: str | None = None, sub: str = "") -> str:
+        prefix, plural, namespaced = _RESOURCES[kind]
+        path = prefix
+        if namespaced and namespace:
+            path += f"/namespaces/{namespace}"
+        path += f"/{plural}"
+        if name:
+            path += f"/{name}"
+        if sub:
+            path += f"/{sub}"
+        return path
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        return self.request("GET", self.path(kind, namespace, name))
+
+    def list(self, kind: str, namespace: str | None, *, selector: str | None = None) -> list[Obj]:
+        query = {"labelSelector": selector} if selector else None
+        found = self.request("GET", self.path(kind, namespace), query=query) or {}
+        items: list[Obj] = found.get("items") or []
+        return items
+
+    def create(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        created = self.request("POST", self.path(obj["kind"], meta.get("namespace")), body=obj)
+        return created or {}
+
+    def merge_patch(
+        self, kind: str, namespace: str | None, name: str, patch: Obj, sub: str = ""
+    ) -> Obj | None:
+        return self.request(
+            "PATCH",
+            self.path(kind, namespace, name, sub),
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+        """Delete (background propagation); False when it was already gone."""
+        gone = self.request(
+            "DELETE",
+            self.path(kind, namespace, name),
+            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+        )
+        return gone is not None
+
+    def apply(self, obj: Obj) -> str:
+        """Create ``obj`` or bring the existing one to it: "created", "updated" or "unchanged".
+
+        Only the fields we set are compared (the server adds defaults), and only
+        what may change is patched."""
+        kind, meta = obj["kind"], obj["metadata"]
+        existing = self.get(kind, meta.get("namespace"), meta["name"])
+        if existing is None:
+            self.create(obj)
+            return "created"
+        patch: Obj = {}
+        wanted_meta = {k: meta[k] for k in ("labels", "ownerReferences") if k in meta}
+        if not _contains(existing.get("metadata", {}), wanted_meta):
+            patch["metadata"] = wanted_meta
+        for key, value in obj.items():
+            if key in ("apiVersion", "kind", "metadata", "status"):
+                continue
+            wanted = value
+            if key == "spec" and kind in _MUTABLE_SPEC:
+                wanted = {k: v for k, v in value.items() if k in _MUTABLE_SPEC[kind]}
+            if not _contains(existing.get(key), wanted):
+                patch[key] = wanted
+        if not patch:
+            return "unchanged"
+        self.merge_patch(kind, meta.get("namespace"), meta["name"], patch)
+        return "updated"
+
+    # -- what the handlers need ---------------------------------------------------------
+
+    def get_streamapp(self, namespace: str, name: str) -> Obj | None:
+        return self.get("StreamApp", namespace, name)
+
+    def patch_streamapp_status(self, namespace: str, name: str, status: Obj) -> None:
+        self.merge_patch("StreamApp", namespace, name, {"status": status}, sub="status")
+
+    def read_membership(self, namespace: str, config_map: str) -> Membership | None:
+        found = self.get("ConfigMap", namespace, config_map)
+        raw = ((found or {}).get("data") or {}).get(MEMBERSHIP_FILE)
+        if not raw:
+            return None
+        return Membership.from_json(json.loads(raw))
+
+    def read_config_value(self, namespace: str, config_map: str, key: str) -> str | None:
+        found = self.get("ConfigMap", namespace, config_map)
+        value = ((found or {}).get("data") or {}).get(key)
+        return None if value is None else str(value)
+
+    def publish_membership(self, config_map: Obj) -> None:
+        """Create or replace the membership ConfigMap's data (pods watch it)."""
+        meta = config_map["metadata"]
+        patched = self.merge_patch(
+            "ConfigMap", meta["namespace"], meta["name"], {"data": config_map["data"]}
+        )
+        if patched is None:
+            self.create(config_map)
+
+
+def fetch_reports(pods: Sequence[Obj], port: int) -> dict[str, MemberReport]:
+    """Each pod's ``/v1/layout``, by pod name; silent or starting pods are left out."""
+    reports = {}
+    for pod in pods:
+        ip = pod.get("status", {}).get("podIP")
+        if not ip:
+            continue
+        host = f"[{ip}]" if ":" in ip else ip
+        url = f"http://{host}:{port}/v1/layout"
+        try:
+            with urllib.request.urlopen(url, timeout=_POD_TIMEOUT_SECONDS) as response:
+                reports[pod["metadata"]["name"]] = MemberReport.from_json(json.load(response))
+        except (OSError, ValueError) as error:  # URLError, HTTPError (503 while starting)
+            logger.debug("no layout from %s: %s", url, error)
+    return reports
+
+
+def _contains(existing: Any, wanted: Any) -> bool:
+    """Whether ``existing`` has everything ``wanted`` says (servers add defaults)."""
+    if isinstance(wanted, dict):
+        if not isinstance(existing, dict):
+            return False
+        return all(_contains(existing.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        if not isinstance(existing, list) or len(existing) != len(wanted):
+            return False
+        return all(_contains(e, w) for e, w in zip(existing, wanted, strict=True))
+    return bool(existing == wanted)
+
+
+__all__ = ["ApiError", "Kube", "fetch_reports"]

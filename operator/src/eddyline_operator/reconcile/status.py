@@ -1,0 +1,150 @@
+"""Status per the Kubernetes API conventions, and the rollout's next step.
+
+Conditions carry type, status, reason, message, lastTransitionTime and
+observedGeneration; a condition's lastTransitionTime changes only when its
+status does. The phase is the one-word summary ``kubectl get sapp`` prints.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile.membership import is_member, is_ready
+from eddyline_runtime.membership import MemberReport
+
+Obj = dict[str, Any]
+
+# "Caught up" before the next pod of a rolling restart: no copy restoring and every
+# standby within this many changelog records of its end. Under steady input a standby is
+# never exactly at the end; a few commits' worth is what it replays after a promotion.
+ROLL_MAX_STANDBY_LAG = 1000
+
+
+def condition(
+    previous: Sequence[Obj],
+    *,
+    type: str,
+    status: bool,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int | None,
+) -> Obj:
+    """A condition; it keeps the previous lastTransitionTime when its status is unchanged."""
+    value = "True" if status else "False"
+    before = next((c for c in previous if c.get("type") == type), None)
+    changed_at = now
+    if before is not None and before.get("status") == value and before.get("lastTransitionTime"):
+        changed_at = before["lastTransitionTime"]
+    result: Obj = {
+        "type": type,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": changed_at,
+    }
+    if generation is not None:
+        result["observedGeneration"] = generation
+    return result
+
+
+def ordinal(pod: Obj) -> int:
+    name: str = pod["metadata"]["name"]
+    suffix = name.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else -1
+
+
+def is_deleting(pod: Obj) -> bool:
+    return bool(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def pod_hash(pod: Obj) -> str | None:
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    value = annotations.get(names.ANNOTATION_CONFIG_HASH)
+    return None if value is None else str(value)
+
+
+def pod_revision(pod: Obj) -> str | None:
+    labels = pod.get("metadata", {}).get("labels") or {}
+    value = labels.get(names.LABEL_REVISION)
+    return None if value is None else str(value)
+
+
+def crash_looping(pods: Iterable[Obj]) -> list[str]:
+    """Pods whose container the kubelet keeps restarting."""
+    found = []
+    for pod in pods:
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") == "CrashLoopBackOff":
+                found.append(pod["metadata"]["name"])
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class RolloutStep:
+    """What the rollout does now: pods to delete (maybe none) and why."""
+
+    delete: tuple[str, ...]
+    reason: str  # RollingUpdate, TopologyUpgrade, or "" when nothing is outdated
+    message: str
+
+
+def rollout_step(
+    pods: Sequence[Obj],
+    *,
+    template_hash: str,
+    revision: str,
+    desired_replicas: int,
+    reports: Mapping[str, MemberReport],
+) -> RolloutStep:
+    """Restart outdated pods: all at once for a new topology revision, else one at a time,
+    each only when every pod is ready and caught up (no restoring copy, standbys close)."""
+    live = [p for p in pods if not is_deleting(p)]
+    outdated = sorted((p for p in live if pod_hash(p) != template_hash), key=ordinal, reverse=True)
+    if not outdated:
+        return RolloutStep((), "", "")
+    if any(pod_revision(p) != revision for p in outdated):
+        return RolloutStep(
+            tuple(p["metadata"]["name"] for p in outdated),
+            "TopologyUpgrade",
+            f"topology revision {revision}: restarting {len(outdated)} pods together",
+        )
+    waiting = f"{len(outdated)} pods to restart for a config change"
+    if any(is_deleting(p) for p in pods):
+        return RolloutStep((), "RollingUpdate", f"{waiting}; waiting for a pod to terminate")
+    if len(live) < desired_replicas or not all(is_ready(p) for p in live):
+        return RolloutStep((), "RollingUpdate", f"{waiting}; waiting for every pod to be ready")
+    restoring = sorted(
+        member
+        for member, report in reports.items()
+        if any(c.role == "restoring" for parts in report.stores.values() for c in parts.values())
+    )
+    if restoring:
+        return RolloutStep(
+            (), "RollingUpdate", f"{waiting}; waiting for {', '.join(restoring)} to restore"
+        )
+    lag = max_standby_lag(reports.values())
+    if lag is not None and lag > ROLL_MAX_STANDBY_LAG:
+        return RolloutStep(
+            (), "RollingUpdate", f"{waiting}; waiting for standbys to catch up (lag {lag})"
+        )
+    victim = outdated[0]["metadata"]["name"]
+    return RolloutStep((victim,), "RollingUpdate", f"{waiting}; restarting {victim}")
+
+
+def max_standby_lag(reports: Iterable[MemberReport]) -> int | None:
+    lags = [lag for r in reports if (lag := r.max_standby_lag()) is not None]
+    return max(lags) if lags else None
+
+
+def running_revision(pods: Sequence[Obj], desired: str) -> str:
+    """The revision most member pods run (the desired one when no pod runs yet)."""
+    counts = Counter(r for p in pods if is_member(p) and (r := pod_revision(p)) is not None)
+    if not counts:
+        return desired
+    return sorted(counts, key=lambda r: (-counts[r], r != desired, r))[0]

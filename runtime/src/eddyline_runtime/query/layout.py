@@ -1,0 +1,46 @@
+"""What an instance reports about itself to the membership authority (``GET /v1/layout``).
+
+On a cluster the operator computes the assignment but never imports the
+user's topology (it lives in the app's image). So each pod reports the task
+layout it resolved against the log (sub-topologies x partitions, which are
+stateful, a hash of ``describe()``) and the role and lag of every store
+partition it holds: the operator assigns from that, and reads standby lags
+and readiness from it for status and for rolling restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from eddyline_runtime.membership import MemberReport, StoreCopy
+from eddyline_runtime.processing.instance import InstanceNotStartedError, StreamsInstance
+from eddyline_runtime.processing.queryable import StoreRole
+
+
+def topology_hash(description: str) -> str:
+    """A short, stable fingerprint of a topology's ``describe()``."""
+    return hashlib.sha256(description.encode()).hexdigest()[:16]
+
+
+def member_report(instance: StreamsInstance) -> MemberReport:
+    """The instance's layout and store copies; raises InstanceNotStartedError before start."""
+    layout = instance.layout
+    if layout is None:
+        raise InstanceNotStartedError(
+            "the instance has not resolved its topics yet (it is starting); retry shortly"
+        )
+    stores: dict[str, dict[int, StoreCopy]] = {}
+    for store in instance.topology.stores:
+        for local in instance.local_store_partitions(store):
+            role = local.role.value
+            if local.role is StoreRole.ACTIVE and not local.running:
+                role = "restoring"
+            stores.setdefault(store, {})[local.partition] = StoreCopy(role, local.lag.offset_lag)
+    return MemberReport(
+        member=instance.member.id,
+        topology_hash=topology_hash(instance.topology.describe()),
+        tasks=frozenset(layout.tasks()),
+        stateful=frozenset(layout.stateful_tasks()),
+        stores=stores,
+        ready=instance.ready(),
+    )

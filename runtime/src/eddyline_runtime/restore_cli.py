@@ -1,0 +1,267 @@
+"""``eddyline restore build`` and ``eddyline restore ingest``: Spark restore builds by hand.
+
+``build`` runs the PySpark job of :mod:`eddyline_runtime.restore.spark_build`
+for one store of a StreamApp and prints a summary; it is the only command
+that needs PySpark and a Java runtime, and says how to get them in one line
+when they are missing. ``ingest`` rebuilds one task's missing store from the
+newest build that fits, then replays the changelog's tail, as a task does at
+start-up; it needs neither Spark nor Java (the runtime image has none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import urlparse
+
+from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.partitions import TaskId, TopicPartition
+
+SPARK_MISSING = (
+    "restore build needs PySpark and a Java 17+ runtime: pip install 'eddyline[spark]' and "
+    "install a JRE (e.g. apt-get install openjdk-17-jre-headless), or run it in the restore image"
+)
+
+
+class RestoreCommandError(EddylineError):
+    """A restore command that cannot run as asked; the message says what to change."""
+
+
+def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    restore = commands.add_parser(
+        "restore", help="rebuild state stores from changelogs with Spark, and ingest the result"
+    )
+    actions = restore.add_subparsers(dest="restore_action", required=True)
+    build = actions.add_parser(
+        "build",
+        help="build sorted SST files and manifests for a store from its changelog (PySpark)",
+    )
+    build.add_argument("--manifest", type=Path, required=True, help="the StreamApp YAML file")
+    build.add_argument("--store", required=True, help="the store to build")
+    build.add_argument(
+        "--partitions", help="comma-separated changelog partitions (default: every one)"
+    )
+    build.add_argument(
+        "--output", required=True, help="a directory (or file:// URI) the pods can read"
+    )
+    build.add_argument(
+        "--master",
+        default="local[*]",
+        help="Spark master: local[N] or k8s://https://HOST (default: %(default)s)",
+    )
+    build.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, passed through (repeatable)",
+    )
+    build.add_argument(
+        "--split-records",
+        type=_positive,
+        help="changelog offsets per read task (default: 250,000)",
+    )
+    ingest = actions.add_parser(
+        "ingest",
+        help="rebuild one task's missing store from the newest fitting build, then replay "
+        "the changelog's tail",
+    )
+    ingest.add_argument("--manifest", type=Path, required=True, help="the StreamApp YAML file")
+    ingest.add_argument("--store", required=True)
+    ingest.add_argument("--partition", type=int, required=True, help="the changelog partition")
+    ingest.add_argument(
+        "--from", dest="output", required=True, help="the build output directory (or file:// URI)"
+    )
+    ingest.add_argument(
+        "--task", help="the task directory, as 1_3 (default: from the topology's sub-topology)"
+    )
+    ingest.add_argument("--state-dir", type=Path, help="overrides the app's state.dir")
+
+
+def run_restore_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        if args.restore_action == "build":
+            return _build(args, out)
+        return _ingest(args, out)
+    except EddylineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _build(args: argparse.Namespace, out: TextIO) -> int:
+    from eddyline_runtime.log import open_log
+    from eddyline_runtime.spec import load_manifest
+
+    app = load_manifest(args.manifest)
+    application = app.streams_config().application_id
+    topic = f"{application}-{args.store}-changelog"
+    output = _local_path(args.output, "--output")
+    log = open_log(app.spec.log.url, read_only=True)
+    try:
+        known = log.topics().get(topic)
+    finally:
+        log.close()
+    if known is None:
+        raise RestoreCommandError(
+            f'store "{args.store}" of application "{application}" has no changelog topic '
+            f'"{topic}" in {app.spec.log.url}; check --store, or run the app once to create it'
+        )
+    partitions = _partitions(args.partitions, known.partitions)
+    conf = dict(_setting(item) for item in args.conf)
+    try:
+        from eddyline_runtime.restore import spark_build
+    except ImportError:
+        print(f"error: {SPARK_MISSING}", file=sys.stderr)
+        return 2
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        print(f"error: {SPARK_MISSING}", file=sys.stderr)
+        return 2
+    try:
+        spark = spark_build.spark_session(args.master, conf, progress=True)
+    except Exception as exc:
+        # PySparkRuntimeError [JAVA_GATEWAY_EXITED]: the JVM did not start.
+        if "JAVA_GATEWAY_EXITED" in str(exc):
+            print(f"error: {SPARK_MISSING} ({exc})", file=sys.stderr)
+            return 2
+        raise
+    try:
+        options = {} if args.split_records is None else {"split_records": args.split_records}
+        result = spark_build.build(
+            spark,
+            application=application,
+            store=args.store,
+            changelog_topic=topic,
+            partitions=partitions,
+            output=output,
+            log_url=app.spec.log.url,
+            **options,
+        )
+    finally:
+        spark.stop()
+    manifests = result.read()
+    for partition, manifest in sorted(manifests.items()):
+        size = sum(f.bytes for f in manifest.files)
+        print(
+            f"partition {partition}: {manifest.records_read:,} records read -> "
+            f"{manifest.keys:,} keys in {len(manifest.files)} files ({size:,} bytes), "
+            f"up to offset {manifest.offset}",
+            file=out,
+        )
+    summary = {
+        "build_id": result.build_id,
+        "directory": str(result.directory),
+        "partitions": len(manifests),
+        "records_read": sum(m.records_read for m in manifests.values()),
+        "keys": sum(m.keys for m in manifests.values()),
+        "seconds": round(result.seconds, 2),
+    }
+    print(json.dumps(summary), file=out)
+    return 0
+
+
+def _ingest(args: argparse.Namespace, out: TextIO) -> int:
+    from eddyline_runtime.log import open_log
+    from eddyline_runtime.processing.loader import load_topology
+    from eddyline_runtime.restore.sst_restore import rebuild_store
+    from eddyline_runtime.spec import load_manifest
+    from eddyline_runtime.state import RocksDBStoreOptions, store_directory
+
+    app = load_manifest(args.manifest)
+    config = app.streams_config()
+    application = config.application_id
+    if args.task is not None:
+        task = TaskId.parse(args.task)
+    else:
+        topology = load_topology(app.spec.topology.ref, [args.manifest.resolve().parent])
+        owners = [sub.id for sub in topology.subtopologies() if args.store in sub.stores]
+        if not owners:
+            raise RestoreCommandError(
+                f'the topology of "{application}" has no store "{args.store}"; stores: '
+                f"{', '.join(sorted(topology.stores)) or 'none'}"
+            )
+        task = TaskId(owners[0], args.partition)
+    state_dir = args.state_dir or Path(config.state_dir)
+    directory = store_directory(state_dir, task, args.store)
+    changelog = TopicPartition(f"{application}-{args.store}-changelog", args.partition)
+    log = open_log(app.spec.log.url, read_only=True)
+    try:
+        rebuilt = rebuild_store(
+            args.store,
+            directory,
+            log,
+            changelog,
+            application=application,
+            output=_local_path(args.output, "--from"),
+            options=RocksDBStoreOptions.from_config(config),
+        )
+    finally:
+        log.close()
+    for refusal in rebuilt.refusals:
+        print(f"refused: {refusal}", file=sys.stderr)
+    ingested = rebuilt.ingested
+    replayed = rebuilt.replayed
+    print(
+        json.dumps(
+            {
+                "store": args.store,
+                "directory": str(directory),
+                "ingested_manifest": None if ingested is None else str(ingested.manifest),
+                "ingested_keys": 0 if ingested is None else ingested.keys,
+                "ingested_offset": None if ingested is None else ingested.offset,
+                "replayed_from": replayed.first_offset,
+                "replayed_records": replayed.records,
+            }
+        ),
+        file=out,
+    )
+    return 0
+
+
+def _local_path(location: str, option: str) -> Path:
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return Path(parsed.path if parsed.scheme else location)
+    raise RestoreCommandError(
+        f"{option} {location!r}: only local directories and file:// URIs are supported so far; "
+        "mount the shared volume and pass its path"
+    )
+
+
+def _partitions(text: str | None, count: int) -> list[int]:
+    if text is None:
+        return list(range(count))
+    try:
+        chosen = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise RestoreCommandError(
+            f"--partitions {text!r}: expected comma-separated partition numbers, as 0,2,3"
+        ) from None
+    outside = [p for p in chosen if not 0 <= p < count]
+    if outside or not chosen:
+        raise RestoreCommandError(
+            f"--partitions {text!r}: the changelog has partitions 0..{count - 1}"
+        )
+    return chosen
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of offsets")
+    return value
+
+
+def _setting(item: str) -> tuple[str, str]:
+    key, separator, value = item.partition("=")
+    if not separator or not key:
+        raise RestoreCommandError(f"--conf {item!r}: expected KEY=VALUE, as spark.executor.cores=2")
+    return key, value

@@ -1,0 +1,205 @@
+"""Damage that is not a crash never makes the runtime serve wrong state.
+
+Word count under exactly-once, stopped cleanly, then damaged for real: a
+store's files deleted but its hidden ``.checkpoint``, RocksDB's ``CURRENT``
+deleted, the changelog truncated in SQLite and grown back, records deleted
+from the changelog's start, a store directory copied from another task. After
+the restart every store must equal what its changelog says (rebuilt, with a
+warning naming it), never the stale copy, never the stale copy plus a tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
+from eddyline_runtime.processing.instance import StreamsFailedError, StreamsInstance
+from eddyline_runtime.processing.stream_thread import RestoreReport
+from eddyline_runtime.restore import restore
+from eddyline_runtime.serde import serde_for
+from eddyline_runtime.state import InMemoryStore, RocksDBStore, StoreCorruptedError, store_directory
+from word_count_app import APP, INPUT, STORE, word_count
+
+PARTITIONS = 2
+COUNTING = 1  # word_count(): sub-topology 1 counts
+CHANGELOG = f"{APP}-{STORE}-changelog"
+LONGS = serde_for("long")
+LINES = ["the quick brown fox", "jumps over the lazy dog", "the end"] * 40
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[SqliteLog]:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(INPUT, PARTITIONS)
+    yield log
+    log.close()
+
+
+def produce(log: SqliteLog, lines: list[str]) -> None:
+    for partition in range(PARTITIONS):
+        log.produce(
+            TopicPartition(INPUT, partition),
+            [Record(None, line.encode(), i) for i, line in enumerate(lines[partition::PARTITIONS])],
+        )
+
+
+def run(log: SqliteLog, state_dir: Path) -> dict[TaskId, RestoreReport]:
+    restored: list[RestoreReport] = []
+    config = StreamsConfig.from_properties(
+        {
+            "application.id": APP,
+            "state.dir": str(state_dir),
+            "processing.guarantee": "exactly_once_v2",
+        }
+    )
+    instance = StreamsInstance(word_count(), config, log, on_restore=[restored.append])
+    instance.start()
+    try:
+        instance.wait_until_caught_up(60)
+    finally:
+        instance.close()
+    return {report.task: report for report in restored}
+
+
+def store_path(state_dir: Path, partition: int) -> Path:
+    return store_directory(state_dir, TaskId(COUNTING, partition), STORE)
+
+
+def store_contents(state_dir: Path, partition: int) -> dict[bytes, bytes]:
+    with RocksDBStore(STORE, store_path(state_dir, partition)) as store:
+        return dict(store.all())
+
+
+def changelog_replay(log: SqliteLog, partition: int) -> dict[bytes, bytes]:
+    """What a store rebuilt from the changelog as it is now holds."""
+    rebuilt = InMemoryStore(STORE)
+    restore(rebuilt, log, TopicPartition(CHANGELOG, partition))
+    return dict(rebuilt.all())
+
+
+def counts(contents: dict[bytes, bytes]) -> dict[str, int]:
+    return {key.decode(): LONGS.deserialize(value) for key, value in contents.items()}
+
+
+def expected_counts(lines: list[str], partition: int) -> dict[str, int]:
+    every = Counter(word for line in lines for word in line.split())
+    mine = {k for k, _ in changelog_keys(partition, every)}
+    return {word: n for word, n in every.items() if word in mine}
+
+
+def changelog_keys(partition: int, every: Counter[str]) -> list[tuple[str, int]]:
+
+    return [
+        (w, n) for w, n in every.items() if partition_for_key(w.encode(), PARTITIONS) == partition
+    ]
+
+
+def committed_offset(state_dir: Path, partition: int) -> int:
+    with RocksDBStore(STORE, store_path(state_dir, partition)) as store:
+        offset = store.committed_offset(TopicPartition(CHANGELOG, partition))
+    assert offset is not None
+    return offset
+
+
+@pytest.fixture
+def counted(tmp_path: Path, log: SqliteLog) -> Path:
+    """The word count run once over LINES; returns its state.dir."""
+    state_dir = tmp_path / "state"
+    produce(log, LINES)
+    run(log, state_dir)
+    assert counts(store_contents(state_dir, 0)) == expected_counts(LINES, 0)
+    return state_dir
+
+
+def test_a_store_whose_files_were_deleted_but_its_checkpoint_is_rebuilt_in_full(
+    counted: Path, log: SqliteLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = store_path(counted, 0)
+    for entry in directory.iterdir():
+        if entry.name != ".checkpoint":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    produce(log, ["the end"])
+    with caplog.at_level(logging.WARNING):
+        restored = run(log, counted)
+    assert "ignoring .checkpoint" in caplog.text
+    assert restored[TaskId(COUNTING, 0)].result.first_offset == 0  # a full replay
+    assert counts(store_contents(counted, 0)) == expected_counts([*LINES, "the end"], 0)
+
+
+def test_a_store_whose_rocksdb_current_file_was_deleted_is_never_trusted_as_caught_up(
+    counted: Path, log: SqliteLog
+) -> None:
+    (store_path(counted, 0) / "CURRENT").unlink()
+    # The first open fails loudly, naming the store as corrupted ...
+    with pytest.raises(StreamsFailedError) as failed:
+        run(log, counted)
+    assert isinstance(failed.value.__cause__, StoreCorruptedError) or "corrupted" in str(
+        failed.value
+    )
+    # ... and the open after it (what a restarting replica does) rebuilds it in full.
+    restored = run(log, counted)
+    assert restored[TaskId(COUNTING, 0)].result.first_offset == 0
+    assert counts(store_contents(counted, 0)) == expected_counts(LINES, 0)
+
+
+def truncate_in_sqlite(log_path: Path, partition: int, to_offset: int) -> None:
+    """What an operator (or a broken tool) does by hand: cut the changelog's end back."""
+    with sqlite3.connect(log_path) as db:
+        (topic_id,) = db.execute("SELECT id FROM topics WHERE name = ?", (CHANGELOG,)).fetchone()
+        db.execute(
+            "DELETE FROM records WHERE topic_id = ? AND partition = ? AND offset >= ?",
+            (topic_id, partition, to_offset),
+        )
+        db.execute(
+            "UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?",
+            (to_offset, topic_id, partition),
+        )
+
+
+def test_a_changelog_truncated_and_grown_back_past_the_store_rebuilds_the_store(
+    counted: Path, log: SqliteLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    committed = committed_offset(counted, 0)
+    changelog = TopicPartition(CHANGELOG, 0)
+    truncate_in_sqlite(tmp_path / "log.db", 0, committed - 5)
+    # Another writer's records take the offsets the store had already seen.
+    log.produce(changelog, [Record(b"zz%d" % i, LONGS.serialize(i), 0) for i in range(20)])
+    assert log.end_offset(changelog) > committed + 1
+    with caplog.at_level(logging.WARNING):
+        run(log, counted)
+    assert "truncated or recreated" in caplog.text and '"counts"' in caplog.text
+    assert store_contents(counted, 0) == changelog_replay(log, 0)
+
+
+def test_a_changelog_that_lost_the_records_after_the_store_rebuilds_the_store(
+    counted: Path, log: SqliteLog
+) -> None:
+    committed = committed_offset(counted, 0)
+    changelog = TopicPartition(CHANGELOG, 0)
+    log.produce(changelog, [Record(b"zz%d" % i, LONGS.serialize(i), 0) for i in range(20)])
+    log.delete_records(changelog, committed + 10)  # retention took records the store lacks
+    restored = run(log, counted)
+    assert restored[TaskId(COUNTING, 0)].result.first_offset == committed + 10
+    assert store_contents(counted, 0) == changelog_replay(log, 0)
+
+
+def test_a_store_directory_copied_from_another_task_is_rebuilt_not_treated_as_new(
+    counted: Path, log: SqliteLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    shutil.rmtree(store_path(counted, 0))
+    shutil.copytree(store_path(counted, 1), store_path(counted, 0))
+    (store_path(counted, 0) / "eddyline.lock").unlink()
+    with caplog.at_level(logging.WARNING):
+        run(log, counted)
+    assert "holds no offset for its changelog" in caplog.text
+    assert counts(store_contents(counted, 0)) == expected_counts(LINES, 0)
+    assert store_contents(counted, 0) == changelog_replay(log, 0)

@@ -1,0 +1,381 @@
+"""KafkaLog against a fake of confluent-kafka: admin paths, transaction bookkeeping,
+fencing and error mapping (what librdkafka's mock cluster cannot show).
+
+These check what the adapter asks of librdkafka and how it reads librdkafka's
+errors, not Kafka's semantics: the contract suite does that against a broker.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+from kafka_fake import FakeBroker, fake_log, kafka_error
+
+from eddyline_runtime.errors import ConfigError
+from eddyline_runtime.log import (
+    BrokerUnreachableError,
+    LogAuthorizationError,
+    LogError,
+    ProducerFencedError,
+    Record,
+    TopicConflictError,
+    TopicSpec,
+    TransactionAbortedError,
+    TransactionStateError,
+    TransactionTimeoutError,
+    UnknownTopicError,
+)
+from eddyline_runtime.partitions import TopicPartition
+
+OUT = TopicPartition("out", 0)
+OUT_1 = TopicPartition("out", 1)
+IN = TopicPartition("in", 0)
+
+
+@pytest.fixture
+def broker() -> FakeBroker:
+    broker = FakeBroker()
+    broker.topics["in"] = (2, {"cleanup.policy": "delete"})
+    broker.topics["out"] = (2, {"cleanup.policy": "delete"})
+    broker.topics["__consumer_offsets"] = (50, {"cleanup.policy": "compact"})
+    return broker
+
+
+def rec(value: bytes) -> Record:
+    return Record(b"k", value, 1_000)
+
+
+# Topics through the admin client
+
+
+def test_create_topic_asks_for_compaction_replication_and_min_insync_from_the_settings(
+    broker: FakeBroker,
+) -> None:
+    log = fake_log(broker, {"replication.factor": "3", "min.insync.replicas": "2"})
+    assert log.create_topic("app-counts-changelog", 4, compacted=True) == TopicSpec(
+        "app-counts-changelog", 4, compacted=True
+    )
+    (topic,) = broker.called("create_topics")
+    assert (topic.topic, topic.num_partitions, topic.replication_factor) == (
+        "app-counts-changelog",
+        4,
+        3,
+    )
+    assert topic.config == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+
+
+def test_create_topic_leaves_replication_to_the_broker_by_default(broker: FakeBroker) -> None:
+    fake_log(broker).create_topic("events", 1)
+    (topic,) = broker.called("create_topics")
+    assert topic.replication_factor == -1
+    assert topic.config == {"cleanup.policy": "delete"}
+
+
+def test_an_identical_existing_topic_is_accepted_without_creating_it(broker: FakeBroker) -> None:
+    assert fake_log(broker).create_topic("in", 2) == TopicSpec("in", 2)
+    assert broker.called("create_topics") == []
+
+
+@pytest.mark.parametrize(
+    ("partitions", "compacted", "fix"),
+    [(3, False, "3 partitions"), (2, True, "cleanup.policy=compact")],
+)
+def test_an_existing_topic_of_another_shape_names_the_topic_and_the_fix(
+    broker: FakeBroker, partitions: int, compacted: bool, fix: str
+) -> None:
+    with pytest.raises(TopicConflictError) as raised:
+        fake_log(broker).create_topic("in", partitions, compacted=compacted)
+    message = str(raised.value)
+    assert '"in"' in message
+    assert fix in message
+    assert "kafka-topics.sh --delete --topic in" in message
+    assert broker.called("create_topics") == []
+
+
+def test_a_topic_created_meanwhile_by_someone_else_is_checked_like_an_existing_one(
+    broker: FakeBroker,
+) -> None:
+    log = fake_log(broker)
+    check = broker.check
+
+    def created_by_another_instance(method: str, argument: object = None) -> None:
+        if method == "create_topics":
+            broker.topics["late"] = (1, {"cleanup.policy": "compact"})
+            raise kafka_error(KafkaError.TOPIC_ALREADY_EXISTS)
+        check(method, argument)
+
+    broker.check = created_by_another_instance  # type: ignore[method-assign]
+    assert log.create_topic("late", 1, compacted=True) == TopicSpec("late", 1, compacted=True)
+
+
+def test_topics_lists_partition_counts_and_cleanup_policy_without_internal_topics(
+    broker: FakeBroker,
+) -> None:
+    broker.topics["counts-changelog"] = (2, {"cleanup.policy": "compact,delete"})
+    assert dict(fake_log(broker).topics()) == {
+        "in": TopicSpec("in", 2),
+        "out": TopicSpec("out", 2),
+        "counts-changelog": TopicSpec("counts-changelog", 2, compacted=True),
+    }
+
+
+def test_a_topic_prefix_hides_other_topics_and_prefixes_created_ones(broker: FakeBroker) -> None:
+    log = fake_log(broker, topic_prefix="run-7.")
+    log.create_topic("in", 1)
+    assert broker.called("create_topics")[0].topic == "run-7.in"
+    assert dict(log.topics()) == {"in": TopicSpec("in", 1)}
+
+
+def test_producing_to_an_unknown_partition_names_the_existing_topics(broker: FakeBroker) -> None:
+    log = fake_log(broker)
+    with pytest.raises(UnknownTopicError, match=r"out-2 \(topic has 2 partitions\).*in, out"):
+        log.produce(TopicPartition("out", 2), [rec(b"a")])
+    assert broker.called("produce") == []
+
+
+# Transaction bookkeeping
+
+
+def test_a_transaction_sends_records_then_offsets_with_group_metadata_then_commits(
+    broker: FakeBroker,
+) -> None:
+    log = fake_log(broker)
+    producer = log.transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    producer.send_batch(OUT_1, [rec(b"b"), rec(b"c")])
+    producer.send(OUT, rec(b"d"))
+    producer.send_offsets("app", {IN: 5})
+    producer.send_offsets("app", {IN: 7})
+    committed = producer.commit()
+    methods = [name for name, _ in broker.calls if name not in ("list_topics", "produce")]
+    assert methods == [
+        "new producer",
+        "init_transactions",
+        "begin_transaction",
+        "flush",
+        "send_offsets_to_transaction",
+        "commit_transaction",
+    ]
+    assert broker.called("send_offsets_to_transaction") == [("metadata of app", [("in", 0, 7)])]
+    assert list(committed.offsets) == [(OUT, 0), (OUT_1, 0), (OUT_1, 1), (OUT, 1)]
+    assert dict(committed.last_offsets) == {OUT: 1, OUT_1: 1}
+
+
+def test_each_task_producer_gets_its_transactional_id_and_reports_offsets_per_transaction(
+    broker: FakeBroker,
+) -> None:
+    log = fake_log(broker)
+    producer = log.transactional_producer("app-1_3")
+    assert broker.called("init_transactions") == ["app-1_3"]
+    for value in (b"first", b"second"):
+        producer.begin()
+        producer.send(OUT, rec(value))
+        last = producer.commit().last_offsets[OUT]
+    assert last == 1
+    config = next(c for c in broker.configs if "transactional.id" in c)
+    assert config["transactional.id"] == "app-1_3"
+    assert config["bootstrap.servers"] == "broker-0:9092,broker-1:9092"
+
+
+def test_transaction_state_is_checked_before_librdkafka_is_asked(broker: FakeBroker) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    with pytest.raises(TransactionStateError, match="begin"):
+        producer.send(OUT, rec(b"a"))
+    with pytest.raises(TransactionStateError):
+        producer.commit()
+    producer.begin()
+    with pytest.raises(TransactionStateError, match="already open"):
+        producer.begin()
+    assert broker.called("begin_transaction") == [None]
+
+
+def test_abort_drops_the_offsets_and_the_next_transaction_starts_clean(broker: FakeBroker) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send_offsets("app", {IN: 9})
+    producer.abort()
+    producer.begin()
+    producer.commit()
+    assert broker.called("abort_transaction") == [None]
+    assert broker.called("send_offsets_to_transaction") == []
+
+
+# Fencing and failed transactions
+
+
+@pytest.mark.parametrize("code", [KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH])
+def test_a_fenced_commit_raises_producer_fenced_and_the_producer_stays_fenced(
+    broker: FakeBroker, code: int
+) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"zombie"))
+    broker.fail("commit_transaction", kafka_error(code, fatal=True))
+    with pytest.raises(ProducerFencedError) as raised:
+        producer.commit()
+    assert raised.value.transactional_id == "app-0_0"
+    with pytest.raises(ProducerFencedError):
+        producer.begin()
+    assert broker.called("begin_transaction") == [None]
+    assert broker.called("abort_transaction") == []
+
+
+def test_fencing_found_while_sending_offsets_is_fencing_too(broker: FakeBroker) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send_offsets("app", {IN: 1})
+    broker.fail("send_offsets_to_transaction", kafka_error(KafkaError._FENCED, fatal=True))
+    with pytest.raises(ProducerFencedError):
+        producer.commit()
+    assert broker.called("commit_transaction") == []
+
+
+def test_an_abortable_commit_error_aborts_and_is_handled_like_fencing(broker: FakeBroker) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    broker.fail("commit_transaction", kafka_error(KafkaError.INVALID_TXN_STATE, abort=True))
+    with pytest.raises(TransactionAbortedError, match="restarts from its last commit"):
+        producer.commit()
+    assert broker.called("abort_transaction") == [None]
+    # The stream thread catches ProducerFencedError: drop the task, keep its stores.
+    assert issubclass(TransactionAbortedError, ProducerFencedError)
+    producer.begin()  # an aborted (not fenced) producer goes on
+    producer.commit()
+
+
+def test_a_failed_delivery_lets_librdkafka_fail_the_commit_then_aborts(
+    broker: FakeBroker,
+) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    broker.delivery_errors.append(KafkaError(KafkaError._MSG_TIMED_OUT))
+    broker.fail("commit_transaction", kafka_error(KafkaError._MSG_TIMED_OUT, abort=True))
+    with pytest.raises(TransactionAbortedError):
+        producer.commit()
+    assert broker.called("abort_transaction") == [None]
+
+
+def test_an_unexpected_commit_error_aborts_so_the_next_transaction_can_begin(
+    broker: FakeBroker,
+) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    broker.fail("commit_transaction", kafka_error(KafkaError._INVALID_ARG))
+    with pytest.raises(LogError, match="_INVALID_ARG"):
+        producer.commit()
+    assert broker.called("abort_transaction") == [None]
+    producer.begin()
+    producer.commit()
+
+
+def test_a_fatal_error_while_aborting_fences_the_producer(broker: FakeBroker) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    broker.fail("abort_transaction", kafka_error(KafkaError._FENCED, fatal=True))
+    with pytest.raises(ProducerFencedError):
+        producer.abort()
+    with pytest.raises(ProducerFencedError):
+        producer.begin()
+
+
+def test_a_retriable_commit_error_is_retried(broker: FakeBroker) -> None:
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    broker.fail("commit_transaction", kafka_error(KafkaError._TIMED_OUT, retriable=True))
+    producer.commit()
+    assert broker.called("commit_transaction") == [None, None]
+
+
+def test_a_commit_that_keeps_timing_out_raises_transaction_timeout_naming_the_brokers(
+    broker: FakeBroker,
+) -> None:
+    producer = fake_log(broker, transaction_timeout_s=0.0).transactional_producer("app-0_0")
+    producer.begin()
+    broker.fail(
+        "commit_transaction",
+        *[kafka_error(KafkaError._TIMED_OUT, retriable=True) for _ in range(3)],
+    )
+    with pytest.raises(TransactionTimeoutError, match=r"broker-0:9092,broker-1:9092"):
+        producer.commit()
+    assert isinstance(TransactionTimeoutError("t", "x", 1, "b"), ProducerFencedError)
+
+
+# Error mapping
+
+
+@pytest.mark.parametrize(
+    ("method", "code", "acl"),
+    [
+        ("produce", KafkaError.TOPIC_AUTHORIZATION_FAILED, 'WRITE on topic "out"'),
+        (
+            "init_transactions",
+            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            'WRITE on transactional id "app-0_0"',
+        ),
+        (
+            "send_offsets_to_transaction",
+            KafkaError.GROUP_AUTHORIZATION_FAILED,
+            'READ on group "app"',
+        ),
+        ("init_transactions", KafkaError.CLUSTER_AUTHORIZATION_FAILED, "IDEMPOTENT_WRITE"),
+    ],
+)
+def test_a_refused_operation_names_the_missing_acl(
+    broker: FakeBroker, method: str, code: int, acl: str
+) -> None:
+    log = fake_log(broker)
+    broker.fail(method, kafka_error(code))
+    with pytest.raises(LogAuthorizationError) as raised:
+        producer = log.transactional_producer("app-0_0")
+        producer.begin()
+        producer.send(OUT, rec(b"a"))
+        producer.send_offsets("app", {IN: 1})
+        producer.commit()
+    assert acl in str(raised.value)
+    assert "spec.log.secretName" in str(raised.value)
+
+
+def test_creating_a_topic_without_the_acl_names_create(broker: FakeBroker) -> None:
+    broker.fail("create_topics", kafka_error(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    with pytest.raises(LogAuthorizationError, match='CREATE on topic "app-repartition"'):
+        fake_log(broker).create_topic("app-repartition", 2)
+
+
+def test_group_offsets_without_the_acl_name_the_group(broker: FakeBroker) -> None:
+    broker.fail("commit", kafka_error(KafkaError.GROUP_AUTHORIZATION_FAILED))
+    with pytest.raises(LogAuthorizationError, match='READ on group "word-count"'):
+        fake_log(broker).commit_offsets("word-count", {IN: 3})
+
+
+def test_an_unreachable_cluster_names_the_bootstrap_servers_tried(broker: FakeBroker) -> None:
+    broker.fail("list_topics", kafka_error(KafkaError._TRANSPORT))
+    with pytest.raises(BrokerUnreachableError, match="broker-0:9092,broker-1:9092"):
+        fake_log(broker).topics()
+
+
+def test_failed_authentication_points_at_the_log_secret(broker: FakeBroker) -> None:
+    broker.fail("list_topics", kafka_error(KafkaError._AUTHENTICATION))
+    with pytest.raises(BrokerUnreachableError, match=r"spec\.log\.secretName"):
+        fake_log(broker, {"sasl.password": "hunter2"}).topics()
+
+
+def test_a_rejected_client_setting_is_a_config_error_that_never_shows_values(
+    broker: FakeBroker,
+) -> None:
+    broker.fail("new producer", kafka_error(KafkaError._INVALID_ARG))
+    log = fake_log(broker, {"sasl.password": "hunter2"})
+    with pytest.raises(ConfigError) as raised:
+        log.transactional_producer("app-0_0")
+    assert "hunter2" not in str(raised.value)
+
+
+def test_group_offsets_round_trip_through_the_group_consumer(broker: FakeBroker) -> None:
+    log = fake_log(broker)
+    assert log.committed_offsets("app", [IN]) == {}
+    log.commit_offsets("app", {IN: 4})
+    assert log.committed_offsets("app", [IN, TopicPartition("in", 1)]) == {IN: 4}
+    group_config = next(c for c in broker.configs if c.get("group.id") == "app")
+    assert group_config["isolation.level"] == "read_uncommitted"

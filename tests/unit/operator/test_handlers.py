@@ -1,0 +1,170 @@
+"""The handlers' glue, called directly (as kopf would) over an in-memory object store in
+place of the API server: one cycle applies, publishes, restarts and writes status."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from k8s_objects import body, node, pod, three_zones
+
+from eddyline_operator import handlers
+from eddyline_operator.reconcile import names
+from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership, StoreCopy
+from eddyline_runtime.partitions import TaskId
+
+Obj = dict[str, Any]
+
+
+class MemoryKube:
+    """The client wrapper's interface over dicts keyed by (kind, namespace, name)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str | None, str], Obj] = {}
+        self.deleted: list[str] = []
+        self.status_patches: list[Obj] = []
+
+    def put(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        self.objects[obj["kind"], meta.get("namespace"), meta["name"]] = copy.deepcopy(obj)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        return copy.deepcopy(self.objects.get((kind, namespace, name)))
+
+    def list(self, kind: str, namespace: str | None, *, selector: str | None = None) -> list[Obj]:
+        wanted = dict(p.split("=") for p in selector.split(",")) if selector else {}
+        return [
+            copy.deepcopy(o)
+            for (k, ns, _), o in self.objects.items()
+            if k == kind
+            and (namespace is None or ns == namespace)
+            and all(o["metadata"].get("labels", {}).get(a) == b for a, b in wanted.items())
+        ]
+
+    def get_streamapp(self, namespace: str, name: str) -> Obj | None:
+        return self.get("StreamApp", namespace, name)
+
+    def apply(self, obj: Obj) -> str:
+        key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        outcome = "created" if key not in self.objects else "updated"
+        if self.objects.get(key) == obj:
+            return "unchanged"
+        self.put(obj)
+        return outcome
+
+    def publish_membership(self, config_map: Obj) -> None:
+        self.put(config_map)
+
+    def read_membership(self, namespace: str, config_map: str) -> Membership | None:
+        found = self.get("ConfigMap", namespace, config_map)
+        return (
+            None
+            if found is None
+            else Membership.from_json(json.loads(found["data"][MEMBERSHIP_FILE]))
+        )
+
+    def read_config_value(self, namespace: str, config_map: str, key: str) -> str | None:
+        found = self.get("ConfigMap", namespace, config_map)
+        return None if found is None else found["data"].get(key)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+        self.deleted.append(name)
+        return self.objects.pop((kind, namespace, name), None) is not None
+
+    def patch_streamapp_status(self, namespace: str, name: str, status: Obj) -> None:
+        self.status_patches.append(status)
+        self.objects["StreamApp", namespace, name]["status"] = copy.deepcopy(status)
+
+
+@pytest.fixture
+def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKube]:
+    memory = MemoryKube()
+    events: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(handlers, "_kube", memory)
+    monkeypatch.setattr(handlers, "_apps", {})
+    monkeypatch.setattr(handlers, "_nodes_cache", (float("-inf"), []))
+    monkeypatch.setattr(
+        handlers, "post_event", lambda body, t, reason, message: events.append((t, reason, message))
+    )
+    memory.events = events  # type: ignore[attr-defined]
+    yield memory
+
+
+def layout_reports(pods: list[Obj], port: int) -> dict[str, MemberReport]:
+    tasks = frozenset(TaskId(0, p) for p in range(4))
+    return {
+        p["metadata"]["name"]: MemberReport(
+            p["metadata"]["name"], "h", tasks, tasks, {"counts": {0: StoreCopy("active", 0)}}, True
+        )
+        for p in pods
+    }
+
+
+def test_a_cycle_creates_the_owned_objects_and_writes_status(kube: MemoryKube) -> None:
+    kube.put(body())
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
+    handlers.reconcile_app(namespace="apps", name="wc")
+    kinds = sorted(k for k, _, _ in kube.objects)
+    assert kinds.count("Service") == 2
+    assert "StatefulSet" in kinds
+    status = kube.objects["StreamApp", "apps", "wc"]["status"]
+    assert status["observedGeneration"] == 3
+    assert status["phase"] == "Progressing"
+    assert ("Normal", "Created", "created StatefulSet wc") in kube.events  # type: ignore[attr-defined]
+
+
+def test_pods_reporting_a_layout_get_a_published_membership(
+    kube: MemoryKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
+    kube.put(body())
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
+    handlers.reconcile_app(namespace="apps", name="wc")
+    template = kube.objects["StatefulSet", "apps", "wc"]["spec"]["template"]
+    config_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
+    for i in range(3):
+        kube.put({"kind": "Pod", **pod(i, config_hash=config_hash)})
+    handlers.refresh_app(namespace="apps", name="wc")
+    membership = kube.read_membership("apps", "wc-membership")
+    assert membership is not None and membership.generation == 1
+    assert sorted(membership.assignment.active) == ["wc-0", "wc-1", "wc-2"]
+    # A pod stops running: the pod event alone republishes without it.
+    kube.put({"kind": "Pod", **pod(1, running=False, config_hash=config_hash)})
+    handlers.pod_changed(body=kube.get("Pod", "apps", "wc-1"))
+    after = kube.read_membership("apps", "wc-membership")
+    assert after is not None and after.generation == 2
+    assert "wc-1" not in after.assignment.active
+    assert kube.deleted == []
+
+
+def test_a_deleted_app_is_left_alone(kube: MemoryKube) -> None:
+    assert handlers.run_cycle("apps", "gone", fetch=True, force_apply=True) is None
+    assert kube.objects == {}
+
+
+def test_nodes_are_listed_again_only_for_a_node_not_seen_yet(kube: MemoryKube) -> None:
+    listed = []
+    original = kube.list
+
+    def counting(kind: str, namespace: str | None, *, selector: str | None = None) -> list[Obj]:
+        if kind == "Node":
+            listed.append(kind)
+        return original(kind, namespace, selector=selector)
+
+    kube.list = counting  # type: ignore[method-assign]
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
+    kube.put(body())
+    kube.put({"kind": "Pod", **pod(0, node_name="node-0")})
+    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
+    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
+    assert len(listed) == 1
+    kube.put({"kind": "Node", **node("node-9", "zone-z")})
+    kube.put({"kind": "Pod", **pod(1, node_name="node-9")})
+    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
+    assert len(listed) == 2

@@ -1,0 +1,74 @@
+"""How a pod finds and authenticates to the Kubernetes API (cluster_membership.ApiServer)."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.cluster_membership import ApiServer, ClusterMembershipError
+
+
+def test_the_override_wins_and_sends_no_token_without_a_token_file() -> None:
+    api = ApiServer.from_environment(
+        {"EDDYLINE_KUBERNETES_API": "http://127.0.0.1:8001/", "KUBERNETES_SERVICE_HOST": "x"}
+    )
+    assert api.url == "http://127.0.0.1:8001"
+
+
+def test_in_a_pod_the_service_address_is_used_over_tls() -> None:
+    api = ApiServer.from_environment(
+        {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    )
+    assert api.url == "https://10.0.0.1:443"
+    assert api.token_file is not None and api.token_file.name == "token"
+    ipv6 = ApiServer.from_environment(
+        {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+    )
+    assert ipv6.url == "https://[fd00::1]:443"
+
+
+def test_outside_a_pod_without_an_override_the_error_says_what_to_set() -> None:
+    with pytest.raises(ClusterMembershipError, match="EDDYLINE_KUBERNETES_API"):
+        ApiServer.from_environment({})
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: list[str | None] = []  # noqa: RUF012 - shared with the test on purpose
+
+    def do_GET(self) -> None:
+        _Recorder.seen.append(self.headers.get("Authorization"))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Recorder.seen = []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_the_token_is_read_again_for_every_request(recorder: str, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    api = ApiServer(recorder, token_file=token)
+    with api.open("/api", timeout=5):
+        pass
+    token.write_text("rotated")  # projected tokens rotate under a running pod
+    with api.open("/api", timeout=5):
+        pass
+    assert _Recorder.seen == ["Bearer first", "Bearer rotated"]
