@@ -15,7 +15,7 @@ QUIXSTREAMS := quixstreams==3.28.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-restore image clean
+.PHONY: help setup run demo-store test test-fast lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,9 @@ bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after ev
 
 bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
 	$(BIN)/python tests/bench/bench_failover.py
+
+bench-operator: $(STAMP) ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild, on the emulated cluster (last line JSON)
+	$(BIN)/python tests/bench/bench_operator.py
 
 bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
 	$(BIN)/python tests/bench/bench_log.py

@@ -22,3 +22,31 @@ def topology() -> StreamsBuilder:
         .to(OUTPUT_TOPIC, key_serde="string", value_serde="long")
     )
     return builder
+
+
+# Revision 2 of the topology: it gains a first sub-topology (records of "watched-words" are
+# copied to "word-alerts"), so every ordinal shifts and the
+# ``word-counts`` store's task moves from sub-topology 1 to 2. Deploy it by changing
+# ``spec.topology`` to ``{ref: "wordcount:topology_v2", revision: "2"}``: the operator stops
+# every pod, publishes the new revision, and the pods relocate their state (KIP-816)
+# instead of rebuilding it.
+ALERTS_INPUT_TOPIC = "watched-words"
+ALERTS_TOPIC = "word-alerts"
+# The name revision 1 generated for its repartition topic (KSTREAM-AGGREGATE-STATE-STORE-<n>).
+V1_REPARTITION = "KSTREAM-AGGREGATE-STATE-STORE-0000000003"
+
+
+def topology_v2() -> StreamsBuilder:
+    builder = StreamsBuilder()
+    builder.stream(ALERTS_INPUT_TOPIC, value_serde="string").to(ALERTS_TOPIC, value_serde="string")
+    (
+        builder.stream(INPUT_TOPIC, value_serde="string")
+        .flat_map_values(lambda line: line.lower().split())
+        # Revision 1's repartition topic, by name: the generated one would shift with the new
+        # nodes above, and words still in the old topic at the upgrade would be lost.
+        .group_by(lambda _, word: word, value_serde="string", repartition_name=V1_REPARTITION)
+        .count(STORE)
+        .to_stream()
+        .to(OUTPUT_TOPIC, key_serde="string", value_serde="long")
+    )
+    return builder

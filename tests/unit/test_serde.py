@@ -44,3 +44,32 @@ def test_user_serdes_load_by_module_and_attribute() -> None:
     assert "'bytes', 'string', 'int', 'long', 'json'" in str(error.value)
     with pytest.raises(ConfigError, match="could not load it"):
         serde_for("no_such_module:Serde")
+
+
+def test_a_request_may_name_built_in_serdes_and_the_stores_own() -> None:
+    from eddyline_runtime.serde import serde_for_request
+
+    assert serde_for_request("long", own=("string", "long")) is serde_for("long")
+    assert serde_for_request("json", own=(None,)) is serde_for("json")
+
+
+@pytest.mark.parametrize(
+    "name", ["subprocess:Popen", "os:system", "eddyline_runtime.serde:JsonSerde"]
+)
+def test_a_request_naming_code_is_refused_without_importing_it(name: str) -> None:
+    from eddyline_runtime.serde import serde_for_request
+
+    with pytest.raises(ConfigError) as raised:
+        serde_for_request(name, own=("string", "long"), key="value_serde")
+    message = str(raised.value)
+    assert '"value_serde"' in message and repr(name) in message
+    assert "'bytes', 'string', 'int', 'long', 'json'" in message
+
+
+def test_a_stores_own_user_serde_may_be_named_by_a_request() -> None:
+    from eddyline_runtime.serde import serde_for_request
+
+    serde = serde_for_request(
+        "eddyline_runtime.serde:JsonSerde", own=("eddyline_runtime.serde:JsonSerde",)
+    )
+    assert serde.deserialize(b"[1]") == [1]

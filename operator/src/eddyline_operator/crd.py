@@ -89,6 +89,8 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
                 and "default" not in converted
                 and name not in required
                 and "properties" in converted
+                # {} must itself be valid: an object with required fields gets no default
+                and not converted.get("required")
             ):
                 converted["default"] = {}
             properties[name] = converted

@@ -167,6 +167,12 @@ def run_cycle(namespace: str, name: str, *, fetch: bool, force_apply: bool) -> P
 def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_apply: bool) -> None:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    if result.write_ahead:
+        # An upgrade's new step: status is its write-ahead log, so the step is recorded
+        # before anything acts on it. A conflict raises: nothing is done this cycle, and the
+        # next one decides again from what status then says.
+        kube.patch_streamapp_status(namespace, name, result.status)
+        body = {**body, "status": {**(body.get("status") or {}), **result.status}}
     digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
     due = time.monotonic() - state.applied_at > REAPPLY_SECONDS
     if result.objects and (force_apply or due or digest != state.applied_hash):

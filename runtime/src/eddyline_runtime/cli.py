@@ -1,12 +1,21 @@
-"""The ``eddyline`` command."""
+"""The ``eddyline`` command.
+
+Every failure a user can cause ends in one line, ``error: ...``, naming the
+input and what to do, and exit code 1 (2 for a malformed command line, from
+argparse): our errors say so themselves, and anything else is still one line
+(``--traceback`` prints the whole traceback, for a bug report).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
+import re
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -19,8 +28,15 @@ if TYPE_CHECKING:
 DEFAULT_LOG_URL = "sqlite:///.eddyline-state/log.db"
 
 
+# Kafka's rule for topic names: what every Kafka tool accepts.
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
 def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eddyline", description=__doc__)
+    parser.add_argument(
+        "--traceback", action="store_true", help="on an unexpected error, print its traceback"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_command(commands)
     _add_query_command(commands)
@@ -31,6 +47,10 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
     logging.basicConfig(
         level=getattr(args, "log_level", "WARNING"), format="%(levelname)s %(name)s: %(message)s"
     )
+    return _report_errors(lambda: _dispatch(args, stdin), show_traceback=args.traceback)
+
+
+def _dispatch(args: argparse.Namespace, stdin: TextIO | None) -> int:
     if args.command == "run":
         return _run_manifest(args)
     if args.command == "query":
@@ -41,14 +61,12 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
         if args.demo == "wordcount":
             from eddyline_runtime.demo.wordcount_demo import run_demo as run_wordcount
 
-            return _report_errors(
-                lambda: run_wordcount(
-                    args.manifest,
-                    args.state_dir,
-                    args.lines,
-                    replicas=args.replicas,
-                    base_port=args.base_port,
-                )
+            return run_wordcount(
+                args.manifest,
+                args.state_dir,
+                args.lines,
+                replicas=args.replicas,
+                base_port=args.base_port,
             )
         from eddyline_runtime.demo.store_demo import run_demo
 
@@ -86,6 +104,14 @@ def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "this ConfigMap of the pod's namespace (watched through the Kubernetes API)",
     )
     run.add_argument("--log-url", help="open this log instead of spec.log.url")
+    # A replica's lifeline to its supervisor (local_group.py): internal, not for users.
+    run.add_argument("--supervisor-fd", type=int, help=argparse.SUPPRESS)
+    run.add_argument(
+        "--logs-dir",
+        type=Path,
+        help="with spec.replicas > 1: write replica N's output to DIR/replica-N.log "
+        "(default: the terminal, each line prefixed [replica N])",
+    )
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -112,55 +138,104 @@ def _add_query_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
 def _run_query(args: argparse.Namespace) -> int:
     from eddyline_runtime.query.client import QueryRouter
 
-    def run() -> int:
-        router = QueryRouter(args.bootstrap.split(","), acceptable_lag=args.max_lag)
-        result = router.get(args.store, args.key, isolation=args.isolation)
-        print(
-            json.dumps(
-                {
-                    "key": args.key,
-                    "found": result.found,
-                    "value": result.value,
-                    "host": result.host,
-                    "role": result.role,
-                    "stale": result.stale,
-                    "lag": result.lag,
-                    "partition": result.partition,
-                }
-            )
+    router = QueryRouter(args.bootstrap.split(","), acceptable_lag=args.max_lag)
+    result = router.get(args.store, args.key, isolation=args.isolation)
+    print(
+        json.dumps(
+            {
+                "key": args.key,
+                "found": result.found,
+                "value": result.value,
+                "host": result.host,
+                "role": result.role,
+                "stale": result.stale,
+                "lag": result.lag,
+                "partition": result.partition,
+            }
         )
-        return 0
-
-    return _report_errors(run)
+    )
+    return 0
 
 
 def _run_manifest(args: argparse.Namespace) -> int:
     from eddyline_runtime.runner import run_manifest
 
-    def run() -> int:
-        run_manifest(
-            args.manifest,
-            instance_id=args.instance_id,
-            config_file=args.config,
-            member_file=args.member_file,
-            membership_configmap=args.membership_configmap,
-            log_url=args.log_url,
-            until_caught_up=args.until_caught_up,
-        )
-        return 0
+    run_manifest(
+        args.manifest,
+        instance_id=args.instance_id,
+        config_file=args.config,
+        member_file=args.member_file,
+        membership_configmap=args.membership_configmap,
+        log_url=args.log_url,
+        supervisor_fd=args.supervisor_fd,
+        until_caught_up=args.until_caught_up,
+        logs_dir=args.logs_dir,
+    )
+    return 0
 
-    return _report_errors(run)
 
-
-def _report_errors(action: Callable[[], int]) -> int:
-    """Our errors already say what to do: print them without a traceback."""
+def _report_errors(action: Callable[[], int], *, show_traceback: bool = False) -> int:
+    """Our errors already say what to do: print them without a traceback. Anything else
+    is one line too, naming what failed (``--traceback`` for the whole story)."""
     from eddyline_runtime.errors import EddylineError
 
     try:
         return action()
     except EddylineError as error:
         print(f"error: {error}", file=sys.stderr)
+        _write_termination_message(str(error))
         return 1
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as error:
+        if show_traceback:
+            traceback.print_exc()
+        print(
+            f"error: {type(error).__name__}: {error} (unexpected: rerun with "
+            "eddyline --traceback ... and report it)",
+            file=sys.stderr,
+        )
+        _write_termination_message(f"{type(error).__name__}: {error}")
+        return 1
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number >= 1 (partition counts, record limits)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _topic_name(text: str) -> str:
+    if not _TOPIC_NAME.fullmatch(text) or text in (".", ".."):
+        raise argparse.ArgumentTypeError(
+            f"invalid topic name {text!r}: use 1 to 249 letters, digits, '.', '_' or '-'"
+        )
+    return text
+
+
+# Kubernetes shows this file's content as the container's termination message
+# (``terminationMessagePath``); the operator reads it to say why a pod refused to start.
+TERMINATION_MESSAGE_ENV = "EDDYLINE_TERMINATION_MESSAGE_PATH"
+# The kubelet keeps at most 4096 bytes of it.
+_TERMINATION_MESSAGE_MAX = 4000
+
+
+def _write_termination_message(message: str) -> None:
+    path = os.environ.get(TERMINATION_MESSAGE_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(message.encode()[:_TERMINATION_MESSAGE_MAX].decode(errors="ignore"))
+    except OSError as failure:  # never hide the error itself behind this one
+        print(
+            f"warning: cannot write the termination message to {path}: {failure}", file=sys.stderr
+        )
 
 
 def _add_demo_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -207,8 +282,8 @@ def _add_log_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     actions = log.add_subparsers(dest="action", required=True)
     actions.add_parser("topics", help="list topics")
     create = actions.add_parser("create-topic", help="create a topic")
-    create.add_argument("topic")
-    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("topic", type=_topic_name)
+    create.add_argument("--partitions", type=_at_least_one, default=1)
     create.add_argument("--compacted", action="store_true")
     produce = actions.add_parser("produce", help="append stdin lines as records")
     produce.add_argument("topic")
@@ -225,7 +300,7 @@ def _add_log_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     consume.add_argument("topic")
     consume.add_argument("--partition", type=int, default=0)
     consume.add_argument("--offset", type=int, help="first offset (default: the beginning)")
-    consume.add_argument("--max", type=int, default=100, help="at most this many records")
+    consume.add_argument("--max", type=_at_least_one, default=100, help="at most this many records")
     consume.add_argument(
         "--key-serde", help="print keys through this serde (string, long, int, json, ...)"
     )
@@ -235,8 +310,7 @@ def _add_log_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def _run_log_command(args: argparse.Namespace, stdin: TextIO) -> int:
-    from eddyline_runtime.errors import ConfigError
-    from eddyline_runtime.log import LogError, Record, open_log
+    from eddyline_runtime.log import Record, open_log
     from eddyline_runtime.partitions import TopicPartition
 
     log = open_log(args.url)
@@ -250,7 +324,7 @@ def _run_log_command(args: argparse.Namespace, stdin: TextIO) -> int:
         elif args.action == "produce":
             now = int(time.time() * 1000)
             records = []
-            for line in stdin.read().splitlines():
+            for line in _text_lines(stdin):
                 key, value = None, line
                 if args.key_separator and args.key_separator in line:
                     key, value = line.split(args.key_separator, 1)
@@ -263,10 +337,8 @@ def _run_log_command(args: argparse.Namespace, stdin: TextIO) -> int:
             keys = _printer(args.key_serde, "--key-serde")
             values = _printer(args.value_serde, "--value-serde")
             for record in log.fetch(tp, start, args.max).records:
-                print(f"{record.offset}\t{keys(record.key)}\t{values(record.value)}")
-    except (LogError, ConfigError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+                where = f"record {record.offset} of {tp.topic}-{tp.partition}"
+                print(f"{record.offset}\t{keys(record.key, where)}\t{values(record.value, where)}")
     finally:
         log.close()
     return 0
@@ -294,14 +366,46 @@ def _produce(log: Log, topic: str, partition: int | None, records: list[Record])
     return len(records)
 
 
-def _printer(serde_name: str | None, option: str) -> Callable[[bytes | None], str]:
+def _printer(serde_name: str | None, option: str) -> Callable[[bytes | None, str], str]:
     """Render a key or value: decoded text by default, or through the named serde."""
     if serde_name is None:
-        return lambda data: "" if data is None else data.decode(errors="replace")
-    from eddyline_runtime.serde import serde_for
+        return lambda data, where: "" if data is None else data.decode(errors="replace")
+    from eddyline_runtime.errors import EddylineError
+    from eddyline_runtime.serde import SerdeError, serde_for
 
     serde = serde_for(serde_name, key=option)
-    return lambda data: "" if data is None else str(serde.deserialize(data))
+
+    def render(data: bytes | None, where: str) -> str:
+        if data is None:
+            return ""
+        try:
+            return str(serde.deserialize(data))
+        except (SerdeError, ValueError, TypeError) as error:
+            raise EddylineError(
+                f'{option} "{serde_name}" cannot read {where} ({error}); use the serde the '
+                "topic was written with, or none to print the bytes as text"
+            ) from None
+
+    return render
+
+
+def _text_lines(stdin: TextIO) -> list[str]:
+    """stdin's lines as text; a line that is not UTF-8 is named, not a traceback."""
+    from eddyline_runtime.errors import EddylineError
+
+    buffer = getattr(stdin, "buffer", None)
+    if buffer is None:  # already text (tests pass io.StringIO)
+        return stdin.read().splitlines()
+    lines = []
+    for number, raw in enumerate(buffer.read().splitlines(), start=1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise EddylineError(
+                f"stdin line {number} is not UTF-8 text (byte {raw[error.start]:#04x} at "
+                f"position {error.start}); eddyline log produce sends text lines as UTF-8"
+            ) from None
+    return lines
 
 
 if __name__ == "__main__":

@@ -314,6 +314,16 @@ def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> C
     field_name = _FIELD_OF_KEY.get(location, location)
     key = _FIELD_KEYS.get(field_name, location)
     value = properties.get(key, properties.get(location, first.get("input")))
+    variable = f"EDDYLINE_{field_name.upper()}"
+    if variable in os.environ:
+        # The environment overrode the setting: the bad value is the variable's.
+        accepted = first["msg"].removeprefix("Input should be ")
+        return ConfigError(
+            variable,
+            os.environ[variable],
+            accepted,
+            hint=f'it overrides "{key}" of every manifest and config file; fix or unset it',
+        )
     if first["type"] == "extra_forbidden":
         return ConfigError(
             location,

@@ -13,20 +13,40 @@ republishes with it again (tasks move back only as far as balance needs).
 Safety does not depend on replicas reading the file in time: under
 exactly-once every task writes with its own transactional id, and taking a
 task over fences the previous owner (see ``processing/stream_thread.py``).
+
+What a kubelet does for pods, the group does for replicas:
+
+* **liveness**: a replica that stops answering ``GET /healthz`` (within
+  :data:`PROBE_TIMEOUT_SECONDS`, for :data:`LIVENESS_FAILURE_SECONDS` in a
+  row; a hung or SIGSTOPped process) is treated as dead: the group
+  republishes without it at once, then kills and restarts it. Liveness is
+  the supervisor's own view and never enters the published membership, so
+  the membership keeps one writer; fencing keeps a replica that wakes up
+  late from committing for tasks it lost;
+* **a lifeline**: each replica watches the read end of a pipe whose write
+  end only the supervisor holds. When the supervisor dies, even by SIGKILL,
+  the pipe reaches end-of-file and the replica commits, closes and exits,
+  so it never keeps ports and store locks from the next supervisor. A pipe
+  works on every OS, unlike Linux's parent-death signal;
+* **output**: each replica's output goes to the supervisor's terminal with a
+  ``[replica N]`` prefix, or, with ``logs_dir``, to ``replica-N.log`` there,
+  which the supervisor names when it reports the replica's exit.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TextIO
 
 from eddyline_runtime.assignor import Assignment, Member, assign
 from eddyline_runtime.errors import EddylineError
@@ -38,6 +58,17 @@ logger = logging.getLogger(__name__)
 DEFAULT_ZONES = ("zone-a", "zone-b", "zone-c")
 # How long a crashed replica stays out before it is restarted.
 RESTART_BACKOFF_SECONDS = 1.0
+# A liveness probe (GET /healthz) waits this long for an answer, as a kubelet's
+# timeoutSeconds; probes run this often (periodSeconds).
+PROBE_TIMEOUT_SECONDS = 2.0
+PROBE_PERIOD_SECONDS = 0.5
+# A replica that answered no probe for this long is hung: the kubelet's
+# failureThreshold x periodSeconds. Several probe timeouts, so one slow answer
+# under load is not a death sentence.
+LIVENESS_FAILURE_SECONDS = 10.0
+# A replica gets this long to answer its first probe (loading its topology,
+# opening stores): a kubelet's startup probe.
+STARTUP_SECONDS = 60.0
 
 
 @dataclass
@@ -47,6 +78,10 @@ class _Replica:
     restart_at: float | None = None
     restarts: int = 0
     log_path: Path | None = None
+    # The write end of the replica's lifeline pipe (see the module docstring).
+    lifeline: int | None = None
+    started_at: float = 0.0
+    last_alive: float | None = None  # when it last answered /healthz
 
 
 @dataclass
@@ -64,6 +99,8 @@ class LocalGroup:
     config_file: Path | None = None
     logs_dir: Path | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Where replica output goes without logs_dir, each line prefixed "[replica N] ".
+    out: TextIO | None = None
     generation: int = 0
     assignment: Assignment | None = None
     _replicas: dict[str, _Replica] = field(default_factory=dict)
@@ -93,23 +130,40 @@ class LocalGroup:
             self._spawn(replica)
 
     def poll(self) -> list[str]:
-        """Notice dead replicas and restart due ones; returns what happened, for display."""
+        """Notice dead and hung replicas, restart due ones; returns what happened, for display."""
         events: list[str] = []
         now = time.monotonic()
         changed = False
+        hung: list[subprocess.Popen[bytes]] = []
         for replica in self._replicas.values():
             process = replica.process
-            if process is not None and process.poll() is not None:
+            if process is None:
+                continue
+            if process.poll() is not None:
                 exit_status = _exit_description(process.returncode)
+                output = "" if replica.log_path is None else f" (its output: {replica.log_path})"
                 events.append(
-                    f"replica {replica.member.id} exited with {exit_status}; its tasks move to "
-                    f"the others, restart in {RESTART_BACKOFF_SECONDS:.0f} s"
+                    f"replica {replica.member.id} exited with {exit_status}{output}; its tasks "
+                    f"move to the others, restart in {RESTART_BACKOFF_SECONDS:.0f} s"
                 )
-                replica.process = None
-                replica.restart_at = now + RESTART_BACKOFF_SECONDS
-                changed = True
+            elif self._hung(replica, now):
+                events.append(
+                    f"replica {replica.member.id} (pid {process.pid}) has not answered "
+                    f"/healthz at {replica.member.address} for {self._silence(replica, now):.0f} "
+                    f"s; its tasks move to the others, it is killed and restarted in "
+                    f"{RESTART_BACKOFF_SECONDS:.0f} s"
+                )
+                hung.append(process)
+            else:
+                continue
+            self._release(replica)
+            replica.restart_at = now + RESTART_BACKOFF_SECONDS
+            changed = True
         if changed:
             self._publish()
+        for process in hung:  # after the republish: the others take over at once
+            process.kill()
+            process.wait()
         for replica in self._replicas.values():
             if (
                 replica.process is None
@@ -157,8 +211,34 @@ class LocalGroup:
             except subprocess.TimeoutExpired:
                 replica.process.kill()
                 codes[member_id] = replica.process.wait()
+            self._release(replica)
             replica.restart_at = None
         return codes
+
+    def answered_probe(self, member_id: str) -> bool:
+        """Whether the replica's current process has answered a liveness probe yet (until it
+        has, only the startup grace of STARTUP_SECONDS applies to it)."""
+        replica = self._replicas[member_id]
+        return replica.process is not None and replica.last_alive is not None
+
+    def log_path(self, member_id: str) -> Path | None:
+        """The file a replica's output goes to (None: the supervisor's terminal)."""
+        return self._replicas[member_id].log_path
+
+    def _hung(self, replica: _Replica, now: float) -> bool:
+        if replica.last_alive is None:
+            return now - replica.started_at > STARTUP_SECONDS
+        return now - replica.last_alive > LIVENESS_FAILURE_SECONDS
+
+    def _silence(self, replica: _Replica, now: float) -> float:
+        return now - (replica.last_alive or replica.started_at)
+
+    def _release(self, replica: _Replica) -> None:
+        """Forget a replica's process; closing its lifeline tells it to exit if it still runs."""
+        replica.process = None
+        if replica.lifeline is not None:
+            os.close(replica.lifeline)
+            replica.lifeline = None
 
     def _publish(self) -> None:
         present = [r.member for r in self._replicas.values() if r.restart_at is None]
@@ -196,18 +276,75 @@ class LocalGroup:
             "EDDYLINE_APPLICATION_SERVER": member.address or "",
             "PYTHONUNBUFFERED": "1",
         }
-        output: Any = subprocess.DEVNULL
+        output: Any = subprocess.PIPE
         if self.logs_dir is not None:
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             replica.log_path = self.logs_dir / f"replica-{member.id}.log"
             output = replica.log_path.open("ab")
+        # Only this process holds the write end: it closes when we die (see the docstring).
+        lifeline_read, lifeline_write = os.pipe()
+        command += ["--supervisor-fd", str(lifeline_read)]
         try:
-            replica.process = subprocess.Popen(
-                command, env=env, stdout=output, stderr=subprocess.STDOUT
+            process = subprocess.Popen(
+                command,
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                pass_fds=(lifeline_read,),
             )
+        except BaseException:
+            os.close(lifeline_write)
+            raise
         finally:
-            if output is not subprocess.DEVNULL:
+            os.close(lifeline_read)
+            if output is not subprocess.PIPE:
                 output.close()
+        replica.process = process
+        replica.lifeline = lifeline_write
+        replica.started_at = time.monotonic()
+        replica.last_alive = None
+        if process.stdout is not None:
+            threading.Thread(
+                target=_forward_output,
+                args=(process.stdout, f"[replica {member.id}] ", self.out or sys.stderr),
+                name=f"eddyline-replica-{member.id}-output",
+                daemon=True,
+            ).start()
+        if member.address:
+            threading.Thread(
+                target=self._probe_liveness,
+                args=(replica, process, member.address),
+                name=f"eddyline-replica-{member.id}-liveness",
+                daemon=True,
+            ).start()
+
+    def _probe_liveness(
+        self, replica: _Replica, process: subprocess.Popen[bytes], address: str
+    ) -> None:
+        """GET /healthz every PROBE_PERIOD_SECONDS while this process is the replica's."""
+        host, _, port = address.rpartition(":")
+        while replica.process is process and process.poll() is None:
+            connection = http.client.HTTPConnection(host, int(port), timeout=PROBE_TIMEOUT_SECONDS)
+            try:
+                connection.request("GET", "/healthz")
+                if connection.getresponse().status == 200:
+                    replica.last_alive = time.monotonic()
+            except (OSError, http.client.HTTPException):
+                pass  # refused or timed out: not alive (503 is a failed stream thread)
+            finally:
+                connection.close()
+            time.sleep(PROBE_PERIOD_SECONDS)
+
+
+def _forward_output(stream: IO[bytes], prefix: str, out: TextIO) -> None:
+    """Copy a replica's output lines to ``out``, prefixed unless the replica did it."""
+    with stream:
+        for raw in stream:
+            line = raw.decode(errors="replace").rstrip("\n")
+            try:
+                print(line if line.startswith(prefix) else prefix + line, file=out, flush=True)
+            except (OSError, ValueError):
+                return  # our own output is gone (closed terminal): stop copying
 
 
 def _exit_description(code: int) -> str:

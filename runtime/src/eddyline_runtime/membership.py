@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,9 @@ class MemberReport:
     stateful: frozenset[TaskId]
     stores: dict[str, dict[int, StoreCopy]]
     ready: bool
+    # Which sub-topology owns each persistent store (KIP-816: store names survive a topology
+    # change, ordinals do not); an upgrade assigns new tasks where their state is with it.
+    store_owners: dict[str, int] = field(default_factory=dict)
 
     def max_standby_lag(self) -> int | None:
         """The largest lag of a standby copy held here; None when it holds none."""
@@ -111,6 +114,7 @@ class MemberReport:
                 for store, partitions in sorted(self.stores.items())
             },
             "ready": self.ready,
+            "store_owners": dict(sorted(self.store_owners.items())),
         }
 
     @classmethod
@@ -131,6 +135,7 @@ class MemberReport:
                 stateful=frozenset(TaskId.parse(t) for t in data["stateful_tasks"]),
                 stores=stores,
                 ready=bool(data["ready"]),
+                store_owners={str(k): int(v) for k, v in (data.get("store_owners") or {}).items()},
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None

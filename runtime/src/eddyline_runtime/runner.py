@@ -9,10 +9,16 @@ topology it names and opens its log. Then, by ``spec.replicas``:
   is set;
 * several: a :class:`~eddyline_runtime.local_group.LocalGroup` starts one
   process per replica (each runs :func:`run_member`), publishes their
-  assignment, restarts crashed ones, and prints where to query them;
+  assignment, restarts crashed or hung ones, and prints where to query them;
+  with ``until_caught_up`` it stops them once all input is committed;
 * a pod of a cluster (``--membership-configmap``): :func:`run_cluster_member`
   starts with no tasks, reports its layout on ``/v1/layout`` and runs the
   share of the assignment the operator publishes (docs/operator.md).
+
+"Caught up" always means what the log says: every input and repartition
+partition's committed offset is at its end offset (:func:`uncommitted_inputs`),
+never only that an instance has nothing left to do: an instance fenced out
+of its tasks holds nothing and would look done.
 
 Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
 """
@@ -38,14 +44,15 @@ from eddyline_runtime.cluster_membership import (
     ConfigMapMembership,
 )
 from eddyline_runtime.config import StreamsConfig, read_settings_file
-from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.errors import ConfigError, EddylineError
 from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Log, open_log
 from eddyline_runtime.membership import Membership
+from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
 from eddyline_runtime.processing.queryable import HostInfo
-from eddyline_runtime.processing.topics import resolve_topics
+from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.query.server import QueryServer
 from eddyline_runtime.spec import StreamApp, load_manifest
 
@@ -79,6 +86,11 @@ def standby_cap_warning(replicas: int, num_standby_replicas: int) -> str | None:
 def load_app(manifest: Path, config_file: Path | None = None) -> StreamApp:
     """The manifest, with ``config_file`` (``.properties`` or YAML) over its ``spec.config``;
     the environment (``EDDYLINE_<NAME>``) overrides both when the config is built."""
+    if manifest.is_dir():
+        raise EddylineError(
+            f'manifest "{manifest}" is a directory; pass the StreamApp YAML file in it '
+            f"(e.g. {manifest / 'streamapp.yaml'})"
+        )
     app = load_manifest(manifest)
     if config_file is not None:
         settings = {**app.spec.config, **read_settings_file(config_file)}
@@ -95,7 +107,9 @@ def run_manifest(
     member_file: Path | None = None,
     membership_configmap: str | None = None,
     log_url: str | None = None,
+    supervisor_fd: int | None = None,
     until_caught_up: bool = False,
+    logs_dir: Path | None = None,
     timeout: float | None = None,
     out: TextIO = sys.stderr,
     on_started: Callable[[StreamsInstance], None] | None = None,
@@ -108,8 +122,18 @@ def run_manifest(
         if capped is not None:
             logger.warning(capped)
     if member_file is None and membership_configmap is None and app.spec.replicas > 1:
-        run_group(manifest, app, config_file=config_file, out=out)
+        run_group(
+            manifest,
+            app,
+            config_file=config_file,
+            until_caught_up=until_caught_up,
+            logs_dir=logs_dir,
+            timeout=timeout,
+            out=out,
+        )
         return None
+    if supervisor_fd is not None:
+        _exit_with_supervisor(supervisor_fd)
     log = open_log(log_url or app.spec.log.url)
     try:
         if membership_configmap is not None:
@@ -161,10 +185,25 @@ def run_app(
 ) -> StreamsInstance:
     config = app.streams_config()
     topology = load_topology(app.spec.topology.ref, search_path)
+    check_state_dir(Path(config.state_dir))
     instance = StreamsInstance(topology, config, log, instance_id=instance_id)
 
     def finished() -> bool:
-        return until_caught_up and instance.caught_up()
+        if not until_caught_up:
+            return False
+        fenced = sum(thread.migrated for thread in instance.threads)
+        if fenced:
+            raise EddylineError(
+                f"{fenced} task(s) of instance {instance_id} were taken over by another "
+                f'instance of application "{config.application_id}" (it fenced this one\'s '
+                "transactions), so this run cannot finish its input; stop the other instance "
+                "(eddyline run with spec.replicas > 1 runs several safely) and run again"
+            )
+        return (
+            instance.caught_up()
+            and instance.layout is not None
+            and not uncommitted_inputs(log, instance.layout)
+        )
 
     _serve(instance, app, out, finished, tick_seconds=0.05, timeout=timeout, on_started=on_started)
     return instance
@@ -182,6 +221,7 @@ def run_member(
     """One replica of a local group: follow the membership file until SIGINT/SIGTERM."""
     config = app.streams_config()
     topology = load_topology(app.spec.topology.ref, search_path)
+    check_state_dir(Path(config.state_dir))
     membership = _wait_for_membership(member_file, instance_id)
     instance = StreamsInstance(
         topology,
@@ -195,7 +235,7 @@ def run_member(
 
     def follow_membership() -> bool:
         nonlocal generation
-        current = Membership.read(member_file)
+        current = _read_membership(member_file)
         if current is not None and current.generation != generation:
             generation = current.generation
             instance.apply_assignment(current.assignment)
@@ -317,20 +357,46 @@ def run_group(
     app: StreamApp,
     *,
     config_file: Path | None = None,
-    base_port: int = DEFAULT_QUERY_PORT,
+    base_port: int | None = None,
+    until_caught_up: bool = False,
+    logs_dir: Path | None = None,
+    timeout: float | None = None,
     out: TextIO = sys.stderr,
 ) -> None:
-    """Supervise ``spec.replicas`` local replicas until SIGINT/SIGTERM."""
-    group = start_group(manifest, app, config_file=config_file, base_port=base_port, out=out)
+    """Supervise ``spec.replicas`` local replicas until SIGINT/SIGTERM, or with
+    ``until_caught_up`` until the log holds every input record as committed."""
+    group = start_group(
+        manifest, app, config_file=config_file, base_port=base_port, logs_dir=logs_dir, out=out
+    )
     stop = threading.Event()
+    log = open_log(app.spec.log.url)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    caught_up = False
     with _stop_on_signals(stop):
         try:
             while not stop.wait(0.1):
                 for event in group.poll():
                     print(event, file=out, flush=True)
+                if until_caught_up and len(group.alive()) == group.replicas:
+                    caught_up = not uncommitted_inputs(log, group.layout)
+                    if caught_up:
+                        break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"{app.metadata.name} still running after {timeout} s")
         finally:
+            log.close()
             codes = group.stop()
             print(f"stopped replicas: {codes}", file=out, flush=True)
+    failed = {member: code for member, code in codes.items() if code not in (0, None)}
+    if caught_up and failed:
+        where = ", ".join(
+            f"replica {member} exited with {code}"
+            + ("" if group.log_path(member) is None else f" (output: {group.log_path(member)})")
+            for member, code in sorted(failed.items())
+        )
+        raise EddylineError(
+            f"{app.metadata.name} caught up, but not every replica closed cleanly: {where}"
+        )
 
 
 def start_group(
@@ -338,12 +404,21 @@ def start_group(
     app: StreamApp,
     *,
     config_file: Path | None = None,
-    base_port: int = DEFAULT_QUERY_PORT,
+    base_port: int | None = None,
     logs_dir: Path | None = None,
     out: TextIO = sys.stderr,
 ) -> LocalGroup:
-    """Start the replicas of ``app`` and print where to query them."""
+    """Start the replicas of ``app`` and print where to query them.
+
+    Replica i answers queries on ``base_port`` + i: by default the port of
+    ``application.server`` when it is set, else :data:`DEFAULT_QUERY_PORT`."""
     config = app.streams_config()
+    host = "127.0.0.1"
+    if base_port is None:
+        base_port = DEFAULT_QUERY_PORT
+        if config.application_server:
+            server = _query_address(config.application_server)
+            host, base_port = server.host, server.port
     topology = load_topology(app.spec.topology.ref, [manifest.resolve().parent])
     log = open_log(app.spec.log.url)
     try:
@@ -357,9 +432,11 @@ def start_group(
         num_standby_replicas=config.num_standby_replicas,
         state_dir=Path(config.state_dir).resolve(),
         zones=app.spec.zones,
+        host=host,
         base_port=base_port,
         config_file=config_file,
         logs_dir=logs_dir,
+        out=out,
     )
     group.start()
     standbys = min(config.num_standby_replicas, app.spec.replicas - 1)
@@ -386,10 +463,88 @@ def start_group(
     return group
 
 
+def uncommitted_inputs(log: Log, layout: TopicLayout) -> dict[TopicPartition, tuple[int, int]]:
+    """(committed, end) of every input partition whose committed offset trails its end.
+
+    Read in sub-topology order: once a sub-topology's inputs are committed, so
+    is what it wrote to the repartition topics the next one reads, so a later
+    read of those sees it.
+    """
+    behind: dict[TopicPartition, tuple[int, int]] = {}
+    for sub in layout.subtopologies:
+        inputs = [
+            tp
+            for partition in range(layout.partitions[sub.id])
+            for tp in layout.input_partitions(TaskId(sub.id, partition))
+        ]
+        committed = log.committed_offsets(layout.application_id, inputs)
+        for tp in inputs:
+            end = log.end_offset(tp)
+            if committed.get(tp, 0) < end:
+                behind[tp] = (committed.get(tp, 0), end)
+    return behind
+
+
+def check_state_dir(state_dir: Path) -> None:
+    """Refuse, saying what to fix, a ``state.dir`` that is a file or that we cannot write."""
+    if state_dir.exists() and not state_dir.is_dir():
+        raise ConfigError(
+            "state.dir",
+            str(state_dir),
+            "a directory",
+            hint="it is a file: remove it or choose another state.dir",
+        )
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        probe = state_dir / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(
+            "state.dir",
+            str(state_dir),
+            "a directory this process can create and write",
+            hint=f"{error.strerror or error}: make it writable by uid {os.getuid()} "
+            "(e.g. a volume's fsGroup) or choose another state.dir",
+        ) from None
+
+
+def _read_membership(member_file: Path) -> Membership | None:
+    try:
+        return Membership.read(member_file)
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        raise EddylineError(
+            f'member file "{member_file}" is not a membership eddyline wrote '
+            f"({type(error).__name__}: {error}); start replicas through `eddyline run` "
+            "(which writes it), or remove the file"
+        ) from None
+
+
+def _exit_with_supervisor(fd: int, grace_seconds: float = 30.0) -> None:
+    """A replica's lifeline: end-of-file on ``fd`` means the supervisor died.
+
+    Then the replica stops as on SIGTERM (commit, close); if that takes more
+    than ``grace_seconds`` it exits anyway, releasing its port and locks.
+    """
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 1):
+                pass
+        except OSError:
+            pass
+        print("the supervisor is gone: committing and exiting", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="eddyline-lifeline", daemon=True).start()
+
+
 def _wait_for_membership(member_file: Path, instance_id: str, timeout: float = 30.0) -> Membership:
     deadline = time.monotonic() + timeout
     while True:
-        membership = Membership.read(member_file)
+        membership = _read_membership(member_file)
         if membership is not None and instance_id in membership.assignment.active:
             return membership
         if time.monotonic() > deadline:
@@ -405,7 +560,7 @@ def _start_query_server(instance: StreamsInstance, out: TextIO) -> QueryServer |
     address = instance.config.application_server
     if not address:
         return None
-    host = HostInfo.parse(address)
+    host = _query_address(address)
     server = QueryServer(instance, host.host, host.port)
     bound = server.start()
     print(
@@ -414,6 +569,13 @@ def _start_query_server(instance: StreamsInstance, out: TextIO) -> QueryServer |
         flush=True,
     )
     return server
+
+
+def _query_address(address: str) -> HostInfo:
+    try:
+        return HostInfo.parse(address)
+    except ValueError:
+        raise ConfigError("application.server", address, "host:port, e.g. 127.0.0.1:7070") from None
 
 
 class _Progress:

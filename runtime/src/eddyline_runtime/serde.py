@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import struct
+from collections.abc import Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 from eddyline_runtime.errors import ConfigError, EddylineError, one_of
@@ -123,3 +124,19 @@ def serde_for(name: str | None, *, key: str = "serde") -> Any:
     if not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
         raise ConfigError(key, name, accepted, hint="it has no serialize/deserialize methods")
     return serde
+
+
+def serde_for_request(name: str, *, own: Iterable[str | None], key: str = "serde") -> Any:
+    """A serde a query request names: a built-in one or one the store itself uses.
+
+    Requests come from the network, so they never get :func:`serde_for`'s
+    ``module:attribute`` loading, which imports a module and calls a class
+    (``subprocess:Popen`` would run ``Popen()``). A store's own serdes came
+    from its topology, which the operator deployed, so naming them is safe.
+    """
+    accepted = [*BUILT_IN, *sorted({n for n in own if n is not None and n not in BUILT_IN})]
+    if name not in accepted:
+        raise ConfigError(
+            key, name, one_of(accepted), hint="a query names a built-in serde or the store's own"
+        )
+    return serde_for(name, key=key)

@@ -140,6 +140,13 @@ class TopologySpec(_Strict):
         description="the topology's revision; changing it is a topology change (every pod "
         "restarts together, state relocates per KIP-816) instead of a rolling config change",
     )
+    upgrade_deadline_seconds: int = Field(
+        default=300,
+        alias="upgradeDeadlineSeconds",
+        ge=1,
+        description="how long the pods of a new topology revision may take to be ready (every "
+        "active task restored) before the upgrade is rolled back to the revision that ran",
+    )
 
 
 class LogSpec(_Strict):
@@ -423,6 +430,53 @@ class Condition(_Strict):
     observed_generation: int | None = Field(default=None, alias="observedGeneration", ge=0)
 
 
+class TopologyRecord(_Strict):
+    """A topology as the operator records it: the spec's ref and revision, and the hash of
+    ``describe()`` the pods report once they run it."""
+
+    ref: str
+    revision: str
+    hash: str | None = None
+
+
+class UpgradeStepRecord(_Strict):
+    step: str
+    started_at: str = Field(alias="startedAt", json_schema_extra={"format": "date-time"})
+
+
+class UpgradeFailure(_Strict):
+    """Why an upgrade was rolled back: the reason, and the pod and error when a pod said."""
+
+    reason: str
+    pod: str | None = None
+    message: str = ""
+
+
+class UpgradeStatus(_Strict):
+    """The upgrade under way: the operator's write-ahead log (each step is written here before
+    the operator acts on it; a restarted operator resumes from it)."""
+
+    from_topology: TopologyRecord = Field(alias="from")
+    to_topology: TopologyRecord = Field(alias="to")
+    step: str = Field(description="Stopping, Publishing or Starting")
+    steps: list[UpgradeStepRecord] = Field(default_factory=list)
+    placement: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict,
+        description="store -> partition -> pods holding it before the upgrade, active first: "
+        "new tasks are assigned where their (relocated) state is",
+    )
+    rollback: UpgradeFailure | None = None
+
+
+class LastUpgrade(_Strict):
+    from_topology: TopologyRecord = Field(alias="from")
+    to_topology: TopologyRecord = Field(alias="to")
+    outcome: str = Field(description="Succeeded or RolledBack")
+    steps: list[UpgradeStepRecord] = Field(default_factory=list)
+    finished_at: str = Field(alias="finishedAt", json_schema_extra={"format": "date-time"})
+    rollback: UpgradeFailure | None = None
+
+
 class StreamAppStatus(_Strict):
     observed_generation: int | None = Field(
         default=None,
@@ -450,6 +504,16 @@ class StreamAppStatus(_Strict):
         description="the node every pod is pinned to while the embedded sqlite log is used",
     )
     message: str | None = None
+    topology: TopologyRecord | None = Field(
+        default=None, description="the topology published to the pods (what runs)"
+    )
+    upgrade: UpgradeStatus | None = None
+    last_upgrade: LastUpgrade | None = Field(default=None, alias="lastUpgrade")
+    failed_topology: TopologyRecord | None = Field(
+        default=None,
+        alias="failedTopology",
+        description="a topology that was rolled back; not tried again until spec.topology changes",
+    )
 
 
 class StreamApp(_Strict):
@@ -489,6 +553,8 @@ def _manifest_error(source: str, exc: ValidationError) -> ManifestError:
     first = exc.errors()[0]
     path = ".".join(_path_part(part) for part in first["loc"]) or "(document)"
     original = first.get("ctx", {}).get("error")
+    if isinstance(original, ConfigError) and original.key.startswith("EDDYLINE_"):
+        return ManifestError("the environment", original.key, str(original))  # not the manifest
     if isinstance(original, ConfigError):
         return ManifestError(source, f'{path}."{original.key}"', str(original))
     if first["type"] == "literal_error":

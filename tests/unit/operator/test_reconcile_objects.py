@@ -98,7 +98,8 @@ def test_the_stateful_set_runs_pods_in_parallel_and_restarts_them_through_the_op
 def test_the_topology_reference_is_in_the_rendered_manifest_and_the_revision_on_the_pod() -> None:
     built = build(topology={"ref": "wordcount:topology", "revision": "7"})
     manifest = yaml.safe_load(built["ConfigMap/wc-config"]["data"][names.MANIFEST_KEY])
-    assert manifest["spec"]["topology"] == {"ref": "wordcount:topology", "revision": "7"}
+    assert manifest["spec"]["topology"]["ref"] == "wordcount:topology"
+    assert manifest["spec"]["topology"]["revision"] == "7"
     template = built["StatefulSet/wc"]["spec"]["template"]
     assert template["metadata"]["labels"][names.LABEL_REVISION] == "7"
     env = {e["name"]: e.get("value") for e in container(built)["env"]}

@@ -39,6 +39,8 @@ STARTUP_PERIOD_SECONDS = 2
 STARTUP_FAILURES = 150
 # A pod gets this long to commit and close its stores on SIGTERM.
 TERMINATION_GRACE_SECONDS = 60
+# Where the runtime writes why it stopped (the kubelet's default path).
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # Where a Secret with Kafka client settings is mounted (spec.log.secretName).
 LOG_SECRET_MOUNT = "/etc/eddyline/log-secret"
 
@@ -272,7 +274,12 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
             {"name": "EDDYLINE_APPLICATION_SERVER", "value": f"$(POD_IP):{names.QUERY_PORT}"},
             {"name": "EDDYLINE_STATE_DIR", "value": names.STATE_MOUNT},
             {"name": "EDDYLINE_TOPOLOGY_REVISION", "value": spec.topology.revision},
+            {"name": "EDDYLINE_TERMINATION_MESSAGE_PATH", "value": TERMINATION_MESSAGE_PATH},
         ],
+        # A pod that refuses to start (KIP-816 relocation refused, say) writes why here; the
+        # operator reads it from the container's terminated state to roll an upgrade back.
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "ports": [
             {"name": names.QUERY_PORT_NAME, "containerPort": names.QUERY_PORT, "protocol": "TCP"}
         ],

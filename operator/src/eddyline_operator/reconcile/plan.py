@@ -40,19 +40,17 @@ from eddyline_operator.reconcile.status import (
     rollout_step,
     running_revision,
 )
+from eddyline_operator.reconcile.upgrade import Decision, Event, Topology, UpgradeInput, decide
 from eddyline_runtime.membership import MemberReport, Membership
-from eddyline_runtime.spec import MAX_NAME_LENGTH, ManifestError, StreamApp, parse_manifest
+from eddyline_runtime.spec import (
+    MAX_NAME_LENGTH,
+    ManifestError,
+    StreamApp,
+    TopologySpec,
+    parse_manifest,
+)
 
 Obj = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event about the StreamApp: type Normal or Warning."""
-
-    type: str
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -78,6 +76,8 @@ class Plan:
     delete_pods: list[str]
     status: Obj
     events: list[Event]
+    # A new upgrade step: status must be written before anything else is done (write-ahead).
+    write_ahead: bool = False
 
 
 def parse_app(body: Obj) -> StreamApp:
@@ -123,10 +123,40 @@ def plan(observed: Observed) -> Plan:
     try:
         app = parse_app(observed.body)
     except ManifestError as invalid:
-        membership = cycle.follow_membership(_applied_app(observed.applied_manifest))
+        # Mid-upgrade, the upgrade alone decides the membership: it waits for a valid spec.
+        upgrading = bool((observed.body.get("status") or {}).get("upgrade"))
+        applied = None if upgrading else _applied_app(observed.applied_manifest)
+        membership = cycle.follow_membership(applied)
         return cycle.invalid(invalid, membership)
-    membership = cycle.follow_membership(app)
-    return cycle.valid(app, membership)
+    upgrade = cycle.upgrade(app)
+    running = with_topology(app, upgrade.render)
+    # During an upgrade the upgrade decides what is published (a reset, then one assignment
+    # where the state is); otherwise the membership follows the pods.
+    held = upgrade.hold_membership
+    membership = upgrade.membership if held else cycle.follow_membership(running)
+    return cycle.valid(app, running, membership, upgrade)
+
+
+def with_topology(app: StreamApp, topology: Topology) -> StreamApp:
+    """``app`` with the given topology ref and revision (what runs, or the upgrade's step)."""
+    if topology.same_spec(Topology(app.spec.topology.ref, app.spec.topology.revision)):
+        return app
+    chosen = TopologySpec.model_validate(
+        {
+            **app.spec.topology.model_dump(by_alias=True),
+            "ref": topology.ref,
+            "revision": topology.revision,
+        }
+    )
+    return app.model_copy(update={"spec": app.spec.model_copy(update={"topology": chosen})})
+
+
+def applied_topology(manifest: str | None) -> Topology | None:
+    """The topology in the owned ConfigMap: what was last published to the pods."""
+    applied = _applied_app(manifest)
+    if applied is None:
+        return None
+    return Topology(applied.spec.topology.ref, applied.spec.topology.revision)
 
 
 class _Cycle:
@@ -156,6 +186,23 @@ class _Cycle:
             message=message,
             now=self.observed.now,
             generation=self.generation,
+        )
+
+    def upgrade(self, app: StreamApp) -> Decision:
+        observed = self.observed
+        return decide(
+            UpgradeInput(
+                app=app,
+                status=self.old_status,
+                pods=self.pods,
+                reports=observed.reports,
+                membership=observed.membership,
+                applied=applied_topology(observed.applied_manifest),
+                node_labels={
+                    n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in observed.nodes
+                },
+                now=observed.now,
+            )
         )
 
     def follow_membership(self, app: StreamApp | None) -> Membership | None:
@@ -218,7 +265,15 @@ class _Cycle:
         }
         return Plan(None, [], membership, [], status, self.events)
 
-    def valid(self, app: StreamApp, membership: Membership | None) -> Plan:
+    def valid(
+        self,
+        requested: StreamApp,
+        app: StreamApp,
+        membership: Membership | None,
+        upgrade: Decision,
+    ) -> Plan:
+        """``requested`` is the spec as written; ``app`` the same with the topology that runs
+        (or the upgrade step's): objects are rendered from ``app``."""
         spec = app.spec
         embedded = objects.uses_embedded_log(app)
         log_node = (
@@ -233,6 +288,8 @@ class _Cycle:
             default_image=self.observed.default_image,
             log_node=log_node,
         )
+        if upgrade.replicas is not None and desired[-1]["kind"] == "StatefulSet":
+            desired[-1]["spec"]["replicas"] = upgrade.replicas
         template = desired[-1]["spec"]["template"]
         template_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
         desired_replicas = 0 if spec.suspend else spec.replicas
@@ -244,15 +301,27 @@ class _Cycle:
                 f"development only: the embedded sqlite log pins every pod to node {log_node} "
                 "on one shared claim; use a kafka:// log in production"
             )
-        step = rollout_step(
-            self.pods,
-            template_hash=template_hash,
-            revision=spec.topology.revision,
-            desired_replicas=desired_replicas,
-            reports=self.observed.reports,
+        if upgrade.active:
+            message = upgrade.upgrading[2]
+            step = RolloutStep(tuple(upgrade.delete_pods), "TopologyUpgrade", message)
+        else:
+            step = rollout_step(
+                self.pods,
+                template_hash=template_hash,
+                revision=spec.topology.revision,
+                desired_replicas=desired_replicas,
+                reports=self.observed.reports,
+            )
+        if requested.spec.topology != app.spec.topology and not upgrade.active:
+            self.notes.append(
+                f"spec.topology {requested.spec.topology.ref}@{requested.spec.topology.revision}"
+                f" is not running: {app.spec.topology.ref}@{app.spec.topology.revision} runs"
+            )
+        self.events.extend(upgrade.events)
+        delete = (
+            list(step.delete) if upgrade.active else ([] if spec.suspend else list(step.delete))
         )
-        delete = [] if spec.suspend else list(step.delete)
-        for pod in delete:
+        for pod in [] if upgrade.active else delete:
             self.events.append(
                 Event("Normal", step.reason, f"restarting pod {pod} ({step.message})")
             )
@@ -279,7 +348,7 @@ class _Cycle:
                 )
         published = membership or self.observed.membership
         conditions, phase = self.conditions(
-            app, desired_replicas, published, step, off_node=off_node
+            app, desired_replicas, published, step, off_node=off_node, upgrade=upgrade
         )
         previous_message = self.old_status.get("message") or ""
         for note in self.notes:
@@ -297,10 +366,18 @@ class _Cycle:
             "maxStandbyLag": max_standby_lag(self.observed.reports.values()),
             "logNode": log_node,
             "membershipGeneration": None if published is None else published.generation,
+            "topology": upgrade.topology.to_json(),
+            "upgrade": upgrade.upgrade,
+            "lastUpgrade": upgrade.last_upgrade,
+            "failedTopology": None
+            if upgrade.failed_topology is None
+            else upgrade.failed_topology.to_json(),
         }
-        return Plan(app, desired, membership, delete, status, self.events)
+        return Plan(
+            app, desired, membership, delete, status, self.events, write_ahead=upgrade.write_ahead
+        )
 
-    def conditions(
+    def conditions(  # noqa: PLR0915 - one decision table, read top to bottom
         self,
         app: StreamApp,
         desired_replicas: int,
@@ -308,6 +385,7 @@ class _Cycle:
         step: RolloutStep,
         *,
         off_node: Sequence[str] = (),
+        upgrade: Decision | None = None,
     ) -> tuple[list[Obj], str]:
         """Ready, Progressing and Degraded, and the phase they add up to."""
         rollout_reason, rollout_message = step.reason, step.message
@@ -360,6 +438,10 @@ class _Cycle:
             )
             if _condition_changed(self.old_conditions, degraded):
                 self.events.append(Event("Warning", "CrashLoopBackOff", degraded["message"]))
+        elif upgrade is not None and upgrade.degraded is not None:
+            degraded = self.cond("Degraded", True, *upgrade.degraded)
+            if _condition_changed(self.old_conditions, degraded):
+                self.events.append(Event("Warning", degraded["reason"], degraded["message"]))
         else:
             degraded = self.cond("Degraded", False, "AsExpected", "")
         if app.spec.suspend:
@@ -372,7 +454,15 @@ class _Cycle:
             phase = "Progressing"
         else:
             phase = "Pending"
-        return [ready_cond, progressing, degraded], phase
+        result = [ready_cond, progressing, degraded]
+        if upgrade is not None:
+            upgrading, reason, message = upgrade.upgrading
+            result.append(self.cond("Upgrading", upgrading, reason, message))
+            if upgrading:
+                phase = "Progressing"
+            elif upgrade.degraded is not None and phase == "Running":
+                phase = "Degraded"
+        return result, phase
 
 
 def _owned_by_app(pod: Obj, name: str) -> bool:

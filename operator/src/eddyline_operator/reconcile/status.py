@@ -102,8 +102,10 @@ def rollout_step(
     desired_replicas: int,
     reports: Mapping[str, MemberReport],
 ) -> RolloutStep:
-    """Restart outdated pods: all at once for a new topology revision, else one at a time,
-    each only when every pod is ready and caught up (no restoring copy, standbys close)."""
+    """Restart outdated pods one at a time, each only when every pod is ready and caught up
+    (no restoring copy, standbys close). A change of topology never gets here: it is a
+    full-cluster upgrade (``upgrade.py``); pods of another revision label are restarted
+    together only as a last resort (their revision never runs beside another)."""
     live = [p for p in pods if not is_deleting(p)]
     outdated = sorted((p for p in live if pod_hash(p) != template_hash), key=ordinal, reverse=True)
     if not outdated:

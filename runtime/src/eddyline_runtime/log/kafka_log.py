@@ -193,6 +193,10 @@ class KafkaLog(Log):
         # Real topic name -> partition count, and -> compacted, as last seen.
         self._partition_counts: dict[str, int] = {}
         self._compacted: dict[str, bool] = {}
+        # Per partition, a last stable offset seen and where committed data ended
+        # below it, when a reader found only transaction markers in between: a
+        # read_committed reader at that data end is at the end (see end_offset).
+        self._data_ends: dict[tuple[str, int], tuple[int, int]] = {}
         self._closed = False
 
     @classmethod
@@ -529,8 +533,23 @@ class KafkaLog(Log):
         return self._reader().bounds(tp, self.check_partition(tp))[0]
 
     def end_offset(self, tp: TopicPartition) -> int:
-        """The last stable offset: under read_committed, where committed data ends."""
-        return self._reader().bounds(tp, self.check_partition(tp))[1]
+        """Where committed data ends: the last stable offset, less trailing markers.
+
+        Every transaction ends in a commit marker that takes an offset but is
+        never delivered, so a reader that consumed every committed record sits
+        one or more offsets below the last stable offset. When a fetch found
+        only markers up to that offset, the offset it fetched from is the end
+        (the same end a fetch reports): positions and end offsets then agree,
+        as they do on the embedded log, and a caught-up task or standby says so.
+        """
+        real = self.check_partition(tp)
+        stable = self._reader().bounds(tp, real)[1]
+        seen = self._data_ends.get((real, tp.partition))
+        return seen[1] if seen is not None and seen[0] == stable else stable
+
+    def markers_only(self, real: str, partition: int, stable: int, data_end: int) -> None:
+        """A reader found only transaction markers between ``data_end`` and ``stable``."""
+        self._data_ends[(real, partition)] = (stable, data_end)
 
     # -- group offsets ---------------------------------------------------------------------
 
@@ -780,6 +799,7 @@ class _PartitionReader:
             # every fetch, and should not pay a poll's wait for it.
             (position,) = self._consumer.position([kafka_tp])
             if position.offset >= end:  # a seek resets it to -1001 (invalid)
+                self._log.markers_only(real, tp.partition, end, offset)
                 return [], offset
             self._drain(_POLL_S)
             self._raise_pending(key)

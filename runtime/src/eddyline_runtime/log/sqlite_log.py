@@ -138,15 +138,22 @@ class SqliteLog(Log):
             self._connection()  # fail here, not at the first read, if it cannot be opened
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._write() as db:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                db.execute(statement)
-            for (table, column), statements in _MIGRATIONS.items():
-                columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-                if column not in columns:
-                    for statement in statements:
-                        db.execute(statement)
-            db.execute(_TRUNCATION_TRIGGER)
+        try:
+            with self._write() as db:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    db.execute(statement)
+                for (table, column), statements in _MIGRATIONS.items():
+                    columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                    if column not in columns:
+                        for statement in statements:
+                            db.execute(statement)
+                db.execute(_TRUNCATION_TRIGGER)
+        except sqlite3.DatabaseError as error:
+            self.close()
+            raise LogError(
+                f"{self.path} is not an eddyline log (SQLite: {error}); point the log URL at a "
+                "log file, or at a path that does not exist yet to start a new log"
+            ) from None
 
     @property
     def url(self) -> str:

@@ -169,11 +169,17 @@ class KStream:
         *,
         key_serde: str = "string",
         value_serde: str = "json",
+        repartition_name: str | None = None,
     ) -> KGroupedStream:
-        """Re-key by ``selector``; the aggregation reads a repartition topic."""
+        """Re-key by ``selector``; the aggregation reads a repartition topic.
+
+        The topic is ``<repartition_name>-repartition`` (Kafka Streams' ``Grouped.as``), else
+        named after a generated node name, which shifts when a topology change adds nodes
+        before it: records still in the old topic at such an upgrade would never be read."""
         rekeyed = self._then("KSTREAM-KEY-SELECT", lambda k, v, emit: emit(selector(k, v), v))
         builder = self._builder
-        topic = f"{builder._name('KSTREAM-AGGREGATE-STATE-STORE')}-repartition"
+        generated = builder._name("KSTREAM-AGGREGATE-STATE-STORE")
+        topic = f"{repartition_name or generated}-repartition"
         builder.internal_topics.append(topic)
         builder.topology.add_sink(
             builder._name("KSTREAM-SINK"),

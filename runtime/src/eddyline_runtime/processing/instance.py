@@ -102,6 +102,17 @@ class StreamsInstance:
                 store_homes(self.topology, layout),
                 automatic=self.config.automatic_state_relocation,
             )
+            relocation = self.relocation
+            # KIP-816 at this start: how many stores moved, and how long it took (an
+            # operator's upgrade reads them to tell relocation from the rest of a start).
+            self.metrics.register(
+                MetricName.of("stream-metrics", "state-relocation-seconds"),
+                lambda: relocation.seconds,
+            )
+            self.metrics.register(
+                MetricName.of("stream-metrics", "state-relocated-stores"),
+                lambda: float(len(relocation.moves)),
+            )
             self.state = InstanceState.REBALANCING
             self.layout = layout
             if self.assignment is None:

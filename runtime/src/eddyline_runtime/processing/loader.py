@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,12 +42,24 @@ def load_topology(reference: str, search_path: Sequence[Path] = ()) -> Topology:
             f"searched sys.path and {searched}. Install the package in the image, or put the "
             "module next to the manifest"
         ) from exc
+    except Exception as exc:  # the module's own code failed as it was imported
+        raise TopologyLoadError(
+            f'spec.topology "{reference}": importing module "{module_name}" raised '
+            f"{_described(exc)}; fix the topology code"
+        ) from exc
     function = getattr(module, function_name, None)
     if not callable(function):
         raise TopologyLoadError(
             f'spec.topology "{reference}": module "{module_name}" has no function "{function_name}"'
         )
-    built = function()
+    try:
+        built = function()
+    except EddylineError:
+        raise
+    except Exception as exc:
+        raise TopologyLoadError(
+            f'spec.topology "{reference}" raised {_described(exc)}; fix the topology code'
+        ) from exc
     if isinstance(built, StreamsBuilder):
         built = built.build()
     if not isinstance(built, Topology):
@@ -55,3 +68,12 @@ def load_topology(reference: str, search_path: Sequence[Path] = ()) -> Topology:
             "Topology or a StreamsBuilder"
         )
     return built
+
+
+def _described(error: Exception) -> str:
+    """The error and where in the user's code it happened (the last frame), in one line."""
+    if isinstance(error, SyntaxError):
+        return f"SyntaxError: {error.msg} at {error.filename}:{error.lineno}"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"

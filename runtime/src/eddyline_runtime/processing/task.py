@@ -19,6 +19,7 @@ from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.queryable import LagInfo
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.state import StoreCorruptedError
 
 
 class TaskProcessingError(EddylineError):
@@ -67,6 +68,18 @@ class StreamTask:
         self._committed_inputs = dict(start_offsets)
         self.running = True
 
+    def _store_corruption(self, error: Exception) -> StoreCorruptedError | None:
+        """RocksDB's "Corruption: ..." from a store read is the store's fault, not the record's:
+        report it with the operator action, naming the store whose files it names."""
+        message = str(error)
+        if not message.startswith("Corruption"):
+            return None
+        for name, task_store in self.stores.items():
+            directory = getattr(task_store.store, "directory", None)
+            if directory is not None and str(directory) in message:
+                return StoreCorruptedError(name, directory, message)
+        return None
+
     def process(self, max_records: int, max_uncommitted_bytes: int | None = None) -> int:
         """Process up to ``max_records`` buffered records, while timestamp order allows,
         and only until :meth:`uncommitted_bytes` reaches ``max_uncommitted_bytes``: the
@@ -92,7 +105,9 @@ class StreamTask:
             except EddylineError:
                 raise
             except Exception as exc:
-                raise TaskProcessingError(self.id, tp, record.offset, exc) from exc
+                raise self._store_corruption(exc) or TaskProcessingError(
+                    self.id, tp, record.offset, exc
+                ) from exc
             consumed[tp] = record.offset + 1
             done += 1
             if topology.commit_requested or (

@@ -43,4 +43,7 @@ def member_report(instance: StreamsInstance) -> MemberReport:
         stateful=frozenset(layout.stateful_tasks()),
         stores=stores,
         ready=instance.ready(),
+        store_owners={
+            name: sub.id for sub in instance.topology.subtopologies() for name in sub.stores
+        },
     )

@@ -12,6 +12,7 @@ Endpoints (JSON unless noted)::
     GET /v1/stores/{store}/keys/{key}           one key
     GET /v1/stores/{store}/range?from=&to=      keys from..to (inclusive; either may be omitted)
     GET /v1/stores/{store}/all                  every key this instance holds
+                                                (both paginated: ``limit`` and ``cursor``)
     GET /v1/stores/{store}/metadata/{key}       KeyQueryMetadata: active, standby hosts, partition
     GET /v1/lags                                all_local_store_partition_lags()
     GET /v1/layout                              task layout and store roles (query/layout.py)
@@ -26,17 +27,32 @@ Store reads take ``isolation=READ_COMMITTED|READ_UNCOMMITTED`` (default:
   hosts that do);
 * 503 with ``Retry-After``: the local copy is a standby or still restoring
   and ``allow_stale`` is false (the body names the active host);
-* 400: a bad parameter (the body names the accepted values).
+* 400: a bad parameter (the body names the accepted values), or a serde that
+  does not fit the stored bytes.
+
+``/range`` and ``/all`` answer at most ``limit`` entries (default
+:data:`DEFAULT_PAGE_ENTRIES`, at most :data:`MAX_PAGE_ENTRIES`) in key order;
+when more remain, ``next_cursor`` is set and passing it back as ``cursor``
+returns the entries after the last one served. It is null on the last page:
+an answer is never cut short silently. Pages are read at different instants
+(each one committed state, or the owner's open transaction under
+READ_UNCOMMITTED), as Kafka Streams' range queries are per call.
+
+Serdes a request may name (``key_serde``, ``value_serde``) are the built-in
+ones and the store's own, never ``module:attribute``: a request must not
+choose code to import and run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import heapq
+import itertools
 import json
 import logging
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -50,25 +66,40 @@ from eddyline_runtime.processing.queryable import (
     LocalStorePartition,
 )
 from eddyline_runtime.query.layout import member_report
+from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits, install_log_limits
 from eddyline_runtime.query.prometheus import render_prometheus
-from eddyline_runtime.serde import serde_for
+from eddyline_runtime.serde import SerdeError, serde_for_request
 from eddyline_runtime.state import KeyRange, StateStoreError
 
 logger = logging.getLogger(__name__)
 
 # What a client should wait before retrying a standby or restoring store.
 RETRY_AFTER_SECONDS = 1
-_MAX_ENTRIES = 100_000
+# A page of /range or /all: small enough to answer in milliseconds and keep the
+# event loop (and /healthz on it) responsive, large enough for few round trips.
+DEFAULT_PAGE_ENTRIES = 1_000
+MAX_PAGE_ENTRIES = 10_000
 
 
 class QueryServer:
     """Serves one instance's stores over HTTP on a background thread."""
 
-    def __init__(self, instance: StreamsInstance, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        instance: StreamsInstance,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         self.instance = instance
         self._host, self._port = host, port
+        self.limits = limits or ConnectionLimits()
+        self.guard = ConnectionGuard(self.limits)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -91,23 +122,40 @@ class QueryServer:
         loop, runner = self._loop, self._runner
         if loop is None or runner is None:
             return
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._shutdown(runner), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(10)
         self._loop = None
 
+    async def _shutdown(self, runner: web.AppRunner) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        await runner.cleanup()
+
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
+        install_log_limits(loop)
         try:
-            runner = web.AppRunner(_application(self.instance), access_log=None)
+            app = _application(self.instance)
+            app.middlewares.append(self.guard.middleware)
+            runner = web.AppRunner(
+                app, access_log=None, keepalive_timeout=self.limits.idle_timeout_seconds
+            )
             loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, self._host, self._port)
-            loop.run_until_complete(site.start())
+            assert runner.server is not None
+            self.guard.server = runner.server
+            # Our own listener instead of a TCPSite: the guard sits in front of
+            # aiohttp's protocol factory to cap connections (see limits.py).
+            self._listener = loop.run_until_complete(
+                loop.create_server(self.guard.factory, self._host, self._port)
+            )
             self._runner = runner
-            sockets = runner.addresses
-            bound = sockets[0] if sockets else (self._host, self._port)
+            self._watch = loop.create_task(self.guard.watch())
+            bound = self._listener.sockets[0].getsockname()
             self.address = HostInfo(self._host, int(bound[1]))
         except BaseException as exc:
             self._error = exc
@@ -182,6 +230,7 @@ class _Handlers:
                 )
             _check_fresh(local, allow_stale, metadata)
             value = local.open_reader(isolation).get(key)
+            rendered = None if value is None else _render(values, value, store, "value_serde")
         except _QueryError as error:
             return error.response()
         except StateStoreError as error:
@@ -191,7 +240,7 @@ class _Handlers:
                 "store": store,
                 "key": request.match_info["key"],
                 "found": value is not None,
-                "value": None if value is None else _render(values, value),
+                "value": rendered,
                 **_served_by(local, isolation, self.instance),
             }
         )
@@ -208,10 +257,16 @@ class _Handlers:
             store = self._store(request)
             isolation, allow_stale = _read_options(request)
             keys, values = _serdes(self.instance, store, request)
+            limit, after = _page_options(request)
             key_range = KeyRange.closed(
                 None if frm is None else keys.serialize_text(frm),
                 None if to is None else keys.serialize_text(to),
             )
+            if after is not None:
+                # The smallest key after the cursor is the cursor followed by a zero byte.
+                resume = after + b"\x00"
+                lower = resume if key_range.lower is None else max(key_range.lower, resume)
+                key_range = KeyRange(lower, key_range.upper)
         except _QueryError as error:
             return error.response()
         served, skipped, scans = [], [], []
@@ -224,15 +279,26 @@ class _Handlers:
                 scans.append(local.open_reader(isolation).scan(key_range))
             except StateStoreError as error:
                 return _moving(error).response()
-        entries = [
-            [_render(keys, stored_key), _render(values, value)]
-            for stored_key, value in _limited(heapq.merge(*scans))
-        ]
+        # One entry past the page says whether another page follows.
+        page = list(itertools.islice(heapq.merge(*scans), limit + 1))
+        more = len(page) > limit
+        page = page[:limit]
+        try:
+            entries = [
+                [
+                    _render(keys.serde, stored_key, store, "key_serde"),
+                    _render(values, value, store, "value_serde"),
+                ]
+                for stored_key, value in page
+            ]
+        except _QueryError as error:
+            return error.response()
         return web.json_response(
             {
                 "store": store,
                 "isolation": (isolation or self.instance.config.effective_isolation_level).value,
                 "entries": entries,
+                "next_cursor": _cursor(page[-1][0]) if more else None,
                 "partitions": served,
                 "skipped_partitions": skipped,
             }
@@ -333,9 +399,9 @@ def _read_options(request: web.Request) -> tuple[IsolationLevel | None, bool]:
 class _KeyCodec:
     """A store's key serde, and how a key written in a URL becomes its input."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, serde: Any) -> None:
         self.name = name
-        self.serde = serde_for(name, key="key_serde")
+        self.serde = serde
 
     def serialize_text(self, text: str) -> bytes:
         try:
@@ -359,19 +425,72 @@ class _KeyCodec:
 
 def _serdes(instance: StreamsInstance, store: str, request: web.Request) -> tuple[_KeyCodec, Any]:
     spec = instance.topology.stores[store]
+    own = (spec.key_serde, spec.value_serde)
+    key_name = request.query.get("key_serde", spec.key_serde or "string")
+    value_name = request.query.get("value_serde", spec.value_serde or "bytes")
     try:
-        keys = _KeyCodec(request.query.get("key_serde", spec.key_serde or "string"))
-        values = serde_for(request.query.get("value_serde", spec.value_serde), key="value_serde")
+        keys = _KeyCodec(key_name, serde_for_request(key_name, own=own, key="key_serde"))
+        values = serde_for_request(value_name, own=own, key="value_serde")
     except EddylineError as error:
         raise _QueryError(400, {"error": str(error)}) from None
     return keys, values
 
 
-def _render(serde: Any, data: bytes) -> Any:
-    value = serde.deserialize(data)
+def _render(serde: Any, data: bytes, store: str, option: str) -> Any:
+    """Stored bytes as JSON; bytes a requested serde cannot read are the request's fault."""
+    try:
+        value = serde.deserialize(data)
+    except (SerdeError, ValueError, TypeError) as error:
+        raise _QueryError(
+            400,
+            {
+                "error": f'store "{store}" holds data that {option} cannot read ({error}); '
+                f"query with the store's own {option} (GET /v1/stores lists them)"
+            },
+        ) from None
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return value
+
+
+def _page_options(request: web.Request) -> tuple[int, bytes | None]:
+    """``limit`` (1..MAX_PAGE_ENTRIES) and the key a ``cursor`` resumes after."""
+    raw_limit = request.query.get("limit")
+    limit = DEFAULT_PAGE_ENTRIES
+    if raw_limit is not None:
+        try:
+            limit = int(raw_limit)
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= MAX_PAGE_ENTRIES:
+            raise _QueryError(
+                400,
+                {
+                    "error": f'limit must be a whole number from 1 to {MAX_PAGE_ENTRIES}, got "'
+                    f'{raw_limit}"; follow next_cursor for more entries'
+                },
+            )
+    raw_cursor = request.query.get("cursor")
+    if raw_cursor is None:
+        return limit, None
+    try:
+        after = base64.urlsafe_b64decode(raw_cursor + "=" * (-len(raw_cursor) % 4))
+    except (binascii.Error, ValueError):
+        after = b""
+    if not after:
+        raise _QueryError(
+            400,
+            {
+                "error": f'cursor "{raw_cursor}" is not one this server returned; pass the '
+                "next_cursor of the previous page unchanged"
+            },
+        )
+    return limit, after
+
+
+def _cursor(last_key: bytes) -> str:
+    """An opaque cursor: the last key served, URL-safe, so the next page starts after it."""
+    return base64.urlsafe_b64encode(last_key).decode().rstrip("=")
 
 
 def _check_fresh(local: LocalStorePartition, allow_stale: bool, metadata: KeyQueryMetadata) -> None:
@@ -438,11 +557,3 @@ def _served_by(
         "lag": local.lag.offset_lag,
         "isolation": (isolation or instance.config.effective_isolation_level).value,
     }
-
-
-def _limited(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
-    for count, entry in enumerate(entries):
-        if count >= _MAX_ENTRIES:
-            logger.warning("range query truncated at %d entries", _MAX_ENTRIES)
-            return
-        yield entry

@@ -1,0 +1,540 @@
+"""Full-cluster topology upgrades (KIP-816) as a pure state machine over the StreamApp's status.
+
+Sub-topology ordinals shift when a topology gains or loses a sub-topology, so old and new
+pods cannot share a consumer group (KIP-816's non-goal: no mixed versions). An upgrade
+therefore stops every pod, publishes the new revision, and starts them all again; the pods
+relocate their state directories at start (``relocate_state``, active and standby alike)
+and restore only their changelog tails. This module decides each step; the handlers carry
+it out.
+
+The state machine. ``status.upgrade`` holds the step; an arrow is taken only on what the
+operator observes, and the new step is written to status *before* the operator acts on it
+(``Decision.write_ahead``): status is the write-ahead log, so an operator restarted at any
+step resumes that step, and never starts an upgrade over::
+
+    (none) --spec.topology differs from status.topology, or a pod reports another
+             describe() hash for the same revision--> Stopping
+    Stopping   StatefulSet at 0 replicas, old template; pods get SIGTERM (clean final commit)
+               --no pod of the app is left (terminating ones count)--> Publishing
+    Publishing ConfigMap and template of the target revision applied, still 0 replicas; the
+               membership reset to an empty assignment (old task ids mean other tasks now)
+               --the ConfigMap holds the target and the membership is the reset one--> Starting
+    Starting   spec replicas of the target; once every pod is a member and reported, one
+               assignment puts each task where its store's state was (by store name: the
+               placement recorded at Stopping), so nothing is restored but tails
+               --every pod Ready and assigned, no copy restoring--> (none): done
+               --a new pod's container exits with an error (its termination message says
+                 why, e.g. relocation refused) or upgradeDeadlineSeconds pass--> Stopping,
+                 rolling back: the target becomes the revision that ran before
+
+Invariants, each decided from status and observed objects only:
+
+* one upgrade at a time: while ``status.upgrade`` exists, a new spec.topology waits;
+* never mixed revisions: pods of the target start only once no pod of the old revision
+  exists (Stopping -> Publishing requires zero pods), and the objects rendered are always
+  those of ``status.topology`` (what runs) or the step's revision, never the spec's directly;
+* a rolled-back revision is recorded in ``status.failedTopology`` and not tried again until
+  spec.topology changes; a rollback that fails too is not rolled back again (Degraded).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from eddyline_operator.reconcile.membership import (
+    TaskLayout,
+    container_status,
+    effective_standbys,
+    is_member,
+    is_ready,
+    members,
+)
+from eddyline_operator.reconcile.status import is_deleting
+from eddyline_runtime.assignor import Assignment, assign
+from eddyline_runtime.membership import MemberReport, Membership
+from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.spec import StreamApp
+
+Obj = dict[str, Any]
+
+STOPPING, PUBLISHING, STARTING = "Stopping", "Publishing", "Starting"
+STEPS = (STOPPING, PUBLISHING, STARTING)
+# Exit codes above this are deaths by a signal (128 + n): a kill from outside, not the
+# runtime refusing to start, so they do not roll an upgrade back.
+_SIGNAL_EXIT_CODES = 128
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A topology as recorded in status: ref, revision and (once pods run it) its hash."""
+
+    ref: str
+    revision: str
+    hash: str | None = None
+
+    def same_spec(self, other: Topology) -> bool:
+        return self.ref == other.ref and self.revision == other.revision
+
+    def to_json(self) -> Obj:
+        return {"ref": self.ref, "revision": self.revision, "hash": self.hash}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Topology | None:
+        if not isinstance(data, Mapping) or not data.get("ref") or not data.get("revision"):
+            return None
+        found = data.get("hash")
+        return cls(str(data["ref"]), str(data["revision"]), None if found is None else str(found))
+
+    def __str__(self) -> str:
+        return f"{self.ref}@{self.revision}"
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class UpgradeInput:
+    """What one cycle observed, as far as upgrades care."""
+
+    app: StreamApp
+    status: Obj  # the StreamApp's status before this cycle
+    pods: Sequence[Obj]  # the app's pods, terminating ones included
+    reports: Mapping[str, MemberReport]
+    membership: Membership | None  # as published (the membership ConfigMap)
+    applied: Topology | None  # the topology in the config ConfigMap (last published)
+    node_labels: Mapping[str, Mapping[str, str]]
+    now: str
+
+
+@dataclass
+class Decision:
+    """What the rest of the cycle does, and what status records."""
+
+    render: Topology  # the topology the owned objects are rendered from
+    replicas: int | None  # StatefulSet replicas; None: the spec's
+    upgrade: Obj | None  # status.upgrade (None: no upgrade under way)
+    topology: Topology  # status.topology
+    last_upgrade: Obj | None
+    failed_topology: Topology | None
+    write_ahead: bool = False  # a new step: write status before acting
+    membership: Membership | None = None  # to publish instead of the usual one
+    hold_membership: bool = False  # publish nothing but ``membership`` this cycle
+    delete_pods: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    upgrading: tuple[bool, str, str] = (False, "NoUpgrade", "")
+    degraded: tuple[str, str] | None = None  # reason, message
+
+    @property
+    def active(self) -> bool:
+        return self.upgrade is not None
+
+
+def spec_topology(app: StreamApp) -> Topology:
+    return Topology(app.spec.topology.ref, app.spec.topology.revision)
+
+
+def decide(observed: UpgradeInput) -> Decision:
+    """The upgrade's next step; see the module docstring."""
+    status = observed.status
+    wanted = spec_topology(observed.app)
+    running = Topology.from_json(status.get("topology")) or observed.applied or wanted
+    failed = Topology.from_json(status.get("failedTopology"))
+    if failed is not None and not failed.same_spec(wanted):
+        failed = None  # the user changed spec.topology: the new one may be tried
+    record = status.get("upgrade")
+    base = Decision(
+        render=running,
+        replicas=None,
+        upgrade=None,
+        topology=running,
+        last_upgrade=status.get("lastUpgrade"),
+        failed_topology=failed,
+    )
+    if isinstance(record, Mapping) and record.get("step") in STEPS:
+        return _continue(observed, base, dict(record))
+    live_reports = _member_reports(observed)
+    hashes = {r.topology_hash for r in live_reports.values()}
+    if running.same_spec(wanted) or (failed is not None and failed.same_spec(wanted)):
+        if running.hash is not None and hashes - {running.hash}:
+            # Same ref and revision, other code (a new image): the pods that run it must not
+            # mix with the others. The same full-cluster upgrade, without a way back.
+            target = Topology(running.ref, running.revision)
+            return _begin(observed, base, running, target, "TopologyChanged")
+        if running.hash is None and len(hashes) == 1:
+            base.topology = Topology(running.ref, running.revision, next(iter(hashes)))
+        if failed is not None:
+            base.degraded = _rolled_back_message(status.get("lastUpgrade"), failed)
+        return base
+    return _begin(observed, base, running, wanted, "RevisionChanged")
+
+
+def _begin(
+    observed: UpgradeInput, base: Decision, source: Topology, target: Topology, why: str
+) -> Decision:
+    """Record the intent (Stopping) with where every store's state is now."""
+    record = {
+        "from": source.to_json(),
+        "to": target.to_json(),
+        "step": STOPPING,
+        "steps": [{"step": STOPPING, "startedAt": observed.now}],
+        "placement": _placement(observed),
+        "rollback": None,
+    }
+    base.events.append(
+        Event(
+            "Normal",
+            "UpgradeStarted",
+            f"topology {source} -> {target} ({why}): a full-cluster upgrade; stopping every pod",
+        )
+    )
+    return _act(observed, base, record, write_ahead=True)
+
+
+def _continue(observed: UpgradeInput, base: Decision, record: Obj) -> Decision:
+    step = record["step"]
+    target = Topology.from_json(record.get("to")) or base.topology
+    if step == STOPPING and not observed.pods:
+        return _advance(
+            observed, base, record, PUBLISHING, f"every pod is gone; publishing {target}"
+        )
+    if step == PUBLISHING and _published(observed, target):
+        return _advance(observed, base, record, STARTING, f"starting the pods of {target}")
+    if step == STARTING:
+        if _started(observed, target):
+            return _finish(observed, base, record)
+        failure = None if record.get("rollback") else _failure(observed, record)
+        if failure is not None:
+            return _roll_back(observed, base, record, failure)
+    return _act(observed, base, record, write_ahead=False)
+
+
+def _advance(
+    observed: UpgradeInput, base: Decision, record: Obj, step: str, message: str
+) -> Decision:
+    record = {
+        **record,
+        "step": step,
+        "steps": [
+            *record.get("steps", []),
+            {"step": _step_name(record, step), "startedAt": observed.now},
+        ],
+    }
+    base.events.append(Event("Normal", f"Upgrade{_step_name(record, step)}", message))
+    return _act(observed, base, record, write_ahead=True)
+
+
+def _act(observed: UpgradeInput, base: Decision, record: Obj, *, write_ahead: bool) -> Decision:
+    """What the step does while it lasts (every cycle, and again after a restart)."""
+    step = record["step"]
+    source = Topology.from_json(record.get("from")) or base.topology
+    target = Topology.from_json(record.get("to")) or base.topology
+    base.upgrade, base.write_ahead = record, write_ahead
+    base.hold_membership = True
+    if step == STOPPING:
+        base.render, base.replicas = source, 0
+        base.delete_pods = sorted(
+            p["metadata"]["name"] for p in observed.pods if not is_deleting(p)
+        )
+        waiting = f"{len(observed.pods)} pods of {source} still stopping"
+    elif step == PUBLISHING:
+        base.render, base.replicas = target, 0
+        base.membership = _reset(observed.membership)
+        waiting = f"publishing {target}"
+    else:
+        base.render, base.replicas = target, None
+        base.membership = _first_assignment(observed, record)
+        base.hold_membership = not _assigned(observed)
+        waiting = _starting_message(observed)
+    verb = "rolling back" if record.get("rollback") else "upgrading"
+    name = _step_name(record, step)
+    base.upgrading = (True, name, f"{verb} {source} -> {target}: {name}; {waiting}")
+    if record.get("rollback"):
+        failure = record["rollback"]
+        base.degraded = ("UpgradeRollingBack", _failure_text(target, source, failure))
+    return base
+
+
+def _finish(observed: UpgradeInput, base: Decision, record: Obj) -> Decision:
+    source = Topology.from_json(record.get("from")) or base.topology
+    target = Topology.from_json(record.get("to")) or base.topology
+    hashes = {r.topology_hash for r in _member_reports(observed).values()}
+    ran = Topology(target.ref, target.revision, next(iter(hashes)) if len(hashes) == 1 else None)
+    rollback = record.get("rollback")
+    outcome = "RolledBack" if rollback else "Succeeded"
+    base.topology = base.render = ran
+    base.upgrade, base.write_ahead = None, True
+    base.last_upgrade = {
+        "from": source.to_json(),
+        "to": ran.to_json(),
+        "outcome": outcome,
+        "steps": record.get("steps", []),
+        "finishedAt": observed.now,
+        "rollback": rollback,
+    }
+    if rollback:
+        base.failed_topology = source
+        base.degraded = _rolled_back_message(base.last_upgrade, source)
+        base.events.append(
+            Event("Warning", "UpgradeRolledBack", f"{ran} runs again; {source} was rolled back")
+        )
+        base.upgrading = (False, "RolledBack", f"{source} was rolled back to {ran}")
+    else:
+        base.events.append(
+            Event(
+                "Normal", "UpgradeSucceeded", f"{ran} runs on every pod; upgrade from {source} done"
+            )
+        )
+        base.upgrading = (False, "Succeeded", f"upgraded from {source} to {ran}")
+    return base
+
+
+def _roll_back(observed: UpgradeInput, base: Decision, record: Obj, failure: Obj) -> Decision:
+    source = Topology.from_json(record.get("from")) or base.topology
+    target = Topology.from_json(record.get("to")) or base.topology
+    swapped = {
+        **record,
+        "from": target.to_json(),
+        "to": source.to_json(),
+        "step": STOPPING,
+        "rollback": failure,
+    }
+    swapped["steps"] = [
+        *record.get("steps", []),
+        {"step": _step_name(swapped, STOPPING), "startedAt": observed.now},
+    ]
+    base.failed_topology = target
+    base.events.append(Event("Warning", "UpgradeFailed", _failure_text(target, source, failure)))
+    return _act(observed, base, swapped, write_ahead=True)
+
+
+def _step_name(record: Obj, step: str) -> str:
+    return f"RollBack{step}" if record.get("rollback") else step
+
+
+def _failure(observed: UpgradeInput, record: Obj) -> Obj | None:
+    """Why the new revision failed: a container that exited with an error on its own (the
+    runtime refusing to start says why in its termination message), or the deadline."""
+    for pod in sorted(observed.pods, key=lambda p: str(p["metadata"]["name"])):
+        container = container_status(pod) or {}
+        for key in ("state", "lastState"):
+            ended = (container.get(key) or {}).get("terminated") or {}
+            code = int(ended.get("exitCode") or 0)
+            if 0 < code < _SIGNAL_EXIT_CODES:
+                return {
+                    "reason": "PodFailed",
+                    "pod": pod["metadata"]["name"],
+                    "message": str(ended.get("message") or f"exit code {code}").strip(),
+                }
+    started = next(
+        (s["startedAt"] for s in reversed(record.get("steps", [])) if s["step"] == STARTING),
+        None,
+    )
+    deadline = observed.app.spec.topology.upgrade_deadline_seconds
+    if started is not None and _seconds_between(started, observed.now) > deadline:
+        waiting = sorted(p["metadata"]["name"] for p in observed.pods if not is_ready(p)) or [
+            "(pods missing)"
+        ]
+        return {
+            "reason": "DeadlineExceeded",
+            "pod": waiting[0],
+            "message": f"pods {', '.join(waiting)} not ready within upgradeDeadlineSeconds "
+            f"({deadline} s)",
+        }
+    return None
+
+
+def _failure_text(failed: Topology, back_to: Topology, failure: Any) -> str:
+    failure = failure if isinstance(failure, Mapping) else {}
+    pod = failure.get("pod")
+    where = f" (pod {pod})" if pod else ""
+    return (
+        f"topology {failed} failed{where}: {failure.get('reason', '?')}: "
+        f"{failure.get('message', '')}; rolling back to {back_to}"
+    )
+
+
+def _rolled_back_message(last: Any, failed: Topology) -> tuple[str, str]:
+    failure = (last or {}).get("rollback") if isinstance(last, Mapping) else None
+    failure = failure if isinstance(failure, Mapping) else {}
+    pod = failure.get("pod")
+    where = f" in pod {pod}" if pod else ""
+    return (
+        "UpgradeRolledBack",
+        f"topology {failed} was rolled back ({failure.get('reason', '?')}{where}: "
+        f"{failure.get('message', '')}); change spec.topology to try again",
+    )
+
+
+def _member_reports(observed: UpgradeInput) -> dict[str, MemberReport]:
+    live = {p["metadata"]["name"] for p in observed.pods if is_member(p)}
+    return {m: r for m, r in observed.reports.items() if m in live}
+
+
+def _published(observed: UpgradeInput, target: Topology) -> bool:
+    membership = observed.membership
+    reset = membership is None or not membership.assignment.tasks
+    return bool(observed.applied is not None and observed.applied.same_spec(target) and reset)
+
+
+def _reset(previous: Membership | None) -> Membership | None:
+    """An empty assignment (a new generation): old task ids name other tasks now."""
+    if previous is not None and not previous.assignment.tasks:
+        return None
+    generation = previous.generation + 1 if previous is not None else 1
+    return Membership(generation, Assignment(active={}, standby={}))
+
+
+def _layout(reports: Mapping[str, MemberReport]) -> TaskLayout | None:
+    if not reports or len({r.topology_hash for r in reports.values()}) != 1:
+        return None
+    report = next(iter(reports.values()))
+    return TaskLayout(report.topology_hash, report.tasks, report.stateful)
+
+
+def _assigned(observed: UpgradeInput) -> bool:
+    """Whether the published assignment is already one of the new layout's tasks (after that,
+    the membership follows the pods as usual)."""
+    layout = _layout(_member_reports(observed))
+    membership = observed.membership
+    return bool(
+        layout is not None
+        and membership is not None
+        and membership.assignment.tasks
+        and membership.assignment.tasks == layout.tasks
+    )
+
+
+def _first_assignment(observed: UpgradeInput, record: Obj) -> Membership | None:
+    """Once every pod of the new revision is a member and reported: tasks where their state
+    is (the placement recorded at Stopping, translated by store name to the new ordinals)."""
+    reports = _member_reports(observed)
+    wanted = 0 if observed.app.spec.suspend else observed.app.spec.replicas
+    current = members(
+        observed.pods, observed.node_labels, observed.app.spec.standby_placement.topology_key
+    )
+    if len(current) < wanted or set(reports) != {m.id for m in current}:
+        return None
+    layout = _layout(reports)
+    if layout is None or _assigned(observed):
+        return None
+    owners: dict[str, int] = {}
+    for report in reports.values():
+        owners.update(report.store_owners)
+    previous = translate_placement(record.get("placement") or {}, owners, {m.id for m in current})
+    requested = observed.app.streams_config().num_standby_replicas
+    assignment = assign(
+        layout.tasks,
+        current,
+        effective_standbys(requested, len(current)),
+        previous=previous,
+        stateful=layout.stateful,
+    )
+    generation = observed.membership.generation + 1 if observed.membership is not None else 1
+    return Membership(generation, assignment)
+
+
+def translate_placement(
+    placement: Mapping[str, Mapping[str, Sequence[str]]],
+    owners: Mapping[str, int],
+    present: set[str],
+) -> Assignment | None:
+    """The recorded placement (store -> partition -> pods, active first) as an assignment of
+    the new topology's tasks (``owners``: store -> its sub-topology now), over the pods that
+    are members again. A task's active copy goes to its first present holder."""
+    active: dict[str, set[TaskId]] = {}
+    standby: dict[str, set[TaskId]] = {}
+    taken: dict[TaskId, str] = {}
+    for store, partitions in sorted(placement.items()):
+        owner = owners.get(store)
+        if owner is None:
+            continue
+        for partition, holders in sorted(partitions.items()):
+            task = TaskId(owner, int(partition))
+            here = [h for h in holders if h in present]
+            if not here:
+                continue
+            first = taken.setdefault(task, here[0])
+            active.setdefault(first, set()).add(task)
+            for holder in here:
+                if holder != first:
+                    standby.setdefault(holder, set()).add(task)
+    if not active:
+        return None
+    return Assignment(
+        active={m: frozenset(t) for m, t in active.items()},
+        standby={m: frozenset(t) for m, t in standby.items()},
+    )
+
+
+def _placement(observed: UpgradeInput) -> dict[str, dict[str, list[str]]]:
+    """Where each store's state is now: store -> partition -> pods, active first (from the
+    published assignment and the pods' store owners)."""
+    membership = observed.membership
+    owners: dict[str, int] = {}
+    for report in observed.reports.values():
+        owners.update(report.store_owners)
+    if membership is None or not owners:
+        return {}
+    by_subtopology: dict[int, list[str]] = {}
+    for store, sub in owners.items():
+        by_subtopology.setdefault(sub, []).append(store)
+    placement: dict[str, dict[str, list[str]]] = {}
+    assignment = membership.assignment
+    for role in (assignment.active, assignment.standby):
+        for member, tasks in sorted(role.items()):
+            for task in sorted(tasks):
+                for store in by_subtopology.get(task.subtopology, []):
+                    placement.setdefault(store, {}).setdefault(str(task.partition), []).append(
+                        member
+                    )
+    return placement
+
+
+def _started(observed: UpgradeInput, target: Topology) -> bool:
+    wanted = 0 if observed.app.spec.suspend else observed.app.spec.replicas
+    live = [p for p in observed.pods if not is_deleting(p)]
+    if len(live) != wanted or len(observed.pods) != wanted:
+        return False
+    if wanted == 0:
+        return True
+    if not all(is_ready(p) and is_member(p) for p in live):
+        return False
+    if not _assigned(observed):
+        return False
+    membership = observed.membership
+    assert membership is not None
+    names = {p["metadata"]["name"] for p in live}
+    if not names <= set(membership.assignment.active):
+        return False
+    reports = _member_reports(observed)
+    if set(reports) != names:
+        return False
+    return not any(
+        copy.role == "restoring"
+        for report in reports.values()
+        for partitions in report.stores.values()
+        for copy in partitions.values()
+    )
+
+
+def _starting_message(observed: UpgradeInput) -> str:
+    wanted = observed.app.spec.replicas
+    ready = sum(1 for p in observed.pods if is_ready(p))
+    return f"{ready}/{wanted} pods ready"
+
+
+def _seconds_between(start: str, end: str) -> float:
+    def parse(text: str) -> datetime.datetime:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+    try:
+        return (parse(end) - parse(start)).total_seconds()
+    except ValueError:
+        return 0.0

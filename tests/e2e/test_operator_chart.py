@@ -1,0 +1,134 @@
+"""``helm install`` of the operator's chart, by Helm's own library, against the emulated API server.
+
+helm-sdkpy has no client-only render, so installing is how the chart is rendered: every object
+Helm sends is validated against the Kubernetes 1.32 schemas, and the CRD from the chart's
+``crds/`` becomes Established (``tests/k8s/helm.py`` says how Helm runs here). The operator's
+end-to-end tests run it with this chart's ServiceAccount and RBAC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from k8s.apiserver import ApiServer
+from k8s.client import request
+from k8s.helm import INSTALL, UNINSTALL, rendered
+from k8s.helm import helm as helm_session
+from k8s.kubectl import KUBECTL, Kubectl
+from k8s.operator_harness import REPO
+
+helm_sdkpy = pytest.importorskip("helm_sdkpy")
+
+CHART = REPO / "charts" / "eddyline-operator"
+CRD_NAME = "streamapps.eddyline.dev"
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    server = ApiServer().start()
+    yield server
+    server.stop()
+
+
+def helm(api: ApiServer, tmp_path: Path, namespace: str, *steps: dict[str, Any]) -> list[Any]:
+    return helm_session(api, tmp_path / "helm", namespace, CHART, *steps)
+
+
+def create_namespace(api: ApiServer, name: str) -> None:
+    created = request(f"{api.url}/api/v1/namespaces", "POST", {"metadata": {"name": name}})
+    assert created.status == 201, created
+
+
+def test_helm_installs_the_chart_and_every_rendered_object_is_valid(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    create_namespace(api, "eddyline-system")
+    (result,) = helm(api, tmp_path, "eddyline-system", INSTALL)
+    assert "error" not in result, result.get("error")
+    objects = rendered(result)
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                            "RoleBinding", "Deployment"])  # fmt: skip
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.32", strict=True)
+        resource = api.resource_for(obj)
+        namespace = (
+            obj["metadata"].get("namespace", "eddyline-system") if resource.namespaced else None
+        )
+        name = obj["metadata"]["name"]
+        stored = api.call(lambda r=resource, ns=namespace, n=name: api.find(r, ns, n))
+        assert stored is not None, f"{obj['kind']} {obj['metadata']['name']} was not created"
+        kubernetes_validate.validate(stored, "1.32", strict=True)
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env["WATCH_NAMESPACES"] == "eddyline-system"
+    role = next(o for o in objects if o["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "eddyline-system"
+    cluster_role = next(o for o in objects if o["kind"] == "ClusterRole")
+    verbs = {v for rule in cluster_role["rules"] for v in rule["verbs"]}
+    assert verbs == {"get", "list", "watch"}  # cluster-wide, the operator only reads
+
+    crd_url = f"{api.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+    crd = request(crd_url).body
+    established = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert established["Established"] == "True"
+    kubernetes_validate.validate(crd, "1.32", strict=True)
+
+
+def test_helm_uninstall_removes_the_release_and_keeps_the_crd(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    installed, uninstalled = helm(api, tmp_path, "default", INSTALL, UNINSTALL)
+    assert "error" not in installed and "error" not in uninstalled, (installed, uninstalled)
+    assert request(f"{api.url}/apis/apps/v1/namespaces/default/deployments").body["items"] == []
+    assert request(f"{api.url}/api/v1/namespaces/default/serviceaccounts").body["items"] == []
+    crd_url = f"{api.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+    assert request(crd_url).status == 200  # Helm never deletes CRDs
+
+
+def test_helm_renders_a_role_per_watched_namespace_or_one_cluster_role(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    for name in ("eddyline-system", "team-a", "team-b"):
+        create_namespace(api, name)
+    result, _, wide = helm(
+        api,
+        tmp_path,
+        "eddyline-system",
+        {"action": "install", "values": {"watchNamespaces": ["team-a", "team-b"]}},
+        UNINSTALL,
+        {"action": "install", "values": {"clusterWide": True}},
+    )  # fmt: skip
+    roles = [o for o in rendered(result) if o["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    kinds = [o["kind"] for o in rendered(wide)]
+    assert "Role" not in kinds and kinds.count("ClusterRole") == 2
+    for obj in rendered(wide):
+        kubernetes_validate.validate(obj, "1.32", strict=True)
+
+
+def test_helm_refuses_values_the_schema_refuses_naming_the_value(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    (result,) = helm(
+        api, tmp_path, "default", {"action": "install", "values": {"livenessPort": 80}}
+    )
+    assert "livenessPort" in result.get("error", ""), result
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
+def test_after_helm_install_kubectl_knows_streamapps(api: ApiServer, tmp_path: Path) -> None:
+    helm(api, tmp_path, "default", INSTALL)
+    kubectl = Kubectl(api, tmp_path / "kubectl-home")
+    kubectl("wait", "--for=condition=Established", "crd/streamapps.eddyline.dev")
+    assert "No resources found" in kubectl.run("get", "sapp").stderr

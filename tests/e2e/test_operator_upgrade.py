@@ -1,0 +1,417 @@
+"""Full-cluster topology upgrades end to end: kopf on the emulated API server, real pods.
+
+Word count runs on three pods while input keeps arriving; its topology is upgraded to
+``topology_v2`` (a new first sub-topology: every ordinal shifts). The operator is stopped
+and started again at every step of that upgrade. Then a revision the runtime refuses to
+start (``automatic.state.relocation: false`` with misplaced stores) is rolled back. No store
+restores a record from its changelog in either (the pods' restore metrics), and the
+counts, through the query Service and on the output topic, stay exact.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import random
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eddyline_runtime.assignor import assign
+from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from eddyline_runtime.serde import serde_for
+from k8s.kubectl import KUBECTL
+from k8s.operator_harness import REPO, OperatorHarness, wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH"),
+]
+
+APP = "wordcount"
+MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
+STORE = "word-counts"
+WORDS = [f"w{index:02d}" for index in range(40)]
+PARTITIONS = 4
+# Bounds for a broken run only; the operator's own steps take seconds.
+TIMEOUT = 120
+
+
+class App:
+    """The word count as seen from outside the cluster, with input that keeps arriving."""
+
+    def __init__(self, harness: OperatorHarness, log_url: str, service: str) -> None:
+        self.harness = harness
+        self.log_url = log_url
+        self.service = service
+        self.expected: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._seed = 0
+
+    def produce(self, lines: int) -> None:
+        self._seed += 1
+        rng = random.Random(self._seed)
+        batch = [" ".join(rng.choices(WORDS, k=rng.randint(1, 6))) for _ in range(lines)]
+        log = open_log(self.log_url)
+        try:
+            now = int(time.time() * 1000)
+            for partition in range(PARTITIONS):
+                records = [Record(None, b.encode(), now) for b in batch[partition::PARTITIONS]]
+                log.produce(TopicPartition("text-lines", partition), records)
+        finally:
+            log.close()
+        with self._lock:
+            for line in batch:
+                self.expected.update(line.split())
+
+    def keep_producing(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(0.2):
+                self.produce(20)
+
+        self._stop.clear()
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop_producing(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def counts_exact(self) -> bool:
+        router = QueryRouter([self.service], timeout=2)
+        for word, count in self.expected.items():
+            try:
+                result = router.get(STORE, word)
+            except QueryFailedError:
+                return False
+            if not result.found or int(result.value) != count:
+                return False
+        return True
+
+    def output_is_exactly_once(self) -> None:
+        """Per word, the published counts only grow and end at the expected count: a
+        record processed twice, or a store restored short, would show."""
+        log = open_log(self.log_url)
+        keys, values = serde_for("string"), serde_for("long")
+        last: dict[str, int] = {}
+        try:
+            for partition in range(PARTITIONS):
+                tp = TopicPartition("word-counts", partition)
+                offset = 0
+                while True:
+                    fetched = log.fetch(tp, offset)
+                    if not fetched.records:
+                        break
+                    for record in fetched.records:
+                        word = keys.deserialize(record.key)
+                        count = values.deserialize(record.value)
+                        assert count >= last.get(word, 0), f"{word}: {count} after {last[word]}"
+                        last[word] = count
+                    offset = fetched.records[-1].offset + 1
+        finally:
+            log.close()
+        assert last == dict(self.expected)
+
+    def restored_records(self) -> int:
+        """Records the running pods restored from changelogs since they started."""
+        total, found = 0.0, 0
+        for pod in self.harness.pods(APP).values():
+            ip = pod.get("status", {}).get("podIP")
+            with urllib.request.urlopen(f"http://{ip}:7070/metrics", timeout=5) as response:
+                for line in response.read().decode().splitlines():
+                    if line.startswith("eddyline_stream_state_metrics_restore_total"):
+                        total += float(line.rsplit(" ", 1)[1])
+                        found += 1
+        # Every active store partition reports its restore total (a missing metric is no 0).
+        assert found >= PARTITIONS, f"only {found} restore metrics on the pods"
+        return int(total)
+
+    def apply(self, tmp: Path, **spec: Any) -> None:
+        document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+        document["spec"].update(spec)
+        path = tmp / f"streamapp-{time.monotonic_ns()}.yaml"
+        path.write_text(yaml.safe_dump(document), encoding="utf-8")
+        assert self.harness.kubectl is not None
+        self.harness.kubectl("apply", "-f", str(path))
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorHarness]:
+    running = OperatorHarness(tmp_path_factory.mktemp("upgrade"), examples=["wordcount"])
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def app(harness: OperatorHarness) -> App:
+    claim = harness.claim_dir(f"{APP}-log")
+    claim.mkdir(parents=True)
+    log_url = f"sqlite:///{claim}/log.db"
+    log = open_log(log_url)  # input topics exist before the app, as on a real cluster
+    log.create_topic("text-lines", PARTITIONS)
+    log.create_topic("watched-words", PARTITIONS)
+    log.close()
+    harness.wait_until_operator_watches()
+    assert harness.kubectl is not None
+    harness.kubectl("apply", "-f", str(MANIFEST))
+    service = wait_for(lambda: harness.get("", "services", f"{APP}-query"), "the query Service")
+    running = App(harness, log_url, f"{service['spec']['clusterIP']}:7070")
+    running.produce(1_000)
+    try:
+        wait_for(running.counts_exact, "word count running with exact counts", TIMEOUT)
+    except AssertionError:
+        print(harness.describe_failure(APP))
+        raise
+    return running
+
+
+def _watches(harness: OperatorHarness) -> int:
+    return sum(
+        1
+        for r in list(harness.api.requests)
+        if r["agent"].startswith("kopf/")
+        and r["path"].endswith("/streamapps")
+        and r["query"].get("watch") == "true"
+    )
+
+
+def _settled(harness: OperatorHarness, revision: str) -> bool:
+    status = harness.app(APP).get("status", {})
+    ready = harness.condition(APP, "Ready")
+    return bool(
+        status.get("upgrade") is None
+        and (status.get("topology") or {}).get("revision") == revision
+        and ready is not None
+        and ready["status"] == "True"
+    )
+
+
+class OperatorFreezer:
+    """Freezes the operator (SIGSTOP) the moment it writes a given upgrade step to status:
+    from the API server's own write path, before the operator even reads the response, so
+    it has recorded the step and done nothing for it. The test then kills it (SIGKILL)."""
+
+    def __init__(self, harness: OperatorHarness, step: str, revision: str) -> None:
+        self.harness, self.step, self.revision = harness, step, revision
+        self.frozen = threading.Event()
+
+    def __call__(self, event: str, resource: Any, obj: dict[str, Any]) -> None:
+        if self.frozen.is_set() or resource.plural != "streamapps" or event != "MODIFIED":
+            return
+        upgrade = (obj.get("status") or {}).get("upgrade") or {}
+        if upgrade.get("step") == self.step and upgrade.get("to", {}).get("revision") == (
+            self.revision
+        ):
+            operator = self.harness.operator
+            assert operator is not None
+            os.kill(operator.pid, signal.SIGSTOP)
+            self.frozen.set()
+
+
+def store_directories(harness: OperatorHarness) -> dict[str, set[tuple[int, int]]]:
+    """Per pod, the (partition, inode) of every ``word-counts`` directory on its state claim,
+    active and standby copies alike: a store relocated by rename keeps its inode."""
+    found: dict[str, set[tuple[int, int]]] = {}
+    for ordinal in range(3):
+        claim = harness.claim_dir(f"state-{APP}-{ordinal}")
+        found[f"{APP}-{ordinal}"] = {
+            (int(path.parent.name.split("_")[1]), path.stat().st_ino)
+            for path in claim.glob(f"*_*/{STORE}")
+        }
+    return found
+
+
+def kill_and_restart_operator(harness: OperatorHarness) -> None:
+    before = _watches(harness)
+    operator = harness.operator
+    assert operator is not None
+    operator.kill()  # SIGKILL: a crash, not a clean shutdown
+    operator.wait(10)
+    harness.operator = None
+    harness.start_operator()
+    wait_for(lambda: _watches(harness) > before, "the restarted operator's watch", TIMEOUT)
+
+
+# Each run upgrades to the other topology (word-counts moves between sub-topology 1 and 2),
+# and kills the operator right after it recorded one step.
+UPGRADES = [
+    ("Stopping", "2", "wordcount:topology_v2"),
+    ("Publishing", "3", "wordcount:topology"),
+    ("Starting", "4", "wordcount:topology_v2"),
+]
+
+
+@pytest.mark.parametrize(("step", "revision", "ref"), UPGRADES, ids=[u[0] for u in UPGRADES])
+def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_step(
+    app: App, tmp_path: Path, step: str, revision: str, ref: str
+) -> None:
+    harness = app.harness
+    previous = str(int(revision) - 1)
+    if not _settled(harness, previous):
+        pytest.skip(f"needs revision {previous} running (the previous run)")
+    on_disk = store_directories(harness)
+    assert all(len(copies) >= PARTITIONS // 3 for copies in on_disk.values()), on_disk
+    freezer = OperatorFreezer(harness, step, revision)
+    harness.api.listeners.append(freezer)
+    seen: list[str] = []
+    app.keep_producing()
+    try:
+        app.apply(tmp_path, topology={"ref": ref, "revision": revision})
+        deadline = time.monotonic() + TIMEOUT
+        restarted = False
+        while not _settled(harness, revision):
+            assert time.monotonic() < deadline, harness.describe_failure(APP)
+            if freezer.frozen.is_set() and not restarted:
+                frozen_at = harness.app(APP)["status"]["upgrade"]["step"]
+                assert frozen_at == step
+                kill_and_restart_operator(harness)
+                restarted = True
+            upgrading = harness.condition(APP, "Upgrading")
+            under_way = upgrading is not None and upgrading["status"] == "True"
+            if under_way and (not seen or seen[-1] != upgrading["reason"]):
+                seen.append(upgrading["reason"])
+            time.sleep(0.02)
+    finally:
+        harness.api.listeners.remove(freezer)
+        app.stop_producing()
+    assert restarted, f"the operator never wrote step {step}"
+    status = harness.app(APP)["status"]
+    last = status["lastUpgrade"]
+    assert last["outcome"] == "Succeeded" and last["to"]["revision"] == revision
+    # Each step once, in order: the restarted operator resumed, it did not start over.
+    assert [s["step"] for s in last["steps"]] == ["Stopping", "Publishing", "Starting"]
+    assert seen == [s for s in ("Stopping", "Publishing", "Starting") if s in seen]
+    wait_for(app.counts_exact, "exact counts after the upgrade", TIMEOUT)
+    assert app.restored_records() == 0
+    app.output_is_exactly_once()
+    pods = harness.pods(APP)
+    assert sorted(pods) == [f"{APP}-0", f"{APP}-1", f"{APP}-2"]
+    # Every copy, standbys included, is the same directory moved to its new ordinal.
+    owner = 2 if ref.endswith("_v2") else 1
+    assert store_directories(harness) == on_disk
+    for ordinal in range(3):
+        claim = harness.claim_dir(f"state-{APP}-{ordinal}")
+        assert {p.parent.name.split("_")[0] for p in claim.glob(f"*_*/{STORE}")} <= {str(owner)}
+    assert {p["metadata"]["labels"]["eddyline.dev/revision"] for p in pods.values()} == {revision}
+
+
+def test_a_revision_the_runtime_refuses_is_rolled_back_without_restores(
+    app: App, tmp_path: Path
+) -> None:
+    harness = app.harness
+    if not _settled(harness, "4"):
+        pytest.skip("needs the upgraded app of the previous tests")
+    app.produce(500)
+    wait_for(app.counts_exact, "exact counts before", TIMEOUT)
+    # Revision 5 is the first topology again ("word-counts" goes back from 2 to 1), and
+    # relocation is off: the pods refuse to start, naming the misplaced stores.
+    config = {"processing.guarantee": "exactly_once_v2", "num.standby.replicas": 1}
+    app.apply(
+        tmp_path,
+        topology={"ref": "wordcount:topology", "revision": "5"},
+        config={**config, "automatic.state.relocation": False},
+    )
+    wait_for(
+        lambda: (
+            (harness.app(APP)["status"].get("lastUpgrade") or {}).get("outcome") == "RolledBack"
+        ),
+        "the rollback",
+        TIMEOUT,
+    )
+    wait_for(lambda: _settled(harness, "4"), "revision 4 running again", TIMEOUT)
+    degraded = harness.condition(APP, "Degraded")
+    assert degraded is not None and degraded["status"] == "True"
+    assert degraded["reason"] == "UpgradeRolledBack"
+    assert "automatic.state.relocation" in degraded["message"]
+    assert "wordcount-" in degraded["message"]  # the pod that refused
+    app.produce(500)
+    wait_for(app.counts_exact, "exact counts after the rollback", TIMEOUT)
+    assert app.restored_records() == 0
+    app.output_is_exactly_once()
+
+
+def _memberships(harness: OperatorHarness, since: int) -> list[Membership]:
+    """Every membership the operator published after API revision ``since``, in order."""
+    found: list[Membership] = []
+    for revision, key, _event, obj in list(harness.api.history):
+        if revision <= since or key != "/configmaps":
+            continue
+        if obj["metadata"]["name"] != f"{APP}-membership":
+            continue
+        membership = Membership.from_json(json.loads(obj["data"][MEMBERSHIP_FILE]))
+        if not found or found[-1].generation != membership.generation:
+            found.append(membership)
+    return found
+
+
+def test_scaling_3_to_5_to_2_is_no_upgrade_and_moves_tasks_only_as_the_assignor_says(
+    app: App,
+) -> None:
+    harness = app.harness
+    wait_for(lambda: _settled(harness, "4"), "revision 4 running", TIMEOUT)
+    assert harness.kubectl is not None
+    upgrades_before = harness.app(APP)["status"].get("lastUpgrade")
+    since = harness.api.revision
+    start = harness.api.call(
+        lambda: harness.api.find(
+            harness.api.resource("", "configmaps"), harness.namespace, f"{APP}-membership"
+        )
+    )
+    first = Membership.from_json(json.loads(start["data"][MEMBERSHIP_FILE]))
+    stateful = frozenset(t for t in first.assignment.tasks if t.subtopology == 2)
+    app.keep_producing()
+    try:
+        for replicas in (5, 2):
+            harness.kubectl("scale", "sapp", APP, f"--replicas={replicas}")
+            wait_for(
+                lambda n=replicas: (
+                    len(harness.pods(APP)) == n
+                    and _settled(harness, "4")
+                    and harness.app(APP)["status"].get("readyReplicas") == n
+                ),
+                f"{replicas} ready pods",
+                TIMEOUT,
+            )
+    finally:
+        app.stop_producing()
+    status = harness.app(APP)["status"]
+    assert status.get("upgrade") is None and status.get("lastUpgrade") == upgrades_before
+    history = [first, *_memberships(harness, since)]
+    assert len(history) >= 3
+    for before, after in itertools.pairwise(history):
+        # Each generation is exactly what the sticky assignor makes of the previous one.
+        expected = assign(
+            after.assignment.tasks,
+            list(after.assignment.members),
+            1 if len(after.assignment.members) > 1 else 0,
+            previous=before.assignment,
+            stateful=stateful,
+        )
+        assert after.assignment == expected
+        gone = {m.id for m in before.assignment.members} - {m.id for m in after.assignment.members}
+        for task in stateful:
+            owner = before.assignment.active_owner(task)
+            holders = [h for h in before.assignment.standby_owners(task) if h not in gone]
+            if owner in gone and holders:
+                # A lost active copy is promoted where its standby state is.
+                assert after.assignment.active_owner(task) in holders
+    final = history[-1].assignment
+    assert sorted(m.id for m in final.members) == [f"{APP}-0", f"{APP}-1"]
+    wait_for(app.counts_exact, "exact counts on 2 pods", TIMEOUT)
+    app.output_is_exactly_once()

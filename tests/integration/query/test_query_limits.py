@@ -1,0 +1,268 @@
+"""The query server under misbehaving clients: real sockets, a real server, real limits.
+
+Idle sockets beyond the connection cap are closed (the idlest first), idle
+and header-trickling clients are dropped after the idle timeout, and
+``/healthz`` keeps answering throughout, also in an ``eddyline run`` process
+whose file descriptors would otherwise run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from aiohttp import web
+from cluster_harness import free_port, http_get, streams_config, wait_for, word_count
+
+from eddyline_runtime.log import SqliteLog
+from eddyline_runtime.processing.instance import StreamsInstance
+from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits
+from eddyline_runtime.query.server import QueryServer
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom_processor"
+LIMITS = ConnectionLimits(max_connections=20, idle_timeout_seconds=0.5)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[QueryServer]:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 1)
+    instance = StreamsInstance(word_count(), streams_config(tmp_path / "state"), log)
+    served = QueryServer(instance, "127.0.0.1", 0, limits=LIMITS)
+    served.start()
+    try:
+        yield served
+    finally:
+        served.stop()
+        instance.close(30)
+        log.close()
+
+
+def address_of(server: QueryServer) -> tuple[str, int]:
+    assert server.address is not None
+    return server.address.host, server.address.port
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """True once the server closed this socket (a read returns end of file or a reset)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def seconds_until_closed(sock: socket.socket, limit: float) -> float:
+    started = time.monotonic()
+    sock.settimeout(limit)
+    try:
+        data = sock.recv(1024)
+    except TimeoutError:
+        return float("inf")
+    except ConnectionResetError:
+        data = b""
+    assert data == b"", data
+    return time.monotonic() - started
+
+
+def test_idle_connections_beyond_the_cap_are_closed_and_healthz_still_answers(
+    server: QueryServer,
+) -> None:
+    sockets = [socket.create_connection(address_of(server)) for _ in range(100)]
+    try:
+        wait_for(
+            "the server closes the connections over its cap",
+            lambda: sum(closed_by_server(s) for s in sockets) >= 100 - LIMITS.max_connections,
+            timeout=5,
+        )
+        assert server.guard.open_connections <= LIMITS.max_connections
+        # The oldest idle ones went first: the newest are still open.
+        assert not any(closed_by_server(s) for s in sockets[-5:])
+        for _ in range(5):
+            assert http_get(str(server.address), "/healthz").status == 200
+            # Not started: not ready, and it says so promptly.
+            assert http_get(str(server.address), "/readyz").json()["ready"] is False
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout(
+    server: QueryServer,
+) -> None:
+    with socket.create_connection(address_of(server)) as sock:
+        waited = seconds_until_closed(sock, limit=5)
+    assert LIMITS.idle_timeout_seconds * 0.8 <= waited < LIMITS.idle_timeout_seconds + 1.5
+
+
+def test_a_client_that_trickles_its_headers_is_closed_after_the_idle_timeout(
+    server: QueryServer,
+) -> None:
+    with socket.create_connection(address_of(server)) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        closed_after = float("inf")
+        while time.monotonic() - started < 5:
+            try:
+                sock.sendall(b"X-Slow: 1\r\n")  # never the blank line that ends the headers
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = time.monotonic() - started
+                break
+            if closed_by_server(sock):
+                closed_after = time.monotonic() - started
+                break
+            sock.setblocking(True)
+            time.sleep(0.1)
+    assert closed_after < LIMITS.idle_timeout_seconds + 1.5
+
+
+def test_a_keep_alive_connection_is_closed_once_idle_after_its_answer(
+    server: QueryServer,
+) -> None:
+    with socket.create_connection(address_of(server)) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.settimeout(5)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        waited = seconds_until_closed(sock, limit=5)
+    assert waited < LIMITS.idle_timeout_seconds + 1.5
+
+
+# -- a real `eddyline run` process with few file descriptors -----------------------------
+
+# Fewer descriptors than the sockets the test opens, more than the default cap needs.
+SERVER_DESCRIPTORS = 400
+IDLE_SOCKETS = 600
+
+
+def limit_descriptors() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (SERVER_DESCRIPTORS, SERVER_DESCRIPTORS))
+
+
+@pytest.mark.slow
+def test_an_eddyline_run_keeps_answering_probes_when_idle_sockets_outnumber_its_descriptors(
+    tmp_path: Path,
+) -> None:
+    shutil.copy(EXAMPLE / "custom_processor.py", tmp_path / "custom_processor.py")
+    document = yaml.safe_load((EXAMPLE / "streamapp.yaml").read_text(encoding="utf-8"))
+    document["spec"]["log"]["url"] = f"sqlite:///{tmp_path / 'log.db'}"
+    document["spec"]["config"]["state.dir"] = str(tmp_path / "state")
+    port = free_port()
+    document["spec"]["config"]["application.server"] = f"127.0.0.1:{port}"
+    manifest = tmp_path / "streamapp.yaml"
+    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("events", 1)
+    log.close()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EDDYLINE")}
+    stderr_path = tmp_path / "stderr.txt"
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
+            cwd=tmp_path,
+            env=environment,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=limit_descriptors,  # noqa: PLW1509 (no threads to deadlock in the child)
+        )
+    address = f"127.0.0.1:{port}"
+    sockets: list[socket.socket] = []
+    try:
+
+        def healthy() -> bool:
+            with contextlib.suppress(OSError):
+                return http_get(address, "/healthz").status == 200
+            return False
+
+        wait_for("the instance serves /healthz", healthy)
+        for _ in range(IDLE_SOCKETS):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            sockets.append(sock)
+        failures = []
+        for _ in range(10):
+            try:
+                status = http_get(address, "/healthz").status
+            except OSError as error:
+                status = -1
+                failures.append(str(error))
+            if status != 200:
+                failures.append(str(status))
+            time.sleep(0.2)
+        assert process.poll() is None, stderr_path.read_text(errors="replace")
+        assert failures == [], failures
+    finally:
+        for sock in sockets:
+            sock.close()
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(30)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = stderr_path.read_text(errors="replace")
+    assert "Traceback" not in output, output[-3000:]
+    assert len(output.splitlines()) < 50, output[-3000:]
+
+
+# -- every slot busy, and a request that runs too long -----------------------------------
+
+
+def test_with_every_slot_busy_a_new_connection_gets_503_and_long_requests_are_aborted() -> None:
+    """The guard in front of a real aiohttp app whose one route takes 3 s."""
+    limits = ConnectionLimits(max_connections=2, request_timeout_seconds=1.0)
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(3)
+        return web.Response(text="done")
+
+    async def scenario() -> tuple[list[bytes], bytes, float]:
+        guard = ConnectionGuard(limits)
+        app = web.Application(middlewares=[guard.middleware])
+        app.router.add_get("/slow", slow)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        assert runner.server is not None
+        guard.server = runner.server
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(guard.factory, "127.0.0.1", 0)
+        watch = loop.create_task(guard.watch())
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            for _, writer in busy:
+                writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+                await writer.drain()
+            await asyncio.sleep(0.3)  # both requests are being handled
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            refused = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            started = loop.time()
+            answers = [await asyncio.wait_for(r.read(), 5) for r, _ in busy]
+            aborted_after = loop.time() - started + 0.3
+            for _, busy_writer in busy:
+                busy_writer.close()
+            return answers, refused, aborted_after
+        finally:
+            watch.cancel()
+            listener.close()
+            await runner.cleanup()
+
+    answers, refused, aborted_after = asyncio.run(scenario())
+    assert refused.startswith(b"HTTP/1.1 503"), refused
+    assert b"too many connections" in refused
+    assert answers == [b"", b""]  # cut off without an answer, not served after 3 s
+    assert aborted_after < 2.5

@@ -1,0 +1,326 @@
+"""The topology upgrade's state machine, cycle by cycle, without a server.
+
+Each test drives :func:`plan` the way the handlers do: the status a cycle writes is the
+status the next cycle reads, and the observed objects are what the previous cycles' actions
+would have produced (pods deleted, the ConfigMap applied, pods of the new revision).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from k8s_objects import body, pod, three_zones
+
+from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile.plan import Observed, Plan, plan
+from eddyline_operator.reconcile.upgrade import translate_placement
+from eddyline_runtime.membership import MemberReport, Membership, StoreCopy
+from eddyline_runtime.partitions import TaskId
+
+Obj = dict[str, Any]
+PARTITIONS = range(4)
+V1 = {"ref": "wordcount:topology", "revision": "1"}
+V2 = {"ref": "wordcount:topology_v2", "revision": "2"}
+
+
+def layout_report(member: str, revision: str, *, restoring: bool = False) -> MemberReport:
+    """Word count's layout: v1 counts in sub-topology 1, v2 (a new first one) in 2."""
+    owner = 1 if revision == "1" else 2
+    tasks = frozenset(TaskId(s, p) for s in range(owner + 1) for p in PARTITIONS)
+    role = "restoring" if restoring else "active"
+    return MemberReport(
+        member=member,
+        topology_hash=f"hash-v{revision}",
+        tasks=tasks,
+        stateful=frozenset(TaskId(owner, p) for p in PARTITIONS),
+        stores={"word-counts": {0: StoreCopy(role, 0)}},
+        ready=not restoring,
+        store_owners={"word-counts": owner},
+    )
+
+
+class Driver:
+    """The cluster as the plans leave it: status written back, objects applied."""
+
+    def __init__(self) -> None:
+        self.app = body()
+        self.nodes = three_zones()
+        self.pods: list[Obj] = []
+        self.membership: Membership | None = None
+        self.manifest: str | None = None
+        self.revision = "1"
+        self.now = "2026-11-23T10:00:00Z"
+        self.template_hash: str | None = None
+
+    def cycle(self, *, reports: dict[str, MemberReport] | None = None) -> Plan:
+        result = plan(
+            Observed(
+                body=copy.deepcopy(self.app),
+                pods=self.pods,
+                nodes=self.nodes,
+                membership=self.membership,
+                reports=reports if reports is not None else self.reports(),
+                applied_manifest=self.manifest,
+                now=self.now,
+            )
+        )
+        self.app["status"] = {**(self.app.get("status") or {}), **result.status}
+        if result.membership is not None:
+            self.membership = result.membership
+        if not result.objects:  # an invalid spec applies nothing
+            return result
+        config = next(o for o in result.objects if o["metadata"]["name"] == "wc-config")
+        self.manifest = config["data"][names.MANIFEST_KEY]
+        template = result.objects[-1]["spec"]["template"]
+        self.template_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
+        return result
+
+    def reports(self) -> dict[str, MemberReport]:
+        return {
+            p["metadata"]["name"]: layout_report(p["metadata"]["name"], self.revision)
+            for p in self.pods
+            if "deletionTimestamp" not in p["metadata"]
+        }
+
+    def start_pods(self, revision: str, count: int = 3) -> None:
+        self.revision = revision
+        self.pods = [
+            pod(i, revision=revision, config_hash=self.template_hash) for i in range(count)
+        ]
+
+    def settle(self) -> None:
+        self.cycle()
+        self.start_pods("1")
+        for _ in range(3):
+            self.cycle()
+        assert self.app["status"]["topology"]["hash"] == "hash-v1"
+
+    def step(self) -> str | None:
+        upgrade = self.app["status"].get("upgrade")
+        return None if upgrade is None else str(upgrade["step"])
+
+
+def condition(result: Plan, type_: str) -> Obj:
+    return next(c for c in result.status["conditions"] if c["type"] == type_)
+
+
+@pytest.fixture
+def driver() -> Driver:
+    running = Driver()
+    running.settle()
+    return running
+
+
+def run_to_starting(driver: Driver) -> None:
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()  # Stopping
+    driver.pods = []
+    driver.cycle()  # Publishing
+    driver.cycle()  # Starting
+    assert driver.step() == "Starting"
+
+
+def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -> None:
+    before = driver.membership
+    assert before is not None
+    active_before = {
+        member: {t.partition for t in tasks if t.subtopology == 1}
+        for member, tasks in before.assignment.active.items()
+    }
+    driver.app["spec"]["topology"] = dict(V2)
+
+    stopping = driver.cycle()
+    assert stopping.write_ahead and driver.step() == "Stopping"
+    assert stopping.objects[-1]["spec"]["replicas"] == 0
+    assert "revision: '1'" in driver.manifest or 'revision: "1"' in str(driver.manifest)
+    assert sorted(stopping.delete_pods) == ["wc-0", "wc-1", "wc-2"]
+    assert [e.reason for e in stopping.events] == ["UpgradeStarted"]
+    assert condition(stopping, "Upgrading")["reason"] == "Stopping"
+    assert condition(stopping, "Progressing")["reason"] == "TopologyUpgrade"
+    placement = driver.app["status"]["upgrade"]["placement"]["word-counts"]
+    assert {p: holders[0] for p, holders in placement.items()} == {
+        str(p): m for m, ps in active_before.items() for p in ps
+    }
+
+    driver.pods = [pod(i, deleting=True) for i in range(3)]
+    waiting = driver.cycle()
+    assert not waiting.write_ahead and driver.step() == "Stopping"
+
+    driver.pods = []
+    publishing = driver.cycle()
+    assert publishing.write_ahead and driver.step() == "Publishing"
+    assert publishing.objects[-1]["spec"]["replicas"] == 0
+    assert "wordcount:topology_v2" in str(driver.manifest)
+    assert driver.membership is not None and not driver.membership.assignment.tasks
+
+    starting = driver.cycle()
+    assert starting.write_ahead and driver.step() == "Starting"
+    assert starting.objects[-1]["spec"]["replicas"] == 3
+
+    driver.start_pods("2", count=1)
+    assert driver.cycle().membership is None  # one pod alone would take every task
+    driver.start_pods("2")
+    first = driver.cycle()
+    assert first.membership is not None
+    for member, partitions in active_before.items():
+        assert {
+            t.partition for t in first.membership.assignment.active[member] if t.subtopology == 2
+        } == partitions  # state stays where it was
+
+    done = driver.cycle()
+    assert done.write_ahead and driver.step() is None
+    status = driver.app["status"]
+    assert status["topology"] == {**V2, "hash": "hash-v2"}
+    assert status["lastUpgrade"]["outcome"] == "Succeeded"
+    assert [s["step"] for s in status["lastUpgrade"]["steps"]] == [
+        "Stopping",
+        "Publishing",
+        "Starting",
+    ]
+    assert condition(done, "Upgrading")["status"] == "False"
+    assert [e.reason for e in done.events] == ["UpgradeSucceeded"]
+
+
+def test_the_same_status_decides_the_same_step_after_an_operator_restart(driver: Driver) -> None:
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()
+    driver.pods = []
+    driver.cycle()
+    assert driver.step() == "Publishing"
+    started_at = driver.app["status"]["upgrade"]["steps"][0]["startedAt"]
+    # Nothing in memory survives a restart: the next cycle sees only status and objects.
+    again = driver.cycle()
+    assert driver.step() == "Starting"
+    assert driver.app["status"]["upgrade"]["steps"][0]["startedAt"] == started_at
+    assert "UpgradeStarted" not in [e.reason for e in again.events]
+
+
+def test_a_new_revision_waits_for_the_upgrade_under_way(driver: Driver) -> None:
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()
+    driver.app["spec"]["topology"] = {"ref": "wordcount:topology_v2", "revision": "3"}
+    result = driver.cycle()
+    assert driver.step() == "Stopping"
+    assert driver.app["status"]["upgrade"]["to"]["revision"] == "2"
+    assert not result.write_ahead
+
+
+def test_a_pod_refusing_to_start_rolls_back_to_the_revision_that_ran(driver: Driver) -> None:
+    run_to_starting(driver)
+    driver.start_pods("2")
+    refused = "state stores are misplaced: 1_0/word-counts ...; set automatic.state.relocation"
+    driver.pods[1]["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 1, "reason": "Error", "message": refused}
+    }
+    failing = driver.cycle()
+    upgrade = driver.app["status"]["upgrade"]
+    assert failing.write_ahead and upgrade["step"] == "Stopping"
+    assert upgrade["to"]["revision"] == "1" and upgrade["from"]["revision"] == "2"
+    assert upgrade["rollback"] == {"reason": "PodFailed", "pod": "wc-1", "message": refused}
+    degraded = condition(failing, "Degraded")
+    assert degraded["status"] == "True" and "wc-1" in degraded["message"]
+    assert refused in degraded["message"]
+    assert condition(failing, "Upgrading")["reason"] == "RollBackStopping"
+    assert "UpgradeFailed" in [e.reason for e in failing.events]
+
+    driver.pods = []
+    driver.cycle()
+    assert "wordcount:topology\n" in str(driver.manifest) or "ref: wordcount:topology" in str(
+        driver.manifest
+    )
+    driver.cycle()
+    driver.start_pods("1")
+    driver.cycle()
+    done = driver.cycle()
+    status = driver.app["status"]
+    assert driver.step() is None
+    assert status["topology"]["revision"] == "1"
+    assert status["lastUpgrade"]["outcome"] == "RolledBack"
+    assert status["failedTopology"]["revision"] == "2"
+    assert condition(done, "Degraded")["reason"] == "UpgradeRolledBack"
+    # spec still names revision 2: it is not tried again until spec.topology changes.
+    assert driver.cycle().write_ahead is False and driver.step() is None
+    driver.app["spec"]["topology"] = {"ref": "wordcount:topology_v2", "revision": "3"}
+    driver.cycle()
+    assert driver.step() == "Stopping"
+    assert driver.app["status"]["failedTopology"] is None
+
+
+def test_pods_not_ready_by_the_deadline_roll_the_upgrade_back(driver: Driver) -> None:
+    driver.app["spec"]["topology"] = {**V2, "upgradeDeadlineSeconds": 30}
+    driver.cycle()
+    driver.pods = []
+    driver.cycle()
+    driver.cycle()
+    driver.start_pods("2")
+    for p in driver.pods:
+        p["status"]["conditions"][0]["status"] = "False"
+    driver.now = "2026-11-23T10:00:20Z"
+    driver.cycle()
+    assert driver.app["status"]["upgrade"]["rollback"] is None
+    driver.now = "2026-11-23T10:00:31Z"
+    driver.cycle()
+    rollback = driver.app["status"]["upgrade"]["rollback"]
+    assert rollback["reason"] == "DeadlineExceeded" and rollback["pod"] == "wc-0"
+
+
+def test_a_pod_killed_from_outside_does_not_roll_back(driver: Driver) -> None:
+    run_to_starting(driver)
+    driver.start_pods("2")
+    driver.pods[0]["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 137, "reason": "Killed"}
+    }
+    driver.cycle()
+    assert driver.app["status"]["upgrade"]["rollback"] is None
+
+
+def test_another_describe_hash_for_the_same_revision_is_an_upgrade(driver: Driver) -> None:
+    reports = driver.reports()
+    reports["wc-2"] = layout_report("wc-2", "2")  # new code in the image, same revision
+    result = driver.cycle(reports=reports)
+    assert driver.step() == "Stopping"
+    assert "TopologyChanged" in result.events[0].message
+
+
+def test_a_change_of_replicas_is_a_scale_not_an_upgrade(driver: Driver) -> None:
+    driver.app["spec"]["replicas"] = 5
+    result = driver.cycle()
+    assert driver.step() is None
+    assert result.objects[-1]["spec"]["replicas"] == 5
+    assert condition(result, "Upgrading")["status"] == "False"
+
+
+def test_the_placement_translates_by_store_name_to_the_new_ordinals() -> None:
+    placement = {"counts": {"0": ["a", "b"], "1": ["b", "a"], "2": ["gone", "c"]}}
+    translated = translate_placement(placement, {"counts": 2}, {"a", "b", "c"})
+    assert translated is not None
+    assert translated.active == {
+        "a": frozenset({TaskId(2, 0)}),
+        "b": frozenset({TaskId(2, 1)}),
+        "c": frozenset({TaskId(2, 2)}),
+    }
+    assert translated.standby["b"] == frozenset({TaskId(2, 0)})
+    assert translate_placement(placement, {"other": 1}, {"a"}) is None
+
+
+def test_a_report_carries_its_store_owners_through_json_and_older_reports_have_none() -> None:
+    report = layout_report("wc-0", "2")
+    again = MemberReport.from_json(report.to_json())
+    assert again == report and again.store_owners == {"word-counts": 2}
+    older = report.to_json()
+    del older["store_owners"]
+    assert MemberReport.from_json(older).store_owners == {}
+
+
+def test_an_invalid_spec_mid_upgrade_pauses_it_and_publishes_no_membership(
+    driver: Driver,
+) -> None:
+    run_to_starting(driver)
+    driver.start_pods("2")
+    driver.app["spec"]["replicas"] = -1  # the schema would refuse it; an old CRD did not
+    result = driver.cycle()
+    assert result.membership is None and result.objects == []
+    assert driver.step() == "Starting"
+    assert condition(result, "Degraded")["reason"] == "InvalidSpec"
