@@ -277,3 +277,30 @@ def test_custom_processor_forwards_each_event_id_once_across_restarts(
     assert instance.processed == 2
     assert forwarded()[-1] == ("e5", {"n": 5}, 21)
     assert len(forwarded()) == 5
+
+
+def test_custom_processor_forgets_ids_older_than_its_retention_in_event_time(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    app, search_path = load_example("custom_processor", tmp_path)
+    log.create_topic("events", 1)
+    day = 24 * 60 * 60 * 1000  # the example's RETENTION_MS
+    produce_keyed(
+        log,
+        "events",
+        [
+            ("e1", {"n": 1}, 10),
+            ("e1", {"n": 1, "retry": True}, 20),  # within retention: suppressed
+            ("e2", {"n": 2}, day + 1_000),  # stream time passes e1's retention
+            ("e2", {"n": 2, "retry": True}, 2 * day),  # e2's first was < a day ago
+            ("e1", {"n": 1, "again": True}, 2 * day + 1),  # e1 was purged: forwarded again
+        ],
+    )
+    run(app, log, search_path)
+    forwarded = [
+        (r.key.decode(), r.timestamp)
+        for records in consume(log, "unique-events").values()
+        for r in records
+        if r.key is not None
+    ]
+    assert forwarded == [("e1", 10), ("e2", day + 1_000), ("e1", 2 * day + 1)]

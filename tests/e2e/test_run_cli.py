@@ -131,6 +131,23 @@ def test_a_bad_config_value_fails_naming_the_key_and_the_accepted_values(
     assert "'at_least_once', 'exactly_once_v2'" in error
 
 
+def test_more_standbys_than_other_replicas_runs_with_a_warning_naming_the_cap(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    manifest = write_manifest(tmp_path, **{"num.standby.replicas": 2})
+    log.create_topic("events", 2)
+
+    result = run_eddyline("run", str(manifest), "--until-caught-up", cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1, result.stderr
+    assert (
+        "num.standby.replicas is 2 but spec.replicas is 1: each stateful task gets 0 "
+        "standby replica(s)"
+    ) in warnings[0]
+
+
 def test_a_missing_input_topic_fails_naming_it(tmp_path: Path, log: SqliteLog) -> None:
     manifest = write_manifest(tmp_path)
     log.create_topic("something-else", 1)

@@ -96,6 +96,28 @@ def test_max_task_idle_ms_accepts_minus_one_and_rejects_less() -> None:
     assert "-2" in str(error.value)
 
 
+@pytest.mark.parametrize("value", ["abc", -2, "1.5", True])
+def test_an_invalid_max_task_idle_ms_says_minus_one_or_at_least_zero(value: object) -> None:
+    with pytest.raises(ConfigError) as error:
+        StreamsConfig.from_properties({"max.task.idle.ms": value})
+    assert '"max.task.idle.ms"' in str(error.value)
+    assert "-1 or >= 0" in str(error.value)
+    assert StreamsConfig.from_properties({"max.task.idle.ms": "250"}).max_task_idle_ms == 250
+
+
+def test_the_deprecated_cache_name_warns_and_loses_to_the_new_one() -> None:
+    with pytest.warns(FutureWarning, match='"cache.max.bytes.buffering" is deprecated'):
+        old_only = StreamsConfig.from_properties({"cache.max.bytes.buffering": 1000})
+    assert old_only.statestore_cache_max_bytes == 1000
+    for properties in (
+        {"statestore.cache.max.bytes": 2000, "cache.max.bytes.buffering": 1000},
+        {"cache.max.bytes.buffering": 1000, "statestore.cache.max.bytes": 2000},
+    ):
+        with pytest.warns(FutureWarning, match="ignored"):
+            both = StreamsConfig.from_properties(properties)
+        assert both.statestore_cache_max_bytes == 2000
+
+
 def test_settings_load_from_a_properties_file(tmp_path: Path) -> None:
     file = tmp_path / "streams.properties"
     file.write_text(

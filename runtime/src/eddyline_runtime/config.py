@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
 # KIP-892: -1 means the uncommitted buffer is unbounded.
 UNLIMITED = -1
+# KIP-63's original name for statestore.cache.max.bytes, deprecated by KIP-770.
+DEPRECATED_CACHE_KEY = "cache.max.bytes.buffering"
+_CACHE_KEYS = ("statestore.cache.max.bytes", "statestore_cache_max_bytes")
 
 
 class IsolationLevel(enum.StrEnum):
@@ -126,6 +130,8 @@ class StreamsConfig(BaseSettings):
         ),
     )
     # None: not set; the effective interval depends on the guarantee (Kafka's rule).
+    # 0 commits after every loop of the stream thread, i.e. after each batch of
+    # at most 1,000 records per task (never in the middle of a record).
     commit_interval_ms: int | None = _setting("commit.interval.ms", None, ge=0)
     # KIP-695: -1 never waits, 0 waits only for data already produced, N > 0 also N ms.
     max_task_idle_ms: int = _setting("max.task.idle.ms", 0, ge=-1)
@@ -157,6 +163,21 @@ class StreamsConfig(BaseSettings):
         if value is None or value == "":
             return None
         return IsolationLevel.parse(value)
+
+    @field_validator("max_task_idle_ms", mode="before")
+    @classmethod
+    def _parse_max_task_idle_ms(cls, value: Any) -> int:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise ConfigError(
+                "max.task.idle.ms",
+                value,
+                "-1 or >= 0 (-1: never wait; 0: wait only for data already produced; "
+                "N > 0: also wait up to N ms for new data)",
+            )
+        return value
 
     @field_validator("statestore_uncommitted_max_bytes", mode="before")
     @classmethod
@@ -210,6 +231,8 @@ class StreamsConfig(BaseSettings):
         # The environment wins over files and manifests: it is how one pod (or
         # one run) overrides a setting without editing what everyone shares.
         overridden = {name for name in _FIELD_KEYS if f"EDDYLINE_{name.upper()}" in os.environ}
+        if DEPRECATED_CACHE_KEY in properties:
+            properties = _without_deprecated_cache_key(properties)
         normalized = {
             field: value
             for key, value in properties.items()
@@ -221,6 +244,26 @@ class StreamsConfig(BaseSettings):
             raise
         except ValidationError as exc:
             raise _config_error_from(exc, properties) from None
+
+
+def _without_deprecated_cache_key(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Warn about ``cache.max.bytes.buffering``; the new name wins when both are set."""
+    rest = {key: value for key, value in properties.items() if key != DEPRECATED_CACHE_KEY}
+    if any(key in rest for key in _CACHE_KEYS):
+        warnings.warn(
+            f'"{DEPRECATED_CACHE_KEY}" is deprecated and ignored here because '
+            '"statestore.cache.max.bytes" is also set; remove the old name',
+            FutureWarning,
+            stacklevel=3,
+        )
+        return rest
+    warnings.warn(
+        f'"{DEPRECATED_CACHE_KEY}" is deprecated; rename it to "statestore.cache.max.bytes" '
+        "(same meaning: record cache bytes per instance)",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return {**rest, "statestore.cache.max.bytes": properties[DEPRECATED_CACHE_KEY]}
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:

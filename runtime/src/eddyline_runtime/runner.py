@@ -25,6 +25,7 @@ Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -55,12 +56,31 @@ from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.query.server import QueryServer
 from eddyline_runtime.spec import StreamApp, load_manifest
 
+logger = logging.getLogger(__name__)
+
 _PROGRESS_SECONDS = 1.0
 _MEMBERSHIP_POLL_SECONDS = 0.1
 # A pod checks the watched membership this often (a memory read; the watch itself is pushed).
 _CLUSTER_TICK_SECONDS = 0.05
 # Replica i of a local group answers queries on DEFAULT_QUERY_PORT + i.
 DEFAULT_QUERY_PORT = 7070
+
+
+def standby_cap_warning(replicas: int, num_standby_replicas: int) -> str | None:
+    """What to tell a user whose ``num.standby.replicas`` the assignor must cap.
+
+    A standby never shares a member with its task's active copy, so ``replicas``
+    members hold at most ``replicas - 1`` standbys of a task. Not an error:
+    scaling a group down below its standby count must keep working.
+    """
+    if num_standby_replicas < replicas:
+        return None
+    return (
+        f"num.standby.replicas is {num_standby_replicas} but spec.replicas is {replicas}: "
+        f"each stateful task gets {replicas - 1} standby replica(s), as a standby never runs "
+        f"on its active copy's member; set spec.replicas to {num_standby_replicas + 1} for "
+        "all of them"
+    )
 
 
 def load_app(manifest: Path, config_file: Path | None = None) -> StreamApp:
@@ -97,6 +117,10 @@ def run_manifest(
     """Run until stopped (or caught up); returns the closed instance for its metrics
     (None when it supervised a group of replicas). ``log_url`` overrides ``spec.log.url``."""
     app = load_app(manifest, config_file)
+    if member_file is None and membership_configmap is None:
+        capped = standby_cap_warning(app.spec.replicas, app.streams_config().num_standby_replicas)
+        if capped is not None:
+            logger.warning(capped)
     if member_file is None and membership_configmap is None and app.spec.replicas > 1:
         run_group(
             manifest,
@@ -415,9 +439,15 @@ def start_group(
         out=out,
     )
     group.start()
+    standbys = min(config.num_standby_replicas, app.spec.replicas - 1)
+    capped = (
+        f" (num.standby.replicas {config.num_standby_replicas} capped at replicas - 1)"
+        if standbys < config.num_standby_replicas
+        else ""
+    )
     print(
         f"{app.metadata.name}: {app.spec.replicas} replicas, "
-        f"{config.num_standby_replicas} standby per stateful task",
+        f"{standbys} standby per stateful task{capped}",
         file=out,
     )
     for member in group.members:

@@ -27,7 +27,7 @@ from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.serde import serde_for
-from eddyline_runtime.state import KeyRange, RocksDBStore
+from eddyline_runtime.state import KeyRange, RocksDBStore, StoreClosedError
 from pausable_log import PausableLog
 from word_count_app import APP, streams_config, wait_for, word_count
 from word_count_app import produce_lines as produce_input
@@ -233,6 +233,29 @@ def test_promoting_a_caught_up_standby_restores_nothing(pair: Pair) -> None:
             and store_contents(pair.b, StoreRole.ACTIVE) == dict(EXPECTED_AFTER_MORE)
         ),
     )
+
+
+def test_promoting_a_standby_while_a_query_iterates_it_ends_the_iterator(pair: Pair) -> None:
+    """The promotion closes the standby's store under an open iterator and reopens it
+    as active in the same process: the iterator must not keep the database locked."""
+    iterators = [
+        local.open_reader(None).scan(KeyRange()) for local in pair.b.local_store_partitions(STORE)
+    ]
+    for iterator in iterators:
+        next(iterator)  # mid-iteration, as a slow range query would be
+    pair.a.close(30)
+    pair.b.apply_assignment(
+        Assignment(
+            active={"a": frozenset(), "b": pair.tasks},
+            standby={"a": frozenset(), "b": frozenset()},
+            members=MEMBERS,
+        )
+    )
+    wait_for("b runs every task", lambda: pair.b.check() is not None and pair.b.ready())
+    for iterator in iterators:
+        with pytest.raises(StoreClosedError):
+            next(iterator)
+    assert store_contents(pair.b, StoreRole.ACTIVE) == dict(EXPECTED)
 
 
 def test_promoting_a_standby_restores_only_the_tail_it_had_not_replayed(pair: Pair) -> None:

@@ -34,6 +34,7 @@ from cluster_harness import (
 )
 from cluster_harness import Cluster as HarnessCluster
 
+from eddyline_runtime.assignor import Assignment
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Processor, StoreSpec, Topology
@@ -430,7 +431,16 @@ def holding_topology() -> Topology:
     return topology
 
 
-def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "cache_bytes",
+    [
+        0,  # no record cache: a put goes straight to the store's open transaction
+        1024 * 1024,  # the put waits in the record cache, dirty, until the commit
+    ],
+)
+def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(
+    tmp_path: Path, cache_bytes: int
+) -> None:
     RELEASE.clear()
     HOLDING.clear()
     log = SqliteLog(tmp_path / "log.db")
@@ -438,8 +448,7 @@ def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(tmp_path: Path
     tp = TopicPartition("events", 0)
     instance = StreamsInstance(
         holding_topology(),
-        # No record cache: a put goes straight to the store's open transaction.
-        streams_config(tmp_path / "state", **{"statestore.cache.max.bytes": 0}),
+        streams_config(tmp_path / "state", **{"statestore.cache.max.bytes": cache_bytes}),
         log,
     )
     server = QueryServer(instance, "127.0.0.1", 0)
@@ -527,6 +536,31 @@ def test_a_key_query_before_the_instance_starts_is_503_with_retry_after(tmp_path
             response = http_get(address, path)
             assert response.status == 503, (path, response.status, response.text)
             assert "Retry-After" in response.headers
+    finally:
+        server.stop()
+        instance.close(30)
+        log.close()
+
+
+def test_a_key_no_assignment_covers_yet_is_503_with_retry_after(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 1)
+    instance = StreamsInstance(
+        word_count(),
+        streams_config(tmp_path / "state"),
+        log,
+        assignment=Assignment(active={"0": frozenset()}, standby={"0": frozenset()}),
+    )
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        instance.start()
+        address = str(server.start())
+        response = http_get(address, key_path("apple"))
+        assert response.status == 503, response.text
+        assert "Retry-After" in response.headers
+        assert "no assignment covers" in response.json()["error"]
+        metadata = http_get(address, f"/v1/stores/{STORE}/metadata/apple")
+        assert metadata.json()["partition"] == -1
     finally:
         server.stop()
         instance.close(30)

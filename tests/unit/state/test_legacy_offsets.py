@@ -140,3 +140,31 @@ def test_checkpoint_format_round_trips_kafka_layout(tmp_path: Path) -> None:
     assert path.read_text() == "0\n2\na 0 12\nb 1 9\n"
     assert read_offsets(path) == {TopicPartition("a", 0): 12, TopicPartition("b", 1): 9}
     assert read_offsets(tmp_path / "missing") == {}
+
+
+def test_negative_checkpoint_offsets_mean_no_offset(tmp_path: Path) -> None:
+    path = tmp_path / ".checkpoint"
+    path.write_text("0\n2\napp-counts-changelog 0 -4\napp-counts-changelog 1 42\n")
+    assert read_offsets(path) == {TopicPartition("app-counts-changelog", 1): 42}
+
+
+def test_a_store_adopts_only_its_own_changelogs_checkpoint_offsets(tmp_path: Path) -> None:
+    directory = tmp_path / "3_3" / "counts"
+    make_legacy_store(directory)
+    other = TopicPartition("app-totals-changelog", 3)
+    write_offsets(
+        directory / ".checkpoint",
+        {CHANGELOG: 120, other: 999, TopicPartition("app-counts-changelog", 4): -4},
+    )
+    with RocksDBStore("counts", directory) as store:
+        assert store.committed_offset(CHANGELOG) == 120
+        assert store.committed_offset(other) is None
+        assert store.committed_offset(TopicPartition("app-counts-changelog", 4)) is None
+
+
+def test_a_checkpoint_file_that_is_not_utf8_names_itself(tmp_path: Path) -> None:
+    path = tmp_path / ".checkpoint"
+    path.write_bytes(b"0\n1\napp-counts-changelog 0 \xff\xfe\n")
+    with pytest.raises(CheckpointFileError, match="not UTF-8") as error:
+        read_offsets(path)
+    assert str(path) in str(error.value)

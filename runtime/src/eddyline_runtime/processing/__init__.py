@@ -2,8 +2,8 @@
 
 A topology author imports from here and nowhere else: build a
 :class:`Topology` with :class:`StreamsBuilder` (the DSL) or the Processor API
-(:class:`Processor`, :class:`ProcessorContext`, :class:`StoreSpec`), and pick
-serdes. ``eddyline run`` loads the function that returns it.
+(:class:`Processor`, :class:`ProcessorContext` with its punctuations,
+:class:`StoreSpec`), and pick serdes. ``eddyline run`` loads the function that returns it.
 
 The engine lives in this package's modules and is not part of this face:
 ``instance`` (:class:`~eddyline_runtime.processing.instance.StreamsInstance`:
@@ -15,9 +15,14 @@ resolves a topology against a log and runs its tasks on stream threads),
 
 from eddyline_runtime.processing.dsl import KGroupedStream, KStream, KTable, StreamsBuilder
 from eddyline_runtime.processing.topology import (
+    Cancellable,
     Change,
+    Headers,
     Processor,
     ProcessorContext,
+    PunctuationType,
+    Punctuator,
+    RecordContext,
     StoreSpec,
     Topology,
     TopologyError,
@@ -26,7 +31,9 @@ from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, S
 
 __all__ = [
     "BytesSerde",
+    "Cancellable",
     "Change",
+    "Headers",
     "IntSerde",
     "JsonSerde",
     "KGroupedStream",
@@ -35,6 +42,9 @@ __all__ = [
     "LongSerde",
     "Processor",
     "ProcessorContext",
+    "PunctuationType",
+    "Punctuator",
+    "RecordContext",
     "Serde",
     "StoreSpec",
     "StreamsBuilder",

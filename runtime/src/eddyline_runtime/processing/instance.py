@@ -241,15 +241,22 @@ class StreamsInstance:
         )
 
     def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
-        """Store -> partition -> LagInfo for every store partition held here."""
+        """Store -> partition -> LagInfo for every store partition held here that has a
+        changelog (an unlogged store has nothing to lag behind, as in Kafka Streams)."""
         lags: dict[str, dict[int, LagInfo]] = {}
-        for store in self.topology.stores:
+        for store, spec in self.topology.stores.items():
+            if not spec.logged:
+                continue
             for local in self.local_store_partitions(store):
                 lags.setdefault(store, {})[local.partition] = local.lag
         return lags
 
     def key_query_metadata(self, store: str, key: bytes) -> KeyQueryMetadata:
-        """Which hosts hold ``key`` of ``store`` (its serialized form), and its partition."""
+        """Which hosts hold ``key`` of ``store`` (its serialized form), and its partition.
+
+        Before this instance knows an assignment that covers the key's task,
+        Kafka's ``KeyQueryMetadata.NOT_AVAILABLE``: no host, partition -1.
+        """
         layout = self._layout()
         subtopology = next((sub for sub in layout.subtopologies if store in sub.stores), None)
         if subtopology is None:
@@ -260,7 +267,7 @@ class StreamsInstance:
         task = TaskId(subtopology.id, partition)
         assignment = self.assignment
         if assignment is None or task not in assignment.tasks:
-            return KeyQueryMetadata(None, (), partition)
+            return KeyQueryMetadata.NOT_AVAILABLE
 
         def host(member_id: str) -> HostInfo | None:
             address = assignment.member(member_id).address

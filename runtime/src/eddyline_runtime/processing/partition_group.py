@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import Record
+from eddyline_runtime.metrics import Sensor
 from eddyline_runtime.partitions import TopicPartition
 
 MAX_TASK_IDLE_DISABLED = -1
@@ -59,6 +60,8 @@ class PartitionGroup:
         # When each empty, caught-up partition stops being waited for.
         self._idle_deadlines: dict[TopicPartition, int] = {}
         self.enforced_processing = 0
+        # For enforced-processing-rate (Kafka reports the rate beside the total).
+        self.enforced_processing_sensor = Sensor()
 
     def add_records(self, tp: TopicPartition, records: Iterable[Record]) -> None:
         self._queues[tp].extend(records)
@@ -97,6 +100,7 @@ class PartitionGroup:
             return False
         if waited_out:
             self.enforced_processing += 1
+            self.enforced_processing_sensor.record()
         return True
 
     def next_record(self) -> tuple[TopicPartition, Record] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.errors import InvalidArgumentError
@@ -37,11 +38,24 @@ class HostInfo:
 
 @dataclass(frozen=True)
 class KeyQueryMetadata:
-    """Where a key's store partition lives: the active copy's host, the standbys' hosts."""
+    """Where a key's store partition lives: the active copy's host, the standbys' hosts.
+
+    :attr:`NOT_AVAILABLE` (no host, partition -1) answers while no assignment
+    covers the key: ask again shortly.
+    """
 
     active_host: HostInfo | None
     standby_hosts: tuple[HostInfo, ...]
     partition: int
+
+    NOT_AVAILABLE: ClassVar[KeyQueryMetadata]
+
+    @property
+    def available(self) -> bool:
+        return self.partition >= 0
+
+
+KeyQueryMetadata.NOT_AVAILABLE = KeyQueryMetadata(None, (), -1)
 
 
 @dataclass(frozen=True)

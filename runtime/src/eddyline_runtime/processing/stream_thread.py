@@ -4,8 +4,9 @@ The commit protocol, and why a crash at any instant loses nothing
 -----------------------------------------------------------------
 
 A commit (every ``commit.interval.ms``, when the thread's uncommitted bytes
-reach its share of ``statestore.uncommitted.max.bytes``, when the thread runs
-out of input, and at a clean shutdown) runs these steps in this order:
+reach its share of ``statestore.uncommitted.max.bytes``, when a processor asks
+for one with ``context.commit()``, when the thread runs out of input, and at
+a clean shutdown) runs these steps in this order:
 
 1. flush the record cache: dirty entries go to the stores' open transactions,
    to the changelog records of this commit, and downstream to the sinks;
@@ -203,6 +204,9 @@ class StreamThread:
         self.error: BaseException | None = None
         self.final_metrics: dict[MetricName, float] = {}
         self.processed_since_commit = 0
+        # A punctuation ran since the last commit: its writes and outputs need one
+        # even when no record was processed.
+        self._punctuated = False
         self.processed_total = 0  # by every task this thread ran, closed ones included
         self._outputs_sent = 0  # at-least-once outputs already appended since the last commit
         # Set by the thread after an iteration that found nothing to fetch or
@@ -360,7 +364,7 @@ class StreamThread:
                 )
         except BaseException:
             for opened in stores.values():
-                opened.store.close()
+                opened.close()
             if producer is not None:
                 producer.close()
             raise
@@ -393,6 +397,10 @@ class StreamThread:
         setup.metrics.register(
             MetricName.of("stream-task-metrics", "enforced-processing-total", tags),
             lambda: float(partitions.enforced_processing),
+        )
+        setup.metrics.register(
+            MetricName.of("stream-task-metrics", "enforced-processing-rate", tags),
+            partitions.enforced_processing_sensor.rate,
         )
         setup.metrics.register(
             MetricName.of("stream-task-metrics", "process-total", tags),
@@ -622,8 +630,21 @@ class StreamThread:
         """
         fetched = self._fetch()
         processed = 0
+        share = self._budget.share
+        # Bytes the thread may still buffer before its share is reached: each task
+        # stops within one record of it (KIP-892's limit, not 1,000 records' worth).
+        room = None if share is None else share - self._uncommitted_bytes()
         for task in self.active.values():
-            processed += task.process(_PROCESS_BATCH)
+            if room is None:
+                processed += task.process(_PROCESS_BATCH)
+                continue
+            before = task.uncommitted_bytes()
+            processed += task.process(_PROCESS_BATCH, before + max(room, 0))
+            room -= task.uncommitted_bytes() - before
+        now_ms = time.time_ns() // 1_000_000
+        for task in self.active.values():
+            if task.punctuate_wall_clock(now_ms):
+                self._punctuated = True
         if processed:
             self.processed_total += processed
             self.processed_since_commit += processed
@@ -633,15 +654,15 @@ class StreamThread:
                 # does: downstream sub-topologies need not wait for the interval.
                 self._outputs_sent += self._send_outputs()
         replayed = sum(self._replay(standby) for standby in list(self.standbys.values()))
-        reason = self._budget.after_iteration(
-            sum(t.uncommitted_bytes() for t in self.active.values())
-        )
+        reason = self._budget.after_iteration(self._uncommitted_bytes())
         committed = None
         if reason is not None:
             committed = self.commit(reason.value)
+        elif any(task.topology.commit_requested for task in self.active.values()):
+            committed = self.commit("requested by a processor (context.commit())")
         elif time.monotonic() - self._last_commit >= self._commit_interval_seconds:
             committed = self.commit("commit.interval.ms elapsed")
-        elif not processed and not fetched and self.processed_since_commit:
+        elif not processed and not fetched and (self.processed_since_commit or self._punctuated):
             # Out of input: waiting out the interval would only delay results.
             committed = self.commit("caught up with the input")
         # A commit may have written input for this thread (a repartition topic),
@@ -652,6 +673,9 @@ class StreamThread:
         if not processed and not fetched and not replayed:
             self._stop.wait(_IDLE_SLEEP_SECONDS)
         return processed
+
+    def _uncommitted_bytes(self) -> int:
+        return sum(task.uncommitted_bytes() for task in self.active.values())
 
     def _send_outputs(self) -> int:
         """At-least-once only: append the outputs produced so far to the log."""
@@ -669,7 +693,9 @@ class StreamThread:
         outputs = task.drain_outputs()
         for output in outputs:
             tp = self._output_partition(output.topic, output.key)
-            batches.setdefault(tp, []).append(Record(output.key, output.value, output.timestamp))
+            batches.setdefault(tp, []).append(
+                Record(output.key, output.value, output.timestamp, output.headers)
+            )
         return len(outputs)
 
     def _fetch(self) -> int:
@@ -692,7 +718,9 @@ class StreamThread:
     # -- the commit (see the module docstring) ----------------------------------------
 
     def commit(self, reason: str) -> CommitReport | None:
-        if self.processed_since_commit == 0:
+        if self.processed_since_commit == 0 and not self._punctuated:
+            for task in self.active.values():
+                task.topology.commit_requested = False  # nothing to commit: granted
             self._last_commit = time.monotonic()
             return None
         started = time.perf_counter()
@@ -747,6 +775,9 @@ class StreamThread:
             seconds=seconds,
         )
         self.processed_since_commit = 0
+        self._punctuated = False
+        for task in self.active.values():
+            task.topology.commit_requested = False
         self._last_commit = time.monotonic()
         for listener in self.setup.on_commit:
             listener(report)
@@ -818,7 +849,7 @@ class StreamThread:
                     role=StoreRole.ACTIVE,
                     running=restoring is None and task.running,
                     lag=restoring or LagInfo(position, position),
-                    open_reader=task_store.store.reader,
+                    open_reader=task_store.reader,
                 )
             )
         for task_id, standby in self.standbys.items():
@@ -866,6 +897,8 @@ class StreamThread:
             lambda: cache.hits / (cache.hits + cache.misses) if cache.hits + cache.misses else 0.0,
         )
         register("stream-record-cache-metrics", "size-bytes", lambda: float(cache.num_bytes))
+        register("stream-record-cache-metrics", "overwrites-total", lambda: float(cache.overwrites))
+        register("stream-record-cache-metrics", "evictions-total", lambda: float(cache.evictions))
 
 
 def _standby_lag(standby: StandbyTask, store: str) -> float:

@@ -80,8 +80,10 @@ class StreamTask:
                 return StoreCorruptedError(name, directory, message)
         return None
 
-    def process(self, max_records: int) -> int:
-        """Process up to ``max_records`` buffered records, while timestamp order allows."""
+    def process(self, max_records: int, max_uncommitted_bytes: int | None = None) -> int:
+        """Process up to ``max_records`` buffered records, while timestamp order allows,
+        and only until :meth:`uncommitted_bytes` reaches ``max_uncommitted_bytes``: the
+        thread's budget then overshoots by at most one record's writes (KIP-892)."""
         group, topology, consumed = self.partitions, self.topology, self.consumed
         logical = self._logical_topics
         done = 0
@@ -91,7 +93,15 @@ class StreamTask:
                 break
             tp, record = taken
             try:
-                topology.process(logical[tp.topic], record.key, record.value, record.timestamp)
+                topology.process(
+                    logical[tp.topic],
+                    record.key,
+                    record.value,
+                    record.timestamp,
+                    record.headers,
+                    partition=tp.partition,
+                    offset=record.offset,
+                )
             except EddylineError:
                 raise
             except Exception as exc:
@@ -100,8 +110,19 @@ class StreamTask:
                 ) from exc
             consumed[tp] = record.offset + 1
             done += 1
+            if topology.commit_requested or (
+                max_uncommitted_bytes is not None
+                and self.uncommitted_bytes() >= max_uncommitted_bytes
+            ):
+                break
         self.processed += done
         return done
+
+    def punctuate_wall_clock(self, now_ms: int) -> bool:
+        """Run the wall-clock punctuations due by ``now_ms``; True if any ran."""
+        if not self.running or now_ms < self.topology.next_wall_clock_punctuation:
+            return False
+        return self.topology.maybe_punctuate_wall_clock(now_ms)
 
     def flush_caches(self) -> None:
         for store in self.stores.values():
@@ -182,6 +203,6 @@ class StreamTask:
             self.topology.close()
         finally:
             for store in self.stores.values():
-                store.store.close()
+                store.close()
             if self.producer is not None:
                 self.producer.close()

@@ -6,24 +6,47 @@ each input record from its source through ``forward`` calls depth-first, and
 collects what sinks emit, serialized, for the task to send in its log
 transaction. It does no I/O itself, which is also what makes it the unit that
 tests drive directly.
+
+It also keeps what Kafka Streams keeps per task for its processors: the
+*record context* of the record being processed (timestamp, headers, topic,
+partition, offset), which sinks copy onto what they emit; the task's *stream
+time*, the largest timestamp processed so far, and each record's lateness
+behind it; the punctuations processors scheduled, by stream time (checked
+after every record) or wall-clock time (checked by the stream thread on every
+loop); and whether a processor asked for a commit.
+
+Stream time starts over when a task is created (Kafka restores it from the
+committed offsets' metadata; eddyline does not yet).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
+from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.topology import (
+    Headers,
     Node,
     Processor,
+    PunctuationType,
+    Punctuator,
+    RecordContext,
     SubTopology,
     Topology,
     TopologyError,
 )
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import StateStore
+
+# Stream time before the task has processed a record (Kafka's RecordQueue.UNKNOWN).
+UNKNOWN_STREAM_TIME: Final = -1
+# "No punctuation due": larger than any timestamp.
+_NEVER: Final = 2**63 - 1
+_new_context: Final = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +57,43 @@ class Output:
     key: bytes | None
     value: bytes | None
     timestamp: int
+    headers: Headers = ()
+
+
+class PunctuationError(EddylineError):
+    """A punctuator raised; names the processor and what drove the punctuation."""
+
+    def __init__(
+        self, task: str, node: str, punctuation_type: PunctuationType, cause: BaseException
+    ) -> None:
+        super().__init__(
+            f'task {task}: the {punctuation_type.value} punctuator of processor "{node}" '
+            f"failed: {type(cause).__name__}: {cause}. Nothing after the last commit was "
+            "written; fix the punctuator and restart: processing resumes at the last commit"
+        )
+
+
+@dataclass(eq=False, slots=True)
+class _Schedule:
+    """One ``schedule`` call: when it is next due, and how to reschedule it."""
+
+    topology: TaskTopology
+    node: str
+    interval_ms: int
+    punctuation_type: PunctuationType
+    punctuator: Punctuator
+    due: int
+    cancelled: bool = field(default=False)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.topology._recompute_next_punctuation()
+
+    def advance(self, now: int) -> None:
+        """Kafka's ``PunctuationSchedule.next``: the first multiple of the interval past
+        ``now``, so a gap of several intervals punctuates once, not once per interval."""
+        missed = (now - self.due) // self.interval_ms
+        self.due += (missed + 1) * self.interval_ms
 
 
 class _Context:
@@ -43,12 +103,30 @@ class _Context:
         self._task = task
         self._node = node
 
-    def forward(self, key: Any, value: Any, *, to: str | None = None) -> None:
+    def forward(
+        self,
+        key: Any,
+        value: Any,
+        *,
+        to: str | None = None,
+        timestamp: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
         children = self._node.children if to is None else [to]
-        for child in children:
-            if child not in self._node.children:
-                raise TopologyError(f'"{self._node.name}" has no child "{child}"')
-            self._task._deliver(child, key, value)
+        task = self._task
+        saved = task.record_context
+        if timestamp is not None or headers is not None:
+            task.record_context = saved._replace(
+                timestamp=saved.timestamp if timestamp is None else timestamp,
+                headers=saved.headers if headers is None else tuple(headers),
+            )
+        try:
+            for child in children:
+                if child not in self._node.children:
+                    raise TopologyError(f'"{self._node.name}" has no child "{child}"')
+                task._deliver(child, key, value)
+        finally:
+            task.record_context = saved
 
     def get_state_store(self, name: str) -> TaskStore:
         if name not in self._node.stores:
@@ -59,9 +137,41 @@ class _Context:
             )
         return self._task.stores[name]
 
+    def schedule(
+        self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
+    ) -> _Schedule:
+        return self._task.schedule(self._node.name, interval_ms, punctuation_type, punctuator)
+
+    def commit(self) -> None:
+        self._task.commit_requested = True
+
     @property
     def timestamp(self) -> int:
-        return self._task.timestamp
+        return self._task.record_context.timestamp
+
+    @property
+    def headers(self) -> Headers:
+        return self._task.record_context.headers
+
+    @property
+    def topic(self) -> str | None:
+        return self._task.record_context.topic
+
+    @property
+    def partition(self) -> int:
+        return self._task.record_context.partition
+
+    @property
+    def offset(self) -> int:
+        return self._task.record_context.offset
+
+    @property
+    def stream_time(self) -> int:
+        return self._task.stream_time
+
+    @property
+    def record_lateness(self) -> int:
+        return self._task.record_lateness
 
     @property
     def task_id(self) -> str:
@@ -75,6 +185,8 @@ class TaskTopology:
         subtopology: SubTopology,
         partition: int,
         stores: Mapping[str, StateStore | TaskStore],
+        *,
+        wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         missing = [name for name in subtopology.stores if name not in stores]
         if missing:
@@ -87,9 +199,17 @@ class TaskTopology:
             else TaskStore(store, changelog=None, cache=None, cache_name=name)
             for name, store in stores.items()
         }
-        self.timestamp = 0
+        self.record_context = RecordContext(0)
+        self.stream_time = UNKNOWN_STREAM_TIME
+        self.record_lateness = 0
+        self.commit_requested = False
         self.outputs: list[Output] = []
         self.output_bytes = 0  # key + value bytes of ``outputs``
+        self._wall_clock_ms = wall_clock_ms
+        self._stream_schedules: list[_Schedule] = []
+        self._wall_schedules: list[_Schedule] = []
+        self._next_stream_punctuation = _NEVER
+        self.next_wall_clock_punctuation = _NEVER
         self._nodes = {name: topology.nodes[name] for name in subtopology.nodes}
         self._sources = {
             topic: node
@@ -103,6 +223,8 @@ class TaskTopology:
             for node in self._nodes.values()
             if node.kind != "processor"
         }
+        for store in self.stores.values():
+            store.bind(self)  # cached writes keep the context of the record that made them
         self._processors: dict[str, Processor] = {}
         for node in self._nodes.values():
             if node.kind == "processor" and node.supplier is not None:
@@ -110,15 +232,116 @@ class TaskTopology:
                 processor.init(_Context(self, node))
                 self._processors[node.name] = processor
 
-    def process(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int) -> None:
-        """Push one input record through the sub-topology."""
+    @property
+    def timestamp(self) -> int:
+        """The timestamp of the record being processed (or last processed)."""
+        return self.record_context.timestamp
+
+    def process(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers = (),
+        *,
+        partition: int = -1,
+        offset: int = -1,
+    ) -> None:
+        """Push one input record through the sub-topology, then run the stream-time
+        punctuations it made due."""
         source = self._sources.get(topic)
         if source is None:
             raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
-        self.timestamp = timestamp
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs per record.
+        self.record_context = _new_context(
+            RecordContext, (timestamp, headers, topic, partition, offset)
+        )
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+            self.record_lateness = 0
+        else:
+            self.record_lateness = self.stream_time - timestamp
         key_serde, value_serde = self._serdes[source.name]
         for child in source.children:
             self._deliver(child, key_serde.deserialize(key), value_serde.deserialize(value))
+        if self.stream_time >= self._next_stream_punctuation:
+            self._punctuate(self._stream_schedules, self.stream_time)
+
+    # -- punctuation ---------------------------------------------------------------
+
+    def schedule(
+        self,
+        node: str,
+        interval_ms: int,
+        punctuation_type: PunctuationType | str,
+        punctuator: Punctuator,
+    ) -> _Schedule:
+        """Kafka's ``ProcessorContext.schedule``: stream-time punctuations are aligned
+        to 0 (the first fires with the first record), wall-clock ones start one
+        interval from now."""
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or interval_ms < 1:
+            raise TopologyError(
+                f'processor "{node}": a punctuation interval must be a whole number of '
+                f"milliseconds >= 1, got {interval_ms!r}"
+            )
+        try:
+            kind = PunctuationType(punctuation_type)
+        except ValueError:
+            raise TopologyError(
+                f'processor "{node}": unknown punctuation type {punctuation_type!r}; use '
+                "PunctuationType.STREAM_TIME or PunctuationType.WALL_CLOCK_TIME"
+            ) from None
+        if kind is PunctuationType.STREAM_TIME:
+            scheduled = _Schedule(self, node, interval_ms, kind, punctuator, 0)
+            self._stream_schedules.append(scheduled)
+        else:
+            due = self._wall_clock_ms() + interval_ms
+            scheduled = _Schedule(self, node, interval_ms, kind, punctuator, due)
+            self._wall_schedules.append(scheduled)
+        self._recompute_next_punctuation()
+        return scheduled
+
+    def maybe_punctuate_wall_clock(self, now_ms: int | None = None) -> bool:
+        """Run the wall-clock punctuations due by ``now_ms`` (default: the clock)."""
+        now = self._wall_clock_ms() if now_ms is None else now_ms
+        if now < self.next_wall_clock_punctuation:
+            return False
+        return self._punctuate(self._wall_schedules, now)
+
+    def _punctuate(self, schedules: list[_Schedule], now: int) -> bool:
+        fired = False
+        for scheduled in sorted(schedules, key=lambda s: s.due):
+            if scheduled.cancelled or scheduled.due > now:
+                continue
+            saved = self.record_context
+            # Kafka's punctuation context: its time, no headers, no topic.
+            self.record_context = RecordContext(now)
+            try:
+                scheduled.punctuator(now)
+            except EddylineError:
+                raise
+            except Exception as exc:
+                raise PunctuationError(
+                    self.task_id, scheduled.node, scheduled.punctuation_type, exc
+                ) from exc
+            finally:
+                self.record_context = saved
+            scheduled.advance(now)
+            fired = True
+        schedules[:] = [s for s in schedules if not s.cancelled]
+        self._recompute_next_punctuation()
+        return fired
+
+    def _recompute_next_punctuation(self) -> None:
+        self._next_stream_punctuation = min(
+            (s.due for s in self._stream_schedules if not s.cancelled), default=_NEVER
+        )
+        self.next_wall_clock_punctuation = min(
+            (s.due for s in self._wall_schedules if not s.cancelled), default=_NEVER
+        )
+
+    # -- outputs -------------------------------------------------------------------
 
     def drain_outputs(self) -> list[Output]:
         outputs, self.outputs = self.outputs, []
@@ -134,7 +357,10 @@ class TaskTopology:
         if node.kind == "sink":
             key_serde, value_serde = self._serdes[name]
             key_bytes, value_bytes = key_serde.serialize(key), value_serde.serialize(value)
-            self.outputs.append(Output(node.topics[0], key_bytes, value_bytes, self.timestamp))
+            context = self.record_context
+            self.outputs.append(
+                Output(node.topics[0], key_bytes, value_bytes, context.timestamp, context.headers)
+            )
             self.output_bytes += (0 if key_bytes is None else len(key_bytes)) + (
                 0 if value_bytes is None else len(value_bytes)
             )

@@ -15,37 +15,128 @@ This module is the Processor API; the DSL builds on it.
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from eddyline_runtime.errors import EddylineError
+
+# Record headers, as the log carries them: (name, value) pairs, names may repeat.
+Headers = tuple[tuple[str, bytes], ...]
+
+
+class RecordContext(NamedTuple):
+    """Where a record came from: what Kafka Streams' ``ProcessorRecordContext`` carries.
+
+    A punctuation runs with its own context: its time, no headers and no
+    topic (``topic`` None, ``partition`` and ``offset`` -1).
+    """
+
+    timestamp: int
+    headers: Headers = ()
+    topic: str | None = None
+    partition: int = -1
+    offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """An update as downstream sees it: the new value and the one it replaces."""
+    """An update as downstream sees it: the new value and the one it replaces.
+
+    ``context`` is the record context of the write that produced ``new`` (the
+    record cache forwards a key's update with it); it takes no part in
+    equality: two changes are equal by their values.
+    """
 
     new: bytes | None
     old: bytes | None
+    context: RecordContext | None = field(default=None, compare=False)
 
 
 class TopologyError(EddylineError, ValueError):
     """A topology that cannot be built: a duplicate name, an unknown parent or store."""
 
 
-class ProcessorContext(Protocol):
-    """What a processor may do while it processes a record."""
+class PunctuationType(enum.StrEnum):
+    """What drives a punctuation (Kafka's ``PunctuationType``).
 
-    def forward(self, key: Any, value: Any, *, to: str | None = None) -> None:
-        """Send a record to the children (or to the child named ``to``)."""
+    ``STREAM_TIME``: the task's stream time (the largest timestamp it has
+    processed), so it advances only with input; ``WALL_CLOCK_TIME``: the
+    system clock, checked by the stream thread on every loop, input or not.
+    """
+
+    STREAM_TIME = "STREAM_TIME"
+    WALL_CLOCK_TIME = "WALL_CLOCK_TIME"
+
+
+# Called with the punctuation's time: the stream time, or the wall-clock time in ms.
+Punctuator = Callable[[int], None]
+
+
+class Cancellable(Protocol):
+    """What ``schedule`` returns: ``cancel()`` stops further punctuations."""
+
+    def cancel(self) -> None: ...
+
+
+class ProcessorContext(Protocol):
+    """What a processor may do while it processes a record (or punctuates)."""
+
+    def forward(
+        self,
+        key: Any,
+        value: Any,
+        *,
+        to: str | None = None,
+        timestamp: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
+        """Send a record to the children (or to the child named ``to``); it carries the
+        current record's timestamp and headers unless ``timestamp``/``headers`` are given."""
 
     def get_state_store(self, name: str) -> Any:
         """A store attached to this processor."""
 
+    def schedule(
+        self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
+    ) -> Cancellable:
+        """Call ``punctuator`` every ``interval_ms`` of stream time or wall-clock time."""
+
+    def commit(self) -> None:
+        """Ask for a commit as soon as the current record (or punctuation) is done."""
+
     @property
     def timestamp(self) -> int:
-        """The timestamp of the record being processed."""
+        """The timestamp of the record being processed (a punctuation's: its time)."""
+
+    @property
+    def headers(self) -> Headers:
+        """The headers of the record being processed; forwarded records carry them."""
+
+    @property
+    def topic(self) -> str | None:
+        """The topic the record came from; None in a punctuation."""
+
+    @property
+    def partition(self) -> int:
+        """The partition the record came from; -1 in a punctuation."""
+
+    @property
+    def offset(self) -> int:
+        """The record's offset in its partition; -1 in a punctuation."""
+
+    @property
+    def stream_time(self) -> int:
+        """The largest timestamp this task has processed since it started (-1: none yet)."""
+
+    @property
+    def record_lateness(self) -> int:
+        """How far the record being processed is behind stream time (0: not late)."""
+
+    @property
+    def task_id(self) -> str:
+        """The task this processor instance runs in, ``<sub-topology>_<partition>``."""
 
 
 class Processor(abc.ABC):

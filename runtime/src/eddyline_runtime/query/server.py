@@ -217,7 +217,7 @@ class _Handlers:
             isolation, allow_stale = _read_options(request)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
-            metadata = _metadata(self.instance, store, key)
+            metadata = _available(_metadata(self.instance, store, key), store)
             local = self._local(store, metadata.partition)
             if local is None:
                 raise _QueryError(
@@ -525,6 +525,17 @@ def _metadata(instance: StreamsInstance, store: str, key: bytes) -> KeyQueryMeta
         raise _QueryError(
             503, {"error": str(error)}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
         ) from None
+
+
+def _available(metadata: KeyQueryMetadata, store: str) -> KeyQueryMetadata:
+    """A key's metadata for serving it: 503 while no assignment covers it yet."""
+    if not metadata.available:
+        raise _QueryError(
+            503,
+            {"error": f'no assignment covers this key of store "{store}" yet; retry shortly'},
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    return metadata
 
 
 def _moving(error: StateStoreError) -> _QueryError:

@@ -16,6 +16,7 @@ value is read.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from eddyline_runtime.errors import EddylineError
@@ -35,12 +36,19 @@ class StoreLockedError(StateStoreError):
     def __init__(self, store: str, directory: Path, holder_pid: int | None) -> None:
         self.directory = directory
         self.holder_pid = holder_pid
-        holder = f"pid {holder_pid}" if holder_pid else "another process"
-        super().__init__(
-            store,
-            f'state store "{store}" is locked by {holder} (state dir {directory}); '
-            "stop that process, or give this instance another state.dir",
-        )
+        if holder_pid is not None and holder_pid == os.getpid():
+            message = (
+                f'state store "{store}" is locked by this process (pid {holder_pid}), which '
+                f"has it open already (state dir {directory}); close that open of the store "
+                "first"
+            )
+        else:
+            holder = f"pid {holder_pid}" if holder_pid else "another process"
+            message = (
+                f'state store "{store}" is locked by {holder} (state dir {directory}); '
+                "stop that process, or give this instance another state.dir"
+            )
+        super().__init__(store, message)
 
 
 class StoreCorruptedError(StateStoreError):

@@ -1,10 +1,16 @@
 """An in-memory key-value store with the StateStore interface.
 
 Like Kafka Streams' ``InMemoryKeyValueStore`` it is not transactional: writes
-apply at once, so readers of either isolation level see them, nothing is ever
-uncommitted (``approximate_num_uncommitted_bytes()`` is 0 and it never forces
-a commit), offsets are not managed, and closing drops the data (restoration
-rebuilds it from the changelog). It suits small state and tests.
+apply at once, so readers of either isolation level see them, the store itself
+buffers nothing (``approximate_num_uncommitted_bytes()`` is 0), offsets are not
+managed, and closing drops the data (restoration rebuilds it from the
+changelog). It suits small state and tests.
+
+In the runtime, a logged in-memory store's writes still become changelog
+records that wait in memory for the task's next commit; those count against
+``statestore.uncommitted.max.bytes`` like any store's, so a thread writing
+mostly to in-memory stores is still made to commit before it outgrows its
+share (that memory is as real as a transaction buffer's).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import StoreClosedError
 from eddyline_runtime.state.key_ranges import KeyRange
-from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader
+from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader, check_key
 
 
 class InMemoryStore(StateStore):
@@ -57,14 +63,18 @@ class InMemoryStore(StateStore):
                 self._sorted_keys = None
             self._data[key] = value
 
-    def delete(self, key: bytes) -> None:
+    def delete(self, key: bytes) -> bytes | None:
         self._check_open("delete")
+        check_key(self.name, "delete", key)
         with self._lock:
-            if self._data.pop(key, None) is not None:
+            old = self._data.pop(key, None)
+            if old is not None:
                 self._sorted_keys = None
+        return old
 
     def get(self, key: bytes) -> bytes | None:
         self._check_open("get")
+        check_key(self.name, "get", key)
         return self._data.get(key)
 
     def commit(self, changelog_offsets: Mapping[TopicPartition, int]) -> None:
@@ -100,6 +110,7 @@ class InMemoryStore(StateStore):
             self._closed = True
             self._data = {}
             self._sorted_keys = []
+        self.close_iterators()
 
     def _check_open(self, operation: str) -> None:
         if self._closed:
@@ -116,12 +127,13 @@ class InMemoryStore(StateStore):
             keys = key_range.slice_of(self._sorted_keys)
             data = self._data
             entries = [(key, data[key]) for key in keys]
-        return iter(entries)
+        return self.own_iterator(iter(entries))
 
 
 class _InMemoryReader(StoreReader):
     def __init__(self, store: InMemoryStore, isolation: IsolationLevel) -> None:
         self._store = store
+        self.name = store.name
         self.isolation = isolation
 
     def get(self, key: bytes) -> bytes | None:

@@ -11,6 +11,11 @@ store's KIP-796 position in ``.position``, both in this text format::
 Stores that manage their own offsets import these files once on upgrade and
 keep writing ``.checkpoint`` on close, so tools that read it (assignment by
 lag, operators) keep working.
+
+Kafka writes a negative offset (-4, ``OFFSET_UNKNOWN``) for a partition whose
+offset it does not know; any negative offset reads as "no offset" here, never
+as a position to resume from. A task-level ``.checkpoint`` names every store's
+changelog: :func:`read_changelog_offsets` keeps only one store's.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ def read_offsets(path: Path) -> dict[TopicPartition, int]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError as exc:
+        raise CheckpointFileError(path, f"it is not UTF-8 text: {exc.reason}") from None
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise CheckpointFileError(path, "the file is empty")
@@ -43,18 +50,33 @@ def read_offsets(path: Path) -> dict[TopicPartition, int]:
     except (IndexError, ValueError):
         raise CheckpointFileError(path, "the entry count is missing") from None
     offsets: dict[TopicPartition, int] = {}
+    entries = 0
     for number, line in enumerate(lines[2:], start=3):
         fields = line.split()
         if len(fields) != 3:
             raise CheckpointFileError(path, f"line {number} is not 'topic partition offset'")
         topic, partition, offset = fields
         try:
-            offsets[TopicPartition(topic, int(partition))] = int(offset)
+            tp, value = TopicPartition(topic, int(partition)), int(offset)
         except ValueError:
             raise CheckpointFileError(path, f"line {number} has a non-numeric field") from None
-    if len(offsets) != expected:
-        raise CheckpointFileError(path, f"{len(offsets)} entries where the header says {expected}")
+        entries += 1
+        if value >= 0:  # negative: Kafka's sentinel for an unknown offset
+            offsets[tp] = value
+    if entries != expected:
+        raise CheckpointFileError(path, f"{entries} entries where the header says {expected}")
     return offsets
+
+
+def read_changelog_offsets(path: Path, store: str) -> dict[TopicPartition, int]:
+    """The offsets in ``path`` of ``store``'s changelog, ``<application.id>-<store>-changelog``.
+
+    Kafka Streams keeps one ``.checkpoint`` per task, naming the changelogs of
+    all its stores; a store adopting another store's offset would skip that
+    much of its own changelog on restore.
+    """
+    suffix = f"-{store}-changelog"
+    return {tp: offset for tp, offset in read_offsets(path).items() if tp.topic.endswith(suffix)}
 
 
 def write_offsets(path: Path, offsets: Mapping[TopicPartition, int]) -> None:

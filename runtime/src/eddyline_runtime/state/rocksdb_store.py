@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import struct
 import threading
@@ -67,11 +68,12 @@ from eddyline_runtime.state.key_ranges import KeyRange
 from eddyline_runtime.state.offset_checkpoint import (
     CHECKPOINT_FILE_NAME,
     POSITION_FILE_NAME,
+    read_changelog_offsets,
     read_offsets,
     write_offsets,
 )
 from eddyline_runtime.state.state_directory import DirectoryLock, empty_trash, move_to_trash
-from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader
+from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader, check_key
 from eddyline_runtime.state.transaction_buffer import ABSENT, TransactionBuffer, merge_sorted
 
 logger = logging.getLogger(__name__)
@@ -222,16 +224,28 @@ class RocksDBStore(StateStore):
             raise _not_bytes(self.name, "put", key, value)
         self._buffer.put(key, value)
 
-    def delete(self, key: bytes) -> None:
+    def delete(self, key: bytes) -> bytes | None:
         if self._closed:
             raise StoreClosedError(self.name, "delete")
-        if type(key) is not bytes:
-            raise _not_bytes(self.name, "delete", key, b"")
+        check_key(self.name, "delete", key)
+        old = self.get(key)
         self._buffer.put(key, None)
+        return old
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Buffer many writes (None deletes) without reading the values they replace."""
+        if self._closed:
+            raise StoreClosedError(self.name, "put_all")
+        buffer_put = self._buffer.put
+        for key, value in entries:
+            if type(key) is not bytes or (value is not None and type(value) is not bytes):
+                raise _not_bytes(self.name, "put_all", key, value)
+            buffer_put(key, value)
 
     def get(self, key: bytes) -> bytes | None:
         if self._closed:
             raise StoreClosedError(self.name, "get")
+        check_key(self.name, "get", key)
         buffered = self._buffer.writes.get(key, ABSENT)
         if buffered is ABSENT:
             return self._db.get(key)
@@ -353,6 +367,9 @@ class RocksDBStore(StateStore):
     def close(self) -> None:
         if self._closed:
             return
+        self._closed = True
+        # Iterators hold the database open (and its LOCK held): end them first.
+        self.close_iterators()
         try:
             self._buffer.reset()
             self._flush_memtables()
@@ -474,7 +491,7 @@ class RocksDBStore(StateStore):
         imported_position: dict[TopicPartition, int] = {}
         if holds_data:
             if not self._committed_offsets:
-                imported_changelog = dict(read_offsets(checkpoint_file))
+                imported_changelog = read_changelog_offsets(checkpoint_file, self.name)
             if not self._committed_position:
                 imported_position = dict(read_offsets(position_file))
         elif not self._committed_offsets and checkpoint_file.exists():
@@ -516,8 +533,10 @@ class RocksDBStore(StateStore):
         if key_range.empty:
             return iter(())
         buffer = self._buffer
-        return merge_sorted(
-            buffer.sorted_keys_in(key_range), buffer.writes, self._stored_items(key_range)
+        return self.own_iterator(
+            merge_sorted(
+                buffer.sorted_keys_in(key_range), buffer.writes, self._stored_items(key_range)
+            )
         )
 
     def _stored_items(self, key_range: KeyRange) -> Iterator[KeyValue]:
@@ -548,12 +567,14 @@ class _RocksDBReader(StoreReader):
 
     def __init__(self, store: RocksDBStore, isolation: IsolationLevel) -> None:
         self._store = store
+        self.name = store.name
         self.isolation = isolation
 
     def get(self, key: bytes) -> bytes | None:
         store = self._store
         if store._closed:
             raise StoreClosedError(store.name, "get")
+        check_key(store.name, "get", key)
         if self.isolation is IsolationLevel.READ_UNCOMMITTED:
             buffered = store._buffer.writes.get(key, ABSENT)
             if buffered is not ABSENT:
@@ -574,7 +595,7 @@ class _RocksDBReader(StoreReader):
             return iter(())
         try:
             if self.isolation is IsolationLevel.READ_COMMITTED:
-                return store._stored_items(key_range)
+                return store.own_iterator(store._stored_items(key_range))
             # Buffer copy and database iterator must describe the same instant:
             # a commit between them would show its writes twice or not at all.
             with store._commit_lock:
@@ -582,7 +603,9 @@ class _RocksDBReader(StoreReader):
                 stored = store._stored_items(key_range)
         except DbClosedError:
             raise StoreClosedError(store.name, "iterate") from None
-        return merge_sorted(snapshot.sorted_keys_in(key_range), snapshot.writes, stored)
+        return store.own_iterator(
+            merge_sorted(snapshot.sorted_keys_in(key_range), snapshot.writes, stored)
+        )
 
 
 def _open_database(store: str, directory: Path) -> Rdict:
@@ -606,7 +629,9 @@ def _open_database(store: str, directory: Path) -> Rdict:
         if "Corruption" in message or ("MANIFEST" in message and "No such file" in message):
             raise StoreCorruptedError(store, directory, message) from exc
         if "LOCK" in message:
-            raise StoreLockedError(store, directory, None) from exc
+            # We hold the directory's flock, so RocksDB's own lock can only be
+            # held by this process: an earlier open of the store not yet released.
+            raise StoreLockedError(store, directory, os.getpid()) from exc
         raise StateStoreError(
             store, f'state store "{store}" at {directory} could not be opened: {message}'
         ) from exc

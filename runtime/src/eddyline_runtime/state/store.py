@@ -15,19 +15,43 @@ offset of the *last changelog record its data includes*; restoration resumes
 at that offset + 1.
 
 Keys and values are ``bytes``; iteration is in unsigned byte order of keys.
+A key that is not ``bytes`` (None included) raises ``TypeError`` naming the
+store, in every operation. Iterators belong to their store: ``close()``
+invalidates every iterator still open on it (the next step raises
+:class:`~eddyline_runtime.state.errors.StoreClosedError`) and releases what
+they held at once, without waiting for garbage collection.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
+import threading
+import weakref
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Self
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.state.errors import StoreClosedError
 from eddyline_runtime.state.key_ranges import KeyRange
 
 KeyValue = tuple[bytes, bytes]
+
+logger = logging.getLogger(__name__)
+
+# Guards every store's iterator registry: readers on other threads register
+# iterators while the owner may be closing the store.
+_ITERATORS_LOCK = threading.Lock()
+
+
+def check_key(store: str, operation: str, key: object) -> None:
+    """Raise the TypeError every store operation gives for a key that is not bytes."""
+    if type(key) is not bytes:
+        raise TypeError(
+            f'state store "{store}": {operation} takes a bytes key, got '
+            f"{type(key).__name__}; serialize it first (the topology's serdes do this)"
+        )
 
 
 class ReadableKeyValueStore(abc.ABC):
@@ -45,12 +69,34 @@ class ReadableKeyValueStore(abc.ABC):
     def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
         """Entries with keys in ``key_range``, in key order."""
 
+    name: str
+
     def range(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[KeyValue]:
-        """Entries with ``from_key <= key <= to_key`` in key order; None ends are unbounded."""
+        """Entries with ``from_key <= key <= to_key`` in key order; None ends are unbounded.
+
+        ``from_key > to_key`` is empty, with a warning (as in Kafka Streams): it is
+        usually arguments in the wrong order, or a serde whose bytes do not sort
+        like its values.
+        """
+        for end in (from_key, to_key):
+            if end is not None:
+                check_key(self.name, "range", end)
+        if from_key is not None and to_key is not None and from_key > to_key:
+            logger.warning(
+                'state store "%s": range(from=%r, to=%r) is empty because from > to. The '
+                "arguments may be in the wrong order, or the key serde may not preserve "
+                "ordering when its bytes are compared (the built-in numeric serdes do not "
+                "for negative numbers)",
+                self.name,
+                from_key,
+                to_key,
+            )
+            return iter(())
         return self.scan(KeyRange.closed(from_key, to_key))
 
     def prefix_scan(self, prefix: bytes) -> Iterator[KeyValue]:
         """Entries whose key starts with ``prefix``, in key order."""
+        check_key(self.name, "prefix_scan", prefix)
         return self.scan(KeyRange.prefix(prefix))
 
     def all(self) -> Iterator[KeyValue]:
@@ -97,8 +143,16 @@ class StateStore(ReadableKeyValueStore):
         """Write ``key`` in the open transaction; visible to the owner at once."""
 
     @abc.abstractmethod
-    def delete(self, key: bytes) -> None:
-        """Delete ``key`` in the open transaction (a tombstone until commit)."""
+    def delete(self, key: bytes) -> bytes | None:
+        """Delete ``key`` in the open transaction (a tombstone until commit); returns the
+        value it had, None if none."""
+
+    def put_if_absent(self, key: bytes, value: bytes) -> bytes | None:
+        """Write ``key`` only if it has no value; returns the value it had (None: written)."""
+        current = self.get(key)
+        if current is None:
+            self.put(key, value)
+        return current
 
     def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Write many entries; a None value deletes, as in Kafka's ``putAll``."""
@@ -180,8 +234,70 @@ class StateStore(ReadableKeyValueStore):
     def close(self) -> None:
         """Discard uncommitted writes and release the store. Idempotent."""
 
+    # -- iterators die with their store ------------------------------------------------
+
+    def own_iterator(self, items: Iterator[KeyValue]) -> Iterator[KeyValue]:
+        """Wrap ``items`` so that :meth:`close_iterators` can end it."""
+        iterator = StoreIterator(self.name, items)
+        with _ITERATORS_LOCK:
+            registry: weakref.WeakSet[StoreIterator] | None = self.__dict__.get("_open_iterators")
+            if registry is None:
+                registry = self.__dict__["_open_iterators"] = weakref.WeakSet()
+            registry.add(iterator)
+        if not self.is_open:
+            # close() ran while this iterator was being made: it may have missed it.
+            iterator.invalidate()
+            raise StoreClosedError(self.name, "iterate")
+        return iterator
+
+    def close_iterators(self) -> None:
+        """Invalidate every iterator still open on this store (its next step raises
+        StoreClosedError) and drop what it holds now, not when it is collected."""
+        with _ITERATORS_LOCK:
+            registry: weakref.WeakSet[StoreIterator] | None = self.__dict__.get("_open_iterators")
+            iterators = list(registry) if registry else []
+            if registry:
+                registry.clear()
+        for iterator in iterators:
+            iterator.invalidate()
+
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class StoreIterator(Iterator[KeyValue]):
+    """An iterator over a store's entries that its store can end.
+
+    ``invalidate`` waits for a step in progress on another thread, then drops
+    the underlying iterator: for RocksDB that releases the database, which
+    stays open (and locked) while any iterator on it lives.
+    """
+
+    __slots__ = ("__weakref__", "_items", "_lock", "_store")
+
+    def __init__(self, store: str, items: Iterator[KeyValue]) -> None:
+        self._store = store
+        self._items: Iterator[KeyValue] | None = items
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> StoreIterator:
+        return self
+
+    def __next__(self) -> KeyValue:
+        with self._lock:
+            items = self._items
+            if items is None:
+                raise StoreClosedError(self._store, "iterate: the store closed under this iterator")
+            try:
+                return next(items)
+            except StopIteration:
+                # Exhausted: let go of the underlying iterator now.
+                self._items = iter(())
+                raise
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._items = None
