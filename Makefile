@@ -39,6 +39,7 @@ demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
 test: $(STAMP) ## Run every test, slow ones included (what CI runs)
+	@scripts/check-prerequisites --java
 	$(BIN)/pytest
 
 test-fast: $(STAMP) ## Run the tests not marked slow
