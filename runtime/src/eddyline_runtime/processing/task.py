@@ -13,13 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.log import Record, TransactionalProducer
+from eddyline_runtime.log import TransactionalProducer
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.queryable import LagInfo
 from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.processing.task_topology import Output, OutputColumns, TaskTopology
+from eddyline_runtime.processing.topology import RecordFailedError
 from eddyline_runtime.state import StoreCorruptedError
+
+# Records for one partition as columns: keys, values, timestamps.
+RecordColumns = tuple[Sequence[bytes | None], Sequence[bytes | None], Sequence[int]]
 
 
 class TaskProcessingError(EddylineError):
@@ -81,25 +85,38 @@ class StreamTask:
         return None
 
     def process(self, max_records: int) -> int:
-        """Process up to ``max_records`` buffered records, while timestamp order allows."""
+        """Process up to ``max_records`` buffered records, while timestamp order allows.
+
+        Records go through the topology in batches: each the longest run of one
+        partition's records that timestamp order releases in a row.
+        """
         group, topology, consumed = self.partitions, self.topology, self.consumed
         logical = self._logical_topics
         done = 0
         while done < max_records and group.ready_to_process():
-            taken = group.next_record()
-            if taken is None:
+            batch = group.next_batch(max_records - done)
+            if batch is None:
                 break
-            tp, record = taken
+            tp = batch.tp
             try:
-                topology.process(logical[tp.topic], record.key, record.value, record.timestamp)
+                topology.process_batch(
+                    logical[tp.topic], batch.keys, batch.values, batch.timestamps
+                )
+            except RecordFailedError as failure:
+                if isinstance(failure.cause, EddylineError):
+                    raise failure.cause from None
+                cause, offset = failure.cause, batch.offsets[failure.index]
+                if isinstance(cause, Exception) and (corrupted := self._store_corruption(cause)):
+                    raise corrupted from cause
+                raise TaskProcessingError(self.id, tp, offset, cause) from cause
             except EddylineError:
                 raise
             except Exception as exc:
                 raise self._store_corruption(exc) or TaskProcessingError(
-                    self.id, tp, record.offset, exc
+                    self.id, tp, batch.offsets[0], exc
                 ) from exc
-            consumed[tp] = record.offset + 1
-            done += 1
+            consumed[tp] = batch.offsets[-1] + 1
+            done += len(batch)
         self.processed += done
         return done
 
@@ -109,6 +126,9 @@ class StreamTask:
 
     def drain_outputs(self) -> list[Output]:
         return self.topology.drain_outputs()
+
+    def drain_output_columns(self) -> dict[str, OutputColumns]:
+        return self.topology.drain_output_columns()
 
     def drain_changelogs(self) -> dict[TopicPartition, list[tuple[bytes, bytes | None]]]:
         drained: dict[TopicPartition, list[tuple[bytes, bytes | None]]] = {}
@@ -152,7 +172,7 @@ class StreamTask:
 
     def commit_transaction(
         self,
-        batches: Mapping[TopicPartition, Sequence[Record]],
+        batches: Mapping[TopicPartition, RecordColumns],
         group: str,
         input_offsets: Mapping[TopicPartition, int],
     ) -> dict[TopicPartition, int]:
@@ -162,8 +182,8 @@ class StreamTask:
         producer.begin()
         self._transaction_open = True
         try:
-            for tp, records in batches.items():
-                producer.send_batch(tp, records)
+            for tp, (keys, values, timestamps) in batches.items():
+                producer.send_columns(tp, keys, values, timestamps)
             if input_offsets:
                 producer.send_offsets(group, input_offsets)
             return dict(producer.commit().last_offsets)
