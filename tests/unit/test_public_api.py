@@ -77,6 +77,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "ChangeBatch",
         "CommittedTransaction",
         "FetchResult",
+        "FetchedColumns",
         "InvalidTopicError",
         "LagTracker",
         "Log",
