@@ -28,8 +28,9 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.demo.wordcount_demo import generate_lines
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StreamsInstance, load_topology
 from eddyline_runtime.processing import stream_thread as stream_thread_module
+from eddyline_runtime.processing.instance import StreamsInstance
+from eddyline_runtime.processing.loader import load_topology
 
 
 def main() -> None:

@@ -462,9 +462,8 @@ class _AggregateProcessor(BatchProcessor):
         forwards: list[Item] = []
         forward = None if self._forwards_on_flush else forwards.append
         live = [item for item in items if item[0] is not None and item[1] is not None]
-        if forward is None and aggregator is _count_one_more:
-            self._count_batch(live, at)
-            return forwards
+        if aggregator is _count_one_more:
+            return self._count_batch(live, at, forwards=forward is not None)
         current: dict[bytes, Any] = {}
         first: dict[bytes, tuple[int, bytes | None]] = {}  # index, aggregate as of it
         last: dict[bytes, int] = {}
@@ -509,11 +508,14 @@ class _AggregateProcessor(BatchProcessor):
             raise RecordFailedError(i, exc) from exc
         return forwards
 
-    def _count_batch(self, live: list[Item], at: Callable[[int], None]) -> None:
-        """``count`` when nothing is forwarded per record: what ``process_batch`` does,
-        with the per-key totals counted in C. Same store reads and writes, same order."""
+    def _count_batch(
+        self, live: list[Item], at: Callable[[int], None], *, forwards: bool
+    ) -> list[Item]:
+        """``count``: what ``process_batch`` does, without calling an aggregator per
+        record (the per-key totals are counted in C). Same store reads and writes in
+        the same order; with ``forwards``, every record's new count, in order."""
         if not live:
-            return
+            return []
         store, values = self._store, self._values
         key_objects, indices = list(map(_KEY, live)), list(map(_INDEX, live))
         try:
@@ -528,6 +530,7 @@ class _AggregateProcessor(BatchProcessor):
         counts = Counter(stored_keys)
         first = dict(zip(reversed(stored_keys), reversed(indices), strict=True))
         last = dict(zip(stored_keys, indices, strict=True))
+        running: dict[bytes | None, int] = {}
         writes: list[tuple[int, bytes, bytes | None]] = []
         i = -1
         try:
@@ -535,6 +538,7 @@ class _AggregateProcessor(BatchProcessor):
                 i = first[stored_key]
                 stored = store.get(stored_key)
                 current = self._initializer() if stored is None else values.deserialize(stored)
+                running[stored_key] = current
                 # The count as of the key's first record, then as of its last.
                 writes.append((i, stored_key, values.serialize(current + 1)))  # type: ignore[arg-type]
                 if added > 1:
@@ -542,7 +546,15 @@ class _AggregateProcessor(BatchProcessor):
                     writes.append((last[stored_key], stored_key, final))  # type: ignore[arg-type]
         except Exception as exc:
             raise RecordFailedError(i, exc) from exc
+        forwarded: list[Item] = []
+        if forwards:
+            append = forwarded.append
+            for key, stored_key, i in zip(key_objects, stored_keys, indices, strict=True):
+                count = running[stored_key] + 1
+                running[stored_key] = count
+                append((key, count, i))
         self._write_folded(writes, at)
+        return forwarded
 
     def _write_folded(
         self, writes: list[tuple[int, bytes, bytes | None]], at: Callable[[int], None]
