@@ -647,3 +647,20 @@ def test_columns_of_different_lengths_are_refused(log: Log) -> None:
     with pytest.raises(ValueError, match="one entry per record"):
         log.produce_columns(IN, [b"a", b"b"], [b"1"], [1, 2])
     assert log.end_offset(IN) == 0
+
+
+@pytest.mark.parametrize("size", [255, 256, 600])
+def test_a_large_batch_keeps_every_record_and_offset_in_order(log: Log, size: int) -> None:
+    log.produce(IN, [rec(b"first")])
+    keys = [b"k%d" % i if i % 7 else None for i in range(size)]
+    values = [b"v%d" % i if i % 5 else None for i in range(size)]
+    assert log.produce_columns(IN, keys, values, list(range(size))) == size
+    producer = log.transactional_producer("app-task-0")
+    producer.begin()
+    producer.send_columns(IN, keys, values, list(range(size)))
+    assert producer.commit().last_offsets == {IN: 2 * size}
+    records = fetch_all(log, IN)[1:]
+    assert [r.offset for r in records] == list(range(1, 2 * size + 1))
+    assert [(r.key, r.value, r.timestamp) for r in records] == 2 * list(
+        zip(keys, values, range(size), strict=True)
+    )
