@@ -1,7 +1,7 @@
-"""Runtime benchmark: word count throughput, restart after SIGKILL, restore rate.
+"""Runtime benchmark: word count throughput (beside bytewax), restart after SIGKILL, restore rate.
 
-Run it with ``make bench-runtime`` (the project's ``.venv``; nothing else is
-needed). It is a script, not a test: it measures and reports, and never fails
+Run it with ``make bench-runtime`` (the project's ``.venv``, and bytewax's
+own ``.venv-bytewax``, which the Makefile creates). It is a script, not a test: it measures and reports, and never fails
 on a number. Every case runs on a fresh embedded log (SQLite) and fresh state
 directories under the system's temporary directory.
 
