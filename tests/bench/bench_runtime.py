@@ -1,9 +1,10 @@
-"""Runtime benchmark: word count throughput (beside bytewax), restart after SIGKILL, restore rate.
+"""Runtime benchmark: word count (beside bytewax), restart after SIGKILL, restore rate.
 
 Run it with ``make bench-runtime`` (the project's ``.venv``, and bytewax's
-own ``.venv-bytewax``, which the Makefile creates). It is a script, not a test: it measures and reports, and never fails
-on a number. Every case runs on a fresh embedded log (SQLite) and fresh state
-directories under the system's temporary directory.
+own ``.venv-bytewax``, which the Makefile creates). It is a script, not a
+test: it measures and reports, and never fails on a number. Every case runs
+on a fresh embedded log (SQLite) and fresh state directories under the
+system's temporary directory.
 
 **Throughput.** The word-count example (``examples/wordcount``: split lines,
 re-key by word through a repartition topic, count, publish every new count)
