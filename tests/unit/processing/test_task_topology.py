@@ -19,7 +19,7 @@ from eddyline_runtime.processing.dsl import StreamsBuilder
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
-from eddyline_runtime.processing.topology import RecordFailedError, Topology
+from eddyline_runtime.processing.topology import PunctuationType, RecordFailedError, Topology
 from eddyline_runtime.serde import SerdeError, serde_for
 
 LONGS = serde_for("long")
@@ -246,3 +246,108 @@ def test_bytes_a_source_serde_cannot_read_are_named_by_their_index() -> None:
         task.process_batch("lines", [None] * 3, [b"ok", b"\xff\xfe", b"ok"], [0, 1, 2])
     assert failed.value.index == 1
     assert isinstance(failed.value.cause, SerdeError)
+
+
+def test_a_batch_whose_records_carry_headers_gives_each_output_its_records_headers() -> None:
+    topology = stateless()
+    records = lines(40)
+    headers = [(("id", b"%d" % i),) if i % 3 == 0 else () for i in range(len(records))]
+    reference = TaskTopology(topology, topology.subtopologies()[0], 0, {})
+    for (key, value, timestamp), record_headers in zip(records, headers, strict=True):
+        reference.process("lines", key, value, timestamp, record_headers)
+    batched = TaskTopology(topology, topology.subtopologies()[0], 0, {})
+    batched.process_batch(
+        "lines", [r[0] for r in records], [r[1] for r in records], [r[2] for r in records], headers
+    )
+    outputs = batched.drain_outputs()
+    assert outputs == reference.drain_outputs()
+    assert {o.headers for o in outputs} >= {(("id", b"0"),), ()}
+
+
+def test_outputs_without_headers_after_some_with_keep_one_entry_each() -> None:
+    topology = stateless()
+    records = lines(30)
+    task = TaskTopology(topology, topology.subtopologies()[0], 0, {})
+    first, rest = records[:10], records[10:]
+    task.process_batch(
+        "lines",
+        [r[0] for r in first],
+        [r[1] for r in first],
+        [r[2] for r in first],
+        [(("h", b"1"),)] * len(first),
+    )
+    task.process_batch("lines", [r[0] for r in rest], [r[1] for r in rest], [r[2] for r in rest])
+    (columns,) = task.drain_output_columns().values()  # the repartition topic's
+    assert columns.headers is not None and len(columns.headers) == len(columns.keys)
+    assert columns.headers[-1] == ()
+
+
+def test_a_batch_leaves_record_context_stream_time_and_lateness_as_record_by_record() -> None:
+    topology = stateless()
+    records = [(None, b"fig pear", t) for t in (50, 20, 70, 60, 10)]
+    offsets = [100, 101, 102, 103, 104]
+    reference = TaskTopology(topology, topology.subtopologies()[0], 3, {})
+    for (key, value, timestamp), offset in zip(records, offsets, strict=True):
+        reference.process("lines", key, value, timestamp, partition=3, offset=offset)
+    batched = TaskTopology(topology, topology.subtopologies()[0], 3, {})
+    batched.process_batch(
+        "lines",
+        [r[0] for r in records],
+        [r[1] for r in records],
+        [r[2] for r in records],
+        partition=3,
+        offsets=offsets,
+    )
+    assert batched.record_context == reference.record_context
+    assert batched.record_context.offset == 104
+    assert (batched.stream_time, batched.record_lateness) == (70, 60)
+    assert (reference.stream_time, reference.record_lateness) == (70, 60)
+
+
+def test_cached_writes_in_a_batch_keep_the_whole_context_of_their_record(
+    store_factory: StoreFactory,
+) -> None:
+    cache = ThreadCache(1 << 20)
+    store = TaskStore(store_factory("counts"), changelog=None, cache=cache, cache_name="c")
+    topology = counting()
+    task = TaskTopology(topology, topology.subtopologies()[1], 2, {"counts": store})
+    words = [b"fig", b"pear", b"fig", b"kiwi", b"pear"]
+    task.process_batch(
+        repartition_topic(),
+        words,
+        [b"x"] * len(words),
+        [10, 20, 30, 40, 50],
+        partition=2,
+        offsets=[7, 8, 9, 10, 11],
+    )
+    dirty = cache.named_cache("c").dirty
+    contexts = {key: context for key, (_, context) in dirty.items()}
+    assert {key: (c.timestamp, c.partition, c.offset) for key, c in contexts.items()} == {
+        b"fig": (30, 2, 9),
+        b"pear": (50, 2, 11),
+        b"kiwi": (40, 2, 10),
+    }
+    assert all(c.topic == repartition_topic() for c in contexts.values())
+    # Last-write order, as record by record: fig@30, kiwi@40, pear@50.
+    assert list(dirty) == [b"fig", b"kiwi", b"pear"]
+
+
+class Ticker(Processor):
+    def init(self, context: Any) -> None:
+        super().init(context)
+        context.schedule(10, PunctuationType.STREAM_TIME, lambda now: None)
+
+    def process(self, key: Any, value: Any) -> None:
+        self.context.forward(key, value)
+
+
+def test_a_task_batches_only_dsl_chains_without_stream_time_punctuation() -> None:
+    assert TaskTopology(stateless(), stateless().subtopologies()[0], 0, {}).batching
+    topology = (
+        Topology()
+        .add_source("in", ["numbers"])
+        .add_processor("tick", Ticker, "in")
+        .add_sink("out", "ticked", "tick")
+    )
+    task = TaskTopology(topology, topology.subtopologies()[0], 0, {})
+    assert not task.batching
