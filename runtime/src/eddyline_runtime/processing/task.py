@@ -96,10 +96,12 @@ class StreamTask:
         partition's records that timestamp order releases in a row. Record by
         record instead while the topology cannot batch (a Processor API processor,
         which may ask for a commit after any record, or a stream-time punctuation,
-        due after any record). Under a budget, a batch is sized from the bytes
-        left and the bytes per record seen so far, halved for margin: near the
-        limit that is one record at a time, so the check after each batch holds
-        the limit within one record's size.
+        due after any record). Under a budget, the first record goes alone, and
+        each later batch is sized from the bytes left and the bytes per record
+        seen so far, halved for margin: near the limit that is one record at a
+        time, so the check after each batch holds the limit within one record's
+        size (while a record cache holds every write back, nothing grows and
+        batches keep their full size).
         """
         group, topology, consumed = self.partitions, self.topology, self.consumed
         logical = self._logical_topics
@@ -109,13 +111,14 @@ class StreamTask:
         while done < max_records and group.ready_to_process():
             limit = max_records - done if topology.batching else 1
             if max_uncommitted_bytes is not None and limit > 1:
-                used = self.uncommitted_bytes()
-                if done == 0 or used <= start_bytes:
-                    limit = 1  # no size per record known yet
+                if done == 0:
+                    limit = 1  # no size per record known yet: learn it from one
                 else:
-                    per_record = (used - start_bytes) / done
-                    room = max_uncommitted_bytes - used
-                    limit = max(1, min(limit, int(room / (2 * per_record))))
+                    used = self.uncommitted_bytes()
+                    if used > start_bytes:  # else a record cache holds every write back
+                        per_record = (used - start_bytes) / done
+                        room = max_uncommitted_bytes - used
+                        limit = max(1, min(limit, int(room / (2 * per_record))))
             batch = group.next_batch(limit)
             if batch is None:
                 break
