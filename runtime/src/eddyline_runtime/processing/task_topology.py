@@ -332,6 +332,72 @@ class TaskTopology:
         if self.stream_time >= self._next_stream_punctuation:
             self._punctuate(self._stream_schedules, self.stream_time)
 
+    def process_batch(
+        self,
+        topic: str,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+        *,
+        partition: int = -1,
+        offsets: Sequence[int] | None = None,
+    ) -> None:
+        """Push a batch of input records (one partition's, in order) through the sub-topology.
+
+        ``headers``: each record's, or None when none has any; ``offsets``: each
+        record's offset (None: unknown, -1 in the record context). A record that
+        fails raises :class:`RecordFailedError` with its index in the batch.
+        """
+        path = self._batch_paths.get(topic)
+        if path is None or headers is not None or self._stream_schedules:
+            if topic not in self._sources:
+                raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
+            for i in range(len(keys)):
+                try:
+                    self.process(
+                        topic,
+                        keys[i],
+                        values[i],
+                        timestamps[i],
+                        () if headers is None else headers[i],
+                        partition=partition,
+                        offset=-1 if offsets is None else offsets[i],
+                    )
+                except Exception as exc:
+                    raise RecordFailedError(i, exc) from exc
+            return
+        if not keys:
+            return
+        key_serde, value_serde, handler = path
+        try:
+            items = list(
+                zip(
+                    deserialize_all(key_serde, keys),
+                    deserialize_all(value_serde, values),
+                    range(len(keys)),
+                    strict=True,
+                )
+            )
+        except Exception:  # find the record it was, the slow way
+            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+                try:
+                    key_serde.deserialize(key)
+                    value_serde.deserialize(value)
+                except Exception as exc:
+                    raise RecordFailedError(i, exc) from exc
+            raise
+        self._batch_topic, self._batch_partition = topic, partition
+        self._batch_offsets = [-1] * len(keys) if offsets is None else offsets
+        self._enter(timestamps, 0)
+        handler(items, timestamps)
+        # Leave the record context, stream time and lateness as the last record leaves them.
+        last = len(keys) - 1
+        self._enter(timestamps, last)
+        newest = max(timestamps)
+        self.stream_time = max(self.stream_time, newest)
+        self.record_lateness = self.stream_time - timestamps[last]
+
     # -- punctuation ---------------------------------------------------------------
 
     def schedule(
@@ -406,72 +472,6 @@ class TaskTopology:
         )
 
     # -- outputs -------------------------------------------------------------------
-
-    def process_batch(
-        self,
-        topic: str,
-        keys: Sequence[bytes | None],
-        values: Sequence[bytes | None],
-        timestamps: Sequence[int],
-        headers: Sequence[Headers] | None = None,
-        *,
-        partition: int = -1,
-        offsets: Sequence[int] | None = None,
-    ) -> None:
-        """Push a batch of input records (one partition's, in order) through the sub-topology.
-
-        ``headers``: each record's, or None when none has any; ``offsets``: each
-        record's offset (None: unknown, -1 in the record context). A record that
-        fails raises :class:`RecordFailedError` with its index in the batch.
-        """
-        path = self._batch_paths.get(topic)
-        if path is None or headers is not None or self._stream_schedules:
-            if topic not in self._sources:
-                raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
-            for i in range(len(keys)):
-                try:
-                    self.process(
-                        topic,
-                        keys[i],
-                        values[i],
-                        timestamps[i],
-                        () if headers is None else headers[i],
-                        partition=partition,
-                        offset=-1 if offsets is None else offsets[i],
-                    )
-                except Exception as exc:
-                    raise RecordFailedError(i, exc) from exc
-            return
-        if not keys:
-            return
-        key_serde, value_serde, handler = path
-        try:
-            items = list(
-                zip(
-                    deserialize_all(key_serde, keys),
-                    deserialize_all(value_serde, values),
-                    range(len(keys)),
-                    strict=True,
-                )
-            )
-        except Exception:  # find the record it was, the slow way
-            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
-                try:
-                    key_serde.deserialize(key)
-                    value_serde.deserialize(value)
-                except Exception as exc:
-                    raise RecordFailedError(i, exc) from exc
-            raise
-        self._batch_topic, self._batch_partition = topic, partition
-        self._batch_offsets = [-1] * len(keys) if offsets is None else offsets
-        self._enter(timestamps, 0)
-        handler(items, timestamps)
-        # Leave the record context, stream time and lateness as the last record leaves them.
-        last = len(keys) - 1
-        self._enter(timestamps, last)
-        newest = max(timestamps)
-        self.stream_time = max(self.stream_time, newest)
-        self.record_lateness = self.stream_time - timestamps[last]
 
     def drain_outputs(self) -> list[Output]:
         """What the sinks emitted since the last drain, record by record."""
