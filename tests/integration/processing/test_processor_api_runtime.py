@@ -179,6 +179,29 @@ def test_the_uncommitted_bytes_budget_holds_within_one_record_when_batching(
     assert len(read_all(log, "copied")) == 1_500
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+def test_a_dsl_chain_copies_each_records_headers_onto_its_output_among_records_without(
+    tmp_path: Path, log: SqliteLog, guarantee: str
+) -> None:
+    log.create_topic("events", 1)
+    records = [
+        Record(b"%04d" % i, b"v", i, (("id", b"%d" % i),) if 100 <= i < 110 else ())
+        for i in range(3_000)
+    ]
+    log.produce(TopicPartition("events", 0), records)
+    builder = StreamsBuilder()
+    builder.stream("events").map_values(bytes.upper).to("copied")
+    run_until_caught_up(
+        StreamsInstance(
+            builder.build(), config(tmp_path, **{"processing.guarantee": guarantee}), log
+        )
+    )
+    copied = read_all(log, "copied")
+    assert [(r.key, r.value, r.headers) for r in copied] == [
+        (r.key, b"V", r.headers) for r in records
+    ]
+
+
 class CommitOnMarker(Processor):
     def process(self, key: Any, value: Any) -> None:
         if value == b"commit":

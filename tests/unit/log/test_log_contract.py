@@ -643,6 +643,19 @@ def test_columns_sent_in_a_transaction_commit_with_records_sent_one_by_one(log: 
     assert [r.headers for r in records] == [(("trace", b"x"),), (), ()]
 
 
+def test_columns_carry_headers_when_a_record_has_some(log: Log) -> None:
+    trace = (("trace", b"x"), ("trace", b"y"))
+    log.produce_columns(IN, [b"a", b"b"], [b"1", b"2"], [1, 2])
+    log.produce_columns(IN, [b"c", b"d"], [b"3", b"4"], [3, 4], [(), trace])
+    producer = log.transactional_producer("app-task-0")
+    producer.begin()
+    producer.send_columns(IN, [b"e", b"f"], [b"5", b"6"], [5, 6], [trace, ()])
+    producer.commit()
+    assert [r.headers for r in fetch_all(log, IN)] == [(), (), (), trace, trace, ()]
+    assert log.fetch_columns(IN, 0, 2).headers is None  # no record of the fetch has any
+    assert list(log.fetch_columns(IN, 1).headers or ()) == [(), (), trace, trace, ()]
+
+
 def test_columns_of_different_lengths_are_refused(log: Log) -> None:
     with pytest.raises(ValueError, match="one entry per record"):
         log.produce_columns(IN, [b"a", b"b"], [b"1"], [1, 2])
