@@ -166,3 +166,17 @@ def test_enforced_processing_counts_the_records_of_a_batch(log: Log) -> None:
     batch = task.group.next_batch(10)
     assert batch is not None and list(batch.timestamps) == [10, 30, 50]
     assert task.group.enforced_processing == 3
+
+
+def test_a_batch_carries_headers_only_when_one_of_its_records_has_some() -> None:
+    group = PartitionGroup([CLICKS], max_task_idle_ms=-1, current_lag=lambda tp: 0, clock_ms=int)
+    trace = (("trace", b"x"),)
+    group.add_records(
+        CLICKS, [Record(b"k", b"v", t, trace if t == 3 else (), offset=t) for t in range(6)]
+    )
+    assert group.ready_to_process()
+    first = group.next_batch(2)
+    assert first is not None and first.headers is None
+    second = group.next_batch(2)
+    assert second is not None and list(second.headers or ()) == [(), trace]
+    assert group.next_record() == (CLICKS, Record(b"k", b"v", 4, (), 4))

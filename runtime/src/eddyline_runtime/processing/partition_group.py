@@ -197,13 +197,14 @@ class PartitionGroup:
             end = min(chunk.taken + max_records, len(chunk.offsets))
             end = self._run_end(chosen, chunk, end)
         start = chunk.taken
+        headers = None if chunk.headers is None else chunk.headers[start:end]
         batch = Batch(
             tp,
             chunk.offsets[start:end],
             chunk.keys[start:end],
             chunk.values[start:end],
             chunk.timestamps[start:end],
-            None if chunk.headers is None else chunk.headers[start:end],
+            headers if headers and any(headers) else None,  # None: the batch path may run
         )
         chunk.taken = end
         if end == len(chunk.offsets):
