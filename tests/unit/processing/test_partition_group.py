@@ -180,3 +180,16 @@ def test_a_batch_carries_headers_only_when_one_of_its_records_has_some() -> None
     second = group.next_batch(2)
     assert second is not None and list(second.headers or ()) == [(), trace]
     assert group.next_record() == (CLICKS, Record(b"k", b"v", 4, (), 4))
+
+
+def test_the_enforced_processing_rate_counts_records_not_batches(log: Log) -> None:
+    task = Task(log, max_task_idle_ms=0)
+    log.produce(CLICKS, [Record(b"c", b"v", t) for t in range(10)])
+    task.fetch(CLICKS)
+    task.fetch(USERS)
+    task.now += 1  # the empty users partition is waited out
+    assert task.group.ready_to_process()
+    batch = task.group.next_batch(10)
+    assert batch is not None and len(batch) == 10
+    assert task.group.enforced_processing == 10
+    assert task.group.enforced_processing_sensor.total_rate() == 10.0

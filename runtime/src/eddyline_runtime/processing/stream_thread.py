@@ -406,7 +406,7 @@ class StreamThread:
         )
         setup.metrics.register(
             MetricName.of("stream-task-metrics", "enforced-processing-rate", tags),
-            partitions.enforced_processing_sensor.rate,
+            partitions.enforced_processing_sensor.total_rate,  # records/s: one value per batch
         )
         setup.metrics.register(
             MetricName.of("stream-task-metrics", "process-total", tags),
