@@ -12,6 +12,10 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 # quixstreams is the benchmark's yardstick only; it pins pydantic < 2.14, so it
 # lives in its own environment and never constrains the project's pins.
 QUIXSTREAMS := quixstreams==3.28.1
+# bytewax is bench-runtime's yardstick, in an environment of its own for the same reason.
+BYTEWAX_VENV := .venv-bytewax
+BYTEWAX_STAMP := $(BYTEWAX_VENV)/.installed
+BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
@@ -64,7 +68,14 @@ $(BENCH_STAMP): pyproject.toml
 bench-store: $(BENCH_STAMP) ## Store benchmark: eddyline vs raw rocksdict vs Quix Streams (last line JSON)
 	$(BENCH_VENV)/bin/python tests/bench/bench_store.py
 
-bench-runtime: $(STAMP) ## Runtime benchmark: word count EOS vs ALOS, restart after SIGKILL, restore rate (last line JSON)
+$(BYTEWAX_STAMP):
+	@scripts/check-prerequisites
+	@test -x $(BYTEWAX_VENV)/bin/python || $(PYTHON) -m venv $(BYTEWAX_VENV)
+	$(BYTEWAX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BYTEWAX_VENV)/bin/python -m pip install --quiet '$(BYTEWAX)'
+	@touch $(BYTEWAX_STAMP)
+
+bench-runtime: $(STAMP) $(BYTEWAX_STAMP) ## Runtime benchmark: word count EOS vs ALOS vs bytewax, restart after SIGKILL, restore rate (last line JSON)
 	$(BIN)/python tests/bench/bench_runtime.py
 
 bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after every ordinal shifted (last line JSON)
@@ -87,4 +98,4 @@ image: ## Build the one image of the operator and the runtime (needs a Docker en
 	docker build -t eddyline:dev .
 
 clean: ## Remove virtual environments, caches and demo state
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)
+	rm -rf $(VENV) $(BENCH_VENV) $(BYTEWAX_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)

@@ -1,9 +1,10 @@
-"""Runtime benchmark: word count throughput, restart after SIGKILL, restore rate.
+"""Runtime benchmark: word count (beside bytewax), restart after SIGKILL, restore rate.
 
-Run it with ``make bench-runtime`` (the project's ``.venv``; nothing else is
-needed). It is a script, not a test: it measures and reports, and never fails
-on a number. Every case runs on a fresh embedded log (SQLite) and fresh state
-directories under the system's temporary directory.
+Run it with ``make bench-runtime`` (the project's ``.venv``, and bytewax's
+own ``.venv-bytewax``, which the Makefile creates). It is a script, not a
+test: it measures and reports, and never fails on a number. Every case runs
+on a fresh embedded log (SQLite) and fresh state directories under the
+system's temporary directory.
 
 **Throughput.** The word-count example (``examples/wordcount``: split lines,
 re-key by word through a repartition topic, count, publish every new count)
@@ -21,12 +22,23 @@ run interleaved ``THROUGHPUT_RUNS`` times and the median is reported:
   offsets last, outputs appended as they are produced), not how often it runs;
 * ``alos_default``: ``at_least_once`` with its own default interval (30 s):
   it commits when the input runs out (or the uncommitted-bytes budget is
-  reached), which is what an application left at the defaults gets.
+  reached), which is what an application left at the defaults gets;
+* ``eos_nocache``: ``eos`` with ``statestore.cache.max.bytes`` = 0, so every
+  count is written and published;
+* ``bytewax_recovery``: the same word count on bytewax 0.21.1 (Rust
+  dataflow, Python functions) with its SQLite recovery on and a 100 ms epoch
+  (snapshot) interval, run by ``bench_bytewax_wordcount.py`` in a subprocess
+  of ``.venv-bytewax`` (``make bench-runtime`` creates it) on the same lines,
+  written to a file; its last count per word is checked like ours. Skipped,
+  with a note, when ``.venv-bytewax`` is missing.
 
-Reported: input lines/s (the ``*_records_per_s`` of the JSON line) and records
+Reported: input lines/s (the ``*_records_per_s`` of the JSON line), records
 processed/s (``instance.processed``: the lines plus the words read back from
-the repartition topic). The final counts are checked against the generated
-text under every case.
+the repartition topic), words/s and CPU seconds per million words (CPU time
+of this process, every thread, from ``instance.start()`` to caught up; of the
+bytewax process from its dataflow's start to its end), and eddyline's ratios
+to bytewax. The final counts are checked against the generated text under
+every case.
 
 **Restart to first record after a SIGKILL.** A count store
 (``stream("keys").group_by_key().count("counts")``, one partition, so one
@@ -110,9 +122,15 @@ COMMIT_INTERVAL_MS: Final = 100
 # case -> (processing.guarantee, commit.interval.ms; None: the guarantee's default)
 THROUGHPUT_CASES: Final[dict[str, tuple[str, int | None]]] = {
     "eos": ("exactly_once_v2", COMMIT_INTERVAL_MS),
+    "eos_nocache": ("exactly_once_v2", COMMIT_INTERVAL_MS),
     "alos": ("at_least_once", COMMIT_INTERVAL_MS),
     "alos_default": ("at_least_once", None),
+    "bytewax_recovery": ("bytewax recovery", COMMIT_INTERVAL_MS),
 }
+# Cases that run with the record cache off.
+NO_CACHE_CASES: Final = frozenset({"eos_nocache"})
+BYTEWAX_PYTHON: Final = ROOT / ".venv-bytewax" / "bin" / "python"
+BYTEWAX_SCRIPT: Final = Path(__file__).with_name("bench_bytewax_wordcount.py")
 
 CHANGELOG_SIZES: Final = {"100k": 100_000, "1m": 1_000_000}
 RESTART_KINDS: Final = ("rc", "wipe")
@@ -128,6 +146,9 @@ LONG: Final = serde_for("long")
 
 # name -> (comparison, threshold); information only, never enforced.
 TARGETS: Final[dict[str, tuple[str, float]]] = {
+    "eos_cpu_s_per_m_words": ("<=", 5.0),
+    "eos_nocache_cpu_s_per_m_words": ("<=", 8.0),
+    "eos_vs_bytewax_recovery_words_per_s": (">=", 0.6),
     "restart_first_record_s_100k_rc": ("<", 1.0),
     "restart_first_record_s_1m_rc": ("<", 1.0),
     "restore_records_per_s": (">=", 500_000),
@@ -156,6 +177,24 @@ class ThroughputRun:
     seconds: float
     processed: int  # records processed by all tasks: lines + words
     commits: int
+    cpu_seconds: float = 0.0
+
+
+def bytewax_run(case: str, lines_file: Path, expected: Counter[str]) -> ThroughputRun:
+    """The word count on bytewax, in its own environment (see the module docstring)."""
+    with fresh_directory(case) as directory:
+        done = subprocess.run(
+            [str(BYTEWAX_PYTHON), str(BYTEWAX_SCRIPT), str(lines_file), "recovery", directory],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"bytewax word count failed:\n{done.stderr[-3_000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    check_word_counts(case, result["counts"], expected)
+    words = sum(expected.values())
+    return ThroughputRun(result["seconds"], words, 0, result["cpu_seconds"])
 
 
 def wordcount_run(case: str, texts: list[str], expected: Counter[str]) -> ThroughputRun:
@@ -179,14 +218,17 @@ def wordcount_run(case: str, texts: list[str], expected: Counter[str]) -> Throug
             }
             if interval is not None:
                 properties["commit.interval.ms"] = interval
+            if case in NO_CACHE_CASES:
+                properties["statestore.cache.max.bytes"] = 0
             topology = load_topology("wordcount:topology", [WORDCOUNT])
             instance = StreamsInstance(topology, StreamsConfig.from_properties(properties), log)
             gc.collect()
-            started = time.perf_counter()
+            cpu_started, started = time.process_time(), time.perf_counter()
             instance.start()
             try:
                 instance.wait_until_caught_up(600, poll_seconds=0.01)
                 seconds = time.perf_counter() - started
+                cpu_seconds = time.process_time() - cpu_started
                 processed = instance.processed
             finally:
                 instance.close()
@@ -198,7 +240,7 @@ def wordcount_run(case: str, texts: list[str], expected: Counter[str]) -> Throug
             check_word_counts(case, latest_counts(log, "word-counts"), expected)
         finally:
             log.close()
-    return ThroughputRun(seconds, processed, int(commits))
+    return ThroughputRun(seconds, processed, int(commits), cpu_seconds)
 
 
 def latest_counts(log: SqliteLog, topic: str) -> dict[str, int]:
@@ -439,11 +481,11 @@ def load_average() -> str:
 
 def met(name: str, value: float) -> str:
     comparison, threshold = TARGETS[name]
-    ok = value < threshold if comparison == "<" else value >= threshold
+    ok = {"<": value < threshold, "<=": value <= threshold, ">=": value >= threshold}[comparison]
     return f"{comparison} {threshold:,g}  {'met' if ok else 'NOT met'}"
 
 
-def measure_throughput() -> dict[str, int]:
+def measure_throughput() -> dict[str, float]:
     print(
         f"throughput: word count over {LINES:,} lines in {INPUT_PARTITIONS} partitions, one "
         f"stream thread; median of {THROUGHPUT_RUNS} interleaved runs",
@@ -451,33 +493,64 @@ def measure_throughput() -> dict[str, int]:
     )
     texts = generate_lines(LINES)
     expected = Counter(word for text in texts for word in text.lower().split())
-    runs: dict[str, list[ThroughputRun]] = {case: [] for case in THROUGHPUT_CASES}
-    for _ in range(THROUGHPUT_RUNS):
-        for case in THROUGHPUT_CASES:
-            runs[case].append(wordcount_run(case, texts, expected))
+    words = sum(expected.values())
+    cases = dict(THROUGHPUT_CASES)
+    if not BYTEWAX_PYTHON.exists():
+        print(f"(no {BYTEWAX_PYTHON}: bytewax skipped; `make bench-runtime` creates it)")
+        del cases["bytewax_recovery"]
+    runs: dict[str, list[ThroughputRun]] = {case: [] for case in cases}
+    with fresh_directory("lines") as directory:
+        lines_file = directory / "lines.txt"
+        lines_file.write_text("".join(f"{text}\n" for text in texts))
+        for _ in range(THROUGHPUT_RUNS):
+            for case in cases:
+                if case.startswith("bytewax"):
+                    runs[case].append(bytewax_run(case, lines_file, expected))
+                else:
+                    runs[case].append(wordcount_run(case, texts, expected))
     print()
     print(
-        f"{'case':<14}{'guarantee':<17}{'commit.interval.ms':>19}{'lines/s':>10}"
-        f"{'records/s':>12}{'commits':>9}   runs (s)"
+        f"{'case':<18}{'guarantee':<18}{'commit ms':>10}{'lines/s':>10}{'records/s':>11}"
+        f"{'words/s':>10}{'CPU s/M words':>15}{'commits':>9}   runs (s)"
     )
-    rates: dict[str, int] = {}
-    internal: dict[str, int] = {}
-    for case, (guarantee, interval) in THROUGHPUT_CASES.items():
+    result: dict[str, float] = {}
+    for case, (guarantee, interval) in cases.items():
         done = runs[case]
-        lines_per_second = round(LINES / statistics.median(r.seconds for r in done))
+        median_seconds = statistics.median(r.seconds for r in done)
+        lines_per_second = round(LINES / median_seconds)
         records_per_second = round(statistics.median(r.processed / r.seconds for r in done))
+        words_per_second = round(words / median_seconds)
+        cpu_per_m_words = round(statistics.median(r.cpu_seconds for r in done) / words * 1e6, 2)
         commits = round(statistics.median(r.commits for r in done))
         shown_interval = f"{interval}" if interval is not None else "default"
         spread = " / ".join(f"{r.seconds:.2f}" for r in done)
+        shown_records = "-" if case.startswith("bytewax") else f"{records_per_second:,}"
         print(
-            f"{case:<14}{guarantee:<17}{shown_interval:>19}{lines_per_second:>10,}"
-            f"{records_per_second:>12,}{commits:>9}   {spread}"
+            f"{case:<18}{guarantee:<18}{shown_interval:>10}{lines_per_second:>10,}"
+            f"{shown_records:>11}{words_per_second:>10,}{cpu_per_m_words:>15.2f}{commits:>9}"
+            f"   {spread}"
         )
-        rates[f"{case}_records_per_s"] = lines_per_second
-        internal[f"{case}_internal_records_per_s"] = records_per_second
+        result[f"{case}_records_per_s"] = lines_per_second
+        if not case.startswith("bytewax"):
+            result[f"{case}_internal_records_per_s"] = records_per_second
+        result[f"{case}_words_per_s"] = words_per_second
+        result[f"{case}_cpu_s_per_m_words"] = cpu_per_m_words
     processed = runs["eos"][0].processed
     print(f"(records: {processed:,} per run = {LINES:,} lines + {processed - LINES:,} words)")
-    return {**rates, **internal}
+    if "bytewax_recovery" in cases:
+        speed = result["eos_words_per_s"] / result["bytewax_recovery_words_per_s"]
+        cpu = result["eos_cpu_s_per_m_words"] / result["bytewax_recovery_cpu_s_per_m_words"]
+        cpu_nocache = (
+            result["eos_nocache_cpu_s_per_m_words"] / result["bytewax_recovery_cpu_s_per_m_words"]
+        )
+        print(
+            f"eddyline eos / bytewax with recovery: words/s {speed:.2f}x, CPU per word "
+            f"{cpu:.2f}x (cache off: {cpu_nocache:.2f}x)"
+        )
+        result["eos_vs_bytewax_recovery_words_per_s"] = round(speed, 2)
+        result["eos_vs_bytewax_recovery_cpu_per_word"] = round(cpu, 2)
+        result["eos_nocache_vs_bytewax_recovery_cpu_per_word"] = round(cpu_nocache, 2)
+    return result
 
 
 def measure_restarts() -> dict[str, RestartCase]:
@@ -553,6 +626,8 @@ def main() -> None:
     print()
     print(f"{'target':<36}{'value':>10}   target")
     for name in TARGETS:
+        if name not in result:
+            continue
         value = result[name]
         shown = f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
         print(f"{name:<36}{shown:>10}   {met(name, value)}")

@@ -82,6 +82,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "ChangeBatch",
         "CommittedTransaction",
         "FetchResult",
+        "FetchedColumns",
         "InvalidTopicError",
         "LagTracker",
         "Log",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from eddyline_runtime.errors import ConfigError
-from eddyline_runtime.serde import SerdeError, serde_for
+from eddyline_runtime.serde import SerdeError, deserialize_all, serde_for, serialize_all
 
 
 @pytest.mark.parametrize(
@@ -73,3 +75,31 @@ def test_a_stores_own_user_serde_may_be_named_by_a_request() -> None:
         "eddyline_runtime.serde:JsonSerde", own=("eddyline_runtime.serde:JsonSerde",)
     )
     assert serde.deserialize(b"[1]") == [1]
+
+
+@pytest.mark.parametrize(
+    ("name", "values"),
+    [
+        ("bytes", [b"a", None, b""]),
+        ("string", ["a", None, "ünï"]),
+        ("int", [1, None, -(2**31)]),
+        ("long", [2**40, None, -1]),
+        ("json", [{"a": [1]}, None, "x"]),
+        ("eddyline_runtime.serde:StringSerde", ["no", "batch", None]),
+    ],
+)
+def test_lists_convert_as_their_values_do(name: str, values: list[Any]) -> None:
+    serde = serde_for(name)
+    for sample in (values, [v for v in values if v is not None], []):
+        encoded = serialize_all(serde, sample)
+        assert encoded == [serde.serialize(v) for v in sample]
+        assert deserialize_all(serde, encoded) == sample
+
+
+def test_a_bad_value_in_a_list_is_named_as_alone() -> None:
+    with pytest.raises(SerdeError, match="does not fit a 4-byte int"):
+        serialize_all(serde_for("int"), [1, 2**31])
+    with pytest.raises(SerdeError, match="a 8-byte long is 8 bytes, got 3"):
+        deserialize_all(serde_for("long"), [b"\0" * 8, b"abc"])
+    with pytest.raises(SerdeError, match="not UTF-8"):
+        deserialize_all(serde_for("string"), [b"ok", b"\xff"])

@@ -5,6 +5,13 @@ tools: strings are UTF-8, ``int`` is Kafka's IntegerSerde (4 bytes,
 big-endian, signed), ``long`` its LongSerde (8 bytes), JSON is UTF-8 JSON.
 ``None`` always maps to ``None`` (a tombstone). A user serde is any object
 with ``serialize`` and ``deserialize``, named in config as ``module:attribute``.
+
+The runtime converts whole batches with :func:`serialize_all` and
+:func:`deserialize_all`: built-in serdes convert a list in one C-level pass
+(``map`` over ``str.encode``, ``struct.pack``, ...) instead of a Python call
+per record; a list holding ``None`` or a value the fast path refuses goes
+through the per-value methods, which raise the usual :class:`SerdeError`.
+A user serde may offer ``serialize_all``/``deserialize_all`` too.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from eddyline_runtime.errors import ConfigError, EddylineError, one_of
@@ -37,6 +44,12 @@ class BytesSerde:
     def deserialize(self, data: bytes | None) -> bytes | None:
         return data
 
+    def serialize_all(self, values: Sequence[Any]) -> list[bytes | None]:
+        return list(values)
+
+    def deserialize_all(self, data: Sequence[bytes | None]) -> list[bytes | None]:
+        return list(data)
+
 
 class StringSerde:
     def serialize(self, value: str | None) -> bytes | None:
@@ -49,6 +62,18 @@ class StringSerde:
             return data.decode()
         except UnicodeDecodeError as exc:
             raise SerdeError(f"bytes {data[:32]!r} are not UTF-8 text ({exc.reason})") from None
+
+    def serialize_all(self, values: Sequence[Any]) -> list[bytes | None]:
+        try:
+            return list(map(str.encode, values))
+        except TypeError:  # a None (or a non-str, which serialize reports)
+            return [self.serialize(value) for value in values]
+
+    def deserialize_all(self, data: Sequence[bytes | None]) -> list[str | None]:
+        try:
+            return list(map(bytes.decode, data))  # type: ignore[arg-type]
+        except (TypeError, UnicodeDecodeError):
+            return [self.deserialize(item) for item in data]
 
 
 class _FixedIntSerde(Generic[T]):
@@ -73,6 +98,18 @@ class _FixedIntSerde(Generic[T]):
             )
         value: int = self._layout.unpack(data)[0]
         return value
+
+    def serialize_all(self, values: Sequence[Any]) -> list[bytes | None]:
+        try:
+            return list(map(self._layout.pack, values))
+        except struct.error:  # a None, or a value that does not fit: say which
+            return [self.serialize(value) for value in values]
+
+    def deserialize_all(self, data: Sequence[bytes | None]) -> list[int | None]:
+        try:
+            return [unpacked for (unpacked,) in map(self._layout.unpack, data)]  # type: ignore[arg-type]
+        except (struct.error, TypeError):
+            return [self.deserialize(item) for item in data]
 
 
 IntSerde = _FixedIntSerde[int](struct.Struct(">i"), "4-byte int")
@@ -104,6 +141,22 @@ BUILT_IN: dict[str, Any] = {
     "long": LongSerde,
     "json": JsonSerde(),
 }
+
+
+def serialize_all(serde: Any, values: Sequence[Any]) -> list[bytes | None]:
+    """``[serde.serialize(v) for v in values]``, in one pass where the serde offers one."""
+    batch = getattr(serde, "serialize_all", None)
+    if batch is not None:
+        return list(batch(values))
+    return [serde.serialize(value) for value in values]
+
+
+def deserialize_all(serde: Any, data: Sequence[bytes | None]) -> list[Any]:
+    """``[serde.deserialize(d) for d in data]``, in one pass where the serde offers one."""
+    batch = getattr(serde, "deserialize_all", None)
+    if batch is not None:
+        return list(batch(data))
+    return [serde.deserialize(item) for item in data]
 
 
 def serde_for(name: str | None, *, key: str = "serde") -> Any:

@@ -507,7 +507,7 @@ def check_restores(log: SqliteLog, runs: list[Run]) -> list[dict[int, int]]:
 
 # -- the tests ----------------------------------------------------------------------
 
-LINES = 200_000
+LINES = 800_000
 
 
 @pytest.mark.slow

@@ -151,6 +151,57 @@ def test_the_uncommitted_bytes_budget_holds_within_one_record(
     assert sum(report.records for report in reports) == 1_500
 
 
+def test_the_uncommitted_bytes_budget_holds_within_one_record_when_batching(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    """A DSL chain goes batch-at-a-time; the batches shrink near the limit."""
+    log.create_topic("events", 1)
+    value = b"v" * 10 * 1024
+    log.produce(TopicPartition("events", 0), [Record(b"%06d" % i, value, i) for i in range(1_500)])
+    builder = StreamsBuilder()
+    builder.stream("events").map_values(bytes).to("copied")
+    reports: list[CommitReport] = []
+    limit = 1024 * 1024
+    settings = {
+        "processing.guarantee": "exactly_once_v2",  # outputs are held until the commit
+        "commit.interval.ms": 600_000,
+        "statestore.uncommitted.max.bytes": limit,
+    }
+    run_until_caught_up(
+        StreamsInstance(
+            builder.build(), config(tmp_path, **settings), log, on_commit=[reports.append]
+        )
+    )
+    # Each record buffers its output only: about 10 KiB.
+    per_record = len(value) + 6
+    assert max(report.records for report in reports) <= limit // per_record + 1
+    assert sum(report.records for report in reports) == 1_500
+    assert len(read_all(log, "copied")) == 1_500
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+def test_a_dsl_chain_copies_each_records_headers_onto_its_output_among_records_without(
+    tmp_path: Path, log: SqliteLog, guarantee: str
+) -> None:
+    log.create_topic("events", 1)
+    records = [
+        Record(b"%04d" % i, b"v", i, (("id", b"%d" % i),) if 100 <= i < 110 else ())
+        for i in range(3_000)
+    ]
+    log.produce(TopicPartition("events", 0), records)
+    builder = StreamsBuilder()
+    builder.stream("events").map_values(bytes.upper).to("copied")
+    run_until_caught_up(
+        StreamsInstance(
+            builder.build(), config(tmp_path, **{"processing.guarantee": guarantee}), log
+        )
+    )
+    copied = read_all(log, "copied")
+    assert [(r.key, r.value, r.headers) for r in copied] == [
+        (r.key, b"V", r.headers) for r in records
+    ]
+
+
 class CommitOnMarker(Processor):
     def process(self, key: Any, value: Any) -> None:
         if value == b"commit":

@@ -29,6 +29,7 @@ import pytest
 
 from eddyline_runtime.log import (
     CommittedTransaction,
+    FetchedColumns,
     FetchResult,
     LagTracker,
     Log,
@@ -107,8 +108,13 @@ def log(open_again: LogOpener) -> Log:
     return log
 
 
-def rec(value: bytes, key: bytes | None = b"k", timestamp: int = 1_000) -> Record:
-    return Record(key, value, timestamp)
+def rec(
+    value: bytes,
+    key: bytes | None = b"k",
+    timestamp: int = 1_000,
+    headers: tuple[tuple[str, bytes], ...] = (),
+) -> Record:
+    return Record(key, value, timestamp, headers)
 
 
 def values(result: FetchResult) -> list[bytes | None]:
@@ -586,3 +592,88 @@ def test_fetch_changes_gives_keyed_changes_and_the_last_offset_read(log: Log) ->
     assert log.fetch_changes(tp, 4).last_offset == -1
     with pytest.raises(OffsetOutOfRangeError):
         log.fetch_changes(tp, 5)
+
+
+# Columns: the processing loop's batch produce, send and fetch
+
+
+def test_produced_columns_read_back_as_records_and_as_columns(log: Log) -> None:
+    log.produce(IN, [rec(b"before", headers=(("h", b"1"),))])
+    last = log.produce_columns(IN, [b"a", None, b"c"], [b"1", b"2", None], [10, 20, 30])
+    assert last == 3
+    assert [(r.key, r.value, r.timestamp, r.offset) for r in fetch_all(log, IN)[1:]] == [
+        (b"a", b"1", 10, 1),
+        (None, b"2", 20, 2),
+        (b"c", None, 30, 3),
+    ]
+    assert fetch_all(log, IN)[0].headers == (("h", b"1"),)
+    columns = log.fetch_columns(IN, 1, 2)
+    assert isinstance(columns, FetchedColumns)
+    assert (list(columns.offsets), list(columns.keys), list(columns.values)) == (
+        [1, 2],
+        [b"a", None],
+        [b"1", b"2"],
+    )
+    assert (list(columns.timestamps), columns.end_offset, len(columns)) == ([10, 20], 4, 2)
+
+
+def test_fetching_columns_at_the_end_returns_none_and_the_end_offset(log: Log) -> None:
+    log.produce(IN, [rec(b"a")])
+    columns = log.fetch_columns(IN, 1)
+    assert (len(columns), columns.end_offset) == (0, 1)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.fetch_columns(IN, 2)
+
+
+def test_columns_sent_in_a_transaction_commit_with_records_sent_one_by_one(log: Log) -> None:
+    producer = log.transactional_producer("app-task-0")
+    producer.begin()
+    producer.send(OUT, rec(b"one", headers=(("trace", b"x"),)))
+    producer.send_columns(OUT, [b"k2", b"k3"], [b"two", b"three"], [2, 3])
+    producer.send_columns(OUT_1, [b"k4"], [b"four"], [4])
+    committed = producer.commit()
+    assert committed.last_offsets == {OUT: 2, OUT_1: 0}
+    assert list(committed.offsets) == [(OUT, 0), (OUT, 1), (OUT, 2), (OUT_1, 0)]
+    records = fetch_all(log, OUT)
+    assert [(r.key, r.value, r.timestamp) for r in records] == [
+        (b"k", b"one", 1_000),
+        (b"k2", b"two", 2),
+        (b"k3", b"three", 3),
+    ]
+    assert [r.headers for r in records] == [(("trace", b"x"),), (), ()]
+
+
+def test_columns_carry_headers_when_a_record_has_some(log: Log) -> None:
+    trace = (("trace", b"x"), ("trace", b"y"))
+    log.produce_columns(IN, [b"a", b"b"], [b"1", b"2"], [1, 2])
+    log.produce_columns(IN, [b"c", b"d"], [b"3", b"4"], [3, 4], [(), trace])
+    producer = log.transactional_producer("app-task-0")
+    producer.begin()
+    producer.send_columns(IN, [b"e", b"f"], [b"5", b"6"], [5, 6], [trace, ()])
+    producer.commit()
+    assert [r.headers for r in fetch_all(log, IN)] == [(), (), (), trace, trace, ()]
+    assert log.fetch_columns(IN, 0, 2).headers is None  # no record of the fetch has any
+    assert list(log.fetch_columns(IN, 1).headers or ()) == [(), (), trace, trace, ()]
+
+
+def test_columns_of_different_lengths_are_refused(log: Log) -> None:
+    with pytest.raises(ValueError, match="one entry per record"):
+        log.produce_columns(IN, [b"a", b"b"], [b"1"], [1, 2])
+    assert log.end_offset(IN) == 0
+
+
+@pytest.mark.parametrize("size", [255, 256, 600])
+def test_a_large_batch_keeps_every_record_and_offset_in_order(log: Log, size: int) -> None:
+    log.produce(IN, [rec(b"first")])
+    keys = [b"k%d" % i if i % 7 else None for i in range(size)]
+    values = [b"v%d" % i if i % 5 else None for i in range(size)]
+    assert log.produce_columns(IN, keys, values, list(range(size))) == size
+    producer = log.transactional_producer("app-task-0")
+    producer.begin()
+    producer.send_columns(IN, keys, values, list(range(size)))
+    assert producer.commit().last_offsets == {IN: 2 * size}
+    records = fetch_all(log, IN)[1:]
+    assert [r.offset for r in records] == list(range(1, 2 * size + 1))
+    assert [(r.key, r.value, r.timestamp) for r in records] == 2 * list(
+        zip(keys, values, range(size), strict=True)
+    )

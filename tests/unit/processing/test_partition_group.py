@@ -7,6 +7,7 @@ it knows about the users partition.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,74 @@ def test_positive_idle_takes_data_that_arrives_while_waiting_in_order(log: Log) 
 def test_values_below_minus_one_are_rejected() -> None:
     with pytest.raises(ConfigError, match=r"max\.task\.idle\.ms"):
         PartitionGroup([CLICKS], max_task_idle_ms=-2, current_lag=lambda tp: 0, clock_ms=lambda: 0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_batches_release_records_in_the_order_one_by_one_would(seed: int) -> None:
+    """Runs of one partition, cut where another partition's head is older (ties: the
+    partition listed first), give the sequence that taking the oldest record one at a
+    time gives."""
+    rng = random.Random(seed)
+    partitions = [TopicPartition("in", p) for p in range(3)]
+    buffered = {
+        tp: [Record(None, b"%d" % i, rng.randint(0, 40), offset=i) for i in range(60)]
+        for tp in partitions
+    }
+
+    def group() -> PartitionGroup:
+        made = PartitionGroup(
+            partitions, max_task_idle_ms=-1, current_lag=lambda tp: 0, clock_ms=lambda: 0
+        )
+        for tp, records in buffered.items():
+            for start in range(0, len(records), 25):  # several fetches per partition
+                made.add_records(tp, records[start : start + 25])
+        return made
+
+    one_by_one, in_batches = group(), group()
+    expected = []
+    while (taken := one_by_one.next_record()) is not None:
+        expected.append((taken[0], taken[1].offset))
+    released = []
+    while in_batches.ready_to_process():
+        batch = in_batches.next_batch(rng.randint(1, 30))
+        assert batch is not None
+        released.extend((batch.tp, offset) for offset in batch.offsets)
+    assert released == expected
+    assert in_batches.buffered() == 0
+
+
+def test_enforced_processing_counts_the_records_of_a_batch(log: Log) -> None:
+    task = Task(log, max_task_idle_ms=0)
+    task.fetch(CLICKS)
+    task.fetch(USERS)  # empty and at the end: lag 0, so the clicks go ahead
+    assert task.group.ready_to_process()
+    batch = task.group.next_batch(10)
+    assert batch is not None and list(batch.timestamps) == [10, 30, 50]
+    assert task.group.enforced_processing == 3
+
+
+def test_a_batch_carries_headers_only_when_one_of_its_records_has_some() -> None:
+    group = PartitionGroup([CLICKS], max_task_idle_ms=-1, current_lag=lambda tp: 0, clock_ms=int)
+    trace = (("trace", b"x"),)
+    group.add_records(
+        CLICKS, [Record(b"k", b"v", t, trace if t == 3 else (), offset=t) for t in range(6)]
+    )
+    assert group.ready_to_process()
+    first = group.next_batch(2)
+    assert first is not None and first.headers is None
+    second = group.next_batch(2)
+    assert second is not None and list(second.headers or ()) == [(), trace]
+    assert group.next_record() == (CLICKS, Record(b"k", b"v", 4, (), 4))
+
+
+def test_the_enforced_processing_rate_counts_records_not_batches(log: Log) -> None:
+    task = Task(log, max_task_idle_ms=0)
+    log.produce(CLICKS, [Record(b"c", b"v", t) for t in range(10)])
+    task.fetch(CLICKS)
+    task.fetch(USERS)
+    task.now += 1  # the empty users partition is waited out
+    assert task.group.ready_to_process()
+    batch = task.group.next_batch(10)
+    assert batch is not None and len(batch) == 10
+    assert task.group.enforced_processing == 10
+    assert task.group.enforced_processing_sensor.total_rate() == 10.0

@@ -26,6 +26,7 @@ from eddyline_runtime.log.kafka_settings import KAFKA_SCHEME, settings_from_envi
 from eddyline_runtime.log.port import (
     ChangeBatch,
     CommittedTransaction,
+    FetchedColumns,
     FetchResult,
     LagTracker,
     Log,
@@ -69,6 +70,7 @@ __all__ = [
     "ChangeBatch",
     "CommittedTransaction",
     "FetchResult",
+    "FetchedColumns",
     "InvalidTopicError",
     "LagTracker",
     "Log",

@@ -61,6 +61,26 @@ class FetchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class FetchedColumns:
+    """Records fetched from one partition as columns, and its end offset.
+
+    What the processing loop reads: it needs no per-record objects, and an
+    adapter can hand over its rows' columns without building them. ``headers``
+    holds each record's headers, or is None when no record has any.
+    """
+
+    offsets: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    timestamps: Sequence[int]
+    end_offset: int
+    headers: Sequence[Headers] | None = None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeBatch:
     """Keyed changes read from a changelog, and the offset of the last record read
     (-1 when none was). ``entries`` pairs a key with its value, None for a delete."""
@@ -97,6 +117,32 @@ class CommittedTransaction:
     last_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
 
 
+def check_columns(
+    keys: Sequence[bytes | None], values: Sequence[bytes | None], timestamps: Sequence[int]
+) -> None:
+    """Columns of one batch hold one entry per record each."""
+    if not len(keys) == len(values) == len(timestamps):
+        raise ValueError(
+            f"columns of one batch must have one entry per record: {len(keys)} keys, "
+            f"{len(values)} values, {len(timestamps)} timestamps"
+        )
+
+
+def records_of_columns(
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int],
+    headers: Sequence[Headers] | None = None,
+) -> list[Record]:
+    """The records that columns describe; for adapters without a batch path."""
+    check_columns(keys, values, timestamps)
+    if headers is None:
+        return [Record(k, v, t) for k, v, t in zip(keys, values, timestamps, strict=True)]
+    return [
+        Record(k, v, t, h) for k, v, t, h in zip(keys, values, timestamps, headers, strict=True)
+    ]
+
+
 class TransactionalProducer(abc.ABC):
     """A writer whose sends and input-offset commits land all together or not at all."""
 
@@ -115,6 +161,18 @@ class TransactionalProducer(abc.ABC):
         """Add records for one partition, in order (adapters may do it in one step)."""
         for record in records:
             self.send(tp, record)
+
+    def send_columns(
+        self,
+        tp: TopicPartition,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+    ) -> None:
+        """Add records for one partition, given as columns of equal length, in order
+        (``headers`` None: no record has any). Adapters may take the columns as they are."""
+        self.send_batch(tp, records_of_columns(keys, values, timestamps, headers))
 
     @abc.abstractmethod
     def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -151,9 +209,38 @@ class Log(abc.ABC):
     def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:
         """Append records outside any transaction; returns their offsets."""
 
+    def produce_columns(
+        self,
+        tp: TopicPartition,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+    ) -> int:
+        """Append records given as columns of equal length (at least one record;
+        ``headers`` None: no record has any), outside any transaction; returns the
+        offset of the last one."""
+        return self.produce(tp, records_of_columns(keys, values, timestamps, headers))[-1]
+
     @abc.abstractmethod
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
         """Committed records from ``offset`` on (read_committed), and the end offset."""
+
+    def fetch_columns(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> FetchedColumns:
+        """Like :meth:`fetch`, as columns: the processing loop's fetch. Adapters may
+        build the columns without per-record objects."""
+        result = self.fetch(tp, offset, max_records)
+        records = result.records
+        return FetchedColumns(
+            [r.offset for r in records],
+            [r.key for r in records],
+            [r.value for r in records],
+            [r.timestamp for r in records],
+            result.end_offset,
+            [r.headers for r in records] if any(r.headers for r in records) else None,
+        )
 
     @abc.abstractmethod
     def fetch_changes(
@@ -238,7 +325,7 @@ class LagTracker:
         self._end_offsets: dict[TopicPartition, int] = {}
         self._positions: dict[TopicPartition, int] = {}
 
-    def fetched(self, tp: TopicPartition, result: FetchResult) -> None:
+    def fetched(self, tp: TopicPartition, result: FetchResult | FetchedColumns) -> None:
         self._end_offsets[tp] = result.end_offset
 
     def advanced(self, tp: TopicPartition, position: int) -> None:

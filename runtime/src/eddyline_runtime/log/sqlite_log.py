@@ -27,7 +27,8 @@ import sqlite3
 import threading
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import repeat
+from itertools import chain, count, islice, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, overload
 
@@ -43,6 +44,7 @@ from eddyline_runtime.log.errors import (
 from eddyline_runtime.log.port import (
     ChangeBatch,
     CommittedTransaction,
+    FetchedColumns,
     FetchResult,
     Headers,
     Log,
@@ -50,6 +52,7 @@ from eddyline_runtime.log.port import (
     Record,
     TopicSpec,
     TransactionalProducer,
+    check_columns,
 )
 from eddyline_runtime.partitions import TopicPartition
 
@@ -255,8 +258,46 @@ class SqliteLog(Log):
 
     def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:
         with self._write() as db:
-            first = _append(db, self._topic(db, tp), tp.partition, records)
+            first = _append(db, self._topic(db, tp), tp.partition, _Columns.of(records))
         return list(range(first, first + len(records)))
+
+    def produce_columns(
+        self,
+        tp: TopicPartition,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+    ) -> int:
+        columns = _Columns()
+        columns.extend(keys, values, timestamps, headers)
+        with self._write() as db:
+            first = _append(db, self._topic(db, tp), tp.partition, columns)
+        return first + len(columns) - 1
+
+    def fetch_columns(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> FetchedColumns:
+        if type(self).fetch is not SqliteLog.fetch:
+            # A subclass changed what a fetch returns (tests model slow brokers so):
+            # the columns must come from it too.
+            return super().fetch_columns(tp, offset, max_records)
+        with self._read() as db:
+            topic_id, end = self._start_reading(db, tp, offset, max_records)
+            rows = db.execute(
+                "SELECT offset, key, value, timestamp, headers FROM records "
+                "WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
+                (topic_id, tp.partition, offset, max_records),
+            ).fetchall()
+        if not rows:
+            return FetchedColumns((), (), (), (), end)
+        # Transposed in C, without an object per row. Not zip(*rows): that makes an
+        # iterator object per row, and enough of them outlive a young garbage
+        # collection to trigger full ones over the whole heap.
+        offsets, keys, values, timestamps, encoded = _transpose(rows, 5)
+        # Headers are decoded only when a record has some (NULL otherwise).
+        headers = list(map(_decode_headers, encoded)) if any(encoded) else None
+        return FetchedColumns(offsets, keys, values, timestamps, end, headers)
 
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
         with self._read() as db:
@@ -476,7 +517,7 @@ class _SqliteTransactionalProducer(TransactionalProducer):
         self._log = log
         self.transactional_id = transactional_id
         self.epoch = epoch
-        self._batches: dict[TopicPartition, list[Record]] | None = None
+        self._batches: dict[TopicPartition, _Columns] | None = None
         self._order: list[TopicPartition] = []
         self._offsets: dict[str, dict[TopicPartition, int]] = {}
 
@@ -491,12 +532,29 @@ class _SqliteTransactionalProducer(TransactionalProducer):
         self._offsets = {}
 
     def send(self, tp: TopicPartition, record: Record) -> None:
-        self._open("send").setdefault(tp, []).append(record)
-        self._order.append(tp)
+        self.send_batch(tp, (record,))
 
     def send_batch(self, tp: TopicPartition, records: Sequence[Record]) -> None:
-        self._open("send").setdefault(tp, []).extend(records)
+        self._columns(tp).extend_records(records)
         self._order.extend(repeat(tp, len(records)))
+
+    def send_columns(
+        self,
+        tp: TopicPartition,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+    ) -> None:
+        self._columns(tp).extend(keys, values, timestamps, headers)
+        self._order.extend(repeat(tp, len(keys)))
+
+    def _columns(self, tp: TopicPartition) -> _Columns:
+        batches = self._open("send")
+        columns = batches.get(tp)
+        if columns is None:
+            columns = batches[tp] = _Columns()
+        return columns
 
     def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         self._open("send offsets")
@@ -531,7 +589,7 @@ class _SqliteTransactionalProducer(TransactionalProducer):
     def close(self) -> None:
         self._batches = None
 
-    def _open(self, action: str) -> dict[TopicPartition, list[Record]]:
+    def _open(self, action: str) -> dict[TopicPartition, _Columns]:
         if self._batches is None:
             raise TransactionStateError(
                 f'transactional id "{self.transactional_id}": cannot {action} without an open '
@@ -588,28 +646,129 @@ class _Transaction:
         self._connection.execute("ROLLBACK" if exc_type is not None else "COMMIT")
 
 
-def _append(
-    db: sqlite3.Connection, topic_id: int, partition: int, records: Sequence[Record]
-) -> int:
+class _Columns:
+    """Records to append, as the columns of the insert (headers already encoded)."""
+
+    __slots__ = ("headers", "keys", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        # None while no record has headers: the insert then binds NULL for all of them.
+        self.headers: list[str | None] | None = None
+
+    @classmethod
+    def of(cls, records: Sequence[Record]) -> _Columns:
+        columns = cls()
+        columns.extend_records(records)
+        return columns
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def extend(
+        self,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+    ) -> None:
+        check_columns(keys, values, timestamps)
+        if headers is not None and len(headers) != len(keys):
+            raise ValueError(
+                f"columns of one batch must have one entry per record: {len(keys)} keys, "
+                f"{len(headers)} headers"
+            )
+        if headers is not None and any(headers):
+            if self.headers is None:
+                self.headers = [None] * len(self.keys)
+            self.headers.extend(map(_encode_headers, headers))
+        elif self.headers is not None:
+            self.headers.extend(repeat(None, len(keys)))
+        self.keys.extend(keys)
+        self.values.extend(values)
+        self.timestamps.extend(timestamps)
+
+    def extend_records(self, records: Sequence[Record]) -> None:
+        if self.headers is None and any(r.headers for r in records):
+            self.headers = [None] * len(self.keys)
+        if self.headers is not None:
+            self.headers.extend(_encode_headers(r.headers) for r in records)
+        self.keys.extend(r.key for r in records)
+        self.values.extend(r.value for r in records)
+        self.timestamps.extend(r.timestamp for r in records)
+
+
+_INSERT = (
+    "INSERT INTO records (topic_id, partition, offset, key, value, timestamp, headers) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+# Records without headers go in this many rows per INSERT statement: SQLite then
+# runs one statement per 256 rows instead of one per row, about 35% less CPU per
+# record than executemany (the topic and partition are bound once, as ?1 and ?2).
+_ROWS_PER_INSERT = 256
+_MULTI_ROW_INSERT = (
+    "INSERT INTO records (topic_id, partition, offset, key, value, timestamp, headers) VALUES "
+    + ",".join(
+        f"(?1, ?2, ?{3 + 4 * row}, ?{4 + 4 * row}, ?{5 + 4 * row}, ?{6 + 4 * row}, NULL)"
+        for row in range(_ROWS_PER_INSERT)
+    )
+)
+
+
+def _append(db: sqlite3.Connection, topic_id: int, partition: int, columns: _Columns) -> int:
     """Append in the caller's write transaction; returns the first offset given
     (the records get consecutive offsets from it)."""
     first: int = db.execute(
         "SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?",
         (topic_id, partition),
     ).fetchone()[0]
-    db.executemany(
-        "INSERT INTO records (topic_id, partition, offset, key, value, timestamp, headers) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (topic_id, partition, offset, r.key, r.value, r.timestamp, _encode_headers(r.headers))
-            for offset, r in enumerate(records, first)
-        ],
-    )
+    # The rows are zipped from the columns in C: no Python work per record.
+    if columns.headers is not None:
+        db.executemany(
+            _INSERT,
+            zip(
+                repeat(topic_id),
+                repeat(partition),
+                count(first),
+                columns.keys,
+                columns.values,
+                columns.timestamps,
+                columns.headers,
+            ),
+        )
+    else:
+        rows = zip(count(first), columns.keys, columns.values, columns.timestamps)
+        full_statements, rest = divmod(len(columns), _ROWS_PER_INSERT)
+        for _ in range(full_statements):
+            parameters: list[Any] = [topic_id, partition]
+            parameters.extend(chain.from_iterable(islice(rows, _ROWS_PER_INSERT)))
+            db.execute(_MULTI_ROW_INSERT, parameters)
+        if rest:
+            done = full_statements * _ROWS_PER_INSERT
+            db.executemany(
+                _INSERT,
+                zip(
+                    repeat(topic_id),
+                    repeat(partition),
+                    count(first + done),
+                    columns.keys[done:],
+                    columns.values[done:],
+                    columns.timestamps[done:],
+                    repeat(None),
+                ),
+            )
     db.execute(
         "UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?",
-        (first + len(records), topic_id, partition),
+        (first + len(columns), topic_id, partition),
     )
     return first
+
+
+def _transpose(rows: list[Any], width: int) -> list[list[Any]]:
+    """The columns of ``rows`` (tuples of ``width`` values)."""
+    return [list(map(itemgetter(column), rows)) for column in range(width)]
 
 
 def _bounds(db: sqlite3.Connection, topic_id: int, partition: int) -> tuple[int, int]:

@@ -15,18 +15,23 @@ as Kafka longs).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from eddyline_runtime.processing.topology import (
+    BatchProcessor,
     Change,
+    Item,
     Processor,
     ProcessorContext,
+    RecordFailedError,
     StoreSpec,
     Topology,
     TopologyError,
 )
-from eddyline_runtime.serde import serde_for
+from eddyline_runtime.serde import serde_for, serialize_all
 
 
 class StreamsBuilder:
@@ -84,14 +89,47 @@ class KStream:
         self._key_serde = key_serde
 
     def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
-        return self._then("KSTREAM-MAPVALUES", lambda k, v, emit: emit(k, mapper(v)))
+        def batch(items: list[Item]) -> list[Item]:
+            out: list[Item] = []
+            append, i = out.append, -1
+            try:
+                for k, v, i in items:
+                    append((k, mapper(v), i))
+            except Exception as exc:
+                raise RecordFailedError(i, exc) from exc
+            return out
+
+        return self._then("KSTREAM-MAPVALUES", lambda k, v, emit: emit(k, mapper(v)), batch)
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
-        return self._then("KSTREAM-MAP", lambda k, v, emit: emit(*mapper(k, v)))
+        def batch(items: list[Item]) -> list[Item]:
+            out: list[Item] = []
+            append, i = out.append, -1
+            try:
+                for k, v, i in items:
+                    new_key, new_value = mapper(k, v)
+                    append((new_key, new_value, i))
+            except Exception as exc:
+                raise RecordFailedError(i, exc) from exc
+            return out
+
+        return self._then("KSTREAM-MAP", lambda k, v, emit: emit(*mapper(k, v)), batch)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
+        def batch(items: list[Item]) -> list[Item]:
+            out: list[Item] = []
+            append, i = out.append, -1
+            try:
+                for item in items:
+                    k, v, i = item
+                    if predicate(k, v):
+                        append(item)
+            except Exception as exc:
+                raise RecordFailedError(i, exc) from exc
+            return out
+
         return self._then(
-            "KSTREAM-FILTER", lambda k, v, emit: emit(k, v) if predicate(k, v) else None
+            "KSTREAM-FILTER", lambda k, v, emit: emit(k, v) if predicate(k, v) else None, batch
         )
 
     def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> KStream:
@@ -99,21 +137,52 @@ class KStream:
             for new_key, new_value in mapper(k, v):
                 emit(new_key, new_value)
 
-        return self._then("KSTREAM-FLATMAP", each)
+        def batch(items: list[Item]) -> list[Item]:
+            out: list[Item] = []
+            append, i = out.append, -1
+            try:
+                for k, v, i in items:
+                    for new_key, new_value in mapper(k, v):
+                        append((new_key, new_value, i))
+            except Exception as exc:
+                raise RecordFailedError(i, exc) from exc
+            return out
+
+        return self._then("KSTREAM-FLATMAP", each, batch)
 
     def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
         def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
             for new_value in mapper(v):
                 emit(k, new_value)
 
-        return self._then("KSTREAM-FLATMAPVALUES", each)
+        def batch(items: list[Item]) -> list[Item]:
+            out: list[Item] = []
+            append, i = out.append, -1
+            try:
+                for k, v, i in items:
+                    for new_value in mapper(v):
+                        append((k, new_value, i))
+            except Exception as exc:
+                raise RecordFailedError(i, exc) from exc
+            return out
+
+        return self._then("KSTREAM-FLATMAPVALUES", each, batch)
 
     def peek(self, action: Callable[[Any, Any], None]) -> KStream:
         def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
             action(k, v)
             emit(k, v)
 
-        return self._then("KSTREAM-PEEK", each)
+        def batch(items: list[Item]) -> list[Item]:
+            i = -1
+            try:
+                for k, v, i in items:  # noqa: B007 - i names the failing record
+                    action(k, v)
+            except Exception as exc:
+                raise RecordFailedError(i, exc) from exc
+            return items
+
+        return self._then("KSTREAM-PEEK", each, batch)
 
     def to(
         self, topic: str, *, key_serde: str | None = None, value_serde: str | None = None
@@ -176,7 +245,20 @@ class KStream:
         The topic is ``<repartition_name>-repartition`` (Kafka Streams' ``Grouped.as``), else
         named after a generated node name, which shifts when a topology change adds nodes
         before it: records still in the old topic at such an upgrade would never be read."""
-        rekeyed = self._then("KSTREAM-KEY-SELECT", lambda k, v, emit: emit(selector(k, v), v))
+
+        def batch(items: list[Item]) -> list[Item]:
+            out: list[Item] = []
+            append, i = out.append, -1
+            try:
+                for k, v, i in items:
+                    append((selector(k, v), v, i))
+            except Exception as exc:
+                raise RecordFailedError(i, exc) from exc
+            return out
+
+        rekeyed = self._then(
+            "KSTREAM-KEY-SELECT", lambda k, v, emit: emit(selector(k, v), v), batch
+        )
         builder = self._builder
         generated = builder._name("KSTREAM-AGGREGATE-STATE-STORE")
         topic = f"{repartition_name or generated}-repartition"
@@ -192,9 +274,9 @@ class KStream:
         builder.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
         return KGroupedStream(builder, source, key_serde)
 
-    def _then(self, prefix: str, step: _Step) -> KStream:
+    def _then(self, prefix: str, step: _Step, batch: _BatchStep | None = None) -> KStream:
         name = self._builder._name(prefix)
-        self._builder.topology.add_processor(name, lambda: _StepProcessor(step), self._node)
+        self._builder.topology.add_processor(name, lambda: _StepProcessor(step, batch), self._node)
         return KStream(self._builder, name, self._key_serde)
 
 
@@ -206,7 +288,7 @@ class KGroupedStream:
 
     def count(self, store: str) -> KTable:
         """Count records per key in ``store`` (as Kafka longs); forwards each new count."""
-        return self.aggregate(lambda: 0, lambda _, __, count: count + 1, store, "long")
+        return self.aggregate(lambda: 0, _count_one_more, store, "long")
 
     def reduce(
         self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
@@ -261,27 +343,74 @@ class KTable:
     def to_stream(self) -> KStream:
         name = self._builder._name("KTABLE-TOSTREAM")
         self._builder.topology.add_processor(
-            name, lambda: _StepProcessor(lambda k, v, emit: emit(k, v)), self._node
+            name, lambda: _StepProcessor(lambda k, v, emit: emit(k, v), _same), self._node
         )
         return KStream(self._builder, name, self.key_serde)
 
 
 _Step = Callable[[Any, Any, Callable[[Any, Any], None]], None]
+# The same step over a batch: the user's function once per record, the forwards returned.
+_BatchStep = Callable[[list[Item]], list[Item]]
 
 
-class _StepProcessor(Processor):
-    def __init__(self, step: _Step) -> None:
+class _StepProcessor(BatchProcessor):
+    """A stateless DSL step; ``batch`` (when given) is the same step over a list."""
+
+    def __init__(self, step: _Step, batch: _BatchStep | None = None) -> None:
         self._step = step
+        self._batch = batch
+
+    @property
+    def batchable(self) -> bool:
+        return self._batch is not None
 
     def process(self, key: Any, value: Any) -> None:
         self._step(key, value, self.context.forward)
 
+    def process_batch(
+        self, items: list[Item], timestamps: Sequence[int], at: Callable[[int], None]
+    ) -> list[Item]:
+        assert self._batch is not None, "the runtime batches only steps that have a batch form"
+        return self._batch(items)
+
+
+# Columns of items, picked in C (zip(*items) would make an iterator object per item).
+_KEY, _INDEX = itemgetter(0), itemgetter(2)
+
+
+def _same(items: list[Item]) -> list[Item]:
+    return items
+
+
+def _first_of(write: tuple[int, bytes, bytes | None]) -> int:
+    return write[0]
+
+
+def _count_one_more(_key: Any, _value: Any, count: int) -> int:
+    """``count``'s aggregator; a batch that forwards nothing counts with a Counter instead."""
+    return count + 1
+
 
 # The aggregate of a key that has none yet, for reduce (None may be a real value).
 _NO_VALUE = object()
+# Not read from the store yet in this batch.
+_UNREAD = object()
+# Aggregates no aggregator can change in place: a batch keeps them as objects.
+_IMMUTABLE: frozenset[type] = frozenset({int, float, str, bytes, bool, type(None), frozenset})
 
 
-class _AggregateProcessor(Processor):
+class _Serialized:
+    """A mutable aggregate kept serialized between records, so each record's
+    aggregator gets a fresh object, as it does when every update goes through
+    the store."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | None) -> None:
+        self.data = data
+
+
+class _AggregateProcessor(BatchProcessor):
     def __init__(
         self,
         store: str,
@@ -311,6 +440,134 @@ class _AggregateProcessor(Processor):
         self._store.put(stored_key, self._values.serialize(updated))
         if not self._forwards_on_flush:
             self.context.forward(key, updated)
+
+    def process_batch(
+        self, items: list[Item], timestamps: Sequence[int], at: Callable[[int], None]
+    ) -> list[Item]:
+        """The batch's records, each aggregated in order, with one store read per key.
+
+        Each key's running aggregate stays in this call; the store then gets
+        at most two writes per key, in record order, each with its record's
+        timestamp current: at the key's first record of the batch, the
+        aggregate as of that record, and at its last, the batch's final one.
+        So a record cache in front of the store sees keys become dirty and
+        last written in the same order as record by record, and an eviction
+        mid-batch forwards one of the key's successive aggregates (the cache
+        forwards a subsequence of a key's updates, as it always does, ending
+        with the latest). Nothing else reads the store during the batch: the
+        runtime batches only aggregations whose store no other node uses.
+        """
+        store, values = self._store, self._values
+        initializer, aggregator = self._initializer, self._aggregator
+        forwards: list[Item] = []
+        forward = None if self._forwards_on_flush else forwards.append
+        live = [item for item in items if item[0] is not None and item[1] is not None]
+        if aggregator is _count_one_more:
+            return self._count_batch(live, at, forwards=forward is not None)
+        current: dict[bytes, Any] = {}
+        first: dict[bytes, tuple[int, bytes | None]] = {}  # index, aggregate as of it
+        last: dict[bytes, int] = {}
+        i = -1
+        try:
+            stored_keys = serialize_all(self._keys, [item[0] for item in live])
+            for (key, value, i), stored_key in zip(live, stored_keys, strict=True):
+                aggregate = current.get(stored_key, _UNREAD)  # type: ignore[arg-type]
+                if aggregate is _UNREAD:
+                    stored = store.get(stored_key)
+                    aggregate = initializer() if stored is None else values.deserialize(stored)
+                    aggregate = aggregator(key, value, aggregate)
+                    data = values.serialize(aggregate)
+                    first[stored_key] = (i, data)  # type: ignore[index]
+                    mutable = type(aggregate) not in _IMMUTABLE
+                    current[stored_key] = _Serialized(data) if mutable else aggregate  # type: ignore[index]
+                else:
+                    if type(aggregate) is _Serialized:
+                        aggregate = values.deserialize(aggregate.data)
+                    aggregate = aggregator(key, value, aggregate)
+                    if type(aggregate) in _IMMUTABLE:
+                        current[stored_key] = aggregate  # type: ignore[index]
+                    else:
+                        current[stored_key] = _Serialized(values.serialize(aggregate))  # type: ignore[index]
+                last[stored_key] = i  # type: ignore[index]
+                if forward is not None:
+                    forward((key, aggregate, i))
+            writes: list[tuple[int, bytes, bytes | None]] = []
+            for stored_key, (first_index, data) in first.items():
+                writes.append((first_index, stored_key, data))
+                i = last[stored_key]
+                if i != first_index:
+                    aggregate = current[stored_key]
+                    if type(aggregate) is not _Serialized:
+                        aggregate = _Serialized(values.serialize(aggregate))
+                    writes.append((i, stored_key, aggregate.data))
+            i = -1
+            self._write_folded(writes, at)
+        except RecordFailedError:
+            raise
+        except Exception as exc:
+            raise RecordFailedError(i, exc) from exc
+        return forwards
+
+    def _count_batch(
+        self, live: list[Item], at: Callable[[int], None], *, forwards: bool
+    ) -> list[Item]:
+        """``count``: what ``process_batch`` does, without calling an aggregator per
+        record (the per-key totals are counted in C). Same store reads and writes in
+        the same order; with ``forwards``, every record's new count, in order."""
+        if not live:
+            return []
+        store, values = self._store, self._values
+        key_objects, indices = list(map(_KEY, live)), list(map(_INDEX, live))
+        try:
+            stored_keys = serialize_all(self._keys, key_objects)
+        except Exception:  # find the record it was, the slow way
+            for key, _, index in live:
+                try:
+                    self._keys.serialize(key)
+                except Exception as exc:
+                    raise RecordFailedError(index, exc) from exc
+            raise
+        counts = Counter(stored_keys)
+        first = dict(zip(reversed(stored_keys), reversed(indices), strict=True))
+        last = dict(zip(stored_keys, indices, strict=True))
+        running: dict[bytes | None, int] = {}
+        writes: list[tuple[int, bytes, bytes | None]] = []
+        i = -1
+        try:
+            for stored_key, added in counts.items():
+                i = first[stored_key]
+                stored = store.get(stored_key)
+                current = self._initializer() if stored is None else values.deserialize(stored)
+                running[stored_key] = current
+                # The count as of the key's first record, then as of its last.
+                writes.append((i, stored_key, values.serialize(current + 1)))  # type: ignore[arg-type]
+                if added > 1:
+                    final = values.serialize(current + added)
+                    writes.append((last[stored_key], stored_key, final))  # type: ignore[arg-type]
+        except Exception as exc:
+            raise RecordFailedError(i, exc) from exc
+        forwarded: list[Item] = []
+        if forwards:
+            append = forwarded.append
+            for key, stored_key, i in zip(key_objects, stored_keys, indices, strict=True):
+                count = running[stored_key] + 1
+                running[stored_key] = count
+                append((key, count, i))
+        self._write_folded(writes, at)
+        return forwarded
+
+    def _write_folded(
+        self, writes: list[tuple[int, bytes, bytes | None]], at: Callable[[int], None]
+    ) -> None:
+        """Write (record index, key, value) in record order, each record's timestamp current."""
+        writes.sort(key=_first_of)
+        store = self._store
+        for i, stored_key, data in writes:
+            try:
+                at(i)
+                store.put(stored_key, data)
+            except Exception as exc:
+                raise RecordFailedError(i, exc) from exc
 
     def _flushed(self, key: bytes, change: Change) -> None:
         new = None if change.new is None else self._values.deserialize(change.new)

@@ -14,18 +14,27 @@ timestamp, so :meth:`PartitionGroup.ready_to_process` decides whether to wait:
 
 The lag is the locally known one (``LagTracker.current_lag``): never a remote
 call per record. Proceeding while a partition is still empty is *enforced
-processing*, counted in :attr:`PartitionGroup.enforced_processing`.
+processing*, counted (per record) in :attr:`PartitionGroup.enforced_processing`.
+
+Records are buffered as the columns a fetch returned (:class:`Chunk`) and
+released in batches (:meth:`PartitionGroup.next_batch`): the longest run of
+one partition's records that taking them one by one, smallest timestamp
+first, would also have released in a row. With one input partition that is
+simply the next records; with several, a run stops where another partition's
+buffered head is older (ties go to the partition listed first, as before).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import Record
 from eddyline_runtime.metrics import Sensor
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.processing.topology import Headers
 
 MAX_TASK_IDLE_DISABLED = -1
 
@@ -40,6 +49,45 @@ def validate_max_task_idle_ms(value: int) -> int:
     return value
 
 
+@dataclass(slots=True)
+class Chunk:
+    """Consecutive records of one partition, as columns, and how many were taken."""
+
+    offsets: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    timestamps: Sequence[int]
+    # Each record's headers; None when no record of the chunk has any.
+    headers: Sequence[Headers] | None = None
+    taken: int = 0
+
+    @classmethod
+    def of(cls, records: Sequence[Record]) -> Chunk:
+        return cls(
+            [r.offset for r in records],
+            [r.key for r in records],
+            [r.value for r in records],
+            [r.timestamp for r in records],
+            [r.headers for r in records] if any(r.headers for r in records) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Records of one partition to process in a row, as columns."""
+
+    tp: TopicPartition
+    offsets: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    timestamps: Sequence[int]
+    # Each record's headers; None when none of them has any.
+    headers: Sequence[Headers] | None = None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
 class PartitionGroup:
     """The buffered records of one task's input partitions, released in timestamp order."""
 
@@ -52,7 +100,9 @@ class PartitionGroup:
         clock_ms: Callable[[], int],
     ) -> None:
         self.max_task_idle_ms = validate_max_task_idle_ms(max_task_idle_ms)
-        self._queues: dict[TopicPartition, deque[Record]] = {tp: deque() for tp in partitions}
+        # Per partition: its chunks (never an empty one), and how many records they hold.
+        self._queues: dict[TopicPartition, deque[Chunk]] = {tp: deque() for tp in partitions}
+        self._buffered: dict[TopicPartition, int] = dict.fromkeys(partitions, 0)
         # The common case of one input partition, without the search for the oldest.
         self._only = next(iter(self._queues.items())) if len(self._queues) == 1 else None
         self._current_lag = current_lag
@@ -62,17 +112,28 @@ class PartitionGroup:
         self.enforced_processing = 0
         # For enforced-processing-rate (Kafka reports the rate beside the total).
         self.enforced_processing_sensor = Sensor()
+        # Whether the last ready_to_process() allowed processing only by enforcing it.
+        self._enforcing = False
 
-    def add_records(self, tp: TopicPartition, records: Iterable[Record]) -> None:
-        self._queues[tp].extend(records)
+    def add_records(self, tp: TopicPartition, records: Sequence[Record]) -> None:
+        if records:
+            self.add_chunk(tp, Chunk.of(records))
+
+    def add_chunk(self, tp: TopicPartition, chunk: Chunk) -> None:
+        """Buffer fetched records given as columns (offsets, keys, values, timestamps)."""
+        size = len(chunk.offsets) - chunk.taken
+        if size > 0:
+            self._queues[tp].append(chunk)
+            self._buffered[tp] += size
 
     def buffered(self, tp: TopicPartition | None = None) -> int:
         if tp is not None:
-            return len(self._queues[tp])
-        return sum(len(queue) for queue in self._queues.values())
+            return self._buffered[tp]
+        return sum(self._buffered.values())
 
     def ready_to_process(self) -> bool:
         """Whether the next record may be taken now, by the rules in the module docstring."""
+        self._enforcing = False
         if all(self._queues.values()):
             # Every input has a record buffered: timestamp order is known, no waiting.
             if self._idle_deadlines:
@@ -98,20 +159,88 @@ class PartitionGroup:
             waited_out = True
         if not any_buffered:
             return False
-        if waited_out:
-            self.enforced_processing += 1
-            self.enforced_processing_sensor.record()
+        self._enforcing = waited_out
         return True
 
     def next_record(self) -> tuple[TopicPartition, Record] | None:
         """The buffered record with the smallest timestamp (ties: the earlier partition)."""
+        batch = self.next_batch(1)
+        if batch is None:
+            return None
+        headers = () if batch.headers is None else batch.headers[0]
+        return batch.tp, Record(
+            batch.keys[0], batch.values[0], batch.timestamps[0], headers, batch.offsets[0]
+        )
+
+    def next_batch(self, max_records: int) -> Batch | None:
+        """Up to ``max_records`` records of one partition that timestamp order releases in
+        a row (see the module docstring); call after :meth:`ready_to_process` said yes."""
         if self._only is not None:
             tp, queue = self._only
-            return (tp, queue.popleft()) if queue else None
-        chosen: TopicPartition | None = None
+            if not queue:
+                return None
+            chunk = queue[0]
+            end = min(chunk.taken + max_records, len(chunk.offsets))
+        else:
+            chosen: TopicPartition | None = None
+            oldest = 0
+            for tp, queue in self._queues.items():
+                if queue:
+                    head = queue[0]
+                    timestamp = head.timestamps[head.taken]
+                    if chosen is None or timestamp < oldest:
+                        chosen, oldest = tp, timestamp
+            if chosen is None:
+                return None
+            tp, queue = chosen, self._queues[chosen]
+            chunk = queue[0]
+            end = min(chunk.taken + max_records, len(chunk.offsets))
+            end = self._run_end(chosen, chunk, end)
+        start = chunk.taken
+        headers = None if chunk.headers is None else chunk.headers[start:end]
+        batch = Batch(
+            tp,
+            chunk.offsets[start:end],
+            chunk.keys[start:end],
+            chunk.values[start:end],
+            chunk.timestamps[start:end],
+            headers if headers and any(headers) else None,  # None: the batch path may run
+        )
+        chunk.taken = end
+        if end == len(chunk.offsets):
+            queue.popleft()
+        taken = end - start
+        self._buffered[tp] -= taken
+        if self._enforcing:
+            self.enforced_processing += taken
+            self.enforced_processing_sensor.record(taken)
+        return batch
+
+    def _run_end(self, chosen: TopicPartition, chunk: Chunk, end: int) -> int:
+        """Where the chosen partition's run stops: before the first record that another
+        partition's head precedes (strictly older, or as old and listed earlier)."""
+        bound_before = None  # heads of partitions listed before the chosen one: must be <
+        bound_after = None  # listed after it: ties go to the chosen one, so <=
+        before = True
         for tp, queue in self._queues.items():
-            if queue and (chosen is None or queue[0].timestamp < self._queues[chosen][0].timestamp):
-                chosen = tp
-        if chosen is None:
-            return None
-        return chosen, self._queues[chosen].popleft()
+            if tp == chosen:
+                before = False
+                continue
+            if not queue:
+                continue
+            head = queue[0]
+            timestamp = head.timestamps[head.taken]
+            if before:
+                bound_before = timestamp if bound_before is None else min(bound_before, timestamp)
+            else:
+                bound_after = timestamp if bound_after is None else min(bound_after, timestamp)
+        timestamps = chunk.timestamps
+        position = chunk.taken + 1  # the first record was chosen: it is always taken
+        while position < end:
+            timestamp = timestamps[position]
+            if (bound_before is not None and timestamp >= bound_before) or (
+                bound_after is not None and timestamp > bound_after
+            ):
+                break
+            position += 1
+        return position

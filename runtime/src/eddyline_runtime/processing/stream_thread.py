@@ -54,22 +54,23 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import count
+from itertools import compress, count, repeat
+from operator import itemgetter
 from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
-from eddyline_runtime.log import LagTracker, Log, ProducerFencedError, Record
+from eddyline_runtime.log import LagTracker, Log, ProducerFencedError
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
-from eddyline_runtime.processing.partition_group import PartitionGroup
+from eddyline_runtime.processing.partition_group import Chunk, PartitionGroup
 from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition, StoreRole
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.standby_task import StandbyTask
-from eddyline_runtime.processing.task import StreamTask
+from eddyline_runtime.processing.task import RecordColumns, StreamTask
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
 from eddyline_runtime.processing.topics import TopicLayout
-from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.processing.topology import Headers, Topology
 from eddyline_runtime.restore import (
     ChangelogMismatchError,
     ReplayStart,
@@ -112,6 +113,11 @@ _IDLE_SLEEP_SECONDS = 0.005
 
 class RestoreWaitInterruptedError(Exception):
     """The thread was asked to stop while a store waited for a Spark build."""
+
+
+# Records for one partition as growing columns: keys, values, timestamps, and
+# headers (empty while no record has any, else one entry per record).
+_Columns = tuple[list[bytes | None], list[bytes | None], list[int], list[Headers]]
 
 
 class ThreadState(enum.StrEnum):
@@ -194,7 +200,7 @@ class StreamThread:
         self.migrated = 0  # tasks dropped because another member took them over
         self._round_robin = count()
         # Output topic -> key -> partition: keys repeat, and murmur2 in Python is not free.
-        self._partition_cache: dict[str, dict[bytes, TopicPartition]] = {}
+        self._partition_cache: dict[str, dict[bytes | None, int]] = {}
         self._stop = threading.Event()
         # Stores waiting for a Spark build, by (store, partition); read by other threads.
         self.restore_pending: dict[tuple[str, int], PendingRestore] = {}
@@ -400,7 +406,7 @@ class StreamThread:
         )
         setup.metrics.register(
             MetricName.of("stream-task-metrics", "enforced-processing-rate", tags),
-            partitions.enforced_processing_sensor.rate,
+            partitions.enforced_processing_sensor.total_rate,  # records/s: one value per batch
         )
         setup.metrics.register(
             MetricName.of("stream-task-metrics", "process-total", tags),
@@ -679,24 +685,76 @@ class StreamThread:
 
     def _send_outputs(self) -> int:
         """At-least-once only: append the outputs produced so far to the log."""
-        batches: dict[TopicPartition, list[Record]] = {}
+        batches: dict[TopicPartition, _Columns] = {}
         sent = 0
         for task in self.active.values():
             sent += self._collect_outputs(task, batches)
-        for tp, records in batches.items():
-            self.setup.log.produce(tp, records)
+        for tp, (keys, values, timestamps, headers) in batches.items():
+            self.setup.log.produce_columns(tp, keys, values, timestamps, headers or None)
         return sent
 
-    def _collect_outputs(
-        self, task: StreamTask, batches: dict[TopicPartition, list[Record]]
-    ) -> int:
-        outputs = task.drain_outputs()
-        for output in outputs:
-            tp = self._output_partition(output.topic, output.key)
-            batches.setdefault(tp, []).append(
-                Record(output.key, output.value, output.timestamp, output.headers)
+    def _collect_outputs(self, task: StreamTask, batches: dict[TopicPartition, _Columns]) -> int:
+        """Move the task's outputs into per-partition columns, partitioned as Kafka's
+        default partitioner does (murmur2 of the key; keyless records round-robin)."""
+        sent = 0
+        for topic, columns in task.drain_output_columns().items():
+            sent += len(columns)
+            physical = self.setup.layout.physical[topic]
+            partitions = self._output_partitions(topic, columns.keys)
+            distinct = set(partitions)
+            selections: list[tuple[int, list[bool] | None]] = (
+                [(distinct.pop(), None)]
+                if len(distinct) == 1
+                else [(p, [x == p for x in partitions]) for p in sorted(distinct)]
             )
-        return len(outputs)
+            for partition, selected in selections:
+                tp = TopicPartition(physical, partition)
+                batch = batches.get(tp)
+                if batch is None:
+                    batch = batches[tp] = ([], [], [], [])
+                keys, values, timestamps, headers = batch
+                before = len(keys)
+                if selected is None:
+                    keys.extend(columns.keys)
+                    values.extend(columns.values)
+                    timestamps.extend(columns.timestamps)
+                else:
+                    keys.extend(compress(columns.keys, selected))
+                    values.extend(compress(columns.values, selected))
+                    timestamps.extend(compress(columns.timestamps, selected))
+                if columns.headers is not None:
+                    if not headers:
+                        headers.extend(repeat((), before))
+                    if selected is None:
+                        headers.extend(columns.headers)
+                    else:
+                        headers.extend(compress(columns.headers, selected))
+                elif headers:
+                    headers.extend(repeat((), len(keys) - before))
+        return sent
+
+    def _output_partitions(self, topic: str, keys: Sequence[bytes | None]) -> list[int]:
+        """The partition of each key; murmur2 in Python is not free, and keys repeat."""
+        cache = self._partition_cache.get(topic)
+        if cache is None:
+            cache = self._partition_cache[topic] = {}
+        found: list[int | None] = list(map(cache.get, keys))
+        if None not in found:
+            return found  # type: ignore[return-value]
+        count = self.setup.layout.topic_partitions[self.setup.layout.physical[topic]]
+        for index, partition in enumerate(found):
+            if partition is None:
+                key = keys[index]
+                if key is None:
+                    found[index] = next(self._round_robin) % count
+                    continue
+                known = cache.get(key)  # the batch may repeat a key it did not know
+                if known is None:
+                    if len(cache) >= _PARTITION_CACHE_KEYS:
+                        cache.clear()
+                    known = cache[key] = partition_for_key(key, count)
+                found[index] = known
+        return found  # type: ignore[return-value]
 
     def _fetch(self) -> int:
         log, lag, positions = self.setup.log, self._lag, self._fetch_positions
@@ -706,12 +764,21 @@ class StreamThread:
             for tp in task.consumed:
                 if group.buffered(tp) >= _FETCH_LOW_WATER:
                     continue
-                result = log.fetch(tp, positions[tp], _FETCH_RECORDS)
+                result = log.fetch_columns(tp, positions[tp], _FETCH_RECORDS)
                 lag.fetched(tp, result)
-                if result.records:
-                    group.add_records(tp, result.records)
-                    positions[tp] = result.records[-1].offset + 1
-                    fetched += len(result.records)
+                if result.offsets:
+                    group.add_chunk(
+                        tp,
+                        Chunk(
+                            result.offsets,
+                            result.keys,
+                            result.values,
+                            result.timestamps,
+                            result.headers,
+                        ),
+                    )
+                    positions[tp] = result.offsets[-1] + 1
+                    fetched += len(result.offsets)
                 lag.advanced(tp, positions[tp])
         return fetched
 
@@ -732,12 +799,18 @@ class StreamThread:
         self._outputs_sent = 0
         migrated: list[TaskId] = []
         for task in list(self.active.values()):
-            batches: dict[TopicPartition, list[Record]] = {}
-            output_records += self._collect_outputs(task, batches)
+            outputs: dict[TopicPartition, _Columns] = {}
+            output_records += self._collect_outputs(task, outputs)
+            batches: dict[TopicPartition, RecordColumns] = {
+                tp: (keys, values, timestamps, headers or None)
+                for tp, (keys, values, timestamps, headers) in outputs.items()
+            }
             timestamp = task.topology.timestamp
             changelogs = task.drain_changelogs()
             for tp, entries in changelogs.items():
-                batches[tp] = [Record(key, value, timestamp) for key, value in entries]
+                keys = list(map(itemgetter(0), entries))
+                values = list(map(itemgetter(1), entries))
+                batches[tp] = (keys, values, [timestamp] * len(entries), None)
             offsets = task.offsets_to_commit()
             if not batches and not offsets:
                 continue
@@ -786,7 +859,7 @@ class StreamThread:
     def _write_to_log(
         self,
         task: StreamTask,
-        batches: Mapping[TopicPartition, list[Record]],
+        batches: Mapping[TopicPartition, RecordColumns],
         input_offsets: Mapping[TopicPartition, int],
     ) -> dict[TopicPartition, int]:
         """Step 2 for one task; returns the offset of the last record written per partition."""
@@ -794,28 +867,9 @@ class StreamThread:
         if task.producer is not None:
             return task.commit_transaction(batches, group, input_offsets)
         last: dict[TopicPartition, int] = {}
-        for tp, records in batches.items():
-            last[tp] = log.produce(tp, records)[-1]
+        for tp, (keys, values, timestamps, headers) in batches.items():
+            last[tp] = log.produce_columns(tp, keys, values, timestamps, headers)
         return last
-
-    def _output_partition(self, topic: str, key: bytes | None) -> TopicPartition:
-        """Kafka's default partitioner: murmur2 of the key; keyless records round-robin."""
-        cache = self._partition_cache.get(topic)
-        if cache is None:
-            cache = self._partition_cache[topic] = {}
-        if key is not None:
-            tp = cache.get(key)
-            if tp is not None:
-                return tp
-        physical = self.setup.layout.physical[topic]
-        partitions = self.setup.layout.topic_partitions[physical]
-        if key is None:
-            return TopicPartition(physical, next(self._round_robin) % partitions)
-        tp = TopicPartition(physical, partition_for_key(key, partitions))
-        if len(cache) >= _PARTITION_CACHE_KEYS:
-            cache.clear()
-        cache[key] = tp
-        return tp
 
     # -- what others may read ---------------------------------------------------------
 

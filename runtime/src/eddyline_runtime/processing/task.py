@@ -13,13 +13,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.log import Record, TransactionalProducer
+from eddyline_runtime.log import TransactionalProducer
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.queryable import LagInfo
 from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.processing.task_topology import Output, OutputColumns, TaskTopology
+from eddyline_runtime.processing.topology import Headers, RecordFailedError
 from eddyline_runtime.state import StoreCorruptedError
+
+# Records for one partition as columns: keys, values, timestamps, and headers
+# (None when no record has any).
+RecordColumns = tuple[
+    Sequence[bytes | None], Sequence[bytes | None], Sequence[int], Sequence[Headers] | None
+]
 
 
 class TaskProcessingError(EddylineError):
@@ -83,33 +90,64 @@ class StreamTask:
     def process(self, max_records: int, max_uncommitted_bytes: int | None = None) -> int:
         """Process up to ``max_records`` buffered records, while timestamp order allows,
         and only until :meth:`uncommitted_bytes` reaches ``max_uncommitted_bytes``: the
-        thread's budget then overshoots by at most one record's writes (KIP-892)."""
+        thread's budget then overshoots by at most one record's writes (KIP-892).
+
+        Records go through the topology in batches: each the longest run of one
+        partition's records that timestamp order releases in a row. Record by
+        record instead while the topology cannot batch (a Processor API processor,
+        which may ask for a commit after any record, or a stream-time punctuation,
+        due after any record). Under a budget, the first record goes alone, and
+        each later batch is sized from the bytes left and the bytes per record
+        seen so far, halved for margin: near the limit that is one record at a
+        time, so the check after each batch holds the limit within one record's
+        size (while a record cache holds every write back, nothing grows and
+        batches keep their full size).
+        """
         group, topology, consumed = self.partitions, self.topology, self.consumed
         logical = self._logical_topics
         done = 0
+        budgeted = max_uncommitted_bytes is not None
+        start_bytes = self.uncommitted_bytes() if budgeted else 0
         while done < max_records and group.ready_to_process():
-            taken = group.next_record()
-            if taken is None:
+            limit = max_records - done if topology.batching else 1
+            if max_uncommitted_bytes is not None and limit > 1:
+                if done == 0:
+                    limit = 1  # no size per record known yet: learn it from one
+                else:
+                    used = self.uncommitted_bytes()
+                    if used > start_bytes:  # else a record cache holds every write back
+                        per_record = (used - start_bytes) / done
+                        room = max_uncommitted_bytes - used
+                        limit = max(1, min(limit, int(room / (2 * per_record))))
+            batch = group.next_batch(limit)
+            if batch is None:
                 break
-            tp, record = taken
+            tp = batch.tp
             try:
-                topology.process(
+                topology.process_batch(
                     logical[tp.topic],
-                    record.key,
-                    record.value,
-                    record.timestamp,
-                    record.headers,
+                    batch.keys,
+                    batch.values,
+                    batch.timestamps,
+                    batch.headers,
                     partition=tp.partition,
-                    offset=record.offset,
+                    offsets=batch.offsets,
                 )
+            except RecordFailedError as failure:
+                if isinstance(failure.cause, EddylineError):
+                    raise failure.cause from None
+                cause, offset = failure.cause, batch.offsets[failure.index]
+                if isinstance(cause, Exception) and (corrupted := self._store_corruption(cause)):
+                    raise corrupted from cause
+                raise TaskProcessingError(self.id, tp, offset, cause) from cause
             except EddylineError:
                 raise
             except Exception as exc:
                 raise self._store_corruption(exc) or TaskProcessingError(
-                    self.id, tp, record.offset, exc
+                    self.id, tp, batch.offsets[0], exc
                 ) from exc
-            consumed[tp] = record.offset + 1
-            done += 1
+            consumed[tp] = batch.offsets[-1] + 1
+            done += len(batch)
             if topology.commit_requested or (
                 max_uncommitted_bytes is not None
                 and self.uncommitted_bytes() >= max_uncommitted_bytes
@@ -130,6 +168,9 @@ class StreamTask:
 
     def drain_outputs(self) -> list[Output]:
         return self.topology.drain_outputs()
+
+    def drain_output_columns(self) -> dict[str, OutputColumns]:
+        return self.topology.drain_output_columns()
 
     def drain_changelogs(self) -> dict[TopicPartition, list[tuple[bytes, bytes | None]]]:
         drained: dict[TopicPartition, list[tuple[bytes, bytes | None]]] = {}
@@ -173,7 +214,7 @@ class StreamTask:
 
     def commit_transaction(
         self,
-        batches: Mapping[TopicPartition, Sequence[Record]],
+        batches: Mapping[TopicPartition, RecordColumns],
         group: str,
         input_offsets: Mapping[TopicPartition, int],
     ) -> dict[TopicPartition, int]:
@@ -183,8 +224,8 @@ class StreamTask:
         producer.begin()
         self._transaction_open = True
         try:
-            for tp, records in batches.items():
-                producer.send_batch(tp, records)
+            for tp, (keys, values, timestamps, headers) in batches.items():
+                producer.send_columns(tp, keys, values, timestamps, headers)
             if input_offsets:
                 producer.send_offsets(group, input_offsets)
             return dict(producer.commit().last_offsets)

@@ -17,29 +17,50 @@ loop); and whether a processor asked for a commit.
 
 Stream time starts over when a task is created (Kafka restores it from the
 committed offsets' metadata; eddyline does not yet).
+
+Batch-at-a-time: :meth:`TaskTopology.process_batch` takes the records a
+fetch gave one input partition. When everything below the source is one
+chain of the DSL's batch processors ending in a sink (or nothing), the batch
+goes down the chain list by list: serdes convert whole lists, each step calls
+the user's function once per record and nothing else, and the sink appends
+columns. The outputs are the ones depth-first processing gives, in the same
+order: a chain has one path, so only the interleaving of calls on different
+nodes differs, and no node of such a chain can observe it (stateless steps,
+and aggregations whose store no other node touches). Any other shape (a
+branch, a Processor API processor, a shared store) runs record by record,
+and so does every batch while a stream-time punctuation is scheduled (it may
+be due after any record) or when a record of the batch has headers (the
+batch path carries none). A batch keeps the record context, stream time and
+lateness as record-by-record processing leaves them, and an aggregation's
+store writes each carry the context of the record they stand for.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, Final
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.topology import (
+    BatchProcessor,
     Headers,
+    Item,
     Node,
     Processor,
     PunctuationType,
     Punctuator,
     RecordContext,
+    RecordFailedError,
     SubTopology,
     Topology,
     TopologyError,
 )
-from eddyline_runtime.serde import serde_for
+from eddyline_runtime.serde import deserialize_all, serde_for, serialize_all
 from eddyline_runtime.state import StateStore
 
 # Stream time before the task has processed a record (Kafka's RecordQueue.UNKNOWN).
@@ -94,6 +115,27 @@ class _Schedule:
         ``now``, so a gap of several intervals punctuates once, not once per interval."""
         missed = (now - self.due) // self.interval_ms
         self.due += (missed + 1) * self.interval_ms
+
+
+class OutputColumns:
+    """What the sinks emitted to one topic since the last drain, as columns
+    (what a batch insert wants), in emission order."""
+
+    __slots__ = ("headers", "keys", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        # None while no output has headers (then the log binds none for any).
+        self.headers: list[Headers] | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+# A compiled batch path: takes a batch's items and its input timestamps.
+_BatchHandler = Callable[[list[Item], Sequence[int]], None]
 
 
 class _Context:
@@ -203,7 +245,8 @@ class TaskTopology:
         self.stream_time = UNKNOWN_STREAM_TIME
         self.record_lateness = 0
         self.commit_requested = False
-        self.outputs: list[Output] = []
+        # Sink topic -> what was emitted to it since the last drain.
+        self.outputs: dict[str, OutputColumns] = {}
         self.output_bytes = 0  # key + value bytes of ``outputs``
         self._wall_clock_ms = wall_clock_ms
         self._stream_schedules: list[_Schedule] = []
@@ -231,6 +274,27 @@ class TaskTopology:
                 processor = node.supplier()
                 processor.init(_Context(self, node))
                 self._processors[node.name] = processor
+        # Source topic -> its batch path, for the sources whose whole subtree is one chain
+        # of batch processors (see the module docstring); the others go record by record.
+        self._batch_paths: dict[str, tuple[Any, Any, _BatchHandler]] = {}
+        for topic, source in self._sources.items():
+            handler = self._compile_batch_path(source)
+            if handler is not None:
+                key_serde, value_serde = self._serdes[source.name]
+                self._batch_paths[topic] = (key_serde, value_serde, handler)
+        self._all_batchable = len(self._batch_paths) == len(self._sources)
+        # The batch being processed: its topic, partition and offsets (for record contexts).
+        self._batch_topic: str | None = None
+        self._batch_partition = -1
+        self._batch_offsets: Sequence[int] = ()
+
+    @property
+    def batching(self) -> bool:
+        """Whether whole batches may go through now: every source has a batch path and
+        no stream-time punctuation is scheduled (it may be due after any record). Else
+        the task hands over one record at a time (a Processor API processor may ask
+        for a commit after any record)."""
+        return self._all_batchable and not self._stream_schedules
 
     @property
     def timestamp(self) -> int:
@@ -267,6 +331,72 @@ class TaskTopology:
             self._deliver(child, key_serde.deserialize(key), value_serde.deserialize(value))
         if self.stream_time >= self._next_stream_punctuation:
             self._punctuate(self._stream_schedules, self.stream_time)
+
+    def process_batch(
+        self,
+        topic: str,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+        *,
+        partition: int = -1,
+        offsets: Sequence[int] | None = None,
+    ) -> None:
+        """Push a batch of input records (one partition's, in order) through the sub-topology.
+
+        ``headers``: each record's, or None when none has any; ``offsets``: each
+        record's offset (None: unknown, -1 in the record context). A record that
+        fails raises :class:`RecordFailedError` with its index in the batch.
+        """
+        path = self._batch_paths.get(topic)
+        if path is None or headers is not None or self._stream_schedules:
+            if topic not in self._sources:
+                raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
+            for i in range(len(keys)):
+                try:
+                    self.process(
+                        topic,
+                        keys[i],
+                        values[i],
+                        timestamps[i],
+                        () if headers is None else headers[i],
+                        partition=partition,
+                        offset=-1 if offsets is None else offsets[i],
+                    )
+                except Exception as exc:
+                    raise RecordFailedError(i, exc) from exc
+            return
+        if not keys:
+            return
+        key_serde, value_serde, handler = path
+        try:
+            items = list(
+                zip(
+                    deserialize_all(key_serde, keys),
+                    deserialize_all(value_serde, values),
+                    range(len(keys)),
+                    strict=True,
+                )
+            )
+        except Exception:  # find the record it was, the slow way
+            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+                try:
+                    key_serde.deserialize(key)
+                    value_serde.deserialize(value)
+                except Exception as exc:
+                    raise RecordFailedError(i, exc) from exc
+            raise
+        self._batch_topic, self._batch_partition = topic, partition
+        self._batch_offsets = [-1] * len(keys) if offsets is None else offsets
+        self._enter(timestamps, 0)
+        handler(items, timestamps)
+        # Leave the record context, stream time and lateness as the last record leaves them.
+        last = len(keys) - 1
+        self._enter(timestamps, last)
+        newest = max(timestamps)
+        self.stream_time = max(self.stream_time, newest)
+        self.record_lateness = self.stream_time - timestamps[last]
 
     # -- punctuation ---------------------------------------------------------------
 
@@ -344,7 +474,22 @@ class TaskTopology:
     # -- outputs -------------------------------------------------------------------
 
     def drain_outputs(self) -> list[Output]:
-        outputs, self.outputs = self.outputs, []
+        """What the sinks emitted since the last drain, record by record."""
+        return [
+            Output(topic, key, value, timestamp, headers)
+            for topic, columns in self.drain_output_columns().items()
+            for key, value, timestamp, headers in zip(
+                columns.keys,
+                columns.values,
+                columns.timestamps,
+                repeat(()) if columns.headers is None else columns.headers,
+                strict=False,
+            )
+        ]
+
+    def drain_output_columns(self) -> dict[str, OutputColumns]:
+        """What the sinks emitted since the last drain, per topic, as columns."""
+        outputs, self.outputs = self.outputs, {}
         self.output_bytes = 0
         return outputs
 
@@ -358,11 +503,112 @@ class TaskTopology:
             key_serde, value_serde = self._serdes[name]
             key_bytes, value_bytes = key_serde.serialize(key), value_serde.serialize(value)
             context = self.record_context
-            self.outputs.append(
-                Output(node.topics[0], key_bytes, value_bytes, context.timestamp, context.headers)
-            )
+            columns = self._output_columns(node.topics[0])
+            if context.headers:
+                if columns.headers is None:
+                    columns.headers = [()] * len(columns.keys)
+                columns.headers.append(context.headers)
+            elif columns.headers is not None:
+                columns.headers.append(())
+            columns.keys.append(key_bytes)
+            columns.values.append(value_bytes)
+            columns.timestamps.append(context.timestamp)
             self.output_bytes += (0 if key_bytes is None else len(key_bytes)) + (
                 0 if value_bytes is None else len(value_bytes)
             )
         else:
             self._processors[name].process(key, value)
+
+    def _output_columns(self, topic: str) -> OutputColumns:
+        columns = self.outputs.get(topic)
+        if columns is None:
+            columns = self.outputs[topic] = OutputColumns()
+        return columns
+
+    def _enter(self, timestamps: Sequence[int], i: int) -> None:
+        """Make input ``i`` of the batch being processed the current record (its whole
+        context: a cached store write keeps it, and forwards it when flushed)."""
+        self.record_context = _new_context(
+            RecordContext,
+            (timestamps[i], (), self._batch_topic, self._batch_partition, self._batch_offsets[i]),
+        )
+
+    def _compile_batch_path(self, source: Node) -> _BatchHandler | None:
+        """The batch path below ``source``, or None when it must go record by record."""
+        chain: list[Node] = []
+        node = source
+        while node.children:
+            if len(node.children) != 1:
+                return None  # a branch: depth-first interleaves the children per record
+            node = self._nodes[node.children[0]]
+            if node.kind == "processor":
+                processor = self._processors.get(node.name)
+                if not isinstance(processor, BatchProcessor) or not processor.batchable:
+                    return None
+                if any(self._store_shared(store, node.name) for store in node.stores):
+                    return None
+            chain.append(node)
+        handler: _BatchHandler = _drop
+        for node in reversed(chain):
+            if node.kind == "sink":
+                handler = self._sink_handler(node)
+            else:
+                handler = self._processor_handler(node, handler)
+        return handler
+
+    def _store_shared(self, store: str, owner: str) -> bool:
+        return any(store in node.stores for node in self._nodes.values() if node.name != owner)
+
+    def _processor_handler(self, node: Node, child: _BatchHandler) -> _BatchHandler:
+        processor = self._processors[node.name]
+        assert isinstance(processor, BatchProcessor)
+        step = processor.process_batch
+        enter = self._enter
+
+        def handle(items: list[Item], timestamps: Sequence[int]) -> None:
+            forwarded = step(items, timestamps, lambda i: enter(timestamps, i))
+            if forwarded:
+                child(forwarded, timestamps)
+
+        return handle
+
+    def _sink_handler(self, node: Node) -> _BatchHandler:
+        key_serde, value_serde = self._serdes[node.name]
+        topic = node.topics[0]
+
+        def handle(items: list[Item], timestamps: Sequence[int]) -> None:
+            if not items:
+                return
+            # Columns picked in C (zip(*items) would make an iterator object per item).
+            key_objects = list(map(_KEY, items))
+            value_objects = list(map(_VALUE, items))
+            indices = list(map(_INDEX, items))
+            try:
+                keys = serialize_all(key_serde, key_objects)
+                values = serialize_all(value_serde, value_objects)
+            except Exception:  # find the record it was, the slow way
+                for key, value, i in items:
+                    try:
+                        key_serde.serialize(key)
+                        value_serde.serialize(value)
+                    except Exception as exc:
+                        raise RecordFailedError(i, exc) from exc
+                raise
+            columns = self._output_columns(topic)
+            if columns.headers is not None:  # a batch carries no headers
+                columns.headers.extend(repeat((), len(keys)))
+            columns.keys.extend(keys)
+            columns.values.extend(values)
+            columns.timestamps.extend(map(timestamps.__getitem__, indices))
+            self.output_bytes += sum(map(len, filter(None, keys))) + sum(
+                map(len, filter(None, values))
+            )
+
+        return handle
+
+
+_KEY, _VALUE, _INDEX = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+def _drop(items: list[Item], timestamps: Sequence[int]) -> None:
+    """The end of a chain without a sink."""

@@ -154,6 +154,43 @@ class Processor(abc.ABC):
 
 ProcessorSupplier = Callable[[], Processor]
 
+# A record inside a batch: (key, value, index of the input record it came from).
+# The index finds the input's timestamp and offset; a flat_map repeats it.
+Item = tuple[Any, Any, int]
+
+
+class RecordFailedError(Exception):
+    """Raised by a batch step: the input record at ``index`` of the batch failed."""
+
+    def __init__(self, index: int, cause: BaseException) -> None:
+        super().__init__(index, cause)
+        self.index = index
+        self.cause = cause
+
+
+class BatchProcessor(Processor):
+    """A processor the runtime may hand a whole batch of records at once.
+
+    Only the DSL's own processors are batch processors: each runs the user's
+    function once per record, as the per-record path would, and returns what
+    it forwards, in order. The runtime batches a source only when every node
+    below it forms one chain of batch processors ending in a sink (or
+    nothing), so depth-first and batch-at-a-time order give the same outputs.
+    """
+
+    @property
+    def batchable(self) -> bool:
+        """Whether this instance may run batch-at-a-time (see the class docstring)."""
+        return True
+
+    @abc.abstractmethod
+    def process_batch(
+        self, items: list[Item], timestamps: Sequence[int], at: Callable[[int], None]
+    ) -> list[Item]:
+        """Process ``items`` in order; return the forwarded items. ``at(i)`` makes
+        input ``i``'s timestamp the current one (for stores that keep it).
+        A failing record raises :class:`RecordFailedError` with its index."""
+
 
 @dataclass(frozen=True)
 class StoreSpec:
