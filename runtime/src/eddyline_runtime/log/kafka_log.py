@@ -52,8 +52,8 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, cast, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 from confluent_kafka import (
     Consumer,
@@ -87,6 +87,7 @@ from eddyline_runtime.log.port import (
     CommittedTransaction,
     FetchResult,
     Log,
+    OffsetsInSendOrder,
     Record,
     TopicSpec,
     TransactionalProducer,
@@ -1081,7 +1082,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
             for (topic, partition), offsets in self._delivered.items()
         }
         last = {tp: offsets[-1] for tp, offsets in delivered.items()}
-        return CommittedTransaction(_OffsetsInSendOrder(self._order, delivered), last)
+        return CommittedTransaction(OffsetsInSendOrder(self._order, delivered), last)
 
     def abort(self) -> None:
         self._require_open("abort")
@@ -1188,39 +1189,6 @@ class KafkaTransactionalProducer(TransactionalProducer):
                 f'transactional id "{self.transactional_id}": cannot {action} without an open '
                 "transaction; call begin() first"
             )
-
-
-class _OffsetsInSendOrder(Sequence[tuple[TopicPartition, int]]):
-    """(partition, offset) of each sent record in send order, worked out on first use."""
-
-    def __init__(
-        self, order: list[TopicPartition], delivered: Mapping[TopicPartition, list[int]]
-    ) -> None:
-        self._order = order
-        self._delivered = delivered
-        self._pairs: list[tuple[TopicPartition, int]] | None = None
-
-    def _resolved(self) -> list[tuple[TopicPartition, int]]:
-        if self._pairs is None:
-            iterators: dict[TopicPartition, Iterator[int]] = {
-                tp: iter(offsets) for tp, offsets in self._delivered.items()
-            }
-            self._pairs = [(tp, next(iterators[tp])) for tp in self._order]
-        return self._pairs
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    @overload
-    def __getitem__(self, index: int) -> tuple[TopicPartition, int]: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[tuple[TopicPartition, int]]: ...
-
-    def __getitem__(
-        self, index: int | slice
-    ) -> tuple[TopicPartition, int] | list[tuple[TopicPartition, int]]:
-        return self._resolved()[index]
 
 
 class MockCluster:

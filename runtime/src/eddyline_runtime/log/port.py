@@ -20,9 +20,9 @@ producer with the same id (a zombie) is fenced: its commit fails with
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from eddyline_runtime.partitions import TopicPartition
 
@@ -106,6 +106,43 @@ class OffsetChanges:
     keys: Sequence[bytes]
     values: Sequence[bytes | None]
     last_offset: int
+
+
+class OffsetsInSendOrder(Sequence[tuple[TopicPartition, int]]):
+    """(partition, offset) of each record a transaction sent, in send order, worked out on
+    first use: stream threads read only the last offset per partition, so the per-record
+    pairs usually never need to exist.
+
+    ``order`` is the partition of each record as sent; ``offsets`` gives each partition's
+    offsets in order (a list of delivered offsets, or a counter from the first one).
+    """
+
+    def __init__(
+        self, order: list[TopicPartition], offsets: Mapping[TopicPartition, Iterable[int]]
+    ) -> None:
+        self._order = order
+        self._offsets = offsets
+        self._pairs: list[tuple[TopicPartition, int]] | None = None
+
+    def _resolved(self) -> list[tuple[TopicPartition, int]]:
+        if self._pairs is None:
+            iterators = {tp: iter(offsets) for tp, offsets in self._offsets.items()}
+            self._pairs = [(tp, next(iterators[tp])) for tp in self._order]
+        return self._pairs
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[TopicPartition, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[TopicPartition, int]]: ...
+
+    def __getitem__(
+        self, index: int | slice
+    ) -> tuple[TopicPartition, int] | list[tuple[TopicPartition, int]]:
+        return self._resolved()[index]
 
 
 @dataclass(frozen=True, slots=True)

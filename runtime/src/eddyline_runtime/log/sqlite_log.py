@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, count, islice, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from eddyline_runtime.log.errors import (
     InvalidTopicError,
@@ -49,6 +49,7 @@ from eddyline_runtime.log.port import (
     Headers,
     Log,
     OffsetChanges,
+    OffsetsInSendOrder,
     Record,
     TopicSpec,
     TransactionalProducer,
@@ -579,7 +580,10 @@ class _SqliteTransactionalProducer(TransactionalProducer):
                 log._store_offsets(db, group, group_offsets)
         self._batches = None
         last = {tp: firsts[tp] + len(batches[tp]) - 1 for tp in firsts}
-        return CommittedTransaction(_SendOrderOffsets(self._order, firsts), last)
+        return CommittedTransaction(
+            OffsetsInSendOrder(self._order, {tp: count(first) for tp, first in firsts.items()}),
+            last,
+        )
 
     def abort(self) -> None:
         self._open("abort")
@@ -596,39 +600,6 @@ class _SqliteTransactionalProducer(TransactionalProducer):
                 "transaction; call begin() first"
             )
         return self._batches
-
-
-class _SendOrderOffsets(Sequence[tuple[TopicPartition, int]]):
-    """(partition, offset) of each sent record in send order, worked out on first use."""
-
-    def __init__(self, order: list[TopicPartition], firsts: Mapping[TopicPartition, int]) -> None:
-        self._order = order
-        self._firsts = firsts
-        self._pairs: list[tuple[TopicPartition, int]] | None = None
-
-    def _resolved(self) -> list[tuple[TopicPartition, int]]:
-        if self._pairs is None:
-            next_offset = dict(self._firsts)
-            pairs = []
-            for tp in self._order:
-                pairs.append((tp, next_offset[tp]))
-                next_offset[tp] += 1
-            self._pairs = pairs
-        return self._pairs
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    @overload
-    def __getitem__(self, index: int) -> tuple[TopicPartition, int]: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[tuple[TopicPartition, int]]: ...
-
-    def __getitem__(
-        self, index: int | slice
-    ) -> tuple[TopicPartition, int] | list[tuple[TopicPartition, int]]:
-        return self._resolved()[index]
 
 
 class _Transaction:
