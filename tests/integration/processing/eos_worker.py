@@ -17,7 +17,10 @@ so every line written before a SIGKILL survives it:
   the ``restore-total`` metric of every store as the runtime registered it;
 * ``{"event": "commit", ...}`` per commit (the runtime's :class:`CommitReport`,
   handed to listeners only after the stores committed);
-* ``{"event": "closed", ...}`` after a clean close.
+* ``{"event": "closed", ...}`` after a clean close;
+* ``{"event": "store_commit", "store": ...}`` as a delayed store commit
+  starts its delay (only with STORE_COMMIT_DELAY_MS > 0): the parent aims
+  its kills at that window.
 
 The two delays change no logic; they widen the windows of a commit that a
 kill at a random instant rarely hits, so that the parent's kills land in
@@ -116,11 +119,12 @@ class SlowCommitsLog(SqliteLog):
         super().commit_offsets(group, offsets)
 
 
-def delay_store_commits(seconds: float) -> None:
-    """Sleep before every store commit; the commit itself is untouched."""
+def delay_store_commits(seconds: float, events: Events) -> None:
+    """Sleep before every store commit, saying so first; the commit itself is untouched."""
     commit = RocksDBStore.commit
 
     def delayed_commit(self: RocksDBStore, changelog_offsets: Any) -> None:
+        events.emit({"event": "store_commit", "store": str(self.directory)})
         time.sleep(seconds)
         commit(self, changelog_offsets)
 
@@ -131,9 +135,9 @@ def main() -> None:
     log_path, state_dir, events_path = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     guarantee, commit_interval_ms, threads = sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
     log_commit_delay_ms, store_commit_delay_ms = int(sys.argv[7]), int(sys.argv[8])
-    if store_commit_delay_ms:
-        delay_store_commits(store_commit_delay_ms / 1000)
     events = Events(events_path)
+    if store_commit_delay_ms:
+        delay_store_commits(store_commit_delay_ms / 1000, events)
 
     def committed(report: CommitReport) -> None:
         events.emit(

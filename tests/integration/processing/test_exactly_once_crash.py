@@ -165,6 +165,12 @@ def events_path(tmp_path: Path, run: int) -> Path:
     return tmp_path / f"events-{run:02d}.jsonl"
 
 
+def store_commits(tmp_path: Path, run: int) -> int:
+    """How many store commits the run's worker started (only "slow store" runs say)."""
+    path = events_path(tmp_path, run)
+    return path.read_bytes().count(b'"event": "store_commit"') if path.exists() else 0
+
+
 def worker_failure(tmp_path: Path) -> str:
     return (tmp_path / "worker.stderr").read_text()[-3_000:]
 
@@ -196,8 +202,9 @@ def crash_loop(
     restoration, the first records). A commit's steps 2 and 3 are short, so
     random instants rarely hit them; in some runs the worker stretches one:
 
-    * "slow store": each store commit (step 3) starts SLOW_MS late; step 3
-      begins as the log shows the commit, so a short pause lands in it;
+    * "slow store": each store commit (step 3) starts SLOW_MS late, and the
+      worker says when a delay starts: a kill aimed at that event lands
+      before that store committed, whatever the machine's load;
     * "slow log": each log transaction (step 2) applies SLOW_MS late; a pause
       across the next iteration often lands in it.
     """
@@ -226,20 +233,21 @@ def crash_loop(
                 else:
                     pause = {
                         "random": rng.uniform(0.0, 0.3),
-                        # Inside a thread's 2 (of 2 threads) or 4 store commits.
-                        "slow store": rng.uniform(0.0, 0.1),
+                        # Well inside the store's SLOW_MS delay, which its event starts.
+                        "slow store": rng.uniform(0.0, SLOW_MS / 2_000),
                         "slow log": rng.uniform(0.1, 0.5),
                     }[mode]
-                    # Wait for a log transaction (its changelog records appear, step 2)
-                    # once the committed offsets passed this kill's share of the work.
-                    target, seen = 0.8 * (index + 1) / kills, run.changelog_ends
-                    deadline = time.monotonic() + 60
-                    while (ends := changelog_ends(log)) == seen or progress()[1] < target:
-                        assert worker.poll() is None, ended_early(tmp_path, index, worker)
-                        assert time.monotonic() < deadline, f"run {index}: no progress"
-                        seen = ends
-                        time.sleep(0.01)
-                    run.kill_note = f"{mode}, {pause:.2f} s after a commit"
+                    # Aim past this kill's share of the work, at a commit.
+                    wait_for_commit(
+                        tmp_path,
+                        log,
+                        worker,
+                        run,
+                        progress=progress,
+                        target=0.8 * (index + 1) / kills,
+                    )
+                    where = "into a store commit" if mode == "slow store" else "after a commit"
+                    run.kill_note = f"{mode}, {pause:.2f} s {where}"
                 time.sleep(pause)
                 assert worker.poll() is None, ended_early(tmp_path, index, worker)
                 worker.send_signal(signal.SIGKILL)
@@ -253,6 +261,38 @@ def crash_loop(
         run.progress = progress()
         after_run(run)
     return runs
+
+
+def wait_for_commit(
+    tmp_path: Path,
+    log: SqliteLog,
+    worker: subprocess.Popen[bytes],
+    run: Run,
+    *,
+    progress: Callable[[], tuple[float, float]],
+    target: float,
+) -> None:
+    """Wait until the committed words reach ``target``, then for a commit.
+
+    In a "slow store" run, for a store commit to start its delay (step 3,
+    announced by the worker); otherwise for a log transaction (its changelog
+    records appear, step 2).
+    """
+    deadline = time.monotonic() + 60
+
+    def wait(until: Callable[[], bool], what: str, poll_seconds: float) -> None:
+        while not until():
+            assert worker.poll() is None, ended_early(tmp_path, run.index, worker)
+            assert time.monotonic() < deadline, f"run {run.index}: no {what}"
+            time.sleep(poll_seconds)
+
+    wait(lambda: progress()[1] >= target, "progress", 0.01)
+    if run.mode == "slow store":
+        started = store_commits(tmp_path, run.index)
+        wait(lambda: store_commits(tmp_path, run.index) > started, "store commit", 0.002)
+    else:
+        ends = changelog_ends(log)
+        wait(lambda: changelog_ends(log) != ends, "commit", 0.01)
 
 
 # -- reading the results ------------------------------------------------------------
@@ -589,12 +629,14 @@ def test_exactly_once_survives_sigkills(tmp_path: Path, log: SqliteLog, threads:
         "commits": [len(run.of("commit")) for run in runs],
     }
     print(json.dumps(report))
-    # A "slow store" run's kill after a commit lands while the stores commit,
-    # each SLOW_MS late, one after the other: the next restart that gets as far
-    # as restoring restores the tails of those not committed yet.
+    # A "slow store" run's aimed kill lands inside a store commit's delay, before
+    # that store committed: the next restart that gets as far as restoring
+    # restores the tails of the stores not committed yet.
     aimed = [r.index for r in killed if r.mode == "slow store" and "commit" in r.kill_note]
     restarts = [next(j for j in range(i + 1, len(runs)) if runs[j].restores()) for i in aimed]
-    assert len(set(restarts) & set(restarts_restoring)) >= len(aimed) / 2, report
+    # (One may miss: a kill delayed past the last store's delay by a loaded machine.)
+    missed = set(restarts) - set(restarts_restoring)
+    assert aimed and len(missed) <= min(1, len(aimed) - 1), report
 
 
 @pytest.mark.slow
