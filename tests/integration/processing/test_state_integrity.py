@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,17 +151,12 @@ def test_a_store_whose_rocksdb_current_file_was_deleted_is_never_trusted_as_caug
 
 
 def truncate_in_sqlite(log_path: Path, partition: int, to_offset: int) -> None:
-    """What an operator (or a broken tool) does by hand: cut the changelog's end back."""
-    with sqlite3.connect(log_path) as db:
-        (topic_id,) = db.execute("SELECT id FROM topics WHERE name = ?", (CHANGELOG,)).fetchone()
-        db.execute(
-            "DELETE FROM records WHERE topic_id = ? AND partition = ? AND offset >= ?",
-            (topic_id, partition, to_offset),
-        )
-        db.execute(
-            "UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?",
-            (to_offset, topic_id, partition),
-        )
+    """What an unclean leader election (or a tool) does: cut the changelog's end back."""
+    log = SqliteLog(log_path)
+    try:
+        log.truncate(TopicPartition(CHANGELOG, partition), to_offset)
+    finally:
+        log.close()
 
 
 def test_a_changelog_truncated_and_grown_back_past_the_store_rebuilds_the_store(

@@ -132,10 +132,11 @@ def test_the_epoch_stays_through_appends_compaction_and_record_deletion(
 def test_truncating_a_partition_by_hand_in_sqlite_starts_a_new_epoch(
     log: SqliteLog, tmp_path: Path
 ) -> None:
-    log.produce(IN, [rec(b"%d" % i) for i in range(10)])
+    for i in range(10):  # a batch row each, so SQL can cut between any two
+        log.produce(IN, [rec(b"%d" % i)])
     before = log.partition_epoch(IN)
     with sqlite3.connect(tmp_path / "log.db") as db:
-        db.execute("DELETE FROM records WHERE partition = 0 AND offset >= 4")
+        db.execute("DELETE FROM record_batches WHERE partition = 0 AND last_offset >= 4")
         db.execute("UPDATE partitions SET next_offset = 4 WHERE partition = 0")
     after = log.partition_epoch(IN)
     assert after != before

@@ -239,6 +239,31 @@ def test_a_failing_record_is_named_by_its_index_in_the_batch() -> None:
     assert isinstance(failed.value.cause, ZeroDivisionError)
 
 
+def boom(word: str) -> str:
+    if word == "boom":
+        raise KeyError(word)
+    return word
+
+
+@pytest.mark.parametrize("step", ["map_values", "filter", "group_by"])
+def test_a_step_failing_after_a_flat_map_names_the_record_the_item_came_from(step: str) -> None:
+    builder = StreamsBuilder()
+    words = builder.stream("lines", value_serde="string").flat_map_values(str.split)
+    if step == "map_values":
+        words.map_values(boom).to("out", value_serde="string")
+    elif step == "filter":
+        words.filter(lambda _, word: bool(boom(word))).to("out", value_serde="string")
+    else:
+        words.group_by(lambda _, word: boom(word), value_serde="string").count("counts")
+    topology = builder.build()
+    task = TaskTopology(topology, topology.subtopologies()[0], 0, {})
+    values = [b"a b", b"", b"c d e", b"x boom", b"z"]  # boom ends its line
+    with pytest.raises(RecordFailedError) as failed:
+        task.process_batch("lines", [None] * 5, values, [0, 1, 2, 3, 4])
+    assert failed.value.index == 3
+    assert isinstance(failed.value.cause, KeyError)
+
+
 def test_bytes_a_source_serde_cannot_read_are_named_by_their_index() -> None:
     topology = stateless()
     task = TaskTopology(topology, topology.subtopologies()[0], 0, {})

@@ -26,9 +26,9 @@ import json
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain, count, islice, repeat
-from operator import itemgetter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import compress, count, repeat
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,12 @@ from eddyline_runtime.log.port import (
     TransactionalProducer,
     check_columns,
 )
+from eddyline_runtime.log.record_batch import (
+    MAX_BATCH_RECORDS,
+    SELECT_COLUMNS,
+    DecodedBatch,
+    encode_batch,
+)
 from eddyline_runtime.partitions import TopicPartition
 
 # How long a writer waits for another process's write transaction (they are
@@ -77,16 +83,21 @@ CREATE TABLE IF NOT EXISTS partitions (
     epoch INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic_id, partition)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS records (
+CREATE TABLE IF NOT EXISTS record_batches (
     topic_id INTEGER NOT NULL,
     partition INTEGER NOT NULL,
-    offset INTEGER NOT NULL,
-    key BLOB,
-    value BLOB,
-    timestamp INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    base_offset INTEGER NOT NULL,
+    record_count INTEGER NOT NULL,
+    offsets BLOB,
+    keys BLOB NOT NULL,
+    key_lengths BLOB NOT NULL,
+    vals BLOB NOT NULL,
+    value_lengths BLOB NOT NULL,
+    timestamps BLOB NOT NULL,
     headers TEXT,
-    PRIMARY KEY (topic_id, partition, offset)
-) WITHOUT ROWID;
+    PRIMARY KEY (topic_id, partition, last_offset)
+);
 CREATE TABLE IF NOT EXISTS group_offsets (
     grp TEXT NOT NULL,
     topic_id INTEGER NOT NULL,
@@ -152,6 +163,7 @@ class SqliteLog(Log):
                         for statement in statements:
                             db.execute(statement)
                 db.execute(_TRUNCATION_TRIGGER)
+                _convert_record_rows(db)
         except sqlite3.DatabaseError as error:
             self.close()
             raise LogError(
@@ -178,7 +190,14 @@ class SqliteLog(Log):
                         uri, uri=True, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None
                     )
                     connection.execute("SELECT 1 FROM partitions LIMIT 1")
+                    connection.execute("SELECT 1 FROM record_batches LIMIT 1")
                 except sqlite3.Error as exc:
+                    if "record_batches" in str(exc):
+                        raise LogError(
+                            f"log {self.url} was written by an earlier eddyline (one row per "
+                            "record), which a read-only open cannot convert; open it once "
+                            "read-write (any eddyline run on it does) to convert it"
+                        ) from exc
                     raise LogError(
                         f"log {self.url} could not be opened read-only: {exc}; check that the "
                         "file is an eddyline log and readable (its directory too: SQLite "
@@ -285,35 +304,17 @@ class SqliteLog(Log):
             return super().fetch_columns(tp, offset, max_records)
         with self._read() as db:
             topic_id, end = self._start_reading(db, tp, offset, max_records)
-            rows = db.execute(
-                "SELECT offset, key, value, timestamp, headers FROM records "
-                "WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
-                (topic_id, tp.partition, offset, max_records),
-            ).fetchall()
-        if not rows:
-            return FetchedColumns((), (), (), (), end)
-        # Transposed in C, without an object per row. Not zip(*rows): that makes an
-        # iterator object per row, and enough of them outlive a young garbage
-        # collection to trigger full ones over the whole heap.
-        offsets, keys, values, timestamps, encoded = _transpose(rows, 5)
-        # Headers are decoded only when a record has some (NULL otherwise).
-        headers = list(map(_decode_headers, encoded)) if any(encoded) else None
-        return FetchedColumns(offsets, keys, values, timestamps, end, headers)
+            read = _read_records(db, topic_id, tp.partition, offset, max_records=max_records)
+        return FetchedColumns(
+            read.offsets, read.keys, read.values, read.timestamps, end, read.headers
+        )
 
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
         with self._read() as db:
             topic_id, end = self._start_reading(db, tp, offset, max_records)
-            rows = db.execute(
-                "SELECT offset, key, value, timestamp, headers FROM records "
-                "WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
-                (topic_id, tp.partition, offset, max_records),
-            ).fetchall()
-        records = [
-            Record(
-                key, value, timestamp, _decode_headers(headers) if headers else (), record_offset
-            )
-            for record_offset, key, value, timestamp, headers in rows
-        ]
+            read = _read_records(db, topic_id, tp.partition, offset, max_records=max_records)
+        headers = read.headers or repeat((), len(read.offsets))
+        records = list(map(Record, read.keys, read.values, read.timestamps, headers, read.offsets))
         return FetchResult(records, end)
 
     def fetch_changes(
@@ -321,21 +322,15 @@ class SqliteLog(Log):
     ) -> ChangeBatch:
         with self._read() as db:
             topic_id, _ = self._start_reading(db, tp, offset, max_records)
-            where = (topic_id, tp.partition, offset)
-            last = db.execute(
-                "SELECT max(offset) FROM (SELECT offset FROM records WHERE topic_id = ? "
-                "AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?)",
-                (*where, max_records),
-            ).fetchone()[0]
-            if last is None:
-                return ChangeBatch([], -1)
-            # fetchall() already yields (key, value) tuples: no per-row Python work.
-            entries = db.execute(
-                "SELECT key, value FROM records WHERE topic_id = ? AND partition = ? "
-                "AND offset >= ? AND offset <= ? AND key IS NOT NULL ORDER BY offset",
-                (*where, last),
-            ).fetchall()
-        return ChangeBatch(entries, last)
+            read = _read_records(
+                db, topic_id, tp.partition, offset, max_records=max_records, timestamps=False
+            )
+        if not read.offsets:
+            return ChangeBatch([], -1)
+        entries: list[Any] = list(zip(read.keys, read.values, strict=True))
+        if None in read.keys:
+            entries = [entry for entry in entries if entry[0] is not None]
+        return ChangeBatch(entries, read.offsets[-1])
 
     def fetch_changes_between(
         self, tp: TopicPartition, start: int, end: int, max_records: int = 10_000
@@ -344,21 +339,30 @@ class SqliteLog(Log):
             return OffsetChanges((), (), (), -1)
         with self._read() as db:
             topic_id, _ = self._start_reading(db, tp, start, max_records)
-            # One index range scan of the primary key; keyless records are
-            # read too (not returned), so last_offset counts them as read.
-            rows = db.execute(
-                "SELECT offset, key, value FROM records WHERE topic_id = ? AND partition = ? "
-                "AND offset >= ? AND offset < ? ORDER BY offset LIMIT ?",
-                (topic_id, tp.partition, start, end, max_records),
-            ).fetchall()
-        if not rows:
+            read = _read_records(
+                db,
+                topic_id,
+                tp.partition,
+                start,
+                stop=end,
+                max_records=max_records,
+                timestamps=False,
+            )
+        if not read.offsets:
             return OffsetChanges((), (), (), -1)
-        last: int = rows[-1][0]
-        keyed = [row for row in rows if row[1] is not None]
-        if not keyed:
+        # Keyless records are read too (not returned): last_offset counts them as read.
+        last = read.offsets[-1]
+        if None not in read.keys:
+            return OffsetChanges(read.offsets, read.keys, read.values, last)  # type: ignore[arg-type]
+        keyed = [key is not None for key in read.keys]
+        if not any(keyed):
             return OffsetChanges((), (), (), last)
-        offsets, keys, values = zip(*keyed, strict=True)
-        return OffsetChanges(offsets, keys, values, last)
+        return OffsetChanges(
+            list(compress(read.offsets, keyed)),
+            list(compress(read.keys, keyed)),  # type: ignore[arg-type]
+            list(compress(read.values, keyed)),
+            last,
+        )
 
     def _start_reading(
         self, db: sqlite3.Connection, tp: TopicPartition, offset: int, max_records: int
@@ -443,35 +447,44 @@ class SqliteLog(Log):
     # -- what a broker's cleaner and retention do (not on the port) ----------------
 
     def compact(self, topic: str) -> int:
-        """Keep only the latest record per key in a compacted topic; returns records removed."""
+        """Keep only the latest record per key in a compacted topic; returns records removed.
+
+        Keyless records stay. A partition that loses records is rewritten from
+        its start, its batches now naming their (no longer consecutive) offsets.
+        """
+        removed = 0
         with self._write() as db:
             topic_id = self._topic(db, TopicPartition(topic, 0))
-            if not self._topic_ids[topic][1].compacted:
+            spec = self._topic_ids[topic][1]
+            if not spec.compacted:
                 raise LogError(
                     f'topic "{topic}" is not compacted, so compact() would drop history; '
                     "create changelog topics with compacted=True"
                 )
-            # The latest offset per key goes into an indexed temporary table
-            # first: a NOT IN over the grouped subquery rescans it for every
-            # row (minutes for a million-record changelog).
-            db.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS compaction_keep ("
-                " partition INTEGER NOT NULL, offset INTEGER NOT NULL,"
-                " PRIMARY KEY (partition, offset)) WITHOUT ROWID"
-            )
-            db.execute("DELETE FROM compaction_keep")
-            db.execute(
-                "INSERT INTO compaction_keep SELECT partition, MAX(offset) FROM records"
-                " WHERE topic_id = ?1 AND key IS NOT NULL GROUP BY partition, key",
-                (topic_id,),
-            )
-            removed = db.execute(
-                "DELETE FROM records WHERE topic_id = ?1 AND key IS NOT NULL AND NOT EXISTS ("
-                " SELECT 1 FROM compaction_keep k"
-                " WHERE k.partition = records.partition AND k.offset = records.offset)",
-                (topic_id,),
-            ).rowcount
-            db.execute("DELETE FROM compaction_keep")
+            for partition in range(spec.partitions):
+                start, end = _bounds(db, topic_id, partition)
+                read = _read_records(
+                    db, topic_id, partition, start, max_records=max(end - start, 1)
+                )
+                latest = {key: index for index, key in enumerate(read.keys) if key is not None}
+                keep = [key is None or latest[key] == index for index, key in enumerate(read.keys)]
+                dropped = keep.count(False)
+                if not dropped:
+                    continue
+                removed += dropped
+                kept = _Columns()
+                kept.extend(
+                    list(compress(read.keys, keep)),
+                    list(compress(read.values, keep)),
+                    list(compress(read.timestamps, keep)),
+                    None if read.headers is None else list(compress(read.headers, keep)),
+                )
+                db.execute(
+                    "DELETE FROM record_batches WHERE topic_id = ? AND partition = ?",
+                    (topic_id, partition),
+                )
+                offsets = list(compress(read.offsets, keep))
+                _insert_batches(db, topic_id, partition, offsets, kept)
         return removed
 
     def delete_records(self, tp: TopicPartition, before_offset: int) -> int:
@@ -479,7 +492,8 @@ class SqliteLog(Log):
 
         Kafka's DeleteRecords (what retention does to old segments): offsets
         keep their meaning, the end stays, the start never moves back.
-        Returns the records removed. An offset beyond the end is refused.
+        Returns the records removed. An offset beyond the end is refused. A
+        batch holding the new start stays whole, its records below it unread.
         """
         with self._write() as db:
             topic_id = self._topic(db, tp)
@@ -488,15 +502,65 @@ class SqliteLog(Log):
                 raise OffsetOutOfRangeError(tp, before_offset, start, end)
             if before_offset <= start:
                 return 0
-            removed = db.execute(
-                "DELETE FROM records WHERE topic_id = ? AND partition = ? AND offset < ?",
+            below = _batches(
+                db, topic_id, tp.partition, start, stop=before_offset, max_records=end - start
+            )
+            removed = sum(last - first for _, first, last in below)
+            db.execute(
+                "DELETE FROM record_batches WHERE topic_id = ? AND partition = ? "
+                "AND last_offset < ?",
                 (topic_id, tp.partition, before_offset),
-            ).rowcount
+            )
             db.execute(
                 "UPDATE partitions SET log_start = ? WHERE topic_id = ? AND partition = ?",
                 (before_offset, topic_id, tp.partition),
             )
-        return int(removed)
+        return removed
+
+    def truncate(self, tp: TopicPartition, end_offset: int) -> int:
+        """Cut the partition back to end at ``end_offset``; returns the records removed.
+
+        What an unclean leader election does to a Kafka partition: records
+        at and after ``end_offset`` are gone and the offsets are given again.
+        The partition's epoch moves on (the database's trigger sees the end
+        move back), so readers can tell the new records from the old ones.
+        """
+        with self._write() as db:
+            topic_id = self._topic(db, tp)
+            end = _bounds(db, topic_id, tp.partition)[1]
+            if not 0 <= end_offset <= end:
+                raise OffsetOutOfRangeError(tp, end_offset, 0, end)
+            if end_offset == end:
+                return 0
+            cut = _batches(db, topic_id, tp.partition, end_offset, max_records=end - end_offset)
+            # The batch holding end_offset keeps what lies below it.
+            straddling = db.execute(
+                f"SELECT {SELECT_COLUMNS} FROM record_batches WHERE topic_id = ? "
+                "AND partition = ? AND base_offset < ? AND last_offset >= ?",
+                (topic_id, tp.partition, end_offset, end_offset),
+            ).fetchone()
+            db.execute(
+                "DELETE FROM record_batches WHERE topic_id = ? AND partition = ? "
+                "AND last_offset >= ?",
+                (topic_id, tp.partition, end_offset),
+            )
+            if straddling is not None:
+                batch = DecodedBatch(straddling)
+                kept = batch.index_of(end_offset)
+                columns = _Columns()
+                columns.extend(
+                    batch.keys(0, kept),
+                    batch.values(0, kept),
+                    batch.timestamps(0, kept),
+                    batch.headers(0, kept),
+                )
+                _insert_batches(db, topic_id, tp.partition, batch.offsets(0, kept), columns)
+            db.execute(
+                "UPDATE partitions SET next_offset = ?, log_start = min(log_start, ?) "
+                "WHERE topic_id = ? AND partition = ?",
+                (end_offset, end_offset, topic_id, tp.partition),
+            )
+        return sum(last - first for _, first, last in cut)
 
     def close(self) -> None:
         connection = getattr(self._local, "connection", None)
@@ -618,7 +682,7 @@ class _Transaction:
 
 
 class _Columns:
-    """Records to append, as the columns of the insert (headers already encoded)."""
+    """Records to append, as columns."""
 
     __slots__ = ("headers", "keys", "timestamps", "values")
 
@@ -626,8 +690,8 @@ class _Columns:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.timestamps: list[int] = []
-        # None while no record has headers: the insert then binds NULL for all of them.
-        self.headers: list[str | None] | None = None
+        # None while no record has headers: the batch then stores none.
+        self.headers: list[Headers] | None = None
 
     @classmethod
     def of(cls, records: Sequence[Record]) -> _Columns:
@@ -653,38 +717,28 @@ class _Columns:
             )
         if headers is not None and any(headers):
             if self.headers is None:
-                self.headers = [None] * len(self.keys)
-            self.headers.extend(map(_encode_headers, headers))
+                self.headers = [()] * len(self.keys)
+            self.headers.extend(headers)
         elif self.headers is not None:
-            self.headers.extend(repeat(None, len(keys)))
+            self.headers.extend(repeat((), len(keys)))
         self.keys.extend(keys)
         self.values.extend(values)
         self.timestamps.extend(timestamps)
 
     def extend_records(self, records: Sequence[Record]) -> None:
         if self.headers is None and any(r.headers for r in records):
-            self.headers = [None] * len(self.keys)
+            self.headers = [()] * len(self.keys)
         if self.headers is not None:
-            self.headers.extend(_encode_headers(r.headers) for r in records)
+            self.headers.extend(r.headers for r in records)
         self.keys.extend(r.key for r in records)
         self.values.extend(r.value for r in records)
         self.timestamps.extend(r.timestamp for r in records)
 
 
-_INSERT = (
-    "INSERT INTO records (topic_id, partition, offset, key, value, timestamp, headers) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-# Records without headers go in this many rows per INSERT statement: SQLite then
-# runs one statement per 256 rows instead of one per row, about 35% less CPU per
-# record than executemany (the topic and partition are bound once, as ?1 and ?2).
-_ROWS_PER_INSERT = 256
-_MULTI_ROW_INSERT = (
-    "INSERT INTO records (topic_id, partition, offset, key, value, timestamp, headers) VALUES "
-    + ",".join(
-        f"(?1, ?2, ?{3 + 4 * row}, ?{4 + 4 * row}, ?{5 + 4 * row}, ?{6 + 4 * row}, NULL)"
-        for row in range(_ROWS_PER_INSERT)
-    )
+_INSERT_BATCH = (
+    "INSERT INTO record_batches (topic_id, partition, last_offset, base_offset, record_count, "
+    "offsets, keys, key_lengths, vals, value_lengths, timestamps, headers) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -695,41 +749,7 @@ def _append(db: sqlite3.Connection, topic_id: int, partition: int, columns: _Col
         "SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?",
         (topic_id, partition),
     ).fetchone()[0]
-    # The rows are zipped from the columns in C: no Python work per record.
-    if columns.headers is not None:
-        db.executemany(
-            _INSERT,
-            zip(
-                repeat(topic_id),
-                repeat(partition),
-                count(first),
-                columns.keys,
-                columns.values,
-                columns.timestamps,
-                columns.headers,
-            ),
-        )
-    else:
-        rows = zip(count(first), columns.keys, columns.values, columns.timestamps)
-        full_statements, rest = divmod(len(columns), _ROWS_PER_INSERT)
-        for _ in range(full_statements):
-            parameters: list[Any] = [topic_id, partition]
-            parameters.extend(chain.from_iterable(islice(rows, _ROWS_PER_INSERT)))
-            db.execute(_MULTI_ROW_INSERT, parameters)
-        if rest:
-            done = full_statements * _ROWS_PER_INSERT
-            db.executemany(
-                _INSERT,
-                zip(
-                    repeat(topic_id),
-                    repeat(partition),
-                    count(first + done),
-                    columns.keys[done:],
-                    columns.values[done:],
-                    columns.timestamps[done:],
-                    repeat(None),
-                ),
-            )
+    _insert_batches(db, topic_id, partition, range(first, first + len(columns)), columns)
     db.execute(
         "UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?",
         (first + len(columns), topic_id, partition),
@@ -737,9 +757,150 @@ def _append(db: sqlite3.Connection, topic_id: int, partition: int, columns: _Col
     return first
 
 
-def _transpose(rows: list[Any], width: int) -> list[list[Any]]:
-    """The columns of ``rows`` (tuples of ``width`` values)."""
-    return [list(map(itemgetter(column), rows)) for column in range(width)]
+def _insert_batches(
+    db: sqlite3.Connection,
+    topic_id: int,
+    partition: int,
+    offsets: Sequence[int],
+    columns: _Columns,
+) -> None:
+    """Store records with the given rising offsets, MAX_BATCH_RECORDS per batch row."""
+    rows = []
+    for start in range(0, len(offsets), MAX_BATCH_RECORDS):
+        stop = start + MAX_BATCH_RECORDS
+        batch = encode_batch(
+            offsets[start:stop],
+            columns.keys[start:stop],
+            columns.values[start:stop],
+            columns.timestamps[start:stop],
+            None if columns.headers is None else columns.headers[start:stop],
+        )
+        rows.append(
+            (
+                topic_id,
+                partition,
+                batch.last_offset,
+                batch.base_offset,
+                batch.record_count,
+                batch.offsets,
+                batch.keys,
+                batch.key_lengths,
+                batch.values,
+                batch.value_lengths,
+                batch.timestamps,
+                batch.headers,
+            )
+        )
+    db.executemany(_INSERT_BATCH, rows)
+
+
+@dataclass(slots=True)
+class _RecordsRead:
+    """Records read from stored batches, as columns."""
+
+    offsets: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    headers: list[Headers] | None = None  # None while no record read has any
+
+
+def _read_records(
+    db: sqlite3.Connection,
+    topic_id: int,
+    partition: int,
+    start: int,
+    *,
+    stop: int | None = None,
+    max_records: int,
+    timestamps: bool = True,
+) -> _RecordsRead:
+    """At most ``max_records`` records from ``start`` on (below ``stop``, if given)."""
+    read = _RecordsRead()
+    for batch, first, last in _batches(
+        db, topic_id, partition, start, stop=stop, max_records=max_records
+    ):
+        if read.headers is None and (headers := batch.headers(first, last)) is not None:
+            read.headers = [()] * len(read.offsets)
+            read.headers.extend(headers)
+        elif read.headers is not None:
+            read.headers.extend(batch.headers(first, last) or repeat((), last - first))
+        read.offsets.extend(batch.offsets(first, last))
+        read.keys.extend(batch.keys(first, last))
+        read.values.extend(batch.values(first, last))
+        if timestamps:
+            read.timestamps.extend(batch.timestamps(first, last))
+    return read
+
+
+def _batches(
+    db: sqlite3.Connection,
+    topic_id: int,
+    partition: int,
+    start: int,
+    *,
+    stop: int | None = None,
+    max_records: int,
+) -> list[tuple[DecodedBatch, int, int]]:
+    """The stored batches holding the first ``max_records`` records at or after
+    ``start`` (and below ``stop``), each with the index range of those records."""
+    found: list[tuple[DecodedBatch, int, int]] = []
+    remaining = max_records
+    # The first batch whose last offset reaches start holds start (or what follows it).
+    cursor = db.execute(
+        f"SELECT {SELECT_COLUMNS} FROM record_batches "
+        "WHERE topic_id = ? AND partition = ? AND last_offset >= ? ORDER BY last_offset",
+        (topic_id, partition, start),
+    )
+    try:
+        for row in cursor:
+            batch = DecodedBatch(row)
+            if stop is not None and batch.base_offset >= stop:
+                break
+            first = batch.index_of(start)
+            last = batch.record_count if stop is None else batch.index_of(stop)
+            last = min(last, first + remaining)
+            if last > first:
+                found.append((batch, first, last))
+                remaining -= last - first
+                if not remaining:
+                    break
+    finally:
+        cursor.close()
+    return found
+
+
+def _convert_record_rows(db: sqlite3.Connection) -> None:
+    """Move the records of a log written one row per record into batch rows.
+
+    Logs written before record batches kept a ``records`` table; it is
+    converted (in the opening write transaction, so all or nothing) and dropped.
+    """
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'records'").fetchone() is None:
+        return
+    partitions = db.execute("SELECT DISTINCT topic_id, partition FROM records").fetchall()
+    for topic_id, partition in partitions:
+        rows = db.execute(
+            "SELECT offset, key, value, timestamp, headers FROM records "
+            "WHERE topic_id = ? AND partition = ? ORDER BY offset",
+            (topic_id, partition),
+        ).fetchall()
+        columns = _Columns()
+        columns.extend(
+            [row[1] for row in rows],
+            [row[2] for row in rows],
+            [row[3] for row in rows],
+            [_decode_row_headers(row[4]) for row in rows],
+        )
+        _insert_batches(db, topic_id, partition, [row[0] for row in rows], columns)
+    db.execute("DROP TABLE records")
+
+
+def _decode_row_headers(encoded: str | None) -> Headers:
+    """A record's headers as the one-row-per-record format stored them."""
+    if not encoded:
+        return ()
+    return tuple((name, bytes.fromhex(value)) for name, value in json.loads(encoded))
 
 
 def _bounds(db: sqlite3.Connection, topic_id: int, partition: int) -> tuple[int, int]:
@@ -748,17 +909,6 @@ def _bounds(db: sqlite3.Connection, topic_id: int, partition: int) -> tuple[int,
         (topic_id, partition),
     ).fetchone()
     return row[0], row[1]
-
-
-def _encode_headers(headers: Headers) -> str | None:
-    return json.dumps([[name, value.hex()] for name, value in headers]) if headers else None
-
-
-def _decode_headers(encoded: str | None) -> Headers:
-    if not encoded:
-        return ()
-    pairs: Iterable[Any] = json.loads(encoded)
-    return tuple((name, bytes.fromhex(value)) for name, value in pairs)
 
 
 def _describe(spec: TopicSpec) -> str:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter
+from itertools import compress, repeat, starmap
+from operator import itemgetter, length_hint
 from typing import Any
 
 from eddyline_runtime.processing.topology import (
@@ -32,6 +33,17 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.serde import serde_for, serialize_all
+
+# An item is (key, value, index of the record it came from); its parts are picked in C
+# (zip(*items) would make an iterator object per item).
+_KEY, _VALUE, _INDEX, _KEY_VALUE = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(0, 1)
+
+
+def _failed_index(items: list[Item], source: Iterable[Item]) -> int:
+    """The record index of the item a user function failed on, while ``source``
+    (an iterator over ``items``) was being consumed: it is the last one taken."""
+    taken = len(items) - length_hint(source)
+    return int(items[taken - 1][2]) if taken else -1
 
 
 class StreamsBuilder:
@@ -90,14 +102,13 @@ class KStream:
 
     def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
         def batch(items: list[Item]) -> list[Item]:
-            out: list[Item] = []
-            append, i = out.append, -1
+            # The user's function is called from C, once per item; no Python frame besides.
+            source = iter(items)
             try:
-                for k, v, i in items:
-                    append((k, mapper(v), i))
+                values = list(map(mapper, map(_VALUE, source)))
             except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
-            return out
+                raise RecordFailedError(_failed_index(items, source), exc) from exc
+            return list(zip(map(_KEY, items), values, map(_INDEX, items), strict=True))
 
         return self._then("KSTREAM-MAPVALUES", lambda k, v, emit: emit(k, mapper(v)), batch)
 
@@ -117,16 +128,12 @@ class KStream:
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
         def batch(items: list[Item]) -> list[Item]:
-            out: list[Item] = []
-            append, i = out.append, -1
+            source = iter(items)
             try:
-                for item in items:
-                    k, v, i = item
-                    if predicate(k, v):
-                        append(item)
+                kept = list(map(bool, starmap(predicate, map(_KEY_VALUE, source))))
             except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
-            return out
+                raise RecordFailedError(_failed_index(items, source), exc) from exc
+            return list(compress(items, kept))
 
         return self._then(
             "KSTREAM-FILTER", lambda k, v, emit: emit(k, v) if predicate(k, v) else None, batch
@@ -157,11 +164,11 @@ class KStream:
 
         def batch(items: list[Item]) -> list[Item]:
             out: list[Item] = []
-            append, i = out.append, -1
+            extend, i = out.extend, -1
             try:
                 for k, v, i in items:
-                    for new_value in mapper(v):
-                        append((k, new_value, i))
+                    # zip builds the new items in C (it stops when the values do).
+                    extend(zip(repeat(k), mapper(v), repeat(i)))
             except Exception as exc:
                 raise RecordFailedError(i, exc) from exc
             return out
@@ -247,14 +254,12 @@ class KStream:
         before it: records still in the old topic at such an upgrade would never be read."""
 
         def batch(items: list[Item]) -> list[Item]:
-            out: list[Item] = []
-            append, i = out.append, -1
+            source = iter(items)
             try:
-                for k, v, i in items:
-                    append((selector(k, v), v, i))
+                keys = list(starmap(selector, map(_KEY_VALUE, source)))
             except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
-            return out
+                raise RecordFailedError(_failed_index(items, source), exc) from exc
+            return list(zip(keys, map(_VALUE, items), map(_INDEX, items), strict=True))
 
         rekeyed = self._then(
             "KSTREAM-KEY-SELECT", lambda k, v, emit: emit(selector(k, v), v), batch
@@ -372,10 +377,6 @@ class _StepProcessor(BatchProcessor):
     ) -> list[Item]:
         assert self._batch is not None, "the runtime batches only steps that have a batch form"
         return self._batch(items)
-
-
-# Columns of items, picked in C (zip(*items) would make an iterator object per item).
-_KEY, _INDEX = itemgetter(0), itemgetter(2)
 
 
 def _same(items: list[Item]) -> list[Item]:
