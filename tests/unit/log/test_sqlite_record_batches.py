@@ -9,6 +9,7 @@ inside a batch, and logs written one row per record converted on open.
 
 from __future__ import annotations
 
+import marshal
 import sqlite3
 from pathlib import Path
 
@@ -50,9 +51,7 @@ def test_a_batch_round_trips_none_and_empty_items_and_sparse_headers() -> None:
         encoded.record_count,
         encoded.offsets,
         encoded.keys,
-        encoded.key_lengths,
         encoded.values,
-        encoded.value_lengths,
         encoded.timestamps,
         encoded.headers,
     )
@@ -218,3 +217,15 @@ def test_a_log_written_one_row_per_record_is_converted_on_open(tmp_path: Path) -
             db.execute("SELECT name FROM sqlite_master WHERE name = 'records'").fetchone() is None
         )
     assert [r.offset for r in SqliteLog(path, read_only=True).fetch(old, 1).records] == [2, 3, 4]
+
+
+def test_a_damaged_column_fails_the_read_with_an_error_that_says_so(log: SqliteLog) -> None:
+    log.produce(TP, [Record(b"k%d" % i, b"v", 0) for i in range(3)])
+    with sqlite3.connect(log.path) as db:
+        db.execute("UPDATE record_batches SET vals = substr(vals, 1, 7)")
+    with pytest.raises(LogError, match=r"records of topic-0 stored from offset 0 on are damaged"):
+        log.fetch(TP, 0)
+    with sqlite3.connect(log.path) as db:
+        db.execute("UPDATE record_batches SET keys = ?", (marshal.dumps([b"one"]),))
+    with pytest.raises(LogError, match="one item per record"):
+        log.fetch_columns(TP, 0)

@@ -58,6 +58,7 @@ from eddyline_runtime.log.port import (
 from eddyline_runtime.log.record_batch import (
     MAX_BATCH_RECORDS,
     SELECT_COLUMNS,
+    DamagedBatchError,
     DecodedBatch,
     encode_batch,
 )
@@ -91,9 +92,7 @@ CREATE TABLE IF NOT EXISTS record_batches (
     record_count INTEGER NOT NULL,
     offsets BLOB,
     keys BLOB NOT NULL,
-    key_lengths BLOB NOT NULL,
     vals BLOB NOT NULL,
-    value_lengths BLOB NOT NULL,
     timestamps BLOB NOT NULL,
     headers TEXT,
     PRIMARY KEY (topic_id, partition, last_offset)
@@ -304,7 +303,7 @@ class SqliteLog(Log):
             return super().fetch_columns(tp, offset, max_records)
         with self._read() as db:
             topic_id, end = self._start_reading(db, tp, offset, max_records)
-            read = _read_records(db, topic_id, tp.partition, offset, max_records=max_records)
+            read = _read_records(db, topic_id, tp, offset, max_records=max_records)
         return FetchedColumns(
             read.offsets, read.keys, read.values, read.timestamps, end, read.headers
         )
@@ -312,7 +311,7 @@ class SqliteLog(Log):
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
         with self._read() as db:
             topic_id, end = self._start_reading(db, tp, offset, max_records)
-            read = _read_records(db, topic_id, tp.partition, offset, max_records=max_records)
+            read = _read_records(db, topic_id, tp, offset, max_records=max_records)
         headers = read.headers or repeat((), len(read.offsets))
         records = list(map(Record, read.keys, read.values, read.timestamps, headers, read.offsets))
         return FetchResult(records, end)
@@ -323,7 +322,7 @@ class SqliteLog(Log):
         with self._read() as db:
             topic_id, _ = self._start_reading(db, tp, offset, max_records)
             read = _read_records(
-                db, topic_id, tp.partition, offset, max_records=max_records, timestamps=False
+                db, topic_id, tp, offset, max_records=max_records, timestamps=False
             )
         if not read.offsets:
             return ChangeBatch([], -1)
@@ -342,7 +341,7 @@ class SqliteLog(Log):
             read = _read_records(
                 db,
                 topic_id,
-                tp.partition,
+                tp,
                 start,
                 stop=end,
                 max_records=max_records,
@@ -463,9 +462,8 @@ class SqliteLog(Log):
                 )
             for partition in range(spec.partitions):
                 start, end = _bounds(db, topic_id, partition)
-                read = _read_records(
-                    db, topic_id, partition, start, max_records=max(end - start, 1)
-                )
+                tp = TopicPartition(topic, partition)
+                read = _read_records(db, topic_id, tp, start, max_records=max(end - start, 1))
                 latest = {key: index for index, key in enumerate(read.keys) if key is not None}
                 keep = [key is None or latest[key] == index for index, key in enumerate(read.keys)]
                 dropped = keep.count(False)
@@ -737,8 +735,8 @@ class _Columns:
 
 _INSERT_BATCH = (
     "INSERT INTO record_batches (topic_id, partition, last_offset, base_offset, record_count, "
-    "offsets, keys, key_lengths, vals, value_lengths, timestamps, headers) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "offsets, keys, vals, timestamps, headers) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -784,9 +782,7 @@ def _insert_batches(
                 batch.record_count,
                 batch.offsets,
                 batch.keys,
-                batch.key_lengths,
                 batch.values,
-                batch.value_lengths,
                 batch.timestamps,
                 batch.headers,
             )
@@ -808,7 +804,7 @@ class _RecordsRead:
 def _read_records(
     db: sqlite3.Connection,
     topic_id: int,
-    partition: int,
+    tp: TopicPartition,
     start: int,
     *,
     stop: int | None = None,
@@ -817,19 +813,25 @@ def _read_records(
 ) -> _RecordsRead:
     """At most ``max_records`` records from ``start`` on (below ``stop``, if given)."""
     read = _RecordsRead()
-    for batch, first, last in _batches(
-        db, topic_id, partition, start, stop=stop, max_records=max_records
-    ):
-        if read.headers is None and (headers := batch.headers(first, last)) is not None:
-            read.headers = [()] * len(read.offsets)
-            read.headers.extend(headers)
-        elif read.headers is not None:
-            read.headers.extend(batch.headers(first, last) or repeat((), last - first))
-        read.offsets.extend(batch.offsets(first, last))
-        read.keys.extend(batch.keys(first, last))
-        read.values.extend(batch.values(first, last))
-        if timestamps:
-            read.timestamps.extend(batch.timestamps(first, last))
+    found = _batches(db, topic_id, tp.partition, start, stop=stop, max_records=max_records)
+    for batch, first, last in found:
+        try:
+            if read.headers is None and (headers := batch.headers(first, last)) is not None:
+                read.headers = [()] * len(read.offsets)
+                read.headers.extend(headers)
+            elif read.headers is not None:
+                read.headers.extend(batch.headers(first, last) or repeat((), last - first))
+            read.offsets.extend(batch.offsets(first, last))
+            read.keys.extend(batch.keys(first, last))
+            read.values.extend(batch.values(first, last))
+            if timestamps:
+                read.timestamps.extend(batch.timestamps(first, last))
+        except DamagedBatchError as error:
+            raise LogError(
+                f"the records of {tp} stored from offset {batch.base_offset} on are damaged "
+                f"({error}): the log file was changed outside eddyline; restore it from a "
+                "copy, or delete the partition's records up to past the damage"
+            ) from error
     return read
 
 

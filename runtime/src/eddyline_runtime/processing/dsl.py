@@ -15,16 +15,16 @@ as Kafka longs).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from itertools import compress, repeat, starmap
-from operator import itemgetter, length_hint
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain, compress, repeat
+from operator import is_, length_hint
 from typing import Any
 
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
     Change,
-    Item,
+    Items,
     Processor,
     ProcessorContext,
     RecordFailedError,
@@ -34,16 +34,12 @@ from eddyline_runtime.processing.topology import (
 )
 from eddyline_runtime.serde import serde_for, serialize_all
 
-# An item is (key, value, index of the record it came from); its parts are picked in C
-# (zip(*items) would make an iterator object per item).
-_KEY, _VALUE, _INDEX, _KEY_VALUE = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(0, 1)
 
-
-def _failed_index(items: list[Item], source: Iterable[Item]) -> int:
-    """The record index of the item a user function failed on, while ``source``
-    (an iterator over ``items``) was being consumed: it is the last one taken."""
-    taken = len(items) - length_hint(source)
-    return int(items[taken - 1][2]) if taken else -1
+def _failed_index(items: Items, source: Iterator[Any]) -> int:
+    """The input record index of the item a user function failed on, while
+    ``source`` (an iterator over one of the columns) fed it: the last one taken."""
+    taken = len(items.keys) - length_hint(source)
+    return items.indices[taken - 1] if taken else -1
 
 
 class StreamsBuilder:
@@ -101,39 +97,41 @@ class KStream:
         self._key_serde = key_serde
 
     def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
-        def batch(items: list[Item]) -> list[Item]:
+        def batch(items: Items) -> Items:
             # The user's function is called from C, once per item; no Python frame besides.
-            source = iter(items)
+            source = iter(items.values)
             try:
-                values = list(map(mapper, map(_VALUE, source)))
+                values = list(map(mapper, source))
             except Exception as exc:
                 raise RecordFailedError(_failed_index(items, source), exc) from exc
-            return list(zip(map(_KEY, items), values, map(_INDEX, items), strict=True))
+            return Items(items.keys, values, items.indices)
 
         return self._then("KSTREAM-MAPVALUES", lambda k, v, emit: emit(k, mapper(v)), batch)
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
-        def batch(items: list[Item]) -> list[Item]:
-            out: list[Item] = []
-            append, i = out.append, -1
+        def batch(items: Items) -> Items:
+            keys: list[Any] = []
+            values: list[Any] = []
+            add_key, add_value, i = keys.append, values.append, -1
             try:
-                for k, v, i in items:
+                for k, v, i in zip(*items, strict=True):  # noqa: B007 - i names a failure
                     new_key, new_value = mapper(k, v)
-                    append((new_key, new_value, i))
+                    add_key(new_key)
+                    add_value(new_value)
             except Exception as exc:
                 raise RecordFailedError(i, exc) from exc
-            return out
+            return Items(keys, values, items.indices)
 
         return self._then("KSTREAM-MAP", lambda k, v, emit: emit(*mapper(k, v)), batch)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
-        def batch(items: list[Item]) -> list[Item]:
-            source = iter(items)
+        def batch(items: Items) -> Items:
+            source = iter(items.keys)
             try:
-                kept = list(map(bool, starmap(predicate, map(_KEY_VALUE, source))))
+                kept = list(map(bool, map(predicate, source, items.values)))
             except Exception as exc:
                 raise RecordFailedError(_failed_index(items, source), exc) from exc
-            return list(compress(items, kept))
+            return Items(*(list(compress(column, kept)) for column in items))
 
         return self._then(
             "KSTREAM-FILTER", lambda k, v, emit: emit(k, v) if predicate(k, v) else None, batch
@@ -144,16 +142,20 @@ class KStream:
             for new_key, new_value in mapper(k, v):
                 emit(new_key, new_value)
 
-        def batch(items: list[Item]) -> list[Item]:
-            out: list[Item] = []
-            append, i = out.append, -1
+        def batch(items: Items) -> Items:
+            keys: list[Any] = []
+            values: list[Any] = []
+            indices: list[int] = []
+            add_key, add_value, add_index, i = keys.append, values.append, indices.append, -1
             try:
-                for k, v, i in items:
+                for k, v, i in zip(*items, strict=True):
                     for new_key, new_value in mapper(k, v):
-                        append((new_key, new_value, i))
+                        add_key(new_key)
+                        add_value(new_value)
+                        add_index(i)
             except Exception as exc:
                 raise RecordFailedError(i, exc) from exc
-            return out
+            return Items(keys, values, indices)
 
         return self._then("KSTREAM-FLATMAP", each, batch)
 
@@ -162,16 +164,19 @@ class KStream:
             for new_value in mapper(v):
                 emit(k, new_value)
 
-        def batch(items: list[Item]) -> list[Item]:
-            out: list[Item] = []
-            extend, i = out.extend, -1
+        def batch(items: Items) -> Items:
+            source = iter(items.values)
             try:
-                for k, v, i in items:
-                    # zip builds the new items in C (it stops when the values do).
-                    extend(zip(repeat(k), mapper(v), repeat(i)))
+                # Each record's values (a list, whatever iterable the mapper returned).
+                parts = list(map(list, map(mapper, source)))
             except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
-            return out
+                raise RecordFailedError(_failed_index(items, source), exc) from exc
+            sizes = list(map(len, parts))
+            return Items(
+                list(chain.from_iterable(map(repeat, items.keys, sizes))),
+                list(chain.from_iterable(parts)),
+                list(chain.from_iterable(map(repeat, items.indices, sizes))),
+            )
 
         return self._then("KSTREAM-FLATMAPVALUES", each, batch)
 
@@ -180,13 +185,12 @@ class KStream:
             action(k, v)
             emit(k, v)
 
-        def batch(items: list[Item]) -> list[Item]:
-            i = -1
+        def batch(items: Items) -> Items:
+            source = iter(items.keys)
             try:
-                for k, v, i in items:  # noqa: B007 - i names the failing record
-                    action(k, v)
+                deque(map(action, source, items.values), maxlen=0)  # run it, keep nothing
             except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
+                raise RecordFailedError(_failed_index(items, source), exc) from exc
             return items
 
         return self._then("KSTREAM-PEEK", each, batch)
@@ -253,13 +257,13 @@ class KStream:
         named after a generated node name, which shifts when a topology change adds nodes
         before it: records still in the old topic at such an upgrade would never be read."""
 
-        def batch(items: list[Item]) -> list[Item]:
-            source = iter(items)
+        def batch(items: Items) -> Items:
+            source = iter(items.keys)
             try:
-                keys = list(starmap(selector, map(_KEY_VALUE, source)))
+                keys = list(map(selector, source, items.values))
             except Exception as exc:
                 raise RecordFailedError(_failed_index(items, source), exc) from exc
-            return list(zip(keys, map(_VALUE, items), map(_INDEX, items), strict=True))
+            return Items(keys, items.values, items.indices)
 
         rekeyed = self._then(
             "KSTREAM-KEY-SELECT", lambda k, v, emit: emit(selector(k, v), v), batch
@@ -355,7 +359,7 @@ class KTable:
 
 _Step = Callable[[Any, Any, Callable[[Any, Any], None]], None]
 # The same step over a batch: the user's function once per record, the forwards returned.
-_BatchStep = Callable[[list[Item]], list[Item]]
+_BatchStep = Callable[[Items], Items]
 
 
 class _StepProcessor(BatchProcessor):
@@ -373,14 +377,26 @@ class _StepProcessor(BatchProcessor):
         self._step(key, value, self.context.forward)
 
     def process_batch(
-        self, items: list[Item], timestamps: Sequence[int], at: Callable[[int], None]
-    ) -> list[Item]:
+        self, items: Items, timestamps: Sequence[int], at: Callable[[int], None]
+    ) -> Items:
         assert self._batch is not None, "the runtime batches only steps that have a batch form"
         return self._batch(items)
 
 
-def _same(items: list[Item]) -> list[Item]:
+def _same(items: Items) -> Items:
     return items
+
+
+_NO_ITEMS = Items((), (), ())
+
+
+def _without_nulls(items: Items) -> Items:
+    """The items whose key and value are both set."""
+    keys, values, _ = items
+    if not any(map(is_, keys, repeat(None))) and not any(map(is_, values, repeat(None))):
+        return items
+    kept = [key is not None and value is not None for key, value in zip(keys, values, strict=True)]
+    return Items(*(list(compress(column, kept)) for column in items))
 
 
 def _first_of(write: tuple[int, bytes, bytes | None]) -> int:
@@ -443,8 +459,8 @@ class _AggregateProcessor(BatchProcessor):
             self.context.forward(key, updated)
 
     def process_batch(
-        self, items: list[Item], timestamps: Sequence[int], at: Callable[[int], None]
-    ) -> list[Item]:
+        self, items: Items, timestamps: Sequence[int], at: Callable[[int], None]
+    ) -> Items:
         """The batch's records, each aggregated in order, with one store read per key.
 
         Each key's running aggregate stays in this call; the store then gets
@@ -460,18 +476,18 @@ class _AggregateProcessor(BatchProcessor):
         """
         store, values = self._store, self._values
         initializer, aggregator = self._initializer, self._aggregator
-        forwards: list[Item] = []
-        forward = None if self._forwards_on_flush else forwards.append
-        live = [item for item in items if item[0] is not None and item[1] is not None]
+        forwards = not self._forwards_on_flush
+        live = _without_nulls(items)  # Kafka Streams drops null keys and values here
         if aggregator is _count_one_more:
-            return self._count_batch(live, at, forwards=forward is not None)
+            return self._count_batch(live, at, forwards=forwards)
+        forwarded: list[tuple[Any, Any, int]] = []
         current: dict[bytes, Any] = {}
         first: dict[bytes, tuple[int, bytes | None]] = {}  # index, aggregate as of it
         last: dict[bytes, int] = {}
         i = -1
         try:
-            stored_keys = serialize_all(self._keys, [item[0] for item in live])
-            for (key, value, i), stored_key in zip(live, stored_keys, strict=True):
+            stored_keys = serialize_all(self._keys, live.keys)
+            for key, value, i, stored_key in zip(*live, stored_keys, strict=True):
                 aggregate = current.get(stored_key, _UNREAD)  # type: ignore[arg-type]
                 if aggregate is _UNREAD:
                     stored = store.get(stored_key)
@@ -490,8 +506,8 @@ class _AggregateProcessor(BatchProcessor):
                     else:
                         current[stored_key] = _Serialized(values.serialize(aggregate))  # type: ignore[index]
                 last[stored_key] = i  # type: ignore[index]
-                if forward is not None:
-                    forward((key, aggregate, i))
+                if forwards:
+                    forwarded.append((key, aggregate, i))
             writes: list[tuple[int, bytes, bytes | None]] = []
             for stored_key, (first_index, data) in first.items():
                 writes.append((first_index, stored_key, data))
@@ -507,22 +523,23 @@ class _AggregateProcessor(BatchProcessor):
             raise
         except Exception as exc:
             raise RecordFailedError(i, exc) from exc
-        return forwards
+        if not forwarded:
+            return _NO_ITEMS
+        keys, aggregates, indices = map(list, zip(*forwarded, strict=True))
+        return Items(keys, aggregates, indices)
 
-    def _count_batch(
-        self, live: list[Item], at: Callable[[int], None], *, forwards: bool
-    ) -> list[Item]:
+    def _count_batch(self, live: Items, at: Callable[[int], None], *, forwards: bool) -> Items:
         """``count``: what ``process_batch`` does, without calling an aggregator per
         record (the per-key totals are counted in C). Same store reads and writes in
         the same order; with ``forwards``, every record's new count, in order."""
-        if not live:
-            return []
+        if not live.keys:
+            return _NO_ITEMS
         store, values = self._store, self._values
-        key_objects, indices = list(map(_KEY, live)), list(map(_INDEX, live))
+        key_objects, indices = live.keys, live.indices
         try:
             stored_keys = serialize_all(self._keys, key_objects)
         except Exception:  # find the record it was, the slow way
-            for key, _, index in live:
+            for key, index in zip(key_objects, indices, strict=True):
                 try:
                     self._keys.serialize(key)
                 except Exception as exc:
@@ -547,15 +564,15 @@ class _AggregateProcessor(BatchProcessor):
                     writes.append((last[stored_key], stored_key, final))  # type: ignore[arg-type]
         except Exception as exc:
             raise RecordFailedError(i, exc) from exc
-        forwarded: list[Item] = []
+        forwarded: list[int] = []
         if forwards:
             append = forwarded.append
-            for key, stored_key, i in zip(key_objects, stored_keys, indices, strict=True):
+            for stored_key in stored_keys:
                 count = running[stored_key] + 1
                 running[stored_key] = count
-                append((key, count, i))
+                append(count)
         self._write_folded(writes, at)
-        return forwarded
+        return Items(key_objects, forwarded, indices) if forwards else _NO_ITEMS
 
     def _write_folded(
         self, writes: list[tuple[int, bytes, bytes | None]], at: Callable[[int], None]

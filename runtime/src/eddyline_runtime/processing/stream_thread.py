@@ -55,7 +55,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import compress, count, repeat
-from operator import itemgetter
+from operator import eq, itemgetter
 from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
@@ -705,7 +705,7 @@ class StreamThread:
             selections: list[tuple[int, list[bool] | None]] = (
                 [(distinct.pop(), None)]
                 if len(distinct) == 1
-                else [(p, [x == p for x in partitions]) for p in sorted(distinct)]
+                else [(p, list(map(eq, partitions, repeat(p)))) for p in sorted(distinct)]
             )
             for partition, selected in selections:
                 tp = TopicPartition(physical, partition)

@@ -41,7 +41,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import itemgetter
 from typing import Any, Final
 
 from eddyline_runtime.errors import EddylineError
@@ -49,7 +48,7 @@ from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
     Headers,
-    Item,
+    Items,
     Node,
     Processor,
     PunctuationType,
@@ -135,7 +134,7 @@ class OutputColumns:
 
 
 # A compiled batch path: takes a batch's items and its input timestamps.
-_BatchHandler = Callable[[list[Item], Sequence[int]], None]
+_BatchHandler = Callable[[Items, Sequence[int]], None]
 
 
 class _Context:
@@ -371,13 +370,10 @@ class TaskTopology:
             return
         key_serde, value_serde, handler = path
         try:
-            items = list(
-                zip(
-                    deserialize_all(key_serde, keys),
-                    deserialize_all(value_serde, values),
-                    range(len(keys)),
-                    strict=True,
-                )
+            items = Items(
+                deserialize_all(key_serde, keys),
+                deserialize_all(value_serde, values),
+                range(len(keys)),
             )
         except Exception:  # find the record it was, the slow way
             for i, (key, value) in enumerate(zip(keys, values, strict=True)):
@@ -565,9 +561,9 @@ class TaskTopology:
         step = processor.process_batch
         enter = self._enter
 
-        def handle(items: list[Item], timestamps: Sequence[int]) -> None:
+        def handle(items: Items, timestamps: Sequence[int]) -> None:
             forwarded = step(items, timestamps, lambda i: enter(timestamps, i))
-            if forwarded:
+            if forwarded.keys:
                 child(forwarded, timestamps)
 
         return handle
@@ -576,18 +572,15 @@ class TaskTopology:
         key_serde, value_serde = self._serdes[node.name]
         topic = node.topics[0]
 
-        def handle(items: list[Item], timestamps: Sequence[int]) -> None:
-            if not items:
+        def handle(items: Items, timestamps: Sequence[int]) -> None:
+            key_objects, value_objects, indices = items
+            if not key_objects:
                 return
-            # Columns picked in C (zip(*items) would make an iterator object per item).
-            key_objects = list(map(_KEY, items))
-            value_objects = list(map(_VALUE, items))
-            indices = list(map(_INDEX, items))
             try:
                 keys = serialize_all(key_serde, key_objects)
                 values = serialize_all(value_serde, value_objects)
             except Exception:  # find the record it was, the slow way
-                for key, value, i in items:
+                for key, value, i in zip(*items, strict=True):
                     try:
                         key_serde.serialize(key)
                         value_serde.serialize(value)
@@ -607,8 +600,5 @@ class TaskTopology:
         return handle
 
 
-_KEY, _VALUE, _INDEX = itemgetter(0), itemgetter(1), itemgetter(2)
-
-
-def _drop(items: list[Item], timestamps: Sequence[int]) -> None:
+def _drop(items: Items, timestamps: Sequence[int]) -> None:
     """The end of a chain without a sink."""

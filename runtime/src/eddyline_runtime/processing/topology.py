@@ -154,9 +154,18 @@ class Processor(abc.ABC):
 
 ProcessorSupplier = Callable[[], Processor]
 
-# A record inside a batch: (key, value, index of the input record it came from).
-# The index finds the input's timestamp and offset; a flat_map repeats it.
-Item = tuple[Any, Any, int]
+
+class Items(NamedTuple):
+    """Records inside a batch, as columns: no object per record.
+
+    ``indices[i]`` is the index, in the batch, of the input record that
+    ``keys[i]``/``values[i]`` came from: it finds the input's timestamp and
+    offset (a flat_map repeats it).
+    """
+
+    keys: Sequence[Any]
+    values: Sequence[Any]
+    indices: Sequence[int]
 
 
 class RecordFailedError(Exception):
@@ -185,8 +194,8 @@ class BatchProcessor(Processor):
 
     @abc.abstractmethod
     def process_batch(
-        self, items: list[Item], timestamps: Sequence[int], at: Callable[[int], None]
-    ) -> list[Item]:
+        self, items: Items, timestamps: Sequence[int], at: Callable[[int], None]
+    ) -> Items:
         """Process ``items`` in order; return the forwarded items. ``at(i)`` makes
         input ``i``'s timestamp the current one (for stores that keep it).
         A failing record raises :class:`RecordFailedError` with its index."""
