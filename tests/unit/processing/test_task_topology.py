@@ -8,6 +8,7 @@ Each test runs one topology twice, on fresh stores: once record by record
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import StoreFactory
 from eddyline_runtime.processing import Processor
-from eddyline_runtime.processing.dsl import StreamsBuilder
+from eddyline_runtime.processing.dsl import StreamsBuilder, _first_and_last_index
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.task_topology import TaskTopology
@@ -89,11 +90,16 @@ def test_a_dsl_chain_emits_the_same_records_in_batches(store_factory: StoreFacto
     assert by_batch.timestamp == by_record.timestamp == 1_499
 
 
+# More distinct keys than a batch finds by scanning (dsl._SCANNED_KEYS): one dict per end.
+MANY_WORDS = [f"word{i}" for i in range(40)]
+
+
 def count_words(
-    store_factory: StoreFactory, cache_bytes: int, batch_size: int
+    store_factory: StoreFactory, cache_bytes: int, batch_size: int, vocabulary: list[str] = WORDS
 ) -> tuple[TaskTopology, TaskTopology, list[Input]]:
     """The counting sub-topology over 700 words, record by record and in batches."""
-    words = [(w.encode(), b"x", t) for t, w in enumerate(random.Random(3).choices(WORDS, k=700))]
+    chosen = random.Random(3).choices(vocabulary, k=700)
+    words = [(w.encode(), b"x", t) for t, w in enumerate(chosen)]
     caches: dict[str, ThreadCache] = {}
 
     def stores(mode: str) -> dict[str, Any]:
@@ -109,28 +115,30 @@ def count_words(
     return by_record, by_batch, words
 
 
+@pytest.mark.parametrize("vocabulary", [WORDS, MANY_WORDS], ids=["6-words", "40-words"])
 @pytest.mark.parametrize("cache_bytes", [0, 1 << 20], ids=["no-cache", "cache"])
 def test_counting_in_batches_stores_and_forwards_what_record_by_record_does(
-    store_factory: StoreFactory, cache_bytes: int
+    store_factory: StoreFactory, cache_bytes: int, vocabulary: list[str]
 ) -> None:
-    by_record, by_batch, words = count_words(store_factory, cache_bytes, batch_size=64)
+    by_record, by_batch, words = count_words(store_factory, cache_bytes, 256, vocabulary)
     reference = by_record.drain_outputs()
     assert by_batch.drain_outputs() == reference
     counts = by_batch.stores["counts"]
-    for word in WORDS:
+    for word in vocabulary:
         expected = sum(1 for w, _, _ in words if w == word.encode())
         found = counts.get(word.encode())
         assert found == by_record.stores["counts"].get(word.encode())
         assert (0 if found is None else LONGS.deserialize(found)) == expected
 
 
+@pytest.mark.parametrize("vocabulary", [WORDS, MANY_WORDS], ids=["6-words", "40-words"])
 def test_under_cache_pressure_each_key_forwards_rising_counts_ending_with_the_last(
-    store_factory: StoreFactory,
+    store_factory: StoreFactory, vocabulary: list[str]
 ) -> None:
     """A cache evicting mid-batch forwards fewer intermediate counts than record by
     record (the batch folds them), never a repeated or a lower one (KIP-63)."""
-    every_update = count_words(store_factory, 0, batch_size=64)[0].drain_outputs()
-    by_record, by_batch, _ = count_words(store_factory, 64, batch_size=64)
+    every_update = count_words(store_factory, 0, 64, vocabulary)[0].drain_outputs()
+    by_record, by_batch, _ = count_words(store_factory, 64, 64, vocabulary)
     for task in (by_record, by_batch):
         forwarded = per_key(task.drain_outputs())
         for word, counts in forwarded.items():
@@ -376,3 +384,17 @@ def test_a_task_batches_only_dsl_chains_without_stream_time_punctuation() -> Non
     )
     task = TaskTopology(topology, topology.subtopologies()[0], 0, {})
     assert not task.batching
+
+
+@pytest.mark.parametrize("distinct", [1, 3, 16, 17, 200])
+def test_each_keys_first_and_last_record_are_found_however_many_keys_a_batch_has(
+    distinct: int,
+) -> None:
+    rng = random.Random(distinct)
+    keys: list[bytes | None] = [b"k%d" % rng.randrange(distinct) for _ in range(2_000)]
+    keys += [b"rare"]  # a key first and last seen at the very end
+    indices = range(5, 5 + len(keys))  # the input records' indices, not positions
+    first, last = _first_and_last_index(keys, indices, Counter(keys))
+    for key in set(keys):
+        positions = [i for i, k in enumerate(keys) if k == key]
+        assert first[key] == indices[positions[0]] and last[key] == indices[positions[-1]], key

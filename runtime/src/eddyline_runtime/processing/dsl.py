@@ -16,7 +16,7 @@ as Kafka longs).
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import chain, compress, repeat
 from operator import is_, length_hint
 from typing import Any
@@ -390,6 +390,29 @@ def _same(items: Items) -> Items:
 _NO_ITEMS = Items((), (), ())
 
 
+# Up to this many distinct keys, a batch finds each key's first and last record
+# by scanning (list.index: a C loop of identity/bytes compares that stops at the
+# first match), at most 2 * this many passes, cheaper than a dict per record.
+_SCANNED_KEYS = 16
+
+
+def _first_and_last_index(
+    keys: list[bytes | None], indices: Sequence[int], distinct: Collection[bytes | None]
+) -> tuple[dict[bytes | None, int], dict[bytes | None, int]]:
+    """Each distinct key's index (from ``indices``) at its first and last record."""
+    if len(distinct) > _SCANNED_KEYS:
+        return (
+            dict(zip(reversed(keys), reversed(indices), strict=True)),
+            dict(zip(keys, indices, strict=True)),
+        )
+    backwards = keys[::-1]
+    end = len(keys) - 1
+    return (
+        {key: indices[keys.index(key)] for key in distinct},
+        {key: indices[end - backwards.index(key)] for key in distinct},
+    )
+
+
 def _without_nulls(items: Items) -> Items:
     """The items whose key and value are both set."""
     keys, values, _ = items
@@ -546,8 +569,7 @@ class _AggregateProcessor(BatchProcessor):
                     raise RecordFailedError(index, exc) from exc
             raise
         counts = Counter(stored_keys)
-        first = dict(zip(reversed(stored_keys), reversed(indices), strict=True))
-        last = dict(zip(stored_keys, indices, strict=True))
+        first, last = _first_and_last_index(stored_keys, indices, counts)
         running: dict[bytes | None, int] = {}
         writes: list[tuple[int, bytes, bytes | None]] = []
         i = -1
