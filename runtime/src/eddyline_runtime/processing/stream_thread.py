@@ -68,7 +68,7 @@ from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.processing.task import RecordColumns, StreamTask
 from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import TaskTopology
+from eddyline_runtime.processing.task_topology import OutputColumns, TaskTopology
 from eddyline_runtime.processing.topics import TopicLayout
 from eddyline_runtime.processing.topology import Headers, Topology
 from eddyline_runtime.restore import (
@@ -701,36 +701,14 @@ class StreamThread:
             sent += len(columns)
             physical = self.setup.layout.physical[topic]
             partitions = self._output_partitions(topic, columns.keys)
-            distinct = set(partitions)
-            selections: list[tuple[int, list[bool] | None]] = (
-                [(distinct.pop(), None)]
-                if len(distinct) == 1
-                else [(p, list(map(eq, partitions, repeat(p)))) for p in sorted(distinct)]
-            )
-            for partition, selected in selections:
+            targets: dict[int, _Columns] = {}
+            for partition in sorted(set(partitions)):
                 tp = TopicPartition(physical, partition)
                 batch = batches.get(tp)
                 if batch is None:
                     batch = batches[tp] = ([], [], [], [])
-                keys, values, timestamps, headers = batch
-                before = len(keys)
-                if selected is None:
-                    keys.extend(columns.keys)
-                    values.extend(columns.values)
-                    timestamps.extend(columns.timestamps)
-                else:
-                    keys.extend(compress(columns.keys, selected))
-                    values.extend(compress(columns.values, selected))
-                    timestamps.extend(compress(columns.timestamps, selected))
-                if columns.headers is not None:
-                    if not headers:
-                        headers.extend(repeat((), before))
-                    if selected is None:
-                        headers.extend(columns.headers)
-                    else:
-                        headers.extend(compress(columns.headers, selected))
-                elif headers:
-                    headers.extend(repeat((), len(keys) - before))
+                targets[partition] = batch
+            _split_columns(columns, partitions, targets)
         return sent
 
     def _output_partitions(self, topic: str, keys: Sequence[bytes | None]) -> list[int]:
@@ -957,3 +935,37 @@ class StreamThread:
 
 def _standby_lag(standby: StandbyTask, store: str) -> float:
     return float(standby.lag(store).offset_lag)
+
+
+def _split_columns(
+    columns: OutputColumns, partitions: list[int], targets: dict[int, _Columns]
+) -> None:
+    """Append each output to its partition's columns, in order."""
+    added = len(columns.keys)
+    for keys, _, _, headers in targets.values():
+        if columns.headers is not None and not headers:
+            headers.extend(repeat((), len(keys)))  # the outputs there had none
+    if len(targets) == 1:
+        keys, values, timestamps, headers = next(iter(targets.values()))
+        keys.extend(columns.keys)
+        values.extend(columns.values)
+        timestamps.extend(columns.timestamps)
+        if columns.headers is not None:
+            headers.extend(columns.headers)
+        elif headers:
+            headers.extend(repeat((), added))
+        return
+    # One pass in Python: a pass per partition and column in C (compress) costs
+    # more from three partitions on.
+    for partition, key, value, timestamp in zip(
+        partitions, columns.keys, columns.values, columns.timestamps, strict=True
+    ):
+        keys, values, timestamps, _ = targets[partition]
+        keys.append(key)
+        values.append(value)
+        timestamps.append(timestamp)
+    for partition, (keys, _, _, headers) in targets.items():
+        if columns.headers is not None:
+            headers.extend(compress(columns.headers, map(eq, partitions, repeat(partition))))
+        elif headers:
+            headers.extend(repeat((), len(keys) - len(headers)))

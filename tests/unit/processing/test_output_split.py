@@ -1,0 +1,60 @@
+"""Outputs go to their partitions' columns in order, headers kept record by record.
+
+``stream_thread._split_columns`` moves a task's outputs for one topic into the
+per-partition columns a commit appends; what it must keep is each output's
+key, value, timestamp and headers, in emission order per partition, next to
+what earlier tasks already put there.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from eddyline_runtime.processing.stream_thread import _split_columns
+from eddyline_runtime.processing.task_topology import OutputColumns
+
+Headers = tuple[tuple[str, bytes], ...]
+Row = tuple[bytes | None, bytes | None, int, Headers]
+
+
+def outputs(count: int, *, with_headers: bool, seed: int) -> OutputColumns:
+    rng = random.Random(seed)
+    columns = OutputColumns()
+    for i in range(count):
+        columns.keys.append(None if i % 7 == 0 else b"k%d" % rng.randrange(50))
+        columns.values.append(b"v%d" % i)
+        columns.timestamps.append(1_000 + i)
+    if with_headers:
+        columns.headers = [(("n", b"%d" % i),) if i % 3 == 0 else () for i in range(count)]
+    return columns
+
+
+def rows(columns: tuple[list, list, list, list]) -> list[Row]:  # type: ignore[type-arg]
+    keys, values, timestamps, headers = columns
+    assert not headers or len(headers) == len(keys)
+    return list(zip(keys, values, timestamps, headers or [()] * len(keys), strict=True))
+
+
+@pytest.mark.parametrize("partition_count", [1, 2, 3, 8])
+@pytest.mark.parametrize("earlier_headers", [False, True], ids=["earlier-plain", "earlier-headed"])
+@pytest.mark.parametrize("with_headers", [False, True], ids=["plain", "headed"])
+def test_each_partition_gets_its_outputs_in_order_after_what_it_held(
+    partition_count: int, earlier_headers: bool, with_headers: bool
+) -> None:
+    columns = outputs(300, with_headers=with_headers, seed=partition_count)
+    rng = random.Random(7)
+    partitions = [rng.randrange(partition_count) for _ in columns.keys]
+    earlier: Row = (b"old", b"old", 1, (("e", b"1"),) if earlier_headers else ())
+    targets = {
+        p: ([earlier[0]], [earlier[1]], [earlier[2]], [earlier[3]] if earlier_headers else [])
+        for p in sorted(set(partitions))
+    }
+    _split_columns(columns, partitions, targets)  # type: ignore[arg-type]
+    everything = rows((columns.keys, columns.values, columns.timestamps, columns.headers or []))
+    for p, target in targets.items():
+        expected = [earlier] + [
+            row for row, q in zip(everything, partitions, strict=True) if q == p
+        ]
+        assert rows(target) == expected, p
