@@ -100,11 +100,17 @@ from eddyline_runtime.state.sst_files import store_exists
 logger = logging.getLogger(__name__)
 
 # Fetch a partition when fewer than this many of its records are buffered...
-_FETCH_LOW_WATER = 1_000
+_FETCH_LOW_WATER = 2_500
 # ...and fetch this many at a time.
-_FETCH_RECORDS = 2_000
-# Records a task processes before the thread looks at fetching and committing.
-_PROCESS_BATCH = 1_000
+_FETCH_RECORDS = 5_000
+# Records a task processes before the thread looks at fetching, committing and
+# shutting down: sized to take about _PROCESS_SECONDS (see _next_process_batch).
+# Each batch has a fixed cost: 5,000 instead of 1,000 took 8% off the CPU per
+# word of the word count; a slow topology (1 ms per record) gets small batches,
+# so commits, punctuation and a shutdown never wait long for them.
+_PROCESS_BATCH_FIRST = 1_000
+_PROCESS_BATCH_LIMITS = (10, 5_000)
+_PROCESS_SECONDS = 0.05
 # Keys per output topic whose partition the thread remembers.
 _PARTITION_CACHE_KEYS = 100_000
 # How long an idle thread sleeps before polling the log again.
@@ -187,6 +193,7 @@ class StreamThread:
         config = setup.config
         self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
         self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
+        self._process_batch: dict[TaskId, int] = {}  # each task's record limit
         self._budget = UncommittedBytesBudget(
             config.statestore_uncommitted_max_bytes, config.num_stream_threads
         )
@@ -642,10 +649,10 @@ class StreamThread:
         room = None if share is None else share - self._uncommitted_bytes()
         for task in self.active.values():
             if room is None:
-                processed += task.process(_PROCESS_BATCH)
+                processed += self._process(task, None)
                 continue
             before = task.uncommitted_bytes()
-            processed += task.process(_PROCESS_BATCH, before + max(room, 0))
+            processed += self._process(task, before + max(room, 0))
             room -= task.uncommitted_bytes() - before
         now_ms = time.time_ns() // 1_000_000
         for task in self.active.values():
@@ -679,6 +686,13 @@ class StreamThread:
         if not processed and not fetched and not replayed:
             self._stop.wait(_IDLE_SLEEP_SECONDS)
         return processed
+
+    def _process(self, task: StreamTask, max_uncommitted_bytes: int | None) -> int:
+        limit = self._process_batch.get(task.id, _PROCESS_BATCH_FIRST)
+        started = time.perf_counter()
+        done = task.process(limit, max_uncommitted_bytes)
+        self._process_batch[task.id] = _next_process_batch(limit, time.perf_counter() - started)
+        return done
 
     def _uncommitted_bytes(self) -> int:
         return sum(task.uncommitted_bytes() for task in self.active.values())
@@ -716,9 +730,10 @@ class StreamThread:
         cache = self._partition_cache.get(topic)
         if cache is None:
             cache = self._partition_cache[topic] = {}
-        found: list[int | None] = list(map(cache.get, keys))
-        if None not in found:
-            return found  # type: ignore[return-value]
+        try:
+            return list(map(cache.__getitem__, keys))
+        except KeyError:  # a key not seen yet, or keyless records
+            found: list[int | None] = list(map(cache.get, keys))
         count = self.setup.layout.topic_partitions[self.setup.layout.physical[topic]]
         for index, partition in enumerate(found):
             if partition is None:
@@ -969,3 +984,15 @@ def _split_columns(
             headers.extend(compress(columns.headers, map(eq, partitions, repeat(partition))))
         elif headers:
             headers.extend(repeat((), len(keys) - len(headers)))
+
+
+def _next_process_batch(current: int, seconds: float) -> int:
+    """The next task's record limit: doubled while a task's turn takes under half of
+    _PROCESS_SECONDS (a task short of input is not a slow one), halved when one
+    takes over twice as long."""
+    low, high = _PROCESS_BATCH_LIMITS
+    if seconds < _PROCESS_SECONDS / 2:
+        return min(current * 2, high)
+    if seconds > _PROCESS_SECONDS * 2:
+        return max(current // 2, low)
+    return current
