@@ -547,7 +547,7 @@ def check_restores(log: SqliteLog, runs: list[Run]) -> list[dict[int, int]]:
 
 # -- the tests ----------------------------------------------------------------------
 
-LINES = 800_000
+LINES = 1_200_000
 
 
 @pytest.mark.slow
