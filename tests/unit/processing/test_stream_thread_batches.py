@@ -1,9 +1,11 @@
-"""Outputs go to their partitions' columns in order, headers kept record by record.
+"""How the stream thread sizes and routes batches.
 
 ``stream_thread._split_columns`` moves a task's outputs for one topic into the
 per-partition columns a commit appends; what it must keep is each output's
 key, value, timestamp and headers, in emission order per partition, next to
-what earlier tasks already put there.
+what earlier tasks already put there. ``_next_process_batch`` sizes a task's
+next turn: large while turns are quick, small for a slow topology, so a
+commit, a punctuation or a shutdown never waits long behind one turn.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import random
 
 import pytest
 
-from eddyline_runtime.processing.stream_thread import _split_columns
+from eddyline_runtime.processing.stream_thread import _next_process_batch, _split_columns
 from eddyline_runtime.processing.task_topology import OutputColumns
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -58,3 +60,15 @@ def test_each_partition_gets_its_outputs_in_order_after_what_it_held(
             row for row, q in zip(everything, partitions, strict=True) if q == p
         ]
         assert rows(target) == expected, p
+
+
+def test_a_turn_grows_while_quick_and_shrinks_when_slow_within_bounds() -> None:
+    limit = 1_000
+    for _ in range(10):  # a fast topology: 1 µs per record
+        limit = _next_process_batch(limit, limit * 1e-6)
+    assert limit == 5_000
+    for _ in range(20):  # then 1 ms per record: turns of 100 ms and more shrink
+        limit = _next_process_batch(limit, limit * 1e-3)
+    assert 25 <= limit <= 100  # turns of 25-100 ms: neither too quick nor too slow
+    assert _next_process_batch(10, 10.0) == 10  # never below 10 records
+    assert _next_process_batch(800, 0.04) == 800  # a turn of 40 ms keeps its size
