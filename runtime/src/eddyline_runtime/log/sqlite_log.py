@@ -11,6 +11,13 @@ offsets. Readers therefore only ever see committed transactions, so every read
 is ``read_committed``, and the end offset is the last stable offset. Offsets
 are assigned at commit, which is why commit returns them.
 
+Storage: records are kept in batch rows (``record_batches``, see
+:mod:`~eddyline_runtime.log.record_batch`), up to 1,024 consecutive records
+of one partition per row, as a Kafka segment keeps record batches: a commit
+inserts a row per partition, a fetch reads a row per 1,024 records, and
+offsets stay per record (reads, record deletion and truncation may start
+inside a batch). Logs written one row per record are converted on open.
+
 Durability: ``synchronous=NORMAL`` in WAL mode survives any process crash; a
 machine crash may lose the last transactions, never part of one.
 
