@@ -312,6 +312,7 @@ class StreamThread:
         active = dict(self.active)
         task = active.pop(task_id)
         self.active = active
+        self._process_batch.pop(task_id, None)
         for tp in task.consumed:
             self._fetch_positions.pop(tp, None)
         for name in task.stores:
