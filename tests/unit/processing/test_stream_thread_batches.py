@@ -14,7 +14,12 @@ import random
 
 import pytest
 
-from eddyline_runtime.processing.stream_thread import _next_process_batch, _split_columns
+from eddyline_runtime.processing.stream_thread import (
+    _PROCESS_BATCH_LIMITS,
+    _PROCESS_SECONDS,
+    _next_process_batch,
+    _split_columns,
+)
 from eddyline_runtime.processing.task_topology import OutputColumns
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -63,12 +68,14 @@ def test_each_partition_gets_its_outputs_in_order_after_what_it_held(
 
 
 def test_a_turn_grows_while_quick_and_shrinks_when_slow_within_bounds() -> None:
+    low, high = _PROCESS_BATCH_LIMITS
     limit = 1_000
     for _ in range(10):  # a fast topology: 1 µs per record
         limit = _next_process_batch(limit, limit * 1e-6)
-    assert limit == 5_000
-    for _ in range(20):  # then 1 ms per record: turns of 100 ms and more shrink
+    assert limit == high
+    for _ in range(20):  # then 1 ms per record: long turns shrink
         limit = _next_process_batch(limit, limit * 1e-3)
-    assert 25 <= limit <= 100  # turns of 25-100 ms: neither too quick nor too slow
-    assert _next_process_batch(10, 10.0) == 10  # never below 10 records
-    assert _next_process_batch(800, 0.04) == 800  # a turn of 40 ms keeps its size
+    # Turns of half to twice the target: neither too quick nor too slow.
+    assert _PROCESS_SECONDS / 2 <= limit * 1e-3 <= _PROCESS_SECONDS * 2
+    assert _next_process_batch(low, 10.0) == low  # never below the floor
+    assert _next_process_batch(800, _PROCESS_SECONDS) == 800  # on target: kept
