@@ -14,21 +14,21 @@ import random
 
 import pytest
 
+from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.processing.stream_thread import (
     _PROCESS_BATCH_LIMITS,
     _PROCESS_SECONDS,
     _next_process_batch,
     _split_columns,
 )
-from eddyline_runtime.processing.task_topology import OutputColumns
 
 Headers = tuple[tuple[str, bytes], ...]
 Row = tuple[bytes | None, bytes | None, int, Headers]
 
 
-def outputs(count: int, *, with_headers: bool, seed: int) -> OutputColumns:
+def outputs(count: int, *, with_headers: bool, seed: int) -> RecordColumns:
     rng = random.Random(seed)
-    columns = OutputColumns()
+    columns = RecordColumns()
     for i in range(count):
         columns.keys.append(None if i % 7 == 0 else b"k%d" % rng.randrange(50))
         columns.values.append(b"v%d" % i)
@@ -38,10 +38,18 @@ def outputs(count: int, *, with_headers: bool, seed: int) -> OutputColumns:
     return columns
 
 
-def rows(columns: tuple[list, list, list, list]) -> list[Row]:  # type: ignore[type-arg]
-    keys, values, timestamps, headers = columns
-    assert not headers or len(headers) == len(keys)
-    return list(zip(keys, values, timestamps, headers or [()] * len(keys), strict=True))
+def rows(columns: RecordColumns) -> list[Row]:
+    headers = columns.headers
+    assert headers is None or len(headers) == len(columns.keys)
+    return list(
+        zip(
+            columns.keys,
+            columns.values,
+            columns.timestamps,
+            headers or [()] * len(columns.keys),
+            strict=True,
+        )
+    )
 
 
 @pytest.mark.parametrize("partition_count", [1, 2, 3, 8])
@@ -54,12 +62,11 @@ def test_each_partition_gets_its_outputs_in_order_after_what_it_held(
     rng = random.Random(7)
     partitions = [rng.randrange(partition_count) for _ in columns.keys]
     earlier: Row = (b"old", b"old", 1, (("e", b"1"),) if earlier_headers else ())
-    targets = {
-        p: ([earlier[0]], [earlier[1]], [earlier[2]], [earlier[3]] if earlier_headers else [])
-        for p in sorted(set(partitions))
-    }
-    _split_columns(columns, partitions, targets)  # type: ignore[arg-type]
-    everything = rows((columns.keys, columns.values, columns.timestamps, columns.headers or []))
+    targets = {p: RecordColumns() for p in sorted(set(partitions))}
+    for target in targets.values():
+        target.append(*earlier)
+    _split_columns(columns, partitions, targets)
+    everything = rows(columns)
     for p, target in targets.items():
         expected = [earlier] + [
             row for row, q in zip(everything, partitions, strict=True) if q == p

@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import NamedTuple, overload
 
 from eddyline_runtime.partitions import TopicPartition
@@ -163,6 +164,77 @@ def check_columns(
             f"columns of one batch must have one entry per record: {len(keys)} keys, "
             f"{len(values)} values, {len(timestamps)} timestamps"
         )
+
+
+class RecordColumns:
+    """Records for one partition (or topic) being gathered, as columns: what a sink
+    collects, a commit sends and an adapter appends. ``headers`` stays None while
+    no record has any; once one has, it holds an entry per record."""
+
+    __slots__ = ("headers", "keys", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.headers: list[Headers] | None = None
+
+    @classmethod
+    def of(cls, records: Sequence[Record]) -> RecordColumns:
+        columns = cls()
+        columns.extend_records(records)
+        return columns
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def append(
+        self, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers = ()
+    ) -> None:
+        if headers and self.headers is None:
+            self.headers = [()] * len(self.keys)
+        if self.headers is not None:
+            self.headers.append(headers)
+        self.keys.append(key)
+        self.values.append(value)
+        self.timestamps.append(timestamp)
+
+    def extend(
+        self,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+    ) -> None:
+        """Add records given as columns (``headers`` None: none has any)."""
+        check_columns(keys, values, timestamps)
+        if headers is not None and len(headers) != len(keys):
+            raise ValueError(
+                f"columns of one batch must have one entry per record: {len(keys)} keys, "
+                f"{len(headers)} headers"
+            )
+        if headers is not None and any(headers):
+            self.pad_headers()
+            self.headers.extend(headers)  # type: ignore[union-attr]
+        elif self.headers is not None:
+            self.headers.extend(repeat((), len(keys)))
+        self.keys.extend(keys)
+        self.values.extend(values)
+        self.timestamps.extend(timestamps)
+
+    def extend_records(self, records: Sequence[Record]) -> None:
+        if self.headers is None and any(r.headers for r in records):
+            self.pad_headers()
+        if self.headers is not None:
+            self.headers.extend(r.headers for r in records)
+        self.keys.extend(r.key for r in records)
+        self.values.extend(r.value for r in records)
+        self.timestamps.extend(r.timestamp for r in records)
+
+    def pad_headers(self) -> None:
+        """Give every record so far an (empty) headers entry, if none had one."""
+        if self.headers is None:
+            self.headers = [()] * len(self.keys)
 
 
 def records_of_columns(

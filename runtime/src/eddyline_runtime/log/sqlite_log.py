@@ -58,9 +58,9 @@ from eddyline_runtime.log.port import (
     OffsetChanges,
     OffsetsInSendOrder,
     Record,
+    RecordColumns,
     TopicSpec,
     TransactionalProducer,
-    check_columns,
 )
 from eddyline_runtime.log.record_batch import (
     MAX_BATCH_RECORDS,
@@ -284,7 +284,7 @@ class SqliteLog(Log):
 
     def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:
         with self._write() as db:
-            first = _append(db, self._topic(db, tp), tp.partition, _Columns.of(records))
+            first = _append(db, self._topic(db, tp), tp.partition, RecordColumns.of(records))
         return list(range(first, first + len(records)))
 
     def produce_columns(
@@ -295,7 +295,7 @@ class SqliteLog(Log):
         timestamps: Sequence[int],
         headers: Sequence[Headers] | None = None,
     ) -> int:
-        columns = _Columns()
+        columns = RecordColumns()
         columns.extend(keys, values, timestamps, headers)
         with self._write() as db:
             first = _append(db, self._topic(db, tp), tp.partition, columns)
@@ -477,7 +477,7 @@ class SqliteLog(Log):
                 if not dropped:
                     continue
                 removed += dropped
-                kept = _Columns()
+                kept = RecordColumns()
                 kept.extend(
                     list(compress(read.keys, keep)),
                     list(compress(read.values, keep)),
@@ -552,7 +552,7 @@ class SqliteLog(Log):
             if straddling is not None:
                 batch = DecodedBatch(straddling)
                 kept = batch.index_of(end_offset)
-                columns = _Columns()
+                columns = RecordColumns()
                 columns.extend(
                     batch.keys(0, kept),
                     batch.values(0, kept),
@@ -587,7 +587,7 @@ class _SqliteTransactionalProducer(TransactionalProducer):
         self._log = log
         self.transactional_id = transactional_id
         self.epoch = epoch
-        self._batches: dict[TopicPartition, _Columns] | None = None
+        self._batches: dict[TopicPartition, RecordColumns] | None = None
         self._order: list[TopicPartition] = []
         self._offsets: dict[str, dict[TopicPartition, int]] = {}
 
@@ -619,11 +619,11 @@ class _SqliteTransactionalProducer(TransactionalProducer):
         self._columns(tp).extend(keys, values, timestamps, headers)
         self._order.extend(repeat(tp, len(keys)))
 
-    def _columns(self, tp: TopicPartition) -> _Columns:
+    def _columns(self, tp: TopicPartition) -> RecordColumns:
         batches = self._open("send")
         columns = batches.get(tp)
         if columns is None:
-            columns = batches[tp] = _Columns()
+            columns = batches[tp] = RecordColumns()
         return columns
 
     def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -662,7 +662,7 @@ class _SqliteTransactionalProducer(TransactionalProducer):
     def close(self) -> None:
         self._batches = None
 
-    def _open(self, action: str) -> dict[TopicPartition, _Columns]:
+    def _open(self, action: str) -> dict[TopicPartition, RecordColumns]:
         if self._batches is None:
             raise TransactionStateError(
                 f'transactional id "{self.transactional_id}": cannot {action} without an open '
@@ -686,60 +686,6 @@ class _Transaction:
         self._connection.execute("ROLLBACK" if exc_type is not None else "COMMIT")
 
 
-class _Columns:
-    """Records to append, as columns."""
-
-    __slots__ = ("headers", "keys", "timestamps", "values")
-
-    def __init__(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.timestamps: list[int] = []
-        # None while no record has headers: the batch then stores none.
-        self.headers: list[Headers] | None = None
-
-    @classmethod
-    def of(cls, records: Sequence[Record]) -> _Columns:
-        columns = cls()
-        columns.extend_records(records)
-        return columns
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def extend(
-        self,
-        keys: Sequence[bytes | None],
-        values: Sequence[bytes | None],
-        timestamps: Sequence[int],
-        headers: Sequence[Headers] | None = None,
-    ) -> None:
-        check_columns(keys, values, timestamps)
-        if headers is not None and len(headers) != len(keys):
-            raise ValueError(
-                f"columns of one batch must have one entry per record: {len(keys)} keys, "
-                f"{len(headers)} headers"
-            )
-        if headers is not None and any(headers):
-            if self.headers is None:
-                self.headers = [()] * len(self.keys)
-            self.headers.extend(headers)
-        elif self.headers is not None:
-            self.headers.extend(repeat((), len(keys)))
-        self.keys.extend(keys)
-        self.values.extend(values)
-        self.timestamps.extend(timestamps)
-
-    def extend_records(self, records: Sequence[Record]) -> None:
-        if self.headers is None and any(r.headers for r in records):
-            self.headers = [()] * len(self.keys)
-        if self.headers is not None:
-            self.headers.extend(r.headers for r in records)
-        self.keys.extend(r.key for r in records)
-        self.values.extend(r.value for r in records)
-        self.timestamps.extend(r.timestamp for r in records)
-
-
 _INSERT_BATCH = (
     "INSERT INTO record_batches (topic_id, partition, last_offset, base_offset, record_count, "
     "offsets, keys, vals, timestamps, headers) "
@@ -747,7 +693,7 @@ _INSERT_BATCH = (
 )
 
 
-def _append(db: sqlite3.Connection, topic_id: int, partition: int, columns: _Columns) -> int:
+def _append(db: sqlite3.Connection, topic_id: int, partition: int, columns: RecordColumns) -> int:
     """Append in the caller's write transaction; returns the first offset given
     (the records get consecutive offsets from it)."""
     first: int = db.execute(
@@ -767,7 +713,7 @@ def _insert_batches(
     topic_id: int,
     partition: int,
     offsets: Sequence[int],
-    columns: _Columns,
+    columns: RecordColumns,
 ) -> None:
     """Store records with the given rising offsets, MAX_BATCH_RECORDS per batch row."""
     rows = []
@@ -894,7 +840,7 @@ def _convert_record_rows(db: sqlite3.Connection) -> None:
             "WHERE topic_id = ? AND partition = ? ORDER BY offset",
             (topic_id, partition),
         ).fetchall()
-        columns = _Columns()
+        columns = RecordColumns()
         columns.extend(
             [row[1] for row in rows],
             [row[2] for row in rows],

@@ -60,17 +60,18 @@ from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.log import LagTracker, Log, ProducerFencedError
+from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.processing.partition_group import Chunk, PartitionGroup
 from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition, StoreRole
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.standby_task import StandbyTask
-from eddyline_runtime.processing.task import RecordColumns, StreamTask
+from eddyline_runtime.processing.task import StreamTask
 from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import OutputColumns, TaskTopology
+from eddyline_runtime.processing.task_topology import TaskTopology
 from eddyline_runtime.processing.topics import TopicLayout
-from eddyline_runtime.processing.topology import Headers, Topology
+from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.restore import (
     ChangelogMismatchError,
     ReplayStart,
@@ -124,7 +125,6 @@ class RestoreWaitInterruptedError(Exception):
 
 # Records for one partition as growing columns: keys, values, timestamps, and
 # headers (empty while no record has any, else one entry per record).
-_Columns = tuple[list[bytes | None], list[bytes | None], list[int], list[Headers]]
 
 
 class ThreadState(enum.StrEnum):
@@ -701,15 +701,19 @@ class StreamThread:
 
     def _send_outputs(self) -> int:
         """At-least-once only: append the outputs produced so far to the log."""
-        batches: dict[TopicPartition, _Columns] = {}
+        batches: dict[TopicPartition, RecordColumns] = {}
         sent = 0
         for task in self.active.values():
             sent += self._collect_outputs(task, batches)
-        for tp, (keys, values, timestamps, headers) in batches.items():
-            self.setup.log.produce_columns(tp, keys, values, timestamps, headers or None)
+        for tp, columns in batches.items():
+            self.setup.log.produce_columns(
+                tp, columns.keys, columns.values, columns.timestamps, columns.headers
+            )
         return sent
 
-    def _collect_outputs(self, task: StreamTask, batches: dict[TopicPartition, _Columns]) -> int:
+    def _collect_outputs(
+        self, task: StreamTask, batches: dict[TopicPartition, RecordColumns]
+    ) -> int:
         """Move the task's outputs into per-partition columns, partitioned as Kafka's
         default partitioner does (murmur2 of the key; keyless records round-robin)."""
         sent = 0
@@ -717,12 +721,12 @@ class StreamThread:
             sent += len(columns)
             physical = self.setup.layout.physical[topic]
             partitions = self._output_partitions(topic, columns.keys)
-            targets: dict[int, _Columns] = {}
+            targets: dict[int, RecordColumns] = {}
             for partition in sorted(set(partitions)):
                 tp = TopicPartition(physical, partition)
                 batch = batches.get(tp)
                 if batch is None:
-                    batch = batches[tp] = ([], [], [], [])
+                    batch = batches[tp] = RecordColumns()
                 targets[partition] = batch
             _split_columns(columns, partitions, targets)
         return sent
@@ -794,18 +798,17 @@ class StreamThread:
         self._outputs_sent = 0
         migrated: list[TaskId] = []
         for task in list(self.active.values()):
-            outputs: dict[TopicPartition, _Columns] = {}
-            output_records += self._collect_outputs(task, outputs)
-            batches: dict[TopicPartition, RecordColumns] = {
-                tp: (keys, values, timestamps, headers or None)
-                for tp, (keys, values, timestamps, headers) in outputs.items()
-            }
+            batches: dict[TopicPartition, RecordColumns] = {}
+            output_records += self._collect_outputs(task, batches)
             timestamp = task.topology.timestamp
             changelogs = task.drain_changelogs()
             for tp, entries in changelogs.items():
-                keys = list(map(itemgetter(0), entries))
-                values = list(map(itemgetter(1), entries))
-                batches[tp] = (keys, values, [timestamp] * len(entries), None)
+                changes = batches[tp] = RecordColumns()
+                changes.extend(
+                    list(map(itemgetter(0), entries)),
+                    list(map(itemgetter(1), entries)),
+                    [timestamp] * len(entries),
+                )
             offsets = task.offsets_to_commit()
             if not batches and not offsets:
                 continue
@@ -862,8 +865,10 @@ class StreamThread:
         if task.producer is not None:
             return task.commit_transaction(batches, group, input_offsets)
         last: dict[TopicPartition, int] = {}
-        for tp, (keys, values, timestamps, headers) in batches.items():
-            last[tp] = log.produce_columns(tp, keys, values, timestamps, headers)
+        for tp, columns in batches.items():
+            last[tp] = log.produce_columns(
+                tp, columns.keys, columns.values, columns.timestamps, columns.headers
+            )
         return last
 
     # -- what others may read ---------------------------------------------------------
@@ -955,37 +960,32 @@ def _standby_lag(standby: StandbyTask, store: str) -> float:
 
 
 def _split_columns(
-    columns: OutputColumns, partitions: list[int], targets: dict[int, _Columns]
+    columns: RecordColumns, partitions: list[int], targets: dict[int, RecordColumns]
 ) -> None:
     """Append each output to its partition's columns, in order."""
-    added = len(columns.keys)
-    for keys, _, _, headers in targets.values():
-        if columns.headers is not None and not headers:
-            headers.extend(repeat((), len(keys)))  # the outputs there had none
     if len(targets) == 1:
-        keys, values, timestamps, headers = next(iter(targets.values()))
-        keys.extend(columns.keys)
-        values.extend(columns.values)
-        timestamps.extend(columns.timestamps)
-        if columns.headers is not None:
-            headers.extend(columns.headers)
-        elif headers:
-            headers.extend(repeat((), added))
+        next(iter(targets.values())).extend(
+            columns.keys, columns.values, columns.timestamps, columns.headers
+        )
         return
+    if columns.headers is not None:
+        for target in targets.values():
+            target.pad_headers()
     # One pass in Python, ~80 ns per output: a compress per partition and column
     # (C, but each a pass over every output) cost 215 ns at four partitions.
     for partition, key, value, timestamp in zip(
         partitions, columns.keys, columns.values, columns.timestamps, strict=True
     ):
-        keys, values, timestamps, _ = targets[partition]
-        keys.append(key)
-        values.append(value)
-        timestamps.append(timestamp)
-    for partition, (keys, _, _, headers) in targets.items():
+        target = targets[partition]
+        target.keys.append(key)
+        target.values.append(value)
+        target.timestamps.append(timestamp)
+    for partition, target in targets.items():
         if columns.headers is not None:
-            headers.extend(compress(columns.headers, map(eq, partitions, repeat(partition))))
-        elif headers:
-            headers.extend(repeat((), len(keys) - len(headers)))
+            mine = compress(columns.headers, map(eq, partitions, repeat(partition)))
+            target.headers.extend(mine)  # type: ignore[union-attr]
+        elif target.headers is not None:
+            target.headers.extend(repeat((), len(target.keys) - len(target.headers)))
 
 
 def _next_process_batch(current: int, seconds: float) -> int:

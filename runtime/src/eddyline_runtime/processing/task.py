@@ -10,23 +10,18 @@ fetches for it and commits for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import TransactionalProducer
+from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.partition_group import PartitionGroup
 from eddyline_runtime.processing.queryable import LagInfo
 from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import Output, OutputColumns, TaskTopology
-from eddyline_runtime.processing.topology import Headers, RecordFailedError
+from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.processing.topology import RecordFailedError
 from eddyline_runtime.state import StoreCorruptedError
-
-# Records for one partition as columns: keys, values, timestamps, and headers
-# (None when no record has any).
-RecordColumns = tuple[
-    Sequence[bytes | None], Sequence[bytes | None], Sequence[int], Sequence[Headers] | None
-]
 
 
 class TaskProcessingError(EddylineError):
@@ -169,7 +164,7 @@ class StreamTask:
     def drain_outputs(self) -> list[Output]:
         return self.topology.drain_outputs()
 
-    def drain_output_columns(self) -> dict[str, OutputColumns]:
+    def drain_output_columns(self) -> dict[str, RecordColumns]:
         return self.topology.drain_output_columns()
 
     def drain_changelogs(self) -> dict[TopicPartition, list[tuple[bytes, bytes | None]]]:
@@ -224,8 +219,10 @@ class StreamTask:
         producer.begin()
         self._transaction_open = True
         try:
-            for tp, (keys, values, timestamps, headers) in batches.items():
-                producer.send_columns(tp, keys, values, timestamps, headers)
+            for tp, columns in batches.items():
+                producer.send_columns(
+                    tp, columns.keys, columns.values, columns.timestamps, columns.headers
+                )
             if input_offsets:
                 producer.send_offsets(group, input_offsets)
             return dict(producer.commit().last_offsets)

@@ -44,6 +44,7 @@ from itertools import repeat
 from typing import Any, Final
 
 from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
@@ -114,23 +115,6 @@ class _Schedule:
         ``now``, so a gap of several intervals punctuates once, not once per interval."""
         missed = (now - self.due) // self.interval_ms
         self.due += (missed + 1) * self.interval_ms
-
-
-class OutputColumns:
-    """What the sinks emitted to one topic since the last drain, as columns
-    (what a batch insert wants), in emission order."""
-
-    __slots__ = ("headers", "keys", "timestamps", "values")
-
-    def __init__(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.timestamps: list[int] = []
-        # None while no output has headers (then the log binds none for any).
-        self.headers: list[Headers] | None = None
-
-    def __len__(self) -> int:
-        return len(self.keys)
 
 
 # A compiled batch path: takes a batch's items and its input timestamps.
@@ -245,7 +229,7 @@ class TaskTopology:
         self.record_lateness = 0
         self.commit_requested = False
         # Sink topic -> what was emitted to it since the last drain.
-        self.outputs: dict[str, OutputColumns] = {}
+        self.outputs: dict[str, RecordColumns] = {}
         self.output_bytes = 0  # key + value bytes of ``outputs``
         self._wall_clock_ms = wall_clock_ms
         self._stream_schedules: list[_Schedule] = []
@@ -483,7 +467,7 @@ class TaskTopology:
             )
         ]
 
-    def drain_output_columns(self) -> dict[str, OutputColumns]:
+    def drain_output_columns(self) -> dict[str, RecordColumns]:
         """What the sinks emitted since the last drain, per topic, as columns."""
         outputs, self.outputs = self.outputs, {}
         self.output_bytes = 0
@@ -500,25 +484,17 @@ class TaskTopology:
             key_bytes, value_bytes = key_serde.serialize(key), value_serde.serialize(value)
             context = self.record_context
             columns = self._output_columns(node.topics[0])
-            if context.headers:
-                if columns.headers is None:
-                    columns.headers = [()] * len(columns.keys)
-                columns.headers.append(context.headers)
-            elif columns.headers is not None:
-                columns.headers.append(())
-            columns.keys.append(key_bytes)
-            columns.values.append(value_bytes)
-            columns.timestamps.append(context.timestamp)
+            columns.append(key_bytes, value_bytes, context.timestamp, context.headers)
             self.output_bytes += (0 if key_bytes is None else len(key_bytes)) + (
                 0 if value_bytes is None else len(value_bytes)
             )
         else:
             self._processors[name].process(key, value)
 
-    def _output_columns(self, topic: str) -> OutputColumns:
+    def _output_columns(self, topic: str) -> RecordColumns:
         columns = self.outputs.get(topic)
         if columns is None:
-            columns = self.outputs[topic] = OutputColumns()
+            columns = self.outputs[topic] = RecordColumns()
         return columns
 
     def _enter(self, timestamps: Sequence[int], i: int) -> None:
@@ -587,12 +563,10 @@ class TaskTopology:
                     except Exception as exc:
                         raise RecordFailedError(i, exc) from exc
                 raise
-            columns = self._output_columns(topic)
-            if columns.headers is not None:  # a batch carries no headers
-                columns.headers.extend(repeat((), len(keys)))
-            columns.keys.extend(keys)
-            columns.values.extend(values)
-            columns.timestamps.extend(map(timestamps.__getitem__, indices))
+            # A batch carries no headers.
+            self._output_columns(topic).extend(
+                keys, values, list(map(timestamps.__getitem__, indices))
+            )
             self.output_bytes += sum(map(len, filter(None, keys))) + sum(
                 map(len, filter(None, values))
             )
