@@ -14,6 +14,12 @@ out the plan through the client wrapper.
 
 A lock per StreamApp keeps cycles of the same app from interleaving (the
 membership generation must grow by one at a time).
+
+What the operator keeps between cycles (the client, each app's lock, applied hash and
+cached reports, the Node list) is one :class:`Operator`, created by the startup handler
+in kopf's operator-level ``memo``: kopf hands every object's handlers a shallow copy of
+that memo, so the daemon, the create/update handlers and the pod handler of an app all
+reach the same :class:`Operator`, and a test builds its own instead of patching globals.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from eddyline_operator.client import ApiError, Kube, fetch_reports
 from eddyline_operator.reconcile import names, objects, restore_job
 from eddyline_operator.reconcile.membership import is_member
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
+from eddyline_operator.reconcile.status_record import dump_status, status_differs
 from eddyline_runtime.membership import MemberReport
-from eddyline_runtime.spec import GROUP, PLURAL, VERSION
+from eddyline_runtime.spec import GROUP, PLURAL, VERSION, Phase, StreamAppStatus
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +61,12 @@ NODES_SECONDS = 10.0
 RUNTIME_IMAGE_ENV = "EDDYLINE_RUNTIME_IMAGE"
 
 
+# The key of the :class:`Operator` in kopf's memo.
+MEMO_KEY = "eddyline"
+
+
 @dataclass
-class _AppState:
+class AppState:
     """What the operator remembers about one StreamApp between cycles (in memory only:
     after a restart everything is observed again)."""
 
@@ -65,28 +76,66 @@ class _AppState:
     reports: dict[str, MemberReport] = field(default_factory=dict)
 
 
-_apps: dict[tuple[str, str], _AppState] = {}
-_apps_lock = threading.Lock()
-_kube: Kube | None = None
-# Nodes as last listed: (time.monotonic() of the list, the Node objects).
-_nodes_cache: tuple[float, list[Any]] = (float("-inf"), [])
-_nodes_lock = threading.Lock()
+class Operator:
+    """The operator's state between cycles, shared by every handler through kopf's memo."""
+
+    def __init__(self, kube: Kube | None = None) -> None:
+        # Created on first use: loading the cluster's credentials is the cycle's business
+        # (a failure there is retried like any failed cycle), not the startup's.
+        self._kube = kube
+        self._lock = threading.Lock()
+        self._apps: dict[tuple[str, str], AppState] = {}
+        # Nodes as last listed: (time.monotonic() of the list, the Node objects).
+        self._nodes: tuple[float, list[Any]] = (float("-inf"), [])
+        self._nodes_lock = threading.Lock()
+
+    @property
+    def kube(self) -> Kube:
+        with self._lock:
+            if self._kube is None:
+                self._kube = Kube()
+            return self._kube
+
+    def app(self, namespace: str, name: str) -> AppState:
+        with self._lock:
+            return self._apps.setdefault((namespace, name), AppState())
+
+    def nodes(self, wanted: set[Any]) -> list[Any]:
+        """The cluster's Nodes, listed again only when a pod runs on one not seen yet, or
+        every NODES_SECONDS: a node's zone label does not change, and a big cluster's Node
+        list is too heavy for every cycle of every app."""
+        with self._nodes_lock:
+            listed_at, nodes = self._nodes
+            known = {n.get("metadata", {}).get("name") for n in nodes}
+            if time.monotonic() - listed_at < NODES_SECONDS and wanted <= known:
+                return nodes
+            try:
+                nodes = self.kube.list("Node", None)
+            except ApiError as error:
+                if error.status != 403:
+                    raise
+                logger.warning(
+                    "cannot list Nodes (RBAC): zones unknown; grant nodes get/list/watch"
+                )
+                nodes = []
+            self._nodes = (time.monotonic(), nodes)
+            return nodes
 
 
-def _client() -> Kube:
-    global _kube  # noqa: PLW0603 - one client per process, created on first use
-    if _kube is None:
-        _kube = Kube()
-    return _kube
-
-
-def _state(namespace: str, name: str) -> _AppState:
-    with _apps_lock:
-        return _apps.setdefault((namespace, name), _AppState())
+def operator_of(memo: Any) -> Operator:
+    """The :class:`Operator` in kopf's memo (put there by :func:`configure`)."""
+    found = memo.get(MEMO_KEY) if isinstance(memo, dict) else None
+    if not isinstance(found, Operator):
+        raise RuntimeError(
+            f"kopf's memo holds no eddyline Operator under {MEMO_KEY!r}: the startup handler "
+            "eddyline_operator.handlers.configure did not run; start the operator with "
+            "`eddyline-operator` (or `kopf run -m eddyline_operator`)"
+        )
+    return found
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Progress and the diff base live in annotations: status belongs to the CRD's schema.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -95,48 +144,56 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 60
     settings.networking.request_timeout = 90
+    # Startup handlers run before any object is watched, so every object's memo (a shallow
+    # copy of this one) holds the same Operator.
+    memo[MEMO_KEY] = Operator()
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def reconcile_app(namespace: str | None, name: str, **_: Any) -> None:
-    run_cycle(namespace or "default", name, fetch=True, force_apply=True)
+def reconcile_app(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    run_cycle(operator_of(memo), namespace or "default", name, fetch=True, force_apply=True)
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
-def follow_app(namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+def follow_app(
+    namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
+) -> None:
+    operator = operator_of(memo)
     while not stopped.is_set():
-        stopped.wait(refresh_app(namespace, name))
+        stopped.wait(refresh_app(operator, namespace, name))
 
 
-def refresh_app(namespace: str | None, name: str, **_: Any) -> float:
+def refresh_app(operator: Operator, namespace: str | None, name: str) -> float:
     """One cycle that also asks pods for their reports; returns when to run again."""
     try:
-        result = run_cycle(namespace or "default", name, fetch=True, force_apply=False)
+        result = run_cycle(operator, namespace or "default", name, fetch=True, force_apply=False)
     except Exception:
         # The API server restarting, a conflict, a bug: the loop must outlive it (create
         # and update handlers are retried by kopf; this daemon retries at its next beat).
         logger.exception("StreamApp %s/%s: the cycle failed; retrying", namespace, name)
         return SETTLED_SECONDS
-    if result is not None and result.status.get("phase") in ("Pending", "Progressing"):
+    if result is not None and result.status.phase in (Phase.PENDING, Phase.PROGRESSING):
         return SETTLING_SECONDS
     return SETTLED_SECONDS
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.OPERATOR})
-def pod_changed(body: kopf.Body, **_: Any) -> None:
+def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     labels = body.get("metadata", {}).get("labels") or {}
     app, namespace = labels.get(names.LABEL_INSTANCE), body.get("metadata", {}).get("namespace")
     if app and namespace:
-        run_cycle(str(namespace), str(app), fetch=False, force_apply=False)
+        run_cycle(operator_of(memo), str(namespace), str(app), fetch=False, force_apply=False)
 
 
-def run_cycle(namespace: str, name: str, *, fetch: bool, force_apply: bool) -> Plan | None:
+def run_cycle(
+    operator: Operator, namespace: str, name: str, *, fetch: bool, force_apply: bool
+) -> Plan | None:
     """Observe, plan, act; returns the plan (None when the StreamApp is gone)."""
-    state = _state(namespace, name)
+    state = operator.app(namespace, name)
     with state.lock:
-        kube = _client()
+        kube = operator.kube
         body = kube.get_streamapp(namespace, name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return None
@@ -150,7 +207,7 @@ def run_cycle(namespace: str, name: str, *, fetch: bool, force_apply: bool) -> P
         observed = Observed(
             body=body,
             pods=pods,
-            nodes=_nodes(kube, {p.get("spec", {}).get("nodeName") for p in pods} - {None}),
+            nodes=operator.nodes({p.get("spec", {}).get("nodeName") for p in pods} - {None}),
             membership=kube.read_membership(namespace, names.membership_map(name)),
             reports=state.reports,
             applied_manifest=kube.read_config_value(
@@ -165,15 +222,16 @@ def run_cycle(namespace: str, name: str, *, fetch: bool, force_apply: bool) -> P
         return result
 
 
-def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_apply: bool) -> None:
+def _carry_out(kube: Kube, state: AppState, body: Any, result: Plan, *, force_apply: bool) -> None:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    stored = body.get("status")
     if result.write_ahead:
         # An upgrade's new step: status is its write-ahead log, so the step is recorded
         # before anything acts on it. A conflict raises: nothing is done this cycle, and the
         # next one decides again from what status then says.
-        kube.patch_streamapp_status(namespace, name, result.status)
-        body = {**body, "status": {**(body.get("status") or {}), **result.status}}
+        stored = _record_status(kube, namespace, name, result.status)
+        body = {**body, "status": stored}
     digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
     due = time.monotonic() - state.applied_at > REAPPLY_SECONDS
     if result.objects and (force_apply or due or digest != state.applied_hash):
@@ -201,13 +259,21 @@ def _carry_out(kube: Kube, state: _AppState, body: Any, result: Plan, *, force_a
                 raise
     for event in result.events:
         post_event(body, event.type, event.reason, event.message)
-    if _status_differs(body.get("status") or {}, result.status):
+    if status_differs(stored, result.status):
         try:
-            kube.patch_streamapp_status(namespace, name, result.status)
+            _record_status(kube, namespace, name, result.status)
         except ApiError as error:
             if error.status != 409:
                 raise
             # Someone wrote in between: the daemon's next cycle writes again.
+
+
+def _record_status(kube: Kube, namespace: str, name: str, status: StreamAppStatus) -> Any:
+    """The one place status is written: the typed status dumped whole (a merge patch, so the
+    fields it holds as None are cleared). Returns what was sent."""
+    patch = dump_status(status)
+    kube.patch_streamapp_status(namespace, name, patch)
+    return patch
 
 
 def _restore_jobs(kube: Kube, body: Any, namespace: str, name: str) -> dict[str, list[Any]]:
@@ -226,31 +292,6 @@ def _restore_jobs(kube: Kube, body: Any, namespace: str, name: str) -> dict[str,
 def post_event(body: Any, type_: str, reason: str, message: str) -> None:
     """An Event about the StreamApp (kopf posts it in the background)."""
     kopf.event(body, type=type_, reason=reason, message=message)
-
-
-def _nodes(kube: Kube, wanted: set[Any]) -> list[Any]:
-    """The cluster's Nodes, listed again only when a pod runs on one not seen yet, or every
-    NODES_SECONDS: a node's zone label does not change, and a big cluster's Node list is
-    too heavy for every cycle of every app."""
-    global _nodes_cache  # noqa: PLW0603 - one cache per process, shared by every app
-    with _nodes_lock:
-        listed_at, nodes = _nodes_cache
-        known = {n.get("metadata", {}).get("name") for n in nodes}
-        if time.monotonic() - listed_at < NODES_SECONDS and wanted <= known:
-            return nodes
-        try:
-            nodes = kube.list("Node", None)
-        except ApiError as error:
-            if error.status != 403:
-                raise
-            logger.warning("cannot list Nodes (RBAC): zones unknown; grant nodes get/list/watch")
-            nodes = []
-        _nodes_cache = (time.monotonic(), nodes)
-        return nodes
-
-
-def _status_differs(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    return any(current.get(k) != v for k, v in wanted.items())
 
 
 def _now() -> str:

@@ -544,6 +544,13 @@ class TopologyRecord(_Strict):
     revision: str
     hash: str | None = None
 
+    def same_spec(self, other: TopologyRecord) -> bool:
+        """The same ref and revision (the hash is what pods report, not what was asked)."""
+        return self.ref == other.ref and self.revision == other.revision
+
+    def __str__(self) -> str:
+        return f"{self.ref}@{self.revision}"
+
 
 class UpgradeStepRecord(_Strict):
     step: str

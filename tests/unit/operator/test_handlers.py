@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import kopf
 import pytest
 from k8s_objects import body, node, pod, three_zones
 
@@ -83,14 +84,24 @@ class MemoryKube:
 def kube(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKube]:
     memory = MemoryKube()
     events: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(handlers, "_kube", memory)
-    monkeypatch.setattr(handlers, "_apps", {})
-    monkeypatch.setattr(handlers, "_nodes_cache", (float("-inf"), []))
     monkeypatch.setattr(
         handlers, "post_event", lambda body, t, reason, message: events.append((t, reason, message))
     )
     memory.events = events  # type: ignore[attr-defined]
     yield memory
+
+
+@pytest.fixture
+def memo(kube: MemoryKube) -> kopf.Memo:
+    """kopf's memo as the startup handler leaves it, with the in-memory store as client."""
+    memo = kopf.Memo()
+    handlers.configure(settings=kopf.OperatorSettings(), memo=memo)
+    memo[handlers.MEMO_KEY] = handlers.Operator(kube)  # type: ignore[arg-type]
+    return memo
+
+
+def operator(memo: kopf.Memo) -> handlers.Operator:
+    return handlers.operator_of(memo)
 
 
 def layout_reports(pods: list[Obj], port: int) -> dict[str, MemberReport]:
@@ -103,11 +114,13 @@ def layout_reports(pods: list[Obj], port: int) -> dict[str, MemberReport]:
     }
 
 
-def test_a_cycle_creates_the_owned_objects_and_writes_status(kube: MemoryKube) -> None:
+def test_a_cycle_creates_the_owned_objects_and_writes_status(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
     kube.put(body())
     for each in three_zones():
         kube.put({"kind": "Node", **each})
-    handlers.reconcile_app(namespace="apps", name="wc")
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
     kinds = sorted(k for k, _, _ in kube.objects)
     assert kinds.count("Service") == 2
     assert "StatefulSet" in kinds
@@ -118,36 +131,39 @@ def test_a_cycle_creates_the_owned_objects_and_writes_status(kube: MemoryKube) -
 
 
 def test_pods_reporting_a_layout_get_a_published_membership(
-    kube: MemoryKube, monkeypatch: pytest.MonkeyPatch
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
     kube.put(body())
     for each in three_zones():
         kube.put({"kind": "Node", **each})
-    handlers.reconcile_app(namespace="apps", name="wc")
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
     template = kube.objects["StatefulSet", "apps", "wc"]["spec"]["template"]
     config_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
     for i in range(3):
         kube.put({"kind": "Pod", **pod(i, config_hash=config_hash)})
-    handlers.refresh_app(namespace="apps", name="wc")
+    handlers.refresh_app(operator(memo), "apps", "wc")
     membership = kube.read_membership("apps", "wc-membership")
     assert membership is not None and membership.generation == 1
     assert sorted(membership.assignment.active) == ["wc-0", "wc-1", "wc-2"]
     # A pod stops running: the pod event alone republishes without it.
     kube.put({"kind": "Pod", **pod(1, running=False, config_hash=config_hash)})
-    handlers.pod_changed(body=kube.get("Pod", "apps", "wc-1"))
+    # The pod's own memo: kopf's shallow copy of the operator's, so the same Operator.
+    handlers.pod_changed(body=kube.get("Pod", "apps", "wc-1"), memo=copy.copy(memo))
     after = kube.read_membership("apps", "wc-membership")
     assert after is not None and after.generation == 2
     assert "wc-1" not in after.assignment.active
     assert kube.deleted == []
 
 
-def test_a_deleted_app_is_left_alone(kube: MemoryKube) -> None:
-    assert handlers.run_cycle("apps", "gone", fetch=True, force_apply=True) is None
+def test_a_deleted_app_is_left_alone(kube: MemoryKube, memo: kopf.Memo) -> None:
+    assert handlers.run_cycle(operator(memo), "apps", "gone", fetch=True, force_apply=True) is None
     assert kube.objects == {}
 
 
-def test_nodes_are_listed_again_only_for_a_node_not_seen_yet(kube: MemoryKube) -> None:
+def test_nodes_are_listed_again_only_for_a_node_not_seen_yet(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
     listed = []
     original = kube.list
 
@@ -161,10 +177,35 @@ def test_nodes_are_listed_again_only_for_a_node_not_seen_yet(kube: MemoryKube) -
         kube.put({"kind": "Node", **each})
     kube.put(body())
     kube.put({"kind": "Pod", **pod(0, node_name="node-0")})
-    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
-    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=False, force_apply=False)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=False, force_apply=False)
     assert len(listed) == 1
     kube.put({"kind": "Node", **node("node-9", "zone-z")})
     kube.put({"kind": "Pod", **pod(1, node_name="node-9")})
-    handlers.run_cycle("apps", "wc", fetch=False, force_apply=False)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=False, force_apply=False)
     assert len(listed) == 2
+
+
+def test_a_memo_without_the_operator_names_the_startup_handler() -> None:
+    with pytest.raises(RuntimeError, match=r"handlers\.configure did not run"):
+        handlers.reconcile_app(namespace="apps", name="wc", memo=kopf.Memo())
+
+
+def test_an_upgrade_that_ends_clears_status_upgrade_in_the_patch(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
+    """Status is written whole: a field the plan leaves empty is sent as null, which a merge
+    patch needs to remove it (here the upgrade record of an upgrade long finished)."""
+    app = body()
+    app["status"] = {
+        "upgrade": {
+            "from": {"ref": "wordcount:topology", "revision": "0"},
+            "to": {"ref": "wordcount:topology", "revision": "1"},
+            "step": "Bogus",
+        }
+    }
+    kube.put(app)
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
+    (patch,) = kube.status_patches
+    assert "upgrade" in patch and patch["upgrade"] is None
+    assert patch["phase"] == "Progressing"

@@ -12,6 +12,7 @@ from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.membership import is_member, members
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_operator.reconcile.status import ROLL_MAX_STANDBY_LAG
+from eddyline_operator.reconcile.status_record import dump_status
 from eddyline_runtime.membership import MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
 
@@ -43,8 +44,13 @@ def run(app: Obj, pods: list[Obj], nodes: list[Obj], **observed: Any) -> Plan:
     return plan(Observed(body=app, pods=pods, nodes=nodes, now="2026-11-23T10:00:00Z", **observed))
 
 
+def conditions(result: Plan) -> list[Obj]:
+    """The conditions as the API server would store them."""
+    return [c.model_dump(mode="json", by_alias=True) for c in result.status.conditions]
+
+
 def condition(result: Plan, type_: str) -> Obj:
-    return next(c for c in result.status["conditions"] if c["type"] == type_)
+    return next(c for c in conditions(result) if c["type"] == type_)
 
 
 def current_hash(app: Obj, nodes: list[Obj]) -> str:
@@ -65,10 +71,10 @@ def test_a_new_app_gets_its_objects_and_no_membership_before_pods_report(nodes: 
     result = run(body(), [], nodes)
     assert [o["kind"] for o in result.objects][-1] == "StatefulSet"
     assert result.membership is None
-    assert result.status["observedGeneration"] == 3
-    assert result.status["phase"] == "Progressing"
+    assert result.status.observed_generation == 3
+    assert result.status.phase == "Progressing"
     assert condition(result, "Ready")["status"] == "False"
-    assert result.status["selector"] == (
+    assert result.status.selector == (
         "app.kubernetes.io/instance=wc,app.kubernetes.io/name=eddyline"
     )
 
@@ -103,7 +109,7 @@ def test_an_unchanged_group_publishes_nothing_new(nodes: list[Obj]) -> None:
     pods, membership = settled(app, nodes)
     again = run(app, pods, nodes, reports=reports(), membership=membership)
     assert again.membership is None
-    assert again.status["membershipGeneration"] == 1
+    assert again.status.membership_generation == 1
     assert not [e for e in again.events if e.reason == "MembershipChanged"]
 
 
@@ -131,7 +137,7 @@ def test_with_every_pod_gone_the_last_assignment_stays(nodes: list[Obj]) -> None
     _, membership = settled(app, nodes)
     result = run(app, [pod(i, running=False) for i in range(3)], nodes, membership=membership)
     assert result.membership is None
-    assert result.status["membershipGeneration"] == 1
+    assert result.status.membership_generation == 1
 
 
 def test_ready_when_every_pod_is_ready_and_assigned(nodes: list[Obj]) -> None:
@@ -146,9 +152,9 @@ def test_ready_when_every_pod_is_ready_and_assigned(nodes: list[Obj]) -> None:
         "lastTransitionTime": None,
         "observedGeneration": 3,
     }
-    assert result.status["phase"] == "Running"
-    assert result.status["readyReplicas"] == 3
-    assert result.status["revision"] == "1"
+    assert result.status.phase == "Running"
+    assert result.status.ready_replicas == 3
+    assert result.status.revision == "1"
     assert condition(result, "Progressing")["status"] == "False"
     assert condition(result, "Degraded")["status"] == "False"
 
@@ -157,7 +163,7 @@ def test_last_transition_time_changes_only_with_the_status(nodes: list[Obj]) -> 
     app = body()
     pods, membership = settled(app, nodes)
     first = run(app, pods, nodes, reports=reports(), membership=membership)
-    app["status"] = first.status
+    app["status"] = dump_status(first.status)
     later = plan(
         Observed(
             body=app,
@@ -169,7 +175,7 @@ def test_last_transition_time_changes_only_with_the_status(nodes: list[Obj]) -> 
         )
     )
     assert condition(later, "Ready")["lastTransitionTime"] == "2026-11-23T10:00:00Z"
-    app["status"] = later.status
+    app["status"] = dump_status(later.status)
     pods[1] = copy.deepcopy(pods[1])
     pods[1]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     flipped = plan(
@@ -192,10 +198,10 @@ def test_standbys_beyond_replicas_minus_one_are_capped_without_degrading(
 ) -> None:
     app = body(replicas=2, config={"num.standby.replicas": 3})
     result = run(app, [], nodes)
-    assert "num.standby.replicas 3 capped at 1" in result.status["message"]
+    assert "num.standby.replicas 3 capped at 1" in result.status.message
     assert [e.reason for e in result.events] == ["StandbysCapped"]
     assert condition(result, "Degraded")["status"] == "False"
-    app["status"] = result.status
+    app["status"] = dump_status(result.status)
     assert not [e for e in run(app, [], nodes).events if e.reason == "StandbysCapped"]
 
 
@@ -210,8 +216,8 @@ def test_an_invalid_spec_degrades_names_the_field_and_changes_nothing(nodes: lis
     assert "READ_COMMITTED" in degraded["message"]
     assert result.objects == []
     assert result.delete_pods == []
-    assert result.status["phase"] == "Degraded"
-    assert result.status["observedGeneration"] == 3
+    assert result.status.phase == "Degraded"
+    assert result.status.observed_generation == 3
     assert [e.reason for e in result.events] == ["InvalidSpec"]
 
 
@@ -265,7 +271,7 @@ def test_the_rollout_waits_for_restores_and_for_standbys_to_catch_up(nodes: list
     }
     result = run(app, pods, nodes, reports=lagging, membership=membership)
     assert result.delete_pods == []
-    assert result.status["maxStandbyLag"] == ROLL_MAX_STANDBY_LAG + 1
+    assert result.status.max_standby_lag == ROLL_MAX_STANDBY_LAG + 1
 
 
 def test_a_new_topology_revision_restarts_every_pod_together(nodes: list[Obj]) -> None:
@@ -275,7 +281,7 @@ def test_a_new_topology_revision_restarts_every_pod_together(nodes: list[Obj]) -
     result = run(app, pods, nodes, reports=reports(), membership=membership)
     assert sorted(result.delete_pods) == ["wc-0", "wc-1", "wc-2"]
     assert condition(result, "Progressing")["reason"] == "TopologyUpgrade"
-    assert result.status["revision"] == "1"  # still what runs
+    assert result.status.revision == "1"  # still what runs
 
 
 def test_suspend_scales_to_zero_and_restarts_nothing(nodes: list[Obj]) -> None:
@@ -285,7 +291,7 @@ def test_suspend_scales_to_zero_and_restarts_nothing(nodes: list[Obj]) -> None:
     result = run(app, pods, nodes, reports=reports(), membership=membership)
     assert result.objects[-1]["spec"]["replicas"] == 0
     assert result.delete_pods == []
-    assert result.status["phase"] == "Suspended"
+    assert result.status.phase == "Suspended"
     assert condition(result, "Ready")["reason"] == "Suspended"
 
 
@@ -293,16 +299,16 @@ def test_the_embedded_log_is_pinned_to_one_node_and_stays_there() -> None:
     app = body(log={"url": "sqlite:///log.db"})
     nodes = [node("node-b", "zone-b"), node("node-a", "zone-a", ready=False), node("node-c", "c")]
     result = run(app, [], nodes)
-    assert result.status["logNode"] == "node-b"
-    assert "development only" in result.status["message"]
+    assert result.status.log_node == "node-b"
+    assert "development only" in result.status.message
     app["status"] = {"logNode": "node-c"}
-    assert run(app, [], nodes).status["logNode"] == "node-c"
+    assert run(app, [], nodes).status.log_node == "node-c"
 
 
 def test_without_a_node_the_embedded_log_waits_and_no_pods_are_made() -> None:
     result = run(body(log={"url": "sqlite:///log.db"}), [], [])
     assert "StatefulSet" not in [o["kind"] for o in result.objects]
-    assert "waiting for a ready node" in result.status["message"]
+    assert "waiting for a ready node" in result.status.message
 
 
 def test_crash_looping_pods_degrade_the_app(nodes: list[Obj]) -> None:
@@ -311,13 +317,13 @@ def test_crash_looping_pods_degrade_the_app(nodes: list[Obj]) -> None:
     pods[1] = pod(1, waiting="CrashLoopBackOff")
     result = run(app, pods, nodes, reports=reports(), membership=membership)
     assert condition(result, "Degraded")["reason"] == "CrashLoopBackOff"
-    assert result.status["phase"] == "Degraded"
+    assert result.status.phase == "Degraded"
     assert any(e.type == "Warning" for e in result.events)
 
 
 def test_pods_of_other_apps_are_ignored(nodes: list[Obj]) -> None:
     result = run(body(), [pod(0, app="other")], nodes, reports={})
-    assert result.status["replicas"] == 0
+    assert result.status.replicas == 0
 
 
 def test_the_embedded_log_is_never_shared_across_nodes(nodes: list[Obj]) -> None:

@@ -10,6 +10,7 @@ from k8s_objects import body, three_zones
 
 from eddyline_operator.reconcile import restore_job
 from eddyline_operator.reconcile.plan import Observed, Plan, parse_app, plan
+from eddyline_operator.reconcile.status_record import dump_status
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.restore.job_result import JobResult, JobState
@@ -37,7 +38,8 @@ def run(app: Obj, **observed: Any) -> Plan:
 
 
 def restoring(result: Plan) -> Obj:
-    return next(c for c in result.status["conditions"] if c["type"] == "Restoring")
+    found = next(c for c in result.status.conditions if c.type == "Restoring")
+    return found.model_dump(mode="json", by_alias=True)
 
 
 def finished_job(job: Obj, *, complete: bool = True) -> Obj:
@@ -79,8 +81,8 @@ def test_restore_is_never_by_default_and_adds_nothing() -> None:
     kinds = [o["kind"] for o in result.objects]
     assert "Job" not in kinds and "restore.build.dir" not in str(result.objects)
     assert not any(o["metadata"]["name"] == "wc-restore" for o in result.objects)
-    assert not any(c["type"] == "Restoring" for c in result.status["conditions"])
-    assert result.status["restoreJobs"] is None
+    assert not any(c.type == "Restoring" for c in result.status.conditions)
+    assert result.status.restore_jobs is None
 
 
 def test_when_lag_above_needs_its_threshold() -> None:
@@ -134,7 +136,8 @@ def test_pending_partitions_above_the_threshold_launch_one_job_for_the_store() -
     assert restoring(result)["status"] == "True"
     assert "2 store partitions (7,000 changelog records) wait" in restoring(result)["message"]
     assert [e.reason for e in result.events if e.reason.startswith("Restore")] == ["RestoreStarted"]
-    assert result.status["restoreJobs"][0]["state"] == "Running"
+    assert result.status.restore_jobs is not None
+    assert result.status.restore_jobs[0].state == "Running"
 
 
 def test_a_k8s_master_names_the_driver_pod_so_executors_are_owned_by_it() -> None:
@@ -157,7 +160,7 @@ def test_a_running_job_is_not_launched_twice() -> None:
     first = run(body(restore=RESTORE), reports=reports)
     job = first.create_jobs[0]
     app = body(restore=RESTORE)
-    app["status"] = first.status
+    app["status"] = dump_status(first.status)
     again = run(app, reports=reports, jobs=[job])
     assert again.create_jobs == []
     assert restoring(again)["status"] == "True"
@@ -169,7 +172,7 @@ def succeeded_cycle(job_verdict: JobResult | None, *, complete: bool = True) -> 
     first = run(body(restore=RESTORE), reports=reports)
     job = first.create_jobs[0]
     app = body(restore=RESTORE)
-    app["status"] = first.status
+    app["status"] = dump_status(first.status)
     done = finished_job(job, complete=complete)
     return run(app, reports=reports, jobs=[done], job_pods=[job_pod(done, job_verdict)])
 
@@ -200,7 +203,8 @@ def test_a_failed_job_reports_the_drivers_reason() -> None:
     cond = restoring(result)
     assert cond["reason"] == "BuildFailed"
     assert "exited with status 1" in cond["message"]
-    assert result.status["restoreJobs"][-1]["state"] == "Failed"
+    assert result.status.restore_jobs is not None
+    assert result.status.restore_jobs[-1].state == "Failed"
 
 
 def test_pending_again_long_after_a_build_launches_a_new_attempt() -> None:
@@ -208,16 +212,8 @@ def test_pending_again_long_after_a_build_launches_a_new_attempt() -> None:
     first = run(body(restore=RESTORE), reports=reports)
     old_job = first.create_jobs[0]
     app = body(restore=RESTORE)
-    app["status"] = {
-        **first.status,
-        "restoreJobs": [
-            {
-                **first.status["restoreJobs"][0],
-                "state": "Succeeded",
-                "finishedAt": "2026-11-23T09:00:00Z",
-            }
-        ],
-    }
+    app["status"] = dump_status(first.status)
+    app["status"]["restoreJobs"][0] |= {"state": "Succeeded", "finishedAt": "2026-11-23T09:00:00Z"}
     later = run(app, reports=reports)
     assert len(later.create_jobs) == 1
     assert later.create_jobs[0]["metadata"]["name"] != old_job["metadata"]["name"]

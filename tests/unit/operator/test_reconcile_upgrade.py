@@ -15,6 +15,7 @@ from k8s_objects import body, pod, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
+from eddyline_operator.reconcile.status_record import dump_status
 from eddyline_operator.reconcile.upgrade import translate_placement
 from eddyline_runtime.membership import MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
@@ -66,7 +67,7 @@ class Driver:
                 now=self.now,
             )
         )
-        self.app["status"] = {**(self.app.get("status") or {}), **result.status}
+        self.app["status"] = {**(self.app.get("status") or {}), **dump_status(result.status)}
         if result.membership is not None:
             self.membership = result.membership
         if not result.objects:  # an invalid spec applies nothing
@@ -102,8 +103,13 @@ class Driver:
         return None if upgrade is None else str(upgrade["step"])
 
 
+def conditions(result: Plan) -> list[Obj]:
+    """The conditions as the API server would store them."""
+    return [c.model_dump(mode="json", by_alias=True) for c in result.status.conditions]
+
+
 def condition(result: Plan, type_: str) -> Obj:
-    return next(c for c in result.status["conditions"] if c["type"] == type_)
+    return next(c for c in conditions(result) if c["type"] == type_)
 
 
 @pytest.fixture

@@ -478,7 +478,16 @@ def stateful_set(
 def desired_objects(
     app: StreamApp, namespace: str, owner: Obj, *, default_image: str, log_node: str | None
 ) -> list[Obj]:
-    """Everything the app owns except the membership ConfigMap (published separately)."""
+    """Everything the app owns except the membership ConfigMap (published separately); the
+    StatefulSet last, so that what its pods mount exists when they start."""
+    return [
+        *owned_objects(app, namespace, owner),
+        stateful_set(app, namespace, owner, default_image=default_image, log_node=log_node),
+    ]
+
+
+def owned_objects(app: StreamApp, namespace: str, owner: Obj) -> list[Obj]:
+    """What the app owns besides its StatefulSet and the membership ConfigMap."""
     objects = [
         service_account(app, namespace, owner),
         membership_role(app, namespace, owner),
@@ -492,8 +501,5 @@ def desired_objects(
         objects.append(log_claim(app, namespace, owner))
     objects.extend(
         restore_job.owned_objects(app, namespace, owner, embedded_log=uses_embedded_log(app))
-    )
-    objects.append(
-        stateful_set(app, namespace, owner, default_image=default_image, log_node=log_node)
     )
     return objects

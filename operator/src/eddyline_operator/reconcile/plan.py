@@ -21,31 +21,38 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import names, objects, restore_job
+from eddyline_operator.reconcile import log_node, names, objects, restore_job
+from eddyline_operator.reconcile.conditions import Conditions, PodCounts, summarize
+from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import (
     effective_standbys,
-    is_member,
     is_ready,
     layout_from,
     members,
     next_membership,
 )
+from eddyline_operator.reconcile.rollout import plan_rollout
 from eddyline_operator.reconcile.status import (
-    RolloutStep,
-    condition,
-    crash_looping,
     is_deleting,
     max_standby_lag,
     pod_hash,
-    rollout_step,
     running_revision,
 )
-from eddyline_operator.reconcile.upgrade import Decision, Event, Topology, UpgradeInput, decide
+from eddyline_operator.reconcile.status_record import read_status
+from eddyline_operator.reconcile.upgrade import (
+    Decision,
+    Topology,
+    UpgradeInput,
+    decide,
+    topology,
+)
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     MAX_NAME_LENGTH,
     ManifestError,
+    Phase,
     StreamApp,
+    StreamAppStatus,
     TopologySpec,
     parse_manifest,
 )
@@ -77,7 +84,7 @@ class Plan:
     objects: list[Obj]
     membership: Membership | None
     delete_pods: list[str]
-    status: Obj
+    status: StreamAppStatus  # the whole status (status_record.dump_status makes the patch)
     events: list[Event]
     # A new upgrade step: status must be written before anything else is done (write-ahead).
     write_ahead: bool = False
@@ -104,23 +111,6 @@ def parse_app(body: Obj) -> StreamApp:
     return parse_manifest(document, source=f"StreamApp {meta.get('namespace')}/{name}")
 
 
-def node_is_ready(node: Obj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in node.get("status", {}).get("conditions") or []
-    )
-
-
-def choose_log_node(previous: str | None, nodes: Sequence[Obj]) -> str | None:
-    """The node the embedded log is pinned to: the same as before while it exists,
-    else the first ready node by name (None: no node seen yet)."""
-    existing = {n["metadata"]["name"] for n in nodes}
-    if previous is not None and previous in existing:
-        return previous
-    ready = sorted(n["metadata"]["name"] for n in nodes if node_is_ready(n))
-    return ready[0] if ready else None
-
-
 def plan(observed: Observed) -> Plan:
     """One cycle; see the module docstring."""
     cycle = _Cycle(observed)
@@ -128,7 +118,7 @@ def plan(observed: Observed) -> Plan:
         app = parse_app(observed.body)
     except ManifestError as invalid:
         # Mid-upgrade, the upgrade alone decides the membership: it waits for a valid spec.
-        upgrading = bool((observed.body.get("status") or {}).get("upgrade"))
+        upgrading = cycle.old_status.upgrade is not None
         applied = None if upgrading else _applied_app(observed.applied_manifest)
         membership = cycle.follow_membership(applied)
         return cycle.invalid(invalid, membership)
@@ -141,15 +131,15 @@ def plan(observed: Observed) -> Plan:
     return cycle.valid(app, running, membership, upgrade)
 
 
-def with_topology(app: StreamApp, topology: Topology) -> StreamApp:
+def with_topology(app: StreamApp, chosen_topology: Topology) -> StreamApp:
     """``app`` with the given topology ref and revision (what runs, or the upgrade's step)."""
-    if topology.same_spec(Topology(app.spec.topology.ref, app.spec.topology.revision)):
+    if chosen_topology.same_spec(topology(app.spec.topology.ref, app.spec.topology.revision)):
         return app
     chosen = TopologySpec.model_validate(
         {
             **app.spec.topology.model_dump(by_alias=True),
-            "ref": topology.ref,
-            "revision": topology.revision,
+            "ref": chosen_topology.ref,
+            "revision": chosen_topology.revision,
         }
     )
     return app.model_copy(update={"spec": app.spec.model_copy(update={"topology": chosen})})
@@ -160,7 +150,7 @@ def applied_topology(manifest: str | None) -> Topology | None:
     applied = _applied_app(manifest)
     if applied is None:
         return None
-    return Topology(applied.spec.topology.ref, applied.spec.topology.revision)
+    return topology(applied.spec.topology.ref, applied.spec.topology.revision)
 
 
 class _Cycle:
@@ -172,25 +162,21 @@ class _Cycle:
         self.name = str(meta.get("name"))
         self.namespace = str(meta.get("namespace") or "default")
         self.generation: int | None = meta.get("generation")
-        self.old_status: Obj = dict(observed.body.get("status") or {})
-        self.old_conditions: list[Obj] = list(self.old_status.get("conditions") or [])
+        self.old_status, unreadable = read_status(observed.body.get("status"))
+        self.conditions = Conditions(
+            self.old_status.conditions, now=observed.now, generation=self.generation
+        )
         self.owner = objects.owner_reference(name=self.name, uid=str(meta.get("uid", "")))
         self.events: list[Event] = []
         self.notes: list[str] = []
+        if unreadable:
+            self.notes.append(f"status fields {', '.join(unreadable)} were unreadable; recomputed")
         self.pods = [p for p in observed.pods if _owned_by_app(p, self.name)]
         self.live_pods = [p for p in self.pods if not is_deleting(p)]
         self.ready_count = sum(1 for p in self.live_pods if is_ready(p))
-
-    def cond(self, type_: str, status: bool, reason: str, message: str) -> Obj:
-        return condition(
-            self.old_conditions,
-            type=type_,
-            status=status,
-            reason=reason,
-            message=message,
-            now=self.observed.now,
-            generation=self.generation,
-        )
+        self.node_labels = {
+            n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in observed.nodes
+        }
 
     def upgrade(self, app: StreamApp) -> Decision:
         observed = self.observed
@@ -202,9 +188,7 @@ class _Cycle:
                 reports=observed.reports,
                 membership=observed.membership,
                 applied=applied_topology(observed.applied_manifest),
-                node_labels={
-                    n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in observed.nodes
-                },
+                node_labels=self.node_labels,
                 now=observed.now,
             )
         )
@@ -214,13 +198,11 @@ class _Cycle:
         if app is None:
             return None
         observed = self.observed
-        node_labels = {
-            n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in observed.nodes
-        }
-        current = members(self.pods, node_labels, app.spec.standby_placement.topology_key)
+        current = members(self.pods, self.node_labels, app.spec.standby_placement.topology_key)
         requested = app.streams_config().num_standby_replicas
-        node = self.old_status.get("logNode")
-        template = objects.pod_template(app, default_image=observed.default_image, log_node=node)
+        template = objects.pod_template(
+            app, default_image=observed.default_image, log_node=self.old_status.log_node
+        )
         template_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
         preferred = [p["metadata"]["name"] for p in self.pods if pod_hash(p) == template_hash]
         layout = layout_from(observed.reports, preferred=preferred)
@@ -246,27 +228,29 @@ class _Cycle:
     def invalid(self, invalid: ManifestError, membership: Membership | None) -> Plan:
         """Degraded, InvalidSpec: nothing applied, no pod restarted."""
         problem = f"{invalid.field}: {invalid.problem}"
-        degraded = self.cond("Degraded", True, "InvalidSpec", problem)
-        if _condition_changed(self.old_conditions, degraded):
+        make = self.conditions.make
+        degraded = make("Degraded", True, "InvalidSpec", problem)
+        if self.conditions.changed(degraded):
             self.events.append(
                 Event("Warning", "InvalidSpec", f"{problem}; nothing running was changed")
             )
         published = membership or self.observed.membership
-        status = {
-            **self.old_status,
-            "observedGeneration": self.generation,
-            "phase": "Degraded",
-            "replicas": len(self.live_pods),
-            "readyReplicas": self.ready_count,
-            "selector": names.selector_string(self.name),
-            "conditions": [
-                self.cond("Ready", False, "InvalidSpec", "the spec is invalid; see Degraded"),
-                self.cond("Progressing", False, "InvalidSpec", "nothing rolls out until fixed"),
-                degraded,
-            ],
-            "message": f"invalid spec: {problem}",
-            "membershipGeneration": None if published is None else published.generation,
-        }
+        status = self.old_status.model_copy(
+            update={
+                "observed_generation": self.generation,
+                "phase": Phase.DEGRADED,
+                "replicas": len(self.live_pods),
+                "ready_replicas": self.ready_count,
+                "selector": names.selector_string(self.name),
+                "conditions": [
+                    make("Ready", False, "InvalidSpec", "the spec is invalid; see Degraded"),
+                    make("Progressing", False, "InvalidSpec", "nothing rolls out until fixed"),
+                    degraded,
+                ],
+                "message": f"invalid spec: {problem}",
+                "membership_generation": None if published is None else published.generation,
+            }
+        )
         return Plan(None, [], membership, [], status, self.events)
 
     def valid(
@@ -278,123 +262,92 @@ class _Cycle:
     ) -> Plan:
         """``requested`` is the spec as written; ``app`` the same with the topology that runs
         (or the upgrade step's): objects are rendered from ``app``."""
-        spec = app.spec
+        spec, observed = app.spec, self.observed
         embedded = objects.uses_embedded_log(app)
-        log_node = (
-            choose_log_node(self.old_status.get("logNode"), self.observed.nodes)
-            if embedded
-            else None
+        pinned = log_node.pin(
+            embedded=embedded, previous=self.old_status.log_node, nodes=observed.nodes
         )
-        desired = objects.desired_objects(
+        self.notes.extend(pinned.notes)
+        desired = objects.owned_objects(app, self.namespace, self.owner)
+        stateful_set = objects.stateful_set(
             app,
             self.namespace,
             self.owner,
-            default_image=self.observed.default_image,
-            log_node=log_node,
+            default_image=observed.default_image,
+            log_node=pinned.node,
         )
-        if upgrade.replicas is not None and desired[-1]["kind"] == "StatefulSet":
-            desired[-1]["spec"]["replicas"] = upgrade.replicas
-        template = desired[-1]["spec"]["template"]
-        template_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
+        if upgrade.replicas is not None:
+            stateful_set["spec"]["replicas"] = upgrade.replicas
+        if not pinned.waiting:  # no StatefulSet until its pods can be pinned
+            desired.append(stateful_set)
+        template = stateful_set["spec"]["template"]
         desired_replicas = 0 if spec.suspend else spec.replicas
-        if embedded and log_node is None:
-            desired = desired[:-1]  # no StatefulSet until its pods can be pinned
-            self.notes.append("waiting for a ready node to pin the embedded sqlite log to")
-        elif embedded:
-            self.notes.append(
-                f"development only: the embedded sqlite log pins every pod to node {log_node} "
-                "on one shared claim; use a kafka:// log in production"
-            )
-        if upgrade.active:
-            message = upgrade.upgrading[2]
-            step = RolloutStep(tuple(upgrade.delete_pods), "TopologyUpgrade", message)
-        else:
-            step = rollout_step(
-                self.pods,
-                template_hash=template_hash,
-                revision=spec.topology.revision,
-                desired_replicas=desired_replicas,
-                reports=self.observed.reports,
-            )
-        if requested.spec.topology != app.spec.topology and not upgrade.active:
-            self.notes.append(
-                f"spec.topology {requested.spec.topology.ref}@{requested.spec.topology.revision}"
-                f" is not running: {app.spec.topology.ref}@{app.spec.topology.revision} runs"
-            )
+        rollout = plan_rollout(
+            requested,
+            app,
+            self.pods,
+            template_hash=template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH],
+            desired_replicas=desired_replicas,
+            reports=observed.reports,
+            upgrade=upgrade,
+        )
+        self.notes.extend(rollout.notes)
         self.events.extend(upgrade.events)
-        delete = (
-            list(step.delete) if upgrade.active else ([] if spec.suspend else list(step.delete))
+        self.events.extend(rollout.events)
+        delete = rollout.delete
+        self.events.extend(log_node.restart_off_node(pinned, self.live_pods, delete))
+        published = membership or observed.membership
+        summary = summarize(
+            self.conditions,
+            app,
+            PodCounts(self.live_pods, self.ready_count),
+            desired_replicas=desired_replicas,
+            published=published,
+            step=rollout.step,
+            off_node=pinned.off_node,
+            log_node=self.old_status.log_node,
+            upgrade=upgrade,
         )
-        for pod in [] if upgrade.active else delete:
-            self.events.append(
-                Event("Normal", step.reason, f"restarting pod {pod} ({step.message})")
-            )
-        # SQLite's WAL needs every process on one host: a pod elsewhere (the pin moved, or
-        # someone edited the StatefulSet) must not open the shared log. It is restarted,
-        # and comes back on the pinned node.
-        off_node = sorted(
-            p["metadata"]["name"]
-            for p in self.live_pods
-            if embedded
-            and log_node is not None
-            and p.get("spec", {}).get("nodeName") not in (None, log_node)
-        )
-        for pod in off_node:
-            if pod not in delete:
-                delete.append(pod)
-                self.events.append(
-                    Event(
-                        "Warning",
-                        "LogSharedAcrossNodes",
-                        f"restarting pod {pod}: it runs off node {log_node}, and the embedded "
-                        "sqlite log may not be shared across nodes",
-                    )
-                )
-        published = membership or self.observed.membership
-        conditions, phase = self.conditions(
-            app, desired_replicas, published, step, off_node=off_node, upgrade=upgrade
-        )
+        self.events.extend(summary.events)
         restores = restore_job.plan_restores(
             app,
             self.namespace,
             self.owner,
-            reports=self.observed.reports,
-            jobs=self.observed.jobs,
-            job_pods=self.observed.job_pods,
-            previous=self.old_status.get("restoreJobs") or [],
-            image=spec.image or self.observed.default_image,
-            log_node=log_node,
+            reports=observed.reports,
+            jobs=observed.jobs,
+            job_pods=observed.job_pods,
+            previous=self.old_status.restore_jobs or [],
+            image=spec.image or observed.default_image,
+            log_node=pinned.node,
             embedded_log=embedded,
             log_url=objects.pod_log_url(app),
-            now=self.observed.now,
+            now=observed.now,
         )
         if restores.condition is not None:
-            conditions.append(self.cond("Restoring", *restores.condition))
+            summary.conditions.append(self.conditions.make("Restoring", *restores.condition))
         self.events.extend(Event(*event) for event in restores.events)
-        previous_message = self.old_status.get("message") or ""
+        previous_message = self.old_status.message or ""
         for note in self.notes:
             if "capped" in note and note not in previous_message:
                 self.events.append(Event("Normal", "StandbysCapped", note))
-        status: Obj = {
-            "observedGeneration": self.generation,
-            "phase": phase,
-            "replicas": len(self.live_pods),
-            "readyReplicas": self.ready_count,
-            "revision": running_revision(self.pods, spec.topology.revision),
-            "selector": names.selector_string(self.name),
-            "conditions": conditions,
-            "message": "; ".join(self.notes),
-            "maxStandbyLag": max_standby_lag(self.observed.reports.values()),
-            "logNode": log_node,
-            "membershipGeneration": None if published is None else published.generation,
-            "restoreJobs": restores.jobs or None,
-            "topology": upgrade.topology.to_json(),
-            "upgrade": upgrade.upgrade,
-            "lastUpgrade": upgrade.last_upgrade,
-            "failedTopology": None
-            if upgrade.failed_topology is None
-            else upgrade.failed_topology.to_json(),
-        }
+        status = StreamAppStatus(
+            observedGeneration=self.generation,
+            phase=summary.phase,
+            replicas=len(self.live_pods),
+            readyReplicas=self.ready_count,
+            revision=running_revision(self.pods, spec.topology.revision),
+            selector=names.selector_string(self.name),
+            conditions=summary.conditions,
+            message="; ".join(self.notes),
+            maxStandbyLag=max_standby_lag(observed.reports.values()),
+            logNode=pinned.node,
+            membershipGeneration=None if published is None else published.generation,
+            restoreJobs=restores.jobs or None,
+            topology=upgrade.topology,
+            upgrade=upgrade.upgrade,
+            lastUpgrade=upgrade.last_upgrade,
+            failedTopology=upgrade.failed_topology,
+        )
         return Plan(
             app,
             desired,
@@ -405,93 +358,6 @@ class _Cycle:
             write_ahead=upgrade.write_ahead,
             create_jobs=restores.create,
         )
-
-    def conditions(  # noqa: PLR0915 - one decision table, read top to bottom
-        self,
-        app: StreamApp,
-        desired_replicas: int,
-        published: Membership | None,
-        step: RolloutStep,
-        *,
-        off_node: Sequence[str] = (),
-        upgrade: Decision | None = None,
-    ) -> tuple[list[Obj], str]:
-        """Ready, Progressing and Degraded, and the phase they add up to."""
-        rollout_reason, rollout_message = step.reason, step.message
-        live, ready_count = self.live_pods, self.ready_count
-        members_now = {p["metadata"]["name"] for p in live if is_member(p)}
-        assigned = set(published.assignment.active) if published is not None else set()
-        all_assigned = bool(members_now) and members_now <= assigned
-        ready = (
-            desired_replicas > 0
-            and ready_count >= desired_replicas
-            and len(live) == desired_replicas
-            and all_assigned
-        )
-        counted = f"{ready_count}/{desired_replicas} pods ready"
-        if app.spec.suspend:
-            ready_cond = self.cond("Ready", False, "Suspended", "spec.suspend is true: no pods run")
-        elif ready:
-            ready_cond = self.cond("Ready", True, "AllReplicasReady", counted)
-        else:
-            waiting = "" if all_assigned or not members_now else "; waiting for the pods' layout"
-            ready_cond = self.cond("Ready", False, "ReplicasNotReady", counted + waiting)
-        if rollout_reason:
-            progressing = self.cond("Progressing", True, rollout_reason, rollout_message)
-        elif len(live) != desired_replicas:
-            progressing = self.cond(
-                "Progressing", True, "Scaling", f"{len(live)} pods, {desired_replicas} wanted"
-            )
-        elif not ready and not app.spec.suspend:
-            progressing = self.cond(
-                "Progressing", True, "Starting", "pods wait for an assignment or restore state"
-            )
-        else:
-            progressing = self.cond("Progressing", False, "Complete", "every pod is current")
-        looping = crash_looping(live)
-        if off_node:
-            degraded = self.cond(
-                "Degraded",
-                True,
-                "LogSharedAcrossNodes",
-                f"pods {', '.join(off_node)} run off the log's node "
-                f"{self.old_status.get('logNode') or '?'}: the embedded sqlite log cannot be "
-                "shared across nodes (use a kafka:// log to spread pods)",
-            )
-        elif looping:
-            degraded = self.cond(
-                "Degraded",
-                True,
-                "CrashLoopBackOff",
-                f"containers keep crashing in {', '.join(looping)}; see their logs",
-            )
-            if _condition_changed(self.old_conditions, degraded):
-                self.events.append(Event("Warning", "CrashLoopBackOff", degraded["message"]))
-        elif upgrade is not None and upgrade.degraded is not None:
-            degraded = self.cond("Degraded", True, *upgrade.degraded)
-            if _condition_changed(self.old_conditions, degraded):
-                self.events.append(Event("Warning", degraded["reason"], degraded["message"]))
-        else:
-            degraded = self.cond("Degraded", False, "AsExpected", "")
-        if app.spec.suspend:
-            phase = "Suspended"
-        elif looping or off_node:
-            phase = "Degraded"
-        elif ready and not rollout_reason:
-            phase = "Running"
-        elif live or desired_replicas:
-            phase = "Progressing"
-        else:
-            phase = "Pending"
-        result = [ready_cond, progressing, degraded]
-        if upgrade is not None:
-            upgrading, reason, message = upgrade.upgrading
-            result.append(self.cond("Upgrading", upgrading, reason, message))
-            if upgrading:
-                phase = "Progressing"
-            elif upgrade.degraded is not None and phase == "Running":
-                phase = "Degraded"
-        return result, phase
 
 
 def _owned_by_app(pod: Obj, name: str) -> bool:
@@ -506,12 +372,3 @@ def _applied_app(manifest: str | None) -> StreamApp | None:
         return parse_manifest(yaml.safe_load(manifest), source="the applied ConfigMap")
     except (ManifestError, yaml.YAMLError):
         return None
-
-
-def _condition_changed(previous: Sequence[Obj], new: Obj) -> bool:
-    before = next((c for c in previous if c.get("type") == new["type"]), None)
-    return (
-        before is None
-        or before.get("status") != new["status"]
-        or (before.get("reason") != new["reason"])
-    )

@@ -27,7 +27,7 @@ from typing import Any
 from eddyline_operator.reconcile import names
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport
 from eddyline_runtime.restore.job_result import JobResult, JobState
-from eddyline_runtime.spec import GROUP, RestoreWhen, StreamApp
+from eddyline_runtime.spec import GROUP, RestoreJobStatus, RestoreWhen, StreamApp
 
 Obj = dict[str, Any]
 
@@ -417,7 +417,7 @@ class RestorePlan:
     """What the restore part of a cycle wants: Jobs to create, status, condition, events."""
 
     create: list[Obj] = field(default_factory=list)
-    jobs: list[Obj] = field(default_factory=list)  # status.restoreJobs
+    jobs: list[RestoreJobStatus] = field(default_factory=list)  # status.restoreJobs
     condition: tuple[bool, str, str] | None = None  # Restoring: (status, reason, message)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
@@ -430,7 +430,7 @@ def plan_restores(
     reports: Mapping[str, MemberReport],
     jobs: Sequence[Obj],
     job_pods: Sequence[Obj],
-    previous: Sequence[Obj],
+    previous: Sequence[RestoreJobStatus],
     image: str,
     log_node: str | None,
     embedded_log: bool,
@@ -449,24 +449,23 @@ def plan_restores(
     if not enabled(app) and not jobs:
         return result
     outcomes = [observe_job(j, job_pods) for j in jobs]
-    before = {str(entry.get("name")): entry for entry in previous}
-    recorded: dict[str, Obj] = {}
-    for entry in previous:
-        recorded[str(entry.get("name"))] = dict(entry)
+    before = {entry.name: entry for entry in previous}
+    recorded = dict(before)
     for seen in outcomes:
         old = before.get(seen.name)
-        entry = {
-            "name": seen.name,
-            "store": seen.store,
-            "partitions": list(seen.partitions),
-            "state": seen.state,
-            "message": seen.message,
-            "startedAt": seen.started or (old or {}).get("startedAt") or now,
-        }
-        changed = old is None or old.get("state") != seen.state
+        changed = old is None or old.state != seen.state
+        finished = None
         if seen.state != "Running":
-            entry["finishedAt"] = now if changed else (old or {}).get("finishedAt", now)
-        recorded[seen.name] = entry
+            finished = now if changed or old is None else (old.finished_at or now)
+        recorded[seen.name] = RestoreJobStatus(
+            name=seen.name,
+            store=seen.store,
+            partitions=list(seen.partitions),
+            state=seen.state,
+            message=seen.message,
+            startedAt=seen.started or (old.started_at if old is not None else None) or now,
+            finishedAt=finished,
+        )
         if changed:
             if seen.state == "Succeeded":
                 result.events.append(("Normal", "RestoreSucceeded", seen.message))
@@ -475,21 +474,20 @@ def plan_restores(
     running_stores = {o.store for o in outcomes if o.state == "Running"}
     attempts: dict[str, int] = {}
     for entry in recorded.values():
-        attempts[str(entry.get("store"))] = attempts.get(str(entry.get("store")), 0) + 1
+        attempts[entry.store] = attempts.get(entry.store, 0) + 1
     for store, partitions in pending_partitions(app, reports).items():
         if store in running_stores:
             continue
         # Right after a Job for these partitions finished, pods may still report them for a
         # moment (they poll for its manifests or its verdict): no second Job that soon.
         latest = sorted(
-            (e for e in recorded.values() if e.get("store") == store),
-            key=lambda e: str(e.get("startedAt")),
+            (e for e in recorded.values() if e.store == store), key=lambda e: str(e.started_at)
         )
         if (
             latest
-            and set(partitions) <= set(latest[-1].get("partitions") or ())
-            and latest[-1].get("state") in ("Succeeded", "Failed")
-            and _seconds_between(latest[-1].get("finishedAt"), now) < RELAUNCH_AFTER_SECONDS
+            and set(partitions) <= set(latest[-1].partitions)
+            and latest[-1].state in ("Succeeded", "Failed")
+            and _seconds_between(latest[-1].finished_at, now) < RELAUNCH_AFTER_SECONDS
         ):
             continue
         attempt = attempts.get(store, 0) + 1
@@ -513,29 +511,30 @@ def plan_restores(
             f"Job {name} building store {store} partitions "
             f"{','.join(map(str, partitions))} ({app.spec.restore.master})"
         )
-        recorded[name] = {
-            "name": name,
-            "store": store,
-            "partitions": list(partitions),
-            "state": "Running",
-            "message": message,
-            "startedAt": now,
-        }
+        recorded[name] = RestoreJobStatus(
+            name=name,
+            store=store,
+            partitions=list(partitions),
+            state="Running",
+            message=message,
+            startedAt=now,
+        )
         running_stores.add(store)
         result.events.append(("Normal", "RestoreStarted", message))
     # The newest few, so status stays small.
-    result.jobs = sorted(recorded.values(), key=lambda e: (str(e.get("startedAt")), e["name"]))[
-        -_KEEP_JOBS:
-    ]
+    result.jobs = sorted(recorded.values(), key=lambda e: (str(e.started_at), e.name))[-_KEEP_JOBS:]
     result.condition = _restoring(app, reports, result.jobs, now)
     return result
 
 
 def _restoring(
-    app: StreamApp, reports: Mapping[str, MemberReport], jobs: Sequence[Obj], now: str
+    app: StreamApp,
+    reports: Mapping[str, MemberReport],
+    jobs: Sequence[RestoreJobStatus],
+    now: str,
 ) -> tuple[bool, str, str]:
     """The Restoring condition: (status, reason, message)."""
-    running = [e for e in jobs if e.get("state") == "Running"]
+    running = [e for e in jobs if e.state == "Running"]
     if running:
         # Progress as the pods see it: how many store partitions still wait, and how many
         # changelog records a replay of them would read.
@@ -543,9 +542,9 @@ def _restoring(
         records = sum(waiting.values())
         parts = []
         for entry in running:
-            elapsed = _seconds_between(entry.get("startedAt"), now)
+            elapsed = _seconds_between(entry.started_at, now)
             took = f", {elapsed:.0f} s so far" if elapsed != float("inf") else ""
-            parts.append(f"{entry['message']}{took}")
+            parts.append(f"{entry.message}{took}")
         return (
             True,
             "BuildRunning",
@@ -554,8 +553,8 @@ def _restoring(
         )
     if jobs:
         last = jobs[-1]
-        reason = "BuildSucceeded" if last.get("state") == "Succeeded" else "BuildFailed"
-        return (False, reason, str(last.get("message")))
+        reason = "BuildSucceeded" if last.state == "Succeeded" else "BuildFailed"
+        return (False, reason, last.message)
     return (False, "NoBuild", "no store waits for a Spark build")
 
 

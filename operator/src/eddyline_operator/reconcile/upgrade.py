@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import (
     TaskLayout,
     container_status,
@@ -56,7 +57,15 @@ from eddyline_operator.reconcile.status import is_deleting
 from eddyline_runtime.assignor import Assignment, assign
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.partitions import TaskId
-from eddyline_runtime.spec import StreamApp
+from eddyline_runtime.spec import (
+    LastUpgrade,
+    StreamApp,
+    StreamAppStatus,
+    TopologyRecord,
+    UpgradeFailure,
+    UpgradeStatus,
+    UpgradeStepRecord,
+)
 
 Obj = dict[str, Any]
 
@@ -67,36 +76,12 @@ STEPS = (STOPPING, PUBLISHING, STARTING)
 _SIGNAL_EXIT_CODES = 128
 
 
-@dataclass(frozen=True)
-class Topology:
-    """A topology as recorded in status: ref, revision and (once pods run it) its hash."""
-
-    ref: str
-    revision: str
-    hash: str | None = None
-
-    def same_spec(self, other: Topology) -> bool:
-        return self.ref == other.ref and self.revision == other.revision
-
-    def to_json(self) -> Obj:
-        return {"ref": self.ref, "revision": self.revision, "hash": self.hash}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Topology | None:
-        if not isinstance(data, Mapping) or not data.get("ref") or not data.get("revision"):
-            return None
-        found = data.get("hash")
-        return cls(str(data["ref"]), str(data["revision"]), None if found is None else str(found))
-
-    def __str__(self) -> str:
-        return f"{self.ref}@{self.revision}"
+# A topology as status records it: ref, revision and (once pods run it) its hash.
+Topology = TopologyRecord
 
 
-@dataclass(frozen=True)
-class Event:
-    type: str
-    reason: str
-    message: str
+def topology(ref: str, revision: str, hash_: str | None = None) -> Topology:
+    return TopologyRecord(ref=ref, revision=revision, hash=hash_)
 
 
 @dataclass(frozen=True)
@@ -104,7 +89,7 @@ class UpgradeInput:
     """What one cycle observed, as far as upgrades care."""
 
     app: StreamApp
-    status: Obj  # the StreamApp's status before this cycle
+    status: StreamAppStatus  # the StreamApp's status before this cycle
     pods: Sequence[Obj]  # the app's pods, terminating ones included
     reports: Mapping[str, MemberReport]
     membership: Membership | None  # as published (the membership ConfigMap)
@@ -119,9 +104,9 @@ class Decision:
 
     render: Topology  # the topology the owned objects are rendered from
     replicas: int | None  # StatefulSet replicas; None: the spec's
-    upgrade: Obj | None  # status.upgrade (None: no upgrade under way)
+    upgrade: UpgradeStatus | None  # status.upgrade (None: no upgrade under way)
     topology: Topology  # status.topology
-    last_upgrade: Obj | None
+    last_upgrade: LastUpgrade | None
     failed_topology: Topology | None
     write_ahead: bool = False  # a new step: write status before acting
     membership: Membership | None = None  # to publish instead of the usual one
@@ -137,40 +122,40 @@ class Decision:
 
 
 def spec_topology(app: StreamApp) -> Topology:
-    return Topology(app.spec.topology.ref, app.spec.topology.revision)
+    return topology(app.spec.topology.ref, app.spec.topology.revision)
 
 
 def decide(observed: UpgradeInput) -> Decision:
     """The upgrade's next step; see the module docstring."""
     status = observed.status
     wanted = spec_topology(observed.app)
-    running = Topology.from_json(status.get("topology")) or observed.applied or wanted
-    failed = Topology.from_json(status.get("failedTopology"))
+    running = status.topology or observed.applied or wanted
+    failed = status.failed_topology
     if failed is not None and not failed.same_spec(wanted):
         failed = None  # the user changed spec.topology: the new one may be tried
-    record = status.get("upgrade")
+    record = status.upgrade
     base = Decision(
         render=running,
         replicas=None,
         upgrade=None,
         topology=running,
-        last_upgrade=status.get("lastUpgrade"),
+        last_upgrade=status.last_upgrade,
         failed_topology=failed,
     )
-    if isinstance(record, Mapping) and record.get("step") in STEPS:
-        return _continue(observed, base, dict(record))
+    if record is not None and record.step in STEPS:
+        return _continue(observed, base, record)
     live_reports = _member_reports(observed)
     hashes = {r.topology_hash for r in live_reports.values()}
     if running.same_spec(wanted) or (failed is not None and failed.same_spec(wanted)):
         if running.hash is not None and hashes - {running.hash}:
             # Same ref and revision, other code (a new image): the pods that run it must not
             # mix with the others. The same full-cluster upgrade, without a way back.
-            target = Topology(running.ref, running.revision)
+            target = topology(running.ref, running.revision)
             return _begin(observed, base, running, target, "TopologyChanged")
         if running.hash is None and len(hashes) == 1:
-            base.topology = Topology(running.ref, running.revision, next(iter(hashes)))
+            base.topology = topology(running.ref, running.revision, next(iter(hashes)))
         if failed is not None:
-            base.degraded = _rolled_back_message(status.get("lastUpgrade"), failed)
+            base.degraded = _rolled_back_message(status.last_upgrade, failed)
         return base
     return _begin(observed, base, running, wanted, "RevisionChanged")
 
@@ -179,14 +164,17 @@ def _begin(
     observed: UpgradeInput, base: Decision, source: Topology, target: Topology, why: str
 ) -> Decision:
     """Record the intent (Stopping) with where every store's state is now."""
-    record = {
-        "from": source.to_json(),
-        "to": target.to_json(),
-        "step": STOPPING,
-        "steps": [{"step": STOPPING, "startedAt": observed.now}],
-        "placement": _placement(observed),
-        "rollback": None,
-    }
+    # "from" is a Python keyword: the record is validated from its aliases.
+    record = UpgradeStatus.model_validate(
+        {
+            "from": source,
+            "to": target,
+            "step": STOPPING,
+            "steps": [UpgradeStepRecord(step=STOPPING, startedAt=observed.now)],
+            "placement": _placement(observed),
+            "rollback": None,
+        }
+    )
     base.events.append(
         Event(
             "Normal",
@@ -197,9 +185,9 @@ def _begin(
     return _act(observed, base, record, write_ahead=True)
 
 
-def _continue(observed: UpgradeInput, base: Decision, record: Obj) -> Decision:
-    step = record["step"]
-    target = Topology.from_json(record.get("to")) or base.topology
+def _continue(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> Decision:
+    step = record.step
+    target = record.to_topology
     if step == STOPPING and not observed.pods:
         return _advance(
             observed, base, record, PUBLISHING, f"every pod is gone; publishing {target}"
@@ -209,32 +197,27 @@ def _continue(observed: UpgradeInput, base: Decision, record: Obj) -> Decision:
     if step == STARTING:
         if _started(observed, target):
             return _finish(observed, base, record)
-        failure = None if record.get("rollback") else _failure(observed, record)
+        failure = None if record.rollback else _failure(observed, record)
         if failure is not None:
             return _roll_back(observed, base, record, failure)
     return _act(observed, base, record, write_ahead=False)
 
 
 def _advance(
-    observed: UpgradeInput, base: Decision, record: Obj, step: str, message: str
+    observed: UpgradeInput, base: Decision, record: UpgradeStatus, step: str, message: str
 ) -> Decision:
-    record = {
-        **record,
-        "step": step,
-        "steps": [
-            *record.get("steps", []),
-            {"step": _step_name(record, step), "startedAt": observed.now},
-        ],
-    }
+    entered = UpgradeStepRecord(step=_step_name(record, step), startedAt=observed.now)
+    record = record.model_copy(update={"step": step, "steps": [*record.steps, entered]})
     base.events.append(Event("Normal", f"Upgrade{_step_name(record, step)}", message))
     return _act(observed, base, record, write_ahead=True)
 
 
-def _act(observed: UpgradeInput, base: Decision, record: Obj, *, write_ahead: bool) -> Decision:
+def _act(
+    observed: UpgradeInput, base: Decision, record: UpgradeStatus, *, write_ahead: bool
+) -> Decision:
     """What the step does while it lasts (every cycle, and again after a restart)."""
-    step = record["step"]
-    source = Topology.from_json(record.get("from")) or base.topology
-    target = Topology.from_json(record.get("to")) or base.topology
+    step = record.step
+    source, target = record.from_topology, record.to_topology
     base.upgrade, base.write_ahead = record, write_ahead
     base.hold_membership = True
     if step == STOPPING:
@@ -252,32 +235,32 @@ def _act(observed: UpgradeInput, base: Decision, record: Obj, *, write_ahead: bo
         base.membership = _first_assignment(observed, record)
         base.hold_membership = not _assigned(observed)
         waiting = _starting_message(observed)
-    verb = "rolling back" if record.get("rollback") else "upgrading"
+    verb = "rolling back" if record.rollback else "upgrading"
     name = _step_name(record, step)
     base.upgrading = (True, name, f"{verb} {source} -> {target}: {name}; {waiting}")
-    if record.get("rollback"):
-        failure = record["rollback"]
-        base.degraded = ("UpgradeRollingBack", _failure_text(target, source, failure))
+    if record.rollback is not None:
+        base.degraded = ("UpgradeRollingBack", _failure_text(target, source, record.rollback))
     return base
 
 
-def _finish(observed: UpgradeInput, base: Decision, record: Obj) -> Decision:
-    source = Topology.from_json(record.get("from")) or base.topology
-    target = Topology.from_json(record.get("to")) or base.topology
+def _finish(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> Decision:
+    source, target = record.from_topology, record.to_topology
     hashes = {r.topology_hash for r in _member_reports(observed).values()}
-    ran = Topology(target.ref, target.revision, next(iter(hashes)) if len(hashes) == 1 else None)
-    rollback = record.get("rollback")
+    ran = topology(target.ref, target.revision, next(iter(hashes)) if len(hashes) == 1 else None)
+    rollback = record.rollback
     outcome = "RolledBack" if rollback else "Succeeded"
     base.topology = base.render = ran
     base.upgrade, base.write_ahead = None, True
-    base.last_upgrade = {
-        "from": source.to_json(),
-        "to": ran.to_json(),
-        "outcome": outcome,
-        "steps": record.get("steps", []),
-        "finishedAt": observed.now,
-        "rollback": rollback,
-    }
+    base.last_upgrade = LastUpgrade.model_validate(
+        {
+            "from": source,
+            "to": ran,
+            "outcome": outcome,
+            "steps": record.steps,
+            "finishedAt": observed.now,
+            "rollback": rollback,
+        }
+    )
     if rollback:
         base.failed_topology = source
         base.degraded = _rolled_back_message(base.last_upgrade, source)
@@ -295,30 +278,30 @@ def _finish(observed: UpgradeInput, base: Decision, record: Obj) -> Decision:
     return base
 
 
-def _roll_back(observed: UpgradeInput, base: Decision, record: Obj, failure: Obj) -> Decision:
-    source = Topology.from_json(record.get("from")) or base.topology
-    target = Topology.from_json(record.get("to")) or base.topology
-    swapped = {
-        **record,
-        "from": target.to_json(),
-        "to": source.to_json(),
-        "step": STOPPING,
-        "rollback": failure,
-    }
-    swapped["steps"] = [
-        *record.get("steps", []),
-        {"step": _step_name(swapped, STOPPING), "startedAt": observed.now},
-    ]
+def _roll_back(
+    observed: UpgradeInput, base: Decision, record: UpgradeStatus, failure: UpgradeFailure
+) -> Decision:
+    source, target = record.from_topology, record.to_topology
+    swapped = record.model_copy(
+        update={
+            "from_topology": target,
+            "to_topology": source,
+            "step": STOPPING,
+            "rollback": failure,
+        }
+    )
+    entered = UpgradeStepRecord(step=_step_name(swapped, STOPPING), startedAt=observed.now)
+    swapped = swapped.model_copy(update={"steps": [*record.steps, entered]})
     base.failed_topology = target
     base.events.append(Event("Warning", "UpgradeFailed", _failure_text(target, source, failure)))
     return _act(observed, base, swapped, write_ahead=True)
 
 
-def _step_name(record: Obj, step: str) -> str:
-    return f"RollBack{step}" if record.get("rollback") else step
+def _step_name(record: UpgradeStatus, step: str) -> str:
+    return f"RollBack{step}" if record.rollback else step
 
 
-def _failure(observed: UpgradeInput, record: Obj) -> Obj | None:
+def _failure(observed: UpgradeInput, record: UpgradeStatus) -> UpgradeFailure | None:
     """Why the new revision failed: a container that exited with an error on its own (the
     runtime refusing to start says why in its termination message), or the deadline."""
     for pod in sorted(observed.pods, key=lambda p: str(p["metadata"]["name"])):
@@ -327,48 +310,41 @@ def _failure(observed: UpgradeInput, record: Obj) -> Obj | None:
             ended = (container.get(key) or {}).get("terminated") or {}
             code = int(ended.get("exitCode") or 0)
             if 0 < code < _SIGNAL_EXIT_CODES:
-                return {
-                    "reason": "PodFailed",
-                    "pod": pod["metadata"]["name"],
-                    "message": str(ended.get("message") or f"exit code {code}").strip(),
-                }
-    started = next(
-        (s["startedAt"] for s in reversed(record.get("steps", [])) if s["step"] == STARTING),
-        None,
-    )
+                return UpgradeFailure(
+                    reason="PodFailed",
+                    pod=pod["metadata"]["name"],
+                    message=str(ended.get("message") or f"exit code {code}").strip(),
+                )
+    started = next((s.started_at for s in reversed(record.steps) if s.step == STARTING), None)
     deadline = observed.app.spec.topology.upgrade_deadline_seconds
     if started is not None and _seconds_between(started, observed.now) > deadline:
         waiting = sorted(p["metadata"]["name"] for p in observed.pods if not is_ready(p)) or [
             "(pods missing)"
         ]
-        return {
-            "reason": "DeadlineExceeded",
-            "pod": waiting[0],
-            "message": f"pods {', '.join(waiting)} not ready within upgradeDeadlineSeconds "
+        return UpgradeFailure(
+            reason="DeadlineExceeded",
+            pod=waiting[0],
+            message=f"pods {', '.join(waiting)} not ready within upgradeDeadlineSeconds "
             f"({deadline} s)",
-        }
+        )
     return None
 
 
-def _failure_text(failed: Topology, back_to: Topology, failure: Any) -> str:
-    failure = failure if isinstance(failure, Mapping) else {}
-    pod = failure.get("pod")
-    where = f" (pod {pod})" if pod else ""
+def _failure_text(failed: Topology, back_to: Topology, failure: UpgradeFailure) -> str:
+    where = f" (pod {failure.pod})" if failure.pod else ""
     return (
-        f"topology {failed} failed{where}: {failure.get('reason', '?')}: "
-        f"{failure.get('message', '')}; rolling back to {back_to}"
+        f"topology {failed} failed{where}: {failure.reason}: {failure.message}; "
+        f"rolling back to {back_to}"
     )
 
 
-def _rolled_back_message(last: Any, failed: Topology) -> tuple[str, str]:
-    failure = (last or {}).get("rollback") if isinstance(last, Mapping) else None
-    failure = failure if isinstance(failure, Mapping) else {}
-    pod = failure.get("pod")
-    where = f" in pod {pod}" if pod else ""
+def _rolled_back_message(last: LastUpgrade | None, failed: Topology) -> tuple[str, str]:
+    failure = (last.rollback if last is not None else None) or UpgradeFailure(reason="?")
+    where = f" in pod {failure.pod}" if failure.pod else ""
     return (
         "UpgradeRolledBack",
-        f"topology {failed} was rolled back ({failure.get('reason', '?')}{where}: "
-        f"{failure.get('message', '')}); change spec.topology to try again",
+        f"topology {failed} was rolled back ({failure.reason}{where}: "
+        f"{failure.message}); change spec.topology to try again",
     )
 
 
@@ -411,7 +387,7 @@ def _assigned(observed: UpgradeInput) -> bool:
     )
 
 
-def _first_assignment(observed: UpgradeInput, record: Obj) -> Membership | None:
+def _first_assignment(observed: UpgradeInput, record: UpgradeStatus) -> Membership | None:
     """Once every pod of the new revision is a member and reported: tasks where their state
     is (the placement recorded at Stopping, translated by store name to the new ordinals)."""
     reports = _member_reports(observed)
@@ -427,7 +403,7 @@ def _first_assignment(observed: UpgradeInput, record: Obj) -> Membership | None:
     owners: dict[str, int] = {}
     for report in reports.values():
         owners.update(report.store_owners)
-    previous = translate_placement(record.get("placement") or {}, owners, {m.id for m in current})
+    previous = translate_placement(record.placement, owners, {m.id for m in current})
     requested = observed.app.streams_config().num_standby_replicas
     assignment = assign(
         layout.tasks,

@@ -1,0 +1,182 @@
+"""The app's conditions per the Kubernetes API conventions, and the phase they add up to.
+
+Conditions carry type, status, reason, message, lastTransitionTime and observedGeneration;
+a condition's lastTransitionTime changes only when its status does. The phase is the
+one-word summary ``kubectl get sapp`` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from eddyline_operator.reconcile.events import Event
+from eddyline_operator.reconcile.membership import is_member
+from eddyline_operator.reconcile.status import RolloutStep, crash_looping
+from eddyline_operator.reconcile.upgrade import Decision
+from eddyline_runtime.membership import Membership
+from eddyline_runtime.spec import Condition, ConditionStatus, Phase, StreamApp
+
+Obj = dict[str, Any]
+
+
+class Conditions:
+    """Makes this cycle's conditions from the previous ones (their transition times)."""
+
+    def __init__(self, previous: Sequence[Condition], *, now: str, generation: int | None) -> None:
+        self.previous = {c.type: c for c in previous}
+        self.now = now
+        self.generation = generation
+
+    def make(self, type_: str, status: bool, reason: str, message: str) -> Condition:
+        """A condition; it keeps the previous lastTransitionTime while its status is the same."""
+        value = ConditionStatus.TRUE if status else ConditionStatus.FALSE
+        before = self.previous.get(type_)
+        changed_at = self.now
+        if before is not None and before.status == value and before.last_transition_time:
+            changed_at = before.last_transition_time
+        return Condition(
+            type=type_,
+            status=value,
+            reason=reason,
+            message=message,
+            lastTransitionTime=changed_at,
+            observedGeneration=self.generation,
+        )
+
+    def changed(self, new: Condition) -> bool:
+        """Whether ``new`` differs from the previous condition of its type in status or reason
+        (what warrants an event)."""
+        before = self.previous.get(new.type)
+        return before is None or before.status != new.status or before.reason != new.reason
+
+
+@dataclass(frozen=True)
+class PodCounts:
+    """The app's pods as the conditions see them."""
+
+    live: Sequence[Obj]  # not terminating
+    ready: int
+
+
+@dataclass
+class Summary:
+    conditions: list[Condition]
+    phase: Phase
+    events: list[Event] = field(default_factory=list)
+
+
+def summarize(
+    conditions: Conditions,
+    app: StreamApp,
+    pods: PodCounts,
+    *,
+    desired_replicas: int,
+    published: Membership | None,
+    step: RolloutStep,
+    off_node: Sequence[str],
+    log_node: str | None,
+    upgrade: Decision,
+) -> Summary:
+    """Ready, Progressing, Degraded and Upgrading, and the phase they add up to; read top to
+    bottom."""
+    live, ready_count = pods.live, pods.ready
+    events: list[Event] = []
+    members_now = {str(p["metadata"]["name"]) for p in live if is_member(p)}
+    assigned = set(published.assignment.active) if published is not None else set()
+    all_assigned = bool(members_now) and members_now <= assigned
+    ready = (
+        desired_replicas > 0
+        and ready_count >= desired_replicas
+        and len(live) == desired_replicas
+        and all_assigned
+    )
+    counted = f"{ready_count}/{desired_replicas} pods ready"
+    if app.spec.suspend:
+        ready_cond = conditions.make(
+            "Ready", False, "Suspended", "spec.suspend is true: no pods run"
+        )
+    elif ready:
+        ready_cond = conditions.make("Ready", True, "AllReplicasReady", counted)
+    else:
+        waiting = "" if all_assigned or not members_now else "; waiting for the pods' layout"
+        ready_cond = conditions.make("Ready", False, "ReplicasNotReady", counted + waiting)
+    if step.reason:
+        progressing = conditions.make("Progressing", True, step.reason, step.message)
+    elif len(live) != desired_replicas:
+        progressing = conditions.make(
+            "Progressing", True, "Scaling", f"{len(live)} pods, {desired_replicas} wanted"
+        )
+    elif not ready and not app.spec.suspend:
+        progressing = conditions.make(
+            "Progressing", True, "Starting", "pods wait for an assignment or restore state"
+        )
+    else:
+        progressing = conditions.make("Progressing", False, "Complete", "every pod is current")
+    looping = crash_looping(live)
+    degraded = _degraded(
+        conditions, looping, off_node=off_node, log_node=log_node, upgrade=upgrade, events=events
+    )
+    if app.spec.suspend:
+        phase = Phase.SUSPENDED
+    elif looping or off_node:
+        phase = Phase.DEGRADED
+    elif ready and not step.reason:
+        phase = Phase.RUNNING
+    elif live or desired_replicas:
+        phase = Phase.PROGRESSING
+    else:
+        phase = Phase.PENDING
+    upgrading, reason, message = upgrade.upgrading
+    if upgrading:
+        phase = Phase.PROGRESSING
+    elif upgrade.degraded is not None and phase is Phase.RUNNING:
+        phase = Phase.DEGRADED
+    return Summary(
+        [
+            ready_cond,
+            progressing,
+            degraded,
+            conditions.make("Upgrading", upgrading, reason, message),
+        ],
+        phase,
+        events,
+    )
+
+
+def _degraded(
+    conditions: Conditions,
+    looping: Sequence[str],
+    *,
+    off_node: Sequence[str],
+    log_node: str | None,
+    upgrade: Decision,
+    events: list[Event],
+) -> Condition:
+    """Degraded: the first of the log shared across nodes, crash loops, a failed upgrade."""
+    if off_node:
+        degraded = conditions.make(
+            "Degraded",
+            True,
+            "LogSharedAcrossNodes",
+            f"pods {', '.join(off_node)} run off the log's node {log_node or '?'}: the "
+            "embedded sqlite log cannot be shared across nodes (use a kafka:// log to spread "
+            "pods)",
+        )
+    elif looping:
+        degraded = conditions.make(
+            "Degraded",
+            True,
+            "CrashLoopBackOff",
+            f"containers keep crashing in {', '.join(looping)}; see their logs",
+        )
+        if conditions.changed(degraded):
+            events.append(Event("Warning", "CrashLoopBackOff", degraded.message))
+    elif upgrade.degraded is not None:
+        degraded = conditions.make("Degraded", True, *upgrade.degraded)
+        if conditions.changed(degraded):
+            events.append(Event("Warning", degraded.reason, degraded.message))
+    else:
+        degraded = conditions.make("Degraded", False, "AsExpected", "")
+    return degraded
