@@ -81,3 +81,8 @@ def pod(
 
 def three_zones() -> list[Obj]:
     return [node("node-0", "zone-a"), node("node-1", "zone-b"), node("node-2", "zone-c")]
+
+
+def stateful_set(objects: list[Obj]) -> Obj:
+    """The StatefulSet among a plan's objects, found by kind (the order is the apply order)."""
+    return next(o for o in objects if o["kind"] == "StatefulSet")

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from k8s_objects import body, node, pod, three_zones
+from k8s_objects import body, node, pod, stateful_set, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.membership import is_member, members
@@ -54,7 +54,7 @@ def condition(result: Plan, type_: str) -> Obj:
 
 
 def current_hash(app: Obj, nodes: list[Obj]) -> str:
-    template = run(app, [], nodes).objects[-1]["spec"]["template"]
+    template = stateful_set(run(app, [], nodes).objects)["spec"]["template"]
     return str(template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH])
 
 
@@ -289,7 +289,7 @@ def test_suspend_scales_to_zero_and_restarts_nothing(nodes: list[Obj]) -> None:
     pods, membership = settled(body(), nodes)
     app["spec"]["image"] = "example/wordcount:2"
     result = run(app, pods, nodes, reports=reports(), membership=membership)
-    assert result.objects[-1]["spec"]["replicas"] == 0
+    assert stateful_set(result.objects)["spec"]["replicas"] == 0
     assert result.delete_pods == []
     assert result.status.phase == "Suspended"
     assert condition(result, "Ready")["reason"] == "Suspended"

@@ -6,7 +6,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from k8s_objects import body, three_zones
+from k8s_objects import body, stateful_set, three_zones
 
 from eddyline_operator.reconcile import restore_job
 from eddyline_operator.reconcile.plan import Observed, Plan, parse_app, plan
@@ -105,7 +105,7 @@ def test_with_restore_pods_mount_the_build_claim_and_wait_for_builds() -> None:
     assert "restore.build.dir=/var/lib/eddyline/restore\n" in config
     assert "restore.wait.lag.above=1000\n" in config
     assert "restore.wait.ms=600000\n" in config
-    template = result.objects[-1]["spec"]["template"]["spec"]
+    template = stateful_set(result.objects)["spec"]["template"]["spec"]
     assert {"name": "restore", "mountPath": "/var/lib/eddyline/restore"} in template["containers"][
         0
     ]["volumeMounts"]

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 import pytest
-from k8s_objects import body, pod, three_zones
+from k8s_objects import body, pod, stateful_set, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
@@ -74,7 +74,7 @@ class Driver:
             return result
         config = next(o for o in result.objects if o["metadata"]["name"] == "wc-config")
         self.manifest = config["data"][names.MANIFEST_KEY]
-        template = result.objects[-1]["spec"]["template"]
+        template = stateful_set(result.objects)["spec"]["template"]
         self.template_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
         return result
 
@@ -139,7 +139,7 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
 
     stopping = driver.cycle()
     assert stopping.write_ahead and driver.step() == "Stopping"
-    assert stopping.objects[-1]["spec"]["replicas"] == 0
+    assert stateful_set(stopping.objects)["spec"]["replicas"] == 0
     assert "revision: '1'" in driver.manifest or 'revision: "1"' in str(driver.manifest)
     assert sorted(stopping.delete_pods) == ["wc-0", "wc-1", "wc-2"]
     assert [e.reason for e in stopping.events] == ["UpgradeStarted"]
@@ -157,13 +157,13 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     driver.pods = []
     publishing = driver.cycle()
     assert publishing.write_ahead and driver.step() == "Publishing"
-    assert publishing.objects[-1]["spec"]["replicas"] == 0
+    assert stateful_set(publishing.objects)["spec"]["replicas"] == 0
     assert "wordcount:topology_v2" in str(driver.manifest)
     assert driver.membership is not None and not driver.membership.assignment.tasks
 
     starting = driver.cycle()
     assert starting.write_ahead and driver.step() == "Starting"
-    assert starting.objects[-1]["spec"]["replicas"] == 3
+    assert stateful_set(starting.objects)["spec"]["replicas"] == 3
 
     driver.start_pods("2", count=1)
     assert driver.cycle().membership is None  # one pod alone would take every task
@@ -294,7 +294,7 @@ def test_a_change_of_replicas_is_a_scale_not_an_upgrade(driver: Driver) -> None:
     driver.app["spec"]["replicas"] = 5
     result = driver.cycle()
     assert driver.step() is None
-    assert result.objects[-1]["spec"]["replicas"] == 5
+    assert stateful_set(result.objects)["spec"]["replicas"] == 5
     assert condition(result, "Upgrading")["status"] == "False"
 
 
