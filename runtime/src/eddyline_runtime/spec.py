@@ -524,13 +524,19 @@ class Condition(_Strict):
     observed_generation: int | None = Field(default=None, alias="observedGeneration", ge=0)
 
 
+class RestoreJobState(enum.StrEnum):
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
 class RestoreJobStatus(_Strict):
     """A Spark restore Job the operator launched, as it last saw it."""
 
     name: str
     store: str
     partitions: list[int] = Field(default_factory=list)
-    state: str = Field(description="Running, Succeeded or Failed")
+    state: RestoreJobState
     message: str = ""
     started_at: str | None = Field(default=None, alias="startedAt")
     finished_at: str | None = Field(default=None, alias="finishedAt")
@@ -552,8 +558,21 @@ class TopologyRecord(_Strict):
         return f"{self.ref}@{self.revision}"
 
 
+class UpgradeStep(enum.StrEnum):
+    """The step of a full-cluster topology upgrade under way."""
+
+    STOPPING = "Stopping"
+    PUBLISHING = "Publishing"
+    STARTING = "Starting"
+
+
+class UpgradeOutcome(enum.StrEnum):
+    SUCCEEDED = "Succeeded"
+    ROLLED_BACK = "RolledBack"
+
+
 class UpgradeStepRecord(_Strict):
-    step: str
+    step: str = Field(description="a step, prefixed RollBack while rolling back")
     started_at: str = Field(alias="startedAt", json_schema_extra={"format": "date-time"})
 
 
@@ -571,7 +590,7 @@ class UpgradeStatus(_Strict):
 
     from_topology: TopologyRecord = Field(alias="from")
     to_topology: TopologyRecord = Field(alias="to")
-    step: str = Field(description="Stopping, Publishing or Starting")
+    step: UpgradeStep
     steps: list[UpgradeStepRecord] = Field(default_factory=list)
     placement: dict[str, dict[str, list[str]]] = Field(
         default_factory=dict,
@@ -584,7 +603,7 @@ class UpgradeStatus(_Strict):
 class LastUpgrade(_Strict):
     from_topology: TopologyRecord = Field(alias="from")
     to_topology: TopologyRecord = Field(alias="to")
-    outcome: str = Field(description="Succeeded or RolledBack")
+    outcome: UpgradeOutcome
     steps: list[UpgradeStepRecord] = Field(default_factory=list)
     finished_at: str = Field(alias="finishedAt", json_schema_extra={"format": "date-time"})
     rollback: UpgradeFailure | None = None

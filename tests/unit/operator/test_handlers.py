@@ -191,21 +191,15 @@ def test_a_memo_without_the_operator_names_the_startup_handler() -> None:
         handlers.reconcile_app(namespace="apps", name="wc", memo=kopf.Memo())
 
 
-def test_an_upgrade_that_ends_clears_status_upgrade_in_the_patch(
+def test_a_field_the_plan_empties_is_sent_as_null_to_clear_it(
     kube: MemoryKube, memo: kopf.Memo
 ) -> None:
     """Status is written whole: a field the plan leaves empty is sent as null, which a merge
-    patch needs to remove it (here the upgrade record of an upgrade long finished)."""
+    patch needs to remove it (here a rolled-back topology the spec no longer asks for)."""
     app = body()
-    app["status"] = {
-        "upgrade": {
-            "from": {"ref": "wordcount:topology", "revision": "0"},
-            "to": {"ref": "wordcount:topology", "revision": "1"},
-            "step": "Bogus",
-        }
-    }
+    app["status"] = {"failedTopology": {"ref": "wordcount:topology", "revision": "9"}}
     kube.put(app)
     handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
     (patch,) = kube.status_patches
-    assert "upgrade" in patch and patch["upgrade"] is None
+    assert "failedTopology" in patch and patch["failedTopology"] is None
     assert patch["phase"] == "Progressing"

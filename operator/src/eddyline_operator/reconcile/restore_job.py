@@ -27,7 +27,7 @@ from typing import Any
 from eddyline_operator.reconcile import names
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport
 from eddyline_runtime.restore.job_result import JobResult, JobState
-from eddyline_runtime.spec import GROUP, RestoreJobStatus, RestoreWhen, StreamApp
+from eddyline_runtime.spec import GROUP, RestoreJobState, RestoreJobStatus, RestoreWhen, StreamApp
 
 Obj = dict[str, Any]
 
@@ -347,7 +347,7 @@ class JobOutcome:
     name: str
     store: str
     partitions: tuple[int, ...]
-    state: str  # Running, Succeeded, Failed
+    state: RestoreJobState
     message: str
     started: str | None
 
@@ -377,30 +377,38 @@ def observe_job(job_obj: Obj, pods: Sequence[Obj]) -> JobOutcome:
     verdict = _verdict(mine)
     partitions = tuple(verdict.partitions) if verdict is not None else _partitions_of(job_obj)
 
-    def outcome(state: str, message: str) -> JobOutcome:
+    def outcome(state: RestoreJobState, message: str) -> JobOutcome:
         return JobOutcome(name, store, partitions, state, message, started)
 
     complete = (conditions.get("Complete") or {}).get("status") == "True"
     failed = (conditions.get("Failed") or {}).get("status") == "True"
     if failed:
         reason = verdict.message if verdict is not None else conditions["Failed"].get("message")
-        return outcome("Failed", f"Job {name} failed: {reason or 'no verdict (pod killed?)'}")
+        return outcome(
+            RestoreJobState.FAILED, f"Job {name} failed: {reason or 'no verdict (pod killed?)'}"
+        )
     if complete:
         if verdict is None:
-            return outcome("Failed", f"Job {name} completed without a verdict in its pod")
+            return outcome(
+                RestoreJobState.FAILED, f"Job {name} completed without a verdict in its pod"
+            )
         if verdict.state is not JobState.SUCCEEDED:
-            return outcome("Failed", f"Job {name}: {verdict.message}")
+            return outcome(RestoreJobState.FAILED, f"Job {name}: {verdict.message}")
         missing = sorted(set(verdict.partitions) - set(verdict.offsets))
         if missing:
-            return outcome("Failed", f"Job {name}: no manifest for partitions {missing}")
+            return outcome(
+                RestoreJobState.FAILED, f"Job {name}: no manifest for partitions {missing}"
+            )
         offsets = ", ".join(f"{p}@{o}" for p, o in sorted(verdict.offsets.items()))
         return outcome(
-            "Succeeded",
+            RestoreJobState.SUCCEEDED,
             f"Job {name} built store {store} (build {verdict.build_id}; partition@offset "
             f"{offsets}); pods ingest it and replay the tail",
         )
     phase = next((p.get("status", {}).get("phase") for p in mine), None) or "Pending"
-    return outcome("Running", f"Job {name} building store {store}: driver pod {phase}")
+    return outcome(
+        RestoreJobState.RUNNING, f"Job {name} building store {store}: driver pod {phase}"
+    )
 
 
 def _partitions_of(job_obj: Obj) -> tuple[int, ...]:
@@ -455,7 +463,7 @@ def plan_restores(
         old = before.get(seen.name)
         changed = old is None or old.state != seen.state
         finished = None
-        if seen.state != "Running":
+        if seen.state is not RestoreJobState.RUNNING:
             finished = now if changed or old is None else (old.finished_at or now)
         recorded[seen.name] = RestoreJobStatus(
             name=seen.name,
@@ -467,11 +475,11 @@ def plan_restores(
             finishedAt=finished,
         )
         if changed:
-            if seen.state == "Succeeded":
+            if seen.state is RestoreJobState.SUCCEEDED:
                 result.events.append(("Normal", "RestoreSucceeded", seen.message))
-            elif seen.state == "Failed":
+            elif seen.state is RestoreJobState.FAILED:
                 result.events.append(("Warning", "RestoreFailed", seen.message))
-    running_stores = {o.store for o in outcomes if o.state == "Running"}
+    running_stores = {o.store for o in outcomes if o.state is RestoreJobState.RUNNING}
     attempts: dict[str, int] = {}
     for entry in recorded.values():
         attempts[entry.store] = attempts.get(entry.store, 0) + 1
@@ -486,7 +494,7 @@ def plan_restores(
         if (
             latest
             and set(partitions) <= set(latest[-1].partitions)
-            and latest[-1].state in ("Succeeded", "Failed")
+            and latest[-1].state is not RestoreJobState.RUNNING
             and _seconds_between(latest[-1].finished_at, now) < RELAUNCH_AFTER_SECONDS
         ):
             continue
@@ -515,7 +523,7 @@ def plan_restores(
             name=name,
             store=store,
             partitions=list(partitions),
-            state="Running",
+            state=RestoreJobState.RUNNING,
             message=message,
             startedAt=now,
         )
@@ -534,7 +542,7 @@ def _restoring(
     now: str,
 ) -> tuple[bool, str, str]:
     """The Restoring condition: (status, reason, message)."""
-    running = [e for e in jobs if e.state == "Running"]
+    running = [e for e in jobs if e.state is RestoreJobState.RUNNING]
     if running:
         # Progress as the pods see it: how many store partitions still wait, and how many
         # changelog records a replay of them would read.
@@ -553,7 +561,7 @@ def _restoring(
         )
     if jobs:
         last = jobs[-1]
-        reason = "BuildSucceeded" if last.state == "Succeeded" else "BuildFailed"
+        reason = "BuildSucceeded" if last.state is RestoreJobState.SUCCEEDED else "BuildFailed"
         return (False, reason, last.message)
     return (False, "NoBuild", "no store waits for a Spark build")
 

@@ -1,8 +1,5 @@
-"""Status per the Kubernetes API conventions, and the rollout's next step.
-
-Conditions carry type, status, reason, message, lastTransitionTime and
-observedGeneration; a condition's lastTransitionTime changes only when its
-status does. The phase is the one-word summary ``kubectl get sapp`` prints.
+"""What the app's pods say (ordinals, hashes, revisions, crash loops, standby lag), and the
+rolling restart's next step. The conditions made from them are in :mod:`.conditions`.
 """
 
 from __future__ import annotations
@@ -22,34 +19,6 @@ Obj = dict[str, Any]
 # standby within this many changelog records of its end. Under steady input a standby is
 # never exactly at the end; a few commits' worth is what it replays after a promotion.
 ROLL_MAX_STANDBY_LAG = 1000
-
-
-def condition(
-    previous: Sequence[Obj],
-    *,
-    type: str,
-    status: bool,
-    reason: str,
-    message: str,
-    now: str,
-    generation: int | None,
-) -> Obj:
-    """A condition; it keeps the previous lastTransitionTime when its status is unchanged."""
-    value = "True" if status else "False"
-    before = next((c for c in previous if c.get("type") == type), None)
-    changed_at = now
-    if before is not None and before.get("status") == value and before.get("lastTransitionTime"):
-        changed_at = before["lastTransitionTime"]
-    result: Obj = {
-        "type": type,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": changed_at,
-    }
-    if generation is not None:
-        result["observedGeneration"] = generation
-    return result
 
 
 def ordinal(pod: Obj) -> int:

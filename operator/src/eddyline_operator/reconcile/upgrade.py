@@ -63,14 +63,15 @@ from eddyline_runtime.spec import (
     StreamAppStatus,
     TopologyRecord,
     UpgradeFailure,
+    UpgradeOutcome,
     UpgradeStatus,
+    UpgradeStep,
     UpgradeStepRecord,
 )
 
 Obj = dict[str, Any]
 
-STOPPING, PUBLISHING, STARTING = "Stopping", "Publishing", "Starting"
-STEPS = (STOPPING, PUBLISHING, STARTING)
+STOPPING, PUBLISHING, STARTING = UpgradeStep.STOPPING, UpgradeStep.PUBLISHING, UpgradeStep.STARTING
 # Exit codes above this are deaths by a signal (128 + n): a kill from outside, not the
 # runtime refusing to start, so they do not roll an upgrade back.
 _SIGNAL_EXIT_CODES = 128
@@ -142,7 +143,7 @@ def decide(observed: UpgradeInput) -> Decision:
         last_upgrade=status.last_upgrade,
         failed_topology=failed,
     )
-    if record is not None and record.step in STEPS:
+    if record is not None:
         return _continue(observed, base, record)
     live_reports = _member_reports(observed)
     hashes = {r.topology_hash for r in live_reports.values()}
@@ -204,7 +205,7 @@ def _continue(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> 
 
 
 def _advance(
-    observed: UpgradeInput, base: Decision, record: UpgradeStatus, step: str, message: str
+    observed: UpgradeInput, base: Decision, record: UpgradeStatus, step: UpgradeStep, message: str
 ) -> Decision:
     entered = UpgradeStepRecord(step=_step_name(record, step), startedAt=observed.now)
     record = record.model_copy(update={"step": step, "steps": [*record.steps, entered]})
@@ -248,7 +249,7 @@ def _finish(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> De
     hashes = {r.topology_hash for r in _member_reports(observed).values()}
     ran = topology(target.ref, target.revision, next(iter(hashes)) if len(hashes) == 1 else None)
     rollback = record.rollback
-    outcome = "RolledBack" if rollback else "Succeeded"
+    outcome = UpgradeOutcome.ROLLED_BACK if rollback else UpgradeOutcome.SUCCEEDED
     base.topology = base.render = ran
     base.upgrade, base.write_ahead = None, True
     base.last_upgrade = LastUpgrade.model_validate(
@@ -297,7 +298,7 @@ def _roll_back(
     return _act(observed, base, swapped, write_ahead=True)
 
 
-def _step_name(record: UpgradeStatus, step: str) -> str:
+def _step_name(record: UpgradeStatus, step: UpgradeStep) -> str:
     return f"RollBack{step}" if record.rollback else step
 
 
