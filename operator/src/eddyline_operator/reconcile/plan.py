@@ -168,7 +168,8 @@ class _Cycle:
         )
         self.owner = objects.owner_reference(name=self.name, uid=str(meta.get("uid", "")))
         self.events: list[Event] = []
-        self.notes: list[str] = []
+        self.notes: list[str] = []  # status.message, joined
+        self.capped: str | None = None  # the note on standbys capped by replicas, if any
         if unreadable:
             self.notes.append(f"status fields {', '.join(unreadable)} were unreadable; recomputed")
         self.pods = [p for p in observed.pods if _owned_by_app(p, self.name)]
@@ -219,10 +220,11 @@ class _Cycle:
             )
         effective = effective_standbys(requested, app.spec.replicas)
         if effective < requested:
-            self.notes.append(
+            self.capped = (
                 f"num.standby.replicas {requested} capped at {effective} (replicas - 1 = "
                 f"{app.spec.replicas - 1}): a standby needs another pod than its active copy"
             )
+            self.notes.append(self.capped)
         return membership
 
     def invalid(self, invalid: ManifestError, membership: Membership | None) -> Plan:
@@ -263,30 +265,19 @@ class _Cycle:
         """``requested`` is the spec as written; ``app`` the same with the topology that runs
         (or the upgrade step's): objects are rendered from ``app``."""
         spec, observed = app.spec, self.observed
-        embedded = objects.uses_embedded_log(app)
         pinned = log_node.pin(
-            embedded=embedded, previous=self.old_status.log_node, nodes=observed.nodes
+            embedded=objects.uses_embedded_log(app),
+            previous=self.old_status.log_node,
+            nodes=observed.nodes,
         )
         self.notes.extend(pinned.notes)
-        desired = objects.owned_objects(app, self.namespace, self.owner)
-        stateful_set = objects.stateful_set(
-            app,
-            self.namespace,
-            self.owner,
-            default_image=observed.default_image,
-            log_node=pinned.node,
-        )
-        if upgrade.replicas is not None:
-            stateful_set["spec"]["replicas"] = upgrade.replicas
-        if not pinned.waiting:  # no StatefulSet until its pods can be pinned
-            desired.append(stateful_set)
-        template = stateful_set["spec"]["template"]
+        desired, template_hash = self.render(app, pinned, upgrade)
         desired_replicas = 0 if spec.suspend else spec.replicas
         rollout = plan_rollout(
             requested,
             app,
             self.pods,
-            template_hash=template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH],
+            template_hash=template_hash,
             desired_replicas=desired_replicas,
             reports=observed.reports,
             upgrade=upgrade,
@@ -309,27 +300,12 @@ class _Cycle:
             upgrade=upgrade,
         )
         self.events.extend(summary.events)
-        restores = restore_job.plan_restores(
-            app,
-            self.namespace,
-            self.owner,
-            reports=observed.reports,
-            jobs=observed.jobs,
-            job_pods=observed.job_pods,
-            previous=self.old_status.restore_jobs or [],
-            image=spec.image or observed.default_image,
-            log_node=pinned.node,
-            embedded_log=embedded,
-            log_url=objects.pod_log_url(app),
-            now=observed.now,
-        )
+        restores = self.restores(app, pinned)
         if restores.condition is not None:
             summary.conditions.append(self.conditions.make("Restoring", *restores.condition))
         self.events.extend(Event(*event) for event in restores.events)
-        previous_message = self.old_status.message or ""
-        for note in self.notes:
-            if "capped" in note and note not in previous_message:
-                self.events.append(Event("Normal", "StandbysCapped", note))
+        if self.capped is not None and self.capped not in (self.old_status.message or ""):
+            self.events.append(Event("Normal", "StandbysCapped", self.capped))
         status = StreamAppStatus(
             observedGeneration=self.generation,
             phase=summary.phase,
@@ -357,6 +333,43 @@ class _Cycle:
             self.events,
             write_ahead=upgrade.write_ahead,
             create_jobs=restores.create,
+        )
+
+    def render(
+        self, app: StreamApp, pinned: log_node.LogPin, upgrade: Decision
+    ) -> tuple[list[Obj], str]:
+        """The objects to apply (the StatefulSet last, at the upgrade step's size; none while
+        the embedded log waits for a node), and the pod template's hash."""
+        desired = objects.owned_objects(app, self.namespace, self.owner)
+        stateful_set = objects.stateful_set(
+            app,
+            self.namespace,
+            self.owner,
+            default_image=self.observed.default_image,
+            log_node=pinned.node,
+        )
+        if upgrade.replicas is not None:
+            stateful_set["spec"]["replicas"] = upgrade.replicas
+        if not pinned.waiting:
+            desired.append(stateful_set)
+        template = stateful_set["spec"]["template"]
+        return desired, str(template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH])
+
+    def restores(self, app: StreamApp, pinned: log_node.LogPin) -> restore_job.RestorePlan:
+        observed = self.observed
+        return restore_job.plan_restores(
+            app,
+            self.namespace,
+            self.owner,
+            reports=observed.reports,
+            jobs=observed.jobs,
+            job_pods=observed.job_pods,
+            previous=self.old_status.restore_jobs or [],
+            image=app.spec.image or observed.default_image,
+            log_node=pinned.node,
+            embedded_log=objects.uses_embedded_log(app),
+            log_url=objects.pod_log_url(app),
+            now=observed.now,
         )
 
 
