@@ -41,3 +41,12 @@ def test_nulls_the_api_server_dropped_are_no_difference() -> None:
     stored = {k: v for k, v in dump_status(planned).items() if v is not None}
     assert not status_differs(stored, planned)
     assert status_differs({**stored, "phase": "Running"}, planned)
+
+
+def test_a_cycle_says_which_stored_fields_it_could_not_read() -> None:
+    app = body()
+    app["status"] = {"upgrade": {"step": "Bogus"}, "logNode": "node-0"}
+    result = plan(Observed(body=app, nodes=three_zones()))
+    assert result.status.message is not None
+    assert "status fields upgrade were unreadable; recomputed" in result.status.message
+    assert result.status.upgrade is None
