@@ -10,6 +10,7 @@ out of its tasks fails instead of claiming it caught up.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -357,5 +358,46 @@ def test_until_caught_up_fails_when_another_instance_fences_this_one_out(
         assert len(error) == 1, text[-3000:]
         assert "taken over by another instance" in error[0]
         assert '"custom-processor"' in error[0]
+    finally:
+        log.close()
+
+
+def published_generation(membership_file: Path) -> int:
+    return Membership.from_json(json.loads(membership_file.read_text())).generation
+
+
+@pytest.mark.slow
+def test_a_second_supervisor_on_the_same_state_directory_exits_naming_the_first(
+    tmp_path: Path,
+) -> None:
+    """Two supervisors used to both rewrite membership.json (22 generations in 25 s)."""
+    base_port = free_base_port()
+    manifest = wordcount_manifest(tmp_path, base_port)
+    log = SqliteLog(tmp_path / "log.db")
+    produce(log, LINES)
+    membership_file = tmp_path / "state" / "membership.json"
+    try:
+        with supervisor(manifest) as (first, _):
+            wait_for("the first supervisor publishes", membership_file.exists)
+            generation = published_generation(membership_file)
+            second = subprocess.run(
+                [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
+                cwd=tmp_path,
+                env=ENVIRONMENT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert second.returncode == 1, second.stderr
+            assert f"another supervisor (pid {first.pid})" in second.stderr, second.stderr
+            assert "Traceback" not in second.stderr
+            assert first.poll() is None
+            # The second started no replica and published nothing.
+            wait_for(
+                "the first group processes its input",
+                lambda: latest_counts(log) == dict(EXPECTED),
+            )
+            assert published_generation(membership_file) == generation
     finally:
         log.close()
