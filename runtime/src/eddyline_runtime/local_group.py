@@ -128,6 +128,10 @@ class LocalGroup:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.logs_dir is not None and self.logs_dir.exists() and not self.logs_dir.is_dir():
+            raise EddylineError(
+                f"--logs-dir {self.logs_dir} is a file; give a directory (created if missing)"
+            )
         # Two supervisors on one state directory would both publish the
         # membership file and start replicas that fight over ports and store
         # locks, crash-looping forever: refuse the second at once.
