@@ -401,3 +401,43 @@ def test_a_second_supervisor_on_the_same_state_directory_exits_naming_the_first(
             assert published_generation(membership_file) == generation
     finally:
         log.close()
+
+
+@pytest.mark.slow
+def test_replicas_exit_when_a_supervisor_writing_to_a_file_is_sigkilled(tmp_path: Path) -> None:
+    """The replicas' output goes through the supervisor's pipe: once it dies, every write to
+    it fails, and the lifeline's own farewell line used to kill the lifeline before it
+    signalled (3 of 3 replicas still alive 20 s later)."""
+    base_port = free_base_port()
+    manifest = wordcount_manifest(tmp_path, base_port)
+    log = SqliteLog(tmp_path / "log.db")
+    produce(log, LINES)
+    addresses = [f"127.0.0.1:{base_port + i}" for i in range(REPLICAS)]
+    replicas: set[int] = set()
+    try:
+        with (tmp_path / "supervisor.out").open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
+                cwd=tmp_path,
+                env=ENVIRONMENT,
+                stdout=out,
+                stderr=out,
+            )
+        wait_for(
+            "every replica is ready",
+            lambda: all(http_status(a, "/readyz") == 200 for a in addresses),
+        )
+        replicas = children_of(process.pid)
+        assert len(replicas) == REPLICAS
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        wait_for(
+            "the orphaned replicas exit",
+            lambda: not any(running(pid) for pid in replicas),
+            timeout=15,
+        )
+    finally:
+        for pid in replicas:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
