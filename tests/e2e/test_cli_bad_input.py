@@ -151,6 +151,21 @@ CASES = [
         ('"broken_module:topology"', "SyntaxError", "broken_module.py:1"),
     ),
     Case(
+        "topology module that exits",
+        ("run", "{d}/exiting_module.yaml", "--until-caught-up"),
+        ('"exiting_module:topology"', "sys.exit(3)"),
+    ),
+    Case(
+        "topology function that exits",
+        ("run", "{d}/exiting_function.yaml", "--until-caught-up"),
+        ('"exiting_function:topology"', "sys.exit(4)"),
+    ),
+    Case(
+        "logs dir that is a file",
+        ("run", "{d}/two_replicas.yaml", "--logs-dir", "{d}/a-file"),
+        ("--logs-dir {d}/a-file is a file",),
+    ),
+    Case(
         "processor that raises",
         ("run", "{d}/failing.yaml", "--until-caught-up"),
         ("ZeroDivisionError: user code divided by zero", "events-0 at offset 0"),
@@ -196,6 +211,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (directory / "raising_topology.py").write_text(RAISING_TOPOLOGY, encoding="utf-8")
     (directory / "broken_module.py").write_text(BROKEN_MODULE, encoding="utf-8")
     (directory / "failing_processor.py").write_text(FAILING_PROCESSOR, encoding="utf-8")
+    (directory / "exiting_module.py").write_text("import sys\nsys.exit(3)\n", encoding="utf-8")
+    (directory / "exiting_function.py").write_text(
+        "import sys\n\ndef topology():\n    sys.exit(4)\n", encoding="utf-8"
+    )
     (directory / "notes.txt").write_text("these are notes, not a log\n" * 100, encoding="utf-8")
     (directory / "manifests").mkdir()
     (directory / "broken.yaml").write_text("spec: [unclosed\n", encoding="utf-8")
@@ -217,6 +236,12 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     manifest("raising", topology="raising_topology:topology")
     manifest("broken_module", topology="broken_module:topology")
     manifest("failing", topology="failing_processor:topology")
+    manifest("exiting_module", topology="exiting_module:topology")
+    manifest("exiting_function", topology="exiting_function:topology")
+    manifest("two_replicas")
+    two = yaml.safe_load((directory / "two_replicas.yaml").read_text(encoding="utf-8"))
+    two["spec"]["replicas"] = 2
+    (directory / "two_replicas.yaml").write_text(yaml.safe_dump(two), encoding="utf-8")
     manifest("state_file", **{"state.dir": str(directory / "a-file")})
     manifest("unwritable", **{"state.dir": "/sys/eddyline-state"})
     return directory

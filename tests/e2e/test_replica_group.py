@@ -10,6 +10,7 @@ out of its tasks fails instead of claiming it caught up.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -358,4 +359,85 @@ def test_until_caught_up_fails_when_another_instance_fences_this_one_out(
         assert "taken over by another instance" in error[0]
         assert '"custom-processor"' in error[0]
     finally:
+        log.close()
+
+
+def published_generation(membership_file: Path) -> int:
+    return Membership.from_json(json.loads(membership_file.read_text())).generation
+
+
+@pytest.mark.slow
+def test_a_second_supervisor_on_the_same_state_directory_exits_naming_the_first(
+    tmp_path: Path,
+) -> None:
+    """Two supervisors used to both rewrite membership.json (22 generations in 25 s)."""
+    base_port = free_base_port()
+    manifest = wordcount_manifest(tmp_path, base_port)
+    log = SqliteLog(tmp_path / "log.db")
+    produce(log, LINES)
+    membership_file = tmp_path / "state" / "membership.json"
+    try:
+        with supervisor(manifest) as (first, _):
+            wait_for("the first supervisor publishes", membership_file.exists)
+            generation = published_generation(membership_file)
+            second = subprocess.run(
+                [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
+                cwd=tmp_path,
+                env=ENVIRONMENT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert second.returncode == 1, second.stderr
+            assert f"another supervisor (pid {first.pid})" in second.stderr, second.stderr
+            assert "Traceback" not in second.stderr
+            assert first.poll() is None
+            # The second started no replica and published nothing.
+            wait_for(
+                "the first group processes its input",
+                lambda: latest_counts(log) == dict(EXPECTED),
+            )
+            assert published_generation(membership_file) == generation
+    finally:
+        log.close()
+
+
+@pytest.mark.slow
+def test_replicas_exit_when_a_supervisor_writing_to_a_file_is_sigkilled(tmp_path: Path) -> None:
+    """The replicas' output goes through the supervisor's pipe: once it dies, every write to
+    it fails, and the lifeline's own farewell line used to kill the lifeline before it
+    signalled (3 of 3 replicas still alive 20 s later)."""
+    base_port = free_base_port()
+    manifest = wordcount_manifest(tmp_path, base_port)
+    log = SqliteLog(tmp_path / "log.db")
+    produce(log, LINES)
+    addresses = [f"127.0.0.1:{base_port + i}" for i in range(REPLICAS)]
+    replicas: set[int] = set()
+    try:
+        with (tmp_path / "supervisor.out").open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
+                cwd=tmp_path,
+                env=ENVIRONMENT,
+                stdout=out,
+                stderr=out,
+            )
+        wait_for(
+            "every replica is ready",
+            lambda: all(http_status(a, "/readyz") == 200 for a in addresses),
+        )
+        replicas = children_of(process.pid)
+        assert len(replicas) == REPLICAS
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        wait_for(
+            "the orphaned replicas exit",
+            lambda: not any(running(pid) for pid in replicas),
+            timeout=15,
+        )
+    finally:
+        for pid in replicas:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         log.close()

@@ -155,3 +155,12 @@ def test_a_bad_settings_file_is_named(tmp_path: Path) -> None:
     bad_value.write_text("max.task.idle.ms: -5\n")
     with pytest.raises(ConfigError, match=r"max\.task\.idle\.ms"):
         StreamsConfig.from_file(bad_value)
+
+
+def test_num_stream_threads_above_the_maximum_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigError) as refused:
+        StreamsConfig.from_properties({"num.stream.threads": 100_000})
+    message = str(refused.value)
+    assert "num.stream.threads" in message
+    assert "64" in message, message  # the maximum, so the user knows what is accepted
+    assert StreamsConfig.from_properties({"num.stream.threads": 64}).num_stream_threads == 64

@@ -38,6 +38,13 @@ DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
 # KIP-892: -1 means the uncommitted buffer is unbounded.
 UNLIMITED = -1
+# The most stream threads one instance may run. Kafka Streams sets no bound;
+# here each thread holds its own fetch buffers, record cache share and
+# uncommitted budget, and 100,000 threads grew memory by 120 MB/s until the
+# process was killed. 64 is well beyond what a pod's cores can use (a thread
+# runs one task at a time), and an instance starts no more threads than it
+# has tasks anyway.
+MAX_STREAM_THREADS = 64
 # KIP-63's original name for statestore.cache.max.bytes, deprecated by KIP-770.
 DEPRECATED_CACHE_KEY = "cache.max.bytes.buffering"
 _CACHE_KEYS = ("statestore.cache.max.bytes", "statestore_cache_max_bytes")
@@ -117,7 +124,7 @@ class StreamsConfig(BaseSettings):
     processing_guarantee: ProcessingGuarantee = _setting(
         "processing.guarantee", ProcessingGuarantee.AT_LEAST_ONCE
     )
-    num_stream_threads: int = _setting("num.stream.threads", 1, ge=1)
+    num_stream_threads: int = _setting("num.stream.threads", 1, ge=1, le=MAX_STREAM_THREADS)
     statestore_uncommitted_max_bytes: int = _setting(
         "statestore.uncommitted.max.bytes", DEFAULT_UNCOMMITTED_MAX_BYTES
     )

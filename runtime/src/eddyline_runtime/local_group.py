@@ -52,6 +52,7 @@ from eddyline_runtime.assignor import Assignment, Member, assign
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
 from eddyline_runtime.processing.topics import TopicLayout
+from eddyline_runtime.state.state_directory import DirectoryLock, LockHolder
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ class LocalGroup:
     generation: int = 0
     assignment: Assignment | None = None
     _replicas: dict[str, _Replica] = field(default_factory=dict)
+    # Held from start() to stop(): one supervisor per state directory.
+    _lock: DirectoryLock | None = None
 
     def __post_init__(self) -> None:
         zones = list(self.zones) or list(DEFAULT_ZONES)
@@ -125,6 +128,21 @@ class LocalGroup:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.logs_dir is not None and self.logs_dir.exists() and not self.logs_dir.is_dir():
+            raise EddylineError(
+                f"--logs-dir {self.logs_dir} is a file; give a directory (created if missing)"
+            )
+        # Two supervisors on one state directory would both publish the
+        # membership file and start replicas that fight over ports and store
+        # locks, crash-looping forever: refuse the second at once.
+        held = DirectoryLock.try_create(self.state_dir)
+        if isinstance(held, LockHolder):
+            holder = "another process" if held.pid is None else f"pid {held.pid}"
+            raise EddylineError(
+                f"another supervisor ({holder}) already runs the replicas of state directory "
+                f"{self.state_dir}: stop it first, or give this group another state.dir"
+            )
+        self._lock = held
         self._publish()
         for replica in self._replicas.values():
             self._spawn(replica)
@@ -213,6 +231,9 @@ class LocalGroup:
                 codes[member_id] = replica.process.wait()
             self._release(replica)
             replica.restart_at = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         return codes
 
     def answered_probe(self, member_id: str) -> bool:

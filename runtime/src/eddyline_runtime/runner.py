@@ -25,6 +25,7 @@ Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -533,12 +534,30 @@ def _exit_with_supervisor(fd: int, grace_seconds: float = 30.0) -> None:
                 pass
         except OSError:
             pass
-        print("the supervisor is gone: committing and exiting", file=sys.stderr, flush=True)
+        try:
+            print("the supervisor is gone: committing and exiting", file=sys.stderr, flush=True)
+        except OSError:
+            # Our output went to the dead supervisor's pipe: every write now raises
+            # BrokenPipeError (this one once ended the thread before the SIGTERM
+            # below, and replicas outlived a SIGKILLed supervisor). Nobody reads
+            # it any more, so let the shutdown write to /dev/null instead.
+            _discard_output()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_seconds)
         os._exit(1)
 
     threading.Thread(target=watch, name="eddyline-lifeline", daemon=True).start()
+
+
+def _discard_output() -> None:
+    """Point this process's stdout and stderr at /dev/null (their reader is gone)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def _wait_for_membership(member_file: Path, instance_id: str, timeout: float = 30.0) -> Membership:

@@ -47,6 +47,7 @@ from pydantic import (
 from eddyline_runtime.config import (
     DEFAULT_CACHE_MAX_BYTES,
     DEFAULT_UNCOMMITTED_MAX_BYTES,
+    MAX_STREAM_THREADS,
     IsolationLevel,
     ProcessingGuarantee,
     StreamsConfig,
@@ -401,7 +402,8 @@ STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
             "KIP-816: move state whose sub-topology ordinal changed instead of rebuilding it",
         ),
         "num.stream.threads": _setting(
-            {"type": "integer", "minimum": 1, "default": 1}, "stream threads per pod"
+            {"type": "integer", "minimum": 1, "maximum": MAX_STREAM_THREADS, "default": 1},
+            "stream threads per pod (no more are started than the pod has tasks)",
         ),
         "state.dir": _setting(
             {"type": "string", "minLength": 1},

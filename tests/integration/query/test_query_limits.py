@@ -266,3 +266,48 @@ def test_with_every_slot_busy_a_new_connection_gets_503_and_long_requests_are_ab
     assert b"too many connections" in refused
     assert answers == [b"", b""]  # cut off without an answer, not served after 3 s
     assert aborted_after < 2.5
+
+
+def test_with_every_slot_busy_health_probes_are_still_answered() -> None:
+    """Probes stay outside the cap: a kubelet must not kill a pod whose slots are all busy."""
+    limits = ConnectionLimits(max_connections=1, request_timeout_seconds=5.0)
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(2)
+        return web.Response(text="done")
+
+    def probes(path: str) -> tuple[int, bytes] | None:
+        return (200, b'{"status": "ok"}') if path == "/healthz" else None
+
+    async def scenario() -> tuple[bytes, bytes]:
+        guard = ConnectionGuard(limits, probes=probes)
+        app = web.Application(middlewares=[guard.middleware])
+        app.router.add_get("/slow", slow)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        assert runner.server is not None
+        guard.server = runner.server
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(guard.factory, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            _, busy = await asyncio.open_connection("127.0.0.1", port)
+            busy.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            await busy.drain()
+            await asyncio.sleep(0.3)  # the one slot is busy with that request
+            answers = []
+            for path in (b"/healthz", b"/slow"):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+                answers.append(await asyncio.wait_for(reader.read(), 5))
+                writer.close()
+            busy.close()
+            return answers[0], answers[1]
+        finally:
+            listener.close()
+            await runner.cleanup()
+
+    probe, other = asyncio.run(scenario())
+    assert probe.startswith(b"HTTP/1.1 200"), probe
+    assert probe.endswith(b'{"status": "ok"}'), probe
+    assert other.startswith(b"HTTP/1.1 503"), other

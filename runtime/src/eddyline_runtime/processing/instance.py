@@ -10,6 +10,7 @@ start resumes from (see :mod:`eddyline_runtime.processing.stream_thread`).
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -37,6 +38,8 @@ from eddyline_runtime.processing.topics import TopicLayout, resolve_topics, stor
 from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.restore.build_job import PendingRestore
 from eddyline_runtime.state.relocation import RelocationReport, relocate_state
+
+logger = logging.getLogger(__name__)
 
 
 class InstanceState(enum.StrEnum):
@@ -85,6 +88,7 @@ class StreamsInstance:
         self.state = InstanceState.CREATED
         self.layout: TopicLayout | None = None
         self.threads: list[StreamThread] = []
+        self._thread_count = config.num_stream_threads  # lowered to the task count at start
         self.assignment = assignment
         self.relocation: RelocationReport | None = None
         self._on_commit = tuple(on_commit)
@@ -133,6 +137,17 @@ class StreamsInstance:
                 on_commit=self._on_commit,
                 on_restore=self._on_restore,
             )
+            # A thread without a task would only cost memory: start no more than
+            # the topology has tasks (assignments change, the task count does not).
+            self._thread_count = min(self.config.num_stream_threads, max(1, len(layout.tasks())))
+            if self._thread_count < self.config.num_stream_threads:
+                logger.info(
+                    "starting %d stream threads, not num.stream.threads=%d: the topology has "
+                    "%d tasks",
+                    self._thread_count,
+                    self.config.num_stream_threads,
+                    len(layout.tasks()),
+                )
             shares = self._thread_shares(self.assignment)
             self.threads = [
                 StreamThread(index, active, setup, standby)
@@ -166,7 +181,7 @@ class StreamsInstance:
             if self.member.id in assignment.active
             else MemberTasks(frozenset(), frozenset())
         )
-        count = self.config.num_stream_threads
+        count = self._thread_count
 
         def thread_of(task: TaskId) -> int:
             return (task.subtopology * 7919 + task.partition) % count

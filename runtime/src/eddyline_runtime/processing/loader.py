@@ -47,6 +47,11 @@ def load_topology(reference: str, search_path: Sequence[Path] = ()) -> Topology:
             f'spec.topology "{reference}": importing module "{module_name}" raised '
             f"{_described(exc)}; fix the topology code"
         ) from exc
+    except SystemExit as exc:  # sys.exit() at import would end the runtime without a word
+        raise TopologyLoadError(
+            f'spec.topology "{reference}": importing module "{module_name}" called '
+            f"sys.exit({exc.code!r}); a topology module must not exit the process"
+        ) from exc
     function = getattr(module, function_name, None)
     if not callable(function):
         raise TopologyLoadError(
@@ -59,6 +64,11 @@ def load_topology(reference: str, search_path: Sequence[Path] = ()) -> Topology:
     except Exception as exc:
         raise TopologyLoadError(
             f'spec.topology "{reference}" raised {_described(exc)}; fix the topology code'
+        ) from exc
+    except SystemExit as exc:
+        raise TopologyLoadError(
+            f'spec.topology "{reference}" called sys.exit({exc.code!r}); a topology function '
+            "must return a Topology or a StreamsBuilder, not exit the process"
         ) from exc
     if isinstance(built, StreamsBuilder):
         built = built.build()

@@ -83,16 +83,29 @@ class _Connection:
     handler: Any  # aiohttp's RequestHandler
     since: float  # when it connected, or when its last request ended
     busy_since: float | None = None
-    # The loop connects a protocol a moment after the factory returns it.
-    connected: bool = False
+
+
+# What a probe path answers: (HTTP status, JSON body), or None for any other path.
+ProbeAnswer = Callable[[str], "tuple[int, bytes] | None"]
 
 
 @dataclass
 class ConnectionGuard:
-    """Wraps aiohttp's protocol factory: counts, evicts and times out connections."""
+    """Wraps aiohttp's protocol factory: counts, evicts and times out connections.
+
+    Connections are counted from the transport's own events: one is added when
+    its transport connects it and removed when the transport reports it lost,
+    whatever happened in between. (Counting by polling each handler's
+    transport missed connections that opened and closed between two polls: a
+    client making one connection per request, as ``urllib`` does, filled the
+    cap with ghosts and had half its requests refused.)
+    """
 
     limits: ConnectionLimits
     server: web.Server | None = None  # set once the app runner is set up
+    # Answers liveness and readiness probes even when every slot is busy, so a
+    # flood of slow requests never gets a healthy pod killed by its kubelet.
+    probes: ProbeAnswer | None = None
     refused: int = 0
     evicted: int = 0
     timed_out: int = 0
@@ -105,34 +118,30 @@ class ConnectionGuard:
 
     def factory(self) -> asyncio.Protocol:
         """What ``loop.create_server`` calls for each accepted socket."""
-        self._forget_closed()
         busy = sum(c.busy_since is not None for c in self._connections.values())
         if busy >= self._cap:
             self.refused += 1
             _log_limited(
                 logging.WARNING,
                 "query server: all %d connections are busy with requests; refusing new ones "
-                "with 503",
+                "with 503 (health probes are still answered)",
                 self._cap,
             )
-            return _Refuse()
+            return _OverCap(self.probes, self.limits.idle_timeout_seconds)
         assert self.server is not None, "set the guard's server before serving"
-        handler = self.server()
+        return _Counted(self, self.server())
+
+    def _opened(self, handler: Any) -> None:
         self._connections[handler] = _Connection(handler, time.monotonic())
         if len(self._connections) > self._cap:
-            # The loop connects this protocol (and those accepted just before it)
-            # right after: evict once they are connected, so an abort reaches them.
-            asyncio.get_running_loop().call_soon(self._enforce_cap)
-        return handler
+            self._enforce_cap()
+
+    def _closed(self, handler: Any) -> None:
+        self._connections.pop(handler, None)
 
     def _enforce_cap(self) -> None:
-        self._forget_closed()
         while len(self._connections) > self._cap:
-            idle = [
-                (c.since, key)
-                for key, c in self._connections.items()
-                if c.busy_since is None and c.handler.transport is not None
-            ]
+            idle = [(c.since, key) for key, c in self._connections.items() if c.busy_since is None]
             if not idle:
                 return  # every one is busy: the request timeout will free slots
             _, key = min(idle)
@@ -168,10 +177,7 @@ class ConnectionGuard:
 
     def sweep(self) -> None:
         now = time.monotonic()
-        self._forget_closed()
         for key, connection in list(self._connections.items()):
-            if connection.handler.transport is None:
-                continue  # not connected yet
             if connection.busy_since is not None:
                 overdue = now - connection.busy_since > self.limits.request_timeout_seconds
             else:
@@ -182,7 +188,6 @@ class ConnectionGuard:
 
     @property
     def open_connections(self) -> int:
-        self._forget_closed()
         return len(self._connections)
 
     def _abort(self, key: Any) -> None:
@@ -192,24 +197,96 @@ class ConnectionGuard:
         if transport is not None:
             transport.abort()
 
-    def _forget_closed(self) -> None:
-        for key, connection in list(self._connections.items()):
-            transport = connection.handler.transport
-            if transport is not None:
-                connection.connected = True
-            if (transport is None and connection.connected) or (
-                transport is not None and transport.is_closing()
-            ):
-                del self._connections[key]
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, reporting its opening and loss to the guard.
+
+    Everything else is passed through unchanged: aiohttp's handler stays the
+    protocol that requests, middlewares and the web server know.
+    """
+
+    def __init__(self, guard: ConnectionGuard, handler: Any) -> None:
+        self._guard = guard
+        self._handler = handler
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._handler.connection_made(transport)
+        self._guard._opened(self._handler)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._guard._closed(self._handler)
+        self._handler.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return bool(self._handler.eof_received())
+
+    def pause_writing(self) -> None:
+        self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._handler.resume_writing()
 
 
-class _Refuse(asyncio.Protocol):
-    """A connection over the cap while every slot is busy: 503, then close."""
+# A request head longer than this is not a probe.
+_MAX_PROBE_HEAD = 8 * 1024
+
+
+class _OverCap(asyncio.Protocol):
+    """A connection over the cap while every slot is busy.
+
+    A liveness or readiness probe still gets its answer (a kubelet that sees
+    probes time out restarts a healthy pod); anything else gets 503. Either
+    way the connection is closed after one answer, or after the idle timeout
+    if no complete request head arrives.
+    """
+
+    def __init__(self, probes: ProbeAnswer | None, idle_timeout_seconds: float) -> None:
+        self._probes = probes
+        self._idle_timeout_seconds = idle_timeout_seconds
+        self._head = b""
+        self._transport: asyncio.WriteTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(_BUSY_RESPONSE)
-        transport.close()
+        self._transport = transport
+        if self._probes is None:
+            self._answer(_BUSY_RESPONSE)
+            return
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._idle_timeout_seconds, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        self._head += data
+        if b"\r\n\r\n" not in self._head and len(self._head) < _MAX_PROBE_HEAD:
+            return
+        request_line = self._head.split(b"\r\n", 1)[0].split()
+        answer = None
+        if len(request_line) == 3 and request_line[0] == b"GET" and self._probes is not None:
+            answer = self._probes(request_line[1].decode("latin-1"))
+        if answer is None:
+            self._answer(_BUSY_RESPONSE)
+            return
+        status, body = answer
+        reason = b"OK" if status == 200 else b"Service Unavailable"
+        self._answer(
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (status, reason, len(body), body)
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _answer(self, response: bytes) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(response)
+            self._transport.close()
 
 
 # -- rate-limited log lines ------------------------------------------------------------

@@ -53,6 +53,7 @@ import itertools
 import json
 import logging
 import threading
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -95,7 +96,7 @@ class QueryServer:
         self.instance = instance
         self._host, self._port = host, port
         self.limits = limits or ConnectionLimits()
-        self.guard = ConnectionGuard(self.limits)
+        self.guard = ConnectionGuard(self.limits, probes=partial(probe_answer, instance))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
@@ -353,17 +354,10 @@ class _Handlers:
     # -- health and metrics ---------------------------------------------------------
 
     async def healthz(self, request: web.Request) -> web.Response:
-        healthy = self.instance.healthy()
-        return web.json_response(
-            {"status": "ok" if healthy else "failed", "state": self.instance.state.value},
-            status=200 if healthy else 503,
-        )
+        return _probe_response(self.instance, "/healthz")
 
     async def readyz(self, request: web.Request) -> web.Response:
-        ready = self.instance.ready()
-        return web.json_response(
-            {"ready": ready, "state": self.instance.state.value}, status=200 if ready else 503
-        )
+        return _probe_response(self.instance, "/readyz")
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(
@@ -389,6 +383,30 @@ class _Handlers:
             if local.partition == partition:
                 return local
         return None
+
+
+def probe_answer(instance: StreamsInstance, path: str) -> tuple[int, bytes] | None:
+    """The answer to a liveness (``/healthz``) or readiness (``/readyz``) probe.
+
+    (status, JSON body), or None for any other path. The connection guard
+    answers probes with it too when every connection slot is busy.
+    """
+    state = instance.state.value
+    if path == "/healthz":
+        healthy = instance.healthy()
+        body: dict[str, Any] = {"status": "ok" if healthy else "failed", "state": state}
+        return (200 if healthy else 503), json.dumps(body).encode()
+    if path == "/readyz":
+        ready = instance.ready()
+        return (200 if ready else 503), json.dumps({"ready": ready, "state": state}).encode()
+    return None
+
+
+def _probe_response(instance: StreamsInstance, path: str) -> web.Response:
+    answer = probe_answer(instance, path)
+    assert answer is not None, path
+    status, body = answer
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 def _read_options(request: web.Request) -> tuple[IsolationLevel | None, bool]:

@@ -108,10 +108,22 @@ class DirectoryLock:
 
         Raises :class:`StoreLockedError` naming the holder when another open holds it.
         """
+        held = cls.try_create(directory)
+        if isinstance(held, LockHolder):
+            raise StoreLockedError(store, directory, held.pid)
+        return held
+
+    @classmethod
+    def try_create(cls, directory: Path) -> DirectoryLock | LockHolder:
+        """Take the lock of ``directory``, creating its lock file and writing our pid.
+
+        A :class:`LockHolder` when another open holds it (a store being
+        opened twice, or a second supervisor on one state directory).
+        """
         fd = os.open(directory / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         held = _flock(fd)
         if isinstance(held, LockHolder):
-            raise StoreLockedError(store, directory, held.pid)
+            return held
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
         return cls(fd)

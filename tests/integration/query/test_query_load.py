@@ -1,0 +1,182 @@
+"""The query server under ordinary load: clients that open one connection per request.
+
+``urllib`` (and most probes and scripts) connects, sends one request, reads the
+answer and closes. A connection guard that counted such connections as open
+forever refused or dropped most requests once a few clients ran, and timed out
+the ``/healthz`` probes a kubelet (or the local supervisor) uses to decide
+whether to kill the replica. Here a real ``eddyline run`` serves a word count
+while 2, 8 and 32 clients query it as fast as they can for 30 s each, one
+connection per request: every request gets its normal answer (200, with the
+count of a counted word or ``found: false`` for an absent one) and every
+``/healthz`` probe is answered within the 1 s timeout the pods' probes use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from cluster_harness import free_port, wait_for
+
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TopicPartition
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "wordcount"
+STORE = "word-counts"
+PARTITIONS = 4
+WORDS = [f"word{i}" for i in range(200)]
+ABSENT = [f"absent{i}" for i in range(50)]
+# How long each load step runs, and the probe timeout the StatefulSet's probes use.
+STEP_SECONDS = 30.0
+PROBE_TIMEOUT_SECONDS = 1.0
+
+
+@dataclass
+class Tally:
+    """What one step's clients saw; a lock because every client thread writes it."""
+
+    answered: Counter[int] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    probes: int = 0
+    slow_probes: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def key_url(address: str, word: str) -> str:
+    return f"http://{address}/v1/stores/{STORE}/keys/{urllib.parse.quote(word)}"
+
+
+def get(url: str, timeout: float) -> tuple[int, bytes]:
+    """One request on a connection of its own, as urllib makes it: status and body."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return int(answer.status), answer.read()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read()
+
+
+@pytest.fixture(scope="module")
+def served_word_count(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ``eddyline run`` of the word-count example that has counted WORDS; its address."""
+    root = tmp_path_factory.mktemp("query-load")
+    shutil.copy(EXAMPLE / "wordcount.py", root / "wordcount.py")
+    document = yaml.safe_load((EXAMPLE / "streamapp.yaml").read_text(encoding="utf-8"))
+    document["spec"]["log"]["url"] = f"sqlite:///{root / 'log.db'}"
+    document["spec"]["config"]["state.dir"] = str(root / "state")
+    address = f"127.0.0.1:{free_port()}"
+    document["spec"]["config"]["application.server"] = address
+    manifest = root / "streamapp.yaml"
+    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    log = SqliteLog(root / "log.db")
+    log.create_topic("text-lines", PARTITIONS)
+    for partition in range(PARTITIONS):
+        line = " ".join(WORDS)
+        log.produce(TopicPartition("text-lines", partition), [Record(None, line.encode(), 1)])
+    log.close()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("EDDYLINE")}
+    stderr_path = root / "stderr.txt"
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
+            cwd=root,
+            env=environment,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+
+        def counted() -> bool:
+            with contextlib.suppress(OSError):
+                for word in WORDS:
+                    status, body = get(key_url(address, word), 5)
+                    if status != 200 or json.loads(body)["value"] != PARTITIONS:
+                        return False
+                return True
+            return False
+
+        wait_for("the word count serves every word's final count", counted, timeout=60)
+        yield address
+        assert process.poll() is None, stderr_path.read_text(errors="replace")[-3000:]
+    finally:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(30)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = stderr_path.read_text(errors="replace")
+    assert "Traceback" not in output, output[-3000:]
+
+
+def run_clients(address: str, clients: int, seconds: float) -> Tally:
+    """``clients`` threads querying keys and one prober on /healthz, for ``seconds``."""
+    tally = Tally()
+    deadline = time.monotonic() + seconds
+
+    def client(number: int) -> None:
+        sequence = 0
+        while time.monotonic() < deadline:
+            sequence += 1
+            absent = sequence % 5 == 0
+            word = ABSENT[sequence % len(ABSENT)] if absent else WORDS[(number + sequence) % 200]
+            try:
+                status, body = get(key_url(address, word), 10)
+            except OSError as error:  # reset, refused, closed without an answer, timed out
+                with tally.lock:
+                    tally.failures.append(f"{word}: {error!r}")
+                continue
+            expected = None if absent else PARTITIONS  # each word once in each partition's line
+            with tally.lock:
+                tally.answered[status] += 1
+                if status != 200 or json.loads(body)["value"] != expected:
+                    tally.failures.append(f"{word}: HTTP {status} {body[:200]!r}")
+
+    def prober() -> None:
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            try:
+                status, _ = get(f"http://{address}/healthz", PROBE_TIMEOUT_SECONDS)
+                problem = None if status == 200 else f"HTTP {status}"
+            except OSError as error:
+                problem = repr(error)
+            took = time.monotonic() - started
+            with tally.lock:
+                tally.probes += 1
+                if problem is not None or took > PROBE_TIMEOUT_SECONDS:
+                    tally.slow_probes.append(f"{problem or 'ok'} after {took:.2f} s")
+            time.sleep(0.2)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    threads.append(threading.Thread(target=prober))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return tally
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clients", [2, 8, 32])
+def test_every_request_is_answered_with_one_connection_per_request(
+    served_word_count: str, clients: int
+) -> None:
+    tally = run_clients(served_word_count, clients, STEP_SECONDS)
+    assert tally.failures == [], (len(tally.failures), tally.failures[:10], tally.answered)
+    assert tally.answered[200] >= clients * 10, tally.answered
+    assert tally.probes >= 10, tally.probes
+    assert tally.slow_probes == [], (tally.probes, tally.slow_probes[:10])
