@@ -11,6 +11,7 @@ from rocksdict import Options, Rdict
 from eddyline_runtime.state import (
     CheckpointFileError,
     RocksDBStore,
+    StateStoreError,
     StoreCorruptedError,
     TopicPartition,
 )
@@ -93,6 +94,7 @@ def test_a_database_created_now_never_adopts_a_checkpoint_left_beside_it(
         assert store.committed_offset(CHANGELOG) is None  # restored from the changelog
         assert store.get(b"apple") is None
     assert "ignoring .checkpoint" in caplog.text
+    assert "created by this open" in caplog.text
     assert not (directory / ".checkpoint").exists()
 
 
@@ -123,15 +125,20 @@ def test_a_legacy_database_without_data_does_not_adopt_its_checkpoint(tmp_path: 
         assert store.committed_offset(CHANGELOG) is None
 
 
-def test_a_formatted_store_never_adopts_files_even_without_offsets(tmp_path: Path) -> None:
+def test_a_formatted_store_never_adopts_files_even_without_offsets(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     directory = tmp_path / "counts"
     with RocksDBStore("counts", directory) as store:
         store.put(b"k", b"v")
         store.commit({})
     write_offsets(directory / ".checkpoint", {CHANGELOG: 120})
-    with RocksDBStore("counts", directory) as store:
+    with caplog.at_level(logging.WARNING), RocksDBStore("counts", directory) as store:
         assert store.committed_offset(CHANGELOG) is None
         assert store.get(b"k") == b"v"
+    # The warning says why for this store: not "created now, or holds no data" (it holds data).
+    assert "eddyline formatted this database" in caplog.text
+    assert "holds no data" not in caplog.text
 
 
 def test_checkpoint_format_round_trips_kafka_layout(tmp_path: Path) -> None:
@@ -168,3 +175,15 @@ def test_a_checkpoint_file_that_is_not_utf8_names_itself(tmp_path: Path) -> None
     with pytest.raises(CheckpointFileError, match="not UTF-8") as error:
         read_offsets(path)
     assert str(path) in str(error.value)
+
+
+@pytest.mark.parametrize("in_the_way", ["counts", "task"])
+def test_a_file_where_the_store_directory_goes_is_named(tmp_path: Path, in_the_way: str) -> None:
+    """Not a raw "[Errno 17] File exists": the store, the file in the way, and what to do."""
+    (tmp_path / in_the_way).write_text("not a directory")
+    directory = tmp_path / "task" / "counts" if in_the_way == "task" else tmp_path / "counts"
+    with pytest.raises(StateStoreError) as refused:
+        RocksDBStore("counts", directory)
+    message = str(refused.value)
+    assert f"{tmp_path / in_the_way} is a file" in message, message
+    assert "move it out" in message

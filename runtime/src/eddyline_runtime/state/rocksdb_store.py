@@ -165,7 +165,19 @@ class RocksDBStore(StateStore):
         self.name = name
         self.directory = Path(directory)
         self.options = options or RocksDBStoreOptions()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as error:
+            in_the_way = next(
+                (p for p in (self.directory, *self.directory.parents) if p.is_file()),
+                self.directory,
+            )
+            raise StateStoreError(
+                name,
+                f'state store "{name}" cannot have its directory {self.directory}: '
+                f"{in_the_way} is a file, not a directory; move it out of the state "
+                "directory (eddyline keeps only its own directories there)",
+            ) from error
         self._dir_lock = DirectoryLock.acquire(name, self.directory)
         empty_trash(self.directory)
         created = not (self.directory / _ROCKSDB_CURRENT_FILE).exists()
@@ -495,12 +507,19 @@ class RocksDBStore(StateStore):
             if not self._committed_position:
                 imported_position = dict(read_offsets(position_file))
         elif not self._committed_offsets and checkpoint_file.exists():
+            if created:
+                why = "the database was created by this open (its files were missing)"
+            elif formatted:
+                why = "eddyline formatted this database, which keeps its offsets inside itself"
+            else:
+                why = "the database holds no data"
             logger.warning(
                 'state store "%s" at %s: ignoring %s, which does not describe this database '
-                "(it was created now, or holds no data); the store is restored from its changelog",
+                "(%s); the store is restored from its changelog",
                 self.name,
                 self.directory,
                 CHECKPOINT_FILE_NAME,
+                why,
             )
             checkpoint_file.unlink()
         if formatted:
