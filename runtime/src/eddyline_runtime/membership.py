@@ -9,6 +9,7 @@ taking a task over fences its previous owner's transactional producer.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 from dataclasses import dataclass, field
@@ -58,18 +59,49 @@ class Membership:
 # A member's report: what a pod tells the membership authority over its query port
 # (GET /v1/layout). The operator never imports user code, so the task layout comes
 # from the pods that run it.
-# "restorePending": an active copy whose store is missing, waiting for a Spark restore build
-# (its lag is the changelog a replay would read).
-RESTORE_PENDING = "restorePending"
-STORE_ROLES = ("active", "standby", "restoring", RESTORE_PENDING)
+
+
+class StoreRole(enum.StrEnum):
+    """What a copy of a store partition is to its member; the value is the report's word.
+
+    An instance's own view (:class:`~eddyline_runtime.processing.queryable.LocalStorePartition`)
+    holds only ACTIVE and STANDBY copies, with ``running`` telling a restoring active copy;
+    a report spells that RESTORING.
+    """
+
+    ACTIVE = "active"
+    STANDBY = "standby"
+    # An active copy still replaying its changelog.
+    RESTORING = "restoring"
+    # An active copy whose store is missing, waiting for a Spark restore build (its lag is
+    # the changelog a replay would read).
+    RESTORE_PENDING = "restorePending"
+
+
+STORE_ROLES = tuple(role.value for role in StoreRole)
+RESTORE_PENDING = StoreRole.RESTORE_PENDING
 
 
 @dataclass(frozen=True)
 class StoreCopy:
     """One store partition a member holds: its role and how far it trails its changelog."""
 
-    role: str  # one of STORE_ROLES; "restoring" is an active copy not yet caught up
+    role: StoreRole
     lag: int
+
+    def __post_init__(self) -> None:
+        # A report read from JSON (or written by hand) names the role by its word.
+        if not isinstance(self.role, StoreRole):
+            object.__setattr__(self, "role", _store_role(self.role))
+
+
+def _store_role(word: Any) -> StoreRole:
+    try:
+        return StoreRole(word)
+    except ValueError:
+        raise ValueError(
+            f"unknown store role {word!r}; a member reports one of {', '.join(STORE_ROLES)}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -99,7 +131,7 @@ class MemberReport:
             copy.lag
             for partitions in self.stores.values()
             for copy in partitions.values()
-            if copy.role == "standby"
+            if copy.role is StoreRole.STANDBY
         ]
         return max(lags) if lags else None
 
@@ -111,7 +143,7 @@ class MemberReport:
             "stateful_tasks": [str(t) for t in sorted(self.stateful)],
             "stores": {
                 store: {
-                    str(partition): {"role": copy.role, "lag": copy.lag}
+                    str(partition): {"role": copy.role.value, "lag": copy.lag}
                     for partition, copy in sorted(partitions.items())
                 }
                 for store, partitions in sorted(self.stores.items())
@@ -126,7 +158,7 @@ class MemberReport:
         try:
             stores = {
                 str(store): {
-                    int(partition): StoreCopy(str(copy["role"]), int(copy["lag"]))
+                    int(partition): StoreCopy(_store_role(copy["role"]), int(copy["lag"]))
                     for partition, copy in partitions.items()
                 }
                 for store, partitions in data["stores"].items()

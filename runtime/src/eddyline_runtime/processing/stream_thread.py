@@ -61,10 +61,11 @@ from pathlib import Path
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.log import LagTracker, Log, ProducerFencedError
 from eddyline_runtime.log.port import RecordColumns
+from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.processing.partition_group import Chunk, PartitionGroup
-from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition, StoreRole
+from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.processing.task import StreamTask
