@@ -161,6 +161,25 @@ def test_a_missing_input_topic_fails_naming_it(tmp_path: Path, log: SqliteLog) -
     assert f"eddyline log --log {url} create-topic NAME" in result.stderr
 
 
+def test_until_caught_up_stops_when_an_input_was_truncated_before_anything_was_committed(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    """Reading starts at a partition's beginning, not 0: a partition whose records were all
+    deleted holds nothing to read, so it is caught up without ever being committed."""
+    manifest = write_manifest(tmp_path)
+    log.create_topic("events", 2)
+    truncated, kept = TopicPartition("events", 0), TopicPartition("events", 1)
+    log.produce(truncated, [Record(f"gone{i}".encode(), b"{}", i) for i in range(5)])
+    log.produce(kept, [Record(f"e{i}".encode(), b"{}", i) for i in range(5)])
+    assert log.delete_records(truncated, 5) == 5  # retention took the whole partition
+
+    result = run_eddyline("run", str(manifest), "--until-caught-up", cwd=tmp_path, timeout=45)
+
+    assert result.returncode == 0, result.stderr
+    assert unique_events(log) == [f"e{i}" for i in range(5)]
+    assert log.committed_offsets("custom-processor", [truncated, kept]) == {kept: 5}
+
+
 SLOW_TOPOLOGY = """
 import time
 

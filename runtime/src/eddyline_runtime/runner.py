@@ -16,9 +16,10 @@ topology it names and opens its log. Then, by ``spec.replicas``:
   share of the assignment the operator publishes (docs/operator.md).
 
 "Caught up" always means what the log says: every input and repartition
-partition's committed offset is at its end offset (:func:`uncommitted_inputs`),
-never only that an instance has nothing left to do: an instance fenced out
-of its tasks holds nothing and would look done.
+partition's position (its committed offset, else its beginning) is at its end
+offset (:func:`uncommitted_inputs`), never only that an instance has nothing
+left to do: an instance fenced out of its tasks holds nothing and would look
+done.
 
 Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
 """
@@ -47,6 +48,7 @@ from eddyline_runtime.config import StreamsConfig, read_settings_file
 from eddyline_runtime.errors import ConfigError, EddylineError
 from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Log, open_log
+from eddyline_runtime.log.positions import read_positions
 from eddyline_runtime.membership import Membership
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.instance import StreamsInstance
@@ -464,11 +466,14 @@ def start_group(
 
 
 def uncommitted_inputs(log: Log, layout: TopicLayout) -> dict[TopicPartition, tuple[int, int]]:
-    """(committed, end) of every input partition whose committed offset trails its end.
+    """(position, end) of every input partition whose position trails its end.
 
-    Read in sub-topology order: once a sub-topology's inputs are committed, so
-    is what it wrote to the repartition topics the next one reads, so a later
-    read of those sees it.
+    The position is where the application reads next (:func:`read_positions`:
+    the committed offset, else the partition's beginning), so a partition
+    truncated past what was ever committed is caught up once its remaining
+    records are. Read in sub-topology order: once a sub-topology's inputs are
+    committed, so is what it wrote to the repartition topics the next one
+    reads, so a later read of those sees it.
     """
     behind: dict[TopicPartition, tuple[int, int]] = {}
     for sub in layout.subtopologies:
@@ -477,11 +482,11 @@ def uncommitted_inputs(log: Log, layout: TopicLayout) -> dict[TopicPartition, tu
             for partition in range(layout.partitions[sub.id])
             for tp in layout.input_partitions(TaskId(sub.id, partition))
         ]
-        committed = log.committed_offsets(layout.application_id, inputs)
+        positions = read_positions(log, layout.application_id, inputs)
         for tp in inputs:
             end = log.end_offset(tp)
-            if committed.get(tp, 0) < end:
-                behind[tp] = (committed.get(tp, 0), end)
+            if positions[tp] < end:
+                behind[tp] = (positions[tp], end)
     return behind
 
 
