@@ -12,11 +12,13 @@ from __future__ import annotations
 import enum
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TaskId
 
 # The file name a local group publishes under its state.dir.
@@ -54,6 +56,94 @@ class Membership:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Membership:
         return cls(int(data["generation"]), Assignment.from_json(data["assignment"]))
+
+
+# Before the first generation an authority publishes (both number theirs from 1): no tasks.
+NOTHING_ASSIGNED = Membership(0, Assignment(active={}, standby={}))
+
+
+class MembershipSource(Protocol):
+    """Who decides which tasks a member runs, and how the member hears of a change.
+
+    Every member starts and follows the same way (``runner.run_member``); only
+    the source differs: a single process decides alone (:class:`SoleMember`), a
+    local group's replica follows the file its supervisor writes
+    (:class:`MembershipFile`), a pod follows the ConfigMap the operator writes
+    (``cluster_membership.ConfigMapMembership``).
+    """
+
+    # How often the member asks current(): a file read, or a memory read.
+    poll_seconds: float
+
+    def start(self, member_id: str) -> Membership | None:
+        """Begin following; the membership to start from. None: this member decides
+        alone and runs every task (the instance assigns them once it knows the topics)."""
+        ...
+
+    def current(self) -> Membership | None:
+        """The newest published membership (None while there is none); the member acts
+        on each generation it has not seen."""
+        ...
+
+    def stop(self) -> None:
+        """Stop following: the member is closing."""
+        ...
+
+
+class SoleMember:
+    """A single process: nobody else to agree with, so no membership to follow."""
+
+    poll_seconds = 0.05
+
+    def start(self, member_id: str) -> Membership | None:
+        return None
+
+    def current(self) -> Membership | None:
+        return None
+
+    def stop(self) -> None:
+        pass
+
+
+class MembershipFile:
+    """A local group's replica: follows the file the group's supervisor publishes.
+
+    A replica starts once the file names it (the supervisor writes the file
+    before it spawns replicas, and again when one joins), or fails after
+    ``timeout`` seconds saying how replicas are meant to start.
+    """
+
+    poll_seconds = 0.1
+
+    def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
+        self.path = path
+        self.timeout = timeout
+
+    def start(self, member_id: str) -> Membership:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            membership = self.current()
+            if membership is not None and member_id in membership.assignment.active:
+                return membership
+            if time.monotonic() > deadline:
+                raise EddylineError(
+                    f"replica {member_id} is not in {self.path} after {self.timeout:.0f} s; "
+                    "start replicas through `eddyline run` (which writes that file)"
+                )
+            time.sleep(self.poll_seconds)
+
+    def current(self) -> Membership | None:
+        try:
+            return Membership.read(self.path)
+        except (ValueError, KeyError, TypeError, OSError) as error:
+            raise EddylineError(
+                f'member file "{self.path}" is not a membership eddyline wrote '
+                f"({type(error).__name__}: {error}); start replicas through `eddyline run` "
+                "(which writes it), or remove the file"
+            ) from None
+
+    def stop(self) -> None:
+        pass
 
 
 # A member's report: what a pod tells the membership authority over its query port
