@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from eddyline_runtime.log import FetchResult, Log, Record, SqliteLog
+from eddyline_runtime.log import FetchedColumns, FetchResult, Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition, partition_for_key
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.runner import run_app
@@ -184,6 +184,11 @@ class OneRecordPerFetchLog(SqliteLog):
 
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
         return super().fetch(tp, offset, 1)
+
+    def fetch_columns(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> FetchedColumns:
+        return super().fetch_columns(tp, offset, 1)  # what the processing loop fetches with
 
 
 # Each click's profile is further down the profile partition than the last: the

@@ -161,6 +161,56 @@ def test_a_missing_input_topic_fails_naming_it(tmp_path: Path, log: SqliteLog) -
     assert f"eddyline log --log {url} create-topic NAME" in result.stderr
 
 
+def test_until_caught_up_stops_when_an_input_was_truncated_before_anything_was_committed(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    """Reading starts at a partition's beginning, not 0: a partition whose records were all
+    deleted holds nothing to read, so it is caught up without ever being committed."""
+    manifest = write_manifest(tmp_path)
+    log.create_topic("events", 2)
+    truncated, kept = TopicPartition("events", 0), TopicPartition("events", 1)
+    log.produce(truncated, [Record(f"gone{i}".encode(), b"{}", i) for i in range(5)])
+    log.produce(kept, [Record(f"e{i}".encode(), b"{}", i) for i in range(5)])
+    assert log.delete_records(truncated, 5) == 5  # retention took the whole partition
+
+    result = run_eddyline("run", str(manifest), "--until-caught-up", cwd=tmp_path, timeout=45)
+
+    assert result.returncode == 0, result.stderr
+    assert unique_events(log) == [f"e{i}" for i in range(5)]
+    assert log.committed_offsets("custom-processor", [truncated, kept]) == {kept: 5}
+
+
+@pytest.mark.parametrize("membership", ["--membership-configmap", "--member-file"])
+def test_every_member_refuses_a_state_dir_that_is_a_file(
+    tmp_path: Path, log: SqliteLog, membership: str
+) -> None:
+    """A pod (the ConfigMap) and a local replica (the file) start as a single process does:
+    state.dir is checked before anything runs, and the error says what to fix (a pod that
+    skipped the check failed later, as an "unexpected" error). Nothing answers at the API
+    address: the check must not need a membership."""
+    state_file = tmp_path / "state-file"
+    state_file.write_text("not a directory", encoding="utf-8")
+    manifest = write_manifest(tmp_path, **{"state.dir": str(state_file)})
+    log.create_topic("events", 2)
+    source = "app-membership" if membership == "--membership-configmap" else str(tmp_path / "m")
+    env = {**ENVIRONMENT, "EDDYLINE_KUBERNETES_API": "http://127.0.0.1:9", "POD_NAMESPACE": "a"}
+
+    result = subprocess.run(
+        eddyline("run", str(manifest), membership, source, "--instance-id", "app-0"),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "state.dir" in result.stderr
+    assert "it is a file: remove it or choose another state.dir" in result.stderr
+
+
 SLOW_TOPOLOGY = """
 import time
 

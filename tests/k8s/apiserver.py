@@ -2,7 +2,7 @@
 
 There is no cluster on these machines. This emulator serves the parts of the API that
 ``kubectl`` 1.32, kopf 1.45 and helm-sdkpy rely on, with the semantics they check
-(``../shared/facts/kubernetes-emulator.md`` lists each one and why):
+(``docs/kubernetes-emulator.md`` lists each one and why):
 
 - discovery (``/api``, ``/apis``, group versions; subresources without short names),
   ``/version`` as v1.32 (the machine's kubectl dispatcher picks its client from it), and

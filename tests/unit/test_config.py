@@ -33,15 +33,6 @@ def test_exactly_once_reads_committed_unless_the_user_chose() -> None:
     assert chosen.effective_isolation_level is IsolationLevel.READ_UNCOMMITTED
 
 
-def test_each_thread_gets_its_share_of_the_uncommitted_limit() -> None:
-    config = StreamsConfig.from_properties(
-        {"statestore.uncommitted.max.bytes": "1000", "num.stream.threads": 4}
-    )
-    assert config.uncommitted_bytes_per_thread == 250
-    unlimited = StreamsConfig.from_properties({"statestore.uncommitted.max.bytes": -1})
-    assert unlimited.uncommitted_bytes_per_thread is None
-
-
 def test_unknown_isolation_level_lists_the_accepted_ones() -> None:
     with pytest.raises(UnknownIsolationLevelError) as error:
         StreamsConfig.from_properties({"default.state.isolation.level": "SNAPSHOT"})

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from eddyline_runtime.partitions import TopicPartition, murmur2, partition_for_key
+from eddyline_runtime.partitions import (
+    TopicPartition,
+    changelog_topic,
+    is_changelog_of,
+    murmur2,
+    partition_for_key,
+)
 
 
 @pytest.mark.parametrize(
@@ -29,3 +35,11 @@ def test_partition_for_key_is_stable_and_in_range() -> None:
 
 def test_topic_partitions_print_as_kafka_does() -> None:
     assert str(TopicPartition("app-counts-changelog", 3)) == "app-counts-changelog-3"
+
+
+def test_a_changelog_is_named_as_kafka_streams_names_it_and_found_by_its_store() -> None:
+    topic = changelog_topic("app", "counts")
+    assert topic == "app-counts-changelog"
+    assert is_changelog_of(topic, "counts")
+    assert not is_changelog_of(topic, "other")
+    assert not is_changelog_of("app-counts", "counts")

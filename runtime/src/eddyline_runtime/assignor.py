@@ -7,7 +7,7 @@ without either. The caller publishes the result (:meth:`Assignment.to_json`)
 and every member reads its own share from it.
 
 Guarantees of :func:`assign` (each is a property test in
-``tests/unit/test_assign.py``); ``N`` is the number of members, ``r`` is
+``tests/unit/test_assignor.py``); ``N`` is the number of members, ``r`` is
 ``min(num_standby_replicas, N - 1)`` and ``Z`` the number of distinct zones
 among the members (members without a zone share one unnamed zone):
 

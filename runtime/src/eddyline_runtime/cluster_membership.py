@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
+from eddyline_runtime.membership import MEMBERSHIP_FILE, NOTHING_ASSIGNED, Membership
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,15 @@ class ApiServer:
 
 
 class ConfigMapMembership:
-    """The latest membership published in a ConfigMap, kept current by a watch thread."""
+    """The latest membership published in a ConfigMap, kept current by a watch thread.
+
+    A pod's :class:`~eddyline_runtime.membership.MembershipSource`: it starts with no
+    tasks, as the operator computes an assignment only from the layout each pod
+    reports, and a pod reports it once its instance runs.
+    """
+
+    # current() is a memory read; the watch thread does the waiting.
+    poll_seconds = 0.05
 
     def __init__(self, api: ApiServer, *, namespace: str, name: str) -> None:
         self.api = api
@@ -117,11 +125,12 @@ class ConfigMapMembership:
     def _object_path(self) -> str:
         return f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}"
 
-    def start(self) -> None:
+    def start(self, member_id: str) -> Membership:
         self._thread = threading.Thread(
             target=self._follow, name="eddyline-membership", daemon=True
         )
         self._thread.start()
+        return NOTHING_ASSIGNED
 
     def stop(self) -> None:
         self._stop.set()

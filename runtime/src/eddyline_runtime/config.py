@@ -213,13 +213,6 @@ class StreamsConfig(BaseSettings):
         return 30_000
 
     @property
-    def uncommitted_bytes_per_thread(self) -> int | None:
-        """Each stream thread's share of statestore.uncommitted.max.bytes; None = no limit."""
-        if self.statestore_uncommitted_max_bytes == UNLIMITED:
-            return None
-        return self.statestore_uncommitted_max_bytes // self.num_stream_threads
-
-    @property
     def cache_bytes_per_thread(self) -> int:
         """Each stream thread's record cache (KIP-63: split evenly, never shared)."""
         return self.statestore_cache_max_bytes // self.num_stream_threads

@@ -9,13 +9,16 @@ taking a task over fences its previous owner's transactional producer.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TaskId
 
 # The file name a local group publishes under its state.dir.
@@ -55,21 +58,140 @@ class Membership:
         return cls(int(data["generation"]), Assignment.from_json(data["assignment"]))
 
 
+# Before the first generation an authority publishes (both number theirs from 1): no tasks.
+NOTHING_ASSIGNED = Membership(0, Assignment(active={}, standby={}))
+
+
+class MembershipSource(Protocol):
+    """Who decides which tasks a member runs, and how the member hears of a change.
+
+    Every member starts and follows the same way (``runner.run_member``); only
+    the source differs: a single process decides alone (:class:`SoleMember`), a
+    local group's replica follows the file its supervisor writes
+    (:class:`MembershipFile`), a pod follows the ConfigMap the operator writes
+    (``cluster_membership.ConfigMapMembership``).
+    """
+
+    # How often the member asks current(): a file read, or a memory read.
+    poll_seconds: float
+
+    def start(self, member_id: str) -> Membership | None:
+        """Begin following; the membership to start from. None: this member decides
+        alone and runs every task (the instance assigns them once it knows the topics)."""
+        ...
+
+    def current(self) -> Membership | None:
+        """The newest published membership (None while there is none); the member acts
+        on each generation it has not seen."""
+        ...
+
+    def stop(self) -> None:
+        """Stop following: the member is closing."""
+        ...
+
+
+class SoleMember:
+    """A single process: nobody else to agree with, so no membership to follow."""
+
+    poll_seconds = 0.05
+
+    def start(self, member_id: str) -> Membership | None:
+        return None
+
+    def current(self) -> Membership | None:
+        return None
+
+    def stop(self) -> None:
+        pass
+
+
+class MembershipFile:
+    """A local group's replica: follows the file the group's supervisor publishes.
+
+    A replica starts once the file names it (the supervisor writes the file
+    before it spawns replicas, and again when one joins), or fails after
+    ``timeout`` seconds saying how replicas are meant to start.
+    """
+
+    poll_seconds = 0.1
+
+    def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
+        self.path = path
+        self.timeout = timeout
+
+    def start(self, member_id: str) -> Membership:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            membership = self.current()
+            if membership is not None and member_id in membership.assignment.active:
+                return membership
+            if time.monotonic() > deadline:
+                raise EddylineError(
+                    f"replica {member_id} is not in {self.path} after {self.timeout:.0f} s; "
+                    "start replicas through `eddyline run` (which writes that file)"
+                )
+            time.sleep(self.poll_seconds)
+
+    def current(self) -> Membership | None:
+        try:
+            return Membership.read(self.path)
+        except (ValueError, KeyError, TypeError, OSError) as error:
+            raise EddylineError(
+                f'member file "{self.path}" is not a membership eddyline wrote '
+                f"({type(error).__name__}: {error}); start replicas through `eddyline run` "
+                "(which writes it), or remove the file"
+            ) from None
+
+    def stop(self) -> None:
+        pass
+
+
 # A member's report: what a pod tells the membership authority over its query port
 # (GET /v1/layout). The operator never imports user code, so the task layout comes
 # from the pods that run it.
-# "restorePending": an active copy whose store is missing, waiting for a Spark restore build
-# (its lag is the changelog a replay would read).
-RESTORE_PENDING = "restorePending"
-STORE_ROLES = ("active", "standby", "restoring", RESTORE_PENDING)
+
+
+class StoreRole(enum.StrEnum):
+    """What a copy of a store partition is to its member; the value is the report's word.
+
+    An instance's own view (:class:`~eddyline_runtime.processing.queryable.LocalStorePartition`)
+    holds only ACTIVE and STANDBY copies, with ``running`` telling a restoring active copy;
+    a report spells that RESTORING.
+    """
+
+    ACTIVE = "active"
+    STANDBY = "standby"
+    # An active copy still replaying its changelog.
+    RESTORING = "restoring"
+    # An active copy whose store is missing, waiting for a Spark restore build (its lag is
+    # the changelog a replay would read).
+    RESTORE_PENDING = "restorePending"
+
+
+STORE_ROLES = tuple(role.value for role in StoreRole)
+RESTORE_PENDING = StoreRole.RESTORE_PENDING
 
 
 @dataclass(frozen=True)
 class StoreCopy:
     """One store partition a member holds: its role and how far it trails its changelog."""
 
-    role: str  # one of STORE_ROLES; "restoring" is an active copy not yet caught up
+    role: StoreRole
     lag: int
+
+    def __post_init__(self) -> None:
+        # A report read from JSON (or written by hand) names the role by its word.
+        if not isinstance(self.role, StoreRole):
+            object.__setattr__(self, "role", _store_role(self.role))
+
+
+def _store_role(word: Any) -> StoreRole:
+    try:
+        return StoreRole(word)
+    except ValueError:
+        raise ValueError(
+            f"unknown store role {word!r}; a member reports one of {', '.join(STORE_ROLES)}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -99,7 +221,7 @@ class MemberReport:
             copy.lag
             for partitions in self.stores.values()
             for copy in partitions.values()
-            if copy.role == "standby"
+            if copy.role is StoreRole.STANDBY
         ]
         return max(lags) if lags else None
 
@@ -111,7 +233,7 @@ class MemberReport:
             "stateful_tasks": [str(t) for t in sorted(self.stateful)],
             "stores": {
                 store: {
-                    str(partition): {"role": copy.role, "lag": copy.lag}
+                    str(partition): {"role": copy.role.value, "lag": copy.lag}
                     for partition, copy in sorted(partitions.items())
                 }
                 for store, partitions in sorted(self.stores.items())
@@ -126,7 +248,7 @@ class MemberReport:
         try:
             stores = {
                 str(store): {
-                    int(partition): StoreCopy(str(copy["role"]), int(copy["lag"]))
+                    int(partition): StoreCopy(_store_role(copy["role"]), int(copy["lag"]))
                     for partition, copy in partitions.items()
                 }
                 for store, partitions in data["stores"].items()

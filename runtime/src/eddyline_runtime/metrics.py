@@ -3,8 +3,10 @@
 A :class:`Sensor` records values (a latency, a count); metrics registered in a
 :class:`MetricsRegistry` read them as rate per second, average or maximum over
 a sliding window of samples, as Kafka's metrics do (two samples of 30 s by
-default). The registry is what ``/metrics`` will export later; keeping it free
-of any exporter lets every layer record without knowing who reads.
+default). Each instance keeps one registry; the query server exports its
+snapshot on ``GET /metrics`` in Prometheus' format (``query/prometheus.py``),
+and ``eddyline run`` prints from it. Keeping the registry free of any exporter
+lets every layer record without knowing who reads.
 """
 
 from __future__ import annotations

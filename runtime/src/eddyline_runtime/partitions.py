@@ -3,7 +3,10 @@
 A changelog offset kept by a state store, an input offset committed by a task
 and a KIP-796 position all name a partition of a topic; they share this type.
 A task (a sub-topology on one partition) is what the assignor hands out and
-what names a state directory.
+what names a state directory. A logged store's changelog topic is named here
+too (:func:`changelog_topic`): the topology's layout creates it, stores read
+their offsets in it from Kafka Streams' ``.checkpoint`` files, and the restore
+commands read it, so the name must be spelled once.
 """
 
 from __future__ import annotations
@@ -22,6 +25,25 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+# Kafka Streams' name for a changelog, so its tools (and its .checkpoint files) name the same topic.
+_CHANGELOG_SUFFIX = "-changelog"
+
+
+def changelog_topic(application_id: str, store: str) -> str:
+    """The compacted topic a logged store writes its changes to:
+    ``<application.id>-<store>-changelog``."""
+    return f"{application_id}-{store}{_CHANGELOG_SUFFIX}"
+
+
+def is_changelog_of(topic: str, store: str) -> bool:
+    """Whether ``topic`` is ``store``'s changelog in some application.
+
+    For readers that do not know the application id (a store reading a task's
+    ``.checkpoint``, which names every store's changelog of that task).
+    """
+    return topic.endswith(f"-{store}{_CHANGELOG_SUFFIX}")
 
 
 # Kafka's murmur2 constants (its default partitioner): keys land on the same

@@ -20,7 +20,7 @@ from typing import TextIO
 from urllib.parse import urlparse
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
 
 SPARK_MISSING = (
     "restore build needs PySpark and a Java 17+ runtime: pip install 'eddyline[spark]' and "
@@ -119,7 +119,7 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
 
     app = load_manifest(args.manifest)
     application = app.streams_config().application_id
-    topic = f"{application}-{args.store}-changelog"
+    topic = changelog_topic(application, args.store)
     output = _local_path(args.output, "--output")
     log_url = args.log_url or app.spec.log.url
     log = open_log(log_url, read_only=True)
@@ -230,7 +230,7 @@ def _ingest(args: argparse.Namespace, out: TextIO) -> int:
         task = TaskId(owners[0], args.partition)
     state_dir = args.state_dir or Path(config.state_dir)
     directory = store_directory(state_dir, task, args.store)
-    changelog = TopicPartition(f"{application}-{args.store}-changelog", args.partition)
+    changelog = TopicPartition(changelog_topic(application, args.store), args.partition)
     log = open_log(app.spec.log.url, read_only=True)
     try:
         rebuilt = rebuild_store(

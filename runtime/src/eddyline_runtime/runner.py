@@ -8,17 +8,22 @@ topology it names and opens its log. Then, by ``spec.replicas``:
   and committed; it serves interactive queries when ``application.server``
   is set;
 * several: a :class:`~eddyline_runtime.local_group.LocalGroup` starts one
-  process per replica (each runs :func:`run_member`), publishes their
-  assignment, restarts crashed or hung ones, and prints where to query them;
-  with ``until_caught_up`` it stops them once all input is committed;
-* a pod of a cluster (``--membership-configmap``): :func:`run_cluster_member`
-  starts with no tasks, reports its layout on ``/v1/layout`` and runs the
-  share of the assignment the operator publishes (docs/operator.md).
+  process per replica (each follows the membership file it publishes),
+  publishes their assignment, restarts crashed or hung ones, and prints where
+  to query them; with ``until_caught_up`` it stops them once all input is
+  committed;
+* a pod of a cluster (``--membership-configmap``) starts with no tasks,
+  reports its layout on ``/v1/layout`` and runs the share of the assignment
+  the operator publishes (docs/operator.md).
+
+All three start and follow the same way, :func:`run_member`; only the
+:class:`~eddyline_runtime.membership.MembershipSource` differs.
 
 "Caught up" always means what the log says: every input and repartition
-partition's committed offset is at its end offset (:func:`uncommitted_inputs`),
-never only that an instance has nothing left to do: an instance fenced out
-of its tasks holds nothing and would look done.
+partition's position (its committed offset, else its beginning) is at its end
+offset (:func:`uncommitted_inputs`), never only that an instance has nothing
+left to do: an instance fenced out of its tasks holds nothing and would look
+done.
 
 Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
 """
@@ -38,7 +43,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from eddyline_runtime.assignor import Assignment, Member
 from eddyline_runtime.cluster_membership import (
     SERVICE_ACCOUNT_DIR,
     ApiServer,
@@ -48,7 +52,8 @@ from eddyline_runtime.config import StreamsConfig, read_settings_file
 from eddyline_runtime.errors import ConfigError, EddylineError
 from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Log, open_log
-from eddyline_runtime.membership import Membership
+from eddyline_runtime.log.positions import read_positions
+from eddyline_runtime.membership import MembershipFile, MembershipSource, SoleMember
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
@@ -60,9 +65,6 @@ from eddyline_runtime.spec import StreamApp, load_manifest
 logger = logging.getLogger(__name__)
 
 _PROGRESS_SECONDS = 1.0
-_MEMBERSHIP_POLL_SECONDS = 0.1
-# A pod checks the watched membership this often (a memory read; the watch itself is pushed).
-_CLUSTER_TICK_SECONDS = 0.05
 # Replica i of a local group answers queries on DEFAULT_QUERY_PORT + i.
 DEFAULT_QUERY_PORT = 7070
 
@@ -137,37 +139,33 @@ def run_manifest(
         _exit_with_supervisor(supervisor_fd)
     log = open_log(log_url or app.spec.log.url)
     try:
+        source: MembershipSource
         if membership_configmap is not None:
-            return run_cluster_member(
+            source = ConfigMapMembership(
+                ApiServer.from_environment(), namespace=pod_namespace(), name=membership_configmap
+            )
+            prefix = f"[{instance_id}] "
+        elif member_file is not None:
+            source, prefix = MembershipFile(member_file), f"[replica {instance_id}] "
+        else:
+            return run_app(
                 app,
                 log,
                 search_path=[manifest.resolve().parent],
                 instance_id=instance_id,
-                source=ConfigMapMembership(
-                    ApiServer.from_environment(),
-                    namespace=pod_namespace(),
-                    name=membership_configmap,
-                ),
+                until_caught_up=until_caught_up,
+                timeout=timeout,
                 out=out,
+                on_started=on_started,
             )
-        if member_file is not None:
-            return run_member(
-                app,
-                log,
-                search_path=[manifest.resolve().parent],
-                instance_id=instance_id,
-                member_file=member_file,
-                out=out,
-            )
-        return run_app(
+        return run_member(
             app,
             log,
+            source,
             search_path=[manifest.resolve().parent],
             instance_id=instance_id,
-            until_caught_up=until_caught_up,
-            timeout=timeout,
             out=out,
-            on_started=on_started,
+            prefix=prefix,
         )
     finally:
         log.close()
@@ -184,19 +182,17 @@ def run_app(
     out: TextIO = sys.stderr,
     on_started: Callable[[StreamsInstance], None] | None = None,
 ) -> StreamsInstance:
-    config = app.streams_config()
-    topology = load_topology(app.spec.topology.ref, search_path)
-    check_state_dir(Path(config.state_dir))
-    instance = StreamsInstance(topology, config, log, instance_id=instance_id)
+    """A single process running every task, until stopped (or caught up)."""
+    application_id = app.streams_config().application_id
 
-    def finished() -> bool:
+    def finished(instance: StreamsInstance) -> bool:
         if not until_caught_up:
             return False
         fenced = sum(thread.migrated for thread in instance.threads)
         if fenced:
             raise EddylineError(
                 f"{fenced} task(s) of instance {instance_id} were taken over by another "
-                f'instance of application "{config.application_id}" (it fenced this one\'s '
+                f'instance of application "{application_id}" (it fenced this one\'s '
                 "transactions), so this run cannot finish its input; stop the other instance "
                 "(eddyline run with spec.replicas > 1 runs several safely) and run again"
             )
@@ -206,100 +202,74 @@ def run_app(
             and not uncommitted_inputs(log, instance.layout)
         )
 
-    _serve(instance, app, out, finished, tick_seconds=0.05, timeout=timeout, on_started=on_started)
-    return instance
+    return run_member(
+        app,
+        log,
+        SoleMember(),
+        search_path=search_path,
+        instance_id=instance_id,
+        out=out,
+        finished=finished,
+        timeout=timeout,
+        on_started=on_started,
+    )
 
 
 def run_member(
     app: StreamApp,
     log: Log,
+    membership_source: MembershipSource,
     *,
     search_path: list[Path],
-    instance_id: str,
-    member_file: Path,
+    instance_id: str = "0",
     out: TextIO = sys.stderr,
+    prefix: str = "",
+    finished: Callable[[StreamsInstance], bool] | None = None,
+    timeout: float | None = None,
+    on_started: Callable[[StreamsInstance], None] | None = None,
 ) -> StreamsInstance:
-    """One replica of a local group: follow the membership file until SIGINT/SIGTERM."""
-    config = app.streams_config()
-    topology = load_topology(app.spec.topology.ref, search_path)
-    check_state_dir(Path(config.state_dir))
-    membership = _wait_for_membership(member_file, instance_id)
-    instance = StreamsInstance(
-        topology,
-        config,
-        log,
-        instance_id=instance_id,
-        member=membership.assignment.member(instance_id),
-        assignment=membership.assignment,
-    )
-    generation = membership.generation
+    """Every member's start-up: load the topology, check state.dir, start from the
+    source's membership and act on each new generation it publishes, until
+    SIGINT/SIGTERM or ``finished(instance)``.
 
-    def follow_membership() -> bool:
-        nonlocal generation
-        current = _read_membership(member_file)
-        if current is not None and current.generation != generation:
-            generation = current.generation
-            instance.apply_assignment(current.assignment)
-        return False  # a replica runs until it is stopped
-
-    _serve(
-        instance,
-        app,
-        out,
-        follow_membership,
-        tick_seconds=_MEMBERSHIP_POLL_SECONDS,
-        prefix=f"[replica {instance_id}] ",
-    )
-    return instance
-
-
-def run_cluster_member(
-    app: StreamApp,
-    log: Log,
-    *,
-    search_path: list[Path],
-    instance_id: str,
-    source: ConfigMapMembership,
-    out: TextIO = sys.stderr,
-) -> StreamsInstance:
-    """One pod: start with no tasks, report the layout, follow the operator's membership.
-
-    The pod serves ``/v1/layout`` (and is not ready) before it holds an
-    assignment: the operator needs the layout to compute one, and it counts
-    a pod as a member once its container runs, never by readiness.
+    A pod starts with no tasks: it serves ``/v1/layout`` (and is not ready)
+    before it holds an assignment, as the operator needs the layout to compute
+    one and counts a pod as a member once its container runs, never by readiness.
     """
     config = app.streams_config()
     topology = load_topology(app.spec.topology.ref, search_path)
-    instance = StreamsInstance(
-        topology,
-        config,
-        log,
-        instance_id=instance_id,
-        member=Member(instance_id, address=config.application_server),
-        assignment=Assignment(active={}, standby={}),  # nothing until the operator says
-    )
-    generation: int | None = None
-
-    def follow_membership() -> bool:
-        nonlocal generation
-        current = source.current()
-        if current is not None and current.generation != generation:
-            generation = current.generation
-            instance.apply_assignment(current.assignment)
-        return False  # a pod runs until it is stopped
-
-    source.start()
+    check_state_dir(Path(config.state_dir))
+    first = membership_source.start(instance_id)
     try:
+        instance = StreamsInstance(
+            topology,
+            config,
+            log,
+            instance_id=instance_id,
+            assignment=None if first is None else first.assignment,
+        )
+        generation = None if first is None else first.generation
+
+        def follow_membership() -> bool:
+            nonlocal generation
+            current = membership_source.current()
+            if current is not None and current.generation != generation:
+                generation = current.generation
+                instance.apply_assignment(current.assignment)
+            return finished is not None and finished(instance)
+
         _serve(
             instance,
             app,
             out,
             follow_membership,
-            tick_seconds=_CLUSTER_TICK_SECONDS,
-            prefix=f"[{instance_id}] ",
+            tick_seconds=membership_source.poll_seconds,
+            prefix=prefix,
+            timeout=timeout,
+            on_started=on_started,
         )
     finally:
-        source.stop()
+        membership_source.stop()
     return instance
 
 
@@ -465,11 +435,14 @@ def start_group(
 
 
 def uncommitted_inputs(log: Log, layout: TopicLayout) -> dict[TopicPartition, tuple[int, int]]:
-    """(committed, end) of every input partition whose committed offset trails its end.
+    """(position, end) of every input partition whose position trails its end.
 
-    Read in sub-topology order: once a sub-topology's inputs are committed, so
-    is what it wrote to the repartition topics the next one reads, so a later
-    read of those sees it.
+    The position is where the application reads next (:func:`read_positions`:
+    the committed offset, else the partition's beginning), so a partition
+    truncated past what was ever committed is caught up once its remaining
+    records are. Read in sub-topology order: once a sub-topology's inputs are
+    committed, so is what it wrote to the repartition topics the next one
+    reads, so a later read of those sees it.
     """
     behind: dict[TopicPartition, tuple[int, int]] = {}
     for sub in layout.subtopologies:
@@ -478,11 +451,11 @@ def uncommitted_inputs(log: Log, layout: TopicLayout) -> dict[TopicPartition, tu
             for partition in range(layout.partitions[sub.id])
             for tp in layout.input_partitions(TaskId(sub.id, partition))
         ]
-        committed = log.committed_offsets(layout.application_id, inputs)
+        positions = read_positions(log, layout.application_id, inputs)
         for tp in inputs:
             end = log.end_offset(tp)
-            if committed.get(tp, 0) < end:
-                behind[tp] = (committed.get(tp, 0), end)
+            if positions[tp] < end:
+                behind[tp] = (positions[tp], end)
     return behind
 
 
@@ -507,17 +480,6 @@ def check_state_dir(state_dir: Path) -> None:
             "a directory this process can create and write",
             hint=f"{error.strerror or error}: make it writable by uid {os.getuid()} "
             "(e.g. a volume's fsGroup) or choose another state.dir",
-        ) from None
-
-
-def _read_membership(member_file: Path) -> Membership | None:
-    try:
-        return Membership.read(member_file)
-    except (ValueError, KeyError, TypeError, OSError) as error:
-        raise EddylineError(
-            f'member file "{member_file}" is not a membership eddyline wrote '
-            f"({type(error).__name__}: {error}); start replicas through `eddyline run` "
-            "(which writes it), or remove the file"
         ) from None
 
 
@@ -558,20 +520,6 @@ def _discard_output() -> None:
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     os.close(devnull)
-
-
-def _wait_for_membership(member_file: Path, instance_id: str, timeout: float = 30.0) -> Membership:
-    deadline = time.monotonic() + timeout
-    while True:
-        membership = _read_membership(member_file)
-        if membership is not None and instance_id in membership.assignment.active:
-            return membership
-        if time.monotonic() > deadline:
-            raise EddylineError(
-                f"replica {instance_id} is not in {member_file} after {timeout:.0f} s; "
-                "start replicas through `eddyline run` (which writes that file)"
-            )
-        time.sleep(_MEMBERSHIP_POLL_SECONDS)
 
 
 def _start_query_server(instance: StreamsInstance, out: TextIO) -> QueryServer | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.config import StreamsConfig
-from eddyline_runtime.log import FetchResult, Log, Record, SqliteLog
+from eddyline_runtime.log import FetchedColumns, FetchResult, Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Topology
 from eddyline_runtime.processing.instance import StreamsInstance
@@ -39,6 +39,11 @@ class OneRecordPerFetchLog(SqliteLog):
 
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 10_000) -> FetchResult:
         return super().fetch(tp, offset, 1)
+
+    def fetch_columns(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> FetchedColumns:
+        return super().fetch_columns(tp, offset, 1)  # what the processing loop fetches with
 
 
 def merge() -> Topology:

@@ -11,7 +11,7 @@ from typing import Any
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.membership import is_member, is_ready
-from eddyline_runtime.membership import MemberReport
+from eddyline_runtime.membership import MemberReport, StoreRole
 
 Obj = dict[str, Any]
 
@@ -93,7 +93,7 @@ def rollout_step(
     restoring = sorted(
         member
         for member, report in reports.items()
-        if any(c.role == "restoring" for parts in report.stores.values() for c in parts.values())
+        if any(c.role is StoreRole.RESTORING for p in report.stores.values() for c in p.values())
     )
     if restoring:
         return RolloutStep(

@@ -55,7 +55,7 @@ from eddyline_operator.reconcile.membership import (
 )
 from eddyline_operator.reconcile.status import is_deleting
 from eddyline_runtime.assignor import Assignment, assign
-from eddyline_runtime.membership import MemberReport, Membership
+from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.spec import (
     LastUpgrade,
@@ -494,7 +494,7 @@ def _started(observed: UpgradeInput, target: Topology) -> bool:
     if set(reports) != names:
         return False
     return not any(
-        copy.role == "restoring"
+        copy.role is StoreRole.RESTORING
         for report in reports.values()
         for partitions in report.stores.values()
         for copy in partitions.values()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from eddyline_runtime.config import IsolationLevel
-from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
 from eddyline_runtime.state import (
     DurabilityBound,
     RocksDBStore,
@@ -33,7 +33,7 @@ from eddyline_runtime.state import (
 )
 
 STORE_NAME = "word-counts"
-CHANGELOG = TopicPartition("demo-word-counts-changelog", 0)
+CHANGELOG = TopicPartition(changelog_topic("demo", STORE_NAME), 0)
 WORDS = ("apple", "banana", "cherry", "damson", "elder", "fig", "grape", "kiwi", "lime", "mango")
 RECORDS_PER_COMMIT = 1_000
 COMMITS = 5

@@ -31,6 +31,7 @@ import yaml
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Record, SqliteLog, read_partition
+from eddyline_runtime.log.positions import read_positions
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from eddyline_runtime.runner import load_app, start_group
@@ -162,8 +163,9 @@ def _wait_caught_up(log: SqliteLog, group_id: str, group: LocalGroup, out: TextI
         for event in group.poll():
             print(f"\n{event}" if interactive else event, file=out, flush=True)
         ends = {tp: log.end_offset(tp) for tp in inputs}
-        committed = log.committed_offsets(group_id, inputs)
-        done = sum(min(committed.get(tp, 0), end) for tp, end in ends.items())
+        # Offsets below the group's position (read_positions: the engine's own start rule).
+        positions = read_positions(log, group_id, inputs)
+        done = sum(min(positions[tp], end) for tp, end in ends.items())
         total = sum(ends.values())
         now = time.monotonic()
         if done == total:

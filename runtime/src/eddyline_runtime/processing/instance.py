@@ -41,6 +41,13 @@ from eddyline_runtime.state.relocation import RelocationReport, relocate_state
 
 logger = logging.getLogger(__name__)
 
+# A task's thread: the partitions of one sub-topology go round-robin over the threads, and
+# each sub-topology starts at another thread (its id times this stride, modulo the thread
+# count), so the partitions 0 of all sub-topologies do not pile onto thread 0. Any stride
+# sharing no factor with the thread count does that; a prime above any sensible
+# num.stream.threads shares none with all of them.
+_SUBTOPOLOGY_STRIDE = 7919
+
 
 class InstanceState(enum.StrEnum):
     CREATED = "CREATED"
@@ -184,7 +191,7 @@ class StreamsInstance:
         count = self._thread_count
 
         def thread_of(task: TaskId) -> int:
-            return (task.subtopology * 7919 + task.partition) % count
+            return (task.subtopology * _SUBTOPOLOGY_STRIDE + task.partition) % count
 
         return [
             (

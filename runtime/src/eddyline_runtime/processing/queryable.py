@@ -7,13 +7,15 @@ hold standbys, :class:`LagInfo` how far a local store trails its changelog.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.errors import InvalidArgumentError
+
+# One StoreRole for the instance's view and the member reports.
+from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.state import StoreReader
 
@@ -75,11 +77,6 @@ class LagInfo:
         return max(self.end_offset_position - self.current_offset_position, 0)
 
 
-class StoreRole(enum.StrEnum):
-    ACTIVE = "active"
-    STANDBY = "standby"
-
-
 @dataclass(frozen=True)
 class LocalStorePartition:
     """One store partition this instance holds, and how it may be read."""
@@ -87,7 +84,7 @@ class LocalStorePartition:
     store: str
     partition: int
     task: TaskId
-    role: StoreRole
+    role: StoreRole  # ACTIVE or STANDBY; ``running`` tells a restoring active copy
     running: bool  # an active task that finished restoring; standbys never are
     lag: LagInfo
     open_reader: Callable[[IsolationLevel | None], StoreReader] = field(compare=False)

@@ -61,10 +61,12 @@ from pathlib import Path
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.log import LagTracker, Log, ProducerFencedError
 from eddyline_runtime.log.port import RecordColumns
+from eddyline_runtime.log.positions import read_positions
+from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.processing.partition_group import Chunk, PartitionGroup
-from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition, StoreRole
+from eddyline_runtime.processing.queryable import LagInfo, LocalStorePartition
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.standby_task import StandbyTask
 from eddyline_runtime.processing.task import StreamTask
@@ -404,8 +406,7 @@ class StreamThread:
             task.restoring[name] = LagInfo(verdict.first_offset, verdict.log_end)
             self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
             del task.restoring[name]
-        committed_inputs = log.committed_offsets(config.application_id, inputs)
-        start = {tp: committed_inputs.get(tp, log.beginning_offset(tp)) for tp in inputs}
+        start = read_positions(log, config.application_id, inputs)
         task.start(start)
         self._fetch_positions.update(start)
         tags = {"thread-id": self.name, "task-id": str(task_id)}

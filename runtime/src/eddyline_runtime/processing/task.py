@@ -157,10 +157,6 @@ class StreamTask:
             return False
         return self.topology.maybe_punctuate_wall_clock(now_ms)
 
-    def flush_caches(self) -> None:
-        for store in self.stores.values():
-            store.flush()
-
     def drain_outputs(self) -> list[Output]:
         return self.topology.drain_outputs()
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from eddyline_runtime import partitions
 from eddyline_runtime.errors import EddylineError
 
 # Record headers, as the log carries them: (name, value) pairs, names may repeat.
@@ -216,7 +217,7 @@ class StoreSpec:
     value_serde: str | None = None
 
     def changelog_topic(self, application_id: str) -> str:
-        return f"{application_id}-{self.name}-changelog"
+        return partitions.changelog_topic(application_id, self.name)
 
 
 @dataclass

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import hashlib
 
-from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
+from eddyline_runtime.membership import MemberReport, StoreCopy, StoreRole
 from eddyline_runtime.processing.instance import InstanceNotStartedError, StreamsInstance
-from eddyline_runtime.processing.queryable import StoreRole
 
 
 def topology_hash(description: str) -> str:
@@ -32,15 +31,15 @@ def member_report(instance: StreamsInstance) -> MemberReport:
     stores: dict[str, dict[int, StoreCopy]] = {}
     for store in instance.topology.stores:
         for local in instance.local_store_partitions(store):
-            role = local.role.value
-            if local.role is StoreRole.ACTIVE and not local.running:
-                role = "restoring"
+            role = local.role
+            if role is StoreRole.ACTIVE and not local.running:
+                role = StoreRole.RESTORING
             stores.setdefault(store, {})[local.partition] = StoreCopy(role, local.lag.offset_lag)
     for pending in instance.restore_pending():
         # Not opened yet: the lag is the whole changelog a replay would read, which is what
         # the operator compares with spec.restore's threshold before launching a build.
         stores.setdefault(pending.store, {})[pending.changelog.partition] = StoreCopy(
-            RESTORE_PENDING, pending.records
+            StoreRole.RESTORE_PENDING, pending.records
         )
     return MemberReport(
         member=instance.member.id,

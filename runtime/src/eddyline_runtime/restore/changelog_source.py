@@ -12,7 +12,7 @@ come from is a :class:`ChangelogSource`:
   (``spark.read.format("kafka")`` with ``startingOffsets``/``endingOffsets``
   per partition) reads faster; a source for it implements the same protocol.
 
-PySpark facts this module is shaped by (``shared/facts/spark-restore.md``):
+PySpark facts this module is shaped by (``docs/restore.md``):
 the reader is pickled for the executors *before* ``partitions()`` runs, so
 everything ``read()`` needs travels in the :class:`ChangelogRange` itself;
 connections are opened inside ``read()`` (they do not pickle); ``partitions()``

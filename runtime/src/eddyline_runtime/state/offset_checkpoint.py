@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.partitions import TopicPartition, is_changelog_of
 from eddyline_runtime.state.errors import CheckpointFileError
 
 CHECKPOINT_FILE_NAME = ".checkpoint"
@@ -69,14 +69,16 @@ def read_offsets(path: Path) -> dict[TopicPartition, int]:
 
 
 def read_changelog_offsets(path: Path, store: str) -> dict[TopicPartition, int]:
-    """The offsets in ``path`` of ``store``'s changelog, ``<application.id>-<store>-changelog``.
+    """The offsets in ``path`` of ``store``'s changelog (see
+    :func:`~eddyline_runtime.partitions.changelog_topic`).
 
     Kafka Streams keeps one ``.checkpoint`` per task, naming the changelogs of
     all its stores; a store adopting another store's offset would skip that
     much of its own changelog on restore.
     """
-    suffix = f"-{store}-changelog"
-    return {tp: offset for tp, offset in read_offsets(path).items() if tp.topic.endswith(suffix)}
+    return {
+        tp: offset for tp, offset in read_offsets(path).items() if is_changelog_of(tp.topic, store)
+    }
 
 
 def write_offsets(path: Path, offsets: Mapping[TopicPartition, int]) -> None:

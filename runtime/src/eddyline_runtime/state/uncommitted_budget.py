@@ -1,15 +1,20 @@
-"""When a stream thread must commit because its stores buffer too much (KIP-892).
+"""When a stream thread must commit because it holds too much uncommitted (KIP-892).
 
 ``statestore.uncommitted.max.bytes`` bounds the memory all uncommitted
 transaction buffers may hold; each stream thread gets 1/``num.stream.threads``
-of it. A thread asks its :class:`UncommittedBytesBudget` after every
-processing iteration, with the sum of its stores'
-``approximate_num_uncommitted_bytes()``:
+of it (:attr:`UncommittedBytesBudget.share`, the one place that split is
+made). What a thread holds is, per active task, its stores'
+``approximate_num_uncommitted_bytes()`` plus the changelog and output records
+kept for the next commit (``StreamTask.uncommitted_bytes``). The thread uses
+its budget twice per processing iteration:
 
-* at or over its share, a commit is requested;
-* below it, but likely to cross it during the next iteration (judged from
-  the growth of recent iterations), the thread commits pre-emptively, so a
-  large iteration does not overshoot the limit by a lot.
+* before processing, it gives each task the room left under its share, and a
+  task stops within one record of it;
+* after processing, it reports what it holds (:meth:`~UncommittedBytesBudget.after_iteration`):
+  at or over its share a commit is requested; below it, but likely to cross
+  it during the next iteration (judged from the growth of recent
+  iterations), the thread commits pre-emptively, so a large iteration does
+  not overshoot the limit by a lot.
 """
 
 from __future__ import annotations
@@ -67,5 +72,6 @@ class UncommittedBytesBudget:
 
 
 def uncommitted_bytes(stores: Iterable[StateStore]) -> int:
-    """What a thread's stores buffer in total."""
+    """What ``stores`` buffer uncommitted in total (a thread's measure adds its tasks'
+    pending changelog and output records, ``StreamTask.uncommitted_bytes``)."""
     return sum(store.approximate_num_uncommitted_bytes() for store in stores)

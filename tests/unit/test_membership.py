@@ -1,0 +1,39 @@
+"""A member's report names each store copy's role by one StoreRole, in JSON by its word."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eddyline_runtime.membership import STORE_ROLES, MemberReport, StoreCopy, StoreRole
+from eddyline_runtime.partitions import TaskId
+
+
+def report(stores: dict[int, StoreCopy]) -> MemberReport:
+    task = TaskId(0, 0)
+    return MemberReport("m-0", "h", frozenset({task}), frozenset({task}), {"counts": stores}, True)
+
+
+def test_the_roles_a_report_may_name_are_the_enum_s_words() -> None:
+    assert STORE_ROLES == ("active", "standby", "restoring", "restorePending")
+    assert tuple(StoreRole) == tuple(StoreRole(word) for word in STORE_ROLES)
+
+
+def test_a_report_round_trips_its_roles_through_json() -> None:
+    sent = report({p: StoreCopy(role, p) for p, role in enumerate(StoreRole)})
+    received = MemberReport.from_json(json.loads(json.dumps(sent.to_json())))
+    assert received == sent
+    assert [copy.role for copy in received.stores["counts"].values()] == list(StoreRole)
+    assert sent.to_json()["stores"]["counts"]["3"] == {"role": "restorePending", "lag": 3}
+
+
+def test_a_role_given_by_its_word_becomes_the_enum() -> None:
+    assert StoreCopy("standby", 4).role is StoreRole.STANDBY
+
+
+def test_an_unknown_role_is_refused_naming_it_and_the_known_ones() -> None:
+    data = report({0: StoreCopy(StoreRole.ACTIVE, 0)}).to_json()
+    data["stores"]["counts"]["0"]["role"] = "leader"
+    with pytest.raises(ValueError, match=r"unknown store role 'leader'.*active, standby"):
+        MemberReport.from_json(data)
