@@ -174,3 +174,23 @@ def test_a_log_written_before_epochs_existed_gains_them(tmp_path: Path) -> None:
     epoch = log.partition_epoch(TopicPartition("old", 0))
     assert epoch.endswith(":0") and len(epoch) > 10
     assert SqliteLog(path).partition_epoch(TopicPartition("old", 0)) == epoch
+
+
+def test_a_full_disk_is_reported_as_such_and_the_log_keeps_working(log: SqliteLog) -> None:
+    """SQLite rolls back by itself when the disk fills; the adapter's own ROLLBACK then failed
+    with "cannot rollback - no transaction is active", hiding the reason."""
+    tp = TopicPartition("full", 0)
+    log.create_topic("full", 1)
+    log.produce(tp, [Record(b"k", b"first", 0)])
+    connection = log._connection()  # the thread's connection: its page limit stands for a disk
+    pages = connection.execute("PRAGMA page_count").fetchone()[0]
+    connection.execute(f"PRAGMA max_page_count = {pages + 2}")
+    big = [Record(None, bytes(1000), 0) for _ in range(2_000)]
+    with pytest.raises(LogError) as refused:
+        log.produce(tp, big)
+    message = str(refused.value)
+    assert "the disk is full" in message and "Free space" in message, message
+    assert "cannot rollback" not in message
+    connection.execute("PRAGMA max_page_count = 1073741823")  # space freed
+    log.produce(tp, [Record(b"k", b"second", 0)])
+    assert [r.value for r in log.fetch(tp, 0, 10).records] == [b"first", b"second"]

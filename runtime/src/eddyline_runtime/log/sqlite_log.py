@@ -224,10 +224,10 @@ class SqliteLog(Log):
                 f"log {self.url} was opened read-only, so it cannot be written; open it "
                 "without read_only=True to write"
             )
-        return _Transaction(self._connection(), "BEGIN IMMEDIATE")
+        return _Transaction(self._connection(), "BEGIN IMMEDIATE", self.path)
 
     def _read(self) -> _Transaction:
-        return _Transaction(self._connection(), "BEGIN")
+        return _Transaction(self._connection(), "BEGIN", self.path)
 
     # -- topics --------------------------------------------------------------------
 
@@ -670,16 +670,49 @@ class _SqliteTransactionalProducer(TransactionalProducer):
 class _Transaction:
     """``with`` block around one SQLite transaction: commit on success, roll back on error."""
 
-    def __init__(self, connection: sqlite3.Connection, begin: str) -> None:
+    def __init__(self, connection: sqlite3.Connection, begin: str, path: Path) -> None:
         self._connection = connection
         self._begin = begin
+        self._path = path
 
     def __enter__(self) -> sqlite3.Connection:
         self._connection.execute(self._begin)
         return self._connection
 
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        self._connection.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+    def __exit__(self, exc_type: object, error: BaseException | None, _: object) -> None:
+        if error is None:
+            try:
+                self._connection.execute("COMMIT")
+            except sqlite3.Error as failed:
+                self._rollback()
+                full = _disk_full(self._path, failed)
+                if full is not None:
+                    raise full from failed
+                raise
+            return
+        # SQLite rolls a transaction back by itself on some errors (a full disk among
+        # them): a ROLLBACK then fails with "no transaction is active" and would hide
+        # the error that matters.
+        self._rollback()
+        if isinstance(error, sqlite3.Error):
+            full = _disk_full(self._path, error)
+            if full is not None:
+                raise full from error
+
+    def _rollback(self) -> None:
+        if self._connection.in_transaction:
+            self._connection.execute("ROLLBACK")
+
+
+def _disk_full(path: Path, error: sqlite3.Error) -> LogError | None:
+    """A LogError naming the log and the way out when ``error`` is SQLite's full disk."""
+    if getattr(error, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
+        return None
+    return LogError(
+        f"log {path}: the disk is full (SQLite: {error}); nothing of this write was "
+        f"committed. Free space on the file system of {path.parent} (or move the log), "
+        "then restart"
+    )
 
 
 _INSERT_BATCH = (
