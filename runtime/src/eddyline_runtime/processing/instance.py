@@ -273,18 +273,18 @@ class StreamsInstance:
                 lags.setdefault(store, {})[local.partition] = local.lag
         return lags
 
-    def key_query_metadata(self, store: str, key: bytes) -> KeyQueryMetadata:
+    def key_query_metadata(self, store: str, key: bytes) -> KeyQueryMetadata | None:
         """Which hosts hold ``key`` of ``store`` (its serialized form), and its partition.
 
-        Before this instance knows an assignment that covers the key's task,
-        Kafka's ``KeyQueryMetadata.NOT_AVAILABLE``: no host, partition -1.
+        None when the topology has no store of that name (as Kafka Streams'
+        ``queryMetadataForKey`` answers null, and the HTTP API 404). Before
+        this instance knows an assignment that covers the key's task, Kafka's
+        ``KeyQueryMetadata.NOT_AVAILABLE``: no host, partition -1.
         """
         layout = self._layout()
         subtopology = next((sub for sub in layout.subtopologies if store in sub.stores), None)
         if subtopology is None:
-            raise EddylineError(
-                f'no store named "{store}"; stores: {", ".join(sorted(self.topology.stores))}'
-            )
+            return None
         partition = partition_for_key(key, layout.partitions[subtopology.id])
         task = TaskId(subtopology.id, partition)
         assignment = self.assignment

@@ -538,11 +538,14 @@ def _check_fresh(local: LocalStorePartition, allow_stale: bool, metadata: KeyQue
 
 def _metadata(instance: StreamsInstance, store: str, key: bytes) -> KeyQueryMetadata:
     try:
-        return instance.key_query_metadata(store, key)
+        metadata = instance.key_query_metadata(store, key)
     except InstanceNotStartedError as error:
         raise _QueryError(
             503, {"error": str(error)}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
         ) from None
+    if metadata is None:  # the handlers check the store first; a topology never loses one
+        raise _QueryError(404, {"error": f'no store named "{store}"'})
+    return metadata
 
 
 def _available(metadata: KeyQueryMetadata, store: str) -> KeyQueryMetadata:
