@@ -40,15 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from k8s.operator_harness import REPO, OperatorHarness, wait_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_upgrade  # beside this script, found through the path set above
+from tests.bench import bench_upgrade
+from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.waiting import wait_for
 
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"

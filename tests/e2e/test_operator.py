@@ -26,9 +26,10 @@ import yaml
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
-from k8s.client import request
-from k8s.kubectl import KUBECTL, Kubectl
-from k8s.operator_harness import REPO, OperatorHarness, wait_for
+from tests.support.k8s.client import request
+from tests.support.k8s.kubectl import KUBECTL, Kubectl
+from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,

@@ -15,12 +15,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from k8s.apiserver import ApiServer
-from k8s.client import request
-from k8s.helm import INSTALL, UNINSTALL, rendered
-from k8s.helm import helm as helm_session
-from k8s.kubectl import KUBECTL, Kubectl
-from k8s.operator_harness import REPO
+from tests.support.k8s.apiserver import ApiServer
+from tests.support.k8s.client import request
+from tests.support.k8s.helm import INSTALL, UNINSTALL, rendered
+from tests.support.k8s.helm import helm as helm_session
+from tests.support.k8s.kubectl import KUBECTL, Kubectl
+from tests.support.k8s.operator_harness import REPO
 
 helm_sdkpy = pytest.importorskip("helm_sdkpy")
 

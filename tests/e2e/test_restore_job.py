@@ -32,8 +32,9 @@ from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from eddyline_runtime.restore.manifest import read_manifest
-from k8s.kubectl import KUBECTL
-from k8s.operator_harness import REPO, OperatorHarness, wait_for
+from tests.support.k8s.kubectl import KUBECTL
+from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,

@@ -1,50 +1,43 @@
-"""Small HTTP helpers for tests that talk to instances over their query port."""
+"""A plain HTTP GET for tests that talk to instances over their query port."""
 
 from __future__ import annotations
 
 import http.client
 import json
-import socket
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import urllib.parse
+from dataclasses import dataclass, field
 from typing import Any
 
-DEADLINE_SECONDS = 30
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+TIMEOUT_SECONDS = 10
 
 
 @dataclass
 class Response:
     status: int
     text: str
+    headers: dict[str, str] = field(default_factory=dict)
 
     def json(self) -> Any:
         return json.loads(self.text)
 
 
-def http_get(address: str, path: str) -> Response:
-    """GET; a refused connection (not listening yet) is status 0."""
+def http_get(
+    address: str, path: str, *, timeout: float = TIMEOUT_SECONDS, **query: str
+) -> Response:
+    """GET ``path`` (``query`` as its query string) from ``host:port``.
+
+    No answer (refused, reset or timed out: nothing listening yet, or any more,
+    or a stopped process) is status 0 with the error as text, so a test can wait
+    for a server to come up or go away.
+    """
     host, _, port = address.rpartition(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    target = path + ("?" + urllib.parse.urlencode(query) if query else "")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
-        connection.request("GET", path)
+        connection.request("GET", target)
         response = connection.getresponse()
-        return Response(response.status, response.read().decode())
-    except ConnectionRefusedError:
-        return Response(0, "")
+        return Response(response.status, response.read().decode(), dict(response.headers))
+    except OSError as error:
+        return Response(0, str(error))
     finally:
         connection.close()
-
-
-def wait_for(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not true after {timeout} s")
-        time.sleep(0.02)

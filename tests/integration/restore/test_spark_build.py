@@ -20,13 +20,6 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from restore_changelogs import (
-    changelog_records,
-    live_keys,
-    produce_changelog,
-    replay_store,
-    store_contents,
-)
 
 from eddyline_runtime.log import Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
@@ -36,6 +29,13 @@ from eddyline_runtime.restore.spark_build import build, spark_session
 from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
 from eddyline_runtime.restore.sst_sink import SstDataSource
 from eddyline_runtime.state import RocksDBStore
+from tests.integration.restore.restore_changelogs import (
+    changelog_records,
+    live_keys,
+    produce_changelog,
+    replay_store,
+    store_contents,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 import pytest
-from k8s_objects import body, node, pod, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.membership import is_member, members
@@ -14,6 +13,7 @@ from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_operator.reconcile.status import ROLL_MAX_STANDBY_LAG
 from eddyline_runtime.membership import MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
+from tests.support.k8s_objects import body, node, pod, three_zones
 
 Obj = dict[str, Any]
 TASKS = frozenset(TaskId(0, p) for p in range(4))

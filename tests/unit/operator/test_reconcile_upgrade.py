@@ -11,13 +11,13 @@ import copy
 from typing import Any
 
 import pytest
-from k8s_objects import body, pod, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_operator.reconcile.upgrade import translate_placement
 from eddyline_runtime.membership import MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
+from tests.support.k8s_objects import body, pod, three_zones
 
 Obj = dict[str, Any]
 PARTITIONS = range(4)
