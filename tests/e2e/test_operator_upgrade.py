@@ -6,6 +6,10 @@ and started again at every step of that upgrade. Then a revision the runtime ref
 start (``automatic.state.relocation: false`` with misplaced stores) is rolled back. No store
 restores a record from its changelog in either (the pods' restore metrics), and the
 counts, through the query Service and on the output topic, stay exact.
+
+Every test runs on a cluster of its own (the ``harness`` fixture) with the app deployed
+at the revision it starts from (``start_app``): a test fails on its own, never because
+another one broke, and never skips.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,35 +155,46 @@ class App:
         self.harness.kubectl("apply", "-f", str(path))
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorHarness]:
-    running = OperatorHarness(tmp_path_factory.mktemp("upgrade"), examples=["wordcount"])
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[OperatorHarness]:
+    """A cluster of this test's own: no test depends on what another left running."""
+    running = OperatorHarness(tmp_path / "cluster", examples=["wordcount"])
     running.start()
     yield running
     running.stop()
 
 
-@pytest.fixture(scope="module")
-def app(harness: OperatorHarness) -> App:
-    claim = harness.claim_dir(f"{APP}-log")
-    claim.mkdir(parents=True)
-    log_url = f"sqlite:///{claim}/log.db"
-    log = open_log(log_url)  # input topics exist before the app, as on a real cluster
-    log.create_topic("text-lines", PARTITIONS)
-    log.create_topic("watched-words", PARTITIONS)
-    log.close()
-    harness.wait_until_operator_watches()
-    assert harness.kubectl is not None
-    harness.kubectl("apply", "-f", str(MANIFEST))
-    service = wait_for(lambda: harness.get("", "services", f"{APP}-query"), "the query Service")
-    running = App(harness, log_url, f"{service['spec']['clusterIP']}:7070")
-    running.produce(1_000)
-    try:
-        wait_for(running.counts_exact, "word count running with exact counts", TIMEOUT)
-    except AssertionError:
-        print(harness.describe_failure(APP))
-        raise
-    return running
+StartApp = Callable[[str, str], App]
+
+
+@pytest.fixture
+def start_app(harness: OperatorHarness, tmp_path: Path) -> StartApp:
+    """Deploys the word count at (revision, topology ref) on this test's cluster and waits
+    until it runs that revision with exact counts; fails (never skips) if it does not."""
+
+    def start(revision: str, ref: str) -> App:
+        claim = harness.claim_dir(f"{APP}-log")
+        claim.mkdir(parents=True)
+        log_url = f"sqlite:///{claim}/log.db"
+        log = open_log(log_url)  # input topics exist before the app, as on a real cluster
+        log.create_topic("text-lines", PARTITIONS)
+        log.create_topic("watched-words", PARTITIONS)
+        log.close()
+        harness.wait_until_operator_watches()
+        running = App(harness, log_url, service="")  # its address once the Service exists
+        running.apply(tmp_path, topology={"ref": ref, "revision": revision})
+        service = wait_for(lambda: harness.get("", "services", f"{APP}-query"), "the query Service")
+        running.service = f"{service['spec']['clusterIP']}:7070"
+        running.produce(1_000)
+        try:
+            wait_for(running.counts_exact, "word count running with exact counts", TIMEOUT)
+            wait_for(lambda: _settled(harness, revision), f"revision {revision} settled", TIMEOUT)
+        except AssertionError:
+            print(harness.describe_failure(APP))
+            raise
+        return running
+
+    return start
 
 
 def _watches(harness: OperatorHarness) -> int:
@@ -260,12 +275,12 @@ UPGRADES = [
 
 @pytest.mark.parametrize(("step", "revision", "ref"), UPGRADES, ids=[u[0] for u in UPGRADES])
 def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_step(
-    app: App, tmp_path: Path, step: str, revision: str, ref: str
+    start_app: StartApp, tmp_path: Path, step: str, revision: str, ref: str
 ) -> None:
+    # Starts from the revision before, running the other topology.
+    other = "wordcount:topology" if ref.endswith("_v2") else "wordcount:topology_v2"
+    app = start_app(str(int(revision) - 1), other)
     harness = app.harness
-    previous = str(int(revision) - 1)
-    if not _settled(harness, previous):
-        pytest.skip(f"needs revision {previous} running (the previous run)")
     on_disk = store_directories(harness)
     assert all(len(copies) >= PARTITIONS // 3 for copies in on_disk.values()), on_disk
     freezer = OperatorFreezer(harness, step, revision)
@@ -313,11 +328,11 @@ def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_
 
 
 def test_a_revision_the_runtime_refuses_is_rolled_back_without_restores(
-    app: App, tmp_path: Path
+    start_app: StartApp, tmp_path: Path
 ) -> None:
+    # Revision 4 runs topology_v2 ("word-counts" in sub-topology 2), as after the upgrades.
+    app = start_app("4", "wordcount:topology_v2")
     harness = app.harness
-    if not _settled(harness, "4"):
-        pytest.skip("needs the upgraded app of the previous tests")
     app.produce(500)
     wait_for(app.counts_exact, "exact counts before", TIMEOUT)
     # Revision 5 is the first topology again ("word-counts" goes back from 2 to 1), and
@@ -362,10 +377,10 @@ def _memberships(harness: OperatorHarness, since: int) -> list[Membership]:
 
 
 def test_scaling_3_to_5_to_2_is_no_upgrade_and_moves_tasks_only_as_the_assignor_says(
-    app: App,
+    start_app: StartApp,
 ) -> None:
+    app = start_app("4", "wordcount:topology_v2")
     harness = app.harness
-    wait_for(lambda: _settled(harness, "4"), "revision 4 running", TIMEOUT)
     assert harness.kubectl is not None
     upgrades_before = harness.app(APP)["status"].get("lastUpgrade")
     since = harness.api.revision
