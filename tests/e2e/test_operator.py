@@ -23,9 +23,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from eddyline_runtime.log import Record, open_log
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.log import open_log
 from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
+from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
 from tests.support.k8s.client import request
 from tests.support.k8s.kubectl import KUBECTL, Kubectl
 from tests.support.k8s.operator_harness import REPO, OperatorHarness
@@ -59,34 +59,15 @@ class WordCount:
         return self.harness.kubectl
 
     def produce(self, lines: int, seed: int) -> None:
-        rng = random.Random(seed)
-        batch = []
-        for _ in range(lines):
-            words = rng.choices(WORDS, k=rng.randint(1, 6))
-            self.expected.update(words)
-            batch.append(" ".join(words))
-        log = open_log(self.log_url)
-        try:
-            now = int(time.time() * 1000)
-            for partition in range(4):
-                records = [Record(None, line.encode(), now) for line in batch[partition::4]]
-                log.produce(TopicPartition("text-lines", partition), records)
-        finally:
-            log.close()
+        batch = random_lines(random.Random(seed), WORDS, lines, most=6)
+        self.expected.update(word for line in batch for word in line.split())
+        produce_lines(self.log_url, batch)
 
     def router(self) -> QueryRouter:
         return QueryRouter([self.query_service], timeout=2)
 
     def counts_exact(self) -> bool:
-        router = self.router()
-        for word, count in self.expected.items():
-            try:
-                result = router.get(STORE, word)
-            except QueryFailedError:
-                return False
-            if not result.found or int(result.value) != count:
-                return False
-        return True
+        return counts_exact(self.router(), self.expected)
 
 
 def manifest(**changes: Any) -> dict[str, Any]:

@@ -31,11 +31,12 @@ import pytest
 import yaml
 
 from eddyline_runtime.assignor import assign
-from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.log import open_log
 from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.serde import serde_for
+from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
 from tests.support.k8s.kubectl import KUBECTL
 from tests.support.k8s.operator_harness import REPO, OperatorHarness
 from tests.support.waiting import wait_for
@@ -69,16 +70,8 @@ class App:
 
     def produce(self, lines: int) -> None:
         self._seed += 1
-        rng = random.Random(self._seed)
-        batch = [" ".join(rng.choices(WORDS, k=rng.randint(1, 6))) for _ in range(lines)]
-        log = open_log(self.log_url)
-        try:
-            now = int(time.time() * 1000)
-            for partition in range(PARTITIONS):
-                records = [Record(None, b.encode(), now) for b in batch[partition::PARTITIONS]]
-                log.produce(TopicPartition("text-lines", partition), records)
-        finally:
-            log.close()
+        batch = random_lines(random.Random(self._seed), WORDS, lines, most=6)
+        produce_lines(self.log_url, batch)
         with self._lock:
             for line in batch:
                 self.expected.update(line.split())
@@ -98,15 +91,9 @@ class App:
             self._thread.join()
 
     def counts_exact(self) -> bool:
-        router = QueryRouter([self.service], timeout=2)
-        for word, count in self.expected.items():
-            try:
-                result = router.get(STORE, word)
-            except QueryFailedError:
-                return False
-            if not result.found or int(result.value) != count:
-                return False
-        return True
+        with self._lock:
+            expected = self.expected.copy()
+        return counts_exact(QueryRouter([self.service], timeout=2), expected)
 
     def output_is_exactly_once(self) -> None:
         """Per word, the published counts only grow and end at the expected count: a
