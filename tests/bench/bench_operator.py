@@ -3,8 +3,9 @@
 Run it with ``make bench-operator``. It is a script, not a test: it measures and reports
 (``tests/e2e/test_operator.py`` asserts the behaviour). Everything is real except the
 cluster: the operator runs under kopf (``eddyline-operator``) against the emulated API
-server of ``tests/k8s``, and the cluster stand-in runs each pod as a real ``eddyline``
-runtime process on its own loopback address, all on one shared embedded SQLite log.
+server of ``tests/support/k8s``, and the cluster stand-in runs each pod as a real
+``eddyline`` runtime process on its own loopback address, all on one shared embedded
+SQLite log.
 
 The app is ``examples/wordcount/streamapp.cluster.yaml`` (3 replicas, a standby for every
 stateful task, exactly-once). Measured:

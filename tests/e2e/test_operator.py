@@ -3,9 +3,10 @@
 A user's path: the CRD is applied, the operator runs (``eddyline-operator``, kopf, in a
 process whose ``sys.path`` lacks ``examples/``), ``kubectl apply`` the word count's cluster
 manifest, ``kubectl get sapp`` and ``describe`` it, query counts through the query Service,
-lose a pod, and fix or be refused bad manifests. The cluster stand-in (``tests/k8s``) runs
-each pod as a real ``eddyline`` runtime on its own loopback address, all on one shared
-embedded log; it never writes membership: the pods learn it from the operator.
+lose a pod, and fix or be refused bad manifests. The cluster stand-in
+(``tests/support/k8s``) runs each pod as a real ``eddyline`` runtime on its own loopback
+address, all on one shared embedded log; it never writes membership: the pods learn it
+from the operator.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 helm-sdkpy has no client-only render, so installing is how the chart is rendered: every object
 Helm sends is validated against the Kubernetes 1.32 schemas, and the CRD from the chart's
-``crds/`` becomes Established (``tests/k8s/helm.py`` says how Helm runs here). The operator's
-end-to-end tests run it with this chart's ServiceAccount and RBAC.
+``crds/`` becomes Established (``tests/support/k8s/helm.py`` says how Helm runs here). The
+operator's end-to-end tests run it with this chart's ServiceAccount and RBAC.
 """
 
 from __future__ import annotations

@@ -57,6 +57,8 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture
 def faulty_sink(spark: SparkSession) -> Iterator[None]:
     """Builds in this test go through the sink whose tasks can be made to die."""
+    # By its bare name, as Spark's workers import it: addPyFile shipped the file and put
+    # it on the driver's sys.path too, and its classes are pickled by that module name.
     from faulty_sst_sink import FaultySstDataSource
 
     spark.dataSource.register(FaultySstDataSource)
