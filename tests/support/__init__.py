@@ -11,6 +11,8 @@
   as the failover test, the failover benchmark and the replica-group e2e tests start it;
 * ``k8s``: the Kubernetes API server emulator, the cluster stand-in and the operator
   harness; ``k8s_objects``: StreamApp, pod and node bodies for the operator's unit tests;
+* ``cluster_word_count``: input lines for the word count on the emulated cluster, and the
+  check that its counts through the query Service are exact;
 * ``kafka_fake``, ``librdkafka_mock``: the Kafka adapter's fake clients and the hooks
   into librdkafka's mock cluster.
 
