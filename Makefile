@@ -76,16 +76,16 @@ $(BYTEWAX_STAMP):
 	@touch $(BYTEWAX_STAMP)
 
 bench-runtime: $(STAMP) $(BYTEWAX_STAMP) ## Runtime benchmark: word count EOS vs ALOS vs bytewax, restart after SIGKILL, restore rate (last line JSON)
-	$(BIN)/python tests/bench/bench_runtime.py
+	$(BIN)/python -m tests.bench.bench_runtime
 
 bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after every ordinal shifted (last line JSON)
 	$(BIN)/python tests/bench/bench_relocation.py
 
 bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
-	$(BIN)/python tests/bench/bench_failover.py
+	$(BIN)/python -m tests.bench.bench_failover
 
 bench-operator: $(STAMP) ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild, on the emulated cluster (last line JSON)
-	$(BIN)/python tests/bench/bench_operator.py
+	$(BIN)/python -m tests.bench.bench_operator
 
 bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
 	$(BIN)/python tests/bench/bench_log.py

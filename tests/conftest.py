@@ -1,35 +1,7 @@
-"""Fixtures shared by every test: real stores on temporary directories."""
+"""Fixtures shared by every test, registered once here (they live in ``tests/support``)."""
 
-from __future__ import annotations
-
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
-
-from eddyline_runtime.partitions import TaskId
-from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions, store_directory
-
-StoreFactory = Callable[..., RocksDBStore]
-
-
-@pytest.fixture
-def store_factory(tmp_path: Path) -> Iterator[StoreFactory]:
-    """Open RocksDB stores under tmp_path; every store still open is closed at the end."""
-    opened: list[RocksDBStore] = []
-
-    def open_store(
-        name: str = "counts",
-        options: RocksDBStoreOptions | None = None,
-        directory: Path | None = None,
-        **kwargs: object,
-    ) -> RocksDBStore:
-        store = RocksDBStore(
-            name, directory or store_directory(tmp_path, TaskId(0, 0), name), options, **kwargs
-        )  # type: ignore[arg-type]
-        opened.append(store)
-        return store
-
-    yield open_store
-    for store in opened:
-        store.close()
+pytest_plugins = [
+    "tests.support.stores",
+    "tests.support.logs",
+    "tests.support.k8s.fixtures",
+]

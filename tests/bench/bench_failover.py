@@ -1,8 +1,10 @@
 """Failover benchmark: SIGKILL the active copy of a big store, time the standby taking over.
 
 Run it with ``make bench-failover`` (the project's ``.venv``; nothing else is
-needed). It is a script, not a test: it measures and reports, and never fails
-on a number (``tests/integration/test_failover.py`` asserts the behaviour).
+needed), or ``.venv/bin/python -m tests.bench.bench_failover`` from the repository's
+root. It is a script, not a test: it measures and reports, and never fails on a
+number (``tests/integration/test_failover.py`` asserts the behaviour). The group is
+started and watched by ``tests/support/replica_group.py``, as the tests do.
 
 Each case runs on a fresh group: ``examples/wordcount`` as three local
 replicas (``LocalGroup``: one process each, ``exactly_once_v2``,
@@ -61,14 +63,12 @@ strictly rise (exactly once). The last line printed is one JSON object
 from __future__ import annotations
 
 import argparse
-import io
+import itertools
 import json
 import os
 import platform
 import random
-import re
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -77,25 +77,31 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
 from eddyline_runtime.assignor import assign
 from eddyline_runtime.local_group import LocalGroup
-from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from eddyline_runtime.runner import load_app, start_group
-from eddyline_runtime.serde import serde_for
+from tests.support.replica_group import (
+    CHANGELOG,
+    COUNTING_SUBTOPOLOGY,
+    LONGS,
+    OUTPUT,
+    PARTITIONS,
+    STORE,
+    STRINGS,
+    distinct_keys,
+    get_json,
+    log_sizes,
+    output_history,
+    restore_lines,
+    start_replica_group,
+    wait_caught_up,
+    wait_ready,
+    wait_standby_current,
+)
+from tests.support.replica_group import produce_lines as produce
 
-ROOT: Final = Path(__file__).resolve().parents[2]
-WORDCOUNT: Final = ROOT / "examples" / "wordcount" / "wordcount.py"
-APPLICATION_ID: Final = "wordcount"
-INPUT: Final = "text-lines"
-OUTPUT: Final = "word-counts"
-STORE: Final = "word-counts"
-CHANGELOG: Final = f"{APPLICATION_ID}-{STORE}-changelog"
-PARTITIONS: Final = 4
-COUNTING_SUBTOPOLOGY: Final = 1
 WORDS_PER_LINE: Final = 10
 NEW_LINES: Final = 100
 # The "under load" case: new distinct words per second, produced from before the kill
@@ -111,183 +117,18 @@ CASES: Final = (
 )
 POLL_SECONDS: Final = 0.02
 WAIT_SECONDS: Final = 600.0
-LONGS: Final = serde_for("long")
-STRINGS: Final = serde_for("string")
-RESTORE_LINE: Final = re.compile(
-    r"task (?P<task>\S+) restored store (?P<store>\S+): (?P<records>\d+) records from "
-    r"(?P<changelog>\S+) offsets (?P<first>-?\d+)\.\.(?P<end>-?\d+) in (?P<seconds>[\d.]+) s"
-)
-
-
-# -- the group ----------------------------------------------------------------------------
-
-
-def free_base_port(count: int = 3) -> int:
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count <= 65_535 and all(_port_free(base + i) for i in range(1, count)):
-            return base
-    raise RuntimeError(f"found no {count} consecutive free ports")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def write_manifest(directory: Path) -> Path:
-    shutil.copy(WORDCOUNT, directory / "wordcount.py")
-    manifest = directory / "streamapp.yaml"
-    document = {
-        "apiVersion": "eddyline.dev/v1alpha1",
-        "kind": "StreamApp",
-        "metadata": {"name": APPLICATION_ID},
-        "spec": {
-            "topology": "wordcount:topology",
-            "replicas": 3,
-            "log": {"url": f"sqlite:///{directory / 'log.db'}"},
-            "config": {
-                "processing.guarantee": "exactly_once_v2",
-                "num.standby.replicas": 1,
-                "commit.interval.ms": 100,
-                "state.dir": str(directory / "state"),
-            },
-        },
-    }
-    manifest.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    return manifest
-
-
-def produce(log: SqliteLog, lines: list[str], partitions: list[int]) -> None:
-    now = int(time.time() * 1000)
-    for index, partition in enumerate(partitions):
-        batch = [Record(None, line.encode(), now) for line in lines[index :: len(partitions)]]
-        for start in range(0, len(batch), 50_000):
-            log.produce(TopicPartition(INPUT, partition), batch[start : start + 50_000])
-
-
-def wait_caught_up(log: SqliteLog, group: LocalGroup, what: str) -> float:
-    """Until every input and repartition record is committed; returns the seconds it took."""
-    inputs = [
-        TopicPartition(name, p)
-        for name, spec in log.topics().items()
-        if name == INPUT or name.endswith("-repartition")
-        for p in range(spec.partitions)
-    ]
-    started = time.monotonic()
-    while True:
-        group.poll()
-        ends = {tp: log.end_offset(tp) for tp in inputs}
-        committed = log.committed_offsets(APPLICATION_ID, inputs)
-        if all(committed.get(tp, 0) == end for tp, end in ends.items()):
-            return time.monotonic() - started
-        if time.monotonic() - started > WAIT_SECONDS:
-            raise TimeoutError(f"{what}: not caught up after {WAIT_SECONDS:.0f} s")
-        time.sleep(0.1)
-
-
-def wait_ready(group: LocalGroup) -> None:
-    """Until every replica answers ``/readyz`` (all its active tasks restored and running)."""
-    started = time.monotonic()
-    while not all(get_json(m.address or "", "/readyz")[0] == 200 for m in group.members):
-        group.poll()
-        if time.monotonic() - started > WAIT_SECONDS:
-            raise TimeoutError(f"the replicas were not ready after {WAIT_SECONDS:.0f} s")
-        time.sleep(0.1)
-
-
-def get_json(address: str, path: str) -> tuple[int, Any]:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://{address}{path}", timeout=2) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
-    except OSError as error:
-        return 0, {"error": str(error)}
-
-
-def wait_standby_current(log: SqliteLog, group: LocalGroup, address: str, partition: int) -> int:
-    """Until the standby at ``address`` applied the changelog to its end; returns its position."""
-    changelog = TopicPartition(CHANGELOG, partition)
-    started = time.monotonic()
-    while True:
-        group.poll()
-        status, body = get_json(address, "/v1/lags")
-        lag = body.get(STORE, {}).get(str(partition)) if status == 200 else None
-        end = log.end_offset(changelog)
-        if lag is not None and lag["offset_lag"] == 0 and lag["current_offset_position"] == end:
-            return int(lag["current_offset_position"])
-        if time.monotonic() - started > WAIT_SECONDS:
-            raise TimeoutError(f"the standby at {address} did not catch up: {body}")
-        time.sleep(0.1)
-
-
-def distinct_keys(log: SqliteLog, changelog: TopicPartition) -> int:
-    keys: set[bytes] = set()
-    position, end = log.beginning_offset(changelog), log.end_offset(changelog)
-    while position < end:
-        batch = log.fetch_changes(changelog, position, 50_000)
-        if batch.last_offset < 0:
-            break
-        keys.update(key for key, _ in batch.entries)
-        position = batch.last_offset + 1
-    return len(keys)
 
 
 def latest_counts(log: SqliteLog) -> tuple[dict[str, int], int]:
     """The last published count per word, and how many words' counts ever failed to rise."""
-    latest: dict[str, int] = {}
-    not_rising = 0
-    for partition in range(log.topics()[OUTPUT].partitions):
-        tp = TopicPartition(OUTPUT, partition)
-        position = log.beginning_offset(tp)
-        while True:
-            fetched = log.fetch(tp, position, 50_000)
-            for record in fetched.records:
-                assert record.key is not None and record.value is not None
-                word, count = record.key.decode(), LONGS.deserialize(record.value)
-                if word in latest and count <= latest[word]:
-                    not_rising += 1
-                latest[word] = count
-            if not fetched.records:
-                break
-            position = fetched.records[-1].offset + 1
-    return latest, not_rising
+    history = output_history(log)
+    not_rising = sum(
+        1 for counts in history.values() for a, b in itertools.pairwise(counts) if b <= a
+    )
+    return {word: counts[-1] for word, counts in history.items()}, not_rising
 
 
-def log_sizes(group: LocalGroup) -> dict[str, int]:
-    assert group.logs_dir is not None
-    return {m.id: (group.logs_dir / f"replica-{m.id}.log").stat().st_size for m in group.members}
-
-
-def restore_lines(group: LocalGroup, since: dict[str, int], task: str) -> list[dict[str, Any]]:
-    assert group.logs_dir is not None
-    found = []
-    for member in group.members:
-        with (group.logs_dir / f"replica-{member.id}.log").open("rb") as handle:
-            handle.seek(since[member.id])
-            text = handle.read().decode(errors="replace")
-        for match in RESTORE_LINE.finditer(text):
-            if match["task"] == task and match["store"] == STORE:
-                found.append(
-                    {
-                        "member": member.id,
-                        "records": int(match["records"]),
-                        "first": int(match["first"]),
-                        "end": int(match["end"]),
-                        "seconds": float(match["seconds"]),
-                    }
-                )
-    return found
+# -- background input ---------------------------------------------------------------------
 
 
 class Load(threading.Thread):
@@ -403,7 +244,7 @@ def pick_target(log: SqliteLog, group: LocalGroup, victim: str, task: TaskId) ->
     assert member_at[before.host] == victim, (before, assignment)
     (standby,) = assignment.standby_owners(task)
     address = next(a for a, m in member_at.items() if m == standby)
-    wait_standby_current(log, group, address, task.partition)
+    wait_standby_current(log, group, address, task.partition, WAIT_SECONDS)
     changelog = TopicPartition(CHANGELOG, task.partition)
     return Target(
         victim=victim,
@@ -465,8 +306,8 @@ def failover(
     while target.victim not in group.alive():
         group.poll()
         time.sleep(0.05)
-    wait_ready(group)
-    wait_caught_up(log, group, f"after the {case} failover")
+    wait_ready(group, WAIT_SECONDS)
+    wait_caught_up(log, group, WAIT_SECONDS, f"after the {case} failover")
     return Failover(
         case=case,
         word=target.word,
@@ -575,17 +416,10 @@ def run_case(case: str, *, to_standby: bool, load: bool, words: int, keep: bool)
     targets = [f"target-{i}" for i in range(64)]
     lines += targets  # every partition's target word has a count before the kill
     expected = dict.fromkeys([*vocabulary, *targets], 1)
-    manifest = write_manifest(directory)
-    log = SqliteLog(directory / "log.db")
-    log.create_topic(INPUT, PARTITIONS)
-    produce(log, lines, list(range(PARTITIONS)))
-    app = load_app(manifest)
-    group = start_group(
-        manifest, app, logs_dir=directory / "logs", base_port=free_base_port(), out=io.StringIO()
-    )
+    log, group = start_replica_group(directory, lines)
     try:
-        seconds = wait_caught_up(log, group, "initial load")
-        wait_ready(group)
+        seconds = wait_caught_up(log, group, WAIT_SECONDS, "initial load")
+        wait_ready(group, WAIT_SECONDS)
         print(f"{case}: loaded {len(lines):,} lines into 3 replicas in {seconds:.1f} s", flush=True)
         kill = choose_kill(group, to_standby=to_standby)
         if kill is None:

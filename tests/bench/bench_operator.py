@@ -3,8 +3,9 @@
 Run it with ``make bench-operator``. It is a script, not a test: it measures and reports
 (``tests/e2e/test_operator.py`` asserts the behaviour). Everything is real except the
 cluster: the operator runs under kopf (``eddyline-operator``) against the emulated API
-server of ``tests/k8s``, and the cluster stand-in runs each pod as a real ``eddyline``
-runtime process on its own loopback address, all on one shared embedded SQLite log.
+server of ``tests/support/k8s``, and the cluster stand-in runs each pod as a real
+``eddyline`` runtime process on its own loopback address, all on one shared embedded
+SQLite log.
 
 The app is ``examples/wordcount/streamapp.cluster.yaml`` (3 replicas, a standby for every
 stateful task, exactly-once). Measured:
@@ -40,15 +41,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from eddyline_runtime.log import Record, open_log
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.log import open_log
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from k8s.operator_harness import REPO, OperatorHarness, wait_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_upgrade  # beside this script, found through the path set above
+from tests.bench import bench_upgrade
+from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
+from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.waiting import wait_for
 
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
@@ -76,30 +74,12 @@ class Bench:
         self.service = ""
 
     def produce(self, lines: int) -> None:
-        batch = []
-        for _ in range(lines):
-            words = self.rng.choices(WORDS, k=self.rng.randint(1, 8))
-            self.expected.update(words)
-            batch.append(" ".join(words))
-        log = open_log(self.log_url)
-        try:
-            now = int(time.time() * 1000)
-            for partition in range(4):
-                records = [Record(None, line.encode(), now) for line in batch[partition::4]]
-                log.produce(TopicPartition("text-lines", partition), records)
-        finally:
-            log.close()
+        batch = random_lines(self.rng, WORDS, lines, most=8)
+        self.expected.update(word for line in batch for word in line.split())
+        produce_lines(self.log_url, batch)
 
     def counts_exact(self) -> bool:
-        router = QueryRouter([self.service], timeout=2)
-        for word, count in self.expected.items():
-            try:
-                result = router.get(STORE, word)
-            except QueryFailedError:
-                return False
-            if not result.found or int(result.value) != count:
-                return False
-        return True
+        return counts_exact(QueryRouter([self.service], timeout=2), self.expected)
 
     def ready(self) -> bool:
         status = self.harness.app(APP).get("status", {})

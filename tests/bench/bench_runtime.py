@@ -99,8 +99,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from bench_runtime_worker import KEYS_TOPIC, STORE, config
-
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.demo.wordcount_demo import generate_lines
 from eddyline_runtime.log import Record, SqliteLog
@@ -110,6 +108,7 @@ from eddyline_runtime.processing.loader import load_topology
 from eddyline_runtime.restore import RestoreResult, restore
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
+from tests.bench.bench_runtime_worker import KEYS_TOPIC, STORE, config
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 WORDCOUNT: Final = ROOT / "examples" / "wordcount"

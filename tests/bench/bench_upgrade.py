@@ -37,7 +37,8 @@ import yaml
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from k8s.operator_harness import OperatorHarness, wait_for
+from tests.support.k8s.operator_harness import OperatorHarness
+from tests.support.waiting import wait_for
 
 APP = "wordcount"
 STORE = "word-counts"

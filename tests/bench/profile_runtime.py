@@ -1,6 +1,6 @@
 """Where the runtime's time goes: cProfile over ``bench_runtime.py``'s word count.
 
-Usage: ``.venv/bin/python tests/bench/profile_runtime.py [--lines N] [--no-cache]
+Usage: ``.venv/bin/python -m tests.bench.profile_runtime [--lines N] [--no-cache]
 [--guarantee exactly_once_v2|at_least_once] [--top K]``. One run of the word
 count (the same topology, generator and log as ``make bench-runtime``); the
 stream thread's loop runs under cProfile (a profiler only sees the thread that
@@ -22,8 +22,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench_runtime import INPUT_PARTITIONS, WORDCOUNT, check_word_counts, latest_counts
-
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.demo.wordcount_demo import generate_lines
 from eddyline_runtime.log import Record, SqliteLog
@@ -31,6 +29,7 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import stream_thread as stream_thread_module
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
+from tests.bench.bench_runtime import INPUT_PARTITIONS, WORDCOUNT, check_word_counts, latest_counts
 
 
 def main() -> None:

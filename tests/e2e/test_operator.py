@@ -3,9 +3,10 @@
 A user's path: the CRD is applied, the operator runs (``eddyline-operator``, kopf, in a
 process whose ``sys.path`` lacks ``examples/``), ``kubectl apply`` the word count's cluster
 manifest, ``kubectl get sapp`` and ``describe`` it, query counts through the query Service,
-lose a pod, and fix or be refused bad manifests. The cluster stand-in (``tests/k8s``) runs
-each pod as a real ``eddyline`` runtime on its own loopback address, all on one shared
-embedded log; it never writes membership: the pods learn it from the operator.
+lose a pod, and fix or be refused bad manifests. The cluster stand-in
+(``tests/support/k8s``) runs each pod as a real ``eddyline`` runtime on its own loopback
+address, all on one shared embedded log; it never writes membership: the pods learn it
+from the operator.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from eddyline_runtime.log import Record, open_log
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.log import open_log
 from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
-from k8s.client import request
-from k8s.kubectl import KUBECTL, Kubectl
-from k8s.operator_harness import REPO, OperatorHarness, wait_for
+from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
+from tests.support.k8s.client import request
+from tests.support.k8s.kubectl import KUBECTL, Kubectl
+from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -58,34 +60,15 @@ class WordCount:
         return self.harness.kubectl
 
     def produce(self, lines: int, seed: int) -> None:
-        rng = random.Random(seed)
-        batch = []
-        for _ in range(lines):
-            words = rng.choices(WORDS, k=rng.randint(1, 6))
-            self.expected.update(words)
-            batch.append(" ".join(words))
-        log = open_log(self.log_url)
-        try:
-            now = int(time.time() * 1000)
-            for partition in range(4):
-                records = [Record(None, line.encode(), now) for line in batch[partition::4]]
-                log.produce(TopicPartition("text-lines", partition), records)
-        finally:
-            log.close()
+        batch = random_lines(random.Random(seed), WORDS, lines, most=6)
+        self.expected.update(word for line in batch for word in line.split())
+        produce_lines(self.log_url, batch)
 
     def router(self) -> QueryRouter:
         return QueryRouter([self.query_service], timeout=2)
 
     def counts_exact(self) -> bool:
-        router = self.router()
-        for word, count in self.expected.items():
-            try:
-                result = router.get(STORE, word)
-            except QueryFailedError:
-                return False
-            if not result.found or int(result.value) != count:
-                return False
-        return True
+        return counts_exact(self.router(), self.expected)
 
 
 def manifest(**changes: Any) -> dict[str, Any]:

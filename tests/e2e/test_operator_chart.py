@@ -2,8 +2,8 @@
 
 helm-sdkpy has no client-only render, so installing is how the chart is rendered: every object
 Helm sends is validated against the Kubernetes 1.32 schemas, and the CRD from the chart's
-``crds/`` becomes Established (``tests/k8s/helm.py`` says how Helm runs here). The operator's
-end-to-end tests run it with this chart's ServiceAccount and RBAC.
+``crds/`` becomes Established (``tests/support/k8s/helm.py`` says how Helm runs here). The
+operator's end-to-end tests run it with this chart's ServiceAccount and RBAC.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from k8s.apiserver import ApiServer
-from k8s.client import request
-from k8s.helm import INSTALL, UNINSTALL, rendered
-from k8s.helm import helm as helm_session
-from k8s.kubectl import KUBECTL, Kubectl
-from k8s.operator_harness import REPO
+from tests.support.k8s.apiserver import ApiServer
+from tests.support.k8s.client import request
+from tests.support.k8s.helm import INSTALL, UNINSTALL, rendered
+from tests.support.k8s.helm import helm as helm_session
+from tests.support.k8s.kubectl import KUBECTL, Kubectl
+from tests.support.k8s.operator_harness import REPO
 
 helm_sdkpy = pytest.importorskip("helm_sdkpy")
 

@@ -6,6 +6,10 @@ and started again at every step of that upgrade. Then a revision the runtime ref
 start (``automatic.state.relocation: false`` with misplaced stores) is rolled back. No store
 restores a record from its changelog in either (the pods' restore metrics), and the
 counts, through the query Service and on the output topic, stay exact.
+
+Every test runs on a cluster of its own (the ``harness`` fixture) with the app deployed
+at the revision it starts from (``start_app``): a test fails on its own, never because
+another one broke, and never skips.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +31,15 @@ import pytest
 import yaml
 
 from eddyline_runtime.assignor import assign
-from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.log import open_log
 from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.serde import serde_for
-from k8s.kubectl import KUBECTL
-from k8s.operator_harness import REPO, OperatorHarness, wait_for
+from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
+from tests.support.k8s.kubectl import KUBECTL
+from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -64,16 +70,8 @@ class App:
 
     def produce(self, lines: int) -> None:
         self._seed += 1
-        rng = random.Random(self._seed)
-        batch = [" ".join(rng.choices(WORDS, k=rng.randint(1, 6))) for _ in range(lines)]
-        log = open_log(self.log_url)
-        try:
-            now = int(time.time() * 1000)
-            for partition in range(PARTITIONS):
-                records = [Record(None, b.encode(), now) for b in batch[partition::PARTITIONS]]
-                log.produce(TopicPartition("text-lines", partition), records)
-        finally:
-            log.close()
+        batch = random_lines(random.Random(self._seed), WORDS, lines, most=6)
+        produce_lines(self.log_url, batch)
         with self._lock:
             for line in batch:
                 self.expected.update(line.split())
@@ -93,15 +91,9 @@ class App:
             self._thread.join()
 
     def counts_exact(self) -> bool:
-        router = QueryRouter([self.service], timeout=2)
-        for word, count in self.expected.items():
-            try:
-                result = router.get(STORE, word)
-            except QueryFailedError:
-                return False
-            if not result.found or int(result.value) != count:
-                return False
-        return True
+        with self._lock:
+            expected = self.expected.copy()
+        return counts_exact(QueryRouter([self.service], timeout=2), expected)
 
     def output_is_exactly_once(self) -> None:
         """Per word, the published counts only grow and end at the expected count: a
@@ -150,35 +142,46 @@ class App:
         self.harness.kubectl("apply", "-f", str(path))
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorHarness]:
-    running = OperatorHarness(tmp_path_factory.mktemp("upgrade"), examples=["wordcount"])
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[OperatorHarness]:
+    """A cluster of this test's own: no test depends on what another left running."""
+    running = OperatorHarness(tmp_path / "cluster", examples=["wordcount"])
     running.start()
     yield running
     running.stop()
 
 
-@pytest.fixture(scope="module")
-def app(harness: OperatorHarness) -> App:
-    claim = harness.claim_dir(f"{APP}-log")
-    claim.mkdir(parents=True)
-    log_url = f"sqlite:///{claim}/log.db"
-    log = open_log(log_url)  # input topics exist before the app, as on a real cluster
-    log.create_topic("text-lines", PARTITIONS)
-    log.create_topic("watched-words", PARTITIONS)
-    log.close()
-    harness.wait_until_operator_watches()
-    assert harness.kubectl is not None
-    harness.kubectl("apply", "-f", str(MANIFEST))
-    service = wait_for(lambda: harness.get("", "services", f"{APP}-query"), "the query Service")
-    running = App(harness, log_url, f"{service['spec']['clusterIP']}:7070")
-    running.produce(1_000)
-    try:
-        wait_for(running.counts_exact, "word count running with exact counts", TIMEOUT)
-    except AssertionError:
-        print(harness.describe_failure(APP))
-        raise
-    return running
+StartApp = Callable[[str, str], App]
+
+
+@pytest.fixture
+def start_app(harness: OperatorHarness, tmp_path: Path) -> StartApp:
+    """Deploys the word count at (revision, topology ref) on this test's cluster and waits
+    until it runs that revision with exact counts; fails (never skips) if it does not."""
+
+    def start(revision: str, ref: str) -> App:
+        claim = harness.claim_dir(f"{APP}-log")
+        claim.mkdir(parents=True)
+        log_url = f"sqlite:///{claim}/log.db"
+        log = open_log(log_url)  # input topics exist before the app, as on a real cluster
+        log.create_topic("text-lines", PARTITIONS)
+        log.create_topic("watched-words", PARTITIONS)
+        log.close()
+        harness.wait_until_operator_watches()
+        running = App(harness, log_url, service="")  # its address once the Service exists
+        running.apply(tmp_path, topology={"ref": ref, "revision": revision})
+        service = wait_for(lambda: harness.get("", "services", f"{APP}-query"), "the query Service")
+        running.service = f"{service['spec']['clusterIP']}:7070"
+        running.produce(1_000)
+        try:
+            wait_for(running.counts_exact, "word count running with exact counts", TIMEOUT)
+            wait_for(lambda: _settled(harness, revision), f"revision {revision} settled", TIMEOUT)
+        except AssertionError:
+            print(harness.describe_failure(APP))
+            raise
+        return running
+
+    return start
 
 
 def _watches(harness: OperatorHarness) -> int:
@@ -259,12 +262,12 @@ UPGRADES = [
 
 @pytest.mark.parametrize(("step", "revision", "ref"), UPGRADES, ids=[u[0] for u in UPGRADES])
 def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_step(
-    app: App, tmp_path: Path, step: str, revision: str, ref: str
+    start_app: StartApp, tmp_path: Path, step: str, revision: str, ref: str
 ) -> None:
+    # Starts from the revision before, running the other topology.
+    other = "wordcount:topology" if ref.endswith("_v2") else "wordcount:topology_v2"
+    app = start_app(str(int(revision) - 1), other)
     harness = app.harness
-    previous = str(int(revision) - 1)
-    if not _settled(harness, previous):
-        pytest.skip(f"needs revision {previous} running (the previous run)")
     on_disk = store_directories(harness)
     assert all(len(copies) >= PARTITIONS // 3 for copies in on_disk.values()), on_disk
     freezer = OperatorFreezer(harness, step, revision)
@@ -312,11 +315,11 @@ def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_
 
 
 def test_a_revision_the_runtime_refuses_is_rolled_back_without_restores(
-    app: App, tmp_path: Path
+    start_app: StartApp, tmp_path: Path
 ) -> None:
+    # Revision 4 runs topology_v2 ("word-counts" in sub-topology 2), as after the upgrades.
+    app = start_app("4", "wordcount:topology_v2")
     harness = app.harness
-    if not _settled(harness, "4"):
-        pytest.skip("needs the upgraded app of the previous tests")
     app.produce(500)
     wait_for(app.counts_exact, "exact counts before", TIMEOUT)
     # Revision 5 is the first topology again ("word-counts" goes back from 2 to 1), and
@@ -361,10 +364,10 @@ def _memberships(harness: OperatorHarness, since: int) -> list[Membership]:
 
 
 def test_scaling_3_to_5_to_2_is_no_upgrade_and_moves_tasks_only_as_the_assignor_says(
-    app: App,
+    start_app: StartApp,
 ) -> None:
+    app = start_app("4", "wordcount:topology_v2")
     harness = app.harness
-    wait_for(lambda: _settled(harness, "4"), "revision 4 running", TIMEOUT)
     assert harness.kubectl is not None
     upgrades_before = harness.app(APP)["status"].get("lastUpgrade")
     since = harness.api.revision

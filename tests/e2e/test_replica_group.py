@@ -16,7 +16,6 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,100 +32,22 @@ from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.membership import Membership
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.runner import load_app, start_group, uncommitted_inputs
-from eddyline_runtime.serde import serde_for
+from tests.support.http_client import http_get
+from tests.support.ports import free_port_range
+from tests.support.replica_group import (
+    REPLICAS,
+    latest_counts,
+    produce_lines,
+    replica_logs,
+    write_manifest,
+)
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-WORDCOUNT = ROOT / "examples" / "wordcount" / "wordcount.py"
 CUSTOM = ROOT / "examples" / "custom_processor"
 ENVIRONMENT = {name: value for name, value in os.environ.items() if not name.startswith("EDDYLINE")}
 LINES = [f"alpha beta w{i % 50} w{i % 7}" for i in range(400)]
 EXPECTED = Counter(word for line in LINES for word in line.split())
-REPLICAS = 3
-
-
-def free_base_port(count: int = REPLICAS) -> int:
-    """A port p with p..p+count-1 free now (the replicas bind them a moment later)."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count <= 65_535 and all(port_free(base + i) for i in range(1, count)):
-            return base
-    raise RuntimeError(f"found no {count} consecutive free ports")
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def http_status(address: str, path: str) -> int:
-    import http.client
-
-    host, _, port = address.rpartition(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=2)
-    try:
-        connection.request("GET", path)
-        return connection.getresponse().status
-    except OSError:
-        return 0
-    finally:
-        connection.close()
-
-
-def wait_for(what: str, condition: object, timeout: float = 60) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not true after {timeout} s")
-        time.sleep(0.1)
-
-
-def wordcount_manifest(directory: Path, base_port: int) -> Path:
-    shutil.copy(WORDCOUNT, directory / "wordcount.py")
-    document = {
-        "apiVersion": "eddyline.dev/v1alpha1",
-        "kind": "StreamApp",
-        "metadata": {"name": "wordcount"},
-        "spec": {
-            "topology": "wordcount:topology",
-            "replicas": REPLICAS,
-            "log": {"url": f"sqlite:///{directory / 'log.db'}"},
-            "config": {
-                "processing.guarantee": "exactly_once_v2",
-                "num.standby.replicas": 1,
-                "commit.interval.ms": 100,
-                "state.dir": str(directory / "state"),
-                "application.server": f"127.0.0.1:{base_port}",
-            },
-        },
-    }
-    manifest = directory / "streamapp.yaml"
-    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
-    return manifest
-
-
-def produce(log: SqliteLog, lines: list[str], partitions: int = 4) -> None:
-    if "text-lines" not in log.topics():
-        log.create_topic("text-lines", partitions)
-    for partition in range(partitions):
-        batch = [Record(None, line.encode(), i) for i, line in enumerate(lines[partition::4])]
-        log.produce(TopicPartition("text-lines", partition), batch)
-
-
-def latest_counts(log: SqliteLog) -> dict[str, int]:
-    longs = serde_for("long")
-    counts: dict[str, int] = {}
-    for partition in range(log.topics()["word-counts"].partitions):
-        for record in log.fetch(TopicPartition("word-counts", partition), 0, 100_000).records:
-            assert record.key is not None
-            counts[record.key.decode()] = longs.deserialize(record.value)
-    return counts
 
 
 def children_of(pid: int) -> set[int]:
@@ -191,35 +112,35 @@ def supervisor(manifest: Path, *args: str) -> Iterator[tuple[subprocess.Popen[st
 def test_a_sigkilled_supervisors_replicas_exit_and_a_new_one_runs_until_caught_up(
     tmp_path: Path,
 ) -> None:
-    base_port = free_base_port()
-    manifest = wordcount_manifest(tmp_path, base_port)
+    base_port = free_port_range(REPLICAS)
+    manifest = write_manifest(tmp_path, base_port=base_port)
     log = SqliteLog(tmp_path / "log.db")
-    produce(log, LINES)
+    produce_lines(log, LINES)
     addresses = [f"127.0.0.1:{base_port + i}" for i in range(REPLICAS)]
     replicas: set[int] = set()
     try:
         with supervisor(manifest) as (process, output):
             wait_for(
+                lambda: all(http_get(a, "/readyz", timeout=2).status == 200 for a in addresses),
                 "every replica is ready",
-                lambda: all(http_status(a, "/readyz") == 200 for a in addresses),
             )
             replicas = children_of(process.pid)
             assert len(replicas) == REPLICAS
             # Replica output reaches the supervisor's terminal, prefixed.
             wait_for(
-                "every replica's output is forwarded",
                 lambda: all(f"[replica {i}] " in output.text() for i in range(REPLICAS)),
+                "every replica's output is forwarded",
                 timeout=10,
             )
             process.send_signal(signal.SIGKILL)
             process.wait()
         wait_for(
-            "the orphaned replicas exit",
             lambda: not any(running(pid) for pid in replicas),
+            "the orphaned replicas exit",
             timeout=30,
         )
         more = [f"gamma w{i % 11}" for i in range(100)]
-        produce(log, more)
+        produce_lines(log, more)
         with supervisor(manifest, "--until-caught-up") as (process, output):
             try:
                 returncode = process.wait(timeout=120)
@@ -250,10 +171,10 @@ def test_a_sigkilled_supervisors_replicas_exit_and_a_new_one_runs_until_caught_u
 def test_a_sigstopped_replica_is_dropped_from_the_membership_then_restarted(
     tmp_path: Path,
 ) -> None:
-    base_port = free_base_port()
-    manifest = wordcount_manifest(tmp_path, base_port)
+    base_port = free_port_range(REPLICAS)
+    manifest = write_manifest(tmp_path, base_port=base_port)
     log = SqliteLog(tmp_path / "log.db")
-    produce(log, LINES)
+    produce_lines(log, LINES)
     log.close()
     app = load_app(manifest)
     group: LocalGroup = start_group(manifest, app, logs_dir=tmp_path / "logs")
@@ -265,9 +186,11 @@ def test_a_sigstopped_replica_is_dropped_from_the_membership_then_restarted(
             group.poll()
             # Probed alive, too: until then only the 60 s startup grace would apply.
             probed = all(group.answered_probe(m.id) for m in group.members)
-            return probed and all(http_status(a, "/readyz") == 200 for a in addresses)
+            return probed and all(
+                http_get(a, "/readyz", timeout=2).status == 200 for a in addresses
+            )
 
-        wait_for("every replica is ready", ready, timeout=120)
+        wait_for(ready, "every replica is ready", timeout=120)
         stopped = group.pid("1")
         assert stopped is not None
         os.kill(stopped, signal.SIGSTOP)
@@ -279,7 +202,7 @@ def test_a_sigstopped_replica_is_dropped_from_the_membership_then_restarted(
             membership = Membership.read(group.membership_file)
             return membership is not None and "1" not in membership.assignment.active
 
-        wait_for("the hung replica leaves the membership", dropped, timeout=60)
+        wait_for(dropped, "the hung replica leaves the membership", timeout=60)
         noticed = time.monotonic() - frozen_at
         # Not at the first failed probe (the last answer came at most a probe period and
         # timeout before the freeze); after the window by a few periods (more under load).
@@ -288,15 +211,11 @@ def test_a_sigstopped_replica_is_dropped_from_the_membership_then_restarted(
             re.search(r"replica 1 \(pid \d+\) has not answered /healthz", e) for e in events
         ), events
         assert not running(stopped)  # killed, as a kubelet restarts a failed container
-        wait_for("the replica is restarted and the group ready again", ready, timeout=120)
+        wait_for(ready, "the replica is restarted and the group ready again", timeout=120)
         membership = Membership.read(group.membership_file)
         assert membership is not None and "1" in membership.assignment.active
     except AssertionError as failure:
-        logs = "\n".join(
-            f"--- {path.name}\n{path.read_text(errors='replace')[-2_000:]}"
-            for path in sorted((tmp_path / "logs").glob("replica-*.log"))
-        )
-        raise AssertionError(f"{failure}\n{logs}") from None
+        raise AssertionError(f"{failure}\n{replica_logs(group)}") from None
     finally:
         if stopped is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -343,8 +262,8 @@ def test_until_caught_up_fails_when_another_instance_fences_this_one_out(
     try:
         with supervisor(manifest, "--until-caught-up") as (process, output):
             wait_for(
-                "the instance commits some input",
                 lambda: log.committed_offsets("custom-processor", [events]).get(events, 0) > 0,
+                "the instance commits some input",
             )
             # Another instance of the application takes task 0_0 over.
             log.transactional_producer("custom-processor-0_0")
@@ -371,14 +290,14 @@ def test_a_second_supervisor_on_the_same_state_directory_exits_naming_the_first(
     tmp_path: Path,
 ) -> None:
     """Two supervisors used to both rewrite membership.json (22 generations in 25 s)."""
-    base_port = free_base_port()
-    manifest = wordcount_manifest(tmp_path, base_port)
+    base_port = free_port_range(REPLICAS)
+    manifest = write_manifest(tmp_path, base_port=base_port)
     log = SqliteLog(tmp_path / "log.db")
-    produce(log, LINES)
+    produce_lines(log, LINES)
     membership_file = tmp_path / "state" / "membership.json"
     try:
         with supervisor(manifest) as (first, _):
-            wait_for("the first supervisor publishes", membership_file.exists)
+            wait_for(membership_file.exists, "the first supervisor publishes")
             generation = published_generation(membership_file)
             second = subprocess.run(
                 [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
@@ -395,8 +314,8 @@ def test_a_second_supervisor_on_the_same_state_directory_exits_naming_the_first(
             assert first.poll() is None
             # The second started no replica and published nothing.
             wait_for(
-                "the first group processes its input",
                 lambda: latest_counts(log) == dict(EXPECTED),
+                "the first group processes its input",
             )
             assert published_generation(membership_file) == generation
     finally:
@@ -408,10 +327,10 @@ def test_replicas_exit_when_a_supervisor_writing_to_a_file_is_sigkilled(tmp_path
     """The replicas' output goes through the supervisor's pipe: once it dies, every write to
     it fails, and the lifeline's own farewell line used to kill the lifeline before it
     signalled (3 of 3 replicas still alive 20 s later)."""
-    base_port = free_base_port()
-    manifest = wordcount_manifest(tmp_path, base_port)
+    base_port = free_port_range(REPLICAS)
+    manifest = write_manifest(tmp_path, base_port=base_port)
     log = SqliteLog(tmp_path / "log.db")
-    produce(log, LINES)
+    produce_lines(log, LINES)
     addresses = [f"127.0.0.1:{base_port + i}" for i in range(REPLICAS)]
     replicas: set[int] = set()
     try:
@@ -424,16 +343,16 @@ def test_replicas_exit_when_a_supervisor_writing_to_a_file_is_sigkilled(tmp_path
                 stderr=out,
             )
         wait_for(
+            lambda: all(http_get(a, "/readyz", timeout=2).status == 200 for a in addresses),
             "every replica is ready",
-            lambda: all(http_status(a, "/readyz") == 200 for a in addresses),
         )
         replicas = children_of(process.pid)
         assert len(replicas) == REPLICAS
         process.send_signal(signal.SIGKILL)
         process.wait()
         wait_for(
-            "the orphaned replicas exit",
             lambda: not any(running(pid) for pid in replicas),
+            "the orphaned replicas exit",
             timeout=15,
         )
     finally:

@@ -12,7 +12,6 @@ import io
 import json
 import logging
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -44,6 +43,7 @@ from eddyline_runtime.restore.manifest import (
 from eddyline_runtime.runner import load_app, run_app
 from eddyline_runtime.state import KeyRange, RocksDBStore
 from eddyline_runtime.state.sst_files import SortedFileWriter
+from tests.support.ports import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount"
 STORE = "word-counts"
@@ -293,13 +293,6 @@ def test_restore_output_on_object_storage_is_refused_clearly(app_dir: Path) -> N
         "--partition", "0", "--from", "s3://bucket/restore",
     )  # fmt: skip
     assert code == 1 and "only local directories and file:// URIs" in err
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def get_json(port: int, path: str) -> Any:

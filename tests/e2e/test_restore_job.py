@@ -28,12 +28,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.log import open_log
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.restore.manifest import read_manifest
-from k8s.kubectl import KUBECTL
-from k8s.operator_harness import REPO, OperatorHarness, wait_for
+from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
+from tests.support.k8s.kubectl import KUBECTL
+from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -60,31 +62,9 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorHarnes
 
 
 def produce(log_url: str, expected: collections.Counter[str], lines: int, seed: int) -> None:
-    rng = random.Random(seed)
-    batch = []
-    for _ in range(lines):
-        words = rng.choices(WORDS, k=rng.randint(1, 6))
-        expected.update(words)
-        batch.append(" ".join(words))
-    log = open_log(log_url)
-    try:
-        now = int(time.time() * 1000)
-        for partition in range(4):
-            records = [Record(None, line.encode(), now) for line in batch[partition::4]]
-            log.produce(TopicPartition("text-lines", partition), records)
-    finally:
-        log.close()
-
-
-def counts_exact(router: QueryRouter, expected: collections.Counter[str]) -> bool:
-    for word, count in expected.items():
-        try:
-            result = router.get(STORE, word)
-        except QueryFailedError:
-            return False
-        if not result.found or int(result.value) != count:
-            return False
-    return True
+    batch = random_lines(random.Random(seed), WORDS, lines, most=6)
+    expected.update(word for line in batch for word in line.split())
+    produce_lines(log_url, batch)
 
 
 def metrics(pod_ip: str) -> dict[tuple[str, str], float]:

@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
-import random
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.ports import free_port_range
+
 REPOSITORY = Path(__file__).resolve().parents[2]
-
-
-def free_port_range(count: int) -> int:
-    """A base port with ``count`` free ports from it on."""
-    rng = random.Random()
-    for _ in range(100):
-        base = rng.randrange(20_000, 60_000)
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                candidate = socket.socket()
-                sockets.append(candidate)
-                candidate.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for candidate in sockets:
-                candidate.close()
-        return base
-    raise RuntimeError("no free port range")
 
 
 def test_wordcount_demo_survives_a_killed_replica_exactly_once(tmp_path: Path) -> None:

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from cluster_harness_http import free_port, http_get, wait_for
 
 from eddyline_operator.reconcile import names, objects
 from eddyline_operator.reconcile.membership import TaskLayout, layout_from, next_membership
@@ -34,6 +33,9 @@ from eddyline_runtime.assignor import Member
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership
 from eddyline_runtime.partitions import TopicPartition
+from tests.support.http_client import http_get
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "wordcount"
@@ -187,7 +189,7 @@ def test_a_pod_reports_its_layout_then_runs_the_share_the_operator_publishes(
     log.produce(TopicPartition("text-lines", 0), [Record(None, b"the quick the", 1)])
     pod = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        wait_for("the layout", lambda: http_get(address, "/v1/layout").status == 200)
+        wait_for(lambda: http_get(address, "/v1/layout").status == 200, "the layout")
         report = MemberReport.from_json(http_get(address, "/v1/layout").json())
         assert report.member == "wordcount-0"
         assert len(report.tasks) == 4  # 2 sub-topologies x 2 partitions
@@ -202,10 +204,10 @@ def test_a_pod_reports_its_layout_then_runs_the_share_the_operator_publishes(
         first = next_membership(None, [member], layout, 1)
         assert first is not None
         api.publish(first)
-        wait_for("ready", lambda: http_get(address, "/readyz").status == 200)
+        wait_for(lambda: http_get(address, "/readyz").status == 200, "ready")
         wait_for(
-            "the count of 'the'",
             lambda: http_get(address, "/v1/stores/word-counts/keys/the").json().get("value") == 2,
+            "the count of 'the'",
         )
 
         # A generation without this pod: it stops running its tasks within moments.
@@ -214,7 +216,7 @@ def test_a_pod_reports_its_layout_then_runs_the_share_the_operator_publishes(
         assert second is not None and second.generation == 2
         published = time.monotonic()
         api.publish(second)
-        wait_for("not ready", lambda: http_get(address, "/readyz").status == 503)
+        wait_for(lambda: http_get(address, "/readyz").status == 503, "not ready")
         assert time.monotonic() - published < 2.0
         assert any(r.startswith("WATCH") for r in api.requests)
     finally:

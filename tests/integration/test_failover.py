@@ -36,43 +36,42 @@ an empty standby just placed on a third member
 from __future__ import annotations
 
 import http.server
-import io
 import itertools
 import json
 import random
-import re
-import shutil
-import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from eddyline_runtime.local_group import LocalGroup
-from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.membership import Membership
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from eddyline_runtime.runner import load_app, start_group
-from eddyline_runtime.serde import serde_for
+from tests.support.replica_group import (
+    CHANGELOG,
+    COUNTING_SUBTOPOLOGY,
+    PARTITIONS,
+    STORE,
+    STRINGS,
+    all_ready,
+    behind,
+    distinct_keys,
+    log_sizes,
+    output_history,
+    produce_lines,
+    replica_logs,
+    restore_lines,
+    running_replica_group,
+    wait_caught_up,
+    wait_standby_current,
+)
 
-WORDCOUNT = Path(__file__).parents[2] / "examples" / "wordcount" / "wordcount.py"
-APPLICATION_ID = "wordcount"
-INPUT = "text-lines"
-OUTPUT = "word-counts"
-STORE = "word-counts"
-CHANGELOG = f"{APPLICATION_ID}-{STORE}-changelog"
-PARTITIONS = 4
-COUNTING_SUBTOPOLOGY = 1  # sub-topology 0 splits lines and repartitions by word
-LONGS = serde_for("long")
-STRINGS = serde_for("string")
 VOCABULARY = [f"w{i}" for i in range(1_000)]
 CUMULATIVE_WEIGHTS = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(VOCABULARY))))
 STALE_ANSWER_SECONDS = 2.0
@@ -81,61 +80,10 @@ STALE_ANSWER_SECONDS = 2.0
 # created on a third member while the promoted copy restores).
 ACCEPTABLE_LAG = None
 FAILOVER_SECONDS = 30.0
-RESTORE_LINE = re.compile(
-    r"task (?P<task>\S+) restored store (?P<store>\S+): (?P<records>\d+) records from "
-    r"(?P<changelog>\S+) offsets (?P<first>-?\d+)\.\.(?P<end>-?\d+)"
-)
 
 
 class NotPromotedError(AssertionError):
     """The killed member's task went to a member other than its standby holder."""
-
-
-# -- harness ------------------------------------------------------------------------------
-
-
-def free_base_port(count: int = 3) -> int:
-    """A port p with p..p+count-1 free now (the replicas bind them a moment later)."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count <= 65_535 and all(_port_free(base + i) for i in range(1, count)):
-            return base
-    raise RuntimeError(f"found no {count} consecutive free ports")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def write_manifest(directory: Path) -> Path:
-    """The word-count example as three replicas, its log and state under ``directory``."""
-    shutil.copy(WORDCOUNT, directory / "wordcount.py")
-    manifest = directory / "streamapp.yaml"
-    document = {
-        "apiVersion": "eddyline.dev/v1alpha1",
-        "kind": "StreamApp",
-        "metadata": {"name": APPLICATION_ID},
-        "spec": {
-            "topology": "wordcount:topology",
-            "replicas": 3,
-            "log": {"url": f"sqlite:///{directory.resolve() / 'log.db'}"},
-            "config": {
-                "processing.guarantee": "exactly_once_v2",
-                "num.standby.replicas": 1,
-                "commit.interval.ms": 100,
-                "state.dir": str(directory.resolve() / "state"),
-            },
-        },
-    }
-    manifest.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    return manifest
 
 
 def generate_lines(count: int, seed: int) -> list[str]:
@@ -145,158 +93,6 @@ def generate_lines(count: int, seed: int) -> list[str]:
         " ".join(rng.choices(VOCABULARY, cum_weights=CUMULATIVE_WEIGHTS, k=rng.randint(1, 8)))
         for _ in range(count)
     ]
-
-
-def produce_lines(log: SqliteLog, lines: list[str]) -> None:
-    """Keyless lines, round-robin over the input partitions."""
-    now = int(time.time() * 1000)
-    for partition in range(PARTITIONS):
-        batch = [Record(None, line.encode(), now) for line in lines[partition::PARTITIONS]]
-        if batch:
-            log.produce(TopicPartition(INPUT, partition), batch)
-
-
-def processed_inputs(log: SqliteLog) -> list[TopicPartition]:
-    return [
-        TopicPartition(name, p)
-        for name, spec in log.topics().items()
-        if name == INPUT or name.endswith("-repartition")
-        for p in range(spec.partitions)
-    ]
-
-
-def behind(log: SqliteLog) -> dict[str, tuple[int, int]]:
-    """(committed, end) of every input and repartition partition the group has not finished."""
-    inputs = processed_inputs(log)
-    committed = log.committed_offsets(APPLICATION_ID, inputs)
-    ends = {tp: log.end_offset(tp) for tp in inputs}
-    return {
-        str(tp): (committed.get(tp, 0), end)
-        for tp, end in ends.items()
-        if committed.get(tp, 0) != end
-    }
-
-
-def wait_caught_up(log: SqliteLog, group: LocalGroup, timeout: float) -> None:
-    """Until the group committed every input and repartition record (polling the group)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        group.poll()
-        left = behind(log)
-        if not left:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"not caught up in {timeout} s: (committed, end) {left}\n{replica_logs(group)}"
-            )
-        time.sleep(0.05)
-
-
-def all_ready(group: LocalGroup) -> bool:
-    """Every replica is up with all its active tasks restored and running (``/readyz``)."""
-    return all(get_json(m.address or "", "/readyz")[0] == 200 for m in group.members)
-
-
-def get_json(address: str, path: str, timeout: float = 2.0) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
-    except OSError as error:
-        return 0, {"error": str(error)}
-
-
-def wait_standby_current(
-    log: SqliteLog, group: LocalGroup, address: str, partition: int, timeout: float
-) -> dict[str, int]:
-    """Until the standby at ``address`` replayed the partition's changelog to its end."""
-    changelog = TopicPartition(CHANGELOG, partition)
-    deadline = time.monotonic() + timeout
-    while True:
-        group.poll()
-        status, body = get_json(address, "/v1/lags")
-        lag = body.get(STORE, {}).get(str(partition)) if status == 200 else None
-        if (
-            lag is not None
-            and lag["offset_lag"] == 0
-            and lag["current_offset_position"] == log.end_offset(changelog)
-        ):
-            return dict(lag)
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the standby at {address} did not catch up: {status} {body}")
-        time.sleep(0.05)
-
-
-def output_history(log: SqliteLog) -> dict[str, list[int]]:
-    """Every count published per word, in log order."""
-    history: dict[str, list[int]] = {}
-    for partition in range(log.topics()[OUTPUT].partitions):
-        tp = TopicPartition(OUTPUT, partition)
-        position = log.beginning_offset(tp)
-        while True:
-            fetched = log.fetch(tp, position, 10_000)
-            for record in fetched.records:
-                assert record.key is not None and record.value is not None
-                history.setdefault(record.key.decode(), []).append(LONGS.deserialize(record.value))
-            if not fetched.records:
-                break
-            position = fetched.records[-1].offset + 1
-    return history
-
-
-def distinct_keys(log: SqliteLog, changelog: TopicPartition) -> int:
-    """How many keys the changelog partition holds: the size of its store."""
-    keys: set[bytes] = set()
-    position, end = log.beginning_offset(changelog), log.end_offset(changelog)
-    while position < end:
-        batch = log.fetch_changes(changelog, position, 10_000)
-        if batch.last_offset < 0:
-            break
-        keys.update(key for key, _ in batch.entries)
-        position = batch.last_offset + 1
-    return len(keys)
-
-
-def log_sizes(group: LocalGroup) -> dict[str, int]:
-    assert group.logs_dir is not None
-    sizes = {}
-    for member in group.members:
-        path = group.logs_dir / f"replica-{member.id}.log"
-        sizes[member.id] = path.stat().st_size if path.exists() else 0
-    return sizes
-
-
-def restore_lines(
-    group: LocalGroup, since: dict[str, int], task: str
-) -> dict[str, list[dict[str, Any]]]:
-    """Per member: its "task X restored store word-counts" lines written after ``since``."""
-    assert group.logs_dir is not None
-    found: dict[str, list[dict[str, Any]]] = {}
-    for member in group.members:
-        path = group.logs_dir / f"replica-{member.id}.log"
-        with path.open("rb") as handle:
-            handle.seek(since.get(member.id, 0))
-            text = handle.read().decode(errors="replace")
-        for match in RESTORE_LINE.finditer(text):
-            if match["task"] == task and match["store"] == STORE:
-                found.setdefault(member.id, []).append(
-                    {
-                        "records": int(match["records"]),
-                        "changelog": match["changelog"],
-                        "first": int(match["first"]),
-                        "end": int(match["end"]),
-                    }
-                )
-    return found
-
-
-def replica_logs(group: LocalGroup) -> str:
-    assert group.logs_dir is not None
-    return "\n".join(
-        f"--- {path.name} (end)\n{path.read_text(errors='replace')[-3_000:]}"
-        for path in sorted(group.logs_dir.glob("replica-*.log"))
-    )
 
 
 def most_frequent_word_in(partition: int) -> str:
@@ -353,16 +149,8 @@ class Failover:
 
 def run_failover(tmp_path: Path, *, victim_stateful_tasks: int) -> Failover:
     """Kill the member running ``victim_stateful_tasks`` stateful tasks; observe until done."""
-    manifest = write_manifest(tmp_path)
-    log = SqliteLog(tmp_path / "log.db")
-    log.create_topic(INPUT, PARTITIONS)
     first = generate_lines(3_000, seed=1)
-    produce_lines(log, first)
-    app = load_app(manifest)
-    group = start_group(
-        manifest, app, logs_dir=tmp_path / "logs", base_port=free_base_port(), out=io.StringIO()
-    )
-    try:
+    with running_replica_group(tmp_path, first) as (log, group):
         wait_caught_up(log, group, timeout=45)
         failover = _prepare(log, group, victim_stateful_tasks)
         failover.expected.update(word for line in first for word in line.split())
@@ -371,9 +159,6 @@ def run_failover(tmp_path: Path, *, victim_stateful_tasks: int) -> Failover:
         wait_caught_up(log, group, timeout=45)
         failover.history = output_history(log)
         return failover
-    finally:
-        group.stop()
-        log.close()
 
 
 def _prepare(log: SqliteLog, group: LocalGroup, victim_stateful_tasks: int) -> Failover:
@@ -476,7 +261,8 @@ def _kill_and_query(log: SqliteLog, group: LocalGroup, failover: Failover) -> No
                 f"behind {behind(log)}, {failover}\n{replica_logs(group)}"
             )
         time.sleep(0.02)
-    failover.restores = restore_lines(group, since, failover.task)
+    for line in restore_lines(group, since, failover.task):
+        failover.restores.setdefault(line["member"], []).append(line)
 
 
 # -- the checks ---------------------------------------------------------------------------

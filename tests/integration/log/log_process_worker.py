@@ -36,7 +36,7 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def wait_for(word: str) -> None:
+def expect_on_stdin(word: str) -> None:
     line = sys.stdin.readline().strip()
     if line != word:
         raise SystemExit(f"expected {word!r} on stdin, got {line!r}")
@@ -46,7 +46,7 @@ def produce(url: str, txid: str, count: int, batch: int) -> None:
     log = open_log(url)
     producer = log.transactional_producer(txid)
     say("ready")
-    wait_for("go")
+    expect_on_stdin("go")
     for start in range(0, count, batch):
         producer.begin()
         for i in range(start, min(start + batch, count)):
@@ -67,7 +67,7 @@ def zombie(url: str, txid: str) -> None:
         producer.send(ZOMBIE_ONLY, Record(b"zombie", b"%d" % i, i))
     producer.send_offsets(GROUP, ZOMBIE_OFFSETS)
     say(f"sent {producer.epoch}")
-    wait_for("commit")
+    expect_on_stdin("commit")
     try:
         producer.commit()
     except ProducerFencedError:

@@ -14,14 +14,6 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaError
-from librdkafka_mock import (
-    ADD_OFFSETS_TO_TXN,
-    END_TXN,
-    FETCH,
-    INIT_PRODUCER_ID,
-    PRODUCE,
-    MockControl,
-)
 
 from eddyline_runtime.log import (
     BrokerUnreachableError,
@@ -32,6 +24,14 @@ from eddyline_runtime.log import (
 )
 from eddyline_runtime.log.kafka_log import KafkaLog, MockCluster
 from eddyline_runtime.partitions import TopicPartition
+from tests.support.librdkafka_mock import (
+    ADD_OFFSETS_TO_TXN,
+    END_TXN,
+    FETCH,
+    INIT_PRODUCER_ID,
+    PRODUCE,
+    MockControl,
+)
 
 _topics = itertools.count()
 

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from librdkafka_mock import MockControl
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import Record, TopicSpec
@@ -30,6 +29,7 @@ from eddyline_runtime.processing import StreamsBuilder, Topology
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.serde import serde_for
+from tests.support.librdkafka_mock import MockControl
 
 LONGS = serde_for("long")
 LINES = ["a b a", "b a c", "a a a", "c b"]

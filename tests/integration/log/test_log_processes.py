@@ -15,15 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from log_process_worker import (
+
+from eddyline_runtime.log import Log, Record, open_log
+from tests.integration.log.log_process_worker import (
     COMMITTED_EXIT,
     GROUP,
     INPUT,
     SHARED,
     ZOMBIE_ONLY,
 )
-
-from eddyline_runtime.log import Log, Record, open_log
 
 WORKER = Path(__file__).with_name("log_process_worker.py")
 RECORDS_PER_WRITER = 2_000

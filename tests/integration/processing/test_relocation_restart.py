@@ -15,7 +15,7 @@ from eddyline_runtime.processing import Topology
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.serde import serde_for
-from word_count_app import word_count
+from tests.support.word_count import word_count
 
 PARTITIONS = 2
 LONGS = serde_for("long")

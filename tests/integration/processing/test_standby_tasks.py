@@ -29,9 +29,10 @@ from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import KeyRange, RocksDBStore, StoreClosedError
-from pausable_log import PausableLog
-from word_count_app import APP, streams_config, wait_for, word_count
-from word_count_app import produce_lines as produce_input
+from tests.support.logs import PausableLog
+from tests.support.waiting import wait_for
+from tests.support.word_count import APP, streams_config, word_count
+from tests.support.word_count import produce_lines as produce_input
 
 STORE = "counts"
 PARTITIONS = 2
@@ -150,7 +151,7 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
         group.a.start()
         group.b.start()
         produce_lines(group.log, LINES)
-        wait_for("both members caught up", lambda: group.settled(group.a, group.b))
+        wait_for(lambda: group.settled(group.a, group.b), "both members caught up")
         yield group
     finally:
         group.close()
@@ -193,7 +194,7 @@ def test_a_standby_never_writes_to_the_log(pair: Pair) -> None:
     # A new standby-only run on b's state resumes after what it applied.
     again = pair.instance("b")
     again.start()
-    wait_for("the new run is at the changelog end", lambda: pair.at_changelog_end(again))
+    wait_for(lambda: pair.at_changelog_end(again), "the new run is at the changelog end")
     time.sleep(0.3)
     assert [s.replayed for t in again.threads for s in t.standbys.values()] == [0] * PARTITIONS
     assert store_contents(again, StoreRole.STANDBY) == dict(EXPECTED)
@@ -212,7 +213,7 @@ def test_promoting_a_caught_up_standby_restores_nothing(pair: Pair) -> None:
             members=MEMBERS,
         )
     )
-    wait_for("b runs every task", lambda: pair.b.check() is not None and pair.b.ready())
+    wait_for(lambda: pair.b.check() is not None and pair.b.ready(), "b runs every task")
     restored = {r.task: r.result for r in pair.restores["b"]}
     assert set(restored) == pair.stateful
     for task, result in restored.items():
@@ -228,11 +229,11 @@ def test_promoting_a_caught_up_standby_restores_nothing(pair: Pair) -> None:
     # The promoted copy carries on counting from the replicated state.
     produce_lines(pair.log, MORE_LINES)
     wait_for(
-        "b counted the new lines",
         lambda: (
             pair.settled(pair.b)
             and store_contents(pair.b, StoreRole.ACTIVE) == dict(EXPECTED_AFTER_MORE)
         ),
+        "b counted the new lines",
     )
 
 
@@ -252,25 +253,25 @@ def test_promoting_a_standby_while_a_query_iterates_it_ends_the_iterator(pair: P
             members=MEMBERS,
         )
     )
-    wait_for("b runs every task", lambda: pair.b.check() is not None and pair.b.ready())
+    wait_for(lambda: pair.b.check() is not None and pair.b.ready(), "b runs every task")
     for iterator in iterators:
         with pytest.raises(StoreClosedError):
             next(iterator)
     assert store_contents(pair.b, StoreRole.ACTIVE) == dict(EXPECTED)
 
 
+@pytest.mark.usefixtures("pausable_standby_replay")
 def test_promoting_a_standby_restores_only_the_tail_it_had_not_replayed(pair: Pair) -> None:
     b_log = pair.b.log
     assert isinstance(b_log, PausableLog)
     replicated = pair.changelog_ends()
     b_log.standby_replay_paused.set()
     produce_lines(pair.log, MORE_LINES)
-    wait_for("a processed the new lines", lambda: pair.settled(pair.a))
+    wait_for(lambda: pair.settled(pair.a), "a processed the new lines")
     ends = pair.changelog_ends()
     assert all(ends[p] > replicated[p] for p in range(PARTITIONS))
     # While behind, the standby reports the changelog's end and its own position.
     wait_for(
-        "b sees the new changelog ends",
         lambda: (
             {
                 p: lag.end_offset_position
@@ -278,6 +279,7 @@ def test_promoting_a_standby_restores_only_the_tail_it_had_not_replayed(pair: Pa
             }
             == ends
         ),
+        "b sees the new changelog ends",
     )
     lags = pair.b.all_local_store_partition_lags()[STORE]
     for p in range(PARTITIONS):
@@ -294,7 +296,7 @@ def test_promoting_a_standby_restores_only_the_tail_it_had_not_replayed(pair: Pa
             members=MEMBERS,
         )
     )
-    wait_for("b runs every task", lambda: pair.b.check() is not None and pair.b.ready())
+    wait_for(lambda: pair.b.check() is not None and pair.b.ready(), "b runs every task")
     restored = {r.task: r.result for r in pair.restores["b"]}
     assert set(restored) == pair.stateful
     for task, result in restored.items():

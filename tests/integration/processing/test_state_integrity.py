@@ -26,7 +26,7 @@ from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.restore import restore
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import InMemoryStore, RocksDBStore, StoreCorruptedError, store_directory
-from word_count_app import APP, INPUT, STORE, word_count
+from tests.support.word_count import APP, INPUT, STORE, word_count
 
 PARTITIONS = 2
 COUNTING = 1  # word_count(): sub-topology 1 counts

@@ -23,7 +23,7 @@ from eddyline_runtime.processing import Processor, StoreSpec, Topology
 from eddyline_runtime.processing.instance import StreamsFailedError, StreamsInstance
 from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport
 from eddyline_runtime.serde import serde_for
-from word_count_app import word_count
+from tests.support.word_count import word_count
 
 LONGS = serde_for("long")
 

@@ -14,7 +14,7 @@ import pytest
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing.instance import StreamsInstance
-from word_count_app import INPUT, OUTPUT, produce_lines, streams_config, word_count
+from tests.support.word_count import INPUT, OUTPUT, produce_lines, streams_config, word_count
 
 
 def test_threads_beyond_the_task_count_are_not_started(

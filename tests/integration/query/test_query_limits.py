@@ -23,12 +23,15 @@ from pathlib import Path
 import pytest
 import yaml
 from aiohttp import web
-from cluster_harness import free_port, http_get, streams_config, wait_for, word_count
 
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits
 from eddyline_runtime.query.server import QueryServer
+from tests.support.http_client import http_get
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
+from tests.support.word_count import streams_config, word_count
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom_processor"
 LIMITS = ConnectionLimits(max_connections=20, idle_timeout_seconds=0.5)
@@ -84,8 +87,8 @@ def test_idle_connections_beyond_the_cap_are_closed_and_healthz_still_answers(
     sockets = [socket.create_connection(address_of(server)) for _ in range(100)]
     try:
         wait_for(
-            "the server closes the connections over its cap",
             lambda: sum(closed_by_server(s) for s in sockets) >= 100 - LIMITS.max_connections,
+            "the server closes the connections over its cap",
             timeout=5,
         )
         assert server.guard.open_connections <= LIMITS.max_connections
@@ -186,7 +189,7 @@ def test_an_eddyline_run_keeps_answering_probes_when_idle_sockets_outnumber_its_
                 return http_get(address, "/healthz").status == 200
             return False
 
-        wait_for("the instance serves /healthz", healthy)
+        wait_for(healthy, "the instance serves /healthz")
         for _ in range(IDLE_SOCKETS):
             sock = socket.socket()
             sock.setblocking(False)

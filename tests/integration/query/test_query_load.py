@@ -31,10 +31,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster_harness import free_port, wait_for
 
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "wordcount"
 STORE = "word-counts"
@@ -109,7 +110,7 @@ def served_word_count(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
                 return True
             return False
 
-        wait_for("the word count serves every word's final count", counted, timeout=60)
+        wait_for(counted, "the word count serves every word's final count", timeout=60)
         yield address
         assert process.poll() is None, stderr_path.read_text(errors="replace")[-3000:]
     finally:

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import pytest
-from cluster_harness import PARTITIONS, STORE, http_get, partition_of, started_cluster
-from cluster_harness import Cluster as HarnessCluster
 
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.query.server import DEFAULT_PAGE_ENTRIES, MAX_PAGE_ENTRIES
+from tests.support.http_client import http_get
+from tests.support.query_cluster import PARTITIONS, STORE, partition_of, started_cluster
+from tests.support.query_cluster import Cluster as HarnessCluster
 
 Cluster: TypeAlias = HarnessCluster[SqliteLog]
 

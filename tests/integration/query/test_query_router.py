@@ -23,20 +23,20 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import pytest
-from cluster_harness import (
+
+from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
+from tests.support.http_client import http_get
+from tests.support.logs import PausableLog
+from tests.support.ports import free_port
+from tests.support.query_cluster import (
     PARTITIONS,
     STORE,
-    free_port,
-    http_get,
     partition_of,
     produce_lines,
     started_cluster,
-    wait_for,
 )
-from cluster_harness import Cluster as HarnessCluster
-
-from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
-from pausable_log import PausableLog
+from tests.support.query_cluster import Cluster as HarnessCluster
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -282,6 +282,7 @@ def test_a_closed_instance_whose_server_still_runs_sends_the_router_to_the_stand
     assert (result.host, result.role, result.value) == (standby.address, "standby", EXPECTED[word])
 
 
+@pytest.mark.usefixtures("pausable_standby_replay")
 def test_a_standby_behind_by_more_than_the_acceptable_lag_is_refused(cluster: Cluster) -> None:
     partition = 0
     word = a_word_in(partition)
@@ -296,12 +297,12 @@ def test_a_standby_behind_by_more_than_the_acceptable_lag_is_refused(cluster: Cl
     standby.log.standby_replay_paused.set()
     produce_lines(cluster.log, [f"{word} {word}"] * 6)
     wait_for(
-        "the active host counted the new lines",
         lambda: (
             cluster.inputs_committed()
             and http_json(active.address, f"/v1/stores/{STORE}/keys/{word}")[1].get("value")
             == EXPECTED[word] + 12
         ),
+        "the active host counted the new lines",
     )
     end = cluster.log.end_offset(changelog)
     assert end > replicated_up_to
@@ -313,7 +314,7 @@ def test_a_standby_behind_by_more_than_the_acceptable_lag_is_refused(cluster: Cl
         return dict(body[STORE][str(partition)])
 
     # The standby sees the changelog's new end, and reports how far behind it is.
-    wait_for("the standby sees the new end", lambda: standby_lag()["end_offset_position"] == end)
+    wait_for(lambda: standby_lag()["end_offset_position"] == end, "the standby sees the new end")
     assert standby_lag() == {
         "current_offset_position": replicated_up_to,
         "end_offset_position": end,
@@ -342,6 +343,6 @@ def test_a_standby_behind_by_more_than_the_acceptable_lag_is_refused(cluster: Cl
         )
     # Replay resumes: the standby catches up, and the router returns the new count.
     standby.log.standby_replay_paused.clear()
-    wait_for("the standby caught up", lambda: standby_lag()["offset_lag"] == 0)
+    wait_for(lambda: standby_lag()["offset_lag"] == 0, "the standby caught up")
     result = QueryRouter([other.address], acceptable_lag=0, timeout=1).get(STORE, word)
     assert (result.value, result.lag, result.role) == (EXPECTED[word] + 12, 0, "standby")

@@ -20,19 +20,6 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import pytest
-from cluster_harness import (
-    COUNTS_SUBTOPOLOGY,
-    DEADLINE_SECONDS,
-    PARTITIONS,
-    STORE,
-    http_get,
-    partition_of,
-    started_cluster,
-    streams_config,
-    wait_for,
-    word_count,
-)
-from cluster_harness import Cluster as HarnessCluster
 
 from eddyline_runtime.assignor import Assignment
 from eddyline_runtime.log import Record, SqliteLog
@@ -40,6 +27,18 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Processor, StoreSpec, Topology
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.query.server import QueryServer
+from tests.support.http_client import http_get
+from tests.support.query_cluster import (
+    COUNTS_SUBTOPOLOGY,
+    DEADLINE_SECONDS,
+    PARTITIONS,
+    STORE,
+    partition_of,
+    started_cluster,
+)
+from tests.support.query_cluster import Cluster as HarnessCluster
+from tests.support.waiting import wait_for
+from tests.support.word_count import streams_config, word_count
 
 # The harness's group, each member reading the log through a plain SqliteLog.
 Cluster: TypeAlias = HarnessCluster[SqliteLog]
@@ -462,10 +461,10 @@ def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(
             assert response.status == 200, response.text
             return response.json()["value"]
 
-        wait_for("the task runs", lambda: bool(instance.check() and instance.ready()))
+        wait_for(lambda: bool(instance.check() and instance.ready()), "the task runs")
         log.produce(tp, [Record(b"k", b"v1", 0)])
         # (wait_until_caught_up() right after a produce may not have seen it yet.)
-        wait_for("v1 is committed", lambda: value("READ_COMMITTED") == "v1")
+        wait_for(lambda: value("READ_COMMITTED") == "v1", "v1 is committed")
         log.produce(tp, [Record(b"k", b"hold", 1)])
         assert HOLDING.wait(DEADLINE_SECONDS)
         # The processor wrote "hold" but its commit has not happened yet.
@@ -473,7 +472,7 @@ def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(
         assert value("READ_COMMITTED") == "v1"
         assert value(None) == "v1"  # the default under exactly_once_v2
         RELEASE.set()
-        wait_for("the held write is committed", lambda: value("READ_COMMITTED") == "hold")
+        wait_for(lambda: value("READ_COMMITTED") == "hold", "the held write is committed")
         assert value("READ_UNCOMMITTED") == "hold"
     finally:
         RELEASE.set()
@@ -516,9 +515,9 @@ def test_readyz_turns_200_once_the_tasks_run_without_anyone_polling_the_instance
             running = [t for thread in instance.threads for t in thread.active.values()]
             return len(running) == 2 and all(task.running for task in running)
 
-        wait_for("both active tasks run", tasks_run)
+        wait_for(tasks_run, "both active tasks run")
         # Only the server looks at the instance, as a Kubernetes probe would.
-        wait_for("readyz turns 200", lambda: http_get(address, "/readyz").status == 200, 3)
+        wait_for(lambda: http_get(address, "/readyz").status == 200, "readyz turns 200", 3)
     finally:
         server.stop()
         instance.close(30)

@@ -20,13 +20,6 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from restore_changelogs import (
-    changelog_records,
-    live_keys,
-    produce_changelog,
-    replay_store,
-    store_contents,
-)
 
 from eddyline_runtime.log import Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
@@ -36,6 +29,13 @@ from eddyline_runtime.restore.spark_build import build, spark_session
 from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
 from eddyline_runtime.restore.sst_sink import SstDataSource
 from eddyline_runtime.state import RocksDBStore
+from tests.integration.restore.restore_changelogs import (
+    changelog_records,
+    live_keys,
+    produce_changelog,
+    replay_store,
+    store_contents,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +57,8 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture
 def faulty_sink(spark: SparkSession) -> Iterator[None]:
     """Builds in this test go through the sink whose tasks can be made to die."""
+    # By its bare name, as Spark's workers import it: addPyFile shipped the file and put
+    # it on the driver's sys.path too, and its classes are pickled by that module name.
     from faulty_sst_sink import FaultySstDataSource
 
     spark.dataSource.register(FaultySstDataSource)

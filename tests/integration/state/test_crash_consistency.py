@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from crash_writer import CHANGELOG, contents_at
 
 from eddyline_runtime.state import RocksDBStore
+from tests.integration.state.crash_writer import CHANGELOG, contents_at
 
 KILLS = 60
 MAX_RECORDS = 20_000  # the writer's durability bound: how often it syncs the log

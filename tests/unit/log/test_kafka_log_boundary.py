@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError
-from kafka_fake import FakeBroker, fake_log, kafka_error
 
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import (
@@ -26,6 +25,7 @@ from eddyline_runtime.log import (
     UnknownTopicError,
 )
 from eddyline_runtime.partitions import TopicPartition
+from tests.support.kafka_fake import FakeBroker, fake_log, kafka_error
 
 OUT = TopicPartition("out", 0)
 OUT_1 = TopicPartition("out", 1)

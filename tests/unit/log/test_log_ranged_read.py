@@ -4,10 +4,10 @@ suite: what parallel changelog readers (Spark restore tasks) rely on."""
 from __future__ import annotations
 
 import pytest
-from test_log_contract import log, open_again, rec
 
 from eddyline_runtime.log import Log, OffsetOutOfRangeError, Record
 from eddyline_runtime.partitions import TopicPartition
+from tests.unit.log.test_log_contract import log, open_again, rec
 
 __all__ = ["log", "open_again"]  # fixtures, shared with the contract suite
 

@@ -12,10 +12,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_log_contract import IN, fetch_all, rec, values
 
 from eddyline_runtime.log import LogError, OffsetOutOfRangeError, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
+from tests.unit.log.test_log_contract import IN, fetch_all, rec, values
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Rendering needs an API server (helm-sdkpy has no client-only render): the
 rendered objects are installed and validated against the emulated API server
-in tests/k8s.
+in tests/support/k8s.
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ from typing import Any
 
 import kopf
 import pytest
-from k8s_objects import body, node, pod, three_zones
 
 from eddyline_operator import handlers
 from eddyline_operator.reconcile import names
 from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
+from tests.support.k8s_objects import body, node, pod, three_zones
 
 Obj = dict[str, Any]
 

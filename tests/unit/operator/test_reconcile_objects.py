@@ -8,10 +8,10 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from k8s_objects import body
 
 from eddyline_operator.reconcile import names, objects
 from eddyline_operator.reconcile.plan import parse_app
+from tests.support.k8s_objects import body
 
 Obj = dict[str, Any]
 OWNER = objects.owner_reference(name="wc", uid="uid-1")

@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 import pytest
-from k8s_objects import body, node, pod, stateful_set, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.membership import is_member, members
@@ -15,6 +14,7 @@ from eddyline_operator.reconcile.status import ROLL_MAX_STANDBY_LAG
 from eddyline_operator.reconcile.status_record import dump_status
 from eddyline_runtime.membership import MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
+from tests.support.k8s_objects import body, node, pod, stateful_set, three_zones
 
 Obj = dict[str, Any]
 TASKS = frozenset(TaskId(0, p) for p in range(4))

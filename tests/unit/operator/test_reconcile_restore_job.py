@@ -6,7 +6,6 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from k8s_objects import body, stateful_set, three_zones
 
 from eddyline_operator.reconcile import restore_job
 from eddyline_operator.reconcile.plan import Observed, Plan, parse_app, plan
@@ -15,6 +14,7 @@ from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.restore.job_result import JobResult, JobState
 from eddyline_runtime.spec import ManifestError
+from tests.support.k8s_objects import body, stateful_set, three_zones
 
 Obj = dict[str, Any]
 TASKS = frozenset(TaskId(0, p) for p in range(4))

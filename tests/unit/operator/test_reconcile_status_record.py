@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from k8s_objects import body, three_zones
-
 from eddyline_operator.reconcile.plan import Observed, plan
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
 from eddyline_runtime.spec import Phase, StreamAppStatus
+from tests.support.k8s_objects import body, three_zones
 
 
 def test_a_stored_status_reads_into_the_model_and_dumps_back_the_same() -> None:

@@ -11,7 +11,6 @@ import copy
 from typing import Any
 
 import pytest
-from k8s_objects import body, pod, stateful_set, three_zones
 
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
@@ -19,6 +18,7 @@ from eddyline_operator.reconcile.status_record import dump_status
 from eddyline_operator.reconcile.upgrade import translate_placement
 from eddyline_runtime.membership import MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
+from tests.support.k8s_objects import body, pod, stateful_set, three_zones
 
 Obj = dict[str, Any]
 PARTITIONS = range(4)

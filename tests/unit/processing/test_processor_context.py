@@ -6,7 +6,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from conftest import StoreFactory
 from eddyline_runtime.processing import StreamsBuilder
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.task_store import TaskStore
@@ -21,6 +20,7 @@ from eddyline_runtime.processing.topology import (
 )
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import InMemoryStore, TopicPartition
+from tests.support.stores import StoreFactory
 
 STRINGS = serde_for("string")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import StoreFactory
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.processing import Change
 from eddyline_runtime.processing.record_cache import ThreadCache
 from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.state import InMemoryStore, StoreClosedError, TopicPartition
+from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
 

@@ -10,7 +10,7 @@ from eddyline_runtime.log import SqliteLog, TopicConflictError
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing import StreamsBuilder
 from eddyline_runtime.processing.topics import TopologyLayoutError, resolve_topics
-from word_count_app import word_count_builder as word_count
+from tests.support.word_count import word_count_builder as word_count
 
 
 def test_word_count_layout(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from conftest import StoreFactory
 from eddyline_runtime.processing.task_topology import Output, TaskTopology
 from eddyline_runtime.processing.topology import (
     Processor,
@@ -14,6 +13,7 @@ from eddyline_runtime.processing.topology import (
     Topology,
     TopologyError,
 )
+from tests.support.stores import StoreFactory
 
 
 class Upper(Processor):

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sst_restore import APP, CHANGELOG, ENTRIES, STORE, make_manifest
 
 from eddyline_runtime.restore.build_job import (
     PendingRestore,
@@ -23,6 +22,7 @@ from eddyline_runtime.restore.job_result import JobResult, JobState
 from eddyline_runtime.restore.job_runner import judge_build, spark_submit_command
 from eddyline_runtime.state import KeyRange, RocksDBStore
 from eddyline_runtime.state.sst_files import store_exists
+from tests.unit.restore.test_sst_restore import APP, CHANGELOG, ENTRIES, STORE, make_manifest
 
 BUILD_ID = "20260101T000000Z-00000001"
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import StoreFactory
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.standby_task import StandbyTask
@@ -20,6 +19,7 @@ from eddyline_runtime.restore import (
     replay_start,
     restore,
 )
+from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import StoreFactory
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.restore import ChangelogBehindStoreError, restore
 from eddyline_runtime.state import InMemoryStore
+from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
 

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import StoreFactory
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.state import RocksDBStore, TopicPartition
+from tests.support.stores import StoreFactory
 
 KEYS = [b"k%03d" % i for i in range(100)]
 CHANGELOG = TopicPartition("concurrency-changelog", 0)

@@ -30,7 +30,7 @@ from eddyline_runtime.state.relocation import (
 )
 from eddyline_runtime.state.relocation import relocate_state as relocate_homes
 from eddyline_runtime.state.state_directory import QUARANTINE_DIR_NAME
-from word_count_app import word_count
+from tests.support.word_count import word_count
 
 PARTITIONS = 4
 

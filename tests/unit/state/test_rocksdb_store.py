@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import StoreFactory
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.errors import UnknownIsolationLevelError
 from eddyline_runtime.metrics import MetricsRegistry
@@ -23,6 +22,7 @@ from eddyline_runtime.state import (
     StoreLockedError,
     TopicPartition,
 )
+from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
 

@@ -35,7 +35,8 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from store_worker import Zygote
+
+from tests.unit.state.store_worker import Zygote
 
 # A worker that answers nothing for this long is stuck, not slow.
 WORKER_TIMEOUT_SECONDS = 30

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import StoreFactory
 from eddyline_runtime.errors import InvalidUncommittedBytesLimitError
 from eddyline_runtime.state import (
     CommitReason,
@@ -13,6 +12,7 @@ from eddyline_runtime.state import (
     UncommittedBytesBudget,
     uncommitted_bytes,
 )
+from tests.support.stores import StoreFactory
 
 
 def test_each_thread_gets_an_equal_share() -> None:

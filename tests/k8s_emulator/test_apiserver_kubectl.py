@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from k8s.apiserver import ApiServer
-from k8s.client import request
-from k8s.conftest import CRD
-from k8s.kubectl import Kubectl
+from tests.support.k8s.apiserver import ApiServer
+from tests.support.k8s.client import request
+from tests.support.k8s.fixtures import CRD
+from tests.support.k8s.kubectl import Kubectl
 
 MANIFEST = """\
 apiVersion: eddyline.dev/v1alpha1

@@ -1,6 +1,6 @@
 """Builders for StreamApp bodies, pods and nodes as the API server returns them.
 
-Shared by the operator's unit tests (``from k8s_objects import ...``).
+Shared by the operator's unit tests (``from tests.support.k8s_objects import ...``).
 """
 
 from __future__ import annotations

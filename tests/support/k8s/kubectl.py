@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from k8s.apiserver import ApiServer
+from tests.support.k8s.apiserver import ApiServer
 
 KUBECTL = shutil.which("kubectl")
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.apiserver import ApiServer
-from k8s.client import request, watch_events
-from k8s.conftest import CRD
+from tests.support.k8s.apiserver import ApiServer
+from tests.support.k8s.client import request, watch_events
+from tests.support.k8s.fixtures import CRD
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -143,7 +143,7 @@ def test_label_and_field_selectors(api: ApiServer) -> None:
 def test_watch_resumes_from_a_resource_version_with_bookmarks_and_timeout(
     api: ApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("k8s.apiserver.BOOKMARK_INTERVAL", 0.5)
+    monkeypatch.setattr("tests.support.k8s.apiserver.BOOKMARK_INTERVAL", 0.5)
     request(configmaps(api), "POST", {"metadata": {"name": "before"}})
     rv = request(configmaps(api)).body["metadata"]["resourceVersion"]
 

@@ -55,7 +55,7 @@ import jsonpatch
 import yaml
 from aiohttp import web
 
-from k8s.crd_schema import admit
+from tests.support.k8s.crd_schema import admit
 
 Obj = dict[str, Any]
 
@@ -1730,7 +1730,10 @@ async def _write_event(response: web.StreamResponse, event: str, obj: Obj) -> No
 
 
 def main() -> None:
-    """Serve the emulator on a port until interrupted (``python tests/k8s/apiserver.py 8001``)."""
+    """Serve the emulator on a port until interrupted.
+
+    ``python -m tests.support.k8s.apiserver 8001``, from the repository's root.
+    """
     import sys
 
     server = ApiServer(port=int(sys.argv[1]) if len(sys.argv) > 1 else 8001).start()

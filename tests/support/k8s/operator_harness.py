@@ -12,42 +12,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from k8s.apiserver import ApiServer, Obj
-from k8s.client import request
-from k8s.cluster import Cluster
-from k8s.helm import INSTALL, chart_environment, deployment_container, helm
-from k8s.kubectl import Kubectl
+from tests.support.k8s.apiserver import ApiServer, Obj
+from tests.support.k8s.client import request
+from tests.support.k8s.cluster import Cluster
+from tests.support.k8s.helm import INSTALL, chart_environment, deployment_container, helm
+from tests.support.k8s.kubectl import Kubectl
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "eddyline-operator"
 BIN = Path(sys.executable).parent
-T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(condition: Callable[[], T | None], what: str, timeout: float = 60) -> T:
-    """Poll until ``condition`` returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 class OperatorHarness:

@@ -1,7 +1,6 @@
 """A group of word-count instances in this process, each with its own query server.
 
-Shared by the query tests of this directory (``from cluster_harness import ...``,
-as ``crash_writer`` is imported next door). Every member has its own state
+Shared by the query tests. Every member has its own state
 directory, its own log object on the shared log file (as separate processes
 would: ``log_factory`` chooses its class) and its own query server, under one
 assignment with a standby for every stateful task.
@@ -9,14 +8,10 @@ assignment with a standby for every stateful task.
 
 from __future__ import annotations
 
-import http.client
-import json
-import socket
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from eddyline_runtime.assignor import Assignment, Member, assign
 from eddyline_runtime.log import SqliteLog
@@ -25,8 +20,10 @@ from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.query.server import QueryServer
-from word_count_app import APP, streams_config, wait_for, word_count
-from word_count_app import produce_lines as produce_input
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
+from tests.support.word_count import APP, streams_config, word_count
+from tests.support.word_count import produce_lines as produce_input
 
 STORE = "counts"
 PARTITIONS = 3
@@ -36,36 +33,8 @@ DEADLINE_SECONDS = 30
 LogT = TypeVar("LogT", bound=SqliteLog)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def partition_of(word: str) -> int:
     return partition_for_key(word.encode(), PARTITIONS)
-
-
-@dataclass
-class Response:
-    status: int
-    headers: dict[str, str]
-    text: str
-
-    def json(self) -> Any:
-        return json.loads(self.text)
-
-
-def http_get(address: str, path: str, **query: str) -> Response:
-    host, _, port = address.rpartition(":")
-    target = path + ("?" + urllib.parse.urlencode(query) if query else "")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    try:
-        connection.request("GET", target)
-        response = connection.getresponse()
-        return Response(response.status, dict(response.headers), response.read().decode())
-    finally:
-        connection.close()
 
 
 @dataclass
@@ -187,7 +156,7 @@ class Cluster(Generic[LogT]):
         return all(node.instance.ready() for node in self.nodes)
 
     def wait_until_settled(self, timeout: float = DEADLINE_SECONDS) -> None:
-        wait_for("the group processed its input", self.settled, timeout)
+        wait_for(self.settled, "the group processed its input", timeout)
 
 
 def started_cluster(

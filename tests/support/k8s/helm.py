@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from k8s.apiserver import ApiServer, Obj
+from tests.support.k8s.apiserver import ApiServer, Obj
 
 INSTALL: Obj = {"action": "install"}
 UNINSTALL: Obj = {"action": "uninstall"}

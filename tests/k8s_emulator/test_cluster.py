@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from k8s.apiserver import ApiServer
-from k8s.client import request
-from k8s.cluster import Cluster
-from k8s.kubectl import Kubectl
+from tests.support.k8s.apiserver import ApiServer
+from tests.support.k8s.client import request
+from tests.support.k8s.cluster import Cluster
+from tests.support.k8s.kubectl import Kubectl
+from tests.support.waiting import wait_for
 
 MERGE = "application/merge-patch+json"
 # A pod that serves its claim's directory on its own address; ready once it answers.
@@ -26,15 +26,6 @@ def cluster(apiserver: ApiServer, tmp_path: Path) -> Iterator[Cluster]:
     stand_in = Cluster(apiserver, tmp_path / "cluster", restart_backoff=(0.2, 1.0)).start()
     yield stand_in
     stand_in.stop()
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def stateful_set(replicas: int = 3, **pod_spec: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The word-count app the tests run: its topology and its config, imported by plain name.
+"""The word-count app the runtime tests run: its topology, its config and its input.
 
 Sub-topology 0 splits lines into words and repartitions by word; sub-topology
 1 counts into the store ``counts`` and publishes every new count. With
@@ -8,8 +8,6 @@ so every ordinal shifts by one (what KIP-816 relocation exists for).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +75,3 @@ def produce_lines(log: Log, lines: list[str], partitions: int) -> None:
                 TopicPartition(INPUT, partition),
                 [Record(None, line.encode(), i) for i, line in enumerate(chunk)],
             )
-
-
-def wait_for(what: str, condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Poll ``condition`` until it holds; a TimeoutError naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not true after {timeout} s")
-        time.sleep(0.02)

@@ -1,4 +1,5 @@
-"""Fixtures for the emulator's own tests: a fresh API server and kubectl per test."""
+"""Fixtures for the emulator's own tests (``tests/k8s_emulator``): a fresh API server and
+kubectl per test. Registered by ``pytest_plugins`` in ``tests/conftest.py``."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from k8s.apiserver import ApiServer
-from k8s.kubectl import KUBECTL, Kubectl
+from tests.support.k8s.apiserver import ApiServer
+from tests.support.k8s.kubectl import KUBECTL, Kubectl
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CRD = REPO / "crds" / "streamapps.eddyline.dev.yaml"
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from k8s.apiserver import ApiError, ApiServer, Obj, match_expressions, now_iso
+from tests.support.k8s.apiserver import ApiError, ApiServer, Obj, match_expressions, now_iso
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HOSTNAME_LABEL = "kubernetes.io/hostname"

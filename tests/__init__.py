@@ -1,0 +1,1 @@
+"""eddyline's tests: a package, so helpers are imported as ``tests.support.<module>``."""

@@ -1,0 +1,22 @@
+"""What the tests share, imported as ``from tests.support.<module> import ...``.
+
+* ``ports``: free local ports (one, or a run of consecutive ones);
+* ``waiting``: ``wait_for(condition, what, timeout)``, the one poll-until-true;
+* ``word_count``: the word-count topology the runtime tests run, and its config;
+* ``logs``: :class:`~tests.support.logs.PausableLog`, whose standby replay can be held;
+* ``stores``: the ``store_factory`` fixture (real RocksDB stores under ``tmp_path``);
+* ``http_client``: a plain HTTP GET that reports a refused connection as status 0;
+* ``query_cluster``: word-count instances in this process, each with a query server;
+* ``replica_group``: ``examples/wordcount`` as a local replica group on a SQLite log,
+  as the failover test, the failover benchmark and the replica-group e2e tests start it;
+* ``k8s``: the Kubernetes API server emulator, the cluster stand-in and the operator
+  harness; ``k8s_objects``: StreamApp, pod and node bodies for the operator's unit tests;
+* ``cluster_word_count``: input lines for the word count on the emulated cluster, and the
+  check that its counts through the query Service are exact;
+* ``kafka_fake``, ``librdkafka_mock``: the Kafka adapter's fake clients and the hooks
+  into librdkafka's mock cluster.
+
+Fixtures are registered once, by ``pytest_plugins`` in ``tests/conftest.py``. A test
+module defines no ``wait_for`` or free-port helper of its own
+(``tests/test_support_is_shared.py`` checks that).
+"""
