@@ -14,7 +14,7 @@ from types import FrameType
 
 from eddyline_runtime.log import ChangeBatch, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.standby_task import StandbyTask
+from eddyline_runtime.restore.replay.standby_task import StandbyTask
 
 # StandbyTask.replay -> restore.replay_batch -> Log.fetch_changes
 _FRAMES_TO_LOOK_UP = 3

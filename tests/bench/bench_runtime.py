@@ -103,11 +103,11 @@ from bench_runtime_worker import KEYS_TOPIC, STORE, config
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.demo.wordcount_demo import generate_lines
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
-from eddyline_runtime.restore import RestoreResult, restore
+from eddyline_runtime.restore.replay import RestoreResult, restore
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
 

@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from eddyline_runtime.assignor import Assignment, Member, assign
+from eddyline_runtime.engine.topics import TopicLayout
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
-from eddyline_runtime.processing.topics import TopicLayout
 
 logger = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from eddyline_runtime.assignor import Assignment, Member, assign
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.task_manager import RestoreReport
+from eddyline_runtime.engine.topics import TopicLayout, resolve_topics
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
-from eddyline_runtime.processing.instance import StreamsInstance
-from eddyline_runtime.processing.stream_thread import RestoreReport
-from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.query.server import QueryServer
 from word_count_app import APP, streams_config, wait_for, word_count
 from word_count_app import produce_lines as produce_input

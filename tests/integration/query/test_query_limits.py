@@ -25,8 +25,8 @@ import yaml
 from aiohttp import web
 from cluster_harness import free_port, http_get, streams_config, wait_for, word_count
 
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import SqliteLog
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits
 from eddyline_runtime.query.server import QueryServer
 

@@ -35,10 +35,10 @@ from cluster_harness import (
 from cluster_harness import Cluster as HarnessCluster
 
 from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Processor, StoreSpec, Topology
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.query.server import QueryServer
 
 # The harness's group, each member reading the log through a plain SqliteLog.

@@ -8,9 +8,9 @@ import pytest
 
 from conftest import StoreFactory
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.record_cache import CachingKeyValueStore, ThreadCache
+from eddyline_runtime.engine.task_store import ChangeloggingStore
 from eddyline_runtime.processing import Change, RecordContext
-from eddyline_runtime.processing.record_cache import CachingKeyValueStore, ThreadCache
-from eddyline_runtime.processing.task_store import ChangeloggingStore
 from eddyline_runtime.state import InMemoryStore, StoreClosedError, TopicPartition
 
 CHANGELOG = TopicPartition("sum-changelog", 0)

@@ -6,9 +6,9 @@ import pytest
 
 from conftest import StoreFactory
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.processing import Change
-from eddyline_runtime.processing.record_cache import ThreadCache
-from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.state import InMemoryStore, StoreClosedError, TopicPartition
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)

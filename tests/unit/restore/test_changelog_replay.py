@@ -10,8 +10,7 @@ import pytest
 from conftest import StoreFactory
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
-from eddyline_runtime.processing.standby_task import StandbyTask
-from eddyline_runtime.restore import (
+from eddyline_runtime.restore.replay import (
     ChangelogBehindStoreError,
     ChangelogGapError,
     ChangelogReplacedError,
@@ -20,6 +19,7 @@ from eddyline_runtime.restore import (
     replay_start,
     restore,
 )
+from eddyline_runtime.restore.replay.standby_task import StandbyTask
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import StoreFactory
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore import ChangelogBehindStoreError, restore
+from eddyline_runtime.restore.replay import ChangelogBehindStoreError, restore
 from eddyline_runtime.state import InMemoryStore
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)

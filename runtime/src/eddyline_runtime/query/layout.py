@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 
+from eddyline_runtime.engine.instance import InstanceNotStartedError, StreamsInstance
+from eddyline_runtime.engine.queryable import StoreRole
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
-from eddyline_runtime.processing.instance import InstanceNotStartedError, StreamsInstance
-from eddyline_runtime.processing.queryable import StoreRole
 
 
 def topology_hash(description: str) -> str:

@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from eddyline_runtime.config import IsolationLevel
-from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.record_cache import (
+from eddyline_runtime.engine.record_cache import (
     CachingKeyValueStore,
     NamedCache,
     ThreadCache,
 )
+from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing.topology import Change, RecordContext
 from eddyline_runtime.state import (
     KeyRange,

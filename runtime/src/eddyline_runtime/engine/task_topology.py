@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Final
 
+from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.port import RecordColumns
-from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
     Headers,
