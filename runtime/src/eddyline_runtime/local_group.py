@@ -12,7 +12,7 @@ republishes with it again (tasks move back only as far as balance needs).
 
 Safety does not depend on replicas reading the file in time: under
 exactly-once every task writes with its own transactional id, and taking a
-task over fences the previous owner (see ``processing/stream_thread.py``).
+task over fences the previous owner (see ``engine/stream_thread.py``).
 
 What a kubelet does for pods, the group does for replicas:
 

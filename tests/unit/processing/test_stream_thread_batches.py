@@ -3,7 +3,7 @@
 ``record_collector.split_columns`` moves a task's outputs for one topic into the
 per-partition columns a commit appends; what it must keep is each output's
 key, value, timestamp and headers, in emission order per partition, next to
-what earlier tasks already put there. ``stream_thread.next_process_batch`` sizes a task's
+what earlier tasks already put there. ``task.next_process_batch`` sizes a task's
 next turn: large while turns are quick, small for a slow topology, so a
 commit, a punctuation or a shutdown never waits long behind one turn.
 """
@@ -15,7 +15,7 @@ import random
 import pytest
 
 from eddyline_runtime.engine.record_collector import split_columns
-from eddyline_runtime.engine.stream_thread import (
+from eddyline_runtime.engine.task import (
     PROCESS_BATCH_LIMITS,
     PROCESS_SECONDS,
     next_process_batch,

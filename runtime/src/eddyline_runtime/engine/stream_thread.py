@@ -78,15 +78,6 @@ logger = logging.getLogger(__name__)
 _FETCH_LOW_WATER = 2_500
 # ...and fetch this many at a time.
 _FETCH_RECORDS = 5_000
-# Records a task processes before the thread looks at fetching, committing,
-# replaying standbys and shutting down: sized to take about PROCESS_SECONDS
-# (see next_process_batch). Each batch has a fixed cost: up to 5,000 instead
-# of a fixed 1,000 took 7-10% off the CPU per word of the word count; a slow
-# topology (1 ms per record) gets small batches, and a turn stays short so a
-# thread's standbys (replayed after all its tasks' turns) stay fresh.
-_PROCESS_BATCH_FIRST = 1_000
-PROCESS_BATCH_LIMITS = (10, 5_000)
-PROCESS_SECONDS = 0.01
 # How long an idle thread sleeps before polling the log again.
 _IDLE_SLEEP_SECONDS = 0.005
 
@@ -151,7 +142,6 @@ class StreamThread:
         config = setup.config
         self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
         self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
-        self._process_batch: dict[TaskId, int] = {}  # each task's record limit
         self._budget = UncommittedBytesBudget(
             config.statestore_uncommitted_max_bytes, config.num_stream_threads
         )
@@ -208,10 +198,6 @@ class StreamThread:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
     def assign(self, active: Collection[TaskId], standby: Collection[TaskId]) -> None:
         """Run these tasks from the next iteration on (a rebalance)."""
         with self._pending_lock:
@@ -238,7 +224,6 @@ class StreamThread:
             # Closed stores drop their metrics: keep the last values for reports.
             self.final_metrics = self._metrics.last_values()
             self._tasks.close_all()
-            self._process_batch.clear()
             self._metrics.close()
 
     def _apply_pending_assignment(self) -> None:
@@ -254,7 +239,7 @@ class StreamThread:
             self.commit("tasks reassigned")
             for task_id in leaving:
                 if task_id in tasks.active:  # the commit may have dropped it as migrated
-                    self._close_active(task_id)
+                    tasks.close_active(task_id)
         for task_id in [t for t in tasks.standbys if t not in standby or t in active]:
             tasks.close_standby(task_id)
         self.state = ThreadState.RESTORING
@@ -272,10 +257,6 @@ class StreamThread:
                 tasks.create_standby(task_id)
         self.state = ThreadState.RUNNING
 
-    def _close_active(self, task_id: TaskId) -> None:
-        self._process_batch.pop(task_id, None)
-        self._tasks.close_active(task_id)
-
     # -- the loop -------------------------------------------------------------------
 
     def run_once(self) -> int:
@@ -291,10 +272,10 @@ class StreamThread:
         room = None if share is None else share - self._uncommitted_bytes()
         for task in self.active.values():
             if room is None:
-                processed += self._process(task, None)
+                processed += task.take_turn(None)
                 continue
             before = task.uncommitted_bytes()
-            processed += self._process(task, before + max(room, 0))
+            processed += task.take_turn(before + max(room, 0))
             room -= task.uncommitted_bytes() - before
         now_ms = time.time_ns() // 1_000_000
         for task in self.active.values():
@@ -327,13 +308,6 @@ class StreamThread:
         if not processed and not fetched and not replayed:
             self._stop.wait(_IDLE_SLEEP_SECONDS)
         return processed
-
-    def _process(self, task: StreamTask, max_uncommitted_bytes: int | None) -> int:
-        limit = self._process_batch.get(task.id, _PROCESS_BATCH_FIRST)
-        started = time.perf_counter()
-        done = task.process(limit, max_uncommitted_bytes)
-        self._process_batch[task.id] = next_process_batch(limit, time.perf_counter() - started)
-        return done
 
     def _uncommitted_bytes(self) -> int:
         return sum(task.uncommitted_bytes() for task in self.active.values())
@@ -397,7 +371,7 @@ class StreamThread:
             self.setup.log.commit_offsets(self.setup.config.application_id, input_offsets)
         for task_id in migrated:
             self.migrated += 1
-            self._close_active(task_id)
+            self._tasks.close_active(task_id)
         self._budget.committed()
         seconds = time.perf_counter() - started
         self._metrics.committed(seconds)
@@ -454,15 +428,3 @@ class StreamThread:
     def local_store_partitions(self, store: str) -> list[LocalStorePartition]:
         """This thread's copies of ``store``: active (running or restoring) and standby."""
         return self._tasks.local_store_partitions(store)
-
-
-def next_process_batch(current: int, seconds: float) -> int:
-    """The next task's record limit: doubled while a task's turn takes under half of
-    PROCESS_SECONDS (a task short of input is not a slow one), halved when one
-    takes over twice as long."""
-    low, high = PROCESS_BATCH_LIMITS
-    if seconds < PROCESS_SECONDS / 2:
-        return min(current * 2, high)
-    if seconds > PROCESS_SECONDS * 2:
-        return max(current // 2, low)
-    return current

@@ -271,6 +271,16 @@ class TaskTopology:
         self._batch_partition = -1
         self._batch_offsets: Sequence[int] = ()
 
+    def grant_commit_request(self) -> None:
+        """A commit ran (or there was nothing to commit): ``context.commit()`` is answered."""
+        self.commit_requested = False
+
+    def swap_record_context(self, context: RecordContext) -> RecordContext:
+        """Describe the record being processed as ``context`` (a store forwarding a flushed
+        entry does, for the entry's record); returns the previous context."""
+        saved, self.record_context = self.record_context, context
+        return saved
+
     @property
     def batching(self) -> bool:
         """Whether whole batches may go through now: every source has a batch path and
