@@ -43,6 +43,14 @@ replays at most one commit's changelog records per store. Under
 at-least-once, step 2's appends may land without step 3 or the input
 offsets: restart restores the changelog tail and reprocesses from the last
 committed input offsets, so records are never lost but may count twice.
+
+This module keeps the loop, the assignment hand-over and the order of those
+steps; each task says what it commits (``StreamTask.prepare_commit`` and
+``complete_commit``). Creating, restoring and closing tasks is
+:mod:`~eddyline_runtime.engine.task_manager`, opening stores
+:mod:`~eddyline_runtime.engine.store_opener`, partitioning and sending outputs
+:mod:`~eddyline_runtime.engine.record_collector`, the metrics
+:mod:`~eddyline_runtime.engine.thread_metrics`.
 """
 
 from __future__ import annotations
