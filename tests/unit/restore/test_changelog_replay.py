@@ -141,6 +141,18 @@ def test_a_running_standby_notices_its_changelog_truncated_and_grown_back(
         standby.replay(log)
 
 
+def test_a_running_standby_refuses_records_it_never_applied_being_deleted(
+    log: SqliteLog, store_factory: StoreFactory
+) -> None:
+    """The one rule's GAP, for a running standby too: replaying on from the log's new start
+    would skip records the copy never saw and serve it as caught up."""
+    standby = StandbyTask(TaskId(0, 0), {"counts": store_factory()}, {"counts": CHANGELOG})
+    standby.start(log)  # at offset 0, nothing applied yet
+    log.delete_records(CHANGELOG, 50)
+    with pytest.raises(ChangelogGapError, match=r"records 0\.\.49 .* are gone"):
+        standby.replay(log)
+
+
 def test_open_trusted_wipes_a_store_that_does_not_fit_and_records_the_epoch(
     log: SqliteLog, store_factory: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

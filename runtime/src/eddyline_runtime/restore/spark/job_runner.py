@@ -6,7 +6,7 @@ it through ``spark.kubernetes.driver.pod.name``), then judges the result
 itself: the driver's exit status **and** the manifests the build wrote, every
 requested partition's, readable and naming files that exist. spark-submit
 can exit 0 for a driver that failed, and a driver can exit 0 having written
-less than asked. The verdict (:class:`~eddyline_runtime.restore.ingest.build_wait.JobResult`)
+less than asked. The verdict (:class:`~eddyline_runtime.restore.job_result.JobResult`)
 goes to the shared claim, where waiting tasks read it, and to the
 termination message, where the operator reads it; the exit code follows it.
 """
