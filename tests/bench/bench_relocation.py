@@ -40,8 +40,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from eddyline_runtime.engine.topics import store_homes
 from eddyline_runtime.processing import StreamsBuilder, Topology
-from eddyline_runtime.processing.topics import store_homes
 from eddyline_runtime.state.relocation import MisplacedStateError, RelocationReport
 from eddyline_runtime.state.relocation import relocate_state as relocate_homes
 

@@ -38,9 +38,9 @@ from pathlib import Path
 
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore import restore
-from eddyline_runtime.restore.spark_build import build, spark_session
-from eddyline_runtime.restore.sst_restore import ingest_manifest
+from eddyline_runtime.restore.ingest.sst_restore import ingest_manifest
+from eddyline_runtime.restore.replay import restore
+from eddyline_runtime.restore.spark.spark_build import build, spark_session
 from eddyline_runtime.state import KeyRange, RocksDBStore
 
 TOPIC = "bench-counts-changelog"

@@ -101,11 +101,11 @@ from typing import Any, Final
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.demo.wordcount_demo import generate_lines
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
-from eddyline_runtime.restore import RestoreResult, restore
+from eddyline_runtime.restore.replay import RestoreResult, restore
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
 from tests.bench.bench_runtime_worker import KEYS_TOPIC, STORE, config

@@ -30,10 +30,11 @@ from pathlib import Path  # noqa: E402
 from typing import Any, Final  # noqa: E402
 
 from eddyline_runtime.config import StreamsConfig  # noqa: E402
+from eddyline_runtime.engine.instance import StreamsInstance  # noqa: E402
+from eddyline_runtime.engine.stream_thread import CommitReport  # noqa: E402
+from eddyline_runtime.engine.task_manager import RestoreReport  # noqa: E402
 from eddyline_runtime.log import SqliteLog  # noqa: E402
 from eddyline_runtime.processing import StreamsBuilder  # noqa: E402
-from eddyline_runtime.processing.instance import StreamsInstance  # noqa: E402
-from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport  # noqa: E402
 
 KEYS_TOPIC: Final = "keys"
 STORE: Final = "counts"

@@ -24,10 +24,10 @@ from typing import Any
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.demo.wordcount_demo import generate_lines
+from eddyline_runtime.engine import stream_thread as stream_thread_module
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import stream_thread as stream_thread_module
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
 from tests.bench.bench_runtime import INPUT_PARTITIONS, WORDCOUNT, check_word_counts, latest_counts
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import FetchedColumns, FetchResult, Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition, partition_for_key
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.runner import run_app
 from eddyline_runtime.serde import LongSerde
 from eddyline_runtime.spec import StreamApp, parse_manifest

@@ -151,8 +151,8 @@ def test_a_sigkilled_supervisors_replicas_exit_and_a_new_one_runs_until_caught_u
             assert returncode == 0, output.text()[-3000:]
             assert "Traceback" not in output.text()
         app = load_app(manifest)
+        from eddyline_runtime.engine.topics import resolve_topics
         from eddyline_runtime.processing.loader import load_topology
-        from eddyline_runtime.processing.topics import resolve_topics
 
         topology = load_topology(app.spec.topology.ref, [tmp_path])
         layout = resolve_topics(topology, app.streams_config().application_id, log)

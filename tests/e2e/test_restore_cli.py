@@ -23,12 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
-import eddyline_runtime.restore
+import eddyline_runtime.restore.spark
 from eddyline_runtime import cli
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore.build_job import write_job_result
-from eddyline_runtime.restore.job_result import JobResult, JobState
+from eddyline_runtime.restore.job_result import JobResult, JobState, write_job_result
 from eddyline_runtime.restore.manifest import (
     MANIFEST_FORMAT_VERSION,
     ChangelogRef,
@@ -241,8 +240,8 @@ def test_restore_build_without_pyspark_says_how_to_install_it_in_one_line(
     app_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As if PySpark were not installed: importing the Spark job fails.
-    monkeypatch.setitem(sys.modules, "eddyline_runtime.restore.spark_build", None)
-    monkeypatch.delattr(eddyline_runtime.restore, "spark_build", raising=False)
+    monkeypatch.setitem(sys.modules, "eddyline_runtime.restore.spark.spark_build", None)
+    monkeypatch.delattr(eddyline_runtime.restore.spark, "spark_build", raising=False)
     code, out, err = eddyline(
         "restore", "build", "--manifest", str(app_dir / "streamapp.yaml"), "--store", STORE,
         "--output", str(app_dir / "restore"),

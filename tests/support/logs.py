@@ -19,7 +19,7 @@ import pytest
 
 from eddyline_runtime.log import ChangeBatch, Log, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.standby_task import StandbyTask
+from eddyline_runtime.restore.replay.standby_task import StandbyTask
 
 
 class PausableLog(SqliteLog):

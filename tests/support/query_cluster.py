@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from eddyline_runtime.assignor import Assignment, Member, assign
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.task_manager import RestoreReport
+from eddyline_runtime.engine.topics import TopicLayout, resolve_topics
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
-from eddyline_runtime.processing.instance import StreamsInstance
-from eddyline_runtime.processing.stream_thread import RestoreReport
-from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.query.server import QueryServer
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for

@@ -12,7 +12,7 @@ republishes with it again (tasks move back only as far as balance needs).
 
 Safety does not depend on replicas reading the file in time: under
 exactly-once every task writes with its own transactional id, and taking a
-task over fences the previous owner (see ``processing/stream_thread.py``).
+task over fences the previous owner (see ``engine/stream_thread.py``).
 
 What a kubelet does for pods, the group does for replicas:
 
@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from eddyline_runtime.assignor import Assignment, Member, assign
+from eddyline_runtime.engine.topics import TopicLayout
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
-from eddyline_runtime.processing.topics import TopicLayout
 from eddyline_runtime.state.state_directory import DirectoryLock, LockHolder
 
 logger = logging.getLogger(__name__)

@@ -154,7 +154,7 @@ class MembershipFile:
 class StoreRole(enum.StrEnum):
     """What a copy of a store partition is to its member; the value is the report's word.
 
-    An instance's own view (:class:`~eddyline_runtime.processing.queryable.LocalStorePartition`)
+    An instance's own view (:class:`~eddyline_runtime.engine.queryable.LocalStorePartition`)
     holds only ACTIVE and STANDBY copies, with ``running`` telling a restoring active copy;
     a report spells that RESTORING.
     """

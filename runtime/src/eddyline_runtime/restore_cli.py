@@ -1,6 +1,6 @@
 """``eddyline restore build`` and ``eddyline restore ingest``: Spark restore builds by hand.
 
-``build`` runs the PySpark job of :mod:`eddyline_runtime.restore.spark_build`
+``build`` runs the PySpark job of :mod:`eddyline_runtime.restore.spark.spark_build`
 for one store of a StreamApp and prints a summary; it is the only command
 that needs PySpark and a Java runtime, and says how to get them in one line
 when they are missing. ``ingest`` rebuilds one task's missing store from the
@@ -135,7 +135,7 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
     partitions = _partitions(args.partitions, known.partitions)
     conf = dict(_setting(item) for item in args.conf)
     try:
-        from eddyline_runtime.restore import spark_build
+        from eddyline_runtime.restore.spark import spark_build
     except ImportError:
         print(f"error: {SPARK_MISSING}", file=sys.stderr)
         return 2
@@ -187,7 +187,7 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
 
 def _job(args: argparse.Namespace, out: TextIO) -> int:
     from eddyline_runtime.restore.job_result import JobState
-    from eddyline_runtime.restore.job_runner import run_restore_job
+    from eddyline_runtime.restore.spark.job_runner import run_restore_job
     from eddyline_runtime.spec import load_manifest
 
     app = load_manifest(args.manifest)
@@ -210,7 +210,7 @@ def _job(args: argparse.Namespace, out: TextIO) -> int:
 def _ingest(args: argparse.Namespace, out: TextIO) -> int:
     from eddyline_runtime.log import open_log
     from eddyline_runtime.processing.loader import load_topology
-    from eddyline_runtime.restore.sst_restore import rebuild_store
+    from eddyline_runtime.restore.ingest.sst_restore import rebuild_store
     from eddyline_runtime.spec import load_manifest
     from eddyline_runtime.state import RocksDBStoreOptions, store_directory
 

@@ -1,7 +1,7 @@
 """The program spark-submit runs in a restore Job: ``eddyline restore build`` with its arguments.
 
 spark-submit takes a Python file, not a console script; this file is that
-program (:mod:`eddyline_runtime.restore.job_runner` passes its path to spark-submit). Its
+program (:mod:`eddyline_runtime.restore.spark.job_runner` passes its path to spark-submit). Its
 exit status is the driver's.
 """
 

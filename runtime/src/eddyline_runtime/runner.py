@@ -49,16 +49,16 @@ from eddyline_runtime.cluster_membership import (
     ConfigMapMembership,
 )
 from eddyline_runtime.config import StreamsConfig, read_settings_file
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.queryable import HostInfo
+from eddyline_runtime.engine.topics import TopicLayout, resolve_topics
 from eddyline_runtime.errors import ConfigError, EddylineError
 from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Log, open_log
 from eddyline_runtime.log.positions import read_positions
 from eddyline_runtime.membership import MembershipFile, MembershipSource, SoleMember
 from eddyline_runtime.partitions import TaskId, TopicPartition
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.loader import load_topology
-from eddyline_runtime.processing.queryable import HostInfo
-from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
 from eddyline_runtime.query.server import QueryServer
 from eddyline_runtime.spec import StreamApp, load_manifest
 

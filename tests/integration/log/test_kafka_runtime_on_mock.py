@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import Record, TopicSpec
 from eddyline_runtime.log.kafka_log import KafkaLog, MockCluster
 from eddyline_runtime.log.kafka_settings import kafka_log_settings
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import StreamsBuilder, Topology
-from eddyline_runtime.processing.instance import StreamsInstance
-from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.serde import serde_for
 from tests.support.librdkafka_mock import MockControl
 

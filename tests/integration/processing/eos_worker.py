@@ -47,10 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.instance import InstanceState, StreamsInstance
+from eddyline_runtime.engine.stream_thread import CommitReport
+from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import CommittedTransaction, Record, SqliteLog, TransactionalProducer
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.instance import InstanceState, StreamsInstance
-from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport
 from eddyline_runtime.state import RocksDBStore
 
 EXAMPLE_DIR = Path(__file__).resolve().parents[3] / "examples" / "wordcount"

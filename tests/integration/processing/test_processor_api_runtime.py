@@ -18,6 +18,9 @@ import pytest
 
 from eddyline_runtime.assignor import Assignment
 from eddyline_runtime.config import IsolationLevel, StreamsConfig
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.queryable import KeyQueryMetadata
+from eddyline_runtime.engine.stream_thread import CommitReport
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import (
@@ -28,9 +31,6 @@ from eddyline_runtime.processing import (
     StreamsBuilder,
     Topology,
 )
-from eddyline_runtime.processing.instance import StreamsInstance
-from eddyline_runtime.processing.queryable import KeyQueryMetadata
-from eddyline_runtime.processing.stream_thread import CommitReport
 from eddyline_runtime.serde import serde_for
 
 LONGS = serde_for("long")

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Topology
-from eddyline_runtime.processing.instance import StreamsInstance
-from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.serde import serde_for
 from tests.support.word_count import word_count
 

@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.assignor import Assignment, Member
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.task_manager import RestoreReport
+from eddyline_runtime.engine.topics import TopicLayout, resolve_topics
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
-from eddyline_runtime.processing import standby_task as standby_module
-from eddyline_runtime.processing.instance import StreamsInstance
-from eddyline_runtime.processing.queryable import LagInfo
-from eddyline_runtime.processing.standby_task import StandbyTask
-from eddyline_runtime.processing.stream_thread import RestoreReport
-from eddyline_runtime.processing.topics import TopicLayout, resolve_topics
+from eddyline_runtime.restore.replay import LagInfo
+from eddyline_runtime.restore.replay import standby_task as standby_module
+from eddyline_runtime.restore.replay.standby_task import StandbyTask
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import KeyRange, RocksDBStore, StoreClosedError
 from tests.support.logs import PausableLog

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.instance import StreamsFailedError, StreamsInstance
+from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
-from eddyline_runtime.processing.instance import StreamsFailedError, StreamsInstance
-from eddyline_runtime.processing.stream_thread import RestoreReport
-from eddyline_runtime.restore import restore
+from eddyline_runtime.restore.replay import restore
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import InMemoryStore, RocksDBStore, StoreCorruptedError, store_directory
 from tests.support.word_count import APP, INPUT, STORE, word_count

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.instance import StreamsFailedError, StreamsInstance
+from eddyline_runtime.engine.stream_thread import CommitReport
+from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Processor, StoreSpec, Topology
-from eddyline_runtime.processing.instance import StreamsFailedError, StreamsInstance
-from eddyline_runtime.processing.stream_thread import CommitReport, RestoreReport
 from eddyline_runtime.serde import serde_for
 from tests.support.word_count import word_count
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.instance import StreamsInstance
 from tests.support.word_count import INPUT, OUTPUT, produce_lines, streams_config, word_count
 
 

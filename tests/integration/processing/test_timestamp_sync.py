@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import FetchedColumns, FetchResult, Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Topology
-from eddyline_runtime.processing.instance import StreamsInstance
 
 CLICKS = TopicPartition("clicks", 0)
 USERS = TopicPartition("users", 0)

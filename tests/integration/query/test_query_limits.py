@@ -24,8 +24,8 @@ import pytest
 import yaml
 from aiohttp import web
 
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import SqliteLog
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits
 from eddyline_runtime.query.server import QueryServer
 from tests.support.http_client import http_get

@@ -22,10 +22,10 @@ from typing import Any, TypeAlias
 import pytest
 
 from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Processor, StoreSpec, Topology
-from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.query.server import QueryServer
 from tests.support.http_client import http_get
 from tests.support.query_cluster import (

@@ -21,7 +21,7 @@ from pathlib import Path
 from pyspark import TaskContext
 from pyspark.sql.types import StructType
 
-from eddyline_runtime.restore.sst_sink import (
+from eddyline_runtime.restore.spark.sst_sink import (
     BuildPlan,
     SstCommitMessage,
     SstDataSource,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eddyline_runtime.log import Log, Record
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore import restore
+from eddyline_runtime.restore.replay import restore
 from eddyline_runtime.state import KeyRange, RocksDBStore
 
 # Keys that trip up orderings: empty, single bytes around the signed/unsigned edge,

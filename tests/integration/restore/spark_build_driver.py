@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from eddyline_runtime.restore.spark_build import build, spark_session
+from eddyline_runtime.restore.spark.spark_build import build, spark_session
 
 log_url, output = sys.argv[1], Path(sys.argv[2])
 spark = spark_session("local[2]")

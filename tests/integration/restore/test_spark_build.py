@@ -23,11 +23,11 @@ from pyspark.sql import SparkSession
 
 from eddyline_runtime.log import Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore import restore
+from eddyline_runtime.restore.ingest.sst_restore import ingest_latest_manifest
 from eddyline_runtime.restore.manifest import MANIFEST_SUFFIX, manifests_for, read_manifest
-from eddyline_runtime.restore.spark_build import build, spark_session
-from eddyline_runtime.restore.sst_restore import ingest_latest_manifest
-from eddyline_runtime.restore.sst_sink import SstDataSource
+from eddyline_runtime.restore.replay import restore
+from eddyline_runtime.restore.spark.spark_build import build, spark_session
+from eddyline_runtime.restore.spark.sst_sink import SstDataSource
 from eddyline_runtime.state import RocksDBStore
 from tests.integration.restore.restore_changelogs import (
     changelog_records,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from eddyline_runtime.engine.task_topology import TaskTopology
 from eddyline_runtime.processing.dsl import StreamsBuilder
-from eddyline_runtime.processing.task_topology import TaskTopology
 from eddyline_runtime.serde import serde_for
 from tests.support.stores import StoreFactory
 

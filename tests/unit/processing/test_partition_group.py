@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from eddyline_runtime.engine.partition_group import PartitionGroup
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import FetchResult, LagTracker, Log, Record, open_log
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.partition_group import PartitionGroup
 
 CLICKS = TopicPartition("clicks", 0)
 USERS = TopicPartition("users", 0)

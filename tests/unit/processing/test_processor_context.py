@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.task_store import TaskStore
+from eddyline_runtime.engine.task_topology import Output, PunctuationError, TaskTopology
 from eddyline_runtime.processing import StreamsBuilder
-from eddyline_runtime.processing.record_cache import ThreadCache
-from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import Output, PunctuationError, TaskTopology
 from eddyline_runtime.processing.topology import (
     Processor,
     ProcessorContext,

@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.record_cache import CachingKeyValueStore, ThreadCache
+from eddyline_runtime.engine.task_store import ChangeloggingStore
 from eddyline_runtime.processing import Change, RecordContext
-from eddyline_runtime.processing.record_cache import CachingKeyValueStore, ThreadCache
-from eddyline_runtime.processing.task_store import ChangeloggingStore
 from eddyline_runtime.state import InMemoryStore, StoreClosedError, TopicPartition
 from tests.support.stores import StoreFactory
 

@@ -1,9 +1,9 @@
 """How the stream thread sizes and routes batches.
 
-``stream_thread._split_columns`` moves a task's outputs for one topic into the
+``record_collector.split_columns`` moves a task's outputs for one topic into the
 per-partition columns a commit appends; what it must keep is each output's
 key, value, timestamp and headers, in emission order per partition, next to
-what earlier tasks already put there. ``_next_process_batch`` sizes a task's
+what earlier tasks already put there. ``task.next_process_batch`` sizes a task's
 next turn: large while turns are quick, small for a slow topology, so a
 commit, a punctuation or a shutdown never waits long behind one turn.
 """
@@ -14,13 +14,13 @@ import random
 
 import pytest
 
-from eddyline_runtime.log.port import RecordColumns
-from eddyline_runtime.processing.stream_thread import (
-    _PROCESS_BATCH_LIMITS,
-    _PROCESS_SECONDS,
-    _next_process_batch,
-    _split_columns,
+from eddyline_runtime.engine.record_collector import split_columns
+from eddyline_runtime.engine.task import (
+    PROCESS_BATCH_LIMITS,
+    PROCESS_SECONDS,
+    next_process_batch,
 )
+from eddyline_runtime.log.port import RecordColumns
 
 Headers = tuple[tuple[str, bytes], ...]
 Row = tuple[bytes | None, bytes | None, int, Headers]
@@ -65,7 +65,7 @@ def test_each_partition_gets_its_outputs_in_order_after_what_it_held(
     targets = {p: RecordColumns() for p in sorted(set(partitions))}
     for target in targets.values():
         target.append(*earlier)
-    _split_columns(columns, partitions, targets)
+    split_columns(columns, partitions, targets)
     everything = rows(columns)
     for p, target in targets.items():
         expected = [earlier] + [
@@ -75,14 +75,14 @@ def test_each_partition_gets_its_outputs_in_order_after_what_it_held(
 
 
 def test_a_turn_grows_while_quick_and_shrinks_when_slow_within_bounds() -> None:
-    low, high = _PROCESS_BATCH_LIMITS
+    low, high = PROCESS_BATCH_LIMITS
     limit = 1_000
     for _ in range(10):  # a fast topology: 1 µs per record
-        limit = _next_process_batch(limit, limit * 1e-6)
+        limit = next_process_batch(limit, limit * 1e-6)
     assert limit == high
     for _ in range(20):  # then 1 ms per record: long turns shrink
-        limit = _next_process_batch(limit, limit * 1e-3)
+        limit = next_process_batch(limit, limit * 1e-3)
     # Turns of half to twice the target: neither too quick nor too slow.
-    assert _PROCESS_SECONDS / 2 <= limit * 1e-3 <= _PROCESS_SECONDS * 2
-    assert _next_process_batch(low, 10.0) == low  # never below the floor
-    assert _next_process_batch(800, _PROCESS_SECONDS) == 800  # on target: kept
+    assert PROCESS_SECONDS / 2 <= limit * 1e-3 <= PROCESS_SECONDS * 2
+    assert next_process_batch(low, 10.0) == low  # never below the floor
+    assert next_process_batch(800, PROCESS_SECONDS) == 800  # on target: kept

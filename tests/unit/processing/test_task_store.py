@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.processing import Change
-from eddyline_runtime.processing.record_cache import ThreadCache
-from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.state import InMemoryStore, StoreClosedError, TopicPartition
 from tests.support.stores import StoreFactory
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.task_store import TaskStore
+from eddyline_runtime.engine.task_topology import TaskTopology
 from eddyline_runtime.processing import Processor
 from eddyline_runtime.processing.dsl import StreamsBuilder, _first_and_last_index
-from eddyline_runtime.processing.record_cache import ThreadCache
-from eddyline_runtime.processing.task_store import TaskStore
-from eddyline_runtime.processing.task_topology import TaskTopology
 from eddyline_runtime.processing.topology import PunctuationType, RecordFailedError, Topology
 from eddyline_runtime.serde import SerdeError, serde_for
 from tests.support.stores import StoreFactory

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from eddyline_runtime.engine.topics import TopologyLayoutError, resolve_topics
 from eddyline_runtime.log import SqliteLog, TopicConflictError
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing import StreamsBuilder
-from eddyline_runtime.processing.topics import TopologyLayoutError, resolve_topics
 from tests.support.word_count import word_count_builder as word_count
 
 

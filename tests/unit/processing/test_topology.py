@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from eddyline_runtime.processing.task_topology import Output, TaskTopology
+from eddyline_runtime.engine.task_topology import Output, TaskTopology
 from eddyline_runtime.processing.topology import (
     Processor,
     StoreSpec,

@@ -9,17 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from eddyline_runtime.restore.build_job import (
+from eddyline_runtime.restore.ingest.build_wait import (
     PendingRestore,
     WaitOutcome,
     WaitResult,
-    job_results,
     should_wait,
     wait_for_build,
-    write_job_result,
 )
-from eddyline_runtime.restore.job_result import JobResult, JobState
-from eddyline_runtime.restore.job_runner import judge_build, spark_submit_command
+from eddyline_runtime.restore.job_result import JobResult, JobState, job_results, write_job_result
+from eddyline_runtime.restore.spark.job_runner import judge_build, spark_submit_command
 from eddyline_runtime.state import KeyRange, RocksDBStore
 from eddyline_runtime.state.sst_files import store_exists
 from tests.unit.restore.test_sst_restore import APP, CHANGELOG, ENTRIES, STORE, make_manifest

@@ -9,8 +9,7 @@ import pytest
 
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
-from eddyline_runtime.processing.standby_task import StandbyTask
-from eddyline_runtime.restore import (
+from eddyline_runtime.restore.replay import (
     ChangelogBehindStoreError,
     ChangelogGapError,
     ChangelogReplacedError,
@@ -19,6 +18,7 @@ from eddyline_runtime.restore import (
     replay_start,
     restore,
 )
+from eddyline_runtime.restore.replay.standby_task import StandbyTask
 from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
@@ -138,6 +138,18 @@ def test_a_running_standby_notices_its_changelog_truncated_and_grown_back(
     assert log.truncate(CHANGELOG, 80) == 20  # cut back to 80, then regrow past 100
     log.produce(CHANGELOG, [Record(b"new", b"%d" % i, 0) for i in range(40)])
     with pytest.raises(ChangelogReplacedError, match="truncated or recreated"):
+        standby.replay(log)
+
+
+def test_a_running_standby_refuses_records_it_never_applied_being_deleted(
+    log: SqliteLog, store_factory: StoreFactory
+) -> None:
+    """The one rule's GAP, for a running standby too: replaying on from the log's new start
+    would skip records the copy never saw and serve it as caught up."""
+    standby = StandbyTask(TaskId(0, 0), {"counts": store_factory()}, {"counts": CHANGELOG})
+    standby.start(log)  # at offset 0, nothing applied yet
+    log.delete_records(CHANGELOG, 50)
+    with pytest.raises(ChangelogGapError, match=r"records 0\.\.49 .* are gone"):
         standby.replay(log)
 
 

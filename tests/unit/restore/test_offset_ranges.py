@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eddyline_runtime.restore.offset_ranges import OffsetRange, split_offset_ranges
+from eddyline_runtime.restore.spark.offset_ranges import OffsetRange, split_offset_ranges
 
 
 def test_a_partition_is_cut_into_even_consecutive_ranges() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore import ChangelogBehindStoreError, restore
+from eddyline_runtime.restore.replay import ChangelogBehindStoreError, restore
 from eddyline_runtime.state import InMemoryStore
 from tests.support.stores import StoreFactory
 

@@ -10,6 +10,12 @@ import pytest
 from eddyline_runtime import __version__
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.ingest.sst_restore import (
+    IngestResult,
+    ingest_latest_manifest,
+    ingest_manifest,
+    rebuild_store,
+)
 from eddyline_runtime.restore.manifest import (
     MANIFEST_FORMAT_VERSION,
     ChangelogRef,
@@ -22,12 +28,6 @@ from eddyline_runtime.restore.manifest import (
     read_manifest,
     sst_name,
     write_manifest,
-)
-from eddyline_runtime.restore.sst_restore import (
-    IngestResult,
-    ingest_latest_manifest,
-    ingest_manifest,
-    rebuild_store,
 )
 from eddyline_runtime.state import KeyRange, RocksDBStore
 from eddyline_runtime.state.sst_files import SortedFileWriter, store_exists

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from eddyline_runtime.engine.topics import store_homes
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing import StoreSpec, Topology
-from eddyline_runtime.processing.topics import store_homes
 from eddyline_runtime.processing.topology import Processor
 from eddyline_runtime.state import KeyRange, RocksDBStore
 from eddyline_runtime.state.offset_checkpoint import CHECKPOINT_FILE_NAME, read_offsets

@@ -10,7 +10,7 @@ pod with a ``k8s://`` master), and the Jobs as observed into the
 ``Restoring`` condition, events and ``status.restoreJobs``.
 
 A Job's success is judged from its own verdict, not from its exit code
-alone: the container writes a :class:`~eddyline_runtime.restore.build_job.JobResult`
+alone: the container writes a :class:`~eddyline_runtime.restore.job_result.JobResult`
 (the driver's exit status and the manifests on disk) as its termination
 message, and only a Complete Job whose message says Succeeded for every
 partition it was asked for counts as a success.

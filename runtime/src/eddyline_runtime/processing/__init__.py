@@ -1,16 +1,15 @@
-"""Processing: what a topology author writes, and the engine that runs it.
+"""Processing: what a topology author writes, and nothing else.
 
 A topology author imports from here and nowhere else: build a
 :class:`Topology` with :class:`StreamsBuilder` (the DSL) or the Processor API
 (:class:`Processor`, :class:`ProcessorContext` with its punctuations,
-:class:`StoreSpec`), and pick serdes. ``eddyline run`` loads the function that returns it.
+:class:`StoreSpec`), and pick serdes. ``eddyline run`` loads the function that returns it
+(:mod:`.loader`).
 
-The engine lives in this package's modules and is not part of this face:
-``instance`` (:class:`~eddyline_runtime.processing.instance.StreamsInstance`:
-resolves a topology against a log and runs its tasks on stream threads),
-``stream_thread`` (the loop and the commit protocol), ``task``,
-``task_store`` and ``record_cache`` (KIP-63), ``partition_group`` (KIP-695),
-``standby_task`` (KIP-535). Restoration is :mod:`eddyline_runtime.restore`.
+The engine that runs a topology is :mod:`eddyline_runtime.engine`; restoration
+is :mod:`eddyline_runtime.restore`. This package imports neither, nor the
+stores or the log (an import contract holds it), so what authors see never
+depends on how it is run.
 """
 
 from eddyline_runtime.processing.dsl import KGroupedStream, KStream, KTable, StreamsBuilder

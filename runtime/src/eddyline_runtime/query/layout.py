@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 
+from eddyline_runtime.engine.instance import InstanceNotStartedError, StreamsInstance
 from eddyline_runtime.membership import MemberReport, StoreCopy, StoreRole
-from eddyline_runtime.processing.instance import InstanceNotStartedError, StreamsInstance
 
 
 def topology_hash(description: str) -> str:

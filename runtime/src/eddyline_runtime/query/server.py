@@ -59,13 +59,13 @@ from typing import Any
 from aiohttp import web
 
 from eddyline_runtime.config import IsolationLevel
-from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.processing.instance import InstanceNotStartedError, StreamsInstance
-from eddyline_runtime.processing.queryable import (
+from eddyline_runtime.engine.instance import InstanceNotStartedError, StreamsInstance
+from eddyline_runtime.engine.queryable import (
     HostInfo,
     KeyQueryMetadata,
     LocalStorePartition,
 )
+from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.query.layout import member_report
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits, install_log_limits
 from eddyline_runtime.query.prometheus import render_prometheus

@@ -1,51 +1,20 @@
-"""Restore: bringing state stores up to their changelogs.
+"""Restore: bringing state stores up to their changelogs, as three programs.
 
-It sits between the processing engine and the stores and log it reads:
-``processing`` > ``restore`` > ``state`` | ``log``. It owns the one rule for
-where changelog replay starts (:func:`replay_start`, with its verdicts), the
-batched replay step, and active restoration; standby tasks and lag reports
-use the same rule. It never imports the processing engine, so restore jobs
-that run outside an instance can use it.
+* :mod:`eddyline_runtime.restore.replay` (in the pod): the one rule for where
+  changelog replay starts (:func:`~eddyline_runtime.restore.replay.replay_start`,
+  with its verdicts), the batched replay step, active restoration and
+  standby replicas (:class:`~eddyline_runtime.restore.replay.StandbyTask`).
+* :mod:`eddyline_runtime.restore.spark` (the Spark restore job, its own image):
+  reads a changelog, collapses it to one value per key and writes SST files
+  with a manifest. The only modules that import ``pyspark`` and ``pyarrow``.
+* :mod:`eddyline_runtime.restore.ingest` (in the pod): ingests what a build
+  wrote, and waits for a build while a store is ``restorePending``.
 
-Spark restore builds live in :mod:`eddyline_runtime.restore.spark_build` and
-the modules it imports (the only ones that import ``pyspark``, never imported
-from here); ingesting what they built is :mod:`eddyline_runtime.restore.sst_restore`,
-which needs no Spark.
+Between the two sides, as files on the shared claim: the manifests
+(:mod:`~eddyline_runtime.restore.manifest`) and the job results
+(:mod:`~eddyline_runtime.restore.job_result`). Restore sits between the engine
+and the stores and log it reads (``engine`` > ``restore`` > ``state`` | ``log``)
+and never imports the engine, so restore jobs that run outside an instance can
+use it. This package's own namespace stays empty: importing the job result
+(the operator does) pulls in neither the log nor the stores.
 """
-
-from eddyline_runtime.restore.changelog_replay import (
-    DEFAULT_BATCH_RECORDS,
-    ChangelogBehindStoreError,
-    ChangelogGapError,
-    ChangelogMismatchError,
-    ChangelogReplacedError,
-    ForeignStoreError,
-    ReplayStart,
-    ReplayVerdict,
-    judge,
-    mismatch_error,
-    next_offset_after,
-    open_trusted,
-    replay_batch,
-    replay_start,
-)
-from eddyline_runtime.restore.restoration import RestoreResult, restore
-
-__all__ = [
-    "DEFAULT_BATCH_RECORDS",
-    "ChangelogBehindStoreError",
-    "ChangelogGapError",
-    "ChangelogMismatchError",
-    "ChangelogReplacedError",
-    "ForeignStoreError",
-    "ReplayStart",
-    "ReplayVerdict",
-    "RestoreResult",
-    "judge",
-    "mismatch_error",
-    "next_offset_after",
-    "open_trusted",
-    "replay_batch",
-    "replay_start",
-    "restore",
-]

@@ -16,7 +16,7 @@ _FLAG = os.environ.get("EDDYLINE_TEST_FAULTS")
 def _install() -> None:
     import time
 
-    from eddyline_runtime.restore import sst_sink
+    from eddyline_runtime.restore.spark import sst_sink
 
     original = sst_sink._TaskFiles.finish
 

@@ -15,14 +15,13 @@ from collections.abc import Mapping
 
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TaskId, TopicPartition
-from eddyline_runtime.processing.queryable import LagInfo
-from eddyline_runtime.restore import (
-    ReplayStart,
-    ReplayVerdict,
+from eddyline_runtime.restore.replay.changelog_replay import (
     judge,
     mismatch_error,
     replay_batch,
+    replay_start,
 )
+from eddyline_runtime.restore.replay.lag import LagInfo
 from eddyline_runtime.state import StateStore
 
 # Records per changelog fetch: one WriteBatch each.
@@ -60,7 +59,7 @@ class StandbyTask:
     def replay(self, log: Log) -> int:
         """Apply what each changelog gained since the last call; returns records applied.
 
-        Raises :class:`~eddyline_runtime.restore.ChangelogMismatchError` when a
+        Raises :class:`~eddyline_runtime.restore.replay.ChangelogMismatchError` when a
         changelog moved behind what this copy applied, or became another
         incarnation (truncated or recreated): the copy must be rebuilt.
         """
@@ -69,17 +68,20 @@ class StandbyTask:
             position = self._positions[name]
             end = log.end_offset(tp)
             self._end_offsets[name] = end
-            epoch = self._epochs[name]
-            if position < end:
-                epoch = log.partition_epoch(tp)  # only asked when there is something to apply
-            if position > end or epoch != self._epochs[name]:
-                verdict = ReplayVerdict.AHEAD if position > end else ReplayVerdict.REPLACED
-                applied_to = ReplayStart(
-                    verdict, position - 1, log.beginning_offset(tp), end, self._epochs[name], epoch
-                )
-                raise mismatch_error(name, tp, applied_to, copy=f"standby of task {self.id}")
             if position == end:
-                continue
+                continue  # nothing new (the epoch is only asked when there is)
+            # The copy has applied everything before ``position``: judge that as a
+            # committed offset, with the epoch it replays, by the one replay rule.
+            epoch = log.partition_epoch(tp) if position < end else self._epochs[name]
+            start = replay_start(
+                position - 1,
+                log.beginning_offset(tp),
+                end,
+                store_epoch=self._epochs[name],
+                log_epoch=epoch,
+            )
+            if not start.trusted:
+                raise mismatch_error(name, tp, start, copy=f"standby of task {self.id}")
             records, self._positions[name] = replay_batch(
                 self.stores[name], log, tp, position, max_records=_REPLAY_BATCH
             )

@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from eddyline_runtime.config import IsolationLevel
-from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing.record_cache import (
+from eddyline_runtime.engine.record_cache import (
     CachingKeyValueStore,
     NamedCache,
     ThreadCache,
 )
+from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing.topology import Change, RecordContext
 from eddyline_runtime.state import (
     KeyRange,
@@ -52,11 +52,16 @@ ChangeListener = Callable[[bytes, Change], None]
 class RecordContextHolder(Protocol):
     """Where the record being processed is described: the task's topology.
 
-    The store stamps each cached write with it, and sets it to a flushed
+    The store stamps each cached write with it, and swaps in a flushed
     entry's context while that entry is forwarded.
     """
 
-    record_context: RecordContext
+    @property
+    def record_context(self) -> RecordContext: ...
+
+    def swap_record_context(self, context: RecordContext) -> RecordContext:
+        """Describe the record being processed as ``context``; returns the previous one."""
+        ...
 
 
 class ChangeloggingStore:
@@ -148,12 +153,11 @@ class TaskStore(ReadableKeyValueStore):
             if holder is None or change.context is None:
                 listener(key, change)
                 return
-            saved = holder.record_context
-            holder.record_context = change.context
+            saved = holder.swap_record_context(change.context)
             try:
                 listener(key, change)
             finally:
-                holder.record_context = saved
+                holder.swap_record_context(saved)
 
         self._cached.set_forward(forward)
         return True

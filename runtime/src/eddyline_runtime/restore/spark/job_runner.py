@@ -6,7 +6,7 @@ it through ``spark.kubernetes.driver.pod.name``), then judges the result
 itself: the driver's exit status **and** the manifests the build wrote, every
 requested partition's, readable and naming files that exist. spark-submit
 can exit 0 for a driver that failed, and a driver can exit 0 having written
-less than asked. The verdict (:class:`~eddyline_runtime.restore.build_job.JobResult`)
+less than asked. The verdict (:class:`~eddyline_runtime.restore.job_result.JobResult`)
 goes to the shared claim, where waiting tasks read it, and to the
 termination message, where the operator reads it; the exit code follows it.
 """
@@ -21,13 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from eddyline_runtime.restore.build_job import write_job_result
-from eddyline_runtime.restore.job_result import JobResult, JobState
+from eddyline_runtime.restore.job_result import JobResult, JobState, write_job_result
 from eddyline_runtime.restore.manifest import ManifestError, manifest_name, read_manifest
 
 # The driver program spark-submit runs: `eddyline restore build` inside Spark's launcher
 # (eddyline_runtime/restore_driver.py, a file beside the CLI, which it calls).
-DRIVER_SCRIPT: Final = Path(__file__).parent.parent / "restore_driver.py"
+DRIVER_SCRIPT: Final = Path(__file__).parents[2] / "restore_driver.py"
 # Kubernetes keeps at most 4096 bytes of a termination message.
 _TERMINATION_MESSAGE_BYTES: Final = 4096
 

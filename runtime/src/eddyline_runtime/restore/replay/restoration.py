@@ -4,7 +4,7 @@ A store that manages its offsets resumes after its committed changelog
 offset, so after a crash only the tail is replayed (KIP-892); a store that
 does not (in memory) replays from the changelog's start. Where replay starts,
 and whether the store can be trusted at all, is decided once, in
-:mod:`~eddyline_runtime.restore.changelog_replay`.
+:mod:`~eddyline_runtime.restore.replay.changelog_replay`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore.changelog_replay import (
+from eddyline_runtime.restore.replay.changelog_replay import (
     DEFAULT_BATCH_RECORDS,
     ReplayStart,
     judge,
@@ -48,7 +48,7 @@ def restore(
 ) -> RestoreResult:
     """Replay ``changelog`` into ``store`` from after its committed offset to the end.
 
-    Raises :class:`~eddyline_runtime.restore.ChangelogMismatchError` when the
+    Raises :class:`~eddyline_runtime.restore.replay.ChangelogMismatchError` when the
     store does not fit the changelog (it committed past the end, or records
     after its offset are gone); nothing is applied then.
     """

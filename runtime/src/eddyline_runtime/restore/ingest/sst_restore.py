@@ -28,7 +28,6 @@ from pathlib import Path
 
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore.changelog_replay import ReplayVerdict, replay_start
 from eddyline_runtime.restore.manifest import (
     ManifestError,
     ManifestRefusedError,
@@ -36,7 +35,8 @@ from eddyline_runtime.restore.manifest import (
     manifests_for,
     read_manifest,
 )
-from eddyline_runtime.restore.restoration import RestoreResult, restore
+from eddyline_runtime.restore.replay.changelog_replay import ReplayVerdict, replay_start
+from eddyline_runtime.restore.replay.restoration import RestoreResult, restore
 from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
 from eddyline_runtime.state.sst_files import (
     SstFileError,

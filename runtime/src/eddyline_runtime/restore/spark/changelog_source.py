@@ -36,7 +36,7 @@ from pyspark.sql.types import StructType
 
 from eddyline_runtime.log import open_log
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore.offset_ranges import OffsetRange
+from eddyline_runtime.restore.spark.offset_ranges import OffsetRange
 
 CHANGELOG_FORMAT: Final = "eddyline_changelog"
 CHANGELOG_SCHEMA: Final = "partition int, offset long, key binary, value binary"

@@ -2,7 +2,7 @@
 
 A changelog of N updates over K live keys becomes K sorted keys, written once
 at RocksDB's bottom level with no compaction debt; a task whose store is
-missing ingests them (:mod:`eddyline_runtime.restore.sst_restore`) and
+missing ingests them (:mod:`eddyline_runtime.restore.ingest.sst_restore`) and
 replays only the changelog after the offset they cover.
 
 The plan, per store (``build``):
@@ -42,7 +42,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.restore.changelog_source import ChangelogSource, LogPortSource
 from eddyline_runtime.restore.manifest import (
     RestoreManifest,
     build_directory,
@@ -50,8 +49,9 @@ from eddyline_runtime.restore.manifest import (
     new_build_id,
     read_manifest,
 )
-from eddyline_runtime.restore.offset_ranges import split_offset_ranges
-from eddyline_runtime.restore.sst_sink import SST_FORMAT, BuildPlan, SstDataSource
+from eddyline_runtime.restore.spark.changelog_source import ChangelogSource, LogPortSource
+from eddyline_runtime.restore.spark.offset_ranges import split_offset_ranges
+from eddyline_runtime.restore.spark.sst_sink import SST_FORMAT, BuildPlan, SstDataSource
 
 # Offsets per read task. Large enough that a task's fixed cost (a Python worker
 # round trip, a log open) is small next to its reading; small enough that a

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Final
 
+from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.port import RecordColumns
-from eddyline_runtime.processing.task_store import TaskStore
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
     Headers,
@@ -270,6 +270,16 @@ class TaskTopology:
         self._batch_topic: str | None = None
         self._batch_partition = -1
         self._batch_offsets: Sequence[int] = ()
+
+    def grant_commit_request(self) -> None:
+        """A commit ran (or there was nothing to commit): ``context.commit()`` is answered."""
+        self.commit_requested = False
+
+    def swap_record_context(self, context: RecordContext) -> RecordContext:
+        """Describe the record being processed as ``context`` (a store forwarding a flushed
+        entry does, for the entry's record); returns the previous context."""
+        saved, self.record_context = self.record_context, context
+        return saved
 
     @property
     def batching(self) -> bool:

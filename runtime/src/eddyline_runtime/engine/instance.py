@@ -4,7 +4,7 @@ An instance resolves its topology against the log (topics, task counts),
 spreads its tasks over ``num.stream.threads`` stream threads, and runs them
 until it is closed. ``close()`` asks every thread to commit what it processed
 and close its stores; a crash instead leaves the last commit, which the next
-start resumes from (see :mod:`eddyline_runtime.processing.stream_thread`).
+start resumes from (see :mod:`eddyline_runtime.engine.stream_thread`).
 """
 
 from __future__ import annotations
@@ -17,26 +17,26 @@ from collections.abc import Sequence
 
 from eddyline_runtime.assignor import Assignment, Member, MemberTasks, assign
 from eddyline_runtime.config import StreamsConfig
-from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.log import Log
-from eddyline_runtime.metrics import MetricName, MetricsRegistry
-from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
-from eddyline_runtime.processing.queryable import (
+from eddyline_runtime.engine.queryable import (
     HostInfo,
     KeyQueryMetadata,
-    LagInfo,
     LocalStorePartition,
 )
-from eddyline_runtime.processing.stream_thread import (
+from eddyline_runtime.engine.stream_thread import (
     CommitListener,
-    RestoreListener,
     StreamThread,
     ThreadSetup,
     ThreadState,
 )
-from eddyline_runtime.processing.topics import TopicLayout, resolve_topics, store_homes
+from eddyline_runtime.engine.task_manager import RestoreListener
+from eddyline_runtime.engine.topics import TopicLayout, resolve_topics, store_homes
+from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.log import Log
+from eddyline_runtime.metrics import MetricName, MetricsRegistry
+from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.processing.topology import Topology
-from eddyline_runtime.restore.build_job import PendingRestore
+from eddyline_runtime.restore.ingest.build_wait import PendingRestore
+from eddyline_runtime.restore.replay import LagInfo
 from eddyline_runtime.state.relocation import RelocationReport, relocate_state
 
 logger = logging.getLogger(__name__)

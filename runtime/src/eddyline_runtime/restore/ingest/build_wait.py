@@ -1,4 +1,4 @@
-"""Restore Jobs and the tasks that wait for them: the files both sides read on the shared claim.
+"""Tasks that wait for a Spark restore build (``restorePending``), and what tells them to stop.
 
 On a cluster the operator launches a Spark restore build as a Kubernetes Job
 when a pod reports a missing store whose changelog is long
@@ -7,69 +7,35 @@ replaying record by record. Two things cross between them, both as files
 under the build output directory the Job and the pods share:
 
 * the manifests the build writes (:mod:`~eddyline_runtime.restore.manifest`);
-* a **job result** per Job attempt, ``OUTPUT/<application>/<store>/_jobs/<job>.json``,
+* a **job result** per Job attempt (:mod:`~eddyline_runtime.restore.job_result`),
   written by ``eddyline restore job`` when the driver ended, successfully or
   not. A waiting task that sees a failed result for its partition, written
   after it began to wait, stops waiting and replays the changelog. A Job pod
   killed before it could write one is covered by the task's deadline.
 
-The Job judges its own success from the driver's exit status *and* the
-manifests on disk (spark-submit's exit code alone can say 0 for a driver
-that failed); the operator reads the same result from the pod's termination
-message. Nothing here imports Spark or Kubernetes.
+This module is the waiting side; the Job itself is
+:mod:`~eddyline_runtime.restore.spark.job_runner`. Nothing here imports Spark
+or Kubernetes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import os
-import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore.job_result import JobResult, JobState
+from eddyline_runtime.restore.ingest.sst_restore import IngestResult, ingest_latest_manifest
+from eddyline_runtime.restore.job_result import JobState, job_results
 from eddyline_runtime.restore.manifest import manifests_for
-from eddyline_runtime.restore.sst_restore import IngestResult, ingest_latest_manifest
 
-JOB_RESULTS_DIR: Final = "_jobs"
 # How often a waiting task looks for a manifest or a failed Job: a build takes tens of
 # seconds at least (the JVM alone starts in 10-25 s), so a quarter second adds nothing.
 POLL_SECONDS: Final = 0.25
-
-
-def job_results_directory(output: Path, application: str, store: str) -> Path:
-    return output / application / store / JOB_RESULTS_DIR
-
-
-def write_job_result(output: Path, job: str, result: JobResult) -> Path:
-    """Write atomically (temporary name, rename): a waiting task reads it whole or not at all."""
-    directory = job_results_directory(output, result.application, result.store)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{job}.json"
-    temporary = directory / f".{job}.{secrets.token_hex(4)}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(result.to_text())
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    return path
-
-
-def job_results(output: Path, application: str, store: str) -> Iterator[JobResult]:
-    directory = job_results_directory(output, application, store)
-    if not directory.is_dir():
-        return
-    for path in sorted(directory.glob("*.json")):
-        with contextlib.suppress(OSError):
-            result = JobResult.from_text(path.read_text(encoding="utf-8"))
-            if result is not None:
-                yield result
 
 
 class WaitOutcome(enum.StrEnum):

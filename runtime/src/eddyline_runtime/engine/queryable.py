@@ -2,7 +2,8 @@
 
 Kafka Streams' names: :class:`HostInfo` is a member's query address,
 :class:`KeyQueryMetadata` says which host holds a key's active copy and which
-hold standbys, :class:`LagInfo` how far a local store trails its changelog.
+hold standbys, :class:`~eddyline_runtime.restore.replay.lag.LagInfo` how far a
+local store trails its changelog.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from eddyline_runtime.errors import InvalidArgumentError
 # One StoreRole for the instance's view and the member reports.
 from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.restore.replay.lag import LagInfo
 from eddyline_runtime.state import StoreReader
 
 
@@ -58,23 +60,6 @@ class KeyQueryMetadata:
 
 
 KeyQueryMetadata.NOT_AVAILABLE = KeyQueryMetadata(None, (), -1)
-
-
-@dataclass(frozen=True)
-class LagInfo:
-    """How far a local store partition trails its changelog (KIP-535).
-
-    ``current_offset_position`` is the next changelog offset the store would
-    apply (its committed offset + 1), ``end_offset_position`` the changelog's
-    end as last seen; an active, running task reports a lag of 0.
-    """
-
-    current_offset_position: int
-    end_offset_position: int
-
-    @property
-    def offset_lag(self) -> int:
-        return max(self.end_offset_position - self.current_offset_position, 0)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,438 @@
+"""A stream thread: owns a set of tasks, fetches for them, processes, commits.
+
+The commit protocol, and why a crash at any instant loses nothing
+-----------------------------------------------------------------
+
+A commit (every ``commit.interval.ms``, when the thread's uncommitted bytes
+reach its share of ``statestore.uncommitted.max.bytes``, when a processor asks
+for one with ``context.commit()``, when the thread runs out of input, and at
+a clean shutdown) runs these steps in this order:
+
+1. flush the record cache: dirty entries go to the stores' open transactions,
+   to the changelog records of this commit, and downstream to the sinks;
+2. write outputs, changelog records and the next input offsets to the log:
+   under ``exactly_once_v2`` as **one** log transaction; under
+   ``at_least_once`` as plain appends, input offsets last (at-least-once
+   also appends outputs as they are produced, as Kafka's producer does);
+3. commit each store with the offset of the last changelog record the log
+   gave its partition (data and offset in one RocksDB batch).
+
+Invariant under exactly-once: *a store's committed data is exactly its
+changelog up to its committed offset, and the log's committed input offsets,
+outputs and changelogs belong to the same set of processed records.*
+
+* Killed before step 2 commits: the log holds nothing of this commit and the
+  stores never committed it either (a store commits only its own buffer, and
+  a killed process's buffer is gone). Restart reads from the previous input
+  offsets: nothing lost, nothing doubled.
+* Killed between 2 and 3: the log has the commit, the stores do not. Restart
+  restores each store's changelog *tail* after its committed offset, which
+  is exactly this commit's records; then reads after the new input offsets.
+* Killed during 3: each store's batch is atomic, so each store is either
+  before or after; the ones before restore their tail as above.
+
+Each active task writes with its own transactional id, ``<application.id>-<task>``
+(Kafka's original exactly-once design). Taking over a task opens a producer
+for that id *before* restoring or reading offsets, which fences the previous
+owner: a zombie's next commit fails and writes nothing, and it drops the task
+(``TaskMigratedError``) without touching the log. So a task moving between
+members never runs twice, however late the old owner learns it lost it.
+
+Stores are never wiped (KIP-892 with ``READ_COMMITTED`` on disk); restart
+replays at most one commit's changelog records per store. Under
+at-least-once, step 2's appends may land without step 3 or the input
+offsets: restart restores the changelog tail and reprocesses from the last
+committed input offsets, so records are never lost but may count twice.
+
+This module keeps the loop, the assignment hand-over and the order of those
+steps; each task says what it commits (``StreamTask.prepare_commit`` and
+``complete_commit``). Creating, restoring and closing tasks is
+:mod:`~eddyline_runtime.engine.task_manager`, opening stores
+:mod:`~eddyline_runtime.engine.store_opener`, partitioning and sending outputs
+:mod:`~eddyline_runtime.engine.record_collector`, the metrics
+:mod:`~eddyline_runtime.engine.thread_metrics`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
+from eddyline_runtime.engine.queryable import LocalStorePartition
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_collector import RecordCollector
+from eddyline_runtime.engine.store_opener import RestoreWaitInterruptedError, StoreOpener
+from eddyline_runtime.engine.task import StreamTask
+from eddyline_runtime.engine.task_manager import RestoreListener, TaskManager
+from eddyline_runtime.engine.thread_metrics import ThreadMetrics
+from eddyline_runtime.engine.topics import TopicLayout
+from eddyline_runtime.log import LagTracker, Log, ProducerFencedError
+from eddyline_runtime.log.port import RecordColumns
+from eddyline_runtime.metrics import MetricName, MetricsRegistry
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore.ingest.build_wait import PendingRestore
+from eddyline_runtime.restore.replay import StandbyTask
+from eddyline_runtime.state import UncommittedBytesBudget
+
+logger = logging.getLogger(__name__)
+
+# Fetch a partition when fewer than this many of its records are buffered...
+_FETCH_LOW_WATER = 2_500
+# ...and fetch this many at a time.
+_FETCH_RECORDS = 5_000
+# How long an idle thread sleeps before polling the log again.
+_IDLE_SLEEP_SECONDS = 0.005
+
+
+class ThreadState(enum.StrEnum):
+    CREATED = "CREATED"
+    RESTORING = "RESTORING"
+    RUNNING = "RUNNING"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitReport:
+    """What one commit wrote; handed to commit listeners after the stores committed."""
+
+    thread: str
+    reason: str
+    records: int  # input records processed since the previous commit
+    input_offsets: Mapping[TopicPartition, int]  # next offset to read, per partition
+    changelog_records: Mapping[TopicPartition, int]
+    changelog_last_offsets: Mapping[TopicPartition, int]
+    output_records: int
+    seconds: float
+
+
+CommitListener = Callable[[CommitReport], None]
+
+
+@dataclass(frozen=True)
+class ThreadSetup:
+    """What every stream thread of an instance shares."""
+
+    topology: Topology
+    layout: TopicLayout
+    config: StreamsConfig
+    log: Log
+    metrics: MetricsRegistry
+    instance_id: str
+    on_commit: Sequence[CommitListener] = ()
+    on_restore: Sequence[RestoreListener] = ()
+
+
+class StreamThread:
+    """Runs its tasks on a thread of its own; see the module docstring for the commit."""
+
+    def __init__(
+        self,
+        index: int,
+        tasks: Collection[TaskId],
+        setup: ThreadSetup,
+        standby_tasks: Collection[TaskId] = (),
+    ) -> None:
+        self.name = f"{setup.config.application_id}-{setup.instance_id}-StreamThread-{index + 1}"
+        self.setup = setup
+        # (active, standby) the thread should run; applied between iterations.
+        self._pending: tuple[frozenset[TaskId], frozenset[TaskId]] | None = (
+            frozenset(tasks),
+            frozenset(standby_tasks),
+        )
+        self._pending_lock = threading.Lock()
+        config = setup.config
+        self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
+        self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
+        self._budget = UncommittedBytesBudget(
+            config.statestore_uncommitted_max_bytes, config.num_stream_threads
+        )
+        self._cache = ThreadCache(config.cache_bytes_per_thread)
+        self._lag = LagTracker()
+        self._stop = threading.Event()
+        self._metrics = ThreadMetrics(setup.metrics, self.name, self._cache, self._lag)
+        self._stores = StoreOpener(
+            topology=setup.topology,
+            layout=setup.layout,
+            config=config,
+            log=setup.log,
+            metrics=setup.metrics,
+            thread_name=self.name,
+            stopped=self._stop,
+        )
+        self._tasks = TaskManager(
+            topology=setup.topology,
+            layout=setup.layout,
+            config=config,
+            log=setup.log,
+            exactly_once=self._exactly_once,
+            cache=self._cache,
+            lag=self._lag,
+            opener=self._stores,
+            metrics=self._metrics,
+            on_restore=setup.on_restore,
+        )
+        self._collector = RecordCollector(setup.log, setup.layout)
+        self.migrated = 0  # tasks dropped because another member took them over
+        self.state = ThreadState.CREATED
+        self.error: BaseException | None = None
+        self.final_metrics: dict[MetricName, float] = {}
+        self.processed_since_commit = 0
+        # A punctuation ran since the last commit: its writes and outputs need one
+        # even when no record was processed.
+        self._punctuated = False
+        # Set by the thread after an iteration that found nothing to fetch or
+        # process with everything committed; read by other threads.
+        self.idle = False
+        self._last_commit = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """Ask the thread to commit what it processed, close its tasks and end."""
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def assign(self, active: Collection[TaskId], standby: Collection[TaskId]) -> None:
+        """Run these tasks from the next iteration on (a rebalance)."""
+        with self._pending_lock:
+            self._pending = (frozenset(active), frozenset(standby))
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._apply_pending_assignment()
+                self.run_once()
+            self.commit("shutdown")
+            self.state = ThreadState.STOPPED
+        except RestoreWaitInterruptedError:
+            # Asked to stop while a store waited for a build: nothing of it is open yet.
+            self.commit("shutdown")
+            self.state = ThreadState.STOPPED
+        except BaseException as exc:  # reported by the instance, never swallowed
+            self.error = exc
+            self.state = ThreadState.FAILED
+            logger.error("stream thread %s failed: %s", self.name, exc)
+            for task in self.active.values():
+                task.abort_transaction()
+        finally:
+            # Closed stores drop their metrics: keep the last values for reports.
+            self.final_metrics = self._metrics.last_values()
+            self._tasks.close_all()
+            self._metrics.close()
+
+    def _apply_pending_assignment(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        active, standby = pending
+        tasks = self._tasks
+        leaving = [t for t in tasks.active if t not in active]
+        if leaving:
+            # Hand over cleanly: everything processed so far is committed first.
+            self.commit("tasks reassigned")
+            for task_id in leaving:
+                if task_id in tasks.active:  # the commit may have dropped it as migrated
+                    tasks.close_active(task_id)
+        for task_id in [t for t in tasks.standbys if t not in standby or t in active]:
+            tasks.close_standby(task_id)
+        self.state = ThreadState.RESTORING
+        new_tasks = sorted(t for t in active if t not in tasks.active)
+        # Every missing store that will wait for a build is reported at once, so one Spark
+        # build covers them all, though the tasks are then created one after another.
+        self._stores.announce_pending_builds(new_tasks)
+        try:
+            for task_id in new_tasks:
+                tasks.create_active(task_id)
+        finally:
+            self._stores.clear_pending()
+        for task_id in sorted(standby - active):
+            if task_id not in tasks.standbys:
+                tasks.create_standby(task_id)
+        self.state = ThreadState.RUNNING
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """One iteration: fetch what is low, process, replay standbys, commit if due.
+
+        Returns the records processed.
+        """
+        fetched = self._fetch()
+        processed = 0
+        share = self._budget.share
+        # Bytes the thread may still buffer before its share is reached: each task
+        # stops within one record of it (KIP-892's limit, not 1,000 records' worth).
+        room = None if share is None else share - self._uncommitted_bytes()
+        for task in self.active.values():
+            if room is None:
+                processed += task.take_turn(None)
+                continue
+            before = task.uncommitted_bytes()
+            processed += task.take_turn(before + max(room, 0))
+            room -= task.uncommitted_bytes() - before
+        now_ms = time.time_ns() // 1_000_000
+        for task in self.active.values():
+            if task.punctuate_wall_clock(now_ms):
+                self._punctuated = True
+        if processed:
+            self.processed_since_commit += processed
+            self._metrics.processed(processed)
+            if not self._exactly_once:
+                # At-least-once may publish before committing, as Kafka's producer
+                # does: downstream sub-topologies need not wait for the interval.
+                self._collector.send(self.active.values())
+        replayed = self._tasks.replay_standbys()
+        reason = self._budget.after_iteration(self._uncommitted_bytes())
+        committed = None
+        if reason is not None:
+            committed = self.commit(reason.value)
+        elif any(task.commit_requested for task in self.active.values()):
+            committed = self.commit("requested by a processor (context.commit())")
+        elif time.monotonic() - self._last_commit >= self._commit_interval_seconds:
+            committed = self.commit("commit.interval.ms elapsed")
+        elif not processed and not fetched and (self.processed_since_commit or self._punctuated):
+            # Out of input: waiting out the interval would only delay results.
+            committed = self.commit("caught up with the input")
+        # A commit may have written input for this thread (a repartition topic),
+        # so only an iteration without one can find the thread idle.
+        self.idle = (
+            committed is None and not processed and not fetched and self.processed_since_commit == 0
+        )
+        if not processed and not fetched and not replayed:
+            self._stop.wait(_IDLE_SLEEP_SECONDS)
+        return processed
+
+    def _uncommitted_bytes(self) -> int:
+        return sum(task.uncommitted_bytes() for task in self.active.values())
+
+    def _fetch(self) -> int:
+        log, lag = self.setup.log, self._lag
+        fetched = 0
+        for task in self.active.values():
+            group = task.partitions
+            for tp in task.inputs:
+                if group.buffered(tp) >= _FETCH_LOW_WATER:
+                    continue
+                result = log.fetch_columns(tp, task.fetch_position(tp), _FETCH_RECORDS)
+                lag.fetched(tp, result)
+                fetched += task.add_input(tp, result)
+                lag.advanced(tp, task.fetch_position(tp))
+        return fetched
+
+    # -- the commit (see the module docstring) ----------------------------------------
+
+    def commit(self, reason: str) -> CommitReport | None:
+        if self.processed_since_commit == 0 and not self._punctuated:
+            for task in self.active.values():
+                task.grant_commit_request()  # nothing to commit: granted
+            self._last_commit = time.monotonic()
+            return None
+        started = time.perf_counter()
+        self._cache.flush()  # step 1
+        changelog_records: dict[TopicPartition, int] = {}
+        changelog_last_offsets: dict[TopicPartition, int] = {}
+        input_offsets: dict[TopicPartition, int] = {}
+        output_records = self._collector.take_sent()
+        migrated: list[TaskId] = []
+        for task in list(self.active.values()):
+            outputs: dict[TopicPartition, RecordColumns] = {}
+            output_records += self._collector.collect(task, outputs)
+            prepared = task.prepare_commit(outputs)
+            if prepared is None:
+                continue
+            try:  # step 2
+                if task.transactional:
+                    last_offsets = task.commit_transaction(
+                        prepared.records, self.setup.config.application_id, prepared.input_offsets
+                    )
+                else:
+                    last_offsets = self._collector.append(prepared.records)
+            except ProducerFencedError as fenced:
+                logger.warning(
+                    "task %s was taken over by another member (%s); dropping it uncommitted",
+                    task.id,
+                    fenced,
+                )
+                migrated.append(task.id)
+                continue
+            task.complete_commit(last_offsets)  # step 3
+            input_offsets.update(prepared.input_offsets)
+            for tp, records in prepared.changelog_records.items():
+                changelog_records[tp] = records
+                changelog_last_offsets[tp] = last_offsets[tp]
+        if not self._exactly_once and input_offsets:
+            self.setup.log.commit_offsets(self.setup.config.application_id, input_offsets)
+        for task_id in migrated:
+            self.migrated += 1
+            self._tasks.close_active(task_id)
+        self._budget.committed()
+        seconds = time.perf_counter() - started
+        self._metrics.committed(seconds)
+        report = CommitReport(
+            thread=self.name,
+            reason=reason,
+            records=self.processed_since_commit,
+            input_offsets=input_offsets,
+            changelog_records=changelog_records,
+            changelog_last_offsets=changelog_last_offsets,
+            output_records=output_records,
+            seconds=seconds,
+        )
+        self.processed_since_commit = 0
+        self._punctuated = False
+        for task in self.active.values():
+            task.grant_commit_request()
+        self._last_commit = time.monotonic()
+        for listener in self.setup.on_commit:
+            listener(report)
+        return report
+
+    # -- what others may read ---------------------------------------------------------
+
+    @property
+    def active(self) -> dict[TaskId, StreamTask]:
+        return self._tasks.active
+
+    @property
+    def standbys(self) -> dict[TaskId, StandbyTask]:
+        return self._tasks.standbys
+
+    @property
+    def tasks(self) -> list[StreamTask]:
+        return list(self.active.values())
+
+    @property
+    def processed_total(self) -> int:
+        """Records processed by every task this thread ran, closed ones included."""
+        return self._metrics.processed_total
+
+    @property
+    def restore_pending(self) -> dict[tuple[str, int], PendingRestore]:
+        """Stores waiting for a Spark build, by (store, partition)."""
+        return self._stores.restore_pending
+
+    def input_lags(self) -> dict[TopicPartition, int | None]:
+        """Locally known lag per input partition (None: not fetched yet)."""
+        return {tp: self._lag.current_lag(tp) for task in self.tasks for tp in task.inputs}
+
+    def buffered(self) -> int:
+        return sum(task.partitions.buffered() for task in self.tasks)
+
+    def local_store_partitions(self, store: str) -> list[LocalStorePartition]:
+        """This thread's copies of ``store``: active (running or restoring) and standby."""
+        return self._tasks.local_store_partitions(store)

@@ -1,0 +1,291 @@
+"""A stream thread's tasks: creating, restoring and closing them, active and standby.
+
+Creating an active task runs in this order, each step for a reason:
+
+1. open the task's transactional producer (exactly-once): from here on the
+   previous owner of the task can commit nothing (it is fenced);
+2. open each store, wiping one whose offsets do not fit its changelog
+   (:func:`~eddyline_runtime.restore.replay.open_trusted`): a missing store may
+   come back from a Spark build first (:mod:`~eddyline_runtime.engine.store_opener`);
+3. make the task visible, as restoring, to queries and lag reports, and
+   restore each store's changelog tail;
+4. read the committed input offsets (the log's start where none is committed):
+   only now, so the previous owner's last commit is in them.
+
+A standby opens the same stores and replays their changelogs after every
+turn of the thread's loop; one whose changelog was truncated or recreated is
+rebuilt. The task dictionaries are read by other threads (queries, progress):
+they are replaced, never mutated in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.partition_group import PartitionGroup
+from eddyline_runtime.engine.queryable import LocalStorePartition
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.store_opener import StoreOpener
+from eddyline_runtime.engine.task import StreamTask
+from eddyline_runtime.engine.task_store import TaskStore
+from eddyline_runtime.engine.task_topology import TaskTopology
+from eddyline_runtime.engine.thread_metrics import ThreadMetrics
+from eddyline_runtime.engine.topics import TopicLayout
+from eddyline_runtime.log import LagTracker, Log
+from eddyline_runtime.log.positions import read_positions
+from eddyline_runtime.membership import StoreRole
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore.replay import (
+    ChangelogMismatchError,
+    LagInfo,
+    ReplayStart,
+    RestoreResult,
+    StandbyTask,
+    next_offset_after,
+    open_trusted,
+    restore,
+)
+from eddyline_runtime.state import StateStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    task: TaskId
+    result: RestoreResult
+
+
+RestoreListener = Callable[[RestoreReport], None]
+
+
+class TaskManager:
+    """Creates, restores and closes one thread's tasks (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        topology: Topology,
+        layout: TopicLayout,
+        config: StreamsConfig,
+        log: Log,
+        exactly_once: bool,
+        cache: ThreadCache,
+        lag: LagTracker,
+        opener: StoreOpener,
+        metrics: ThreadMetrics,
+        on_restore: Sequence[RestoreListener] = (),
+    ) -> None:
+        self._topology = topology
+        self._layout = layout
+        self._config = config
+        self._log = log
+        self._exactly_once = exactly_once
+        self._cache = cache
+        self._lag = lag
+        self._opener = opener
+        self._metrics = metrics
+        self._on_restore = tuple(on_restore)
+        # Read by other threads (queries, progress): replaced, never mutated in place.
+        self.active: dict[TaskId, StreamTask] = {}
+        self.standbys: dict[TaskId, StandbyTask] = {}
+
+    # -- active tasks ---------------------------------------------------------------
+
+    def create_active(self, task_id: TaskId) -> StreamTask:
+        """Fence the previous owner, open and restore the stores, then read the input offsets."""
+        layout, log, config = self._layout, self._log, self._config
+        subtopology = layout.subtopology(task_id)
+        # First: from here on the previous owner of the task can commit nothing.
+        producer = (
+            log.transactional_producer(f"{config.application_id}-{task_id}")
+            if self._exactly_once
+            else None
+        )
+        stores: dict[str, TaskStore] = {}
+        verdicts: dict[str, tuple[TopicPartition, ReplayStart]] = {}
+        try:
+            for name in subtopology.stores:
+                changelog = layout.changelog_partition(name, task_id)
+                if changelog is None:
+                    store = self._opener.open(name, task_id)
+                else:
+                    # A store whose offsets do not fit its changelog is rebuilt, never trusted.
+                    store, verdict = open_trusted(
+                        partial(self._opener.open, name, task_id, active=True),
+                        log,
+                        changelog,
+                        copy=f"task {task_id}",
+                    )
+                    verdicts[name] = (changelog, verdict)
+                stores[name] = TaskStore(
+                    store, changelog=changelog, cache=self._cache, cache_name=f"{task_id}/{name}"
+                )
+        except BaseException:
+            for opened in stores.values():
+                opened.close()
+            if producer is not None:
+                producer.close()
+            raise
+        inputs = layout.input_partitions(task_id)
+        partitions = PartitionGroup(
+            inputs,
+            max_task_idle_ms=config.max_task_idle_ms,
+            current_lag=self._lag.current_lag,
+            clock_ms=lambda: int(time.monotonic() * 1000),
+        )
+        task = StreamTask(
+            task_id,
+            topology=TaskTopology(self._topology, subtopology, task_id.partition, stores),
+            stores=stores,
+            partitions=partitions,
+            logical_topics={physical: logical for logical, physical in layout.physical.items()},
+            producer=producer,
+        )
+        # Visible (as restoring) to queries and lag reports from now on.
+        self.active = {**self.active, task_id: task}
+        for name, (changelog, verdict) in verdicts.items():
+            task.restoring(name, LagInfo(verdict.first_offset, verdict.log_end))
+            self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
+            task.restored(name)
+        task.start(read_positions(log, config.application_id, inputs))
+        self._metrics.task_created(task)
+        return task
+
+    def close_active(self, task_id: TaskId) -> None:
+        """Close a task whose work is committed (or abandoned, when it was migrated)."""
+        active = dict(self.active)
+        task = active.pop(task_id)
+        self.active = active
+        for name in task.stores:
+            self._cache.drop(f"{task_id}/{name}")
+        self._metrics.task_closed(task_id)
+        task.close()
+
+    def _restored(self, task_id: TaskId, result: RestoreResult) -> None:
+        ingested, waited = self._opener.take_build(task_id, result.store)
+        self._metrics.restored(task_id, result, ingested, waited)
+        logger.info(
+            "task %s restored store %s: %d records from %s offsets %d..%d in %.3f s",
+            task_id,
+            result.store,
+            result.records,
+            result.changelog,
+            result.first_offset,
+            result.end_offset,
+            result.seconds,
+        )
+        report = RestoreReport(task_id, result)
+        for listener in self._on_restore:
+            listener(report)
+
+    # -- standbys -------------------------------------------------------------------
+
+    def create_standby(self, task_id: TaskId) -> None:
+        layout = self._layout
+        changelogs: dict[str, TopicPartition] = {}
+        stores: dict[str, StateStore] = {}
+        try:
+            for name in layout.subtopology(task_id).stores:
+                changelog = layout.changelog_partition(name, task_id)
+                if changelog is None:
+                    continue  # without a changelog there is nothing to replicate
+                stores[name], _ = open_trusted(
+                    partial(self._opener.open, name, task_id),
+                    self._log,
+                    changelog,
+                    copy=f"standby of task {task_id}",
+                )
+                changelogs[name] = changelog
+        except BaseException:
+            for store in stores.values():
+                store.close()
+            raise
+        standby = StandbyTask(task_id, stores, changelogs)
+        try:
+            standby.start(self._log)
+        except BaseException:
+            standby.close()
+            raise
+        self.standbys = {**self.standbys, task_id: standby}
+        self._metrics.standby_created(standby)
+
+    def close_standby(self, task_id: TaskId) -> None:
+        standbys = dict(self.standbys)
+        standby = standbys.pop(task_id)
+        self.standbys = standbys
+        self._metrics.task_closed(task_id)
+        standby.close()
+
+    def replay_standbys(self) -> int:
+        """Replay every standby; one whose changelog was truncated or recreated is rebuilt."""
+        replayed = 0
+        for standby in list(self.standbys.values()):
+            try:
+                replayed += standby.replay(self._log)
+            except ChangelogMismatchError as mismatch:
+                logger.warning("%s. Rebuilding the standby from the changelog", mismatch.problem)
+                self.close_standby(standby.id)
+                self.create_standby(standby.id)
+        return replayed
+
+    # -- all of them ----------------------------------------------------------------
+
+    def close_all(self) -> None:
+        """Close every task, active and standby; a failure to close one closes the others."""
+        tasks: list[StreamTask | StandbyTask] = [*self.active.values(), *self.standbys.values()]
+        for task in tasks:
+            try:
+                task.close()
+            except Exception as exc:  # close the others regardless
+                logger.warning("closing task %s failed: %s", task.id, exc)
+        self.active, self.standbys = {}, {}
+
+    def local_store_partitions(self, store: str) -> list[LocalStorePartition]:
+        """The copies of ``store`` these tasks hold: active (running or restoring) and standby."""
+        found: list[LocalStorePartition] = []
+        for task_id, task in self.active.items():
+            task_store = task.stores.get(store)
+            if task_store is None:
+                continue
+            restoring = task.restore_lag(store)
+            changelog = task_store.logging.changelog
+            position = 0
+            if changelog is not None:
+                position = next_offset_after(
+                    task_store.store.committed_offset(changelog),
+                    self._log.beginning_offset(changelog),
+                )
+            found.append(
+                LocalStorePartition(
+                    store=store,
+                    partition=task_id.partition,
+                    task=task_id,
+                    role=StoreRole.ACTIVE,
+                    running=restoring is None and task.running,
+                    lag=restoring or LagInfo(position, position),
+                    open_reader=task_store.reader,
+                )
+            )
+        for task_id, standby in self.standbys.items():
+            standby_store = standby.stores.get(store)
+            if standby_store is None:
+                continue
+            found.append(
+                LocalStorePartition(
+                    store=store,
+                    partition=task_id.partition,
+                    task=task_id,
+                    role=StoreRole.STANDBY,
+                    running=False,
+                    lag=standby.lag(store),
+                    open_reader=standby_store.reader,
+                )
+            )
+        return found

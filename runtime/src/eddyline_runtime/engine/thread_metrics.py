@@ -1,0 +1,169 @@
+"""A stream thread's metrics, with Kafka Streams' groups and names.
+
+Thread level (``stream-thread-metrics``: process and commit rates, totals and
+latencies; ``stream-record-cache-metrics``), task level
+(``stream-task-metrics``, and the consumer's ``records-lag`` per input
+partition), store level (``stream-state-metrics``: restoration, what a Spark
+build gave, a standby's lag). Every metric carries the thread's ``thread-id``
+tag, and a task's also its ``task-id``: closing a task drops its metrics,
+closing the thread drops them all and keeps their last values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.task import StreamTask
+from eddyline_runtime.log import LagTracker
+from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.restore.ingest.sst_restore import IngestResult
+from eddyline_runtime.restore.replay import RestoreResult, StandbyTask
+
+
+class ThreadMetrics:
+    """Registers one thread's metrics and records what the thread counts itself."""
+
+    def __init__(
+        self, metrics: MetricsRegistry, thread_name: str, cache: ThreadCache, lag: LagTracker
+    ) -> None:
+        self._metrics = metrics
+        self._tags = {"thread-id": thread_name}
+        self._lag = lag
+        self.processed_total = 0  # by every task this thread ran, closed ones included
+        self._process_sensor = Sensor()
+        self._commit_sensor = Sensor()
+        self._register_thread(cache)
+
+    def processed(self, records: int) -> None:
+        self.processed_total += records
+        self._process_sensor.record(records)
+
+    def committed(self, seconds: float) -> None:
+        self._commit_sensor.record(seconds * 1000)
+
+    def _task_tags(self, task_id: TaskId) -> dict[str, str]:
+        return {**self._tags, "task-id": str(task_id)}
+
+    def task_created(self, task: StreamTask) -> None:
+        tags = self._task_tags(task.id)
+        partitions = task.partitions
+        register = self._metrics.register
+        register(
+            MetricName.of("stream-task-metrics", "enforced-processing-total", tags),
+            lambda: float(partitions.enforced_processing),
+        )
+        register(
+            MetricName.of("stream-task-metrics", "enforced-processing-rate", tags),
+            partitions.enforced_processing_sensor.total_rate,  # records/s: one value per batch
+        )
+        register(
+            MetricName.of("stream-task-metrics", "process-total", tags),
+            lambda: float(task.processed),
+        )
+        for tp in task.inputs:
+            # Kafka's consumer records-lag: the locally known lag (-1: not fetched yet).
+            register(
+                MetricName.of(
+                    "consumer-fetch-manager-metrics",
+                    "records-lag",
+                    {**tags, "topic": tp.topic, "partition": str(tp.partition)},
+                ),
+                partial(self._records_lag, tp),
+            )
+
+    def _records_lag(self, tp: TopicPartition) -> float:
+        lag = self._lag.current_lag(tp)
+        return -1.0 if lag is None else float(lag)
+
+    def standby_created(self, standby: StandbyTask) -> None:
+        for name in standby.changelogs:
+            self._metrics.register(
+                MetricName.of(
+                    "stream-state-metrics",
+                    "standby-offset-lag",
+                    {**self._task_tags(standby.id), "store": name},
+                ),
+                partial(_standby_lag, standby, name),
+            )
+
+    def restored(
+        self,
+        task_id: TaskId,
+        result: RestoreResult,
+        ingested: IngestResult | None,
+        build_wait_seconds: float,
+    ) -> None:
+        """A store finished restoring; ``ingested``: what a Spark build gave it."""
+        tags = {**self._task_tags(task_id), "store": result.store}
+        register = self._metrics.register
+        # What came from a Spark build: keys ingested and the offset they cover (-1: none,
+        # the whole changelog was replayed), and how long the task waited for the build.
+        register(
+            MetricName.of("stream-state-metrics", "restore-ingested-keys", tags),
+            lambda: float(ingested.keys if ingested is not None else 0),
+        )
+        register(
+            MetricName.of("stream-state-metrics", "restore-ingested-offset", tags),
+            lambda: float(ingested.offset if ingested is not None else -1),
+        )
+        register(
+            MetricName.of("stream-state-metrics", "restore-build-wait-seconds", tags),
+            lambda: build_wait_seconds,
+        )
+        register(
+            MetricName.of("stream-state-metrics", "restore-total", tags),
+            lambda: float(result.records),
+        )
+        register(
+            MetricName.of("stream-state-metrics", "restore-rate", tags),
+            lambda: result.records_per_second if result.records else 0.0,
+        )
+
+    def task_closed(self, task_id: TaskId) -> None:
+        """Drop the metrics of a task (active or standby) and of its stores."""
+        self._metrics.unregister_tagged(self._task_tags(task_id))
+
+    def last_values(self) -> dict[MetricName, float]:
+        """The thread's metrics now: closed stores drop theirs, reports keep these."""
+        mine = ("thread-id", self._tags["thread-id"])
+        return {
+            name: value for name, value in self._metrics.snapshot().items() if mine in name.tags
+        }
+
+    def close(self) -> None:
+        """Drop every metric of the thread."""
+        self._metrics.unregister_tagged(self._tags)
+
+    def _register_thread(self, cache: ThreadCache) -> None:
+        metrics, tags = self._metrics, self._tags
+
+        def register(group: str, name: str, read: Callable[[], float]) -> None:
+            metrics.register(MetricName.of(group, name, tags), read)
+
+        process, commit = self._process_sensor, self._commit_sensor
+        register("stream-thread-metrics", "process-rate", process.total_rate)
+        register("stream-thread-metrics", "process-total", lambda: float(self.processed_total))
+        register("stream-thread-metrics", "commit-rate", commit.rate)
+        register("stream-thread-metrics", "commit-total", lambda: commit.total_count)
+        register("stream-thread-metrics", "commit-latency-avg", commit.avg)
+        register("stream-thread-metrics", "commit-latency-max", commit.max)
+        register("stream-record-cache-metrics", "hits-total", lambda: float(cache.hits))
+        register("stream-record-cache-metrics", "misses-total", lambda: float(cache.misses))
+        register(
+            "stream-record-cache-metrics", "forwards-saved-total", lambda: cache.forwards_saved
+        )
+        register(
+            "stream-record-cache-metrics",
+            "hit-ratio",
+            lambda: cache.hits / (cache.hits + cache.misses) if cache.hits + cache.misses else 0.0,
+        )
+        register("stream-record-cache-metrics", "size-bytes", lambda: float(cache.num_bytes))
+        register("stream-record-cache-metrics", "overwrites-total", lambda: float(cache.overwrites))
+        register("stream-record-cache-metrics", "evictions-total", lambda: float(cache.evictions))
+
+
+def _standby_lag(standby: StandbyTask, store: str) -> float:
+    return float(standby.lag(store).offset_lag)
