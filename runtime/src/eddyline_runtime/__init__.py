@@ -4,8 +4,9 @@ The packages inside follow one layering, highest first (checked by ``make lint``
 
     cli > demo > runner > local_group          entry points, local replica groups
     query                                      the instance's HTTP server and the router
-    processing                                 topology authoring (its __init__) and the engine
-    restore                                    changelog replay: the one replay-start rule
+    engine                                     runs topologies: instance, threads, tasks, cache
+    processing                                 topology authoring (DSL, Processor API, loader)
+    restore                                    replay (the one replay-start rule), spark, ingest
     state | log                                stores and state on disk | the log port, adapters
     membership > spec | assignor               the published membership, the StreamApp model,
                                                the pure assignor
