@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from eddyline_runtime.restore_cli import add_restore_commands, run_restore_command
+from eddyline_runtime.state_cli import add_state_commands, run_state_command
 
 if TYPE_CHECKING:
     from eddyline_runtime.log import Log, Record
@@ -43,6 +44,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
     _add_demo_commands(commands)
     _add_log_commands(commands)
     add_restore_commands(commands)
+    add_state_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(args, "log_level", "WARNING"), format="%(levelname)s %(name)s: %(message)s"
@@ -57,6 +59,8 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO | None) -> int:
         return _run_query(args)
     if args.command == "restore":
         return run_restore_command(args)
+    if args.command == "state":
+        return run_state_command(args)
     if args.command == "demo":
         if args.demo == "wordcount":
             from eddyline_runtime.demo.wordcount_demo import run_demo as run_wordcount

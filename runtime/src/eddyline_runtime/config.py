@@ -45,6 +45,9 @@ UNLIMITED = -1
 # runs one task at a time), and an instance starts no more threads than it
 # has tasks anyway.
 MAX_STREAM_THREADS = 64
+# Stores set aside by rebuilds: the newest 4, for at most 7 days (time to republish one).
+DEFAULT_QUARANTINE_MAX_STORES = 4
+DEFAULT_QUARANTINE_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 # KIP-63's original name for statestore.cache.max.bytes, deprecated by KIP-770.
 DEPRECATED_CACHE_KEY = "cache.max.bytes.buffering"
 _CACHE_KEYS = ("statestore.cache.max.bytes", "statestore_cache_max_bytes")
@@ -146,6 +149,15 @@ class StreamsConfig(BaseSettings):
     num_standby_replicas: int = _setting("num.standby.replicas", 0, ge=0)
     # KIP-816: move stores whose sub-topology ordinal changed instead of rebuilding them.
     automatic_state_relocation: bool = _setting("automatic.state.relocation", True)
+    # A store whose changelog no longer fits it is set aside, not deleted (it may be the
+    # best copy of its state left): how many such copies a state directory keeps, and
+    # for how long. Each is a whole store on disk.
+    state_quarantine_max_stores: int = _setting(
+        "state.quarantine.max.stores", DEFAULT_QUARANTINE_MAX_STORES, ge=0
+    )
+    state_quarantine_retention_ms: int = _setting(
+        "state.quarantine.retention.ms", DEFAULT_QUARANTINE_RETENTION_MS, ge=0
+    )
     # eddyline's own: where Spark restore builds (`eddyline restore build --output`) are
     # found. A task whose store is missing ingests the newest build that fits, then
     # replays only the changelog after the build's offset. None: always replay.

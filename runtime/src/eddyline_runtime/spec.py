@@ -46,6 +46,8 @@ from pydantic import (
 
 from eddyline_runtime.config import (
     DEFAULT_CACHE_MAX_BYTES,
+    DEFAULT_QUARANTINE_MAX_STORES,
+    DEFAULT_QUARANTINE_RETENTION_MS,
     DEFAULT_UNCOMMITTED_MAX_BYTES,
     MAX_STREAM_THREADS,
     IsolationLevel,
@@ -396,6 +398,15 @@ STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
         "num.standby.replicas": _setting(
             {"type": "integer", "minimum": 0, "default": 0},
             "standby copies per stateful task, in other zones; capped at replicas - 1",
+        ),
+        "state.quarantine.max.stores": _setting(
+            {"type": "integer", "minimum": 0, "default": DEFAULT_QUARANTINE_MAX_STORES},
+            "stores set aside (not deleted) when their changelog no longer fits them: how "
+            "many each pod keeps (see eddyline state republish)",
+        ),
+        "state.quarantine.retention.ms": _setting(
+            {"type": "integer", "minimum": 0, "default": DEFAULT_QUARANTINE_RETENTION_MS},
+            "how long a store set aside is kept",
         ),
         "automatic.state.relocation": _setting(
             {"type": "boolean", "default": True},

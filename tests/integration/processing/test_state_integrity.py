@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +24,12 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsFailedError, StreamsInstance
 from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.metrics import MetricName
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.restore.replay import restore
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import InMemoryStore, RocksDBStore, StoreCorruptedError, store_directory
+from eddyline_runtime.state.state_directory import quarantine_directory, read_quarantine_note
 from tests.support.word_count import APP, INPUT, STORE, word_count
 
 PARTITIONS = 2
@@ -197,3 +201,89 @@ def test_a_store_directory_copied_from_another_task_is_rebuilt_not_treated_as_ne
     assert "holds no offset for its changelog" in caplog.text
     assert counts(store_contents(counted, 0)) == expected_counts(LINES, 0)
     assert store_contents(counted, 0) == changelog_replay(log, 0)
+
+
+# -- the copy a rebuild sets aside, and writing it back ----------------------------------
+
+
+def test_a_rebuild_sets_the_old_copy_aside_and_republish_restores_what_the_changelog_lost(
+    counted: Path, log: SqliteLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tail truncation lost counts the store still held: the store is the best copy left.
+
+
+    The rebuild must not delete it (it used to: 26,055 word occurrences gone with exit 0
+    and a warning); it goes to the quarantine with a note, the loss is logged as an
+    error naming it, and ``eddyline state republish`` writes it back into the changelog.
+    """
+    before = store_contents(counted, 0)
+    committed = committed_offset(counted, 0)
+    truncate_in_sqlite(tmp_path / "log.db", 0, committed - 3)
+    assert changelog_replay(log, 0) != before  # the changelog alone lost counts
+    with caplog.at_level(logging.ERROR):
+        run(log, counted)
+    assert store_contents(counted, 0) == changelog_replay(log, 0)  # rebuilt, not trusted
+    entries = [e for e in quarantine_directory(counted).iterdir() if read_quarantine_note(e)]
+    assert len(entries) == 1, entries
+    entry = entries[0]
+    note = read_quarantine_note(entry)
+    assert note is not None
+    assert note["store"] == STORE and note["verdict"] == "replaced"
+    assert note["changelog"] == {"topic": CHANGELOG, "partition": 0}
+    assert note["committed"] == committed
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(
+        '"counts"' in m and str(entry) in m and "eddyline state republish" in m for m in errors
+    ), errors
+    with RocksDBStore(STORE, entry) as kept:  # the old copy, whole
+        assert dict(kept.all()) == before
+
+    republished = subprocess.run(
+        [
+            *(sys.executable, "-m", "eddyline_runtime.cli", "state", "republish", str(entry)),
+            *("--log", f"sqlite:///{tmp_path / 'log.db'}"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert republished.returncode == 0, republished.stderr
+    assert f"republished {len(before)} records" in republished.stdout
+    run(log, counted)
+    assert store_contents(counted, 0) == before  # what the truncation took is back
+    assert counts(store_contents(counted, 0)) == expected_counts(LINES, 0)
+
+
+def test_stores_set_aside_are_kept_within_the_configured_count(
+    counted: Path, log: SqliteLog, tmp_path: Path
+) -> None:
+    for entry_number in range(3):
+        committed = committed_offset(counted, 0)
+        truncate_in_sqlite(tmp_path / "log.db", 0, committed)  # the last record lost
+        produce(log, [f"round{entry_number} again"])
+        run(log, counted)
+    kept = [e for e in quarantine_directory(counted).iterdir() if read_quarantine_note(e)]
+    assert len(kept) == 3
+    newest = max(kept, key=lambda e: (read_quarantine_note(e) or {})["set_aside_at"])
+    config = StreamsConfig.from_properties(
+        {
+            "application.id": APP,
+            "state.dir": str(counted),
+            "processing.guarantee": "exactly_once_v2",
+            "state.quarantine.max.stores": 1,
+        }
+    )
+    instance = StreamsInstance(word_count(), config, log)
+    instance.start()
+    try:
+        instance.wait_until_caught_up(60)
+        assert (
+            instance.metrics.snapshot()[
+                MetricName.of("stream-metrics", "state-set-aside-stores-total")
+            ]
+            == 0.0
+        )
+    finally:
+        instance.close()
+    left = [e for e in quarantine_directory(counted).iterdir() if read_quarantine_note(e)]
+    assert left == [newest]

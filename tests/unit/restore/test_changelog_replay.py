@@ -19,6 +19,8 @@ from eddyline_runtime.restore.replay import (
     restore,
 )
 from eddyline_runtime.restore.replay.standby_task import StandbyTask
+from eddyline_runtime.state import RocksDBStore
+from eddyline_runtime.state.state_directory import read_quarantine_note
 from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
@@ -153,18 +155,32 @@ def test_a_running_standby_refuses_records_it_never_applied_being_deleted(
         standby.replay(log)
 
 
-def test_open_trusted_wipes_a_store_that_does_not_fit_and_records_the_epoch(
+def test_open_trusted_sets_aside_a_store_that_does_not_fit_and_records_the_epoch(
     log: SqliteLog, store_factory: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     directory = tmp_path / "0_0" / "counts"
     stale = store_factory(directory=directory)
     stale.restore_batch([(b"stale", b"1")], {CHANGELOG: 500})  # ahead of the changelog
     stale.close()
+    set_aside: list[Path] = []
     with caplog.at_level(logging.WARNING):
-        store, start = open_trusted(lambda: store_factory(directory=directory), log, CHANGELOG)
-    assert 'state store "counts"' in caplog.text and "Wiping it" in caplog.text
+        store, start = open_trusted(
+            lambda: store_factory(directory=directory),
+            log,
+            CHANGELOG,
+            on_set_aside=set_aside.append,
+        )
+    assert 'state store "counts"' in caplog.text and "Rebuilding it" in caplog.text
     assert (start.verdict, start.first_offset) == (ReplayVerdict.REPLAY, 0)
     assert store.get(b"stale") is None
+    # The old copy is not deleted: it went to the state directory's quarantine, with a note.
+    [entry] = set_aside
+    assert entry.parent == tmp_path / ".quarantine" and entry.name.startswith("0_0-counts-")
+    assert str(entry) in caplog.text
+    note = read_quarantine_note(entry)
+    assert note is not None and (note["verdict"], note["committed"]) == ("ahead", 500)
+    with RocksDBStore("counts", entry) as kept:
+        assert kept.get(b"stale") == b"1"
     assert store.changelog_epoch(CHANGELOG) == log.partition_epoch(CHANGELOG)
     restore(store, log, CHANGELOG, start=start)
     assert store.committed_offset(CHANGELOG) == 99

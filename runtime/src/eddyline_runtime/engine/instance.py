@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from eddyline_runtime.assignor import Assignment, Member, MemberTasks, assign
 from eddyline_runtime.config import StreamsConfig
@@ -38,6 +39,7 @@ from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.restore.ingest.build_wait import PendingRestore
 from eddyline_runtime.restore.replay import LagInfo
 from eddyline_runtime.state.relocation import RelocationReport, relocate_state
+from eddyline_runtime.state.state_directory import prune_quarantine
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +102,8 @@ class StreamsInstance:
         self.relocation: RelocationReport | None = None
         self._on_commit = tuple(on_commit)
         self._on_restore = tuple(on_restore)
+        # Stores this instance set aside for a rebuild (open_trusted): where each went.
+        self.stores_set_aside: list[Path] = []
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -125,6 +129,19 @@ class StreamsInstance:
                 MetricName.of("stream-metrics", "state-relocated-stores"),
                 lambda: float(len(relocation.moves)),
             )
+            # Stores set aside by earlier rebuilds are kept for an operator to republish,
+            # within the configured count and age.
+            for gone in prune_quarantine(
+                self.config.state_dir,
+                max_stores=self.config.state_quarantine_max_stores,
+                retention_seconds=self.config.state_quarantine_retention_ms / 1000,
+            ):
+                logger.info("deleted %s: older than the quarantine keeps", gone)
+            # A rebuild that set a store aside is an incident: an operator must see the count.
+            self.metrics.register(
+                MetricName.of("stream-metrics", "state-set-aside-stores-total"),
+                lambda: float(len(self.stores_set_aside)),
+            )
             self.state = InstanceState.REBALANCING
             self.layout = layout
             if self.assignment is None:
@@ -143,6 +160,7 @@ class StreamsInstance:
                 instance_id=self.instance_id,
                 on_commit=self._on_commit,
                 on_restore=self._on_restore,
+                on_set_aside=self.stores_set_aside.append,
             )
             # A thread without a task would only cost memory: start no more than
             # the topology has tasks (assignments change, the task count does not).

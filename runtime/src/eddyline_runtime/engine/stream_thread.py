@@ -61,6 +61,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.engine.queryable import LocalStorePartition
@@ -127,6 +128,8 @@ class ThreadSetup:
     instance_id: str
     on_commit: Sequence[CommitListener] = ()
     on_restore: Sequence[RestoreListener] = ()
+    # Called with where a store went when it was set aside for a rebuild (see open_trusted).
+    on_set_aside: Callable[[Path], None] | None = None
 
 
 class StreamThread:
@@ -177,6 +180,7 @@ class StreamThread:
             opener=self._stores,
             metrics=self._metrics,
             on_restore=setup.on_restore,
+            on_set_aside=setup.on_set_aside,
         )
         self._collector = RecordCollector(setup.log, setup.layout)
         self.migrated = 0  # tasks dropped because another member took them over

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.partition_group import PartitionGroup
@@ -81,6 +82,7 @@ class TaskManager:
         opener: StoreOpener,
         metrics: ThreadMetrics,
         on_restore: Sequence[RestoreListener] = (),
+        on_set_aside: Callable[[Path], None] | None = None,
     ) -> None:
         self._topology = topology
         self._layout = layout
@@ -92,6 +94,7 @@ class TaskManager:
         self._opener = opener
         self._metrics = metrics
         self._on_restore = tuple(on_restore)
+        self._on_set_aside = on_set_aside
         # Read by other threads (queries, progress): replaced, never mutated in place.
         self.active: dict[TaskId, StreamTask] = {}
         self.standbys: dict[TaskId, StandbyTask] = {}
@@ -122,6 +125,7 @@ class TaskManager:
                         log,
                         changelog,
                         copy=f"task {task_id}",
+                        on_set_aside=self._on_set_aside,
                     )
                     verdicts[name] = (changelog, verdict)
                 stores[name] = TaskStore(
@@ -201,6 +205,7 @@ class TaskManager:
                     self._log,
                     changelog,
                     copy=f"standby of task {task_id}",
+                    on_set_aside=self._on_set_aside,
                 )
                 changelogs[name] = changelog
         except BaseException:

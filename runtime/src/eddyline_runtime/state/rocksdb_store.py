@@ -72,7 +72,12 @@ from eddyline_runtime.state.offset_checkpoint import (
     read_offsets,
     write_offsets,
 )
-from eddyline_runtime.state.state_directory import DirectoryLock, empty_trash, move_to_trash
+from eddyline_runtime.state.state_directory import (
+    DirectoryLock,
+    empty_trash,
+    move_to_trash,
+    quarantine_entry,
+)
 from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader, check_key
 from eddyline_runtime.state.transaction_buffer import ABSENT, TransactionBuffer, merge_sorted
 
@@ -407,6 +412,26 @@ class RocksDBStore(StateStore):
                 if self._metrics is not None:
                     self._metrics.unregister_tagged(self._metric_tags)
             shutil.rmtree(trash, ignore_errors=True)
+
+    def set_aside(self, reason: str) -> Path | None:
+        """Close the store and move its directory into the state directory's quarantine.
+
+        One ``rename(2)`` while this store still holds its lock: the store is
+        whole in its place or whole in the quarantine, never half moved.
+        """
+        if self._closed:
+            raise StoreClosedError(self.name, "set aside")
+        self._buffer.reset()
+        entry = quarantine_entry(self.directory, self.name, reason)
+        try:
+            self._close_database()
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(self.directory, entry)
+        finally:
+            self._dir_lock.release()
+            if self._metrics is not None:
+                self._metrics.unregister_tagged(self._metric_tags)
+        return entry
 
     def _release(self) -> None:
         """Close RocksDB and drop the directory lock."""

@@ -6,7 +6,12 @@ The layout, as in Kafka Streams::
       <sub-topology>_<partition>/     a task directory, named by its TaskId ("1_3")
         <store name>/                 a store directory: RocksDB files, .checkpoint,
           eddyline.lock               and the lock naming the process holding it open
-      .quarantine/                    stores relocation found in the way (never deleted)
+      .quarantine/                    stores relocation found in the way (never deleted),
+        <task>-<store>-<when>-<verdict>/   and stores set aside instead of wiped when their
+          eddyline-quarantine.json         changelog no longer fits them (kept up to
+                                           state.quarantine.max.stores and
+                                           state.quarantine.retention.ms; the note says
+                                           what they were)
 
 Everything that spells these paths or takes the lock goes through this
 module: stores, relocation (KIP-816), restore jobs and the tests.
@@ -16,18 +21,24 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.state.errors import StoreLockedError
 
 LOCK_FILE_NAME: Final = "eddyline.lock"
 QUARANTINE_DIR_NAME: Final = ".quarantine"
+
+# The note beside a store set aside by a rebuild: what it was, and why it was set aside.
+QUARANTINE_NOTE_NAME: Final = "eddyline-quarantine.json"
 
 # Only canonical task ids name task directories (str(TaskId) spells "0_1", never
 # "00_1"), so anything else in state.dir is not ours.
@@ -49,6 +60,68 @@ def store_directory(state_dir: str | os.PathLike[str], task: TaskId, store: str)
 def quarantine_directory(state_dir: str | os.PathLike[str]) -> Path:
     """Where stores go that relocation found in the way; eddyline never deletes them."""
     return Path(state_dir) / QUARANTINE_DIR_NAME
+
+
+def quarantine_entry(store_dir: str | os.PathLike[str], store: str, reason: str) -> Path:
+    """A new place for a store set aside: ``.quarantine/<task>-<store>-<UTC time>-<reason>``.
+
+    The quarantine folder is the state directory's (``store_dir`` is
+    ``state.dir/<task>/<store>``); a store outside that layout keeps its own
+    beside it.
+    """
+    path = Path(store_dir)
+    task = path.parent
+    root = task.parent if parse_task_directory(task.name) is not None else task
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = quarantine_directory(root) / f"{task.name}-{store}-{stamp}-{reason.lower()}"
+    entry, attempt = base, 1
+    while entry.exists():
+        attempt += 1
+        entry = base.with_name(f"{base.name}-{attempt}")
+    return entry
+
+
+def write_quarantine_note(entry: Path, note: Mapping[str, Any]) -> None:
+    """Say what a store set aside was (its store, changelog, verdict, offsets, when)."""
+    temporary = entry / f".{QUARANTINE_NOTE_NAME}.tmp"
+    temporary.write_text(json.dumps({**note, "set_aside_at": time.time()}), encoding="utf-8")
+    os.replace(temporary, entry / QUARANTINE_NOTE_NAME)
+
+
+def read_quarantine_note(entry: Path) -> dict[str, Any] | None:
+    """The note of a store set aside, or None where there is none (relocation's entries)."""
+    try:
+        note = json.loads((entry / QUARANTINE_NOTE_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # unreadable: leave the entry alone, as one we did not write
+    return note if isinstance(note, dict) else None
+
+
+def prune_quarantine(
+    state_dir: str | os.PathLike[str], *, max_stores: int, retention_seconds: float
+) -> list[Path]:
+    """Delete stores set aside by rebuilds beyond the newest ``max_stores`` or older than
+    ``retention_seconds``; returns what went. Relocation's entries (no note) are kept."""
+    folder = quarantine_directory(state_dir)
+    if not folder.is_dir():
+        return []
+    noted: list[tuple[float, Path]] = []
+    for entry in folder.iterdir():
+        note = read_quarantine_note(entry) if entry.is_dir() else None
+        if note is not None:
+            noted.append((float(note.get("set_aside_at", 0.0)), entry))
+    noted.sort(reverse=True)  # newest first
+    now = time.time()
+    gone = [
+        entry
+        for index, (when, entry) in enumerate(noted)
+        if index >= max_stores or now - when > retention_seconds
+    ]
+    for entry in gone:
+        shutil.rmtree(entry, ignore_errors=True)
+    return gone
 
 
 def trash_directory(store_dir: str | os.PathLike[str]) -> Path:

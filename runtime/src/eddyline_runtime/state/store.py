@@ -29,6 +29,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Self
 
 from eddyline_runtime.config import IsolationLevel
@@ -205,12 +206,20 @@ class StateStore(ReadableKeyValueStore):
         """Keep ``epoch`` beside ``partition``'s offset, written with the next commit."""
 
     def wipe(self) -> None:
-        """Close the store and delete everything it holds, committed state included.
+        """Close the store and delete everything it holds, committed state included."""
+        self.close()
+
+    def set_aside(self, reason: str) -> Path | None:
+        """Close the store and move what it holds out of its place; returns where it went.
 
         For a store that cannot be trusted (its offsets do not fit its
-        changelog): restoration then rebuilds it from the changelog.
+        changelog) but may be the best copy of its state left: restoration
+        rebuilds the store from the changelog, and the copy set aside can be
+        written back into it (``eddyline state republish``). A store with
+        nothing on disk has nothing to keep: it is wiped (None).
         """
-        self.close()
+        self.wipe()
+        return None
 
     @abc.abstractmethod
     def approximate_num_uncommitted_bytes(self) -> int:

@@ -39,8 +39,9 @@ first:
   for another (a directory copied from another task or application): its
   data is not this changelog's, so it is not "a store without offsets".
 
-Kafka Streams marks a task corrupted in these cases; the runtime wipes the
-store and rebuilds it from the changelog (:func:`open_trusted`).
+Kafka Streams marks a task corrupted in these cases and wipes the store; the runtime
+sets the store aside in the quarantine (it may be the best copy of the state
+left) and rebuilds it from the changelog (:func:`open_trusted`).
 """
 
 from __future__ import annotations
@@ -49,11 +50,14 @@ import enum
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state import StateStore
+from eddyline_runtime.state.state_directory import write_quarantine_note
 
 logger = logging.getLogger(__name__)
 
@@ -284,26 +288,41 @@ def open_trusted(
     changelog: TopicPartition,
     *,
     copy: str = "",
+    on_set_aside: Callable[[Path], None] | None = None,
 ) -> tuple[StateStore, ReplayStart]:
-    """Open a store for ``changelog`` that replay can bring up to date, wiping it if it cannot.
+    """Open a store for ``changelog`` that replay can bring up to date, rebuilding it if not.
 
     A store whose offsets do not fit its changelog (any verdict but REPLAY
-    and CAUGHT_UP) is wiped, with a warning naming it and why, and opened
-    again empty: restoration then rebuilds it from the changelog's start.
-    The changelog's epoch is recorded on the store, to be committed with its
-    next offsets. Returns the store and its verdict.
+    and CAUGHT_UP) is set aside into the state directory's quarantine, never
+    deleted: when the changelog was truncated, rewritten or deleted, that copy
+    may be the best one of the state left. The loss is loud (an error naming
+    the store, the verdict and where the copy went, and ``on_set_aside``, which
+    counts it); the store is opened again empty and restoration rebuilds it
+    from the changelog's start. ``eddyline state republish`` writes a copy set
+    aside back into its changelog. The changelog's epoch is recorded on the
+    store, to be committed with its next offsets. Returns the store and its
+    verdict.
     """
     store = open_store()
     try:
         start = judge(store, log, changelog)
         if not start.trusted:
             reason = mismatch_error(store.name, changelog, start, copy=copy)
-            logger.warning(
-                "%s. Wiping it and rebuilding it from the changelog's start (offset %d)",
+            name = store.name
+            kept = store.set_aside(start.verdict.value)
+            if kept is not None:
+                write_quarantine_note(kept, quarantine_note(name, changelog, start, copy))
+                if on_set_aside is not None:
+                    on_set_aside(kept)
+            logger.error(
+                "%s. Rebuilding it from the changelog's start (offset %d); the copy it held %s",
                 reason.problem,
                 start.log_start,
+                "is gone (it had nothing on disk)"
+                if kept is None
+                else f"is kept at {kept}: to write it back into the changelog, run "
+                f"`eddyline state republish {kept} --log LOG_URL`",
             )
-            store.wipe()
             store = open_store()
             start = judge(store, log, changelog)
         if start.log_epoch is not None:
@@ -312,3 +331,20 @@ def open_trusted(
         store.close()
         raise
     return store, start
+
+
+def quarantine_note(
+    store: str, changelog: TopicPartition, start: ReplayStart, copy: str
+) -> dict[str, Any]:
+    """What ``eddyline state republish`` and a person need to know of a copy set aside."""
+    return {
+        "store": store,
+        "copy": copy,
+        "changelog": {"topic": changelog.topic, "partition": changelog.partition},
+        "verdict": start.verdict.value,
+        "committed": start.committed,
+        "log_start": start.log_start,
+        "log_end": start.log_end,
+        "store_epoch": start.store_epoch,
+        "log_epoch": start.log_epoch,
+    }

@@ -1,0 +1,51 @@
+"""Stores a rebuild set aside: where they go, and how long the state directory keeps them."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.state.state_directory import (
+    QUARANTINE_NOTE_NAME,
+    prune_quarantine,
+    quarantine_directory,
+    quarantine_entry,
+    store_directory,
+    write_quarantine_note,
+)
+
+
+def set_aside(state_dir: Path, name: str, at: float) -> Path:
+    entry = quarantine_directory(state_dir) / name
+    entry.mkdir(parents=True)
+    (entry / QUARANTINE_NOTE_NAME).write_text(json.dumps({"set_aside_at": at}))
+    return entry
+
+
+def test_entries_go_to_the_state_directorys_quarantine_with_unique_names(tmp_path: Path) -> None:
+    store_dir = store_directory(tmp_path, TaskId(1, 3), "counts")
+    first = quarantine_entry(store_dir, "counts", "GAP")
+    assert first.parent == tmp_path / ".quarantine"
+    assert first.name.startswith("1_3-counts-") and first.name.endswith("-gap")
+    first.mkdir(parents=True)
+    write_quarantine_note(first, {"store": "counts"})
+    second = quarantine_entry(store_dir, "counts", "GAP")
+    assert second != first and second.name == f"{first.name}-2"
+
+
+def test_prune_keeps_the_newest_within_count_and_age_and_never_relocations_entries(
+    tmp_path: Path,
+) -> None:
+    now = time.time()
+    old = set_aside(tmp_path, "old", now - 10 * 86_400)
+    newer = [set_aside(tmp_path, f"n{i}", now - i) for i in range(4)]
+    relocated = quarantine_directory(tmp_path) / "0_1-counts-relocation-conflict"
+    relocated.mkdir()  # relocation's conflicts carry no note: an operator's to judge
+    gone = prune_quarantine(tmp_path, max_stores=2, retention_seconds=7 * 86_400)
+    assert sorted(gone) == sorted([old, newer[2], newer[3]])
+    assert sorted(quarantine_directory(tmp_path).iterdir()) == sorted(
+        [newer[0], newer[1], relocated]
+    )
+    assert prune_quarantine(tmp_path / "missing", max_stores=0, retention_seconds=0) == []
