@@ -158,6 +158,11 @@ class StreamsConfig(BaseSettings):
     state_quarantine_retention_ms: int = _setting(
         "state.quarantine.retention.ms", DEFAULT_QUARANTINE_RETENTION_MS, ge=0
     )
+    # A changelog topic deleted and created again holds none of a store's state: a
+    # rebuild would start from nothing. Refused unless this is set.
+    state_rebuild_after_changelog_recreated: bool = _setting(
+        "state.rebuild.after.changelog.recreated", False
+    )
     # eddyline's own: where Spark restore builds (`eddyline restore build --output`) are
     # found. A task whose store is missing ingests the newest build that fits, then
     # replays only the changelog after the build's offset. None: always replay.

@@ -408,6 +408,11 @@ STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
             {"type": "integer", "minimum": 0, "default": DEFAULT_QUARANTINE_RETENTION_MS},
             "how long a store set aside is kept",
         ),
+        "state.rebuild.after.changelog.recreated": _setting(
+            {"type": "boolean", "default": False},
+            "rebuild stores whose whole changelog topic was deleted and created again "
+            "(refused by default: the new topic holds none of their state)",
+        ),
         "automatic.state.relocation": _setting(
             {"type": "boolean", "default": True},
             "KIP-816: move state whose sub-topology ordinal changed instead of rebuilding it",

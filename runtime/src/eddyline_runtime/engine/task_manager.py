@@ -126,6 +126,7 @@ class TaskManager:
                         changelog,
                         copy=f"task {task_id}",
                         on_set_aside=self._on_set_aside,
+                        rebuild_recreated=config.state_rebuild_after_changelog_recreated,
                     )
                     verdicts[name] = (changelog, verdict)
                 stores[name] = TaskStore(
@@ -206,6 +207,7 @@ class TaskManager:
                     changelog,
                     copy=f"standby of task {task_id}",
                     on_set_aside=self._on_set_aside,
+                    rebuild_recreated=self._config.state_rebuild_after_changelog_recreated,
                 )
                 changelogs[name] = changelog
         except BaseException:

@@ -400,7 +400,10 @@ class Log(abc.ABC):
         diverged logs, KIP-320). Stores keep it beside their committed
         changelog offset, and a store whose epoch is not the changelog's is
         rebuilt instead of trusted. Appends, compaction and deleting records
-        from the start never change it.
+        from the start never change it. Its form is ``<topic incarnation>:<partition
+        epoch>``: the part before the first ``:`` changes only when the topic was
+        deleted and created again (which the runtime refuses to rebuild from
+        unless told to, see ``state.rebuild.after.changelog.recreated``).
         """
         return None
 

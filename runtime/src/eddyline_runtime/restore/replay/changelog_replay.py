@@ -232,6 +232,34 @@ class ChangelogReplacedError(ChangelogMismatchError):
         )
 
 
+class ChangelogRecreatedError(EddylineError):
+    """A store's whole changelog topic was deleted and created again; rebuilding is refused."""
+
+    def __init__(self, store: str, changelog: TopicPartition, start: ReplayStart, copy: str):
+        which = f" ({copy})" if copy else ""
+        super().__init__(
+            f'the changelog topic "{changelog.topic}" of state store "{store}"{which} was '
+            f"deleted and created again (incarnation {start.log_epoch}, the store recorded "
+            f"{start.store_epoch}): the new topic holds none of the store's state, so a rebuild "
+            "would start from nothing. A deleted changelog is more often a mistake than an "
+            "incident: restore the topic if you can. To rebuild from the new topic anyway "
+            "(the store is kept aside in the quarantine), set "
+            "state.rebuild.after.changelog.recreated=true"
+        )
+
+
+def changelog_recreated(start: ReplayStart) -> bool:
+    """Whether the verdict is REPLACED because the whole topic was created again.
+
+    Epochs read ``<topic incarnation>:<partition epoch>`` (see ``Log.partition_epoch``).
+    """
+    if start.verdict is not ReplayVerdict.REPLACED:
+        return False
+    if start.store_epoch is None or start.log_epoch is None:
+        return False
+    return start.store_epoch.partition(":")[0] != start.log_epoch.partition(":")[0]
+
+
 class ForeignStoreError(ChangelogMismatchError):
     """The store's offsets belong to other changelog partitions than its own."""
 
@@ -289,6 +317,7 @@ def open_trusted(
     *,
     copy: str = "",
     on_set_aside: Callable[[Path], None] | None = None,
+    rebuild_recreated: bool = False,
 ) -> tuple[StateStore, ReplayStart]:
     """Open a store for ``changelog`` that replay can bring up to date, rebuilding it if not.
 
@@ -300,13 +329,16 @@ def open_trusted(
     counts it); the store is opened again empty and restoration rebuilds it
     from the changelog's start. ``eddyline state republish`` writes a copy set
     aside back into its changelog. The changelog's epoch is recorded on the
-    store, to be committed with its next offsets. Returns the store and its
-    verdict.
+    store, to be committed with its next offsets. A whole changelog topic
+    created again is refused (:class:`ChangelogRecreatedError`) unless
+    ``rebuild_recreated``. Returns the store and its verdict.
     """
     store = open_store()
     try:
         start = judge(store, log, changelog)
         if not start.trusted:
+            if changelog_recreated(start) and not rebuild_recreated:
+                raise ChangelogRecreatedError(store.name, changelog, start, copy)
             reason = mismatch_error(store.name, changelog, start, copy=copy)
             name = store.name
             kept = store.set_aside(start.verdict.value)
