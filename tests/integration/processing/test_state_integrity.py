@@ -11,10 +11,12 @@ warning naming it), never the stale copy, never the stale copy plus a tail.
 from __future__ import annotations
 
 import logging
+import marshal
 import shutil
 import sqlite3
 import subprocess
 import sys
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -323,3 +325,106 @@ def test_a_changelog_topic_deleted_and_created_again_is_refused_unless_allowed(
             assert dict(kept.all()) == before
     finally:
         fresh.close()
+
+
+# -- a changelog that diverged without its end moving back -------------------------------
+
+
+def rewrite_tail_in_sqlite(log_path: Path, partition: int, extra: int) -> None:
+    """In one SQLite transaction: replace the partition's last batch by other records at the
+    same offsets, plus ``extra`` more, so the end never moves back (no truncation seen)."""
+    with sqlite3.connect(log_path) as db:
+        topic_id, next_offset = db.execute(
+            "SELECT t.id, p.next_offset FROM topics t JOIN partitions p ON p.topic_id = t.id "
+            "WHERE t.name = ? AND p.partition = ?",
+            (CHANGELOG, partition),
+        ).fetchone()
+        base, count = db.execute(
+            "SELECT base_offset, record_count FROM record_batches WHERE topic_id = ? "
+            "AND partition = ? ORDER BY last_offset DESC LIMIT 1",
+            (topic_id, partition),
+        ).fetchone()
+        db.execute(
+            "DELETE FROM record_batches WHERE topic_id = ? AND partition = ? AND base_offset = ?",
+            (topic_id, partition, base),
+        )
+        total = count + extra
+        keys = [b"rewritten-%d" % i for i in range(total)]
+        values = [LONGS.serialize(1000 + i) for i in range(total)]
+        db.execute(
+            "INSERT INTO record_batches (topic_id, partition, last_offset, base_offset, "
+            "record_count, offsets, keys, vals, timestamps, headers) "
+            "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, NULL)",
+            (
+                topic_id,
+                partition,
+                base + total - 1,
+                base,
+                total,
+                marshal.dumps(keys, 4),
+                marshal.dumps(values, 4),
+                array("q", [0] * total).tobytes(),
+            ),
+        )
+        db.execute(
+            "UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?",
+            (max(next_offset, base + total), topic_id, partition),
+        )
+
+
+def test_records_rewritten_in_place_without_the_end_moving_back_rebuild_the_store(
+    counted: Path, log: SqliteLog, tmp_path: Path
+) -> None:
+    """The store committed at the old end must not resume on top of records it never applied
+    (it did: 100 keys differed from a replay)."""
+    rewrite_tail_in_sqlite(tmp_path / "log.db", 0, extra=10)
+    run(log, counted)
+    assert store_contents(counted, 0) == changelog_replay(log, 0)
+    assert any(b"rewritten-" in key for key in store_contents(counted, 0))
+
+
+def test_a_routine_compaction_and_a_truncation_after_the_store_keep_the_store(
+    counted: Path, log: SqliteLog, tmp_path: Path
+) -> None:
+    """Neither changes a record the store applied: no rebuild, only the tail is replayed."""
+    committed = committed_offset(counted, 0)
+    changelog = TopicPartition(CHANGELOG, 0)
+    log.compact(CHANGELOG)
+    log.produce(changelog, [Record(b"later", LONGS.serialize(7), 0) for _ in range(3)])
+    truncate_in_sqlite(tmp_path / "log.db", 0, committed + 2)  # cut after the store's offset
+    restored = run(log, counted)
+    report = restored[TaskId(COUNTING, 0)]
+    assert report.result.first_offset == committed + 1  # resumed, not rebuilt
+    assert not quarantine_directory(counted).exists()
+    assert store_contents(counted, 0) == changelog_replay(log, 0)
+
+
+def test_copies_that_saw_records_a_restored_backup_lost_are_not_adopted(
+    counted: Path, tmp_path: Path
+) -> None:
+    """A log.db put back from a backup: one copy finds itself ahead and is rebuilt, growing the
+    changelog past the offsets another copy saw; that copy must not be adopted (counts were
+    published backwards, 7 -> 12 -> 7)."""
+    log_path, backup = tmp_path / "log.db", tmp_path / "backup.db"
+    with sqlite3.connect(log_path) as live, sqlite3.connect(backup) as copy:
+        live.backup(copy)
+    other = tmp_path / "other-state"
+    log = SqliteLog(log_path)
+    produce(log, ["future lines the backup never saw"] * 30)
+    run(log, counted)
+    log.close()
+    shutil.copytree(counted, other)  # a second copy that saw the future (replica 1's)
+    for lock in other.rglob("eddyline.lock"):
+        lock.unlink()
+    with sqlite3.connect(backup) as copy, sqlite3.connect(log_path) as live:
+        copy.backup(live)  # the log goes back in time
+    log = SqliteLog(log_path)
+    try:
+        produce(log, [f"new{i} words{i % 7}" for i in range(200)])
+        run(log, counted)  # ahead of the log: rebuilt, and the changelog regrows
+        assert store_contents(counted, 0) == changelog_replay(log, 0)
+        assert log.end_offset(TopicPartition(CHANGELOG, 0)) > committed_offset(other, 0)
+        run(log, other)
+        assert store_contents(other, 0) == changelog_replay(log, 0)  # rebuilt, not adopted
+    finally:
+        log.close()

@@ -194,3 +194,35 @@ def test_a_full_disk_is_reported_as_such_and_the_log_keeps_working(log: SqliteLo
     connection.execute("PRAGMA max_page_count = 1073741823")  # space freed
     log.produce(tp, [Record(b"k", b"second", 0)])
     assert [r.value for r in log.fetch(tp, 0, 10).records] == [b"first", b"second"]
+
+
+def test_the_epoch_history_says_where_each_epoch_ended(log: SqliteLog, tmp_path: Path) -> None:
+    """KIP-101's question on the embedded log: until which offset does an epoch's data hold?"""
+    tp = TopicPartition("hist", 0)
+    log.create_topic("hist", 1, compacted=True)
+    log.produce(tp, [Record(b"k%d" % (i % 3), b"v%d" % i, 0) for i in range(10)])
+    first = log.partition_epoch(tp)
+    assert first is not None
+    assert log.epoch_end_offset(tp, first) == 10  # the current epoch runs to the end
+    log.compact("hist")  # rewrites batches, changes no record: same epoch
+    log.produce(tp, [Record(b"k9", b"later", 0)])
+    assert log.partition_epoch(tp) == first
+    log.truncate(tp, 8)
+    second = log.partition_epoch(tp)
+    assert second != first
+    assert log.epoch_end_offset(tp, first) == 8
+    log.record_divergence(tp)  # a copy saw offsets the log lost
+    third = log.partition_epoch(tp)
+    assert third not in (first, second)
+    assert log.epoch_end_offset(tp, second) == 8
+    assert log.epoch_end_offset(tp, first) == 8
+    assert log.epoch_end_offset(tp, "another-topic:0") is None
+    # A hand edit that rewrites a record in place starts an epoch at that batch.
+    with sqlite3.connect(tmp_path / "log.db") as db:
+        db.execute(
+            "UPDATE record_batches SET timestamps = timestamps WHERE partition = 0 AND "
+            "topic_id = (SELECT id FROM topics WHERE name = 'hist')"
+        )
+    assert log.partition_epoch(tp) not in (first, second, third)
+    # Its first batch starts at offset 7, the first record compaction kept.
+    assert log.epoch_end_offset(tp, third) == 7

@@ -407,6 +407,24 @@ class Log(abc.ABC):
         """
         return None
 
+    def epoch_end_offset(self, tp: TopicPartition, epoch: str) -> int | None:
+        """Where ``epoch`` of the partition ended: the first offset written after it.
+
+        Kafka's OffsetsForLeaderEpoch (KIP-101): a copy that committed offset
+        O in ``epoch`` still holds what the log holds when O is below this.
+        None when the log cannot tell (then a copy of another epoch is rebuilt).
+        """
+        return None
+
+    def record_divergence(self, tp: TopicPartition) -> None:
+        """A copy saw offsets of ``tp`` that the log no longer holds (its committed offset is
+        past the end): records written from now on must not be taken for the lost ones.
+
+        A log whose own epochs already mark such divergence (Kafka's leader
+        epochs) does nothing.
+        """
+        return None
+
     @abc.abstractmethod
     def committed_offsets(
         self, group: str, partitions: Sequence[TopicPartition]

@@ -29,11 +29,12 @@ table, and refuse every write.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
 from pathlib import Path
@@ -128,18 +129,80 @@ _MIGRATIONS = {
     ),
 }
 
-# A partition's end moving back (truncation, however it was done: even by hand
-# in SQL) starts a new epoch, so offsets from before it are never mistaken for
-# offsets after it. The trigger lives in the database, not in this adapter.
-_TRUNCATION_TRIGGER = """
-CREATE TRIGGER IF NOT EXISTS partition_truncated
+# A partition's epoch history: each epoch and the first offset written in it
+# (Kafka's leader-epoch cache, KIP-101). A store that committed offset O in
+# epoch E still holds what the log holds if no later epoch starts at or below
+# O (:meth:`SqliteLog.epoch_end_offset`). Epoch 0 starts at offset 0 and has no
+# row. Changes to the history are made by the database's own triggers (so a
+# hand edit in SQL cannot dodge them), and by ``record_divergence``.
+_EPOCH_HISTORY = """
+CREATE TABLE IF NOT EXISTS partition_epochs (
+    topic_id INTEGER NOT NULL,
+    partition INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    start_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, epoch)
+) WITHOUT ROWID
+"""
+# Rows here, inside one write transaction, tell the triggers that the adapter
+# itself is rewriting a partition's batches without changing any record
+# (compaction; the straddling batch a truncation keeps): no new epoch for that.
+_REWRITES = """
+CREATE TABLE IF NOT EXISTS log_rewrites (
+    topic_id INTEGER NOT NULL,
+    partition INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition)
+) WITHOUT ROWID
+"""
+# The triggers, replaced on every open so a log written by an earlier version
+# gets the current ones. Every change that can give an offset other records
+# starts a new epoch at the first offset it touches:
+# * the end moving back (truncation, however it is done, even by hand in SQL);
+# * a batch inserted below the partition's end, or a stored batch's records
+#   changed in place, without the adapter marking it a rewrite: records
+#   replaced where the end never moved back.
+_TRIGGERS = {
+    "partition_truncated": """
+CREATE TRIGGER partition_truncated
 AFTER UPDATE OF next_offset ON partitions
 WHEN NEW.next_offset < OLD.next_offset
 BEGIN
     UPDATE partitions SET epoch = OLD.epoch + 1
     WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
+    INSERT OR REPLACE INTO partition_epochs VALUES
+        (NEW.topic_id, NEW.partition, OLD.epoch + 1, NEW.next_offset);
 END
-"""
+""",
+    "records_replaced": """
+CREATE TRIGGER records_replaced
+AFTER INSERT ON record_batches
+WHEN NEW.base_offset < (
+        SELECT next_offset FROM partitions
+        WHERE topic_id = NEW.topic_id AND partition = NEW.partition)
+    AND NOT EXISTS (
+        SELECT 1 FROM log_rewrites
+        WHERE topic_id = NEW.topic_id AND partition = NEW.partition)
+BEGIN
+    UPDATE partitions SET epoch = epoch + 1
+    WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
+    INSERT OR REPLACE INTO partition_epochs SELECT topic_id, partition, epoch, NEW.base_offset
+    FROM partitions WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
+END
+""",
+    "records_changed": """
+CREATE TRIGGER records_changed
+AFTER UPDATE OF base_offset, offsets, keys, vals, timestamps, headers ON record_batches
+WHEN NOT EXISTS (
+        SELECT 1 FROM log_rewrites
+        WHERE topic_id = NEW.topic_id AND partition = NEW.partition)
+BEGIN
+    UPDATE partitions SET epoch = epoch + 1
+    WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
+    INSERT OR REPLACE INTO partition_epochs SELECT topic_id, partition, epoch, NEW.base_offset
+    FROM partitions WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
+END
+""",
+}
 
 
 class SqliteLog(Log):
@@ -168,7 +231,16 @@ class SqliteLog(Log):
                     if column not in columns:
                         for statement in statements:
                             db.execute(statement)
-                db.execute(_TRUNCATION_TRIGGER)
+                db.execute(_EPOCH_HISTORY)
+                db.execute(_REWRITES)
+                for name, trigger in _TRIGGERS.items():
+                    installed = db.execute(
+                        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?",
+                        (name,),
+                    ).fetchone()
+                    if installed is None or installed[0] != trigger.strip():
+                        db.execute(f"DROP TRIGGER IF EXISTS {name}")
+                        db.execute(trigger)
                 _convert_record_rows(db)
         except sqlite3.DatabaseError as error:
             self.close()
@@ -403,6 +475,55 @@ class SqliteLog(Log):
                 raise UnknownTopicError(f"partition {tp}", [])
         return f"{row[0]}:{row[1]}"
 
+    def epoch_end_offset(self, tp: TopicPartition, epoch: str) -> int | None:
+        """The first offset written after ``epoch`` ended: a later epoch's start, or the end.
+
+        None for an epoch of another incarnation of the topic, or one the
+        history does not hold (it ended before this log kept a history).
+        """
+        incarnation, _, number = epoch.partition(":")
+        if not number.isdigit():
+            return None
+        with self._read() as db:
+            row = db.execute(
+                "SELECT t.uuid, t.id, p.epoch, p.next_offset FROM topics t JOIN partitions p "
+                "ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
+                (tp.topic, tp.partition),
+            ).fetchone()
+            if row is None or row[0] != incarnation or int(number) > row[2]:
+                return None
+            if int(number) == row[2]:
+                return int(row[3])  # the current epoch: it runs to the end
+            later = db.execute(
+                "SELECT epoch, start_offset FROM partition_epochs WHERE topic_id = ? "
+                "AND partition = ? AND epoch > ? ORDER BY epoch",
+                (row[1], tp.partition, int(number)),
+            ).fetchall()
+        # Only a history holding the very next epoch says where this one ended; an
+        # epoch started later by a truncation may begin above that point.
+        if not later or later[0][0] != int(number) + 1:
+            return None
+        return int(min(start for _, start in later))
+
+    def record_divergence(self, tp: TopicPartition) -> None:
+        """A copy saw offsets this partition no longer holds: start a new epoch at its end.
+
+        Records written from here on are not the ones that copy (or any other
+        that saw the lost records) applied, so such copies are judged another
+        epoch's, not trusted to resume.
+        """
+        with self._write() as db:
+            topic_id = self._topic(db, tp)
+            db.execute(
+                "UPDATE partitions SET epoch = epoch + 1 WHERE topic_id = ? AND partition = ?",
+                (topic_id, tp.partition),
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO partition_epochs SELECT topic_id, partition, epoch, "
+                "next_offset FROM partitions WHERE topic_id = ? AND partition = ?",
+                (topic_id, tp.partition),
+            )
+
     # -- consumer group offsets ------------------------------------------------------
 
     def committed_offsets(
@@ -485,7 +606,8 @@ class SqliteLog(Log):
                     (topic_id, partition),
                 )
                 offsets = list(compress(read.offsets, keep))
-                _insert_batches(db, topic_id, partition, offsets, kept)
+                with _rewriting(db, topic_id, partition):
+                    _insert_batches(db, topic_id, partition, offsets, kept)
         return removed
 
     def delete_records(self, tp: TopicPartition, before_offset: int) -> int:
@@ -555,7 +677,8 @@ class SqliteLog(Log):
                     batch.timestamps(0, kept),
                     batch.headers(0, kept),
                 )
-                _insert_batches(db, topic_id, tp.partition, batch.offsets(0, kept), columns)
+                with _rewriting(db, topic_id, tp.partition):
+                    _insert_batches(db, topic_id, tp.partition, batch.offsets(0, kept), columns)
             db.execute(
                 "UPDATE partitions SET next_offset = ?, log_start = min(log_start, ?) "
                 "WHERE topic_id = ? AND partition = ?",
@@ -854,6 +977,19 @@ def _batches(
     return found
 
 
+@contextlib.contextmanager
+def _rewriting(db: sqlite3.Connection, topic_id: int, partition: int) -> Iterator[None]:
+    """Within the caller's write transaction: the adapter rewrites batches of a partition
+    without changing any record, so the triggers start no epoch for it."""
+    db.execute("INSERT OR IGNORE INTO log_rewrites VALUES (?, ?)", (topic_id, partition))
+    try:
+        yield
+    finally:
+        db.execute(
+            "DELETE FROM log_rewrites WHERE topic_id = ? AND partition = ?", (topic_id, partition)
+        )
+
+
 def _convert_record_rows(db: sqlite3.Connection) -> None:
     """Move the records of a log written one row per record into batch rows.
 
@@ -876,7 +1012,8 @@ def _convert_record_rows(db: sqlite3.Connection) -> None:
             [row[3] for row in rows],
             [_decode_row_headers(row[4]) for row in rows],
         )
-        _insert_batches(db, topic_id, partition, [row[0] for row in rows], columns)
+        with _rewriting(db, topic_id, partition):
+            _insert_batches(db, topic_id, partition, [row[0] for row in rows], columns)
     db.execute("DROP TABLE records")
 
 

@@ -111,13 +111,20 @@ def replay_start(
     *,
     store_epoch: str | None = None,
     log_epoch: str | None = None,
+    store_epoch_end: int | None = None,
     other_changelogs: Collection[TopicPartition] = (),
 ) -> ReplayStart:
     """Judge a store against its changelog's bounds (see the module's table).
 
     ``store_epoch`` is the changelog epoch the store recorded beside its
     offset, ``log_epoch`` the changelog's now (None: unknown, not compared);
-    ``other_changelogs`` the other partitions the store holds offsets for.
+    ``store_epoch_end`` where the store's epoch ended in the changelog's
+    history (the first offset written in a later epoch; None: unknown). A
+    store of an earlier epoch still holds what the changelog holds when its
+    offset lies below that point (offsets after it were replaced, not its
+    own), as Kafka's leader-epoch check (KIP-101) decides; else it is
+    REPLACED. ``other_changelogs`` are the other partitions the store holds
+    offsets for.
     """
     if log_start < 0 or log_end < log_start:
         raise ValueError(f"changelog bounds [{log_start}, {log_end}) are not a log's")
@@ -128,6 +135,7 @@ def replay_start(
         and store_epoch is not None
         and log_epoch is not None
         and store_epoch != log_epoch
+        and (store_epoch_end is None or committed >= store_epoch_end)
     ):
         verdict = ReplayVerdict.REPLACED
     elif committed is None:
@@ -147,12 +155,18 @@ def replay_start(
 
 def judge(store: StateStore, log: Log, changelog: TopicPartition) -> ReplayStart:
     """:func:`replay_start` for ``store`` against the live bounds and epoch of ``changelog``."""
+    store_epoch = store.changelog_epoch(changelog)
+    log_epoch = log.partition_epoch(changelog)
+    epoch_end = None
+    if store_epoch is not None and log_epoch is not None and store_epoch != log_epoch:
+        epoch_end = log.epoch_end_offset(changelog, store_epoch)
     return replay_start(
         store.committed_offset(changelog),
         log.beginning_offset(changelog),
         log.end_offset(changelog),
-        store_epoch=store.changelog_epoch(changelog),
-        log_epoch=log.partition_epoch(changelog),
+        store_epoch=store_epoch,
+        log_epoch=log_epoch,
+        store_epoch_end=epoch_end,
         other_changelogs=[tp for tp in store.committed_changelogs() if tp != changelog],
     )
 
@@ -339,6 +353,11 @@ def open_trusted(
         if not start.trusted:
             if changelog_recreated(start) and not rebuild_recreated:
                 raise ChangelogRecreatedError(store.name, changelog, start, copy)
+            if start.verdict is ReplayVerdict.AHEAD:
+                # The changelog lost records this copy applied (a truncation, a log
+                # restored from a backup): what is written at those offsets from now
+                # on is not what this copy, or any other copy that saw them, holds.
+                log.record_divergence(changelog)
             reason = mismatch_error(store.name, changelog, start, copy=copy)
             name = store.name
             kept = store.set_aside(start.verdict.value)
