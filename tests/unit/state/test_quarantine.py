@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.state import RocksDBStore
 from eddyline_runtime.state.state_directory import (
     QUARANTINE_NOTE_NAME,
+    STAGING_PREFIX,
     prune_quarantine,
     quarantine_directory,
     quarantine_entry,
@@ -49,3 +52,25 @@ def test_prune_keeps_the_newest_within_count_and_age_and_never_relocations_entri
         [newer[0], newer[1], relocated]
     )
     assert prune_quarantine(tmp_path / "missing", max_stores=0, retention_seconds=0) == []
+
+
+def test_opening_a_store_clears_what_an_interrupted_ingest_left_but_not_a_live_one(
+    tmp_path: Path,
+) -> None:
+    target = store_directory(tmp_path, TaskId(0, 0), "counts")
+    target.parent.mkdir(parents=True)
+    dead = target.parent / f"{STAGING_PREFIX}counts-999999999-abcd"  # no such process
+    (dead / "sub").mkdir(parents=True)
+    dead.with_name(dead.name + ".files").mkdir()
+    other_store = target.parent / f"{STAGING_PREFIX}other-999999999-abcd"
+    other_store.mkdir()
+    with subprocess.Popen(["sleep", "30"]) as builder:  # another process's build, running
+        live = target.parent / f"{STAGING_PREFIX}counts-{builder.pid}-beef"
+        live.mkdir()
+        try:
+            RocksDBStore("counts", target).close()
+        finally:
+            builder.kill()
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted(
+        ["counts", live.name, other_store.name]
+    )

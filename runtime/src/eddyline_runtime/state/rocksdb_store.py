@@ -77,6 +77,7 @@ from eddyline_runtime.state.state_directory import (
     empty_trash,
     move_to_trash,
     quarantine_entry,
+    remove_staging_directories,
 )
 from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader, check_key
 from eddyline_runtime.state.transaction_buffer import ABSENT, TransactionBuffer, merge_sorted
@@ -185,6 +186,10 @@ class RocksDBStore(StateStore):
             ) from error
         self._dir_lock = DirectoryLock.acquire(name, self.directory)
         empty_trash(self.directory)
+        for leftover in remove_staging_directories(self.directory):
+            logger.info(
+                'state store "%s": removed %s, left by an interrupted ingest', name, leftover
+            )
         created = not (self.directory / _ROCKSDB_CURRENT_FILE).exists()
         # Write-ahead log on, not synced per write: see the module docstring.
         self._write_options = WriteOptions()

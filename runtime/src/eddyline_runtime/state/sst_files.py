@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import secrets
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -48,13 +47,16 @@ from eddyline_runtime.state.rocksdb_store import (
     _offset_key,
     _open_database,
 )
-from eddyline_runtime.state.state_directory import DirectoryLock
+from eddyline_runtime.state.state_directory import (
+    DirectoryLock,
+    remove_staging_directories,
+    staging_directory,
+)
 
 # RocksDB's CURRENT file names the live MANIFEST: a directory without it holds no database.
 _CURRENT: Final = "CURRENT"
 # Staging directories sit beside the target (same filesystem: the final rename is atomic)
 # and are hidden, so nothing scanning task directories mistakes one for a store.
-_STAGING_PREFIX: Final = ".ingest-"
 _COPY_CHUNK_BYTES: Final = 1024 * 1024
 
 
@@ -180,7 +182,7 @@ def build_store_from_sst_files(
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_staging_directories(target)
-    staging = target.parent / f"{_STAGING_PREFIX}{target.name}-{secrets.token_hex(4)}"
+    staging = staging_directory(target)
     incoming = staging.with_name(staging.name + ".files")
     try:
         incoming.mkdir()
@@ -200,15 +202,6 @@ def build_store_from_sst_files(
         sum(path.stat().st_size for path, _, _ in files),
         ingest_seconds,
     )
-
-
-def remove_staging_directories(target: Path | str) -> None:
-    """Remove what an interrupted build of the store at ``target`` left beside it."""
-    target = Path(target)
-    if not target.parent.is_dir():
-        return
-    for leftover in target.parent.glob(f"{_STAGING_PREFIX}{target.name}-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _copy_checked(store: str, source: Path, copy: Path, sha256: str) -> Path:

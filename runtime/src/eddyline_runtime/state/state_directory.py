@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Mapping
@@ -39,6 +40,8 @@ QUARANTINE_DIR_NAME: Final = ".quarantine"
 
 # The note beside a store set aside by a rebuild: what it was, and why it was set aside.
 QUARANTINE_NOTE_NAME: Final = "eddyline-quarantine.json"
+# Beside a store being built from SST files: its staging database and ``.files``.
+STAGING_PREFIX: Final = ".ingest-"
 
 # Only canonical task ids name task directories (str(TaskId) spells "0_1", never
 # "00_1"), so anything else in state.dir is not ours.
@@ -122,6 +125,47 @@ def prune_quarantine(
     for entry in gone:
         shutil.rmtree(entry, ignore_errors=True)
     return gone
+
+
+def staging_directory(target: str | os.PathLike[str]) -> Path:
+    """Where a build of the store at ``target`` from SST files stages it, beside it.
+
+    ``.ingest-<store>-<pid>-<token>``: the pid says whose it is, so leftovers
+    are cleared only once their process is gone.
+    """
+    path = Path(target)
+    return path.parent / f"{STAGING_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def remove_staging_directories(target: str | os.PathLike[str]) -> list[Path]:
+    """Remove what interrupted builds of the store at ``target`` left beside it.
+
+    A build SIGKILLed mid-way leaves its staging database (a whole copy of
+    the store) and its ``.files``; opening the store, or building it again,
+    clears them. A staging directory whose process still runs is another
+    build in progress and is left alone. Returns what was removed.
+    """
+    target = Path(target)
+    if not target.parent.is_dir():
+        return []
+    removed = []
+    for leftover in target.parent.glob(f"{STAGING_PREFIX}{target.name}-*"):
+        owner = leftover.name[len(f"{STAGING_PREFIX}{target.name}-") :].split("-", 1)[0]
+        if owner.isdigit() and int(owner) != os.getpid() and _alive(int(owner)):
+            continue
+        shutil.rmtree(leftover, ignore_errors=True)
+        removed.append(leftover)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
 
 
 def trash_directory(store_dir: str | os.PathLike[str]) -> Path:
