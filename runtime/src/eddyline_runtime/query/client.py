@@ -27,6 +27,14 @@ from typing import Any
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.errors import EddylineError, InvalidArgumentError
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.query.position import (
+    POSITION_BOUND_PARAMETER,
+    Position,
+    PositionNotReachedError,
+    format_position_bound,
+    position_from_json,
+)
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
 
@@ -83,8 +91,19 @@ class QueryRouter:
         raise QueryFailedError(store, key, attempts)
 
     def get(
-        self, store: str, key: str, *, isolation: IsolationLevel | str | None = None
+        self,
+        store: str,
+        key: str,
+        *,
+        isolation: IsolationLevel | str | None = None,
+        position_bound: Position | None = None,
     ) -> QueryResult:
+        """The key's value from the best copy; see the module docstring.
+
+        With ``position_bound`` (KIP-796) every copy is asked in turn, active
+        first, and the first that reached the bound answers; when none has,
+        :class:`PositionNotReachedError` says how far they got.
+        """
         metadata = self.metadata(store, key)
         partition = int(metadata["partition"])
         attempts: list[str] = []
@@ -93,6 +112,8 @@ class QueryRouter:
             query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
         path = f"/v1/stores/{_quote(store)}/keys/{_quote(key)}"
         active = metadata.get("active_host")
+        if position_bound is not None:
+            return self._get_bounded(store, key, path, metadata, query=query, bound=position_bound)
         stale_candidates = list(metadata.get("standby_hosts", []))
         if active:
             status, body = self._get(active, path, query)
@@ -109,6 +130,34 @@ class QueryRouter:
             if status == 200:
                 return _result(host, body)
             attempts.append(f"copy on {host} (lag {lag}): {_describe(status, body)}")
+        raise QueryFailedError(store, key, attempts)
+
+    def _get_bounded(
+        self,
+        store: str,
+        key: str,
+        path: str,
+        metadata: dict[str, Any],
+        *,
+        query: dict[str, str],
+        bound: Position,
+    ) -> QueryResult:
+        attempts: list[str] = []
+        hosts = [h for h in [metadata.get("active_host"), *metadata.get("standby_hosts", [])] if h]
+        bounded = {**query, POSITION_BOUND_PARAMETER: format_position_bound(bound)}
+        best: dict[TopicPartition, int] = {}
+        not_reached = False
+        for host in hosts:
+            status, body = self._get(host, path, bounded)
+            if status == 200:
+                return _result(host, body)
+            attempts.append(f"{host}: {_describe(status, body)}")
+            if status == 409:
+                not_reached = True
+                for tp, offset in position_from_json(body.get("position")).items():
+                    best[tp] = max(best.get(tp, -1), offset)
+        if not_reached:
+            raise PositionNotReachedError(store, bound, best)
         raise QueryFailedError(store, key, attempts)
 
     def _copies_by_lag(

@@ -20,13 +20,18 @@ Endpoints (JSON unless noted)::
 
 Store reads take ``isolation=READ_COMMITTED|READ_UNCOMMITTED`` (default:
 ``default.state.isolation.level``) and ``allow_stale=true|false`` (KIP-535's
-``includeStaleStores``, default false). Errors a client can act on:
+``includeStaleStores``, default false). A key query may also take
+``position_bound=TOPIC:PARTITION:OFFSET[,...]`` (KIP-796's ``PositionBound``;
+see query/position.py): then any copy that reached it answers, standby or
+not, and one that has not answers 409. Errors a client can act on:
 
 * 404: no such store (the body lists the stores);
 * 421: this instance does not hold the key's partition (the body names the
   hosts that do);
 * 503 with ``Retry-After``: the local copy is a standby or still restoring
   and ``allow_stale`` is false (the body names the active host);
+* 409 with ``Retry-After``: the copy has not reached the query's position
+  bound yet (the body holds the position it reached);
 * 400: a bad parameter (the body names the accepted values), or a serde that
   does not fit the stored bytes.
 
@@ -53,6 +58,7 @@ import itertools
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -66,8 +72,16 @@ from eddyline_runtime.engine.queryable import (
     LocalStorePartition,
 )
 from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.layout import member_report
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits, install_log_limits
+from eddyline_runtime.query.position import (
+    POSITION_BOUND_PARAMETER,
+    format_position_bound,
+    parse_position_bound,
+    position_to_json,
+    unreached,
+)
 from eddyline_runtime.query.prometheus import render_prometheus
 from eddyline_runtime.serde import SerdeError, serde_for_request
 from eddyline_runtime.state import KeyRange, StateStoreError
@@ -229,8 +243,14 @@ class _Handlers:
                         **_metadata_body(metadata),
                     },
                 )
-            _check_fresh(local, allow_stale, metadata)
-            value = local.open_reader(isolation).get(key)
+            bound = _position_bound(request)
+            if bound is None:
+                _check_fresh(local, allow_stale, metadata)
+            reader = local.open_reader(isolation)
+            if bound is not None:
+                # A bound says what is fresh enough: any copy that reached it will do.
+                _check_reached(store, reader.position(), bound, metadata)
+            value = reader.get(key)
             rendered = None if value is None else _render(values, value, store, "value_serde")
         except _QueryError as error:
             return error.response()
@@ -407,6 +427,38 @@ def _probe_response(instance: StreamsInstance, path: str) -> web.Response:
     assert answer is not None, path
     status, body = answer
     return web.Response(body=body, status=status, content_type="application/json")
+
+
+def _position_bound(request: web.Request) -> dict[TopicPartition, int] | None:
+    raw = request.query.get(POSITION_BOUND_PARAMETER)
+    if raw is None:
+        return None
+    try:
+        return parse_position_bound(raw)
+    except EddylineError as error:
+        raise _QueryError(400, {"error": str(error)}) from None
+
+
+def _check_reached(
+    store: str,
+    position: Mapping[TopicPartition, int],
+    bound: Mapping[TopicPartition, int],
+    metadata: KeyQueryMetadata,
+) -> None:
+    """409 when this copy has not reached the query's position bound (KIP-796)."""
+    missing = unreached(position, bound)
+    if missing:
+        raise _QueryError(
+            409,
+            {
+                "error": f'this copy of store "{store}" has not reached the position bound yet '
+                f"({format_position_bound(missing)}); retry, or ask another copy",
+                "position": position_to_json(position),
+                "position_bound": position_to_json(bound),
+                **_metadata_body(metadata),
+            },
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
 
 def _read_options(request: web.Request) -> tuple[IsolationLevel | None, bool]:
