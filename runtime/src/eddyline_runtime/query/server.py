@@ -230,6 +230,7 @@ class _Handlers:
         try:
             store = self._store(request)
             isolation, allow_stale = _read_options(request)
+            bound = _position_bound(request)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
             metadata = _available(_metadata(self.instance, store, key), store)
@@ -243,7 +244,6 @@ class _Handlers:
                         **_metadata_body(metadata),
                     },
                 )
-            bound = _position_bound(request)
             if bound is None:
                 _check_fresh(local, allow_stale, metadata)
             reader = local.open_reader(isolation)
