@@ -37,3 +37,13 @@ def test_an_unknown_role_is_refused_naming_it_and_the_known_ones() -> None:
     data["stores"]["counts"]["0"]["role"] = "leader"
     with pytest.raises(ValueError, match=r"unknown store role 'leader'.*active, standby"):
         MemberReport.from_json(data)
+
+
+def test_a_report_carries_the_stores_its_member_set_aside() -> None:
+    """The operator reads them to report the rebuild (an old report without them reads as none)."""
+    sent = report({0: StoreCopy(StoreRole.ACTIVE, 0)})
+    sent = MemberReport(**{**sent.__dict__, "stores_set_aside": ("/state/.quarantine/1_0-x",)})
+    assert MemberReport.from_json(sent.to_json()).stores_set_aside == ("/state/.quarantine/1_0-x",)
+    old = sent.to_json()
+    del old["stores_set_aside"]
+    assert MemberReport.from_json(old).stores_set_aside == ()

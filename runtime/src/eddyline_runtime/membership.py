@@ -214,6 +214,9 @@ class MemberReport:
     # Which sub-topology owns each persistent store (KIP-816: store names survive a topology
     # change, ordinals do not); an upgrade assigns new tasks where their state is with it.
     store_owners: dict[str, int] = field(default_factory=dict)
+    # Store copies this member set aside in its quarantine since it started, because their
+    # changelog no longer fitted them (rebuilt from the changelog; the operator reports it).
+    stores_set_aside: tuple[str, ...] = ()
 
     def max_standby_lag(self) -> int | None:
         """The largest lag of a standby copy held here; None when it holds none."""
@@ -240,6 +243,7 @@ class MemberReport:
             },
             "ready": self.ready,
             "store_owners": dict(sorted(self.store_owners.items())),
+            "stores_set_aside": list(self.stores_set_aside),
         }
 
     @classmethod
@@ -261,6 +265,7 @@ class MemberReport:
                 stores=stores,
                 ready=bool(data["ready"]),
                 store_owners={str(k): int(v) for k, v in (data.get("store_owners") or {}).items()},
+                stores_set_aside=tuple(str(p) for p in data.get("stores_set_aside") or ()),
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None
