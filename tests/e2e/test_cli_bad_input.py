@@ -72,6 +72,16 @@ CASES = [
         ("{d}/manifests", "is not an eddyline log"),
     ),
     Case(
+        "log url under a file",
+        ("log", "--log", "sqlite:///{d}/a-file/log.db", "topics"),
+        ("{d}/a-file/log.db", "cannot create the directory", "writable directory"),
+    ),
+    Case(
+        "log url under an unwritable directory",
+        ("log", "--log", "sqlite:////sys/eddyline-log/log.db", "topics"),
+        ("/sys/eddyline-log", "cannot create the directory"),
+    ),
+    Case(
         "zero partitions",
         ("log", "--log", "{log}", "create-topic", "t0", "--partitions", "0"),
         ("--partitions", "'0'", "at least 1"),

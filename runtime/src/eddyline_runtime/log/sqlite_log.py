@@ -221,7 +221,13 @@ class SqliteLog(Log):
                 )
             self._connection()  # fail here, not at the first read, if it cannot be opened
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise LogError(
+                f"cannot create the directory of log {self.url}: {error.strerror} "
+                f"({error.filename}); point the log URL at a writable directory"
+            ) from None
         try:
             with self._write() as db:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
