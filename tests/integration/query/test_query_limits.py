@@ -10,30 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import resource
-import shutil
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from aiohttp import web
 
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits
 from eddyline_runtime.query.server import QueryServer
+from tests.support.example_run import eddyline_run, example_manifest
 from tests.support.http_client import http_get
-from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 from tests.support.word_count import streams_config, word_count
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom_processor"
+StreamPair = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 LIMITS = ConnectionLimits(max_connections=20, idle_timeout_seconds=0.5)
 
 
@@ -158,111 +153,106 @@ def limit_descriptors() -> None:
 def test_an_eddyline_run_keeps_answering_probes_when_idle_sockets_outnumber_its_descriptors(
     tmp_path: Path,
 ) -> None:
-    shutil.copy(EXAMPLE / "custom_processor.py", tmp_path / "custom_processor.py")
-    document = yaml.safe_load((EXAMPLE / "streamapp.yaml").read_text(encoding="utf-8"))
-    document["spec"]["log"]["url"] = f"sqlite:///{tmp_path / 'log.db'}"
-    document["spec"]["config"]["state.dir"] = str(tmp_path / "state")
-    port = free_port()
-    document["spec"]["config"]["application.server"] = f"127.0.0.1:{port}"
-    manifest = tmp_path / "streamapp.yaml"
-    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    manifest, address = example_manifest(tmp_path, "custom_processor", "custom_processor")
+    port = int(address.rpartition(":")[2])
     log = SqliteLog(tmp_path / "log.db")
     log.create_topic("events", 1)
     log.close()
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("EDDYLINE")}
-    stderr_path = tmp_path / "stderr.txt"
-    with stderr_path.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
-            cwd=tmp_path,
-            env=environment,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            preexec_fn=limit_descriptors,  # noqa: PLW1509 (no threads to deadlock in the child)
-        )
-    address = f"127.0.0.1:{port}"
     sockets: list[socket.socket] = []
-    try:
+    with eddyline_run(manifest, address, preexec_fn=limit_descriptors) as run:
+        try:
 
-        def healthy() -> bool:
-            with contextlib.suppress(OSError):
-                return http_get(address, "/healthz").status == 200
-            return False
+            def healthy() -> bool:
+                with contextlib.suppress(OSError):
+                    return http_get(address, "/healthz").status == 200
+                return False
 
-        wait_for(healthy, "the instance serves /healthz")
-        for _ in range(IDLE_SOCKETS):
-            sock = socket.socket()
-            sock.setblocking(False)
-            sock.connect_ex(("127.0.0.1", port))
-            sockets.append(sock)
-        failures = []
-        for _ in range(10):
-            try:
-                status = http_get(address, "/healthz").status
-            except OSError as error:
-                status = -1
-                failures.append(str(error))
-            if status != 200:
-                failures.append(str(status))
-            time.sleep(0.2)
-        assert process.poll() is None, stderr_path.read_text(errors="replace")
-        assert failures == [], failures
-    finally:
-        for sock in sockets:
-            sock.close()
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(30)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    output = stderr_path.read_text(errors="replace")
-    assert "Traceback" not in output, output[-3000:]
-    assert len(output.splitlines()) < 50, output[-3000:]
+            wait_for(healthy, "the instance serves /healthz")
+            for _ in range(IDLE_SOCKETS):
+                sock = socket.socket()
+                sock.setblocking(False)
+                sock.connect_ex(("127.0.0.1", port))
+                sockets.append(sock)
+            failures = []
+            for _ in range(10):
+                try:
+                    status = http_get(address, "/healthz").status
+                except OSError as error:
+                    status = -1
+                    failures.append(str(error))
+                if status != 200:
+                    failures.append(str(status))
+                time.sleep(0.2)
+            assert failures == [], failures
+        finally:
+            for sock in sockets:
+                sock.close()
+    assert len(run.output().splitlines()) < 50, run.output()[-3000:]
 
 
 # -- every slot busy, and a request that runs too long -----------------------------------
+
+
+@contextlib.asynccontextmanager
+async def guarded_server(
+    guard: ConnectionGuard, slow_seconds: float
+) -> AsyncIterator[tuple[int, asyncio.AbstractEventLoop]]:
+    """A real aiohttp app behind ``guard`` whose one route, /slow, takes ``slow_seconds``."""
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(slow_seconds)
+        return web.Response(text="done")
+
+    app = web.Application(middlewares=[guard.middleware])
+    app.router.add_get("/slow", slow)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    assert runner.server is not None
+    guard.server = runner.server
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_server(guard.factory, "127.0.0.1", 0)
+    watch = loop.create_task(guard.watch())
+    try:
+        yield listener.sockets[0].getsockname()[1], loop
+    finally:
+        watch.cancel()
+        listener.close()
+        await runner.cleanup()
+
+
+async def busy_with_slow_requests(port: int, count: int) -> list[StreamPair]:
+    """``count`` connections each in the middle of a /slow request."""
+    busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(count)]
+    for _, writer in busy:
+        writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+    await asyncio.sleep(0.3)  # the requests are being handled
+    return busy
+
+
+async def answer_to(port: int, path: bytes) -> bytes:
+    """What a new connection asking for ``path`` is answered before the server closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    return answer
 
 
 def test_with_every_slot_busy_a_new_connection_gets_503_and_long_requests_are_aborted() -> None:
     """The guard in front of a real aiohttp app whose one route takes 3 s."""
     limits = ConnectionLimits(max_connections=2, request_timeout_seconds=1.0)
 
-    async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(3)
-        return web.Response(text="done")
-
     async def scenario() -> tuple[list[bytes], bytes, float]:
-        guard = ConnectionGuard(limits)
-        app = web.Application(middlewares=[guard.middleware])
-        app.router.add_get("/slow", slow)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        assert runner.server is not None
-        guard.server = runner.server
-        loop = asyncio.get_running_loop()
-        listener = await loop.create_server(guard.factory, "127.0.0.1", 0)
-        watch = loop.create_task(guard.watch())
-        port = listener.sockets[0].getsockname()[1]
-        try:
-            busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-            for _, writer in busy:
-                writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-                await writer.drain()
-            await asyncio.sleep(0.3)  # both requests are being handled
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            refused = await asyncio.wait_for(reader.read(), 5)
-            writer.close()
+        async with guarded_server(ConnectionGuard(limits), 3) as (port, loop):
+            busy = await busy_with_slow_requests(port, 2)
+            refused = await answer_to(port, b"/slow")
             started = loop.time()
             answers = [await asyncio.wait_for(r.read(), 5) for r, _ in busy]
             aborted_after = loop.time() - started + 0.3
             for _, busy_writer in busy:
                 busy_writer.close()
             return answers, refused, aborted_after
-        finally:
-            watch.cancel()
-            listener.close()
-            await runner.cleanup()
 
     answers, refused, aborted_after = asyncio.run(scenario())
     assert refused.startswith(b"HTTP/1.1 503"), refused
@@ -275,40 +265,16 @@ def test_with_every_slot_busy_health_probes_are_still_answered() -> None:
     """Probes stay outside the cap: a kubelet must not kill a pod whose slots are all busy."""
     limits = ConnectionLimits(max_connections=1, request_timeout_seconds=5.0)
 
-    async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(2)
-        return web.Response(text="done")
-
     def probes(path: str) -> tuple[int, bytes] | None:
         return (200, b'{"status": "ok"}') if path == "/healthz" else None
 
     async def scenario() -> tuple[bytes, bytes]:
-        guard = ConnectionGuard(limits, probes=probes)
-        app = web.Application(middlewares=[guard.middleware])
-        app.router.add_get("/slow", slow)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        assert runner.server is not None
-        guard.server = runner.server
-        loop = asyncio.get_running_loop()
-        listener = await loop.create_server(guard.factory, "127.0.0.1", 0)
-        port = listener.sockets[0].getsockname()[1]
-        try:
-            _, busy = await asyncio.open_connection("127.0.0.1", port)
-            busy.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-            await busy.drain()
-            await asyncio.sleep(0.3)  # the one slot is busy with that request
-            answers = []
-            for path in (b"/healthz", b"/slow"):
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-                answers.append(await asyncio.wait_for(reader.read(), 5))
-                writer.close()
-            busy.close()
-            return answers[0], answers[1]
-        finally:
-            listener.close()
-            await runner.cleanup()
+        async with guarded_server(ConnectionGuard(limits, probes=probes), 2) as (port, _):
+            busy = await busy_with_slow_requests(port, 1)
+            probe, other = await answer_to(port, b"/healthz"), await answer_to(port, b"/slow")
+            for _, busy_writer in busy:
+                busy_writer.close()
+            return probe, other
 
     probe, other = asyncio.run(scenario())
     assert probe.startswith(b"HTTP/1.1 200"), probe

@@ -15,10 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -27,17 +23,14 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
-import yaml
 
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from tests.support.ports import free_port
+from tests.support.example_run import eddyline_run, example_manifest
 from tests.support.waiting import wait_for
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "wordcount"
 STORE = "word-counts"
 PARTITIONS = 4
 WORDS = [f"word{i}" for i in range(200)]
@@ -75,31 +68,14 @@ def get(url: str, timeout: float) -> tuple[int, bytes]:
 def served_word_count(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real ``eddyline run`` of the word-count example that has counted WORDS; its address."""
     root = tmp_path_factory.mktemp("query-load")
-    shutil.copy(EXAMPLE / "wordcount.py", root / "wordcount.py")
-    document = yaml.safe_load((EXAMPLE / "streamapp.yaml").read_text(encoding="utf-8"))
-    document["spec"]["log"]["url"] = f"sqlite:///{root / 'log.db'}"
-    document["spec"]["config"]["state.dir"] = str(root / "state")
-    address = f"127.0.0.1:{free_port()}"
-    document["spec"]["config"]["application.server"] = address
-    manifest = root / "streamapp.yaml"
-    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
+    manifest, address = example_manifest(root, "wordcount", "wordcount")
     log = SqliteLog(root / "log.db")
     log.create_topic("text-lines", PARTITIONS)
     for partition in range(PARTITIONS):
         line = " ".join(WORDS)
         log.produce(TopicPartition("text-lines", partition), [Record(None, line.encode(), 1)])
     log.close()
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("EDDYLINE")}
-    stderr_path = root / "stderr.txt"
-    with stderr_path.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest)],
-            cwd=root,
-            env=environment,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
+    with eddyline_run(manifest, address):
 
         def counted() -> bool:
             with contextlib.suppress(OSError):
@@ -112,16 +88,6 @@ def served_word_count(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
         wait_for(counted, "the word count serves every word's final count", timeout=60)
         yield address
-        assert process.poll() is None, stderr_path.read_text(errors="replace")[-3000:]
-    finally:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(30)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    output = stderr_path.read_text(errors="replace")
-    assert "Traceback" not in output, output[-3000:]
 
 
 def run_clients(address: str, clients: int, seconds: float) -> Tally:
