@@ -33,3 +33,8 @@ def store_factory(tmp_path: Path) -> Iterator[StoreFactory]:
     yield open_store
     for store in opened:
         store.close()
+
+
+# Real Kafka brokers (kafka_broker, kafka_cluster3, kafka_bootstrap): started only when a
+# test asks for one, once per run (tests/support/kafka/).
+pytest_plugins = ["support.kafka.plugin"]

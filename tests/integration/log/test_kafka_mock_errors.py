@@ -30,8 +30,9 @@ from eddyline_runtime.log import (
     Record,
     TransactionAbortedError,
 )
-from eddyline_runtime.log.kafka_log import KafkaLog, MockCluster
+from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
+from support.kafka.mock_cluster import MockCluster
 
 _topics = itertools.count()
 

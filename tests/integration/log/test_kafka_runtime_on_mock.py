@@ -23,13 +23,14 @@ from librdkafka_mock import MockControl
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import Record, TopicSpec
-from eddyline_runtime.log.kafka_log import KafkaLog, MockCluster
+from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.log.kafka_settings import kafka_log_settings
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import StreamsBuilder, Topology
 from eddyline_runtime.processing.instance import StreamsInstance
 from eddyline_runtime.processing.stream_thread import RestoreReport
 from eddyline_runtime.serde import serde_for
+from support.kafka.mock_cluster import MockCluster
 
 LONGS = serde_for("long")
 LINES = ["a b a", "b a c", "a a a", "c b"]
@@ -46,11 +47,11 @@ class MockClusterLog(KafkaLog):
 
     def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         real = self.real_topic(name)
-        if real not in self._refresh_metadata():
+        if real not in self.topic_admin.refresh():
             self._control.create_topic(real, partitions)
-            self._compacted[real] = compacted
+            self.topic_admin.compacted[real] = compacted
             deadline = time.monotonic() + 10
-            while real not in self._refresh_metadata() and time.monotonic() < deadline:
+            while real not in self.topic_admin.refresh() and time.monotonic() < deadline:
                 time.sleep(0.01)
         return super().create_topic(name, partitions, compacted=compacted)
 

@@ -4,8 +4,9 @@ eddyline speaks to its log only through the port in ``eddyline_runtime.log.port`
 these tests pin down that port's semantics (topics, offsets, read_committed
 transactions, epoch fencing, lag), so every adapter runs the very
 same tests. The ``log`` fixture is parametrized over :data:`ADAPTERS`: the
-embedded SQLite log, and Kafka when ``EDDYLINE_TEST_KAFKA_BOOTSTRAP`` names a
-broker (``host:port,...``; client settings, e.g. SASL, from the file
+embedded SQLite log, and Kafka: the project's own broker (tests/support/kafka/,
+started once per run), or the one ``EDDYLINE_TEST_KAFKA_BOOTSTRAP`` names
+(``host:port,...``; client settings, e.g. SASL, from the file
 ``EDDYLINE_LOG_SETTINGS`` names). Each Kafka test gets fresh, empty topics
 under a prefix of its own. Never a fake or librdkafka's mock cluster: they
 are not faithful for transactions.
@@ -20,7 +21,6 @@ with what fetch returns instead of expecting them to follow on without gaps.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,30 +53,18 @@ def sqlite_opener(tmp_path: Path) -> LogOpener:
     return lambda: open_log(url)
 
 
-KAFKA_BOOTSTRAP_ENV = "EDDYLINE_TEST_KAFKA_BOOTSTRAP"
-
-
-def kafka_opener(tmp_path: Path) -> LogOpener:
-    from eddyline_runtime.log.kafka_log import KafkaLog
+def kafka_opener(bootstrap: str) -> LogOpener:
+    from eddyline_runtime.log.kafka import KafkaLog
     from eddyline_runtime.log.kafka_settings import settings_from_environment
 
-    url = f"kafka://{os.environ[KAFKA_BOOTSTRAP_ENV]}"
+    url = f"kafka://{bootstrap}"
     settings = settings_from_environment()
     prefix = f"eddyline-contract-{uuid.uuid4().hex[:12]}."
     return lambda: KafkaLog.open(url, settings, topic_prefix=prefix)
 
 
-ADAPTERS: dict[str, Callable[[Path], LogOpener]] = {"sqlite": sqlite_opener, "kafka": kafka_opener}
-ADAPTER_PARAMS = [
-    pytest.param("sqlite"),
-    pytest.param(
-        "kafka",
-        marks=pytest.mark.skipif(
-            not os.environ.get(KAFKA_BOOTSTRAP_ENV),
-            reason=f"{KAFKA_BOOTSTRAP_ENV} is not set: no Kafka broker to run the contract against",
-        ),
-    ),
-]
+ADAPTERS = ["sqlite", "kafka"]
+
 
 IN = TopicPartition("app-input", 0)
 IN_1 = TopicPartition("app-input", 1)
@@ -84,10 +72,13 @@ OUT = TopicPartition("app-output", 0)
 OUT_1 = TopicPartition("app-output", 1)
 
 
-@pytest.fixture(params=ADAPTER_PARAMS)
+@pytest.fixture(params=ADAPTERS)
 def open_again(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogOpener]:
     """Open a handle on this test's log; every handle still open is closed at the end."""
-    opener = ADAPTERS[request.param](tmp_path)
+    if request.param == "kafka":
+        opener = kafka_opener(request.getfixturevalue("kafka_bootstrap"))
+    else:
+        opener = sqlite_opener(tmp_path)
     opened: list[Log] = []
 
     def open_handle() -> Log:
