@@ -171,15 +171,40 @@ class KafkaTransactionalProducer(TransactionalProducer):
         offsets.append(message_offset(message))
 
     def serve(self) -> None:
-        """Serve queued callbacks (statistics) of an idle producer."""
-        self._producer.poll(0)
+        """Serve queued callbacks (statistics) of an idle producer.
+
+        Runs inside the thread's fetches: a producer fenced meanwhile must not fail
+        them, so its error is kept for the producer's next call instead."""
+        if self._fenced is not None or self._unusable is not None:
+            return
+        try:
+            self._poll(0)
+        except KafkaException as exc:
+            self._error(exc, "serving callbacks")
+
+    def _poll(self, timeout: float) -> int:
+        """``poll``, raising librdkafka's fatal error as the KafkaException it is."""
+        try:
+            return self._producer.poll(timeout)
+        except SystemError as exc:
+            raise _kafka_exception(exc) from None
+
+    def _flush(self, timeout: float) -> int:
+        """``flush`` (the records still queued), raising a fatal error as a KafkaException."""
+        try:
+            return self._producer.flush(timeout)
+        except SystemError as exc:
+            raise _kafka_exception(exc) from None
 
     @property
     def epoch(self) -> int:
         """The producer epoch the broker gave this id (from librdkafka's statistics)."""
         deadline = time.monotonic() + 3 * _EPOCH_STATS_INTERVAL_MS / 1000
         while self._epoch < 0 and time.monotonic() < deadline:
-            self._producer.poll(0.05)
+            try:
+                self._poll(0.05)
+            except KafkaException:
+                break  # fenced meanwhile: the epoch it had is the answer
         return self._epoch
 
     @epoch.setter
@@ -195,8 +220,8 @@ class KafkaTransactionalProducer(TransactionalProducer):
                 f'transactional id "{self.transactional_id}": a transaction is already open; '
                 "commit or abort it first"
             )
-        self._producer.poll(0)
         try:
+            self._poll(0)
             self._producer.begin_transaction()
         except KafkaException as exc:
             raise self._error(exc, "beginning a transaction") from None
@@ -236,7 +261,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._require_open("commit")
         log = self._log
         try:
-            if self._producer.flush(log.transaction_timeout_s):
+            if self._flush(log.transaction_timeout_s):
                 raise self._fence(
                     TransactionTimeoutError(
                         self.transactional_id,
@@ -291,7 +316,10 @@ class KafkaTransactionalProducer(TransactionalProducer):
                     "transactional id %s: abort at close failed: %s", self.transactional_id, exc
                 )
         self._open = False
-        self._producer.flush(0)
+        try:
+            self._flush(0)
+        except KafkaException as exc:  # fenced: nothing of it is to be delivered anyway
+            logger.info("transactional id %s: closing: %s", self.transactional_id, exc)
 
     # -- errors ------------------------------------------------------------------------------
 
@@ -379,3 +407,10 @@ class KafkaTransactionalProducer(TransactionalProducer):
                 f'transactional id "{self.transactional_id}": cannot {action} without an open '
                 "transaction; call begin() first"
             )
+
+
+def _kafka_exception(exc: SystemError) -> KafkaException | SystemError:
+    """confluent-kafka raises a fatal error (fencing) from poll/flush; when a callback runs
+    after it, Python reports a SystemError caused by it. The KafkaException is what it means."""
+    cause = exc.__cause__ or exc.__context__
+    return cause if isinstance(cause, KafkaException) else exc
