@@ -6,7 +6,8 @@ repartition topic and the changelogs, then a restart that rebuilds wiped
 stores from the changelogs; and a zombie: a second instance of the same
 application takes the tasks over through the same transactional ids, so
 the first one's producers are fenced by the broker and nothing it still
-sends becomes visible. Unlike the mock cluster, the broker's transactions
+sends becomes visible; ``Log.partition_epoch`` is the topic id (KIP-516).
+Unlike the mock cluster, the broker's transactions
 are Kafka's own.
 """
 
@@ -19,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log import Record, TopicSpec
@@ -160,3 +163,30 @@ def test_a_zombie_instance_is_fenced_by_the_tasks_transactional_ids(
     assert settled_counts(log, expected) == dict(expected)
     for word, counts in published(log).items():
         assert counts == sorted(set(counts)), f"{word}: {counts}"
+
+
+def test_partition_epoch_is_the_topic_id_and_changes_when_the_topic_is_recreated(
+    log: KafkaLog,
+) -> None:
+    # Not compacted: Kafka refuses DeleteRecords on a topic whose only policy is compact.
+    tp = TopicPartition("events", 0)
+    log.create_topic("events", 1)
+    first = log.partition_epoch(tp)
+    log.produce(tp, [Record(b"k", b"v", 1)] * 3)
+    assert log.partition_epoch(tp) == first  # appends keep the incarnation
+
+    admin = AdminClient({"bootstrap.servers": log.settings.bootstrap})
+    real = log.real_topic(tp.topic)
+    upto = KafkaPartition(real, 0, 2)
+    admin.delete_records([upto])[upto].result()
+    # Records deleted from the start move the beginning (a gap), not the incarnation.
+    assert (log.beginning_offset(tp), log.partition_epoch(tp)) == (2, first)
+
+    admin.delete_topics([real])[real].result()
+    deadline = time.monotonic() + 30
+    while real in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{real} still listed 30 s after its deletion"
+        time.sleep(0.1)
+    log.create_topic("events", 1)
+    assert log.partition_epoch(tp) != first
+    assert (log.beginning_offset(tp), log.end_offset(tp)) == (0, 0)

@@ -6,8 +6,9 @@ its changelog through ``fetch_changes``, all through real librdkafka clients.
 
 The mock cluster has no CreateTopics or DescribeConfigs, so topics are created
 through its C API (``MockControl``) and the cleanup policy the adapter would
-read with DescribeConfigs is remembered from creation: the only stand-in
-here. Exactly-once is not run: the mock's transactions are not Kafka's.
+read with DescribeConfigs is remembered from creation, and the partition
+epoch (DescribeTopics' topic id) is unknown (None, as for a log that cannot
+tell): the only stand-ins here. Exactly-once is not run: the mock's transactions are not Kafka's.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class MockClusterLog(KafkaLog):
             while real not in self.topic_admin.refresh() and time.monotonic() < deadline:
                 time.sleep(0.01)
         return super().create_topic(name, partitions, compacted=compacted)
+
+    def partition_epoch(self, tp: TopicPartition) -> str | None:  # type: ignore[override]
+        return None  # the mock answers no DescribeTopics
 
 
 @pytest.fixture(scope="module")

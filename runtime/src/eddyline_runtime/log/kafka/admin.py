@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
@@ -90,6 +90,21 @@ class KafkaTopics:
         if not 0 <= tp.partition < count:
             raise UnknownTopicError(f"partition {tp} (topic has {count} partitions)", self.known())
         return real
+
+    def topic_id(self, tp: TopicPartition) -> str:
+        """The topic's id (KIP-516), looked up by name each time: a topic deleted and
+        created again, by anyone, has another id, so a store kept beside the old one's
+        offsets is rebuilt (``Log.partition_epoch``)."""
+        real = self.check_partition(tp)
+        try:
+            futures = self.client().describe_topics(
+                TopicCollection([real]), request_timeout=self._log.request_timeout_s
+            )
+            return str(futures[real].result().topic_id)
+        except KafkaException as exc:
+            raise self._log.error(
+                exc, action=f'describing topic "{tp.topic}"', acl=f'DESCRIBE on topic "{real}"'
+            ) from None
 
     def cleanup_compacted(self, reals: Sequence[str]) -> dict[str, bool]:
         """Whether each topic's cleanup.policy includes compact (one DescribeConfigs)."""

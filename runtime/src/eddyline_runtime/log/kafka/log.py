@@ -333,6 +333,14 @@ class KafkaLog(Log):
         seen = self._data_ends.get((real, tp.partition))
         return seen[1] if seen is not None and seen[0] == stable else stable
 
+    def partition_epoch(self, tp: TopicPartition) -> str:
+        """The topic's id (KIP-516): it changes when the topic is deleted and created again.
+
+        A partition truncated below offsets handed out before (an unclean leader
+        election, KIP-320's diverged log) is not seen here; records deleted from the
+        start (DeleteRecords) move ``beginning_offset``, which the replay rule reads."""
+        return self.topic_admin.topic_id(tp)
+
     def markers_only(self, real: str, partition: int, stable: int, data_end: int) -> None:
         """A reader found only transaction markers between ``data_end`` and ``stable``."""
         self._data_ends[(real, partition)] = (stable, data_end)
