@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)  # also when started in the background (SIGINT ignored)
     try:
         while node.running:
             signal.pause()
