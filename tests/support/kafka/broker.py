@@ -47,6 +47,9 @@ _BROKER_SETTINGS = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "num.partitions": "1",
     "log.flush.interval.messages": "9223372036854775807",
+    # Tests write records with small timestamps (1970): time-based retention would
+    # delete them at once, so nothing is deleted by age.
+    "log.retention.ms": "-1",
     # A deleted topic's data goes at once, so recreating it gives an empty topic.
     "file.delete.delay.ms": "1000",
 }

@@ -37,6 +37,21 @@ AUTHENTICATION_CODES = frozenset(
     {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
 )
 
+# A group's or a transaction's coordinator that is loading its state or moved to
+# another broker: the request is to be sent again (to the coordinator found anew).
+COORDINATOR_MOVING_CODES = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+
+
+def coordinator_moving(error: KafkaError | None) -> bool:
+    """Whether ``error`` says the coordinator is loading or moving (worth a retry)."""
+    return error is not None and error.code() in COORDINATOR_MOVING_CODES
+
 
 def kafka_error(exc: KafkaException) -> KafkaError | None:
     """The KafkaError a KafkaException carries, if any."""

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -37,7 +37,7 @@ from confluent_kafka.admin import AdminClient
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log.errors import BrokerUnreachableError, LogError
 from eddyline_runtime.log.kafka.admin import KafkaTopics
-from eddyline_runtime.log.kafka.errors import kafka_error, log_error
+from eddyline_runtime.log.kafka.errors import coordinator_moving, kafka_error, log_error
 from eddyline_runtime.log.kafka.producer import (
     PRODUCER_TUNING,
     Deliveries,
@@ -353,21 +353,17 @@ class KafkaLog(Log):
         if not partitions:
             return {}
         wanted = [KafkaPartition(self.check_partition(tp), tp.partition) for tp in partitions]
-        try:
-            found = self._group_consumer(group).committed(wanted, timeout=self.request_timeout_s)
-        except KafkaException as exc:
-            raise self.error(
-                exc, action=f'reading the offsets of group "{group}"', group=group
-            ) from None
-        result: dict[TopicPartition, int] = {}
-        for tp, kafka_tp in zip(partitions, found, strict=True):
-            if kafka_tp.error is not None:
-                raise self.error(
-                    kafka_tp.error, action=f'reading the offsets of group "{group}"', group=group
-                )
-            if kafka_tp.offset >= 0:
-                result[tp] = kafka_tp.offset
-        return result
+        consumer = self._group_consumer(group)
+        found = self._group_request(
+            group,
+            f'reading the offsets of group "{group}"',
+            lambda: consumer.committed(wanted, timeout=self.request_timeout_s),
+        )
+        return {
+            tp: kafka_tp.offset
+            for tp, kafka_tp in zip(partitions, found, strict=True)
+            if kafka_tp.offset >= 0
+        }
 
     def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         if not offsets:
@@ -376,19 +372,34 @@ class KafkaLog(Log):
             KafkaPartition(self.check_partition(tp), tp.partition, offset)
             for tp, offset in offsets.items()
         ]
-        try:
-            committed = self._group_consumer(group).commit(
-                offsets=kafka_offsets, asynchronous=False
-            )
-        except KafkaException as exc:
-            raise self.error(
-                exc, action=f'committing offsets of group "{group}"', group=group
-            ) from None
-        for kafka_tp in committed or []:
-            if kafka_tp.error is not None:
-                raise self.error(
-                    kafka_tp.error, action=f'committing offsets of group "{group}"', group=group
-                )
+        consumer = self._group_consumer(group)
+        self._group_request(
+            group,
+            f'committing offsets of group "{group}"',
+            lambda: consumer.commit(offsets=kafka_offsets, asynchronous=False) or [],
+        )
+
+    def _group_request(
+        self, group: str, action: str, request: Callable[[], list[KafkaPartition]]
+    ) -> list[KafkaPartition]:
+        """A request to the group's coordinator, repeated while the coordinator is
+        loading or moving (a new cluster, a broker restart, a leader change) and
+        librdkafka did not retry it itself, for at most the request timeout."""
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            problem: KafkaException | KafkaError | None = None
+            try:
+                partitions = request()
+            except KafkaException as exc:
+                problem = exc
+            else:
+                problem = next((tp.error for tp in partitions if tp.error is not None), None)
+                if problem is None:
+                    return partitions
+            error = problem if isinstance(problem, KafkaError) else kafka_error(problem)
+            if not coordinator_moving(error) or time.monotonic() > deadline:
+                raise self.error(problem, action=action, group=group) from None
+            time.sleep(0.1)
 
     # -- transactions ----------------------------------------------------------------------
 
