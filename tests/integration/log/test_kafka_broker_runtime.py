@@ -24,7 +24,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
 
 from eddyline_runtime.config import StreamsConfig
-from eddyline_runtime.log import Record, TopicSpec
+from eddyline_runtime.log import ProducerFencedError, Record, TopicSpec
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import StreamsBuilder, Topology
@@ -190,3 +190,41 @@ def test_partition_epoch_is_the_topic_id_and_changes_when_the_topic_is_recreated
     log.create_topic("events", 1)
     assert log.partition_epoch(tp) != first
     assert (log.beginning_offset(tp), log.end_offset(tp)) == (0, 0)
+
+
+@pytest.mark.slow
+def test_a_transaction_the_broker_timed_out_cannot_commit_and_writes_nothing(
+    kafka_bootstrap: str,
+) -> None:
+    """The broker aborts a transaction open longer than ``transaction.timeout.ms``
+    (bumping the producer's epoch); its commit then fails as a fenced producer's does,
+    so the stream thread drops the task uncommitted and rejoins."""
+    log = KafkaLog.open(
+        f"kafka://{kafka_bootstrap}",
+        {},
+        topic_prefix=f"timeout-{uuid.uuid4().hex[:8]}.",
+        transaction_timeout_s=2.0,
+    )
+    try:
+        out = TopicPartition("out", 0)
+        log.create_topic("out", 1)
+        producer = log.transactional_producer("timeout-0_0")
+        producer.begin()
+        producer.send(out, Record(b"k", b"late", 1))
+        producer.send_offsets("timeout", {out: 1})
+        time.sleep(5)  # > 2 s, plus the broker's 1 s sweep for timed-out transactions
+        with pytest.raises(ProducerFencedError):
+            producer.commit()
+        assert list(log.fetch(out, log.beginning_offset(out)).records) == []
+        assert log.committed_offsets("timeout", [out]) == {}
+        again = log.transactional_producer("timeout-0_0")  # the task's next owner
+        again.begin()
+        again.send(out, Record(b"k", b"next", 2))
+        committed = again.commit()
+        deadline = time.monotonic() + 10
+        while log.end_offset(out) <= committed.last_offsets[out]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert [r.value for r in log.fetch(out, log.beginning_offset(out)).records] == [b"next"]
+    finally:
+        log.close()
