@@ -57,7 +57,7 @@ def leaders(log: KafkaLog, topic: str) -> dict[int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300)
 def test_word_count_stays_exact_through_a_broker_restart_and_a_leader_change(
     tmp_path: Path, kafka3: KafkaCluster, log: KafkaLog
 ) -> None:
@@ -74,7 +74,7 @@ def test_word_count_stays_exact_through_a_broker_restart_and_a_leader_change(
     instance = StreamsInstance(word_count(), config, log)
     instance.start()
     try:
-        instance.wait_until_caught_up(120)
+        instance.wait_until_caught_up(60)
         # A clean restart of the broker leading the first input partition.
         restarted = leaders(log, "lines")[0]
         kafka3.stop_node(restarted)
@@ -82,7 +82,7 @@ def test_word_count_stays_exact_through_a_broker_restart_and_a_leader_change(
         time.sleep(2)  # the word count runs on two brokers meanwhile
         kafka3.start_node(restarted)
         produce(log, CHUNKS[2])
-        instance.wait_until_caught_up(120)
+        instance.wait_until_caught_up(60)
         # SIGKILL the broker now leading the changelog's first partition: its leaders
         # move to the other in-sync replicas.
         killed = leaders(log, "faults-counts-changelog")[0]
@@ -92,7 +92,7 @@ def test_word_count_stays_exact_through_a_broker_restart_and_a_leader_change(
         time.sleep(2)
         kafka3.start_node(killed)
         produce(log, CHUNKS[4])
-        instance.wait_until_caught_up(180)
+        instance.wait_until_caught_up(90)
     finally:
         instance.close()
     expected = Counter(" ".join(line for chunk in CHUNKS for line in chunk).split())

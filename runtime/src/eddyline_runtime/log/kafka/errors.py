@@ -53,6 +53,27 @@ def coordinator_moving(error: KafkaError | None) -> bool:
     return error is not None and error.code() in COORDINATOR_MOVING_CODES
 
 
+# A partition whose leadership is moving: the metadata is refreshed and the
+# request sent again to the new leader. (_UNKNOWN_PARTITION: librdkafka's metadata
+# lacks the partition's leader meanwhile; the adapter checked that it exists.)
+LEADER_MOVING_CODES = frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+    }
+)
+
+
+def leader_moving(error: KafkaError | None) -> bool:
+    """Whether ``error`` says the partition's leader is moving (worth a retry)."""
+    return error is not None and (error.code() in LEADER_MOVING_CODES or error.retriable())
+
+
 def kafka_error(exc: KafkaException) -> KafkaError | None:
     """The KafkaError a KafkaException carries, if any."""
     first = exc.args[0] if exc.args else None

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from eddyline_runtime.log.errors import BrokerUnreachableError, LogError, OffsetOutOfRangeError
+from eddyline_runtime.log.kafka.errors import kafka_error, leader_moving
 from eddyline_runtime.partitions import TopicPartition
 
 if TYPE_CHECKING:
@@ -101,16 +102,23 @@ class PartitionReader:
         self._errors: dict[tuple[str, int], LogError] = {}
 
     def bounds(self, tp: TopicPartition, real: str) -> tuple[int, int]:
-        """(log start, last stable offset): one ListOffsets round trip."""
-        try:
-            low, high = self._offsets.get_watermark_offsets(
-                KafkaPartition(real, tp.partition),
-                timeout=self._log.request_timeout_s,
-                cached=False,
-            )
-        except KafkaException as exc:
-            raise self._log.error(exc, action=f"reading the offsets of {tp}") from None
-        return low, high
+        """(log start, last stable offset): one ListOffsets round trip, repeated while
+        the partition's leadership moves (a broker restart, a leader election) for at
+        most the request timeout."""
+        deadline = time.monotonic() + self._log.request_timeout_s
+        while True:
+            try:
+                low, high = self._offsets.get_watermark_offsets(
+                    KafkaPartition(real, tp.partition),
+                    timeout=self._log.request_timeout_s,
+                    cached=False,
+                )
+            except KafkaException as exc:
+                if not leader_moving(kafka_error(exc)) or time.monotonic() > deadline:
+                    raise self._log.error(exc, action=f"reading the offsets of {tp}") from None
+                time.sleep(0.05)
+                continue
+            return low, high
 
     def fetch(
         self, tp: TopicPartition, real: str, offset: int, max_records: int
