@@ -119,7 +119,18 @@ def values(result: FetchResult) -> list[bytes | None]:
 
 
 def fetch_all(log: Log, tp: TopicPartition) -> list[Record]:
-    return list(log.fetch(tp, log.beginning_offset(tp)).records)
+    """Every record from the beginning to the end offset. One fetch may return fewer
+    than are there: Kafka's hands over what its fetch responses held so far (with
+    aborted records between two transactions, the second may come in a later one)."""
+    records: list[Record] = []
+    offset, end = log.beginning_offset(tp), log.end_offset(tp)
+    while offset < end:
+        fetched = log.fetch(tp, offset).records
+        if not fetched:  # only markers or aborted records up to the end
+            break
+        records.extend(fetched)
+        offset = fetched[-1].offset + 1
+    return records
 
 
 SETTLE_S = 10.0
