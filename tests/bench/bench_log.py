@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -123,7 +124,11 @@ def main() -> None:
         results.update(run(lambda: open_log(url), "sqlite", args=args, transactions=True))
 
     if not args.no_mock:
-        from eddyline_runtime.log.kafka_log import KafkaLog, MockCluster
+        from eddyline_runtime.log.kafka import KafkaLog
+
+        # The mock cluster is test support, beside this script's folder.
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from support.kafka.mock_cluster import MockCluster
 
         cluster = MockCluster()
         try:
@@ -143,7 +148,7 @@ def main() -> None:
 
     bootstrap = os.environ.get(KAFKA_BOOTSTRAP_ENV)
     if bootstrap:
-        from eddyline_runtime.log.kafka_log import KafkaLog
+        from eddyline_runtime.log.kafka import KafkaLog
         from eddyline_runtime.log.kafka_settings import settings_from_environment
 
         prefix = f"eddyline-bench-{uuid.uuid4().hex[:8]}."

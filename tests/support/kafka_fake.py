@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from eddyline_runtime.log.kafka_log import KafkaClients, KafkaLog
+from eddyline_runtime.log.kafka import KafkaClients, KafkaLog
 from eddyline_runtime.log.kafka_settings import kafka_log_settings
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import confluent_kafka
 
-from eddyline_runtime.log.kafka_log import MockCluster
+from tests.support.kafka.mock_cluster import MockCluster
 
 # Kafka protocol API keys of the requests the tests fail.
 PRODUCE, FETCH, INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN = 0, 1, 22, 25, 26

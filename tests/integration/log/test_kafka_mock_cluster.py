@@ -22,11 +22,12 @@ from eddyline_runtime.log import (
     OffsetOutOfRangeError,
     Record,
     UnknownTopicError,
-    kafka_log,
     open_log,
 )
-from eddyline_runtime.log.kafka_log import KafkaLog, MockCluster
+from eddyline_runtime.log.kafka import KafkaLog
+from eddyline_runtime.log.kafka import reader as kafka_reader
 from eddyline_runtime.partitions import TopicPartition
+from tests.support.kafka.mock_cluster import MockCluster
 
 IN = TopicPartition("in", 0)
 IN_1 = TopicPartition("in", 1)
@@ -188,7 +189,7 @@ def test_open_log_selects_the_kafka_adapter_by_url(cluster: MockCluster) -> None
 def test_a_partition_read_rarely_is_paused_when_its_buffer_fills_and_resumed_when_read(
     log: KafkaLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kafka_log, "_BUFFER_PAUSE", 20)
+    monkeypatch.setattr(kafka_reader, "_BUFFER_PAUSE", 20)
     log.produce(IN_1, [rec(b"%d" % i) for i in range(100)])
     assert len(log.fetch(IN_1, 0, max_records=1).records) == 1
     reader = log._reader()
@@ -216,7 +217,7 @@ def test_a_partition_read_rarely_is_paused_when_its_buffer_fills_and_resumed_whe
 def test_a_partition_left_unread_is_unassigned_and_read_again_from_where_asked(
     log: KafkaLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kafka_log, "_IDLE_UNASSIGN_S", 0.2)
+    monkeypatch.setattr(kafka_reader, "_IDLE_UNASSIGN_S", 0.2)
     log.produce(IN_1, [rec(b"a"), rec(b"b")])
     assert [r.value for r in log.fetch(IN_1, 0, max_records=1).records] == [b"a"]
     time.sleep(0.3)

@@ -22,8 +22,9 @@ from eddyline_runtime.log import (
     Record,
     TransactionAbortedError,
 )
-from eddyline_runtime.log.kafka_log import KafkaLog, MockCluster
+from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
+from tests.support.kafka.mock_cluster import MockCluster
 from tests.support.librdkafka_mock import (
     ADD_OFFSETS_TO_TXN,
     END_TXN,

@@ -6,8 +6,9 @@ its changelog through ``fetch_changes``, all through real librdkafka clients.
 
 The mock cluster has no CreateTopics or DescribeConfigs, so topics are created
 through its C API (``MockControl``) and the cleanup policy the adapter would
-read with DescribeConfigs is remembered from creation: the only stand-in
-here. Exactly-once is not run: the mock's transactions are not Kafka's.
+read with DescribeConfigs is remembered from creation, and the partition
+epoch (DescribeTopics' topic id) is unknown (None, as for a log that cannot
+tell): the only stand-ins here. Exactly-once is not run: the mock's transactions are not Kafka's.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import Record, TopicSpec
-from eddyline_runtime.log.kafka_log import KafkaLog, MockCluster
+from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.log.kafka_settings import kafka_log_settings
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import StreamsBuilder, Topology
 from eddyline_runtime.serde import serde_for
+from tests.support.kafka.mock_cluster import MockCluster
 from tests.support.librdkafka_mock import MockControl
 
 LONGS = serde_for("long")
@@ -46,13 +48,16 @@ class MockClusterLog(KafkaLog):
 
     def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         real = self.real_topic(name)
-        if real not in self._refresh_metadata():
+        if real not in self.topic_admin.refresh():
             self._control.create_topic(real, partitions)
-            self._compacted[real] = compacted
+            self.topic_admin.compacted[real] = compacted
             deadline = time.monotonic() + 10
-            while real not in self._refresh_metadata() and time.monotonic() < deadline:
+            while real not in self.topic_admin.refresh() and time.monotonic() < deadline:
                 time.sleep(0.01)
         return super().create_topic(name, partitions, compacted=compacted)
+
+    def partition_epoch(self, tp: TopicPartition) -> str | None:  # type: ignore[override]
+        return None  # the mock answers no DescribeTopics
 
 
 @pytest.fixture(scope="module")

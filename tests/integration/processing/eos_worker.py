@@ -3,10 +3,11 @@
 Usage::
 
     eos_worker.py LOG STATE_DIR EVENTS GUARANTEE COMMIT_INTERVAL_MS THREADS \
-        LOG_COMMIT_DELAY_MS STORE_COMMIT_DELAY_MS
+        LOG_COMMIT_DELAY_MS STORE_COMMIT_DELAY_MS [TOPIC_PREFIX]
 
 It runs ``examples/wordcount/wordcount.py`` (application id ``wordcount``) on
-the SQLite log at LOG until every input record is processed and committed,
+the log at LOG (a SQLite file, or ``kafka://host:port`` with its topics under
+TOPIC_PREFIX) until every input record is processed and committed,
 then closes cleanly, unless the parent kills it first. It appends one JSON
 object per line to EVENTS, each line one ``write()`` on an ``O_APPEND`` file,
 so every line written before a SIGKILL survives it:
@@ -50,7 +51,13 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import InstanceState, StreamsInstance
 from eddyline_runtime.engine.stream_thread import CommitReport
 from eddyline_runtime.engine.task_manager import RestoreReport
-from eddyline_runtime.log import CommittedTransaction, Record, SqliteLog, TransactionalProducer
+from eddyline_runtime.log import (
+    CommittedTransaction,
+    Log,
+    Record,
+    SqliteLog,
+    TransactionalProducer,
+)
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state import RocksDBStore
 
@@ -86,38 +93,55 @@ class Events:
         os.close(self._fd)
 
 
-class SlowCommitsLog(SqliteLog):
-    """The SQLite log, with each commit's writes (step 2) applied late.
+def slow_commits(log: Log, delay_seconds: float) -> Log:
+    """``log``, with each commit's writes (step 2) applied ``delay_seconds`` late.
 
     Under exactly-once that is every transaction's commit; under
     at-least-once, the plain appends to changelog topics, which only commits
     make (outputs are appended as produced, and stay fast), and the input
-    offsets' commit.
+    offsets' commit. The handle's own methods are wrapped, so this works on
+    every adapter.
     """
+    if delay_seconds <= 0:
+        return log
+    open_producer, produce, commit_offsets = (
+        log.transactional_producer,
+        log.produce,
+        log.commit_offsets,
+    )
 
-    def __init__(self, path: Path, delay_seconds: float) -> None:
-        super().__init__(path)
-        self.delay_seconds = delay_seconds
-
-    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
-        producer = super().transactional_producer(transactional_id)
+    def transactional_producer(transactional_id: str) -> TransactionalProducer:
+        producer = open_producer(transactional_id)
         commit = producer.commit
 
         def delayed_commit() -> CommittedTransaction:
-            time.sleep(self.delay_seconds)
+            time.sleep(delay_seconds)
             return commit()
 
         producer.commit = delayed_commit  # type: ignore[method-assign]
         return producer
 
-    def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:
+    def delayed_produce(tp: TopicPartition, records: Sequence[Record]) -> list[int]:
         if tp.topic.endswith("-changelog"):
-            time.sleep(self.delay_seconds)
-        return super().produce(tp, records)
+            time.sleep(delay_seconds)
+        return produce(tp, records)
 
-    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        time.sleep(self.delay_seconds)
-        super().commit_offsets(group, offsets)
+    def delayed_commit_offsets(group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        time.sleep(delay_seconds)
+        commit_offsets(group, offsets)
+
+    log.transactional_producer = transactional_producer  # type: ignore[method-assign]
+    log.produce = delayed_produce  # type: ignore[method-assign]
+    log.commit_offsets = delayed_commit_offsets  # type: ignore[method-assign]
+    return log
+
+
+def open_worker_log(where: str, topic_prefix: str) -> Log:
+    if where.startswith("kafka://"):
+        from eddyline_runtime.log.kafka import KafkaLog
+
+        return KafkaLog.open(where, {}, topic_prefix=topic_prefix)
+    return SqliteLog(Path(where))
 
 
 def delay_store_commits(seconds: float, events: Events) -> None:
@@ -133,9 +157,10 @@ def delay_store_commits(seconds: float, events: Events) -> None:
 
 
 def main() -> None:
-    log_path, state_dir, events_path = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    where, state_dir, events_path = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     guarantee, commit_interval_ms, threads = sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
     log_commit_delay_ms, store_commit_delay_ms = int(sys.argv[7]), int(sys.argv[8])
+    topic_prefix = sys.argv[9] if len(sys.argv) > 9 else ""
     events = Events(events_path)
     if store_commit_delay_ms:
         delay_store_commits(store_commit_delay_ms / 1000, events)
@@ -179,7 +204,7 @@ def main() -> None:
             "num.stream.threads": threads,
         }
     )
-    log = SlowCommitsLog(log_path, log_commit_delay_ms / 1000)
+    log = slow_commits(open_worker_log(where, topic_prefix), log_commit_delay_ms / 1000)
     instance = StreamsInstance(
         wordcount.topology().build(),
         config,

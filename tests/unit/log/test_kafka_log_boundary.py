@@ -379,3 +379,30 @@ def test_group_offsets_round_trip_through_the_group_consumer(broker: FakeBroker)
     assert log.committed_offsets("app", [IN, TopicPartition("in", 1)]) == {IN: 4}
     group_config = next(c for c in broker.configs if c.get("group.id") == "app")
     assert group_config["isolation.level"] == "read_uncommitted"
+
+
+def test_group_offsets_are_asked_again_while_the_coordinator_loads_or_moves(
+    broker: FakeBroker,
+) -> None:
+    """A new cluster, a broker restart or a leader change moves the group coordinator;
+    the request is repeated instead of failing the stream thread."""
+    log = fake_log(broker)
+    broker.fail(
+        "commit",
+        kafka_error(KafkaError.COORDINATOR_LOAD_IN_PROGRESS),
+        kafka_error(KafkaError.NOT_COORDINATOR),
+    )
+    log.commit_offsets("app", {IN: 4})
+    broker.fail("committed", kafka_error(KafkaError.COORDINATOR_NOT_AVAILABLE))
+    assert log.committed_offsets("app", [IN]) == {IN: 4}
+    assert len(broker.called("committed")) == 2
+
+
+def test_a_coordinator_that_never_comes_back_fails_after_the_request_timeout(
+    broker: FakeBroker,
+) -> None:
+    log = fake_log(broker, request_timeout_s=0.3)
+    broker.fail("committed", *[kafka_error(KafkaError.NOT_COORDINATOR)] * 100)
+    with pytest.raises(LogError, match='reading the offsets of group "app"'):
+        log.committed_offsets("app", [IN])
+    assert 2 <= len(broker.called("committed")) < 100

@@ -1,8 +1,8 @@
 """The log port and its adapters: where input, output and changelogs live.
 
 ``open_log(url)`` opens a log by URL: ``sqlite:///path/to/log.db`` (the
-embedded log) or ``kafka://host:port,...`` (a Kafka cluster, see
-``kafka_log``). Everything else speaks the :class:`Log` interface.
+embedded log) or ``kafka://host:port,...`` (a Kafka cluster, see the
+``kafka`` package). Everything else speaks the :class:`Log` interface.
 """
 
 from collections.abc import Mapping
@@ -59,7 +59,7 @@ def open_log(
         return SqliteLog(Path(url[len(SQLITE_SCHEME) :]), read_only=read_only)
     if url.startswith(KAFKA_SCHEME):
         # Imported here: confluent-kafka loads librdkafka, which embedded runs never need.
-        from eddyline_runtime.log.kafka_log import KafkaLog
+        from eddyline_runtime.log.kafka import KafkaLog
 
         return KafkaLog.open(url, settings_from_environment() if settings is None else settings)
     raise UnsupportedLogUrlError(url)

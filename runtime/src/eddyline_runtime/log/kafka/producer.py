@@ -1,0 +1,416 @@
+"""Writing: plain produce calls, and each task's transactional producer.
+
+One transactional producer per task, transactional id
+``<application.id>-<task>``; ``init_transactions`` fences every older producer
+of the id. Records go to librdkafka as they are sent; input offsets are kept
+and handed to ``send_offsets_to_transaction`` at commit with the group's
+metadata, then ``commit_transaction``. Delivery reports give each record's
+offset, which commit returns.
+
+Fencing, and transactions the broker aborted or that got no answer, are all
+:class:`~eddyline_runtime.log.errors.ProducerFencedError` (the stream thread
+drops the task uncommitted, keeps its stores, and rejoins: under KIP-892 no
+state is wiped, restore reads only the changelog tail).
+
+librdkafka does not expose the producer epoch, except in its statistics
+(``eos.producer_epoch``), so a transactional producer emits statistics every
+second and ``epoch`` waits for the first report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from eddyline_runtime.log.errors import (
+    LogAuthorizationError,
+    LogError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionStateError,
+    TransactionTimeoutError,
+    UnknownTopicError,
+)
+from eddyline_runtime.log.kafka.errors import FENCED_CODES, kafka_error
+from eddyline_runtime.log.kafka.reader import message_offset
+from eddyline_runtime.log.port import (
+    CommittedTransaction,
+    OffsetsInSendOrder,
+    Record,
+    TransactionalProducer,
+)
+from eddyline_runtime.partitions import TopicPartition
+
+if TYPE_CHECKING:
+    from eddyline_runtime.log.kafka.log import KafkaLog
+
+logger = logging.getLogger(__name__)
+
+# The statistics interval of transactional producers: the only place librdkafka
+# reports the producer epoch; each report is a small JSON document.
+_EPOCH_STATS_INTERVAL_MS = 1_000
+# Client defaults the log settings may override (librdkafka's names).
+PRODUCER_TUNING = {"linger.ms": 5}
+
+
+class Deliveries:
+    """Delivery reports of one plain produce call: offsets in order, or the first error.
+
+    The idempotent producer keeps one partition's records in order, so the
+    reports arrive in send order.
+    """
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.error: KafkaError | None = None
+
+    def __call__(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            if self.error is None:
+                self.error = error
+        else:
+            self.offsets.append(message_offset(message))
+
+
+def produce_record(
+    producer: Producer,
+    topic: str,
+    partition: int,
+    record: Record,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:
+    # librdkafka takes (name, value) pairs in order, duplicates included.
+    headers = cast(_Headers, list(record.headers)) if record.headers else None
+    while True:
+        try:
+            if on_delivery is None:
+                producer.produce(
+                    topic,
+                    record.value,
+                    record.key,
+                    partition=partition,
+                    timestamp=record.timestamp,
+                    headers=headers,
+                )
+            else:
+                producer.produce(
+                    topic,
+                    record.value,
+                    record.key,
+                    partition=partition,
+                    timestamp=record.timestamp,
+                    headers=headers,
+                    on_delivery=on_delivery,
+                )
+            return
+        except BufferError:
+            # librdkafka's local queue is full: serve delivery reports to make room.
+            producer.poll(0.05)
+
+
+_Headers = list[tuple[str, str | bytes | None]]
+
+
+class KafkaTransactionalProducer(TransactionalProducer):
+    """A task's transactional producer (see the module docstring)."""
+
+    def __init__(self, log: KafkaLog, transactional_id: str) -> None:
+        self._log = log
+        self.transactional_id = transactional_id
+        self._epoch = -1
+        self._fenced: ProducerFencedError | None = None
+        self._unusable: LogError | None = None
+        self._open = False
+        self._order: list[TopicPartition] = []
+        self._delivered: dict[tuple[str, int], list[int]] = {}
+        self._delivery_error: KafkaError | None = None
+        self._offsets: dict[str, dict[TopicPartition, int]] = {}
+        self._producer: Producer = log.new_client(
+            "producer",
+            log.client_config(
+                {
+                    **PRODUCER_TUNING,
+                    "transaction.timeout.ms": int(log.transaction_timeout_s * 1000),
+                },
+                **{
+                    "transactional.id": transactional_id,
+                    "allow.auto.create.topics": False,
+                    "statistics.interval.ms": _EPOCH_STATS_INTERVAL_MS,
+                    "stats_cb": self._on_statistics,
+                    "on_delivery": self._on_delivery,
+                },
+            ),
+        )
+        try:
+            self._producer.init_transactions(log.transaction_timeout_s)
+        except KafkaException as exc:
+            raise self._error(exc, "starting (init_transactions)") from None
+
+    # -- callbacks (served by poll/flush in the owner's thread) -------------------------
+
+    def _on_statistics(self, report: str) -> None:
+        eos = json.loads(report).get("eos")
+        if eos is not None:
+            self._epoch = int(eos.get("producer_epoch", -1))
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            if self._delivery_error is None:
+                self._delivery_error = error
+            return
+        key = (cast(str, message.topic()), cast(int, message.partition()))
+        offsets = self._delivered.get(key)
+        if offsets is None:
+            offsets = self._delivered[key] = []
+        offsets.append(message_offset(message))
+
+    def serve(self) -> None:
+        """Serve queued callbacks (statistics) of an idle producer.
+
+        Runs inside the thread's fetches: a producer fenced meanwhile must not fail
+        them, so its error is kept for the producer's next call instead."""
+        if self._fenced is not None or self._unusable is not None:
+            return
+        try:
+            self._poll(0)
+        except KafkaException as exc:
+            self._error(exc, "serving callbacks")
+
+    def _poll(self, timeout: float) -> int:
+        """``poll``, raising librdkafka's fatal error as the KafkaException it is."""
+        try:
+            return self._producer.poll(timeout)
+        except SystemError as exc:
+            raise _kafka_exception(exc) from None
+
+    def _flush(self, timeout: float) -> int:
+        """``flush`` (the records still queued), raising a fatal error as a KafkaException."""
+        try:
+            return self._producer.flush(timeout)
+        except SystemError as exc:
+            raise _kafka_exception(exc) from None
+
+    @property
+    def epoch(self) -> int:
+        """The producer epoch the broker gave this id (from librdkafka's statistics)."""
+        deadline = time.monotonic() + 3 * _EPOCH_STATS_INTERVAL_MS / 1000
+        while self._epoch < 0 and time.monotonic() < deadline:
+            try:
+                self._poll(0.05)
+            except KafkaException:
+                break  # fenced meanwhile: the epoch it had is the answer
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epoch = value
+
+    # -- the transaction -----------------------------------------------------------------
+
+    def begin(self) -> None:
+        self._check_usable()
+        if self._open:
+            raise TransactionStateError(
+                f'transactional id "{self.transactional_id}": a transaction is already open; '
+                "commit or abort it first"
+            )
+        try:
+            self._poll(0)
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._error(exc, "beginning a transaction") from None
+        self._open = True
+        self._order = []
+        self._delivered = {}
+        self._delivery_error = None
+        self._offsets = {}
+
+    def send(self, tp: TopicPartition, record: Record) -> None:
+        self._require_open("send")
+        real = self._log.check_partition(tp)
+        try:
+            produce_record(self._producer, real, tp.partition, record)
+        except KafkaException as exc:
+            raise self._error(exc, f"sending to {tp}", acl=f'WRITE on topic "{real}"') from None
+        self._order.append(tp)
+
+    def send_batch(self, tp: TopicPartition, records: Sequence[Record]) -> None:
+        self._require_open("send")
+        real = self._log.check_partition(tp)
+        producer = self._producer
+        try:
+            for record in records:
+                produce_record(producer, real, tp.partition, record)
+        except KafkaException as exc:
+            raise self._error(exc, f"sending to {tp}", acl=f'WRITE on topic "{real}"') from None
+        self._order.extend([tp] * len(records))
+
+    def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        self._require_open("send offsets")
+        for tp in offsets:
+            self._log.check_partition(tp)
+        self._offsets.setdefault(group, {}).update(offsets)
+
+    def commit(self) -> CommittedTransaction:
+        self._require_open("commit")
+        log = self._log
+        try:
+            if self._flush(log.transaction_timeout_s):
+                raise self._fence(
+                    TransactionTimeoutError(
+                        self.transactional_id,
+                        "Delivering the records",
+                        log.transaction_timeout_s,
+                        log.settings.bootstrap,
+                    )
+                )
+            # A record that failed delivery makes commit_transaction fail with an
+            # abortable error; librdkafka then knows the state, so let it report.
+            for group, offsets in self._offsets.items():
+                positions = [
+                    KafkaPartition(log.real_topic(tp.topic), tp.partition, offset)
+                    for tp, offset in offsets.items()
+                ]
+                try:
+                    self._producer.send_offsets_to_transaction(
+                        positions, log.group_metadata(group), log.transaction_timeout_s
+                    )
+                except KafkaException as exc:
+                    raise self._failed(exc, "committing", group=group) from None
+            self._retrying("commit_transaction", "Committing")
+        except KafkaException as exc:
+            raise self._failed(exc, "committing") from None
+        except ProducerFencedError:
+            self._open = False
+            raise
+        self._open = False
+        if self._delivery_error is not None:  # librdkafka committed regardless: never expected
+            raise self._log.error(self._delivery_error, action="a record of the transaction")
+        delivered = {
+            TopicPartition(log.port_topic(topic), partition): sorted(offsets)
+            for (topic, partition), offsets in self._delivered.items()
+        }
+        last = {tp: offsets[-1] for tp, offsets in delivered.items()}
+        return CommittedTransaction(OffsetsInSendOrder(self._order, delivered), last)
+
+    def abort(self) -> None:
+        self._require_open("abort")
+        self._open = False
+        try:
+            self._retrying("abort_transaction", "Aborting")
+        except KafkaException as exc:
+            raise self._error(exc, "aborting") from None
+
+    def close(self) -> None:
+        if self._open and self._fenced is None:
+            try:
+                self._producer.abort_transaction(self._log.request_timeout_s)
+            except KafkaException as exc:
+                logger.info(
+                    "transactional id %s: abort at close failed: %s", self.transactional_id, exc
+                )
+        self._open = False
+        try:
+            self._flush(0)
+        except KafkaException as exc:  # fenced: nothing of it is to be delivered anyway
+            logger.info("transactional id %s: closing: %s", self.transactional_id, exc)
+
+    # -- errors ------------------------------------------------------------------------------
+
+    def _retrying(self, method: str, action: str) -> None:
+        """commit_transaction/abort_transaction, repeated while librdkafka says it may be."""
+        deadline = time.monotonic() + self._log.transaction_timeout_s
+        while True:
+            try:
+                getattr(self._producer, method)(self._log.transaction_timeout_s)
+                return
+            except KafkaException as exc:
+                error = kafka_error(exc)
+                if error is None or not error.retriable() or error.fatal():
+                    raise
+                if time.monotonic() > deadline:
+                    raise self._fence(
+                        TransactionTimeoutError(
+                            self.transactional_id,
+                            action,
+                            self._log.transaction_timeout_s,
+                            self._log.settings.bootstrap,
+                        )
+                    ) from None
+
+    def _failed(self, exc: KafkaException, action: str, *, group: str | None = None) -> LogError:
+        """Map a failed commit. Unless the producer is fenced, the transaction is aborted
+        so that the producer can begin the next one."""
+        self._open = False
+        error = kafka_error(exc)
+        mapped = self._error(exc, action, group=group)
+        if isinstance(mapped, ProducerFencedError):
+            return mapped
+        try:
+            self._producer.abort_transaction(self._log.transaction_timeout_s)
+        except KafkaException as abort_exc:
+            return self._error(abort_exc, "aborting after a failed commit")
+        if isinstance(mapped, (LogAuthorizationError, UnknownTopicError)):
+            return mapped
+        if error is not None and error.txn_requires_abort():
+            return TransactionAbortedError(self.transactional_id, error.str())
+        return mapped
+
+    def _error(
+        self,
+        exc: KafkaException,
+        action: str,
+        *,
+        acl: str | None = None,
+        group: str | None = None,
+    ) -> LogError:
+        error = kafka_error(exc)
+        if error is not None and error.code() in FENCED_CODES:
+            return self._fence(ProducerFencedError(self.transactional_id, self._epoch))
+        mapped = self._log.error(
+            exc,
+            action=f'{action} for transactional id "{self.transactional_id}"',
+            acl=acl,
+            group=group,
+            transactional_id=self.transactional_id,
+        )
+        if error is not None and error.fatal():
+            # librdkafka's producer is unusable after a fatal error: so is this one.
+            if isinstance(mapped, LogAuthorizationError):
+                self._unusable = mapped
+                return mapped
+            return self._fence(ProducerFencedError(self.transactional_id, self._epoch))
+        return mapped
+
+    def _fence(self, error: ProducerFencedError) -> ProducerFencedError:
+        """The producer can no longer be used; every later call raises ``error``."""
+        self._fenced = error
+        self._open = False
+        return error
+
+    def _check_usable(self) -> None:
+        if self._fenced is not None:
+            raise self._fenced
+        if self._unusable is not None:
+            raise self._unusable
+
+    def _require_open(self, action: str) -> None:
+        self._check_usable()
+        if not self._open:
+            raise TransactionStateError(
+                f'transactional id "{self.transactional_id}": cannot {action} without an open '
+                "transaction; call begin() first"
+            )
+
+
+def _kafka_exception(exc: SystemError) -> KafkaException | SystemError:
+    """confluent-kafka raises a fatal error (fencing) from poll/flush; when a callback runs
+    after it, Python reports a SystemError caused by it. The KafkaException is what it means."""
+    cause = exc.__cause__ or exc.__context__
+    return cause if isinstance(cause, KafkaException) else exc

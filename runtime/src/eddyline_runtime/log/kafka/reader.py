@@ -1,0 +1,279 @@
+"""Reading: one ``read_committed`` consumer per thread, per-partition buffers over it.
+
+Manual assignment (the assignor decides who reads what, never a consumer
+group's rebalance). A partition is assigned the first time it is read and
+stays assigned, so librdkafka keeps prefetching it; a fetch at the offset the
+previous one ended at serves what arrived, a fetch anywhere else seeks. When
+nothing is buffered the fetch asks the leader for the last stable offset (one
+``ListOffsets`` round trip), then waits for the records below it or for the
+consumer's position to pass it (transaction markers and aborted records take
+offsets but are never delivered). The end offset a fetch reports is the last
+stable offset, or the requested offset when only markers and aborted records
+lie before it: KIP-695's lag (:class:`~eddyline_runtime.log.port.LagTracker`)
+then reads 0, as Kafka's consumer position would make it, instead of waiting
+on a marker forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, cast
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from eddyline_runtime.log.errors import BrokerUnreachableError, LogError, OffsetOutOfRangeError
+from eddyline_runtime.log.kafka.errors import kafka_error, leader_moving
+from eddyline_runtime.partitions import TopicPartition
+
+if TYPE_CHECKING:
+    from eddyline_runtime.log.kafka.log import KafkaLog
+
+logger = logging.getLogger(__name__)
+
+# How long a fetch waits for records the last stable offset says are there.
+_FETCH_WAIT_S = 30.0
+# One consume() while waiting: short, so a fetch returns as soon as data lands.
+_POLL_S = 0.005
+# Messages taken from librdkafka's queue per consume() call.
+_CONSUME_BATCH = 10_000
+# Records buffered for one partition before it is paused: the memory bound for
+# partitions read rarely (a changelog after its restore) or slower than they fill.
+_BUFFER_PAUSE = 20_000
+# A partition not read for this long is unassigned, so librdkafka stops
+# fetching it (a restored changelog, a task handed over).
+_IDLE_UNASSIGN_S = 60.0
+# Client defaults the log settings may override (librdkafka's names).
+READER_TUNING = {
+    # Bounds how late data is seen after a seek or on an idle partition.
+    "fetch.wait.max.ms": 100,
+    # librdkafka's own prefetch queue, on top of the per-partition buffers.
+    "queued.max.messages.kbytes": 32_768,
+}
+# What the reader's semantics rest on (the settings cannot change these).
+READER_CONFIG = {
+    # Required by librdkafka; this consumer never joins or commits.
+    "group.id": "eddyline-reader",
+    "isolation.level": "read_committed",
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": False,
+    "auto.offset.reset": "error",
+    "allow.auto.create.topics": False,
+}
+# Watermark queries go over their own connection: a broker answers one
+# connection's requests in order, so behind the reader's long-polling fetch
+# they would wait up to fetch.wait.max.ms.
+OFFSETS_CONFIG = {
+    "group.id": "eddyline-reader",
+    "isolation.level": "read_committed",
+    "enable.auto.commit": False,
+    "allow.auto.create.topics": False,
+}
+
+
+def message_offset(message: Message) -> int:
+    """A delivered or fetched message's offset (never None for those)."""
+    return cast(int, message.offset())
+
+
+def message_headers(headers: Any) -> tuple[tuple[str, bytes], ...]:
+    """librdkafka gives a header without a value as None; the port has b""."""
+    return tuple((name, value or b"") for name, value in headers)
+
+
+class PartitionReader:
+    """One thread's read_committed consumer: per-partition buffers over librdkafka's queue."""
+
+    def __init__(self, log: KafkaLog, consumer: Consumer, offsets: Consumer) -> None:
+        self._log = log
+        self._consumer = consumer
+        self._offsets = offsets
+        self._assigned: set[tuple[str, int]] = set()
+        # Where the caller's next fetch is expected to start, per partition.
+        self._next: dict[tuple[str, int], int] = {}
+        self._buffers: dict[tuple[str, int], deque[Message]] = {}
+        self._paused: set[tuple[str, int]] = set()
+        self._read_at: dict[tuple[str, int], float] = {}
+        self._swept_at = time.monotonic()
+        # An error met while draining belongs to its partition's next fetch.
+        self._errors: dict[tuple[str, int], LogError] = {}
+
+    def bounds(self, tp: TopicPartition, real: str) -> tuple[int, int]:
+        """(log start, last stable offset): one ListOffsets round trip, repeated while
+        the partition's leadership moves (a broker restart, a leader election) for at
+        most the request timeout."""
+        deadline = time.monotonic() + self._log.request_timeout_s
+        while True:
+            try:
+                low, high = self._offsets.get_watermark_offsets(
+                    KafkaPartition(real, tp.partition),
+                    timeout=self._log.request_timeout_s,
+                    cached=False,
+                )
+            except KafkaException as exc:
+                if not leader_moving(kafka_error(exc)) or time.monotonic() > deadline:
+                    raise self._log.error(exc, action=f"reading the offsets of {tp}") from None
+                time.sleep(0.05)
+                continue
+            return low, high
+
+    def fetch(
+        self, tp: TopicPartition, real: str, offset: int, max_records: int
+    ) -> tuple[list[Message], int]:
+        key = (real, tp.partition)
+        now = time.monotonic()
+        self._read_at[key] = now
+        if now - self._swept_at > _IDLE_UNASSIGN_S / 4:
+            self._unassign_idle(now)
+        self._raise_pending(key)
+        known_end: int | None = None
+        if self._next.get(key) != offset:
+            beginning, known_end = self.bounds(tp, real)
+            if not beginning <= offset <= known_end:
+                raise OffsetOutOfRangeError(tp, offset, beginning, known_end)
+            self._seek(key, offset)
+        self._drain(0)
+        self._raise_pending(key)
+        taken = self._take(key, max_records)
+        if taken:
+            return taken, self._end_after(tp, real, message_offset(taken[-1]))
+        end = known_end if known_end is not None else self.bounds(tp, real)[1]
+        if offset >= end:
+            return [], end
+        # Committed records lie ahead: wait for them, or for the position to pass
+        # the last stable offset (only markers and aborted records were left).
+        deadline = time.monotonic() + _FETCH_WAIT_S
+        kafka_tp = KafkaPartition(real, tp.partition)
+        while time.monotonic() < deadline:
+            # Checked first: a partition whose tail is a commit marker comes here on
+            # every fetch, and should not pay a poll's wait for it.
+            (position,) = self._consumer.position([kafka_tp])
+            if position.offset >= end:  # a seek resets it to -1001 (invalid)
+                self._log.markers_only(real, tp.partition, end, offset)
+                return [], offset
+            self._drain(_POLL_S)
+            self._raise_pending(key)
+            taken = self._take(key, max_records)
+            if taken:
+                return taken, self._end_after(tp, real, message_offset(taken[-1]))
+        raise BrokerUnreachableError(
+            self._log.settings.bootstrap,
+            _FETCH_WAIT_S,
+            f"{tp} has committed records up to offset {end} but none arrived from offset {offset}",
+        )
+
+    def _end_after(self, tp: TopicPartition, real: str, last: int) -> int:
+        """The end offset after delivering ``last``: the cached high watermark when it
+        says nothing follows (then it is the last stable offset too), else a round trip."""
+        _, high = self._consumer.get_watermark_offsets(
+            KafkaPartition(real, tp.partition), cached=True
+        )
+        if high == last + 1:
+            return high
+        return max(self.bounds(tp, real)[1], last + 1)
+
+    def _raise_pending(self, key: tuple[str, int]) -> None:
+        error = self._errors.pop(key, None)
+        if error is not None:
+            self._next.pop(key, None)  # the next fetch seeks and checks the range again
+            raise error
+
+    def _unassign_idle(self, now: float) -> None:
+        self._swept_at = now
+        idle = [key for key, at in self._read_at.items() if now - at > _IDLE_UNASSIGN_S]
+        if idle:
+            self._consumer.incremental_unassign([KafkaPartition(*key) for key in idle])
+            for key in idle:
+                for state in (self._read_at, self._next, self._buffers, self._errors):
+                    state.pop(key, None)
+                self._assigned.discard(key)
+                self._paused.discard(key)
+
+    def _resume(self, key: tuple[str, int]) -> None:
+        if key in self._paused:
+            self._paused.discard(key)
+            self._consumer.resume([KafkaPartition(*key)])
+
+    def _seek(self, key: tuple[str, int], offset: int) -> None:
+        kafka_tp = KafkaPartition(key[0], key[1], offset)
+        self._buffers.pop(key, None)
+        self._resume(key)
+        if key in self._assigned:
+            try:
+                self._consumer.seek(kafka_tp)
+            except KafkaException:
+                # A partition whose assignment is not active yet cannot seek: reassign.
+                self._consumer.incremental_unassign([KafkaPartition(key[0], key[1])])
+                self._consumer.incremental_assign([kafka_tp])
+        else:
+            self._consumer.incremental_assign([kafka_tp])
+            self._assigned.add(key)
+        self._next[key] = offset
+
+    def _drain(self, timeout: float) -> None:
+        messages = self._consumer.consume(_CONSUME_BATCH, timeout)
+        if not messages:
+            return
+        buffers, expected = self._buffers, self._next
+        touched: dict[tuple[str, int], deque[Message]] = {}
+        # A consume() returns runs of one partition's messages: look the buffer
+        # up once per run, not once per message (the fetch hot path).
+        run_key: tuple[str | None, int | None] = (None, None)
+        buffer: deque[Message] | None = None
+        for message in messages:
+            if message.error() is not None:
+                self._failed(message, cast(KafkaError, message.error()))
+                continue
+            key = (message.topic(), message.partition())
+            if key != run_key:
+                run_key = key
+                real_key = cast(tuple[str, int], key)
+                if real_key not in expected:
+                    buffer = None  # unassigned meanwhile
+                    continue
+                buffer = buffers.get(real_key)
+                if buffer is None:
+                    buffer = buffers[real_key] = deque()
+                touched[real_key] = buffer
+            if buffer is not None:
+                buffer.append(message)
+        for key, filled in touched.items():
+            if len(filled) >= _BUFFER_PAUSE and key not in self._paused:
+                self._consumer.pause([KafkaPartition(*key)])
+                self._paused.add(key)
+
+    def _failed(self, message: Message, error: KafkaError) -> None:
+        topic, partition = message.topic(), message.partition()
+        if topic is None or partition is None or partition < 0:
+            # Client-wide events (a broker connection dropped): librdkafka retries.
+            logger.warning("Kafka consumer: %s", error.str())
+            return
+        key = (topic, partition)
+        tp = TopicPartition(self._log.port_topic(topic), partition)
+        if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            beginning, end = self.bounds(tp, topic)
+            found: LogError = OffsetOutOfRangeError(tp, self._next.get(key, -1), beginning, end)
+        else:
+            found = self._log.error(error, action=f"fetching {tp}", acl=f'READ on topic "{topic}"')
+        self._errors[key] = found
+
+    def _take(self, key: tuple[str, int], max_records: int) -> list[Message]:
+        buffer = self._buffers.get(key)
+        if not buffer:
+            return []
+        if len(buffer) <= max_records:
+            taken = list(buffer)
+            buffer.clear()
+        else:
+            taken = [buffer.popleft() for _ in range(max_records)]
+        if len(buffer) < _BUFFER_PAUSE // 2:
+            self._resume(key)
+        self._next[key] = message_offset(taken[-1]) + 1
+        return taken
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._offsets.close()

@@ -1,0 +1,230 @@
+"""The runtime end to end on a real Apache Kafka broker (tests/support/kafka/).
+
+Word count under ``exactly_once_v2``: transactional producers per task, input
+offsets committed inside the transactions, read_committed readers, the
+repartition topic and the changelogs, then a restart that rebuilds wiped
+stores from the changelogs; and a zombie: a second instance of the same
+application takes the tasks over through the same transactional ids, so
+the first one's producers are fenced by the broker and nothing it still
+sends becomes visible; ``Log.partition_epoch`` is the topic id (KIP-516).
+Unlike the mock cluster, the broker's transactions
+are Kafka's own.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient
+from eddyline_runtime.processing.instance import StreamsInstance
+from eddyline_runtime.processing.stream_thread import RestoreReport
+
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log import ProducerFencedError, Record, TopicSpec
+from eddyline_runtime.log.kafka import KafkaLog
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.processing import StreamsBuilder, Topology
+from eddyline_runtime.serde import serde_for
+
+LONGS = serde_for("long")
+LINES = [f"w{i % 7} w{i % 3} w{i % 11}" for i in range(300)]
+EXPECTED = Counter(" ".join(LINES).split())
+PARTITIONS = 2
+
+
+@pytest.fixture
+def log(kafka_bootstrap: str) -> Iterator[KafkaLog]:
+    log = KafkaLog.open(
+        f"kafka://{kafka_bootstrap}", {}, topic_prefix=f"runtime-{uuid.uuid4().hex[:8]}."
+    )
+    yield log
+    log.close()
+
+
+def word_count() -> Topology:
+    builder = StreamsBuilder()
+    (
+        builder.stream("lines", value_serde="string")
+        .flat_map_values(str.split)
+        .group_by(lambda _, word: word, value_serde="string")
+        .count("counts")
+        .to_stream()
+        .to("word-counts", key_serde="string", value_serde="long")
+    )
+    return builder.build()
+
+
+def config(tmp_path: Path, application_id: str, name: str = "state") -> StreamsConfig:
+    return StreamsConfig.from_properties(
+        {
+            "application.id": application_id,
+            "state.dir": str(tmp_path / name),
+            "processing.guarantee": "exactly_once_v2",
+            "commit.interval.ms": 100,
+        }
+    )
+
+
+def produce_lines(log: KafkaLog, lines: list[str]) -> None:
+    log.create_topic("lines", PARTITIONS)
+    for partition in range(PARTITIONS):
+        log.produce(
+            TopicPartition("lines", partition),
+            [Record(None, line.encode(), i + 1) for i, line in enumerate(lines[partition::2])],
+        )
+
+
+def published(log: KafkaLog) -> dict[str, list[int]]:
+    """Every count published per word, in order (one partition holds each word)."""
+    counts: dict[str, list[int]] = {}
+    for partition in range(PARTITIONS):
+        tp = TopicPartition("word-counts", partition)
+        for record in log.fetch(tp, log.beginning_offset(tp), max_records=1_000_000).records:
+            assert record.key is not None and record.value is not None
+            counts.setdefault(record.key.decode(), []).append(LONGS.deserialize(record.value))
+    return counts
+
+
+def settled_counts(log: KafkaLog, expected: Counter[str], timeout: float = 20) -> dict[str, int]:
+    """The last published count per word, once they are ``expected`` (commit markers are
+    written after a commit returns) or the time is up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        latest = {word: counts[-1] for word, counts in published(log).items()}
+        if latest == dict(expected) or time.monotonic() > deadline:
+            return latest
+        time.sleep(0.1)
+
+
+def run_until_caught_up(instance: StreamsInstance) -> None:
+    instance.start()
+    try:
+        instance.wait_until_caught_up(120)
+    finally:
+        instance.close()
+
+
+@pytest.mark.slow
+def test_word_count_is_exact_under_exactly_once_and_restores_from_its_changelogs(
+    tmp_path: Path, log: KafkaLog
+) -> None:
+    produce_lines(log, LINES)
+    run_until_caught_up(StreamsInstance(word_count(), config(tmp_path, "wc"), log))
+    assert settled_counts(log, EXPECTED) == dict(EXPECTED)
+    for word, counts in published(log).items():  # a duplicated commit would repeat a count
+        assert counts == sorted(set(counts)), f"{word}: {counts}"
+    assert log.topics()["wc-counts-changelog"] == TopicSpec("wc-counts-changelog", 2, True)
+
+    for task in ("1_0", "1_1"):  # wipe the stores: the changelogs rebuild them
+        for path in sorted((tmp_path / "state" / task / "counts").iterdir()):
+            path.unlink()
+    produce_lines(log, ["w1 w100"])
+    restores: list[RestoreReport] = []
+    run_until_caught_up(
+        StreamsInstance(word_count(), config(tmp_path, "wc"), log, on_restore=[restores.append])
+    )
+    assert sum(report.result.records for report in restores) >= len(EXPECTED)
+    expected = EXPECTED + Counter(["w1", "w100"])
+    assert settled_counts(log, expected) == dict(expected)
+
+
+@pytest.mark.slow
+def test_a_zombie_instance_is_fenced_by_the_tasks_transactional_ids(
+    tmp_path: Path, log: KafkaLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two instances of one application each believe they own every task: the newer
+    one's producers fence the older one's (same transactional ids), the zombie's next
+    commit is refused by the broker, and every count is still published exactly once."""
+    produce_lines(log, LINES)
+    zombie = StreamsInstance(word_count(), config(tmp_path, "zz", "zombie"), log)
+    newer = StreamsInstance(word_count(), config(tmp_path, "zz", "newer"), log)
+    zombie.start()
+    try:
+        zombie.wait_until_caught_up(120)
+        newer.start()  # its producers fence the zombie's
+        try:
+            newer.wait_until_caught_up(120)
+            produce_lines(log, ["w1 w200"])  # both fetch these; only one may commit them
+            newer.wait_until_caught_up(120)
+            zombie.wait_until_caught_up(120)
+        finally:
+            newer.close()
+    finally:
+        zombie.close()
+    assert any("taken over by another member" in m for m in caplog.messages), caplog.messages
+    run_until_caught_up(StreamsInstance(word_count(), config(tmp_path, "zz", "last"), log))
+    expected = EXPECTED + Counter(["w1", "w200"])
+    assert settled_counts(log, expected) == dict(expected)
+    for word, counts in published(log).items():
+        assert counts == sorted(set(counts)), f"{word}: {counts}"
+
+
+def test_partition_epoch_is_the_topic_id_and_changes_when_the_topic_is_recreated(
+    log: KafkaLog,
+) -> None:
+    # Not compacted: Kafka refuses DeleteRecords on a topic whose only policy is compact.
+    tp = TopicPartition("events", 0)
+    log.create_topic("events", 1)
+    first = log.partition_epoch(tp)
+    log.produce(tp, [Record(b"k", b"v", 1)] * 3)
+    assert log.partition_epoch(tp) == first  # appends keep the incarnation
+
+    admin = AdminClient({"bootstrap.servers": log.settings.bootstrap})
+    real = log.real_topic(tp.topic)
+    upto = KafkaPartition(real, 0, 2)
+    admin.delete_records([upto])[upto].result()
+    # Records deleted from the start move the beginning (a gap), not the incarnation.
+    assert (log.beginning_offset(tp), log.partition_epoch(tp)) == (2, first)
+
+    admin.delete_topics([real])[real].result()
+    deadline = time.monotonic() + 30
+    while real in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{real} still listed 30 s after its deletion"
+        time.sleep(0.1)
+    log.create_topic("events", 1)
+    assert log.partition_epoch(tp) != first
+    assert (log.beginning_offset(tp), log.end_offset(tp)) == (0, 0)
+
+
+@pytest.mark.slow
+def test_a_transaction_the_broker_timed_out_cannot_commit_and_writes_nothing(
+    kafka_bootstrap: str,
+) -> None:
+    """The broker aborts a transaction open longer than ``transaction.timeout.ms``
+    (bumping the producer's epoch); its commit then fails as a fenced producer's does,
+    so the stream thread drops the task uncommitted and rejoins."""
+    log = KafkaLog.open(
+        f"kafka://{kafka_bootstrap}",
+        {},
+        topic_prefix=f"timeout-{uuid.uuid4().hex[:8]}.",
+        transaction_timeout_s=2.0,
+    )
+    try:
+        out = TopicPartition("out", 0)
+        log.create_topic("out", 1)
+        producer = log.transactional_producer("timeout-0_0")
+        producer.begin()
+        producer.send(out, Record(b"k", b"late", 1))
+        producer.send_offsets("timeout", {out: 1})
+        time.sleep(5)  # > 2 s, plus the broker's 1 s sweep for timed-out transactions
+        with pytest.raises(ProducerFencedError):
+            producer.commit()
+        assert list(log.fetch(out, log.beginning_offset(out)).records) == []
+        assert log.committed_offsets("timeout", [out]) == {}
+        again = log.transactional_producer("timeout-0_0")  # the task's next owner
+        again.begin()
+        again.send(out, Record(b"k", b"next", 2))
+        committed = again.commit()
+        deadline = time.monotonic() + 10
+        while log.end_offset(out) <= committed.last_offsets[out]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert [r.value for r in log.fetch(out, log.beginning_offset(out)).records] == [b"next"]
+    finally:
+        log.close()

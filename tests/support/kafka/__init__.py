@@ -1,0 +1,1 @@
+"""Kafka for the tests: real brokers (broker.py, plugin.py) and librdkafka's mock cluster."""
