@@ -94,7 +94,7 @@ bench-operator: $(STAMP) ## Operator benchmark: apply -> children/Ready, pod kil
 	$(BIN)/python -m tests.bench.bench_operator
 
 bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
-	$(BIN)/python tests/bench/bench_log.py
+	$(BIN)/python -m tests.bench.bench_log
 
 bench-restore: $(STAMP) ## Restore benchmark: serial replay vs Spark build + SST ingest, 2M records (last line JSON)
 	$(BIN)/python tests/bench/bench_restore.py

@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -125,10 +124,7 @@ def main() -> None:
 
     if not args.no_mock:
         from eddyline_runtime.log.kafka import KafkaLog
-
-        # The mock cluster is test support, beside this script's folder.
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from support.kafka.mock_cluster import MockCluster
+        from tests.support.kafka.mock_cluster import MockCluster
 
         cluster = MockCluster()
         try:

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
-from eddyline_runtime.processing.instance import StreamsInstance
-from eddyline_runtime.processing.stream_thread import RestoreReport
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import ProducerFencedError, Record, TopicSpec
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
