@@ -33,3 +33,8 @@ def store_factory(tmp_path: Path) -> Iterator[StoreFactory]:
     yield open_store
     for store in opened:
         store.close()
+
+
+# The real control plane (tests/support/control_plane): its session-scoped `control_plane`
+# fixture, for any test that requests it.
+pytest_plugins = ["support.control_plane.fixture"]
