@@ -31,7 +31,7 @@ KUBERNETES_SERVICE_IP = "127.96.0.1"
 # endpoints and EndpointSlices would hold loopback pod IPs, which the API server refuses; the
 # cloud ones need a cloud provider (without one they would only log that they cannot run).
 DISABLED_CONTROLLERS = (
-    "endpoint-controller",
+    "endpoints-controller",
     "endpointslice-controller",
     "endpointslice-mirroring-controller",
     "service-lb-controller",
