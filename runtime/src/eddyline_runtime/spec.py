@@ -283,7 +283,9 @@ class RestoreSpec(_Strict):
     model_config = ConfigDict(
         json_schema_extra=_rules(
             (
-                "self.when != 'WhenLagAbove' || has(self.lagAbove)",
+                # has(self.when): kube-apiserver checks the `restore: {}` default as written,
+                # before `when` is defaulted inside it.
+                "!has(self.when) || self.when != 'WhenLagAbove' || has(self.lagAbove)",
                 "when WhenLagAbove needs lagAbove (changelog records)",
             )
         )

@@ -38,16 +38,20 @@ class ServiceProxy:
     def stop(self) -> None:
         self.services.stop()
         self.pods.stop()
-        if self._task is not None:
-            self._task.cancel()
 
         async def close() -> None:
+            if self._task is not None:
+                self._task.cancel()
             for server in self.listeners.values():
                 server.close()
+                await server.wait_closed()
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self.loop.is_running():
+            self.loop.close()
 
     async def _run(self) -> None:
         while True:
