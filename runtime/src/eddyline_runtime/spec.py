@@ -197,7 +197,10 @@ class StorageSpec(_Strict):
     model_config = ConfigDict(
         json_schema_extra=_rules(
             (
-                "self.size == oldSelf.size",
+                # has(): kube-apiserver checks the `storage: {}` default as written (before
+                # `size` is defaulted inside it), transition rules included.
+                "has(self.size) == has(oldSelf.size)"
+                " && (!has(self.size) || self.size == oldSelf.size)",
                 "size is immutable: a StatefulSet's claim templates cannot change "
                 "(resize the claims themselves)",
             ),
