@@ -23,7 +23,7 @@ import yaml
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from support.control_plane.client import wait_until
+from support.control_plane.client import ApiError, Client, wait_until
 from support.control_plane.cluster import Cluster
 from support.control_plane.operator import Kubectl, Operator
 
@@ -215,6 +215,56 @@ def test_a_sigkilled_pod_fails_over_and_counts_stay_exact(
 
     wait_until(restarted, f"{victim} restarted by its kubelet and ready", READY_TIMEOUT)
     wait_until(wordcount.counts_exact, "exact counts with the pod back", COUNT_TIMEOUT)
+
+
+def test_a_deleted_pod_terminates_gracefully_is_replaced_and_counts_stay_exact(
+    wordcount: WordCount, control_plane: Cluster
+) -> None:
+    """kubectl waits while the kubelet sends SIGTERM and the runtime commits and exits (well
+    within the grace period); the real StatefulSet controller makes the pod again."""
+    operator = wordcount.operator
+    assert control_plane.kubelets is not None
+    wait_until(lambda: _ready(operator), "the app ready", READY_TIMEOUT)
+    old_uid = operator.pods(APP)[f"{APP}-2"]["metadata"]["uid"]
+    started = time.monotonic()
+    assert f'pod "{APP}-2" deleted' in wordcount.kubectl("delete", "pod", f"{APP}-2")
+    # Far below the 60 s grace period: the process exited on SIGTERM, it was not killed.
+    assert time.monotonic() - started < 45
+    wordcount.produce(500, seed=4)
+
+    def replaced() -> bool:
+        pod = operator.pods(APP).get(f"{APP}-2")
+        return pod is not None and pod["metadata"]["uid"] != old_uid and _ready(operator)
+
+    wait_until(replaced, f"a new {APP}-2, ready", READY_TIMEOUT)
+    wait_until(wordcount.counts_exact, "exact counts after the replacement", COUNT_TIMEOUT)
+    log = control_plane.kubelets.pod_log(NAMESPACE, f"{APP}-2")
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_pods_reach_the_api_over_https_as_their_service_account_with_only_the_membership(
+    wordcount: WordCount, control_plane: Cluster
+) -> None:
+    """Each pod's projected token (TokenRequest, bound to the pod) and the cluster CA: the
+    real RBAC lets it read its membership and nothing else the operator did not grant."""
+    assert control_plane.kubelets is not None
+    account = control_plane.kubelets.service_account_dir(NAMESPACE, f"{APP}-0")
+    token = (account / "token").read_text(encoding="utf-8")
+    pod = Client(control_plane.plane.url, account / "ca.crt", token=token)
+    base = f"/api/v1/namespaces/{NAMESPACE}"
+    assert pod.request(f"{base}/configmaps/{APP}-membership")["data"]["membership.json"]
+    for forbidden in (f"{base}/configmaps/{APP}-config", f"{base}/pods", f"{base}/secrets"):
+        with pytest.raises(ApiError) as refused:
+            pod.request(forbidden)
+        assert refused.value.code == 403, forbidden
+    review = pod.create(
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    user = review["status"]["userInfo"]
+    assert user["username"] == f"system:serviceaccount:{NAMESPACE}:{APP}"
+    # Bound to the pod, as a kubelet's projected token is.
+    assert user["extra"]["authentication.kubernetes.io/pod-name"] == [f"{APP}-0"]
 
 
 # Refused by the real API server's schema and CEL rules, naming the field.

@@ -151,7 +151,6 @@ class Informer:
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._response: Any = None
         self._thread = threading.Thread(target=self._run, name=f"informer {path}", daemon=True)
 
     def start(self) -> Informer:
@@ -159,11 +158,9 @@ class Informer:
         return self
 
     def stop(self) -> None:
+        """Stop after the current watch (a daemon thread; closing its response from here
+        would block on the reader's lock until the server ends the watch)."""
         self._stop.set()
-        response = self._response
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.close()
 
     def items(self) -> list[Obj]:
         with self._lock:
@@ -195,9 +192,10 @@ class Informer:
                 allowWatchBookmarks="true",
                 timeoutSeconds="60",
             )
-            self._response = self.client.open(path, timeout=90)
-            with self._response as response:
+            with self.client.open(path, timeout=90) as response:
                 for event in _json_lines(response):
+                    if self._stop.is_set():
+                        return
                     kind, obj = event["type"], event["object"]
                     if kind == "ERROR":
                         return  # 410 Gone and the like: relist

@@ -759,5 +759,17 @@ class Kubelets:
         )
         return "\n".join(p.read_text(errors="replace") for p in logs)
 
+    def service_account_dir(self, namespace: str, pod_name: str) -> Path:
+        """The directory a running pod's service-account token and CA are written to."""
+        node = self.node_of(namespace, pod_name)
+        with node.lock:
+            runtime = next(
+                r for r in node.pods.values() if (r.namespace, r.name) == (namespace, pod_name)
+            )
+            for path, directory in runtime.mounts.items():
+                if (directory / "token").exists() and path.startswith("kube-api-access"):
+                    return directory
+        raise LookupError(f'pod "{namespace}/{pod_name}" has no service-account token')
+
     def errors(self) -> list[str]:
         return [e for node in self.nodes.values() for e in node.errors]
