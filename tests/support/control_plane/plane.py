@@ -166,7 +166,8 @@ class ControlPlane:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 try:
-                    process.wait(15)
+                    # The API server drains its watches for longer; the store is thrown away.
+                    process.wait(5)
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(10)
