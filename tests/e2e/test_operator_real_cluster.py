@@ -161,6 +161,8 @@ def test_the_real_controllers_run_the_app_and_kubectl_shows_it_ready(
         )
     claims = {c["metadata"]["name"]: c for c in operator.objects("", "persistentvolumeclaims")}
     assert claims[f"{APP}-log"]["status"]["phase"] == "Bound"
+    # The server stamps its version as Kubernetes' release build does.
+    assert "Server Version: v1.33.13" in wordcount.kubectl("version")
     table = wordcount.kubectl("get", "sapp").splitlines()
     assert table[0].split() == ["NAME", "REPLICAS", "READY", "PHASE", "REVISION", "AGE"]
     assert table[1].split()[:5] == [APP, "3", "3", "Running", "1"]
