@@ -244,6 +244,28 @@ def test_a_deleted_pod_terminates_gracefully_is_replaced_and_counts_stay_exact(
     assert "Traceback" not in log, log[-3000:]
 
 
+def test_scaling_through_the_scale_subresource_and_back_keeps_counts_exact(
+    wordcount: WordCount,
+) -> None:
+    operator = wordcount.operator
+    wait_until(lambda: _ready(operator), "the app ready", READY_TIMEOUT)
+    assert "scaled" in wordcount.kubectl("scale", "sapp", APP, "--replicas=4")
+    wait_until(
+        lambda: len(operator.pods(APP)) == 4 and _ready(operator, 4), "4 ready pods", READY_TIMEOUT
+    )
+    membership = operator.get("", "configmaps", f"{APP}-membership")
+    assert membership is not None
+    assert f"{APP}-3" in membership["data"]["membership.json"]  # the new pod holds tasks
+    wordcount.produce(500, seed=5)
+    wait_until(wordcount.counts_exact, "exact counts on 4 pods", COUNT_TIMEOUT)
+    assert "scaled" in wordcount.kubectl("scale", "sapp", APP, "--replicas=3")
+    wait_until(
+        lambda: len(operator.pods(APP)) == 3 and _ready(operator), "back to 3 pods", READY_TIMEOUT
+    )
+    wordcount.produce(500, seed=6)
+    wait_until(wordcount.counts_exact, "exact counts back on 3 pods", COUNT_TIMEOUT)
+
+
 def test_pods_reach_the_api_over_https_as_their_service_account_with_only_the_membership(
     wordcount: WordCount, control_plane: Cluster
 ) -> None:
