@@ -46,6 +46,7 @@ class WordCount:
     log_url: str
     query_service: str
     expected: collections.Counter[str]
+    last_mismatch: str = ""
 
     @property
     def kubectl(self) -> Kubectl:
@@ -75,11 +76,20 @@ class WordCount:
         for word, count in self.expected.items():
             try:
                 result = router.get(STORE, word)
-            except QueryFailedError:
+            except QueryFailedError as error:
+                self.last_mismatch = f"{word}: {error}"
                 return False
             if not result.found or int(result.value) != count:
+                self.last_mismatch = f"{word}: {result} (expected {count})"
                 return False
         return True
+
+    def wait_exact(self, what: str) -> None:
+        try:
+            wait_until(self.counts_exact, what, COUNT_TIMEOUT)
+        except TimeoutError as error:
+            print(self.operator.describe_failure(APP))
+            raise AssertionError(f"{error}; last answer {self.last_mismatch}") from None
 
 
 def manifest(**changes: Any) -> dict[str, Any]:
@@ -173,7 +183,7 @@ def test_the_real_controllers_run_the_app_and_kubectl_shows_it_ready(
 
 def test_counts_are_exact_through_the_query_service(wordcount: WordCount) -> None:
     wordcount.produce(2_000, seed=1)
-    wait_until(wordcount.counts_exact, "exact counts through the query Service", COUNT_TIMEOUT)
+    wordcount.wait_exact("exact counts through the query Service")
 
 
 def test_a_sigkilled_pod_fails_over_and_counts_stay_exact(
@@ -183,7 +193,7 @@ def test_a_sigkilled_pod_fails_over_and_counts_stay_exact(
     assert control_plane.kubelets is not None
     if not wordcount.expected:
         wordcount.produce(1_000, seed=2)
-    wait_until(wordcount.counts_exact, "exact counts before the kill", COUNT_TIMEOUT)
+    wordcount.wait_exact("exact counts before the kill")
     word = wordcount.expected.most_common(1)[0][0]
     before = wordcount.router().get(STORE, word)
     assert before.host is not None
@@ -206,7 +216,7 @@ def test_a_sigkilled_pod_fails_over_and_counts_stay_exact(
     print(f"promoted {time.monotonic() - killed_at:.2f} s after the kill")
     wordcount.produce(1_000, seed=3)
     try:
-        wait_until(wordcount.counts_exact, "exact counts after the failover", COUNT_TIMEOUT)
+        wordcount.wait_exact("exact counts after the failover")
     except TimeoutError:
         print(operator.describe_failure(APP))
         raise
@@ -216,7 +226,7 @@ def test_a_sigkilled_pod_fails_over_and_counts_stay_exact(
         return bool(statuses and statuses[0]["restartCount"] > 0) and _ready(operator)
 
     wait_until(restarted, f"{victim} restarted by its kubelet and ready", READY_TIMEOUT)
-    wait_until(wordcount.counts_exact, "exact counts with the pod back", COUNT_TIMEOUT)
+    wordcount.wait_exact("exact counts with the pod back")
 
 
 def test_a_deleted_pod_terminates_gracefully_is_replaced_and_counts_stay_exact(
@@ -239,7 +249,7 @@ def test_a_deleted_pod_terminates_gracefully_is_replaced_and_counts_stay_exact(
         return pod is not None and pod["metadata"]["uid"] != old_uid and _ready(operator)
 
     wait_until(replaced, f"a new {APP}-2, ready", READY_TIMEOUT)
-    wait_until(wordcount.counts_exact, "exact counts after the replacement", COUNT_TIMEOUT)
+    wordcount.wait_exact("exact counts after the replacement")
     log = control_plane.kubelets.pod_log(NAMESPACE, f"{APP}-2")
     assert "Traceback" not in log, log[-3000:]
 
@@ -257,13 +267,13 @@ def test_scaling_through_the_scale_subresource_and_back_keeps_counts_exact(
     assert membership is not None
     assert f"{APP}-3" in membership["data"]["membership.json"]  # the new pod holds tasks
     wordcount.produce(500, seed=5)
-    wait_until(wordcount.counts_exact, "exact counts on 4 pods", COUNT_TIMEOUT)
+    wordcount.wait_exact("exact counts on 4 pods")
     assert "scaled" in wordcount.kubectl("scale", "sapp", APP, "--replicas=3")
     wait_until(
         lambda: len(operator.pods(APP)) == 3 and _ready(operator), "back to 3 pods", READY_TIMEOUT
     )
     wordcount.produce(500, seed=6)
-    wait_until(wordcount.counts_exact, "exact counts back on 3 pods", COUNT_TIMEOUT)
+    wordcount.wait_exact("exact counts back on 3 pods")
 
 
 def test_pods_reach_the_api_over_https_as_their_service_account_with_only_the_membership(
@@ -324,3 +334,41 @@ def test_an_invalid_manifest_is_refused_by_the_real_schema_and_cel(
     assert result.returncode != 0, result.stdout
     assert field in result.stderr, result.stderr
     assert wordcount.operator.app(APP)["metadata"]["generation"] == generation
+
+
+def test_suspending_scales_to_zero_keeps_the_claims_and_resuming_counts_on(
+    wordcount: WordCount,
+) -> None:
+    operator = wordcount.operator
+    wait_until(lambda: _ready(operator), "the app ready", READY_TIMEOUT)
+    merge = '{"spec": {"suspend": true}}'
+    wordcount.kubectl("patch", "sapp", APP, "--type=merge", "-p", merge)
+    wait_until(lambda: not operator.pods(APP), "no pods", READY_TIMEOUT)
+    wait_until(
+        lambda: operator.app(APP).get("status", {}).get("phase") == "Suspended", "Suspended", 60
+    )
+    claims = {c["metadata"]["name"] for c in operator.objects("", "persistentvolumeclaims")}
+    assert {f"state-{APP}-0", f"state-{APP}-1", f"state-{APP}-2", f"{APP}-log"} <= claims
+    wordcount.produce(500, seed=7)  # arrives while nothing runs
+    wordcount.kubectl("patch", "sapp", APP, "--type=merge", "-p", merge.replace("true", "false"))
+    wait_until(lambda: _ready(operator), "Ready again after resuming", READY_TIMEOUT)
+    wordcount.wait_exact("exact counts after resuming")
+
+
+def test_deleting_the_app_lets_the_real_garbage_collector_remove_its_children_not_claims(
+    wordcount: WordCount,
+) -> None:
+    operator = wordcount.operator
+    assert f'streamapp.eddyline.dev "{APP}" deleted' in wordcount.kubectl("delete", "sapp", APP)
+    wait_until(lambda: not operator.pods(APP), "every pod gone", READY_TIMEOUT)
+    wait_until(
+        lambda: (
+            operator.get("apps", "statefulsets", APP) is None
+            and operator.get("", "configmaps", f"{APP}-config") is None
+            and operator.get("", "services", f"{APP}-query") is None
+        ),
+        "the garbage collector to remove the owned children",
+        120,
+    )
+    claims = {c["metadata"]["name"] for c in operator.objects("", "persistentvolumeclaims")}
+    assert f"{APP}-log" in claims and f"state-{APP}-0" in claims
