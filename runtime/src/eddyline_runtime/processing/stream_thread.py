@@ -113,6 +113,9 @@ _FETCH_RECORDS = 5_000
 _PROCESS_BATCH_FIRST = 1_000
 _PROCESS_BATCH_LIMITS = (10, 5_000)
 _PROCESS_SECONDS = 0.01
+# How long a member waits before it opens again a task fenced away while still assigned to
+# it: longer than a membership update takes to arrive, so an old assignment is replaced first.
+_RECLAIM_FENCED_SECONDS = 1.0
 # Keys per output topic whose partition the thread remembers.
 _PARTITION_CACHE_KEYS = 100_000
 # How long an idle thread sleeps before polling the log again.
@@ -191,6 +194,10 @@ class StreamThread:
             frozenset(standby_tasks),
         )
         self._pending_lock = threading.Lock()
+        # The assignment last applied, and when to apply it again because a task of it was
+        # fenced away by a member acting on an older membership (see _reclaim_fenced).
+        self._assigned: tuple[frozenset[TaskId], frozenset[TaskId]] = self._pending
+        self._reclaim_at: float | None = None
         config = setup.config
         self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
         self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
@@ -281,8 +288,13 @@ class StreamThread:
     def _apply_pending_assignment(self) -> None:
         with self._pending_lock:
             pending, self._pending = self._pending, None
-        if pending is None:
-            return
+            if pending is None and self._reclaim_at is not None:
+                if time.monotonic() < self._reclaim_at:
+                    return
+                pending = self._assigned  # take back what is still ours
+            if pending is None:
+                return
+            self._assigned, self._reclaim_at = pending, None
         active, standby = pending
         leaving = [t for t in self.active if t not in active]
         if leaving:
@@ -307,6 +319,18 @@ class StreamThread:
             if task_id not in self.standbys:
                 self._create_standby(task_id)
         self.state = ThreadState.RUNNING
+
+    def _reclaim_fenced(self, task_id: TaskId) -> None:
+        """A fenced task this member is still assigned: open it again shortly.
+
+        The fencing member may act on an older membership (a pod that started before the
+        newest generation reached it): dropping the task for good would leave it with no
+        active member while the assignment lasts. Opening it again fences that member in
+        turn; if it is this member's assignment that is old, the newer one arrives within
+        the delay and moves the task away, so the two never keep fencing each other."""
+        with self._pending_lock:
+            if task_id in self._assigned[0]:
+                self._reclaim_at = time.monotonic() + _RECLAIM_FENCED_SECONDS
 
     def _close_active(self, task_id: TaskId) -> None:
         """Close a task whose work is committed (or abandoned, when it was migrated)."""
@@ -832,6 +856,7 @@ class StreamThread:
         for task_id in migrated:
             self.migrated += 1
             self._close_active(task_id)
+            self._reclaim_fenced(task_id)
         self._budget.committed()
         seconds = time.perf_counter() - started
         self._commit_sensor.record(seconds * 1000)
