@@ -42,7 +42,7 @@ run: $(STAMP) ## The main job: word count on the embedded log (generate, process
 demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query at both isolation levels
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
-test: $(STAMP) kafka-jars ## Run every test, slow ones included (what CI runs)
+test: $(STAMP) kafka-jars control-plane ## Run every test, slow ones included (what CI runs)
 	@scripts/check-prerequisites --java
 	$(BIN)/pytest
 
@@ -105,3 +105,10 @@ image: ## Build the one image of the operator and the runtime (needs a Docker en
 
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) $(BYTEWAX_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)
+
+.PHONY: control-plane cluster
+control-plane: ## Build (or reuse) kube-apiserver, controller manager, scheduler and etcd (.cache/kubernetes)
+	@scripts/build-control-plane >/dev/null
+
+cluster: $(STAMP) control-plane ## Start the tests' real control plane and kubelet stand-in for your own kubectl (Ctrl-C stops)
+	$(BIN)/python -m tests.support.control_plane

@@ -7,4 +7,7 @@ pytest_plugins = [
     # Real Kafka brokers (kafka_broker, kafka_cluster3, kafka_bootstrap): started only when
     # a test asks for one, once per run (tests/support/kafka/).
     "tests.support.kafka.plugin",
+    # The real control plane (tests/support/control_plane): its session-scoped
+    # `control_plane` fixture, for any test that requests it.
+    "tests.support.control_plane.fixture",
 ]

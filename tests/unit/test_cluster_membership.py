@@ -31,6 +31,19 @@ def test_in_a_pod_the_service_address_is_used_over_tls() -> None:
     assert ipv6.url == "https://[fd00::1]:443"
 
 
+def test_the_service_account_directory_can_be_moved(tmp_path: Path) -> None:
+    """A kubelet without mount namespaces (the tests' stand-in) names each pod's directory."""
+    (tmp_path / "token").write_text("t", encoding="utf-8")
+    api = ApiServer.from_environment(
+        {
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": "6443",
+            "EDDYLINE_SERVICE_ACCOUNT_DIR": str(tmp_path),
+        }
+    )
+    assert api.token_file == tmp_path / "token"
+
+
 def test_outside_a_pod_without_an_override_the_error_says_what_to_set() -> None:
     with pytest.raises(ClusterMembershipError, match="EDDYLINE_KUBERNETES_API"):
         ApiServer.from_environment({})

@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 API_URL_ENV = "EDDYLINE_KUBERNETES_API"
+# Where the service-account files are when not at SERVICE_ACCOUNT_DIR: a kubelet without
+# mount namespaces (the tests' stand-in) gives each pod a directory of its own.
+SERVICE_ACCOUNT_DIR_ENV = "EDDYLINE_SERVICE_ACCOUNT_DIR"
 # The key of the membership ConfigMap that holds the JSON (the local file's name).
 MEMBERSHIP_KEY = MEMBERSHIP_FILE
 # A watch the server ends after this long is simply resumed; shorter than most proxies' idle
@@ -76,7 +79,8 @@ class ApiServer:
     def from_environment(cls, environ: dict[str, str] | None = None) -> ApiServer:
         """``EDDYLINE_KUBERNETES_API`` if set, else the in-cluster service address."""
         env = dict(os.environ if environ is None else environ)
-        token = SERVICE_ACCOUNT_DIR / "token"
+        account = Path(env.get(SERVICE_ACCOUNT_DIR_ENV) or SERVICE_ACCOUNT_DIR)
+        token = account / "token"
         if env.get(API_URL_ENV):
             return cls(env[API_URL_ENV], token_file=token if token.exists() else None)
         host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
@@ -87,9 +91,7 @@ class ApiServer:
             )
         if ":" in host:  # an IPv6 address
             host = f"[{host}]"
-        return cls(
-            f"https://{host}:{port}", token_file=token, ca_file=SERVICE_ACCOUNT_DIR / "ca.crt"
-        )
+        return cls(f"https://{host}:{port}", token_file=token, ca_file=account / "ca.crt")
 
     def open(self, path: str, *, timeout: float) -> Any:
         """GET ``path``; returns the open response (a file-like object)."""

@@ -200,7 +200,10 @@ class StorageSpec(_Strict):
     model_config = ConfigDict(
         json_schema_extra=_rules(
             (
-                "self.size == oldSelf.size",
+                # has(): kube-apiserver checks the `storage: {}` default as written (before
+                # `size` is defaulted inside it), transition rules included.
+                "has(self.size) == has(oldSelf.size)"
+                " && (!has(self.size) || self.size == oldSelf.size)",
                 "size is immutable: a StatefulSet's claim templates cannot change "
                 "(resize the claims themselves)",
             ),
@@ -286,7 +289,9 @@ class RestoreSpec(_Strict):
     model_config = ConfigDict(
         json_schema_extra=_rules(
             (
-                "self.when != 'WhenLagAbove' || has(self.lagAbove)",
+                # has(self.when): kube-apiserver checks the `restore: {}` default as written,
+                # before `when` is defaulted inside it.
+                "!has(self.when) || self.when != 'WhenLagAbove' || has(self.lagAbove)",
                 "when WhenLagAbove needs lagAbove (changelog records)",
             )
         )

@@ -9,6 +9,7 @@ where state lives on disk.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,3 +207,34 @@ def test_a_failing_processor_names_the_record_and_commits_nothing_after_it(
     # ok-3 was processed with boom in the same batch: nothing of it was committed.
     assert [r.value for r in read_all(log, "passed")] == [b"ok-1", b"ok-2"]
     assert log.committed_offsets("app", [tp]) == {tp: 2}
+
+
+def test_a_task_fenced_away_while_still_assigned_is_opened_again(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    """A member acting on an older membership can fence tasks this member still holds (seen
+    on the real control plane, where pods start seconds apart): they must come back, not
+    stay with no active member while the assignment lasts."""
+    produce_lines(log, LINES)
+    instance = StreamsInstance(word_count(), config(tmp_path), log)
+    instance.start()
+    try:
+        instance.wait_until_caught_up(60)
+        tasks = [task.id for thread in instance.threads for task in thread.tasks]
+        # A zombie takes every task's transactional id, fencing this member's producers.
+        zombies = [log.transactional_producer(f"app-{task}") for task in tasks]
+        produce_lines(log, LINES)
+        deadline = time.monotonic() + 60
+        while True:
+            latest = {word: counts[-1] for word, counts in counts_published(log).items()}
+            if latest == {word: 2 * count for word, count in EXPECTED.items()}:
+                break
+            assert time.monotonic() < deadline, f"counts stuck at {latest}"
+            time.sleep(0.1)
+        assert sum(thread.migrated for thread in instance.threads) >= 1
+        assert sorted(task.id for thread in instance.threads for task in thread.tasks) == sorted(
+            tasks
+        )
+    finally:
+        instance.close()
+    del zombies

@@ -168,3 +168,22 @@ def test_the_model_refuses_what_cel_refuses() -> None:
     secret["spec"]["log"]["secretName"] = "kafka-auth"
     with pytest.raises(ManifestError, match="secretName"):
         parse_manifest(secret)
+
+
+def test_every_default_passes_its_own_rules_as_written() -> None:
+    """kube-apiserver refuses a CRD whose default fails the CEL rules of its own node, and it
+    checks the default as written, without the defaults of the fields inside, transition
+    rules too with ``oldSelf`` the same default (a real server refused `restore: {}` against
+    `self.when != ...` and `storage: {}` against `self.size == oldSelf.size`: "no such key")."""
+    for path, node in _walk(_schema()):
+        if "default" not in node:
+            continue
+        for rule in node.get("x-kubernetes-validations", []):
+            context = {"self": node["default"], "oldSelf": node["default"]}
+            try:
+                passed = cel.evaluate(rule["rule"], context)
+            except (RuntimeError, KeyError, ValueError, TypeError) as error:
+                raise AssertionError(
+                    f"{path}: {rule['rule']} fails on the default: {error}"
+                ) from None
+            assert passed is True, f"{path}: the default {node['default']} fails {rule['rule']}"

@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
+from eddyline_runtime.engine.assignment_inbox import AssignmentInbox
 from eddyline_runtime.engine.queryable import LocalStorePartition
 from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.record_collector import RecordCollector
@@ -145,11 +146,7 @@ class StreamThread:
         self.name = f"{setup.config.application_id}-{setup.instance_id}-StreamThread-{index + 1}"
         self.setup = setup
         # (active, standby) the thread should run; applied between iterations.
-        self._pending: tuple[frozenset[TaskId], frozenset[TaskId]] | None = (
-            frozenset(tasks),
-            frozenset(standby_tasks),
-        )
-        self._pending_lock = threading.Lock()
+        self._inbox = AssignmentInbox(tasks, standby_tasks)
         config = setup.config
         self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
         self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
@@ -212,8 +209,7 @@ class StreamThread:
 
     def assign(self, active: Collection[TaskId], standby: Collection[TaskId]) -> None:
         """Run these tasks from the next iteration on (a rebalance)."""
-        with self._pending_lock:
-            self._pending = (frozenset(active), frozenset(standby))
+        self._inbox.post(active, standby)
 
     def _run(self) -> None:
         try:
@@ -239,8 +235,7 @@ class StreamThread:
             self._metrics.close()
 
     def _apply_pending_assignment(self) -> None:
-        with self._pending_lock:
-            pending, self._pending = self._pending, None
+        pending = self._inbox.take()
         if pending is None:
             return
         active, standby = pending
@@ -384,6 +379,7 @@ class StreamThread:
         for task_id in migrated:
             self.migrated += 1
             self._tasks.close_active(task_id)
+            self._inbox.reclaim(task_id)  # if still assigned here: an old membership fenced it
         self._budget.committed()
         seconds = time.perf_counter() - started
         self._metrics.committed(seconds)

@@ -1,0 +1,43 @@
+"""The session-scoped ``control_plane`` fixture (registered in tests/conftest.py).
+
+One control plane per test run: building is cached and starting takes tens of seconds, so
+tests share it and isolate themselves by namespace. When a test that used it fails, the end of
+each component's log is attached to the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.control_plane.cluster import Cluster
+
+REPO = Path(__file__).resolve().parents[3]
+_running: list[Cluster] = []
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    examples = sorted(str(p) for p in (REPO / "examples").iterdir() if p.is_dir())
+    cluster = Cluster(tmp_path_factory.mktemp("control-plane"), pythonpath=examples)
+    cluster.start()
+    print(f"control plane started in {cluster.startup_seconds:.1f} s")
+    _running.append(cluster)
+    yield cluster
+    _running.remove(cluster)
+    cluster.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    report = yield
+    if (
+        isinstance(report, pytest.TestReport)
+        and report.failed
+        and _running
+        and "control_plane" in getattr(item, "fixturenames", ())
+    ):
+        report.sections.append(("control plane logs", _running[0].failure_report()))
+    return report

@@ -1,0 +1,284 @@
+"""etcd, kube-apiserver, kube-controller-manager and kube-scheduler as local processes.
+
+The binaries come from ``scripts/build-control-plane`` (built once from the pinned Go
+modules, then reused). Everything listens on loopback on free ports; each component logs to
+``<root>/logs/<component>.log``. :meth:`ControlPlane.start` returns once ``/readyz`` answers,
+the controller manager has created the ``default`` ServiceAccount and the scheduler is healthy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.support.control_plane.client import ApiError, Client, wait_until
+from tests.support.control_plane.pki import Pki
+
+REPO = Path(__file__).resolve().parents[3]
+BUILD_SCRIPT = REPO / "scripts" / "build-control-plane"
+# Pods get loopback addresses (127.10.<node>.<n>, docs/operator.md); Service VIPs come from a
+# loopback range of their own so the stand-in proxy can listen on them without namespaces.
+SERVICE_CIDR = "127.96.0.0/16"
+KUBERNETES_SERVICE_IP = "127.96.0.1"
+# Controllers left out of `--controllers=*`, each with its reason (docs/operator.md):
+# endpoints and EndpointSlices would hold loopback pod IPs, which the API server refuses; the
+# cloud ones need a cloud provider (without one they would only log that they cannot run).
+DISABLED_CONTROLLERS = (
+    "endpoints-controller",
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+    "service-lb-controller",
+    "node-route-controller",
+    "cloud-node-lifecycle-controller",
+)
+# A loaded 2-core machine starts the API server in tens of seconds; this only bounds a hang.
+START_TIMEOUT = 240.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def build_binaries() -> Path:
+    """The directory of the four binaries, building them first if absent (slow: minutes)."""
+    completed = subprocess.run(
+        [str(BUILD_SCRIPT)], capture_output=True, text=True, check=False, timeout=3600
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"scripts/build-control-plane failed:\n{completed.stderr[-4000:]}")
+    return Path(completed.stdout.strip().splitlines()[-1])
+
+
+class ControlPlane:
+    """The four processes, their certificates and kubeconfigs under ``root``."""
+
+    def __init__(self, root: Path, *, bin_dir: Path | None = None) -> None:
+        self.root = root
+        self.bin_dir = bin_dir
+        self.pki = Pki(root / "pki")
+        self.logs = root / "logs"
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.port = 0
+        self.url = ""
+        self.admin_kubeconfig = root / "admin.kubeconfig"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> ControlPlane:
+        started = time.monotonic()
+        self.bin_dir = self.bin_dir or build_binaries()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.pki.create(server_addresses=["127.0.0.1", KUBERNETES_SERVICE_IP])
+        etcd_client, etcd_peer = free_port(), free_port()
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self._spawn(
+            "etcd",
+            f"--name=default --data-dir={self.root / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{etcd_client}",
+            f"--advertise-client-urls=http://127.0.0.1:{etcd_client}",
+            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+            # A throwaway store: an fsync per write only slows a loaded machine down.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        )
+        pki = self.pki.root
+        self._spawn(
+            "kube-apiserver",
+            f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+            f"--bind-address=127.0.0.1 --secure-port={self.port}",
+            "--advertise-address=127.0.0.1",
+            # Its own `kubernetes` endpoints would be loopback addresses, which it refuses.
+            "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={self.pki.ca_cert}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.pki.sa_pub}",
+            f"--service-account-signing-key-file={self.pki.sa_key}",
+            "--authorization-mode=Node,RBAC",
+            # The defaults (Pod Security among them) plus NodeRestriction, as kubeadm enables:
+            # it holds the kubelet stand-in to what a kubelet may write.
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=false",
+            "--profiling=false",
+        )
+        self._admin_files()
+        wait_until(self._ready, "kube-apiserver /readyz", START_TIMEOUT)
+        manager = self._kubeconfig("kube-controller-manager", "system:kube-controller-manager", [])
+        self._spawn(
+            "kube-controller-manager",
+            f"--kubeconfig={manager}",
+            f"--authentication-kubeconfig={manager}",
+            f"--authorization-kubeconfig={manager}",
+            f"--bind-address=127.0.0.1 --secure-port={free_port()}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={self.pki.sa_key}",
+            f"--root-ca-file={self.pki.ca_cert}",
+            f"--cluster-signing-cert-file={self.pki.ca_cert}",
+            f"--cluster-signing-key-file={self.pki.ca_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--controllers=*," + ",".join(f"-{name}" for name in DISABLED_CONTROLLERS),
+            "--profiling=false",
+        )
+        scheduler = self._kubeconfig("kube-scheduler", "system:kube-scheduler", [])
+        scheduler_port = free_port()
+        self._spawn(
+            "kube-scheduler",
+            f"--kubeconfig={scheduler}",
+            f"--authentication-kubeconfig={scheduler}",
+            f"--authorization-kubeconfig={scheduler}",
+            f"--bind-address=127.0.0.1 --secure-port={scheduler_port}",
+            "--leader-elect=false",
+            "--profiling=false",
+        )
+        admin = self.admin()
+        wait_until(
+            lambda: (
+                self._alive() and admin.get("/api/v1/namespaces/default/serviceaccounts/default")
+            ),
+            "the controller manager to create the default ServiceAccount",
+            START_TIMEOUT,
+        )
+        wait_until(
+            lambda: self._alive() and _healthy(f"https://127.0.0.1:{scheduler_port}/healthz"),
+            "kube-scheduler /healthz",
+            START_TIMEOUT,
+        )
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):
+            process = self.processes[name]
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    # The API server drains its watches for longer; the store is thrown away.
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
+        self.processes.clear()
+
+    # ----------------------------------------------------------------- identities
+    def admin(self) -> Client:
+        cert = self.pki.certificate("admin", "kubernetes-admin", ["system:masters"])
+        return Client(self.url, self.pki.ca_cert, cert=cert, agent="eddyline-test-admin")
+
+    def client_as(self, name: str, user: str, groups: list[str]) -> Client:
+        cert = self.pki.certificate(name, user, groups)
+        return Client(self.url, self.pki.ca_cert, cert=cert, agent=f"eddyline-test/{name}")
+
+    def token_kubeconfig(self, path: Path, token: str) -> Path:
+        """A kubeconfig that authenticates with a bearer token (a ServiceAccount's)."""
+        path.write_text(
+            _kubeconfig_text(self.url, self.pki.ca_cert, f"token: {token}"), encoding="utf-8"
+        )
+        return path
+
+    def service_account_token(self, namespace: str, name: str, seconds: int = 86_400) -> str:
+        """A token for a ServiceAccount from the TokenRequest API."""
+        answer = self.admin().create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": seconds}},
+        )  # fmt: skip
+        return str(answer["status"]["token"])
+
+    def _kubeconfig(self, name: str, user: str, groups: list[str]) -> Path:
+        cert, key = self.pki.certificate(name, user, groups)
+        path = self.root / f"{name}.kubeconfig"
+        credentials = f"client-certificate: {cert}\n    client-key: {key}"
+        path.write_text(_kubeconfig_text(self.url, self.pki.ca_cert, credentials), "utf-8")
+        return path
+
+    def _admin_files(self) -> None:
+        written = self._kubeconfig("admin", "kubernetes-admin", ["system:masters"])
+        if written != self.admin_kubeconfig:
+            os.replace(written, self.admin_kubeconfig)
+
+    # ----------------------------------------------------------------- processes
+    def _spawn(self, name: str, *flags: str) -> None:
+        assert self.bin_dir is not None
+        argv = [str(self.bin_dir / name)]
+        for flag in flags:
+            argv.extend(flag.split(" "))
+        log = (self.logs / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+
+    def _alive(self) -> bool:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {process.returncode}:\n{self.log_tail(name)}"
+                )
+        return True
+
+    def _ready(self) -> bool:
+        self._alive()
+        try:
+            answer = self.admin().request("/readyz", timeout=5)
+        except (ApiError, OSError):
+            return False
+        return answer == "ok"
+
+    def log_tail(self, name: str, size: int = 4000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-size:] if path.exists() else ""
+
+    def log_report(self, size: int = 3000) -> str:
+        """The end of every component's log, for a failed test's report."""
+        return "\n".join(
+            f"----- {path.name} (last {size} characters) -----\n"
+            + path.read_text(errors="replace")[-size:]
+            for path in sorted(self.logs.glob("*.log"))
+        )
+
+
+def _kubeconfig_text(server: str, ca: Path, credentials: str) -> str:
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: eddyline-test
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: user
+  user:
+    {credentials}
+contexts:
+- name: eddyline-test
+  context:
+    cluster: eddyline-test
+    user: user
+current-context: eddyline-test
+"""
+
+
+def _healthy(url: str) -> bool:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # its own self-signed serving certificate
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=context) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
