@@ -3,7 +3,8 @@ out the plan through the client wrapper.
 
 * create / update / resume of a StreamApp: a full cycle (apply owned objects,
   membership, rollout, status, events);
-* a daemon per StreamApp repeats the cycle every ``SETTLED_SECONDS``, or every
+* a daemon per StreamApp repeats the cycle every ``SETTLED_SECONDS`` (the environment's
+  ``EDDYLINE_OPERATOR_RESYNC_SECONDS`` overrides it), or every
   ``SETTLING_SECONDS`` while the app is Pending or Progressing: pods that start
   report their layout only once their process is up, and nothing else tells
   the operator when that is (no pod event: they are not ready before they have
@@ -11,6 +12,12 @@ out the plan through the client wrapper.
 * any change of one of its pods (kopf watches them): the same cycle without
   asking pods for their reports (cached from the last one), so a pod that stops
   running leaves the membership within one watch event.
+
+The daemon is async: it holds no thread while it waits for its next beat, and runs each
+cycle (blocking HTTP) in the event loop's default executor only for as long as the cycle
+takes. A sync daemon held one of kopf's worker threads for the app's whole life, so on a
+2-CPU node (``min(32, cpus + 4)`` threads) the 7th StreamApp was never reconciled and pod
+events stopped being handled for every app. The number of apps is now bounded by memory.
 
 A lock per StreamApp keeps cycles of the same app from interleaving (the
 membership generation must grow by one at a time).
@@ -24,6 +31,7 @@ reach the same :class:`Operator`, and a test builds its own instead of patching 
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import json
@@ -31,6 +39,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +58,9 @@ logger = logging.getLogger(__name__)
 # How often a settled StreamApp is reconciled without a trigger: status (readiness, standby
 # lags), drift of owned objects.
 SETTLED_SECONDS = 2.0
+# Overrides SETTLED_SECONDS (seconds, > 0): a platform with many settled apps may want a
+# slower beat; pod events still trigger a cycle at once.
+RESYNC_ENV = "EDDYLINE_OPERATOR_RESYNC_SECONDS"
 # How often while it settles (Pending, Progressing): a starting pod's layout, its
 # readiness and the next step of a rollout are noticed within this long.
 SETTLING_SECONDS = 0.25
@@ -142,6 +154,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         prefix=GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
+    settled_seconds(os.environ)  # a bad beat stops the operator at start, not every daemon
     settings.watching.server_timeout = 60
     settings.networking.request_timeout = 90
     # Startup handlers run before any object is watched, so every object's memo (a shallow
@@ -157,15 +170,36 @@ def reconcile_app(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
-def follow_app(
+async def follow_app(
     namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
 ) -> None:
     operator = operator_of(memo)
+    settled = settled_seconds(os.environ)
     while not stopped.is_set():
-        stopped.wait(refresh_app(operator, namespace, name))
+        # The cycle blocks (HTTP); it borrows a thread only while it runs.
+        delay = await asyncio.to_thread(refresh_app, operator, namespace, name, settled)
+        await stopped.wait(delay)
 
 
-def refresh_app(operator: Operator, namespace: str | None, name: str) -> float:
+def settled_seconds(environ: Mapping[str, str]) -> float:
+    """The beat of a settled app: ``EDDYLINE_OPERATOR_RESYNC_SECONDS`` or SETTLED_SECONDS."""
+    raw = environ.get(RESYNC_ENV, "").strip()
+    if not raw:
+        return SETTLED_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ValueError(
+            f"{RESYNC_ENV}={raw!r}: expected a number of seconds above 0, such as 2 or 60"
+        )
+    return value
+
+
+def refresh_app(
+    operator: Operator, namespace: str | None, name: str, settled: float = SETTLED_SECONDS
+) -> float:
     """One cycle that also asks pods for their reports; returns when to run again."""
     try:
         result = run_cycle(operator, namespace or "default", name, fetch=True, force_apply=False)
@@ -173,10 +207,10 @@ def refresh_app(operator: Operator, namespace: str | None, name: str) -> float:
         # The API server restarting, a conflict, a bug: the loop must outlive it (create
         # and update handlers are retried by kopf; this daemon retries at its next beat).
         logger.exception("StreamApp %s/%s: the cycle failed; retrying", namespace, name)
-        return SETTLED_SECONDS
+        return min(settled, SETTLED_SECONDS)
     if result is not None and result.status.phase in (Phase.PENDING, Phase.PROGRESSING):
         return SETTLING_SECONDS
-    return SETTLED_SECONDS
+    return settled
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.OPERATOR})

@@ -33,8 +33,17 @@ BIN = Path(sys.executable).parent
 class OperatorHarness:
     """Everything an operator test needs, started in order and stopped in reverse."""
 
-    def __init__(self, root: Path, *, examples: list[str], namespace: str = "default") -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        examples: list[str],
+        namespace: str = "default",
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
+        # Set for the operator's process on top of the chart's environment (a test's beat).
+        self.extra_env = dict(extra_env or {})
         self.namespace = namespace
         self.api = ApiServer()
         self.cluster = Cluster(
@@ -88,6 +97,7 @@ class OperatorHarness:
             "KUBECONFIG": str(kubeconfig),
             # Every test's operator on this machine would want the chart's port 8080.
             "EDDYLINE_OPERATOR_LIVENESS": f"http://127.0.0.1:{free_port()}/healthz",
+            **self.extra_env,
         }
         with self.operator_log.open("ab") as log:
             self.operator = subprocess.Popen(
@@ -139,6 +149,14 @@ class OperatorHarness:
         resource = self.api.resource(group, plural)
         found: Obj | None = self.api.call(lambda: self.api.find(resource, self.namespace, name))
         return found
+
+    def operator_rss_mb(self) -> float:
+        """The operator process's resident memory (Linux /proc), in MiB."""
+        assert self.operator is not None
+        status = Path(f"/proc/{self.operator.pid}/status").read_text(encoding="utf-8")
+        rss = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+        kib = int(rss.split()[1])
+        return kib / 1024
 
     def pods(self, app: str) -> dict[str, Obj]:
         return {
