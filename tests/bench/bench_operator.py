@@ -56,7 +56,7 @@ CHILDREN = [
     ("", "configmaps", f"{APP}-config"),
     ("", "services", f"{APP}-headless"),
     ("", "services", f"{APP}-query"),
-    ("", "serviceaccounts", APP),
+    ("", "serviceaccounts", f"{APP}-runtime"),
     ("rbac.authorization.k8s.io", "roles", f"{APP}-membership"),
     ("rbac.authorization.k8s.io", "rolebindings", f"{APP}-membership"),
     ("policy", "poddisruptionbudgets", APP),

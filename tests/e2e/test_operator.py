@@ -140,7 +140,7 @@ def test_the_operator_creates_valid_children_and_kubectl_shows_the_app_ready(
     children = {
         ("", "configmaps"): [f"{APP}-config", f"{APP}-membership"],
         ("", "services"): [f"{APP}-headless", f"{APP}-query"],
-        ("", "serviceaccounts"): [APP],
+        ("", "serviceaccounts"): [f"{APP}-runtime"],
         ("rbac.authorization.k8s.io", "roles"): [f"{APP}-membership"],
         ("rbac.authorization.k8s.io", "rolebindings"): [f"{APP}-membership"],
         ("policy", "poddisruptionbudgets"): [APP],

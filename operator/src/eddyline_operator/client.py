@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kubernetes
@@ -23,6 +23,8 @@ from eddyline_runtime.spec import GROUP, PLURAL, VERSION
 logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+# Looks at an existing object before it is changed; raises to leave it alone.
+Check = Callable[[Obj], None]
 
 # Requests to the API server; a hung one must not stall a reconciliation for long.
 _API_TIMEOUT_SECONDS = 10
@@ -158,16 +160,19 @@ class Kube:
         )
         return gone is not None
 
-    def apply(self, obj: Obj) -> str:
+    def apply(self, obj: Obj, *, check: Check | None = None) -> str:
         """Create ``obj`` or bring the existing one to it: "created", "updated" or "unchanged".
 
-        Only the fields we set are compared (the server adds defaults), and only
-        what may change is patched."""
+        An existing object is first given to ``check``, which raises to leave it untouched
+        (the handlers' ownership check). Only the fields we set are compared (the server
+        adds defaults), and only what may change is patched."""
         kind, meta = obj["kind"], obj["metadata"]
         existing = self.get(kind, meta.get("namespace"), meta["name"])
         if existing is None:
             self.create(obj)
             return "created"
+        if check is not None:
+            check(existing)
         patch: Obj = {}
         wanted_meta = {k: meta[k] for k in ("labels", "ownerReferences") if k in meta}
         if not _contains(existing.get("metadata", {}), wanted_meta):
@@ -205,14 +210,17 @@ class Kube:
         value = ((found or {}).get("data") or {}).get(key)
         return None if value is None else str(value)
 
-    def publish_membership(self, config_map: Obj) -> None:
-        """Create or replace the membership ConfigMap's data (pods watch it)."""
+    def publish_membership(self, config_map: Obj, *, check: Check | None = None) -> None:
+        """Create or replace the membership ConfigMap's data (pods watch it); an existing one
+        is first given to ``check``, as in :meth:`apply`."""
         meta = config_map["metadata"]
-        patched = self.merge_patch(
-            "ConfigMap", meta["namespace"], meta["name"], {"data": config_map["data"]}
-        )
-        if patched is None:
+        existing = self.get("ConfigMap", meta["namespace"], meta["name"])
+        if existing is None:
             self.create(config_map)
+            return
+        if check is not None:
+            check(existing)
+        self.merge_patch("ConfigMap", meta["namespace"], meta["name"], {"data": config_map["data"]})
 
 
 def fetch_reports(pods: Sequence[Obj], port: int) -> dict[str, MemberReport]:

@@ -23,9 +23,12 @@ from typing import Any
 import yaml
 
 from eddyline_runtime.spec import (
+    APP_NAME_PATTERN,
+    FORMS,
     GROUP,
     KIND,
     MAX_NAME_LENGTH,
+    MAX_NAME_LENGTH_WITH_RESTORE,
     PLURAL,
     SHORT_NAME,
     VERSION,
@@ -69,6 +72,7 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
             raise ValueError(f"a CRD field has one type; this one has {options}")
         node = {**structural(options[0], defs), **node}
     node.pop("title", None)
+    _pattern_as_rule(node)
     if node.get("default", ...) is None:
         node.pop("default")
     if "const" in node:
@@ -98,6 +102,27 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
     return node
 
 
+# A string checked by a CEL rule needs a bound, or the API server estimates the rule's cost
+# as too high and refuses the CRD.
+_RULE_MAX_LENGTH = 4096
+
+
+def _pattern_as_rule(node: dict[str, Any]) -> None:
+    """A ``pattern`` whose accepted form has words (spec.FORMS) becomes a CEL rule saying them:
+    the API server's message for a pattern is the regex, which tells a user nothing."""
+    pattern = node.get("pattern")
+    if not isinstance(pattern, str) or pattern not in FORMS:
+        return
+    form = FORMS[pattern]
+    if "'" in pattern:
+        raise ValueError(f"pattern {pattern!r} cannot go into a CEL raw string (a quote)")
+    node.pop("pattern")
+    node.setdefault("maxLength", _RULE_MAX_LENGTH)
+    rules = list(node.get("x-kubernetes-validations", []))
+    rules.insert(0, {"rule": f"self.matches(r'{pattern}')", "message": f"must be {form}"})
+    node["x-kubernetes-validations"] = rules
+
+
 def openapi_schema() -> dict[str, Any]:
     """The whole object's schema: apiVersion, kind, metadata, spec and status."""
     spec = structural(StreamAppSpec.model_json_schema(by_alias=True, mode="validation"))
@@ -120,7 +145,21 @@ def openapi_schema() -> dict[str, Any]:
                 "rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
                 "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pods "
                 "are named <name>-<ordinal> and Services <name>-headless and <name>-query",
-            }
+            },
+            {
+                "rule": f"self.metadata.name.matches(r'{APP_NAME_PATTERN}')",
+                "message": f"metadata.name must be {FORMS[APP_NAME_PATTERN]}: the app's "
+                "Services take it (a name starting with a digit is refused for a Service)",
+            },
+            {
+                "rule": "!has(self.spec.restore) || !has(self.spec.restore.when) || "
+                "self.spec.restore.when == 'Never' || "
+                f"size(self.metadata.name) <= {MAX_NAME_LENGTH_WITH_RESTORE}",
+                "message": f"metadata.name must be at most {MAX_NAME_LENGTH_WITH_RESTORE} "
+                "characters with spec.restore on: restore Jobs are named "
+                "<name>-restore-<10 hex characters> and their pods' job-name label holds at "
+                "most 63",
+            },
         ],
     }
 

@@ -146,8 +146,8 @@ def test_cel_refuses_required_zone_spread_on_the_embedded_log() -> None:
 
 
 def test_cel_limits_the_name_length() -> None:
-    assert _passes("", {"metadata": {"name": "a" * 47}})
-    assert not _passes("", {"metadata": {"name": "a" * 48}})
+    assert _passes("", {"metadata": {"name": "a" * 47}, "spec": {}})
+    assert not _passes("", {"metadata": {"name": "a" * 48}, "spec": {}})
 
 
 def test_the_model_refuses_what_cel_refuses() -> None:

@@ -133,7 +133,7 @@ def service_account(app: StreamApp, namespace: str, owner: Obj) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _meta(name, namespace, name, "runtime", owner),
+        "metadata": _meta(names.runtime_account(name), namespace, name, "runtime", owner),
     }
 
 
@@ -166,7 +166,9 @@ def membership_role_binding(app: StreamApp, namespace: str, owner: Obj) -> Obj:
             "kind": "Role",
             "name": names.membership_map(name),
         },
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        "subjects": [
+            {"kind": "ServiceAccount", "name": names.runtime_account(name), "namespace": namespace}
+        ],
     }
 
 
@@ -333,7 +335,7 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
         container["env"].append({"name": LOG_SETTINGS_ENV, "value": LOG_SECRET_MOUNT})
         volumes.append({"name": "log-secret", "secret": {"secretName": spec.log.secret_name}})
     pod_spec: Obj = {
-        "serviceAccountName": name,
+        "serviceAccountName": names.runtime_account(name),
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": {
             "runAsNonRoot": True,

@@ -49,6 +49,7 @@ from eddyline_operator.reconcile.upgrade import (
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     MAX_NAME_LENGTH,
+    MAX_NAME_LENGTH_WITH_RESTORE,
     ManifestError,
     Phase,
     StreamApp,
@@ -101,6 +102,15 @@ def parse_app(body: Obj) -> StreamApp:
             "metadata.name",
             f"{name!r} has {len(name)} characters; at most {MAX_NAME_LENGTH} (pods are named "
             "<name>-<ordinal>, Services <name>-headless and <name>-query)",
+        )
+    restores = ((body.get("spec") or {}).get("restore") or {}).get("when", "Never") != "Never"
+    if restores and len(name) > MAX_NAME_LENGTH_WITH_RESTORE:
+        raise ManifestError(
+            "StreamApp",
+            "metadata.name",
+            f"{name!r} has {len(name)} characters; at most {MAX_NAME_LENGTH_WITH_RESTORE} with "
+            "spec.restore on (restore Jobs are named <name>-restore-<10 hex characters>, and "
+            "their pods' job-name label holds at most 63)",
         )
     document = {
         "apiVersion": body.get("apiVersion"),
