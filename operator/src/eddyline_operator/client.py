@@ -105,12 +105,15 @@ class Kube:
             )
             response.read()
         except kubernetes.client.ApiException as error:
-            raise ApiError(int(error.status or 0), str(error)) from None
+            status = int(error.status or 0)
+            raise ApiError(status, _status_message(method, path, status, error.body)) from None
         if response.status == 404:
             return None
         text = response.data.decode() if response.data else ""
         if not 200 <= response.status < 300:
-            raise ApiError(response.status, f"{method} {path}: {response.status} {text[:500]}")
+            raise ApiError(
+                response.status, _status_message(method, path, response.status, text)
+            )
         result: Obj = json.loads(text) if text else {}
         return result
 
@@ -238,6 +241,17 @@ def fetch_reports(pods: Sequence[Obj], port: int) -> dict[str, MemberReport]:
         except (OSError, ValueError) as error:  # URLError, HTTPError (503 while starting)
             logger.debug("no layout from %s: %s", url, error)
     return reports
+
+
+def _status_message(method: str, path: str, status: int, body: Any) -> str:
+    """The API server's own message (a Status object's ``message``), which names the field
+    and the problem; the raw body when it sent none."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        message = json.loads(text).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return f"{method} {path}: {status} {message or text[:500]}"
 
 
 def _contains(existing: Any, wanted: Any) -> bool:

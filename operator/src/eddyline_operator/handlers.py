@@ -46,10 +46,11 @@ from typing import Any
 import kopf
 
 from eddyline_operator.client import ApiError, Kube, fetch_reports
-from eddyline_operator.reconcile import names, objects, restore_job
+from eddyline_operator.reconcile import names, objects, ownership, restore_job
+from eddyline_operator.reconcile.conditions import with_refusals
 from eddyline_operator.reconcile.membership import is_member
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
-from eddyline_operator.reconcile.status_record import dump_status, status_differs
+from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
 from eddyline_runtime.membership import MemberReport
 from eddyline_runtime.spec import GROUP, PLURAL, VERSION, Phase, StreamAppStatus
 
@@ -266,40 +267,89 @@ def _carry_out(kube: Kube, state: AppState, body: Any, result: Plan, *, force_ap
         # next one decides again from what status then says.
         stored = _record_status(kube, namespace, name, result.status)
         body = {**body, "status": stored}
-    digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
-    due = time.monotonic() - state.applied_at > REAPPLY_SECONDS
-    if result.objects and (force_apply or due or digest != state.applied_hash):
-        for obj in result.objects:
-            outcome = kube.apply(obj)
-            if outcome != "unchanged":
-                post_event(
-                    body,
-                    "Normal",
-                    outcome.capitalize(),
-                    f"{outcome} {obj['kind']} {obj['metadata']['name']}",
-                )
-        state.applied_hash, state.applied_at = digest, time.monotonic()
-    if result.membership is not None:
-        owner = objects.owner_reference(name=name, uid=meta["uid"])
-        data = json.dumps(result.membership.to_json())
-        kube.publish_membership(objects.membership_config_map(name, namespace, owner, data))
+    # Children that could not be applied, (reason, message): each object is tried on its
+    # own, and status still says what happened (a refused child must never stop the cycle
+    # before status is written).
+    refusals = _apply_children(kube, state, body, result, force_apply=force_apply)
     for pod in result.delete_pods:
         kube.delete("Pod", namespace, pod)
     for job in result.create_jobs:
         try:
             kube.create(job)
         except ApiError as error:
-            if error.status != 409:  # launched by an earlier cycle whose status was lost
+            if error.status == 409:  # launched by an earlier cycle whose status was lost
+                continue
+            if not 400 <= error.status < 500:
                 raise
+            refusals.append(("ApplyFailed", _refused(f"Job {job['metadata']['name']}", error)))
     for event in result.events:
         post_event(body, event.type, event.reason, event.message)
-    if status_differs(stored, result.status):
+    status = result.status
+    if refusals:
+        previous, _ = read_status(stored)
+        status, warning = with_refusals(
+            status, previous.conditions, refusals, now=_now(), generation=meta.get("generation")
+        )
+        for reason, message in refusals:
+            logger.warning("StreamApp %s/%s: %s: %s", namespace, name, reason, message)
+        if warning is not None:
+            post_event(body, warning.type, warning.reason, warning.message)
+    if status_differs(stored, status):
         try:
-            _record_status(kube, namespace, name, result.status)
+            _record_status(kube, namespace, name, status)
         except ApiError as error:
             if error.status != 409:
                 raise
             # Someone wrote in between: the daemon's next cycle writes again.
+
+
+def _apply_children(
+    kube: Kube, state: AppState, body: Any, result: Plan, *, force_apply: bool
+) -> list[tuple[str, str]]:
+    """Apply the owned objects and publish the membership, each on its own; returns the
+    refusals, (reason, message). A server or network failure (5xx, no answer) raises: the
+    whole cycle is retried."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+
+    def ours(kind: str) -> ownership.Check:
+        return ownership.checker(kind=kind, app=name, app_uid=meta["uid"])
+
+    refusals: list[tuple[str, str]] = []
+    digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
+    due = time.monotonic() - state.applied_at > REAPPLY_SECONDS
+    if result.objects and (force_apply or due or digest != state.applied_hash):
+        for obj in result.objects:
+            what = f"{obj['kind']} {obj['metadata']['name']}"
+            try:
+                outcome = kube.apply(obj, check=ours(obj["kind"]))
+            except ownership.NameConflictError as conflict:
+                refusals.append(("NameConflict", str(conflict)))
+                continue
+            except ApiError as error:
+                if not 400 <= error.status < 500:
+                    raise
+                refusals.append(("ApplyFailed", _refused(what, error)))
+                continue
+            if outcome != "unchanged":
+                post_event(body, "Normal", outcome.capitalize(), f"{outcome} {what}")
+        if not refusals:  # otherwise every object is tried again next cycle
+            state.applied_hash, state.applied_at = digest, time.monotonic()
+    if result.membership is not None:
+        owner = objects.owner_reference(name=name, uid=meta["uid"])
+        data = json.dumps(result.membership.to_json())
+        try:
+            kube.publish_membership(
+                objects.membership_config_map(name, namespace, owner, data),
+                check=ours("ConfigMap"),
+            )
+        except ownership.NameConflictError as conflict:
+            refusals.append(("NameConflict", str(conflict)))
+    return refusals
+
+
+def _refused(what: str, error: ApiError) -> str:
+    return f"{what} was refused by the API server: {error}"
 
 
 def _record_status(kube: Kube, namespace: str, name: str, status: StreamAppStatus) -> Any:

@@ -17,12 +17,14 @@ reported as ``Degraded``/``NameConflict`` naming the object.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from eddyline_operator.reconcile import names
 
 Obj = dict[str, Any]
+# Raises NameConflictError for an existing object that is not this app's.
+Check = Callable[[Obj], None]
 
 
 class NameConflictError(Exception):
@@ -61,3 +63,12 @@ def check(existing: Obj, *, kind: str, app: str, app_uid: str) -> None:
         return
     manager = labels.get(names.LABEL_MANAGED_BY)
     raise NameConflictError(kind, name, f"no StreamApp (managed by {manager or 'nobody we know'})")
+
+
+def checker(*, kind: str, app: str, app_uid: str) -> Check:
+    """:func:`check` for one object kind and app, as the client's ``apply`` takes it."""
+
+    def run(existing: Obj) -> None:
+        check(existing, kind=kind, app=app, app_uid=app_uid)
+
+    return run
