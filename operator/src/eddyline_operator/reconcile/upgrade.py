@@ -240,7 +240,9 @@ def _act(
     name = _step_name(record, step)
     base.upgrading = (True, name, f"{verb} {source} -> {target}: {name}; {waiting}")
     if record.rollback is not None:
-        base.degraded = ("UpgradeRollingBack", _failure_text(target, source, record.rollback))
+        # A rollback's record is the upgrade turned round: "from" is the revision that
+        # failed, "to" the one that ran before.
+        base.degraded = ("UpgradeRollingBack", _failure_text(source, target, record.rollback))
     return base
 
 
