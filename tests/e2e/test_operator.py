@@ -344,7 +344,8 @@ INVALID = {
     "unknown field": ({"spec__replica": 3}, 'unknown field "spec.replica"'),
     "unknown setting": (
         {"spec__config": {"num.stream.thread": 2}},
-        'unknown field "spec.config.num.stream.thread"',
+        "spec.config holds Kafka Streams settings by their names and a key is none of them "
+        "(check the spelling)",
     ),
     "revision": ({"spec__topology": {"ref": "wordcount:topology", "revision": "v 2!"}},
                  "spec.topology.revision"),
@@ -357,7 +358,7 @@ INVALID = {
         {"spec__storage": {"size": "2Gi", "logSize": "1Gi"}},
         'spec.storage: Invalid value: "object": size is immutable',
     ),
-    "zero replicas": ({"spec__replicas": 0}, "spec.replicas"),
+    "negative replicas": ({"spec__replicas": -1}, "spec.replicas"),
     "pull policy": ({"spec__imagePullPolicy": "Sometimes"}, "spec.imagePullPolicy"),
     "secret with sqlite": (
         {"spec__log": {"url": "sqlite:///wordcount/log.db", "secretName": "kafka-client"}},

@@ -571,7 +571,13 @@ class StreamAppSpec(_Strict):
     image_pull_policy: PullPolicy = Field(
         default=PullPolicy.IF_NOT_PRESENT, alias="imagePullPolicy"
     )
-    replicas: int = Field(default=1, ge=1, le=1000, description="pods running the app")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="pods running the app; 0 scales to zero as suspend does (so the scale "
+        "subresource, kubectl scale, an HPA or KEDA can scale to zero)",
+    )
     zones: list[str] = Field(
         default_factory=list,
         description="zones to spread replicas over in local runs (replica i gets zone "
@@ -621,6 +627,11 @@ class StreamAppSpec(_Strict):
 
     def streams_config(self, *, application_id: str) -> StreamsConfig:
         return StreamsConfig.from_properties({"application.id": application_id, **self.config})
+
+    @property
+    def suspended(self) -> bool:
+        """No pods run: spec.suspend, or replicas scaled to 0 (the same to the operator)."""
+        return self.suspend or self.replicas == 0
 
 
 class ConditionStatus(enum.StrEnum):

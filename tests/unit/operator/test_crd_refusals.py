@@ -110,3 +110,33 @@ def test_requests_above_limits_are_refused() -> None:
     # CEL lacks: it is checked on a real API server).
     rules = schema()["properties"]["spec"]["properties"]["resources"]["x-kubernetes-validations"]
     assert any("quantity(self.requests[k])" in rule["rule"] for rule in rules)
+
+
+def test_a_config_typo_is_kept_and_refused_naming_the_known_settings() -> None:
+    """Issue 23, item 11: an unknown spec.config key is no longer pruned silently."""
+    typo = document(config={"num.stream.thread": 2})
+    admission = admit(typo, schema())
+    assert admission.unknown_fields == []  # kept, not pruned
+    (error,) = [e.message() for e in admission.errors]
+    assert error.startswith("spec.config: ") and "check the spelling" in error
+    assert "num.stream.threads" in error  # the known settings are listed
+    assert "num.stream.thread" in str(model_error(typo))
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ({"processing.guarantee": "exactly_once"}, "spec.config.processing.guarantee must be one"),
+        ({"max.task.idle.ms": -5}, "spec.config.max.task.idle.ms must be an integer of at least"),
+        ({"num.stream.threads": "2"}, "spec.config.num.stream.threads must be an integer"),
+        ({"automatic.state.relocation": "yes"}, "must be true or false"),
+    ],
+)
+def test_each_setting_is_checked_by_its_own_rule(config: Obj, words: str) -> None:
+    errors = crd_errors(document(config=config))
+    assert any(words in error for error in errors), errors
+
+
+def test_known_settings_pass() -> None:
+    config = {"processing.guarantee": "exactly_once_v2", "num.standby.replicas": 1}
+    assert crd_errors(document(config=config)) == []

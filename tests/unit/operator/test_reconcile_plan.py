@@ -225,7 +225,7 @@ def test_failover_still_works_while_the_spec_is_invalid(nodes: list[Obj]) -> Non
     app = body()
     pods, membership = settled(app, nodes)
     applied = run(app, pods, nodes).objects[3]["data"][names.MANIFEST_KEY]
-    app["spec"]["replicas"] = 0  # refused by the model (minimum 1)
+    app["spec"]["replicas"] = -1  # refused by the model (minimum 0)
     pods[2] = pod(2, running=False)
     result = run(
         app, pods, nodes, reports=reports(), membership=membership, applied_manifest=applied

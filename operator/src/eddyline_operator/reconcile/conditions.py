@@ -93,10 +93,9 @@ def summarize(
         and all_assigned
     )
     counted = f"{ready_count}/{desired_replicas} pods ready"
-    if app.spec.suspend:
-        ready_cond = conditions.make(
-            "Ready", False, "Suspended", "spec.suspend is true: no pods run"
-        )
+    if app.spec.suspended:
+        why = "spec.suspend is true" if app.spec.suspend else "spec.replicas is 0"
+        ready_cond = conditions.make("Ready", False, "Suspended", f"{why}: no pods run")
     elif ready:
         ready_cond = conditions.make("Ready", True, "AllReplicasReady", counted)
     else:
@@ -108,7 +107,7 @@ def summarize(
         progressing = conditions.make(
             "Progressing", True, "Scaling", f"{len(live)} pods, {desired_replicas} wanted"
         )
-    elif not ready and not app.spec.suspend:
+    elif not ready and not app.spec.suspended:
         progressing = conditions.make(
             "Progressing", True, "Starting", "pods wait for an assignment or restore state"
         )
@@ -118,7 +117,7 @@ def summarize(
     degraded = _degraded(
         conditions, looping, off_node=off_node, log_node=log_node, upgrade=upgrade, events=events
     )
-    if app.spec.suspend:
+    if app.spec.suspended:
         phase = Phase.SUSPENDED
     elif looping or off_node:
         phase = Phase.DEGRADED

@@ -451,7 +451,7 @@ def stateful_set(
         "kind": "StatefulSet",
         "metadata": _meta(name, namespace, name, "runtime", owner),
         "spec": {
-            "replicas": 0 if app.spec.suspend else app.spec.replicas,
+            "replicas": 0 if app.spec.suspended else app.spec.replicas,
             "serviceName": names.headless_service(name),
             # Membership never waits on readiness, so neither does pod creation.
             "podManagementPolicy": "Parallel",

@@ -229,7 +229,7 @@ class _Cycle:
                 )
             )
         effective = effective_standbys(requested, app.spec.replicas)
-        if effective < requested:
+        if effective < requested and app.spec.replicas > 0:
             self.capped = (
                 f"num.standby.replicas {requested} capped at {effective} (replicas - 1 = "
                 f"{app.spec.replicas - 1}): a standby needs another pod than its active copy"
@@ -282,7 +282,7 @@ class _Cycle:
         )
         self.notes.extend(pinned.notes)
         desired, template_hash = self.render(app, pinned, upgrade)
-        desired_replicas = 0 if spec.suspend else spec.replicas
+        desired_replicas = 0 if spec.suspended else spec.replicas
         rollout = plan_rollout(
             requested,
             app,
