@@ -295,6 +295,20 @@ def test_suspend_scales_to_zero_and_restarts_nothing(nodes: list[Obj]) -> None:
     assert condition(result, "Ready")["reason"] == "Suspended"
 
 
+def test_replicas_scaled_to_zero_is_a_suspension(nodes: list[Obj]) -> None:
+    """Issue 23, item 11: `kubectl scale --replicas=0` (or an HPA/KEDA) suspends the app."""
+    pods, membership = settled(body(), nodes)
+    app = body(replicas=0)
+    app["spec"]["image"] = "example/wordcount:2"
+    result = run(app, pods, nodes, reports=reports(), membership=membership)
+    assert stateful_set(result.objects)["spec"]["replicas"] == 0
+    assert result.delete_pods == []  # no rollout of pods that are going away
+    assert result.status.phase == "Suspended"
+    ready = condition(result, "Ready")
+    assert ready["reason"] == "Suspended" and "spec.replicas is 0" in ready["message"]
+    assert condition(result, "Degraded")["status"] == "False"
+
+
 def test_the_embedded_log_is_pinned_to_one_node_and_stays_there() -> None:
     app = body(log={"url": "sqlite:///log.db"})
     nodes = [node("node-b", "zone-b"), node("node-a", "zone-a", ready=False), node("node-c", "c")]
