@@ -111,9 +111,7 @@ class Kube:
             return None
         text = response.data.decode() if response.data else ""
         if not 200 <= response.status < 300:
-            raise ApiError(
-                response.status, _status_message(method, path, response.status, text)
-            )
+            raise ApiError(response.status, _status_message(method, path, response.status, text))
         result: Obj = json.loads(text) if text else {}
         return result
 
