@@ -140,6 +140,27 @@ def test_pending_partitions_above_the_threshold_launch_one_job_for_the_store() -
     assert result.status.restore_jobs[0].state == "Running"
 
 
+def test_the_jobs_pod_runs_restricted_as_the_apps_pods_do() -> None:
+    """Issue 23, item 5: Pod Security ``restricted`` admits the Job's pod, and it names
+    resources (the app pods' when spec.restore names none)."""
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}
+    app = body(restore=RESTORE, resources={"requests": {"cpu": "1", "memory": "2Gi"}})
+    (job,) = run(app, reports=reports).create_jobs
+    pod_spec = job["spec"]["template"]["spec"]
+    statefulset = next(o for o in run(app).objects if o["kind"] == "StatefulSet")
+    app_pod = statefulset["spec"]["template"]["spec"]
+    assert pod_spec["securityContext"] == app_pod["securityContext"]
+    assert pod_spec["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod_spec["containers"]
+    assert container["securityContext"] == app_pod["containers"][0]["securityContext"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["resources"] == {"requests": {"cpu": "1", "memory": "2Gi"}}
+    own = {**RESTORE, "resources": {"requests": {"cpu": "3"}}}
+    (job,) = run(body(restore=own), reports=reports).create_jobs
+    resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "3"}}
+
+
 def test_a_k8s_master_names_the_driver_pod_so_executors_are_owned_by_it() -> None:
     spec = {**RESTORE, "master": "k8s://https://kubernetes.default.svc", "executors": 3}
     reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}

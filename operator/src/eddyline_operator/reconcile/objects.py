@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import names, restore_job
+from eddyline_operator.reconcile import names, restore_job, security
 from eddyline_runtime.log.kafka_settings import LOG_SETTINGS_ENV
 from eddyline_runtime.membership import MEMBERSHIP_FILE
 from eddyline_runtime.spec import API_VERSION, KIND, ClaimRetention, SpreadPolicy, StreamApp
@@ -27,7 +27,7 @@ DEFAULT_IMAGE = "ghcr.io/eddyline/eddyline:0.1.0"
 # The database file on the shared log claim when the spec's sqlite path names none.
 DEFAULT_LOG_FILE = "log.db"
 # The image's non-root user (Dockerfile: useradd --uid 10001).
-RUNTIME_UID = 10001
+RUNTIME_UID = security.RUNTIME_UID
 # Readiness is checked every second (the least Kubernetes allows): it gates the query
 # Service, the Ready condition and the rollout's next step, and /readyz answers from memory.
 READINESS_PERIOD_SECONDS = 1
@@ -294,11 +294,7 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
             {"name": "state", "mountPath": names.STATE_MOUNT},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": security.container_security_context(),
     }
     resources = {
         key: dict(value)
@@ -337,13 +333,7 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
     pod_spec: Obj = {
         "serviceAccountName": names.runtime_account(name),
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUNTIME_UID,
-            "runAsGroup": RUNTIME_UID,
-            "fsGroup": RUNTIME_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": security.pod_security_context(),
         "containers": [container],
         "volumes": volumes,
         **_placement(app, log_node),

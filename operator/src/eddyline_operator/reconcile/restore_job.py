@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile import names, security
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport
 from eddyline_runtime.restore.job_result import JobResult, JobState
 from eddyline_runtime.spec import GROUP, RestoreJobState, RestoreJobStatus, RestoreWhen, StreamApp
@@ -293,13 +293,16 @@ def job(
         "volumeMounts": mounts,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
+        "securityContext": security.container_security_context(),
     }
+    # spec.restore.resources, else the app pods' own: a namespace with a ResourceQuota
+    # refuses a pod that names none.
+    chosen = restore.resources
+    if not (chosen.requests or chosen.limits):
+        chosen = app.spec.resources
     resources = {
         key: dict(value)
-        for key, value in (
-            ("requests", restore.resources.requests),
-            ("limits", restore.resources.limits),
-        )
+        for key, value in (("requests", chosen.requests), ("limits", chosen.limits))
         if value
     }
     if resources:
@@ -308,6 +311,7 @@ def job(
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "serviceAccountName": service_account_name(name),
+        "securityContext": security.pod_security_context(),
         "containers": [container],
         "volumes": volumes,
     }
