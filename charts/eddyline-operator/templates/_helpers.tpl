@@ -68,4 +68,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# kopf's peering (leader election between replicas): read the peers, write its keep-alive.
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
 {{- end -}}

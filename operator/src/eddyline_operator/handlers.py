@@ -70,6 +70,8 @@ SETTLING_SECONDS = 0.25
 REAPPLY_SECONDS = 30.0
 # Nodes are listed again at least this often (readiness for the log's pin, new labels).
 NODES_SECONDS = 10.0
+# How long a replica's peering keep-alive holds (see configure).
+PEERING_LIFETIME_SECONDS = 15
 # The image pods run when spec.image is empty.
 RUNTIME_IMAGE_ENV = "EDDYLINE_RUNTIME_IMAGE"
 
@@ -156,6 +158,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     )
     settings.posting.level = logging.INFO
     settled_seconds(os.environ)  # a bad beat stops the operator at start, not every daemon
+    # With replicas (kopf's peering): a replica that dies without a word is taken over from
+    # this long after its last keep-alive (kopf's default is 60 s).
+    settings.peering.lifetime = PEERING_LIFETIME_SECONDS
     settings.watching.server_timeout = 60
     settings.networking.request_timeout = 90
     # Startup handlers run before any object is watched, so every object's memo (a shallow

@@ -88,6 +88,13 @@ class OperatorHarness:
         wait_for(watching, "the operator to watch StreamApps", timeout)
 
     def start_operator(self) -> None:
+        self.operator = self.spawn_operator(self.operator_log)
+
+    def spawn_operator(
+        self, log_path: Path, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """One more operator process, as the chart's Deployment runs each replica (a test
+        of leader election runs two; :meth:`start_operator` runs the usual one)."""
         kubeconfig = self.root / "operator-kubeconfig"
         kubeconfig.write_text(self.api.kubeconfig(self.operator_token), encoding="utf-8")
         env = {
@@ -98,9 +105,10 @@ class OperatorHarness:
             # Every test's operator on this machine would want the chart's port 8080.
             "EDDYLINE_OPERATOR_LIVENESS": f"http://127.0.0.1:{free_port()}/healthz",
             **self.extra_env,
+            **(extra_env or {}),
         }
-        with self.operator_log.open("ab") as log:
-            self.operator = subprocess.Popen(
+        with log_path.open("ab") as log:
+            return subprocess.Popen(
                 [str(BIN / "eddyline-operator")],
                 cwd=self.root,
                 env=env,
