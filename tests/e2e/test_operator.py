@@ -484,7 +484,7 @@ def test_pods_reach_the_api_as_their_service_account_with_only_the_membership(
     assert harness.api.denied[:-1] == []  # the one refusal is the previous test's
     pod = harness.pods(APP)[f"{APP}-0"]
     own_api = f"http://{pod['status']['podIP']}:{harness.api.port}/api/v1/namespaces/default"
-    assert harness.api.address_identities[pod["status"]["podIP"]] == ("default", APP)
+    assert harness.api.address_identities[pod["status"]["podIP"]] == ("default", f"{APP}-runtime")
     assert request(f"{own_api}/configmaps/{APP}-membership").status == 200
     assert request(f"{own_api}/configmaps/{APP}-config").status == 403
     assert request(f"{own_api}/pods").status == 403
