@@ -74,6 +74,8 @@ NODES_SECONDS = 10.0
 PEERING_LIFETIME_SECONDS = 15
 # The image pods run when spec.image is empty.
 RUNTIME_IMAGE_ENV = "EDDYLINE_RUNTIME_IMAGE"
+# The chart's ClusterRole that restore Jobs with a k8s:// master are bound to.
+EXECUTOR_ROLE_ENV = "EDDYLINE_RESTORE_EXECUTOR_ROLE"
 
 
 # The key of the :class:`Operator` in kopf's memo.
@@ -255,6 +257,7 @@ def run_cycle(
             ),
             now=_now(),
             default_image=os.environ.get(RUNTIME_IMAGE_ENV, objects.DEFAULT_IMAGE),
+            executor_role=os.environ.get(EXECUTOR_ROLE_ENV, restore_job.DEFAULT_EXECUTOR_ROLE),
             **_restore_jobs(kube, body, namespace, name),
         )
         result = plan(observed)

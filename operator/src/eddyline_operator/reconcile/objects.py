@@ -478,7 +478,13 @@ def desired_objects(
     ]
 
 
-def owned_objects(app: StreamApp, namespace: str, owner: Obj) -> list[Obj]:
+def owned_objects(
+    app: StreamApp,
+    namespace: str,
+    owner: Obj,
+    *,
+    executor_role: str = restore_job.DEFAULT_EXECUTOR_ROLE,
+) -> list[Obj]:
     """What the app owns besides its StatefulSet and the membership ConfigMap."""
     objects = [
         service_account(app, namespace, owner),
@@ -492,6 +498,12 @@ def owned_objects(app: StreamApp, namespace: str, owner: Obj) -> list[Obj]:
     if uses_embedded_log(app):
         objects.append(log_claim(app, namespace, owner))
     objects.extend(
-        restore_job.owned_objects(app, namespace, owner, embedded_log=uses_embedded_log(app))
+        restore_job.owned_objects(
+            app,
+            namespace,
+            owner,
+            embedded_log=uses_embedded_log(app),
+            executor_role=executor_role,
+        )
     )
     return objects

@@ -74,6 +74,8 @@ class Observed:
     applied_manifest: str | None = None
     now: str = "1970-01-01T00:00:00Z"
     default_image: str = objects.DEFAULT_IMAGE
+    # The chart's ClusterRole for restore Jobs' executor pods (spec.restore.master k8s://).
+    executor_role: str = restore_job.DEFAULT_EXECUTOR_ROLE
     # The app's restore Jobs and their pods (restore_job.selector_string).
     jobs: Sequence[Obj] = ()
     job_pods: Sequence[Obj] = ()
@@ -350,7 +352,9 @@ class _Cycle:
     ) -> tuple[list[Obj], str]:
         """The objects to apply (the StatefulSet last, at the upgrade step's size; none while
         the embedded log waits for a node), and the pod template's hash."""
-        desired = objects.owned_objects(app, self.namespace, self.owner)
+        desired = objects.owned_objects(
+            app, self.namespace, self.owner, executor_role=self.observed.executor_role
+        )
         stateful_set = objects.stateful_set(
             app,
             self.namespace,

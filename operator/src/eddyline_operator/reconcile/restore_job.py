@@ -48,6 +48,11 @@ JOB_TTL_SECONDS = 86_400
 _SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
+# The ClusterRole the chart ships with what a Spark driver needs for its executor pods
+# (EDDYLINE_RESTORE_EXECUTOR_ROLE names the chart's; this is its default release's).
+DEFAULT_EXECUTOR_ROLE = "eddyline-operator-restore-executor"
+
+
 def enabled(app: StreamApp) -> bool:
     return app.spec.restore.when is not RestoreWhen.NEVER
 
@@ -105,8 +110,18 @@ def _meta(name: str, namespace: str, app: str, owner: Obj | None) -> Obj:
     return meta
 
 
-def owned_objects(app: StreamApp, namespace: str, owner: Obj, *, embedded_log: bool) -> list[Obj]:
-    """The build claim, and the Jobs' identity and rights (executor pods with k8s://)."""
+def owned_objects(
+    app: StreamApp,
+    namespace: str,
+    owner: Obj,
+    *,
+    embedded_log: bool,
+    executor_role: str = DEFAULT_EXECUTOR_ROLE,
+) -> list[Obj]:
+    """The build claim, the Jobs' identity, and with a k8s:// master only, a RoleBinding of
+    that identity to the chart's executor ClusterRole (``executor_role``): a local master
+    never creates a pod, and the operator holds ``bind`` on that ClusterRole by name instead
+    of holding pod creation itself to hand it on."""
     if not enabled(app):
         return []
     name = app.metadata.name
@@ -129,33 +144,22 @@ def owned_objects(app: StreamApp, namespace: str, owner: Obj, *, embedded_log: b
         "kind": "ServiceAccount",
         "metadata": _meta(service_account_name(name), namespace, name, owner),
     }
-    role: Obj = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _meta(service_account_name(name), namespace, name, owner),
-        # What a Spark driver in client mode needs to run its executor pods.
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-                "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"],
-            }
-        ],
-    }
+    if not restore.master.startswith("k8s://"):
+        return [claim, account]
     binding: Obj = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": _meta(service_account_name(name), namespace, name, owner),
         "roleRef": {
             "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": service_account_name(name),
+            "kind": "ClusterRole",
+            "name": executor_role,
         },
         "subjects": [
             {"kind": "ServiceAccount", "name": service_account_name(name), "namespace": namespace}
         ],
     }
-    return [claim, account, role, binding]
+    return [claim, account, binding]
 
 
 def pending_copies(
