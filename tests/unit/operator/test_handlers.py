@@ -274,3 +274,18 @@ def test_a_child_the_api_server_refuses_degrades_the_app_and_status_is_still_wri
     status = kube.objects["StreamApp", "apps", "wc"]["status"]
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "False"
+
+
+def test_the_beat_of_a_settled_app_comes_from_the_environment() -> None:
+    assert handlers.settled_seconds({}) == handlers.SETTLED_SECONDS
+    assert handlers.settled_seconds({handlers.RESYNC_ENV: "60"}) == 60.0
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ValueError, match="EDDYLINE_OPERATOR_RESYNC_SECONDS"):
+            handlers.settled_seconds({handlers.RESYNC_ENV: bad})
+
+
+def test_the_daemon_is_async_so_it_holds_no_worker_thread_between_cycles() -> None:
+    """Issue 23, item 1: a sync daemon held one of kopf's threads for the app's whole life."""
+    import inspect
+
+    assert inspect.iscoroutinefunction(handlers.follow_app)
