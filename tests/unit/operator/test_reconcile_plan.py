@@ -354,3 +354,15 @@ def test_the_embedded_log_is_never_shared_across_nodes(nodes: list[Obj]) -> None
     assert any(e.reason == "LogSharedAcrossNodes" for e in result.events)
     pods[1] = pod(1, node_name="node-0", config_hash=config_hash)
     assert run(app, pods, nodes, reports=reports()).delete_pods == []
+
+
+def test_a_deleted_membership_continues_from_the_last_generation(nodes: list[Obj]) -> None:
+    """Issue 23, item 11: a membership ConfigMap deleted by hand comes back at the next
+    generation (status.membershipGeneration), not at 1."""
+    app = body()
+    app["status"] = {"membershipGeneration": 7}
+    config_hash = current_hash(app, nodes)
+    pods = [pod(i, config_hash=config_hash) for i in range(3)]
+    result = run(app, pods, nodes, reports=reports(3), membership=None)
+    assert result.membership is not None and result.membership.generation == 8
+    assert result.status.membership_generation == 8

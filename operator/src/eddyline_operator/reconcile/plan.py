@@ -219,7 +219,13 @@ class _Cycle:
         template_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
         preferred = [p["metadata"]["name"] for p in self.pods if pod_hash(p) == template_hash]
         layout = layout_from(observed.reports, preferred=preferred)
-        membership = next_membership(observed.membership, current, layout, requested)
+        membership = next_membership(
+            observed.membership,
+            current,
+            layout,
+            requested,
+            last_generation=self.old_status.membership_generation,
+        )
         if membership is not None:
             ids = ", ".join(f"{m.id} ({m.zone or 'no zone'})" for m in current)
             self.events.append(
