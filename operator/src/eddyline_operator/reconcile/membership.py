@@ -126,10 +126,8 @@ def next_membership(
     )
     if previous is not None and assignment == previous.assignment:
         return None
-    if previous is not None:
-        generation = previous.generation + 1
-    else:
-        generation = (last_generation or 0) + 1
+    base = previous.generation if previous is not None else (last_generation or 0)
+    generation = base + 1
     return Membership(generation, assignment)
 
 
