@@ -24,6 +24,14 @@ stateful task, exactly-once). Measured:
   included: the promoted standby processes). The targets (issue 10) are a stale answer
   within 2 s and processing within 5 s of the operator seeing the pod not ready.
 
+Then many apps on a second operator (issue 23, item 1; ``--apps``, default 50): ``apps - 1``
+suspended copies of the word count and the word count with 3 pods, the operator's beat at
+60 s so that only pod events republish a membership (``tests/support/k8s/many_apps.py``):
+``apps``, ``apps_reconciled`` (in their phase), ``apps_to_reconciled_s``,
+``last_app_kill_to_membership_s`` (SIGKILL of the last app's pod until it left the membership;
+target under 1 s) and ``operator_rss_mb_per_app`` (the operator's resident memory growth from
+before the apps to when all are reconciled, per app).
+
 The last line is JSON. The machine is shared: numbers taken under load are noisy.
 """
 
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import random
 import shutil
@@ -45,6 +54,7 @@ from eddyline_runtime.log import open_log
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from tests.bench import bench_upgrade
 from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
+from tests.support.k8s.many_apps import OPERATOR_ENV, ManyApps, reconciled
 from tests.support.k8s.operator_harness import REPO, OperatorHarness
 from tests.support.waiting import wait_for
 
@@ -56,7 +66,7 @@ CHILDREN = [
     ("", "configmaps", f"{APP}-config"),
     ("", "services", f"{APP}-headless"),
     ("", "services", f"{APP}-query"),
-    ("", "serviceaccounts", APP),
+    ("", "serviceaccounts", f"{APP}-runtime"),
     ("rbac.authorization.k8s.io", "roles", f"{APP}-membership"),
     ("rbac.authorization.k8s.io", "rolebindings", f"{APP}-membership"),
     ("policy", "poddisruptionbudgets", APP),
@@ -139,14 +149,55 @@ class Bench:
         return {key: round(value, 3) for key, value in sorted(marks.items())}
 
 
+def many_apps(apps: int) -> dict[str, Any]:
+    """The many-apps run on its own cluster and operator (see the module docstring)."""
+    root = Path(tempfile.mkdtemp(prefix="bench-operator-apps-"))
+    harness = OperatorHarness(root, examples=["wordcount"], extra_env=OPERATOR_ENV)
+    try:
+        harness.start()
+        harness.wait_until_operator_watches()
+        rss_before = harness.operator_rss_mb()
+        applied = time.monotonic()
+        run = ManyApps.apply(harness, apps, root)
+        with contextlib.suppress(AssertionError):  # reported as apps_reconciled below
+            run.wait_reconciled(300)
+        to_reconciled = time.monotonic() - applied
+        done = len(reconciled(harness, run.names))
+        rss_after = harness.operator_rss_mb()
+        _, kill_to_membership = run.kill_last_member(30)
+        print(
+            f"{apps} apps: {done} reconciled in {to_reconciled:.2f} s; last app's killed pod "
+            f"out of the membership in {kill_to_membership:.3f} s; operator RSS "
+            f"{rss_before:.1f} -> {rss_after:.1f} MiB"
+        )
+        run.delete_all(180)
+        return {
+            "apps": apps,
+            "apps_reconciled": done,
+            "apps_to_reconciled_s": round(to_reconciled, 3),
+            "last_app_kill_to_membership_s": round(kill_to_membership, 3),
+            "operator_rss_mb_per_app": round((rss_after - rss_before) / apps, 3),
+        }
+    finally:
+        harness.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> int:  # noqa: PLR0915 - one run, read top to bottom
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--apps", type=int, default=50, help="StreamApps in the many-apps run")
+    parser.add_argument(
+        "--apps-only", action="store_true", help="only the many-apps run (its keys alone)"
+    )
     parser.add_argument("--lines", type=int, default=5_000, help="lines before the first kill")
     parser.add_argument(
         "--upgrade-keys", type=int, default=100_000, help="keys in the store for the upgrades"
     )
     args = parser.parse_args()
+    if args.apps_only:
+        print(json.dumps({"benchmark": "operator", **many_apps(args.apps)}))
+        return 0
     root = Path(tempfile.mkdtemp(prefix="bench-operator-"))
     harness = OperatorHarness(root, examples=["wordcount"])
     try:
@@ -209,11 +260,13 @@ def main() -> int:  # noqa: PLR0915 - one run, read top to bottom
         summary.update(
             bench_upgrade.run(harness, log_url, bench.service, MANIFEST, keys=args.upgrade_keys)
         )
-        print(json.dumps(summary))
-        return 0
     finally:
         harness.stop()
         shutil.rmtree(root, ignore_errors=True)
+    # Issue 23: many apps on one operator (its own cluster, the first one stopped).
+    summary.update(many_apps(args.apps))
+    print(json.dumps(summary))
+    return 0
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ def test_the_operator_creates_valid_children_and_kubectl_shows_the_app_ready(
     children = {
         ("", "configmaps"): [f"{APP}-config", f"{APP}-membership"],
         ("", "services"): [f"{APP}-headless", f"{APP}-query"],
-        ("", "serviceaccounts"): [APP],
+        ("", "serviceaccounts"): [f"{APP}-runtime"],
         ("rbac.authorization.k8s.io", "roles"): [f"{APP}-membership"],
         ("rbac.authorization.k8s.io", "rolebindings"): [f"{APP}-membership"],
         ("policy", "poddisruptionbudgets"): [APP],
@@ -344,7 +344,8 @@ INVALID = {
     "unknown field": ({"spec__replica": 3}, 'unknown field "spec.replica"'),
     "unknown setting": (
         {"spec__config": {"num.stream.thread": 2}},
-        'unknown field "spec.config.num.stream.thread"',
+        "spec.config holds Kafka Streams settings by their names and a key is none of them "
+        "(check the spelling)",
     ),
     "revision": ({"spec__topology": {"ref": "wordcount:topology", "revision": "v 2!"}},
                  "spec.topology.revision"),
@@ -357,7 +358,7 @@ INVALID = {
         {"spec__storage": {"size": "2Gi", "logSize": "1Gi"}},
         'spec.storage: Invalid value: "object": size is immutable',
     ),
-    "zero replicas": ({"spec__replicas": 0}, "spec.replicas"),
+    "negative replicas": ({"spec__replicas": -1}, "spec.replicas"),
     "pull policy": ({"spec__imagePullPolicy": "Sometimes"}, "spec.imagePullPolicy"),
     "secret with sqlite": (
         {"spec__log": {"url": "sqlite:///wordcount/log.db", "secretName": "kafka-client"}},
@@ -483,7 +484,7 @@ def test_pods_reach_the_api_as_their_service_account_with_only_the_membership(
     assert harness.api.denied[:-1] == []  # the one refusal is the previous test's
     pod = harness.pods(APP)[f"{APP}-0"]
     own_api = f"http://{pod['status']['podIP']}:{harness.api.port}/api/v1/namespaces/default"
-    assert harness.api.address_identities[pod["status"]["podIP"]] == ("default", APP)
+    assert harness.api.address_identities[pod["status"]["podIP"]] == ("default", f"{APP}-runtime")
     assert request(f"{own_api}/configmaps/{APP}-membership").status == 200
     assert request(f"{own_api}/configmaps/{APP}-config").status == 403
     assert request(f"{own_api}/pods").status == 403

@@ -211,13 +211,13 @@ def test_deleting_a_namespace_deletes_its_contents(api: ApiServer) -> None:
 
 
 def test_schema_errors_come_back_as_invalid_with_causes_naming_each_field(api: ApiServer) -> None:
-    bad = app(replicas=0, config={"default.state.isolation.level": "SERIALIZABLE"})
+    bad = app(replicas=-1, imagePullPolicy="Sometimes")
     rejected = request(apps(api), "POST", bad)
     assert rejected.status == 422 and rejected.body["reason"] == "Invalid"
     causes = {c["field"]: c for c in rejected.body["details"]["causes"]}
     assert causes["spec.replicas"]["reason"] == "FieldValueInvalid"
-    assert causes["spec.config.default.state.isolation.level"]["message"] == (
-        'Unsupported value: "SERIALIZABLE": supported values: "READ_UNCOMMITTED", "READ_COMMITTED"'
+    assert causes["spec.imagePullPolicy"]["message"] == (
+        'Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never"'
     )
 
 

@@ -52,13 +52,17 @@ def test_defaults_fill_what_a_minimal_manifest_leaves_out() -> None:
     ("path", "value", "message"),
     [
         (("kind",), "Streamapp", "kind: must be 'StreamApp'"),
-        (("metadata", "name"), "Word_Count", "metadata.name: 'Word_Count' is not a DNS label"),
+        (
+            ("metadata", "name"),
+            "Word_Count",
+            "metadata.name: 'Word_Count' is not a DNS-1035 label such as word-count",
+        ),
         (
             ("spec", "topology"),
             "word_count",
             "spec.topology.ref: 'word_count' is not a module:function",
         ),
-        (("spec", "replicas"), 0, "spec.replicas: must be a number greater than or equal to 1"),
+        (("spec", "replicas"), -1, "spec.replicas: must be a number greater than or equal to 0"),
         (("spec", "replica"), 2, "spec.replica: unknown field"),
         (
             ("spec", "config"),

@@ -48,11 +48,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: ["configmaps", "services", "serviceaccounts", "persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete", "deletecollection"]
-# create, patch and deletecollection: only so that it may grant them to restore Jobs, whose
-# Spark driver runs its executor pods (RBAC lets a Role grant only what its creator holds).
+# Pods are made by StatefulSets and Jobs; the operator only restarts them.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "delete", "create", "patch", "deletecollection"]
+  verbs: ["get", "list", "watch", "delete"]
+# Restore Jobs with a k8s:// Spark master get the executor ClusterRole through a RoleBinding:
+# the operator may bind that one ClusterRole, instead of holding pod creation itself.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["clusterroles"]
+  verbs: ["bind"]
+  resourceNames: [{{ printf "%s-restore-executor" (include "eddyline-operator.fullname" .) | quote }}]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
@@ -68,4 +73,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# kopf's peering (leader election between replicas): read the peers, write its keep-alive.
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
 {{- end -}}

@@ -1,19 +1,29 @@
 """``eddyline-operator``: run the operator under kopf with eddyline's defaults.
 
-The same as ``kopf run --standalone -m eddyline_operator`` plus a liveness
-endpoint and the namespaces to watch, from the environment the Helm chart
-sets: ``WATCH_NAMESPACES`` (comma-separated; empty = every namespace) and
-``EDDYLINE_OPERATOR_LIVENESS`` (default ``http://0.0.0.0:8080/healthz``).
-Extra arguments go to ``kopf run`` unchanged.
+``kopf run -m eddyline_operator`` plus a liveness endpoint, the namespaces to watch and the
+peering, from the environment the Helm chart sets: ``WATCH_NAMESPACES`` (comma-separated;
+empty = every namespace), ``EDDYLINE_OPERATOR_LIVENESS`` (default
+``http://0.0.0.0:8080/healthz``) and ``EDDYLINE_OPERATOR_PEERING``: the name of the kopf
+peering (``KopfPeering`` per watched namespace, ``ClusterKopfPeering`` cluster-wide) in which
+replicas elect one active operator. Each replica takes a random priority
+(``EDDYLINE_OPERATOR_PRIORITY`` sets it): kopf pauses every replica but the one of the
+highest priority, and one of equal priority would pause both. Without a peering name it
+runs ``--standalone`` (one replica, as a local run). Extra arguments go to ``kopf run``
+unchanged.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import sys
 from collections.abc import Sequence
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+PEERING_ENV = "EDDYLINE_OPERATOR_PEERING"
+PRIORITY_ENV = "EDDYLINE_OPERATOR_PRIORITY"
+# Random priorities are drawn from this range: two replicas tie with odds of one in 2**31.
+_PRIORITIES = (1, 2**31 - 1)
 
 
 def kopf_arguments(argv: Sequence[str], environ: dict[str, str]) -> list[str]:
@@ -23,9 +33,16 @@ def kopf_arguments(argv: Sequence[str], environ: dict[str, str]) -> list[str]:
     if any(a.startswith(("--namespace", "-n", "--all-namespaces", "-A")) for a in argv):
         scope = []
     liveness = environ.get("EDDYLINE_OPERATOR_LIVENESS", DEFAULT_LIVENESS)
+    peering = environ.get(PEERING_ENV, "").strip()
+    mode = ["--standalone"]
+    if peering:
+        priority = environ.get(PRIORITY_ENV, "").strip() or str(random.randint(*_PRIORITIES))
+        mode = [f"--peering={peering}", f"--priority={priority}"]
+    if any(a.startswith(("--standalone", "--peering", "--priority")) for a in argv):
+        mode = []
     return [
         "run",
-        "--standalone",
+        *mode,
         "-m",
         "eddyline_operator",
         f"--liveness={liveness}",

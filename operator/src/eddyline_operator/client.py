@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kubernetes
@@ -23,6 +23,8 @@ from eddyline_runtime.spec import GROUP, PLURAL, VERSION
 logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+# Looks at an existing object before it is changed; raises to leave it alone.
+Check = Callable[[Obj], None]
 
 # Requests to the API server; a hung one must not stall a reconciliation for long.
 _API_TIMEOUT_SECONDS = 10
@@ -103,12 +105,13 @@ class Kube:
             )
             response.read()
         except kubernetes.client.ApiException as error:
-            raise ApiError(int(error.status or 0), str(error)) from None
+            status = int(error.status or 0)
+            raise ApiError(status, _status_message(method, path, status, error.body)) from None
         if response.status == 404:
             return None
         text = response.data.decode() if response.data else ""
         if not 200 <= response.status < 300:
-            raise ApiError(response.status, f"{method} {path}: {response.status} {text[:500]}")
+            raise ApiError(response.status, _status_message(method, path, response.status, text))
         result: Obj = json.loads(text) if text else {}
         return result
 
@@ -158,16 +161,19 @@ class Kube:
         )
         return gone is not None
 
-    def apply(self, obj: Obj) -> str:
+    def apply(self, obj: Obj, *, check: Check | None = None) -> str:
         """Create ``obj`` or bring the existing one to it: "created", "updated" or "unchanged".
 
-        Only the fields we set are compared (the server adds defaults), and only
-        what may change is patched."""
+        An existing object is first given to ``check``, which raises to leave it untouched
+        (the handlers' ownership check). Only the fields we set are compared (the server
+        adds defaults), and only what may change is patched."""
         kind, meta = obj["kind"], obj["metadata"]
         existing = self.get(kind, meta.get("namespace"), meta["name"])
         if existing is None:
             self.create(obj)
             return "created"
+        if check is not None:
+            check(existing)
         patch: Obj = {}
         wanted_meta = {k: meta[k] for k in ("labels", "ownerReferences") if k in meta}
         if not _contains(existing.get("metadata", {}), wanted_meta):
@@ -205,14 +211,17 @@ class Kube:
         value = ((found or {}).get("data") or {}).get(key)
         return None if value is None else str(value)
 
-    def publish_membership(self, config_map: Obj) -> None:
-        """Create or replace the membership ConfigMap's data (pods watch it)."""
+    def publish_membership(self, config_map: Obj, *, check: Check | None = None) -> None:
+        """Create or replace the membership ConfigMap's data (pods watch it); an existing one
+        is first given to ``check``, as in :meth:`apply`."""
         meta = config_map["metadata"]
-        patched = self.merge_patch(
-            "ConfigMap", meta["namespace"], meta["name"], {"data": config_map["data"]}
-        )
-        if patched is None:
+        existing = self.get("ConfigMap", meta["namespace"], meta["name"])
+        if existing is None:
             self.create(config_map)
+            return
+        if check is not None:
+            check(existing)
+        self.merge_patch("ConfigMap", meta["namespace"], meta["name"], {"data": config_map["data"]})
 
 
 def fetch_reports(pods: Sequence[Obj], port: int) -> dict[str, MemberReport]:
@@ -230,6 +239,17 @@ def fetch_reports(pods: Sequence[Obj], port: int) -> dict[str, MemberReport]:
         except (OSError, ValueError) as error:  # URLError, HTTPError (503 while starting)
             logger.debug("no layout from %s: %s", url, error)
     return reports
+
+
+def _status_message(method: str, path: str, status: int, body: Any) -> str:
+    """The API server's own message (a Status object's ``message``), which names the field
+    and the problem; the raw body when it sent none."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        message = json.loads(text).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return f"{method} {path}: {status} {message or text[:500]}"
 
 
 def _contains(existing: Any, wanted: Any) -> bool:

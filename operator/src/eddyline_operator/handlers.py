@@ -3,7 +3,8 @@ out the plan through the client wrapper.
 
 * create / update / resume of a StreamApp: a full cycle (apply owned objects,
   membership, rollout, status, events);
-* a daemon per StreamApp repeats the cycle every ``SETTLED_SECONDS``, or every
+* a daemon per StreamApp repeats the cycle every ``SETTLED_SECONDS`` (the environment's
+  ``EDDYLINE_OPERATOR_RESYNC_SECONDS`` overrides it), or every
   ``SETTLING_SECONDS`` while the app is Pending or Progressing: pods that start
   report their layout only once their process is up, and nothing else tells
   the operator when that is (no pod event: they are not ready before they have
@@ -11,6 +12,12 @@ out the plan through the client wrapper.
 * any change of one of its pods (kopf watches them): the same cycle without
   asking pods for their reports (cached from the last one), so a pod that stops
   running leaves the membership within one watch event.
+
+The daemon is async: it holds no thread while it waits for its next beat, and runs each
+cycle (blocking HTTP) in the event loop's default executor only for as long as the cycle
+takes. A sync daemon held one of kopf's worker threads for the app's whole life, so on a
+2-CPU node (``min(32, cpus + 4)`` threads) the 7th StreamApp was never reconciled and pod
+events stopped being handled for every app. The number of apps is now bounded by memory.
 
 A lock per StreamApp keeps cycles of the same app from interleaving (the
 membership generation must grow by one at a time).
@@ -24,6 +31,7 @@ reach the same :class:`Operator`, and a test builds its own instead of patching 
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import json
@@ -31,16 +39,18 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
 from eddyline_operator.client import ApiError, Kube, fetch_reports
-from eddyline_operator.reconcile import names, objects, restore_job
+from eddyline_operator.reconcile import names, objects, ownership, restore_job
+from eddyline_operator.reconcile.conditions import with_refusals
 from eddyline_operator.reconcile.membership import is_member
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
-from eddyline_operator.reconcile.status_record import dump_status, status_differs
+from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
 from eddyline_runtime.membership import MemberReport
 from eddyline_runtime.spec import GROUP, PLURAL, VERSION, Phase, StreamAppStatus
 
@@ -49,6 +59,9 @@ logger = logging.getLogger(__name__)
 # How often a settled StreamApp is reconciled without a trigger: status (readiness, standby
 # lags), drift of owned objects.
 SETTLED_SECONDS = 2.0
+# Overrides SETTLED_SECONDS (seconds, > 0): a platform with many settled apps may want a
+# slower beat; pod events still trigger a cycle at once.
+RESYNC_ENV = "EDDYLINE_OPERATOR_RESYNC_SECONDS"
 # How often while it settles (Pending, Progressing): a starting pod's layout, its
 # readiness and the next step of a rollout are noticed within this long.
 SETTLING_SECONDS = 0.25
@@ -57,8 +70,12 @@ SETTLING_SECONDS = 0.25
 REAPPLY_SECONDS = 30.0
 # Nodes are listed again at least this often (readiness for the log's pin, new labels).
 NODES_SECONDS = 10.0
+# How long a replica's peering keep-alive holds (see configure).
+PEERING_LIFETIME_SECONDS = 15
 # The image pods run when spec.image is empty.
 RUNTIME_IMAGE_ENV = "EDDYLINE_RUNTIME_IMAGE"
+# The chart's ClusterRole that restore Jobs with a k8s:// master are bound to.
+EXECUTOR_ROLE_ENV = "EDDYLINE_RESTORE_EXECUTOR_ROLE"
 
 
 # The key of the :class:`Operator` in kopf's memo.
@@ -142,6 +159,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         prefix=GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
+    settled_seconds(os.environ)  # a bad beat stops the operator at start, not every daemon
+    # With replicas (kopf's peering): a replica that dies without a word is taken over from
+    # this long after its last keep-alive (kopf's default is 60 s).
+    settings.peering.lifetime = PEERING_LIFETIME_SECONDS
     settings.watching.server_timeout = 60
     settings.networking.request_timeout = 90
     # Startup handlers run before any object is watched, so every object's memo (a shallow
@@ -157,15 +178,36 @@ def reconcile_app(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
-def follow_app(
+async def follow_app(
     namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
 ) -> None:
     operator = operator_of(memo)
+    settled = settled_seconds(os.environ)
     while not stopped.is_set():
-        stopped.wait(refresh_app(operator, namespace, name))
+        # The cycle blocks (HTTP); it borrows a thread only while it runs.
+        delay = await asyncio.to_thread(refresh_app, operator, namespace, name, settled)
+        await stopped.wait(delay)
 
 
-def refresh_app(operator: Operator, namespace: str | None, name: str) -> float:
+def settled_seconds(environ: Mapping[str, str]) -> float:
+    """The beat of a settled app: ``EDDYLINE_OPERATOR_RESYNC_SECONDS`` or SETTLED_SECONDS."""
+    raw = environ.get(RESYNC_ENV, "").strip()
+    if not raw:
+        return SETTLED_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ValueError(
+            f"{RESYNC_ENV}={raw!r}: expected a number of seconds above 0, such as 2 or 60"
+        )
+    return value
+
+
+def refresh_app(
+    operator: Operator, namespace: str | None, name: str, settled: float = SETTLED_SECONDS
+) -> float:
     """One cycle that also asks pods for their reports; returns when to run again."""
     try:
         result = run_cycle(operator, namespace or "default", name, fetch=True, force_apply=False)
@@ -173,10 +215,10 @@ def refresh_app(operator: Operator, namespace: str | None, name: str) -> float:
         # The API server restarting, a conflict, a bug: the loop must outlive it (create
         # and update handlers are retried by kopf; this daemon retries at its next beat).
         logger.exception("StreamApp %s/%s: the cycle failed; retrying", namespace, name)
-        return SETTLED_SECONDS
+        return min(settled, SETTLED_SECONDS)
     if result is not None and result.status.phase in (Phase.PENDING, Phase.PROGRESSING):
         return SETTLING_SECONDS
-    return SETTLED_SECONDS
+    return settled
 
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.OPERATOR})
@@ -215,6 +257,7 @@ def run_cycle(
             ),
             now=_now(),
             default_image=os.environ.get(RUNTIME_IMAGE_ENV, objects.DEFAULT_IMAGE),
+            executor_role=os.environ.get(EXECUTOR_ROLE_ENV, restore_job.DEFAULT_EXECUTOR_ROLE),
             **_restore_jobs(kube, body, namespace, name),
         )
         result = plan(observed)
@@ -232,40 +275,89 @@ def _carry_out(kube: Kube, state: AppState, body: Any, result: Plan, *, force_ap
         # next one decides again from what status then says.
         stored = _record_status(kube, namespace, name, result.status)
         body = {**body, "status": stored}
-    digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
-    due = time.monotonic() - state.applied_at > REAPPLY_SECONDS
-    if result.objects and (force_apply or due or digest != state.applied_hash):
-        for obj in result.objects:
-            outcome = kube.apply(obj)
-            if outcome != "unchanged":
-                post_event(
-                    body,
-                    "Normal",
-                    outcome.capitalize(),
-                    f"{outcome} {obj['kind']} {obj['metadata']['name']}",
-                )
-        state.applied_hash, state.applied_at = digest, time.monotonic()
-    if result.membership is not None:
-        owner = objects.owner_reference(name=name, uid=meta["uid"])
-        data = json.dumps(result.membership.to_json())
-        kube.publish_membership(objects.membership_config_map(name, namespace, owner, data))
+    # Children that could not be applied, (reason, message): each object is tried on its
+    # own, and status still says what happened (a refused child must never stop the cycle
+    # before status is written).
+    refusals = _apply_children(kube, state, body, result, force_apply=force_apply)
     for pod in result.delete_pods:
         kube.delete("Pod", namespace, pod)
     for job in result.create_jobs:
         try:
             kube.create(job)
         except ApiError as error:
-            if error.status != 409:  # launched by an earlier cycle whose status was lost
+            if error.status == 409:  # launched by an earlier cycle whose status was lost
+                continue
+            if not 400 <= error.status < 500:
                 raise
+            refusals.append(("ApplyFailed", _refused(f"Job {job['metadata']['name']}", error)))
     for event in result.events:
         post_event(body, event.type, event.reason, event.message)
-    if status_differs(stored, result.status):
+    status = result.status
+    if refusals:
+        previous, _ = read_status(stored)
+        status, warning = with_refusals(
+            status, previous.conditions, refusals, now=_now(), generation=meta.get("generation")
+        )
+        for reason, message in refusals:
+            logger.warning("StreamApp %s/%s: %s: %s", namespace, name, reason, message)
+        if warning is not None:
+            post_event(body, warning.type, warning.reason, warning.message)
+    if status_differs(stored, status):
         try:
-            _record_status(kube, namespace, name, result.status)
+            _record_status(kube, namespace, name, status)
         except ApiError as error:
             if error.status != 409:
                 raise
             # Someone wrote in between: the daemon's next cycle writes again.
+
+
+def _apply_children(
+    kube: Kube, state: AppState, body: Any, result: Plan, *, force_apply: bool
+) -> list[tuple[str, str]]:
+    """Apply the owned objects and publish the membership, each on its own; returns the
+    refusals, (reason, message). A server or network failure (5xx, no answer) raises: the
+    whole cycle is retried."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+
+    def ours(kind: str) -> ownership.Check:
+        return ownership.checker(kind=kind, app=name, app_uid=meta["uid"])
+
+    refusals: list[tuple[str, str]] = []
+    digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
+    due = time.monotonic() - state.applied_at > REAPPLY_SECONDS
+    if result.objects and (force_apply or due or digest != state.applied_hash):
+        for obj in result.objects:
+            what = f"{obj['kind']} {obj['metadata']['name']}"
+            try:
+                outcome = kube.apply(obj, check=ours(obj["kind"]))
+            except ownership.NameConflictError as conflict:
+                refusals.append(("NameConflict", str(conflict)))
+                continue
+            except ApiError as error:
+                if not 400 <= error.status < 500:
+                    raise
+                refusals.append(("ApplyFailed", _refused(what, error)))
+                continue
+            if outcome != "unchanged":
+                post_event(body, "Normal", outcome.capitalize(), f"{outcome} {what}")
+        if not refusals:  # otherwise every object is tried again next cycle
+            state.applied_hash, state.applied_at = digest, time.monotonic()
+    if result.membership is not None:
+        owner = objects.owner_reference(name=name, uid=meta["uid"])
+        data = json.dumps(result.membership.to_json())
+        try:
+            kube.publish_membership(
+                objects.membership_config_map(name, namespace, owner, data),
+                check=ours("ConfigMap"),
+            )
+        except ownership.NameConflictError as conflict:
+            refusals.append(("NameConflict", str(conflict)))
+    return refusals
+
+
+def _refused(what: str, error: ApiError) -> str:
+    return f"{what} was refused by the API server: {error}"
 
 
 def _record_status(kube: Kube, namespace: str, name: str, status: StreamAppStatus) -> Any:

@@ -30,6 +30,8 @@ become the CRD's patterns and minimums, and ``x-kubernetes-validations``
 from __future__ import annotations
 
 import enum
+import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -64,6 +66,9 @@ PLURAL = "streamapps"
 SHORT_NAME = "sapp"
 # Kubernetes object names (RFC 1123 labels: pods and services derive from it).
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# The app's own name: its Services take it, and Service names are RFC 1035 labels (a letter
+# first); the length is checked apart (MAX_NAME_LENGTH).
+APP_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # RFC 1123 subdomains (Secret and claim names).
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
@@ -71,6 +76,8 @@ _LABEL_KEY = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
+# A label key's prefix holds at most 253 characters (a DNS subdomain).
+MAX_LABEL_PREFIX = 253
 _TOPOLOGY_REFERENCE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 # A revision becomes a label value: at most 63 characters, alphanumeric at both ends.
 _REVISION = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -78,9 +85,26 @@ _REVISION = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 _LOG_URL = r"^(sqlite:///.+|kafka://[^,/\s]+(,[^,/\s]+)*)$"
 # A non-negative Kubernetes quantity (no sign: "-1Gi" is refused here, not by the kubelet).
 _QUANTITY = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
+# A quantity above zero (a claim's size: "0" is refused by the API server, and a claim
+# template cannot change afterwards).
+_POSITIVE_QUANTITY = (
+    r"^([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)"
+    r"([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
+)
+# A resource name: a standard one, or a domain-qualified extended resource.
+_RESOURCE_NAME = (
+    r"^(cpu|memory|ephemeral-storage|hugepages-[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?|"
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
+)
+# An image reference: whatever the registry accepts, but never whitespace.
+_IMAGE = r"^\S+$"
 # Pods are named <name>-<ordinal> and carry it in a label (at most 63 characters), and
 # the Services <name>-headless / <name>-query: 47 leaves room for every suffix.
 MAX_NAME_LENGTH = 47
+# With restores on, Jobs are named <name>-restore-<10 hex> and their pods carry that name
+# in the job-name label (at most 63 characters): 44 leaves room.
+MAX_NAME_LENGTH_WITH_RESTORE = 44
 DEFAULT_ZONE_KEY = "topology.kubernetes.io/zone"
 
 
@@ -104,8 +128,10 @@ class _Strict(BaseModel):
 
 class ObjectMeta(_Strict):
     name: str = Field(
-        pattern=_DNS_LABEL,
-        description="a DNS label (at most 63 lowercase letters, digits and '-')",
+        pattern=APP_NAME_PATTERN,
+        max_length=63,
+        description="a DNS-1035 label (lowercase letters, digits and '-', a letter first): "
+        "the app's Services take it",
     )
     namespace: str | None = Field(default=None, pattern=_DNS_LABEL)
     labels: dict[str, str] = Field(default_factory=dict)
@@ -182,6 +208,15 @@ class LogSpec(_Strict):
 
 
 class StandbyPlacement(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                f"!self.topologyKey.matches(r'^[^/]{{{MAX_LABEL_PREFIX + 1},}}/')",
+                f"topologyKey's prefix (before '/') must be at most {MAX_LABEL_PREFIX} "
+                "characters: it is a DNS subdomain",
+            )
+        )
+    )
     topology_key: str = Field(
         default=DEFAULT_ZONE_KEY,
         alias="topologyKey",
@@ -189,6 +224,18 @@ class StandbyPlacement(_Strict):
         description="the node label that names a zone; a task's standby lands in another zone "
         "than its active copy",
     )
+
+    @field_validator("topology_key")
+    @classmethod
+    def _prefix_length(cls, key: str) -> str:
+        prefix, slash, _ = key.rpartition("/")
+        if slash and len(prefix) > MAX_LABEL_PREFIX:
+            raise ValueError(
+                f"the prefix before '/' has {len(prefix)} characters; at most "
+                f"{MAX_LABEL_PREFIX} (a DNS subdomain such as topology.kubernetes.io)"
+            )
+        return key
+
     spread: SpreadPolicy = Field(
         default=SpreadPolicy.PREFERRED,
         description="Required: a pod stays Pending rather than share a zone; Preferred: spread "
@@ -217,7 +264,7 @@ class StorageSpec(_Strict):
     )
     size: str = Field(
         default="1Gi",
-        pattern=_QUANTITY,
+        pattern=_POSITIVE_QUANTITY,
         description="each pod's claim for state.dir (a quantity such as 10Gi)",
     )
     storage_class_name: str | None = Field(
@@ -229,7 +276,7 @@ class StorageSpec(_Strict):
     log_size: str = Field(
         default="1Gi",
         alias="logSize",
-        pattern=_QUANTITY,
+        pattern=_POSITIVE_QUANTITY,
         description="the shared claim holding the embedded sqlite log (unused with Kafka)",
     )
     when_deleted: ClaimRetention = Field(
@@ -240,18 +287,40 @@ class StorageSpec(_Strict):
     )
 
 
+# Resource kinds a pod may name (a bound keeps the CEL rules' cost estimate small).
+_MAX_RESOURCES = 16
 _QUANTITY_MAP = Annotated[
     dict[str, str],
     WithJsonSchema(
         {
             "type": "object",
+            "maxProperties": _MAX_RESOURCES,
             "additionalProperties": {"type": "string", "pattern": _QUANTITY},
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.all(k, k.matches(r'{_RESOURCE_NAME}'))",
+                    "message": "resource names must be cpu, memory, ephemeral-storage, "
+                    "hugepages-<size> or a domain-qualified name such as nvidia.com/gpu",
+                }
+            ],
         }
     ),
 ]
 
 
 class ResourcesSpec(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                # quantity() is the Kubernetes CEL library (API servers from 1.29 on); it is
+                # called only for a resource named in both maps.
+                "!has(self.requests) || !has(self.limits) || self.requests.all(k, "
+                "!(k in self.limits) || "
+                "quantity(self.requests[k]).compareTo(quantity(self.limits[k])) <= 0)",
+                "each request must be at most its limit (requests.cpu <= limits.cpu, ...)",
+            ),
+        )
+    )
     requests: _QUANTITY_MAP = Field(
         default_factory=dict, description="cpu, memory, ... each pod asks for"
     )
@@ -260,12 +329,25 @@ class ResourcesSpec(_Strict):
     @field_validator("requests", "limits")
     @classmethod
     def _quantities(cls, values: dict[str, str]) -> dict[str, str]:
-        import re
-
+        if len(values) > _MAX_RESOURCES:
+            raise ValueError(f"at most {_MAX_RESOURCES} resources")
         for name, quantity in values.items():
+            if not re.match(_RESOURCE_NAME, name):
+                raise ValueError(f"{name!r} is not a resource name: use {RESOURCE_NAMES}")
             if not re.match(_QUANTITY, quantity):
-                raise ValueError(f"{name}: {quantity!r} is not a quantity such as 500m or 2Gi")
+                raise ValueError(f"{name}: {quantity!r} is not {FORMS[_QUANTITY]}")
         return values
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ResourcesSpec:
+        for name, request in self.requests.items():
+            limit = self.limits.get(name)
+            if limit is not None and quantity_value(request) > quantity_value(limit):
+                raise ValueError(
+                    f"requests.{name} {request} is above limits.{name} {limit}: a request "
+                    "must be at most its limit"
+                )
+        return self
 
 
 # Spark masters a restore Job may use: local threads in the Job's pod, or executors on the
@@ -273,6 +355,48 @@ class ResourcesSpec(_Strict):
 _SPARK_MASTER = r"^(local(\[([1-9][0-9]*|\*)\])?|k8s://https?://[^\s/]+(:[0-9]+)?/?)$"
 # Spark's --executor-memory / spark.executor.memory form: a number and an optional unit.
 _SPARK_MEMORY = r"^[1-9][0-9]*[kKmMgGtT]?$"
+
+# What each pattern accepts, in words: the CRD's rules and the model's errors say this
+# instead of the regex (crd.structural turns each pattern into a CEL rule with it).
+FORMS: dict[str, str] = {
+    _DNS_LABEL: "a DNS label: at most 63 lowercase letters, digits and '-', starting and "
+    "ending with a letter or digit",
+    APP_NAME_PATTERN: "a DNS-1035 label such as word-count: lowercase letters, digits and '-', "
+    "starting with a letter and ending with a letter or digit",
+    _DNS_SUBDOMAIN: "a DNS subdomain such as kafka-client: lowercase letters, digits, '-' and '.'",
+    _LABEL_KEY: "a label key such as topology.kubernetes.io/zone: an optional DNS-subdomain "
+    "prefix and '/', then at most 63 letters, digits, '-', '_' and '.'",
+    _TOPOLOGY_REFERENCE: "a module:function reference such as wordcount:topology",
+    _REVISION: "a revision such as 2 or v1.3: at most 63 letters, digits, '-', '_' and '.', "
+    "starting and ending with a letter or digit",
+    _LOG_URL: "a log URL: sqlite:///path or kafka://host:port[,host:port...]",
+    _QUANTITY: "a quantity such as 10Gi or 500m",
+    _POSITIVE_QUANTITY: "a quantity above zero such as 10Gi",
+    _IMAGE: "an image reference such as ghcr.io/org/app:1.0, without spaces",
+    _SPARK_MASTER: "a Spark master: local[*], local[N] or k8s://https://host[:port]",
+    _SPARK_MEMORY: "Spark's memory form such as 1g or 512m",
+}
+RESOURCE_NAMES = (
+    "cpu, memory, ephemeral-storage, hugepages-<size> or a domain-qualified name such as "
+    "nvidia.com/gpu"
+)
+_QUANTITY_UNITS: dict[str, Decimal] = {
+    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6),
+    "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18),
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+}  # fmt: skip
+
+
+def quantity_value(quantity: str) -> Decimal:
+    """A quantity (already matched against _QUANTITY) as a number, to compare two."""
+    found = re.match(r"^([0-9.]+)([eE][0-9]+|[A-Za-z]*)$", quantity)
+    if found is None:
+        raise ValueError(f"{quantity!r} is not {FORMS[_QUANTITY]}")
+    number, unit = found.groups()
+    if unit[:1] in ("e", "E") and unit[1:].isdigit():
+        return Decimal(number) * Decimal(10) ** int(unit[1:])
+    return Decimal(number) * _QUANTITY_UNITS[unit]
 
 
 class RestoreWhen(enum.StrEnum):
@@ -311,6 +435,7 @@ class RestoreSpec(_Strict):
     image: str | None = Field(
         default=None,
         min_length=1,
+        pattern=_IMAGE,
         description="the restore-job image (Java, PySpark and eddyline; restore.Dockerfile); "
         "default: the app's image",
     )
@@ -341,7 +466,7 @@ class RestoreSpec(_Strict):
     storage_size: str = Field(
         default="1Gi",
         alias="storageSize",
-        pattern=_QUANTITY,
+        pattern=_POSITIVE_QUANTITY,
         description="the claim shared by the Job and the pods for build output",
     )
 
@@ -460,13 +585,20 @@ class StreamAppSpec(_Strict):
     image: str | None = Field(
         default=None,
         min_length=1,
+        pattern=_IMAGE,
         description="the image holding eddyline and the topology (default: the operator's "
         "runtime image)",
     )
     image_pull_policy: PullPolicy = Field(
         default=PullPolicy.IF_NOT_PRESENT, alias="imagePullPolicy"
     )
-    replicas: int = Field(default=1, ge=1, le=1000, description="pods running the app")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="pods running the app; 0 scales to zero as suspend does (so the scale "
+        "subresource, kubectl scale, an HPA or KEDA can scale to zero)",
+    )
     zones: list[str] = Field(
         default_factory=list,
         description="zones to spread replicas over in local runs (replica i gets zone "
@@ -516,6 +648,11 @@ class StreamAppSpec(_Strict):
 
     def streams_config(self, *, application_id: str) -> StreamsConfig:
         return StreamsConfig.from_properties({"application.id": application_id, **self.config})
+
+    @property
+    def suspended(self) -> bool:
+        """No pods run: spec.suspend, or replicas scaled to 0 (the same to the operator)."""
+        return self.suspend or self.replicas == 0
 
 
 class ConditionStatus(enum.StrEnum):
@@ -720,7 +857,9 @@ def _manifest_error(source: str, exc: ValidationError) -> ManifestError:
     if first["type"] == "literal_error":
         return ManifestError(source, path, f"must be {first['ctx']['expected']}")
     if first["type"] == "string_pattern_mismatch":
-        field_info = _field_description(first["loc"])
+        # The accepted form in words, never the regex.
+        form = FORMS.get(str(first.get("ctx", {}).get("pattern")))
+        field_info = form or _field_description(first["loc"])
         return ManifestError(
             source, path, f"{first['input']!r} is not {field_info or first['msg']}"
         )

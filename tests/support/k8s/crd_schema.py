@@ -283,17 +283,29 @@ def _escape_key(key: str) -> str | None:
     return escaped if _IDENTIFIER.match(escaped) and escaped != key else None
 
 
-def _cel_value(value: Any) -> Any:
-    """A copy where property names that are not identifiers are also reachable escaped."""
+def _cel_value(value: Any, schema: dict[str, Any] | None) -> Any:
+    """A copy where property names that are not identifiers are also reachable escaped.
+
+    Only an object's declared properties are escaped, as the API server does: a map's keys
+    (``additionalProperties``) are data, iterated by ``all()`` and indexed as they are."""
+    schema = schema or {}
     if isinstance(value, dict):
-        result = {key: _cel_value(item) for key, item in value.items()}
-        for key in value:
-            escaped = _escape_key(key)
-            if escaped is not None:
-                result.setdefault(escaped, result[key])
+        properties = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        result = {
+            key: _cel_value(
+                item, properties.get(key) or (extra if isinstance(extra, dict) else None)
+            )
+            for key, item in value.items()
+        }
+        if "additionalProperties" not in schema:
+            for key in value:
+                escaped = _escape_key(key)
+                if escaped is not None:
+                    result.setdefault(escaped, result[key])
         return result
     if isinstance(value, list):
-        return [_cel_value(item) for item in value]
+        return [_cel_value(item, schema.get("items")) for item in value]
     return value
 
 
@@ -305,9 +317,9 @@ def _check_rules(
         uses_old = re.search(r"\boldSelf\b", expression) is not None
         if uses_old and old is None and not rule.get("optionalOldSelf"):
             continue  # a transition rule: only checked on updates that had a value
-        context = {"self": _cel_value(value)}
+        context = {"self": _cel_value(value, schema)}
         if uses_old:
-            context["oldSelf"] = _cel_value(old)
+            context["oldSelf"] = _cel_value(old, schema)
         field = path + rule.get("fieldPath", "")
         kind = schema.get("type", "object")
         try:

@@ -33,8 +33,17 @@ BIN = Path(sys.executable).parent
 class OperatorHarness:
     """Everything an operator test needs, started in order and stopped in reverse."""
 
-    def __init__(self, root: Path, *, examples: list[str], namespace: str = "default") -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        examples: list[str],
+        namespace: str = "default",
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
+        # Set for the operator's process on top of the chart's environment (a test's beat).
+        self.extra_env = dict(extra_env or {})
         self.namespace = namespace
         self.api = ApiServer()
         self.cluster = Cluster(
@@ -79,6 +88,13 @@ class OperatorHarness:
         wait_for(watching, "the operator to watch StreamApps", timeout)
 
     def start_operator(self) -> None:
+        self.operator = self.spawn_operator(self.operator_log)
+
+    def spawn_operator(
+        self, log_path: Path, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """One more operator process, as the chart's Deployment runs each replica (a test
+        of leader election runs two; :meth:`start_operator` runs the usual one)."""
         kubeconfig = self.root / "operator-kubeconfig"
         kubeconfig.write_text(self.api.kubeconfig(self.operator_token), encoding="utf-8")
         env = {
@@ -88,9 +104,11 @@ class OperatorHarness:
             "KUBECONFIG": str(kubeconfig),
             # Every test's operator on this machine would want the chart's port 8080.
             "EDDYLINE_OPERATOR_LIVENESS": f"http://127.0.0.1:{free_port()}/healthz",
+            **self.extra_env,
+            **(extra_env or {}),
         }
-        with self.operator_log.open("ab") as log:
-            self.operator = subprocess.Popen(
+        with log_path.open("ab") as log:
+            return subprocess.Popen(
                 [str(BIN / "eddyline-operator")],
                 cwd=self.root,
                 env=env,
@@ -139,6 +157,14 @@ class OperatorHarness:
         resource = self.api.resource(group, plural)
         found: Obj | None = self.api.call(lambda: self.api.find(resource, self.namespace, name))
         return found
+
+    def operator_rss_mb(self) -> float:
+        """The operator process's resident memory (Linux /proc), in MiB."""
+        assert self.operator is not None
+        status = Path(f"/proc/{self.operator.pid}/status").read_text(encoding="utf-8")
+        rss = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+        kib = int(rss.split()[1])
+        return kib / 1024
 
     def pods(self, app: str) -> dict[str, Obj]:
         return {

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kopf
 import pytest
 
 from eddyline_operator import handlers
+from eddyline_operator.client import ApiError
 from eddyline_operator.reconcile import names
 from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
@@ -24,6 +25,8 @@ class MemoryKube:
     """The client wrapper's interface over dicts keyed by (kind, namespace, name)."""
 
     def __init__(self) -> None:
+        # "Kind/name" -> the error the API server answers a write of it with.
+        self.refuse: dict[str, ApiError] = {}
         self.objects: dict[tuple[str, str | None, str], Obj] = {}
         self.deleted: list[str] = []
         self.status_patches: list[Obj] = []
@@ -48,15 +51,25 @@ class MemoryKube:
     def get_streamapp(self, namespace: str, name: str) -> Obj | None:
         return self.get("StreamApp", namespace, name)
 
-    def apply(self, obj: Obj) -> str:
+    def apply(self, obj: Obj, *, check: Callable[[Obj], None] | None = None) -> str:
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if key in self.objects and check is not None:
+            check(copy.deepcopy(self.objects[key]))
+        refused = self.refuse.get(f"{obj['kind']}/{obj['metadata']['name']}")
+        if refused is not None:
+            raise refused
         outcome = "created" if key not in self.objects else "updated"
         if self.objects.get(key) == obj:
             return "unchanged"
         self.put(obj)
         return outcome
 
-    def publish_membership(self, config_map: Obj) -> None:
+    def publish_membership(
+        self, config_map: Obj, *, check: Callable[[Obj], None] | None = None
+    ) -> None:
+        existing = self.get("ConfigMap", "apps", config_map["metadata"]["name"])
+        if existing is not None and check is not None:
+            check(existing)
         self.put(config_map)
 
     def read_membership(self, namespace: str, config_map: str) -> Membership | None:
@@ -203,3 +216,76 @@ def test_a_field_the_plan_empties_is_sent_as_null_to_clear_it(
     (patch,) = kube.status_patches
     assert "failedTopology" in patch and patch["failedTopology"] is None
     assert patch["phase"] == "Progressing"
+
+
+def test_an_object_of_the_same_name_that_is_not_the_apps_is_left_alone_and_reported(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
+    """Issue 23, item 4: an existing object is never adopted by name."""
+    theirs = {
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": "wc-runtime",
+            "namespace": "apps",
+            "labels": {names.LABEL_MANAGED_BY: "Helm"},
+        },
+    }
+    kube.put(theirs)
+    kube.put(body())
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
+    assert kube.objects["ServiceAccount", "apps", "wc-runtime"] == theirs  # untouched
+    assert ("StatefulSet", "apps", "wc") in kube.objects  # the rest is applied
+    status = kube.objects["StreamApp", "apps", "wc"]["status"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "NameConflict"
+    assert "ServiceAccount wc-runtime" in degraded["message"]
+    assert degraded["observedGeneration"] == 3 and status["phase"] == "Degraded"
+    warnings = [e for e in kube.events if e[0] == "Warning"]  # type: ignore[attr-defined]
+    assert [w[1] for w in warnings] == ["NameConflict"]
+    # Another cycle with the same conflict posts no second event.
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
+    assert len([e for e in kube.events if e[0] == "Warning"]) == 1  # type: ignore[attr-defined]
+
+
+def test_a_child_the_api_server_refuses_degrades_the_app_and_status_is_still_written(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
+    """Issue 23, item 8: a refused child is caught per object; status says so."""
+    kube.refuse["Service/wc-query"] = ApiError(
+        422,
+        'Service "wc-query" is invalid: metadata.name: a DNS-1035 label must start with a letter',
+    )
+    kube.put(body())
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
+    assert ("StatefulSet", "apps", "wc") in kube.objects  # the objects after it were applied
+    status = kube.objects["StreamApp", "apps", "wc"]["status"]
+    assert status["observedGeneration"] == 3
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "ApplyFailed"
+    assert "Service wc-query was refused by the API server" in degraded["message"]
+    assert "must start with a letter" in degraded["message"]
+    assert ("Warning", "ApplyFailed") in [
+        (t, r)
+        for t, r, _ in kube.events  # type: ignore[attr-defined]
+    ]
+    # Fixed: the next cycle applies it and Degraded clears.
+    del kube.refuse["Service/wc-query"]
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
+    status = kube.objects["StreamApp", "apps", "wc"]["status"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "False"
+
+
+def test_the_beat_of_a_settled_app_comes_from_the_environment() -> None:
+    assert handlers.settled_seconds({}) == handlers.SETTLED_SECONDS
+    assert handlers.settled_seconds({handlers.RESYNC_ENV: "60"}) == 60.0
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ValueError, match="EDDYLINE_OPERATOR_RESYNC_SECONDS"):
+            handlers.settled_seconds({handlers.RESYNC_ENV: bad})
+
+
+def test_the_daemon_is_async_so_it_holds_no_worker_thread_between_cycles() -> None:
+    """Issue 23, item 1: a sync daemon held one of kopf's threads for the app's whole life."""
+    import inspect
+
+    assert inspect.iscoroutinefunction(handlers.follow_app)

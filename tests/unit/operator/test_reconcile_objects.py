@@ -64,7 +64,7 @@ def test_every_object_is_owned_by_the_stream_app() -> None:
 
 def test_the_owned_objects_are_the_ones_the_issue_names() -> None:
     assert set(build()) == {
-        "ServiceAccount/wc",
+        "ServiceAccount/wc-runtime",
         "Role/wc-membership",
         "RoleBinding/wc-membership",
         "ConfigMap/wc-config",
@@ -138,7 +138,7 @@ def test_pods_run_as_non_root_on_a_read_only_root() -> None:
     spec = pod_spec(build())
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
-    assert spec["serviceAccountName"] == "wc"
+    assert spec["serviceAccountName"] == "wc-runtime"
 
 
 def test_pods_may_only_read_their_membership() -> None:

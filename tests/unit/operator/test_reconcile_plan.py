@@ -225,7 +225,7 @@ def test_failover_still_works_while_the_spec_is_invalid(nodes: list[Obj]) -> Non
     app = body()
     pods, membership = settled(app, nodes)
     applied = run(app, pods, nodes).objects[3]["data"][names.MANIFEST_KEY]
-    app["spec"]["replicas"] = 0  # refused by the model (minimum 1)
+    app["spec"]["replicas"] = -1  # refused by the model (minimum 0)
     pods[2] = pod(2, running=False)
     result = run(
         app, pods, nodes, reports=reports(), membership=membership, applied_manifest=applied
@@ -295,6 +295,20 @@ def test_suspend_scales_to_zero_and_restarts_nothing(nodes: list[Obj]) -> None:
     assert condition(result, "Ready")["reason"] == "Suspended"
 
 
+def test_replicas_scaled_to_zero_is_a_suspension(nodes: list[Obj]) -> None:
+    """Issue 23, item 11: `kubectl scale --replicas=0` (or an HPA/KEDA) suspends the app."""
+    pods, membership = settled(body(), nodes)
+    app = body(replicas=0)
+    app["spec"]["image"] = "example/wordcount:2"
+    result = run(app, pods, nodes, reports=reports(), membership=membership)
+    assert stateful_set(result.objects)["spec"]["replicas"] == 0
+    assert result.delete_pods == []  # no rollout of pods that are going away
+    assert result.status.phase == "Suspended"
+    ready = condition(result, "Ready")
+    assert ready["reason"] == "Suspended" and "spec.replicas is 0" in ready["message"]
+    assert condition(result, "Degraded")["status"] == "False"
+
+
 def test_the_embedded_log_is_pinned_to_one_node_and_stays_there() -> None:
     app = body(log={"url": "sqlite:///log.db"})
     nodes = [node("node-b", "zone-b"), node("node-a", "zone-a", ready=False), node("node-c", "c")]
@@ -340,3 +354,15 @@ def test_the_embedded_log_is_never_shared_across_nodes(nodes: list[Obj]) -> None
     assert any(e.reason == "LogSharedAcrossNodes" for e in result.events)
     pods[1] = pod(1, node_name="node-0", config_hash=config_hash)
     assert run(app, pods, nodes, reports=reports()).delete_pods == []
+
+
+def test_a_deleted_membership_continues_from_the_last_generation(nodes: list[Obj]) -> None:
+    """Issue 23, item 11: a membership ConfigMap deleted by hand comes back at the next
+    generation (status.membershipGeneration), not at 1."""
+    app = body()
+    app["status"] = {"membershipGeneration": 7}
+    config_hash = current_hash(app, nodes)
+    pods = [pod(i, config_hash=config_hash) for i in range(3)]
+    result = run(app, pods, nodes, reports=reports(3), membership=None)
+    assert result.membership is not None and result.membership.generation == 8
+    assert result.status.membership_generation == 8

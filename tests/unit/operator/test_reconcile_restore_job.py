@@ -100,7 +100,9 @@ def test_with_restore_pods_mount_the_build_claim_and_wait_for_builds() -> None:
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in result.objects}
     claim = by_name[("PersistentVolumeClaim", "wc-restore")]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # pods on many nodes read it
-    assert ("Role", "wc-restore") in by_name and ("ServiceAccount", "wc-restore") in by_name
+    assert ("ServiceAccount", "wc-restore") in by_name
+    # A local master never creates a pod: no rights beyond the account (issue 23, item 5).
+    assert not any(kind in ("Role", "RoleBinding") and "restore" in name for kind, name in by_name)
     config = by_name[("ConfigMap", "wc-config")]["data"]["streams.properties"]
     assert "restore.build.dir=/var/lib/eddyline/restore\n" in config
     assert "restore.wait.lag.above=1000\n" in config
@@ -138,6 +140,46 @@ def test_pending_partitions_above_the_threshold_launch_one_job_for_the_store() -
     assert [e.reason for e in result.events if e.reason.startswith("Restore")] == ["RestoreStarted"]
     assert result.status.restore_jobs is not None
     assert result.status.restore_jobs[0].state == "Running"
+
+
+def test_a_k8s_master_binds_the_jobs_account_to_the_charts_executor_cluster_role() -> None:
+    """Issue 23, item 5: the executor rights are the chart's ClusterRole, bound in the app's
+    namespace (the operator holds ``bind`` on it, not pod creation); no Role is made."""
+    spec = {**RESTORE, "master": "k8s://https://kubernetes.default.svc"}
+    result = run(body(restore=spec))
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in result.objects}
+    binding = by_name[("RoleBinding", "wc-restore")]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": restore_job.DEFAULT_EXECUTOR_ROLE,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "wc-restore", "namespace": "apps"}
+    ]
+    assert ("Role", "wc-restore") not in by_name
+    kubernetes_validate.validate(binding, "1.32", strict=True)
+
+
+def test_the_jobs_pod_runs_restricted_as_the_apps_pods_do() -> None:
+    """Issue 23, item 5: Pod Security ``restricted`` admits the Job's pod, and it names
+    resources (the app pods' when spec.restore names none)."""
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}
+    app = body(restore=RESTORE, resources={"requests": {"cpu": "1", "memory": "2Gi"}})
+    (job,) = run(app, reports=reports).create_jobs
+    pod_spec = job["spec"]["template"]["spec"]
+    statefulset = next(o for o in run(app).objects if o["kind"] == "StatefulSet")
+    app_pod = statefulset["spec"]["template"]["spec"]
+    assert pod_spec["securityContext"] == app_pod["securityContext"]
+    assert pod_spec["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod_spec["containers"]
+    assert container["securityContext"] == app_pod["containers"][0]["securityContext"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["resources"] == {"requests": {"cpu": "1", "memory": "2Gi"}}
+    own = {**RESTORE, "resources": {"requests": {"cpu": "3"}}}
+    (job,) = run(body(restore=own), reports=reports).create_jobs
+    resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "3"}}
 
 
 def test_a_k8s_master_names_the_driver_pod_so_executors_are_owned_by_it() -> None:

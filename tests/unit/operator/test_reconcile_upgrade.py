@@ -8,6 +8,7 @@ would have produced (pods deleted, the ConfigMap applied, pods of the new revisi
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -228,6 +229,11 @@ def test_a_pod_refusing_to_start_rolls_back_to_the_revision_that_ran(driver: Dri
     degraded = condition(failing, "Degraded")
     assert degraded["status"] == "True" and "wc-1" in degraded["message"]
     assert refused in degraded["message"]
+    # Issue 23, item 11: the revision that failed is 2, the one rolled back to is 1 (in the
+    # condition, which the swapped record once turned round, and in the event).
+    (failed_event,) = [e for e in failing.events if e.reason == "UpgradeFailed"]
+    for text in (degraded["message"], failed_event.message):
+        assert re.search(r"topology \S+@2 failed .* rolling back to \S+@1$", text), text
     assert condition(failing, "Upgrading")["reason"] == "RollBackStopping"
     assert "UpgradeFailed" in [e.reason for e in failing.events]
 

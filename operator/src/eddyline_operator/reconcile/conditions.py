@@ -16,7 +16,7 @@ from eddyline_operator.reconcile.membership import is_member
 from eddyline_operator.reconcile.status import RolloutStep, crash_looping
 from eddyline_operator.reconcile.upgrade import Decision
 from eddyline_runtime.membership import Membership
-from eddyline_runtime.spec import Condition, ConditionStatus, Phase, StreamApp
+from eddyline_runtime.spec import Condition, ConditionStatus, Phase, StreamApp, StreamAppStatus
 
 Obj = dict[str, Any]
 
@@ -93,10 +93,9 @@ def summarize(
         and all_assigned
     )
     counted = f"{ready_count}/{desired_replicas} pods ready"
-    if app.spec.suspend:
-        ready_cond = conditions.make(
-            "Ready", False, "Suspended", "spec.suspend is true: no pods run"
-        )
+    if app.spec.suspended:
+        why = "spec.suspend is true" if app.spec.suspend else "spec.replicas is 0"
+        ready_cond = conditions.make("Ready", False, "Suspended", f"{why}: no pods run")
     elif ready:
         ready_cond = conditions.make("Ready", True, "AllReplicasReady", counted)
     else:
@@ -108,7 +107,7 @@ def summarize(
         progressing = conditions.make(
             "Progressing", True, "Scaling", f"{len(live)} pods, {desired_replicas} wanted"
         )
-    elif not ready and not app.spec.suspend:
+    elif not ready and not app.spec.suspended:
         progressing = conditions.make(
             "Progressing", True, "Starting", "pods wait for an assignment or restore state"
         )
@@ -118,7 +117,7 @@ def summarize(
     degraded = _degraded(
         conditions, looping, off_node=off_node, log_node=log_node, upgrade=upgrade, events=events
     )
-    if app.spec.suspend:
+    if app.spec.suspended:
         phase = Phase.SUSPENDED
     elif looping or off_node:
         phase = Phase.DEGRADED
@@ -180,3 +179,30 @@ def _degraded(
     else:
         degraded = conditions.make("Degraded", False, "AsExpected", "")
     return degraded
+
+
+def with_refusals(
+    status: StreamAppStatus,
+    previous: Sequence[Condition],
+    refusals: Sequence[tuple[str, str]],
+    *,
+    now: str,
+    generation: int | None,
+) -> tuple[StreamAppStatus, Event | None]:
+    """``status`` with Degraded for children that could not be applied: ``refusals`` are
+    (reason, message), reason ``NameConflict`` (an object of that name is not this app's) or
+    ``ApplyFailed`` (the API server refused it). The phase becomes Degraded (Suspended stays:
+    what is wrong is then said by the condition alone); the event is returned when the
+    condition is new or its reason or message changed."""
+    conditions = Conditions(previous, now=now, generation=generation)
+    reason = refusals[0][0]
+    message = "; ".join(text for _, text in refusals)
+    degraded = conditions.make("Degraded", True, reason, message)
+    before = conditions.previous.get("Degraded")
+    changed = conditions.changed(degraded) or (before is not None and before.message != message)
+    replaced = [degraded if c.type == "Degraded" else c for c in status.conditions]
+    if degraded not in replaced:
+        replaced.append(degraded)
+    phase = status.phase if status.phase is Phase.SUSPENDED else Phase.DEGRADED
+    updated = status.model_copy(update={"conditions": replaced, "phase": phase})
+    return updated, Event("Warning", reason, message) if changed else None

@@ -102,12 +102,16 @@ def next_membership(
     current_members: list[Member],
     layout: TaskLayout | None,
     num_standby_replicas: int,
+    *,
+    last_generation: int | None = None,
 ) -> Membership | None:
     """The membership to publish, or None when ``previous`` still holds (or none can be
     computed yet: no member, or no layout reported).
 
     With no member left, the previous assignment stays published: pods that come back
-    resume from it (as the local group does)."""
+    resume from it (as the local group does). With no previous membership (a deleted
+    ConfigMap), the generation continues from ``last_generation`` (status
+    membershipGeneration) instead of starting again at 1."""
     if layout is None or not current_members:
         return None
     keep = previous.assignment if previous is not None else None
@@ -122,7 +126,8 @@ def next_membership(
     )
     if previous is not None and assignment == previous.assignment:
         return None
-    generation = previous.generation + 1 if previous is not None else 1
+    base = previous.generation if previous is not None else (last_generation or 0)
+    generation = base + 1
     return Membership(generation, assignment)
 
 

@@ -26,6 +26,14 @@ ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 NODE_HOSTNAME = "kubernetes.io/hostname"
 
 
+# Every child's name is the app's name and a suffix that no other child of the same kind
+# ends with (the StatefulSet and the PDB take the bare name, one per app): two apps'
+# children then never share a name. The runtime ServiceAccount once took the bare name,
+# so app "x-restore"'s account was app "x"'s restore account.
+def runtime_account(app: str) -> str:
+    return f"{app}-runtime"
+
+
 def config_map(app: str) -> str:
     return f"{app}-config"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import names, restore_job
+from eddyline_operator.reconcile import names, restore_job, security
 from eddyline_runtime.log.kafka_settings import LOG_SETTINGS_ENV
 from eddyline_runtime.membership import MEMBERSHIP_FILE
 from eddyline_runtime.spec import API_VERSION, KIND, ClaimRetention, SpreadPolicy, StreamApp
@@ -27,7 +27,7 @@ DEFAULT_IMAGE = "ghcr.io/eddyline/eddyline:0.1.0"
 # The database file on the shared log claim when the spec's sqlite path names none.
 DEFAULT_LOG_FILE = "log.db"
 # The image's non-root user (Dockerfile: useradd --uid 10001).
-RUNTIME_UID = 10001
+RUNTIME_UID = security.RUNTIME_UID
 # Readiness is checked every second (the least Kubernetes allows): it gates the query
 # Service, the Ready condition and the rollout's next step, and /readyz answers from memory.
 READINESS_PERIOD_SECONDS = 1
@@ -133,7 +133,7 @@ def service_account(app: StreamApp, namespace: str, owner: Obj) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _meta(name, namespace, name, "runtime", owner),
+        "metadata": _meta(names.runtime_account(name), namespace, name, "runtime", owner),
     }
 
 
@@ -166,7 +166,9 @@ def membership_role_binding(app: StreamApp, namespace: str, owner: Obj) -> Obj:
             "kind": "Role",
             "name": names.membership_map(name),
         },
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        "subjects": [
+            {"kind": "ServiceAccount", "name": names.runtime_account(name), "namespace": namespace}
+        ],
     }
 
 
@@ -292,11 +294,7 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
             {"name": "state", "mountPath": names.STATE_MOUNT},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": security.container_security_context(),
     }
     resources = {
         key: dict(value)
@@ -333,15 +331,9 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
         container["env"].append({"name": LOG_SETTINGS_ENV, "value": LOG_SECRET_MOUNT})
         volumes.append({"name": "log-secret", "secret": {"secretName": spec.log.secret_name}})
     pod_spec: Obj = {
-        "serviceAccountName": name,
+        "serviceAccountName": names.runtime_account(name),
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUNTIME_UID,
-            "runAsGroup": RUNTIME_UID,
-            "fsGroup": RUNTIME_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": security.pod_security_context(),
         "containers": [container],
         "volumes": volumes,
         **_placement(app, log_node),
@@ -449,7 +441,7 @@ def stateful_set(
         "kind": "StatefulSet",
         "metadata": _meta(name, namespace, name, "runtime", owner),
         "spec": {
-            "replicas": 0 if app.spec.suspend else app.spec.replicas,
+            "replicas": 0 if app.spec.suspended else app.spec.replicas,
             "serviceName": names.headless_service(name),
             # Membership never waits on readiness, so neither does pod creation.
             "podManagementPolicy": "Parallel",
@@ -486,7 +478,13 @@ def desired_objects(
     ]
 
 
-def owned_objects(app: StreamApp, namespace: str, owner: Obj) -> list[Obj]:
+def owned_objects(
+    app: StreamApp,
+    namespace: str,
+    owner: Obj,
+    *,
+    executor_role: str = restore_job.DEFAULT_EXECUTOR_ROLE,
+) -> list[Obj]:
     """What the app owns besides its StatefulSet and the membership ConfigMap."""
     objects = [
         service_account(app, namespace, owner),
@@ -500,6 +498,12 @@ def owned_objects(app: StreamApp, namespace: str, owner: Obj) -> list[Obj]:
     if uses_embedded_log(app):
         objects.append(log_claim(app, namespace, owner))
     objects.extend(
-        restore_job.owned_objects(app, namespace, owner, embedded_log=uses_embedded_log(app))
+        restore_job.owned_objects(
+            app,
+            namespace,
+            owner,
+            embedded_log=uses_embedded_log(app),
+            executor_role=executor_role,
+        )
     )
     return objects

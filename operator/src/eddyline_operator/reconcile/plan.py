@@ -49,6 +49,7 @@ from eddyline_operator.reconcile.upgrade import (
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     MAX_NAME_LENGTH,
+    MAX_NAME_LENGTH_WITH_RESTORE,
     ManifestError,
     Phase,
     StreamApp,
@@ -73,6 +74,8 @@ class Observed:
     applied_manifest: str | None = None
     now: str = "1970-01-01T00:00:00Z"
     default_image: str = objects.DEFAULT_IMAGE
+    # The chart's ClusterRole for restore Jobs' executor pods (spec.restore.master k8s://).
+    executor_role: str = restore_job.DEFAULT_EXECUTOR_ROLE
     # The app's restore Jobs and their pods (restore_job.selector_string).
     jobs: Sequence[Obj] = ()
     job_pods: Sequence[Obj] = ()
@@ -101,6 +104,15 @@ def parse_app(body: Obj) -> StreamApp:
             "metadata.name",
             f"{name!r} has {len(name)} characters; at most {MAX_NAME_LENGTH} (pods are named "
             "<name>-<ordinal>, Services <name>-headless and <name>-query)",
+        )
+    restores = ((body.get("spec") or {}).get("restore") or {}).get("when", "Never") != "Never"
+    if restores and len(name) > MAX_NAME_LENGTH_WITH_RESTORE:
+        raise ManifestError(
+            "StreamApp",
+            "metadata.name",
+            f"{name!r} has {len(name)} characters; at most {MAX_NAME_LENGTH_WITH_RESTORE} with "
+            "spec.restore on (restore Jobs are named <name>-restore-<10 hex characters>, and "
+            "their pods' job-name label holds at most 63)",
         )
     document = {
         "apiVersion": body.get("apiVersion"),
@@ -207,7 +219,13 @@ class _Cycle:
         template_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
         preferred = [p["metadata"]["name"] for p in self.pods if pod_hash(p) == template_hash]
         layout = layout_from(observed.reports, preferred=preferred)
-        membership = next_membership(observed.membership, current, layout, requested)
+        membership = next_membership(
+            observed.membership,
+            current,
+            layout,
+            requested,
+            last_generation=self.old_status.membership_generation,
+        )
         if membership is not None:
             ids = ", ".join(f"{m.id} ({m.zone or 'no zone'})" for m in current)
             self.events.append(
@@ -219,7 +237,7 @@ class _Cycle:
                 )
             )
         effective = effective_standbys(requested, app.spec.replicas)
-        if effective < requested:
+        if effective < requested and app.spec.replicas > 0:
             self.capped = (
                 f"num.standby.replicas {requested} capped at {effective} (replicas - 1 = "
                 f"{app.spec.replicas - 1}): a standby needs another pod than its active copy"
@@ -272,7 +290,7 @@ class _Cycle:
         )
         self.notes.extend(pinned.notes)
         desired, template_hash = self.render(app, pinned, upgrade)
-        desired_replicas = 0 if spec.suspend else spec.replicas
+        desired_replicas = 0 if spec.suspended else spec.replicas
         rollout = plan_rollout(
             requested,
             app,
@@ -340,7 +358,9 @@ class _Cycle:
     ) -> tuple[list[Obj], str]:
         """The objects to apply (the StatefulSet last, at the upgrade step's size; none while
         the embedded log waits for a node), and the pod template's hash."""
-        desired = objects.owned_objects(app, self.namespace, self.owner)
+        desired = objects.owned_objects(
+            app, self.namespace, self.owner, executor_role=self.observed.executor_role
+        )
         stateful_set = objects.stateful_set(
             app,
             self.namespace,

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile import names, security
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport
 from eddyline_runtime.restore.job_result import JobResult, JobState
 from eddyline_runtime.spec import GROUP, RestoreJobState, RestoreJobStatus, RestoreWhen, StreamApp
@@ -46,6 +46,11 @@ RELAUNCH_AFTER_SECONDS = 30
 JOB_TTL_SECONDS = 86_400
 # Service-account files the driver authenticates with in client mode (executor pods).
 _SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+# The ClusterRole the chart ships with what a Spark driver needs for its executor pods
+# (EDDYLINE_RESTORE_EXECUTOR_ROLE names the chart's; this is its default release's).
+DEFAULT_EXECUTOR_ROLE = "eddyline-operator-restore-executor"
 
 
 def enabled(app: StreamApp) -> bool:
@@ -105,8 +110,18 @@ def _meta(name: str, namespace: str, app: str, owner: Obj | None) -> Obj:
     return meta
 
 
-def owned_objects(app: StreamApp, namespace: str, owner: Obj, *, embedded_log: bool) -> list[Obj]:
-    """The build claim, and the Jobs' identity and rights (executor pods with k8s://)."""
+def owned_objects(
+    app: StreamApp,
+    namespace: str,
+    owner: Obj,
+    *,
+    embedded_log: bool,
+    executor_role: str = DEFAULT_EXECUTOR_ROLE,
+) -> list[Obj]:
+    """The build claim, the Jobs' identity, and with a k8s:// master only, a RoleBinding of
+    that identity to the chart's executor ClusterRole (``executor_role``): a local master
+    never creates a pod, and the operator holds ``bind`` on that ClusterRole by name instead
+    of holding pod creation itself to hand it on."""
     if not enabled(app):
         return []
     name = app.metadata.name
@@ -129,33 +144,22 @@ def owned_objects(app: StreamApp, namespace: str, owner: Obj, *, embedded_log: b
         "kind": "ServiceAccount",
         "metadata": _meta(service_account_name(name), namespace, name, owner),
     }
-    role: Obj = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _meta(service_account_name(name), namespace, name, owner),
-        # What a Spark driver in client mode needs to run its executor pods.
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-                "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"],
-            }
-        ],
-    }
+    if not restore.master.startswith("k8s://"):
+        return [claim, account]
     binding: Obj = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": _meta(service_account_name(name), namespace, name, owner),
         "roleRef": {
             "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": service_account_name(name),
+            "kind": "ClusterRole",
+            "name": executor_role,
         },
         "subjects": [
             {"kind": "ServiceAccount", "name": service_account_name(name), "namespace": namespace}
         ],
     }
-    return [claim, account, role, binding]
+    return [claim, account, binding]
 
 
 def pending_copies(
@@ -293,13 +297,16 @@ def job(
         "volumeMounts": mounts,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
+        "securityContext": security.container_security_context(),
     }
+    # spec.restore.resources, else the app pods' own: a namespace with a ResourceQuota
+    # refuses a pod that names none.
+    chosen = restore.resources
+    if not (chosen.requests or chosen.limits):
+        chosen = app.spec.resources
     resources = {
         key: dict(value)
-        for key, value in (
-            ("requests", restore.resources.requests),
-            ("limits", restore.resources.limits),
-        )
+        for key, value in (("requests", chosen.requests), ("limits", chosen.limits))
         if value
     }
     if resources:
@@ -308,6 +315,7 @@ def job(
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "serviceAccountName": service_account_name(name),
+        "securityContext": security.pod_security_context(),
         "containers": [container],
         "volumes": volumes,
     }

@@ -48,7 +48,7 @@ def plan_rollout(
         desired_replicas=desired_replicas,
         reports=reports,
     )
-    result = Rollout(step, [] if spec.suspend else list(step.delete))
+    result = Rollout(step, [] if spec.suspended else list(step.delete))
     if requested.spec.topology != spec.topology:
         wanted, running = requested.spec.topology, spec.topology
         result.notes.append(

@@ -240,7 +240,9 @@ def _act(
     name = _step_name(record, step)
     base.upgrading = (True, name, f"{verb} {source} -> {target}: {name}; {waiting}")
     if record.rollback is not None:
-        base.degraded = ("UpgradeRollingBack", _failure_text(target, source, record.rollback))
+        # A rollback's record is the upgrade turned round: "from" is the revision that
+        # failed, "to" the one that ran before.
+        base.degraded = ("UpgradeRollingBack", _failure_text(source, target, record.rollback))
     return base
 
 
@@ -392,7 +394,7 @@ def _first_assignment(observed: UpgradeInput, record: UpgradeStatus) -> Membersh
     """Once every pod of the new revision is a member and reported: tasks where their state
     is (the placement recorded at Stopping, translated by store name to the new ordinals)."""
     reports = _member_reports(observed)
-    wanted = 0 if observed.app.spec.suspend else observed.app.spec.replicas
+    wanted = 0 if observed.app.spec.suspended else observed.app.spec.replicas
     current = members(
         observed.pods, observed.node_labels, observed.app.spec.standby_placement.topology_key
     )
@@ -475,7 +477,7 @@ def _placement(observed: UpgradeInput) -> dict[str, dict[str, list[str]]]:
 
 
 def _started(observed: UpgradeInput, target: Topology) -> bool:
-    wanted = 0 if observed.app.spec.suspend else observed.app.spec.replicas
+    wanted = 0 if observed.app.spec.suspended else observed.app.spec.replicas
     live = [p for p in observed.pods if not is_deleting(p)]
     if len(live) != wanted or len(observed.pods) != wanted:
         return False

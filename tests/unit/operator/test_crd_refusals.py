@@ -1,0 +1,142 @@
+"""What a real API server refuses in a child is refused in the StreamApp itself (issue 23,
+items 8 and 11): by the generated CRD (patterns as CEL rules with the accepted form in words,
+checked here by the emulator's admission, ``tests/support/k8s/crd_schema.py``) and by the
+model the operator parses with, each naming the field and the accepted form."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from eddyline_operator.crd import generate_crd
+from eddyline_operator.reconcile.plan import parse_app
+from eddyline_runtime.spec import ManifestError
+from tests.support.k8s.crd_schema import admit
+
+Obj = dict[str, Any]
+
+GOOD: Obj = {
+    "apiVersion": "eddyline.dev/v1alpha1",
+    "kind": "StreamApp",
+    "metadata": {"name": "wc", "namespace": "apps"},
+    "spec": {"topology": {"ref": "wordcount:topology"}, "log": {"url": "kafka://k:9092"}},
+}
+
+
+def schema() -> Obj:
+    version = generate_crd()["spec"]["versions"][0]
+    result: Obj = version["schema"]["openAPIV3Schema"]
+    return result
+
+
+def document(name: str = "wc", **spec: Any) -> Obj:
+    found = copy.deepcopy(GOOD)
+    found["metadata"]["name"] = name
+    found["spec"].update(spec)
+    return found
+
+
+def crd_errors(obj: Obj) -> list[str]:
+    return [error.message() for error in admit(obj, schema()).errors]
+
+
+def model_error(obj: Obj) -> ManifestError:
+    with pytest.raises(ManifestError) as refused:
+        parse_app(obj)
+    return refused.value
+
+
+def test_the_good_document_passes_both() -> None:
+    assert crd_errors(document()) == []
+    parse_app(document())
+
+
+@pytest.mark.parametrize(
+    ("obj", "field", "words"),
+    [
+        (document("1wordcount"), "metadata.name", "DNS-1035"),
+        (document(storage={"size": "0"}), "spec.storage.size", "a quantity above zero such as"),
+        (document(storage={"logSize": "0Gi"}), "spec.storage.logSize", "a quantity above zero"),
+        (document(image="my image:1"), "spec.image", "without spaces"),
+        (
+            document(restore={"when": "Always", "image": "a b"}),
+            "spec.restore.image",
+            "without spaces",
+        ),
+        (
+            document(resources={"requests": {"gpu": "1"}}),
+            "spec.resources.requests",
+            "domain-qualified name such as nvidia.com/gpu",
+        ),
+        (
+            document(standbyPlacement={"topologyKey": "a" * 254 + "/zone"}),
+            "spec.standbyPlacement.topologyKey",
+            "253",
+        ),
+        (document(storage={"size": "ten"}), "spec.storage.size", "such as 10Gi"),
+    ],
+)
+def test_the_crd_and_the_model_refuse_naming_the_field_and_the_form(
+    obj: Obj, field: str, words: str
+) -> None:
+    errors = crd_errors(obj)
+    assert any(words in error for error in errors), errors
+    assert not any("^" in error for error in errors), f"a regex in {errors}"
+    refused = model_error(obj)
+    assert refused.field.startswith(field), refused
+    assert words in str(refused), refused
+    assert "^" not in str(refused), refused
+
+
+def test_long_names_are_refused_only_with_restores_on() -> None:
+    name = "a" * 45
+    restoring = document(name, restore={"when": "Always"})
+    assert any("at most 44 characters with spec.restore" in e for e in crd_errors(restoring))
+    assert "at most 44" in str(model_error(restoring))
+    assert crd_errors(document(name)) == []
+    parse_app(document(name))
+    parse_app(document("a" * 44, restore={"when": "Always"}))
+
+
+def test_requests_above_limits_are_refused() -> None:
+    above = document(resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}})
+    refused = model_error(above)
+    assert "requests.cpu 2 is above limits.cpu 1500m" in str(refused)
+    parse_app(document(resources={"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}))
+    parse_app(document(resources={"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}}))
+    # The CRD holds the same rule (the Kubernetes quantity() library, which the emulator's
+    # CEL lacks: it is checked on a real API server).
+    rules = schema()["properties"]["spec"]["properties"]["resources"]["x-kubernetes-validations"]
+    assert any("quantity(self.requests[k])" in rule["rule"] for rule in rules)
+
+
+def test_a_config_typo_is_kept_and_refused_naming_the_known_settings() -> None:
+    """Issue 23, item 11: an unknown spec.config key is no longer pruned silently."""
+    typo = document(config={"num.stream.thread": 2})
+    admission = admit(typo, schema())
+    assert admission.unknown_fields == []  # kept, not pruned
+    (error,) = [e.message() for e in admission.errors]
+    assert error.startswith("spec.config: ") and "check the spelling" in error
+    assert "num.stream.threads" in error  # the known settings are listed
+    assert "num.stream.thread" in str(model_error(typo))
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ({"processing.guarantee": "exactly_once"}, "spec.config.processing.guarantee must be one"),
+        ({"max.task.idle.ms": -5}, "spec.config.max.task.idle.ms must be an integer of at least"),
+        ({"num.stream.threads": "2"}, "spec.config.num.stream.threads must be an integer"),
+        ({"automatic.state.relocation": "yes"}, "must be true or false"),
+    ],
+)
+def test_each_setting_is_checked_by_its_own_rule(config: Obj, words: str) -> None:
+    errors = crd_errors(document(config=config))
+    assert any(words in error for error in errors), errors
+
+
+def test_known_settings_pass() -> None:
+    config = {"processing.guarantee": "exactly_once_v2", "num.standby.replicas": 1}
+    assert crd_errors(document(config=config)) == []
