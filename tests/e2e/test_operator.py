@@ -344,8 +344,7 @@ INVALID = {
     "unknown field": ({"spec__replica": 3}, 'unknown field "spec.replica"'),
     "unknown setting": (
         {"spec__config": {"num.stream.thread": 2}},
-        "spec.config holds Kafka Streams settings by their names and a key is none of them "
-        "(check the spelling)",
+        'unknown field "spec.config.num.stream.thread"',
     ),
     "revision": ({"spec__topology": {"ref": "wordcount:topology", "revision": "v 2!"}},
                  "spec.topology.revision"),

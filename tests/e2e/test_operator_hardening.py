@@ -4,9 +4,7 @@ and 11) on the emulated cluster with the real ``kubectl``.
 * an object that holds a name the app wants and is not the app's is left untouched, and the
   app says so (``Degraded``/``NameConflict``, naming the object) until it is gone;
 * ``kubectl scale --replicas=0`` suspends the app (the scale subresource, as an HPA or KEDA
-  would);
-* a ``spec.config`` typo sent without strict validation is refused, naming the known
-  settings, instead of being pruned silently.
+  would).
 """
 
 from __future__ import annotations
@@ -118,10 +116,3 @@ def test_scaling_to_zero_through_the_scale_subresource_suspends_the_app(
     wait_for(suspended, "Suspended with the StatefulSet at 0", 30)
     wait_for(lambda: not harness.pods("scaled"), "no pods left", 60)
     kubectl("delete", "sapp", "scaled")
-
-
-def test_a_config_typo_is_refused_even_without_strict_validation(kubectl: Kubectl) -> None:
-    typo = manifest("typo", config={"num.stream.thread": 2})
-    result = kubectl.run("apply", "--validate=false", "-f", "-", stdin=typo)
-    assert result.returncode != 0, result.stdout
-    assert "check the spelling" in result.stderr and "num.stream.threads" in result.stderr

@@ -296,7 +296,8 @@ def test_pods_reach_the_api_over_https_as_their_service_account_with_only_the_me
         {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
     )
     user = review["status"]["userInfo"]
-    assert user["username"] == f"system:serviceaccount:{NAMESPACE}:{APP}"
+    # The runtime's own ServiceAccount, named so no two apps' children can collide.
+    assert user["username"] == f"system:serviceaccount:{NAMESPACE}:{APP}-runtime"
     # Bound to the pod, as a kubelet's projected token is.
     assert user["extra"]["authentication.kubernetes.io/pod-name"] == [f"{APP}-0"]
 
@@ -319,7 +320,7 @@ REFUSED = {
         {"spec__storage": {"size": "2Gi", "logSize": "1Gi"}},
         'spec.storage: Invalid value: "object": size is immutable',
     ),
-    "zero replicas": ({"spec__replicas": 0}, "spec.replicas"),
+    "negative replicas": ({"spec__replicas": -1}, "spec.replicas"),
     "pull policy": ({"spec__imagePullPolicy": "Sometimes"}, "spec.imagePullPolicy"),
     "log url": ({"spec__log": {"url": "postgres://db"}}, "spec.log.url"),
 }  # fmt: skip

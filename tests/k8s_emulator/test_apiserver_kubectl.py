@@ -122,8 +122,8 @@ def test_kubectl_apply_rejects_schema_and_cel_violations_naming_the_field(
         ),
     )
     assert (
-        'The StreamApp "word-count" is invalid: spec.config: Invalid value: "object": '
-        "spec.config.max.task.idle.ms must be an integer of at least -1"
+        'The StreamApp "word-count" is invalid: spec.config.max.task.idle.ms: Invalid value: -5: '
+        "spec.config.max.task.idle.ms in body should be greater than or equal to -1"
     ) in error
     error = crd_kubectl.fails(
         "apply",

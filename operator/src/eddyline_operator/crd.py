@@ -31,7 +31,6 @@ from eddyline_runtime.spec import (
     MAX_NAME_LENGTH_WITH_RESTORE,
     PLURAL,
     SHORT_NAME,
-    STREAMS_CONFIG_SCHEMA,
     VERSION,
     StreamAppSpec,
     StreamAppStatus,
@@ -124,74 +123,9 @@ def _pattern_as_rule(node: dict[str, Any]) -> None:
     node["x-kubernetes-validations"] = rules
 
 
-# Settings a spec.config may hold at most (a bound keeps the rules' cost estimate small).
-_MAX_SETTINGS = 64
-
-
-def config_schema(settings: dict[str, Any]) -> dict[str, Any]:
-    """spec.config as a map that keeps every key, with one CEL rule per known setting and
-    one refusing the rest by name.
-
-    As an object with ``properties`` the API server would prune an unknown key (a typo)
-    silently for any client that does not ask for strict validation; a map keeps it, and
-    the rule then refuses the manifest, naming the settings it knows."""
-    known = sorted(settings["properties"])
-    listed = ", ".join(f"'{key}'" for key in known)
-    rules = [
-        {
-            "rule": f"self.all(k, k in [{listed}])",
-            "message": "spec.config holds Kafka Streams settings by their names and a key is "
-            "none of them (check the spelling); the known settings are: " + ", ".join(known),
-        }
-    ]
-    for key in known:
-        check, form = _setting_check(settings["properties"][key])
-        rules.append(
-            {
-                "rule": f"!('{key}' in self) || ({check.format(value=f'self[{key!r}]')})",
-                "message": f"spec.config.{key} must be {form}",
-            }
-        )
-    return {
-        "type": "object",
-        "description": settings["description"],
-        "maxProperties": _MAX_SETTINGS,
-        "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
-        "x-kubernetes-validations": rules,
-    }
-
-
-def _setting_check(prop: dict[str, Any]) -> tuple[str, str]:
-    """A setting's schema as a CEL condition on ``{value}``, and its accepted form in words."""
-    kind = prop["type"]
-    if kind == "boolean":
-        return "type({value}) == bool", "true or false"
-    if kind == "string":
-        if "enum" in prop:
-            values = ", ".join(f"'{v}'" for v in prop["enum"])
-            return f"type({{value}}) == string && {{value}} in [{values}]", "one of " + ", ".join(
-                prop["enum"]
-            )
-        if "minLength" in prop:
-            length = prop["minLength"]
-            return f"type({{value}}) == string && size({{value}}) >= {length}", "a non-empty string"
-        return "type({value}) == string", "a string"
-    if kind == "integer":
-        check, words = "type({value}) == int", "an integer"
-        if "minimum" in prop:
-            check += f" && {{value}} >= {prop['minimum']}"
-            words += f" of at least {prop['minimum']}"
-        if "maximum" in prop:
-            check += f" && {{value}} <= {prop['maximum']}"
-            words += f" and at most {prop['maximum']}"
-        return check, words
-    raise ValueError(f"a spec.config setting of type {kind!r} has no rule")
-
-
 def openapi_schema() -> dict[str, Any]:
     """The whole object's schema: apiVersion, kind, metadata, spec and status."""
     spec = structural(StreamAppSpec.model_json_schema(by_alias=True, mode="validation"))
-    spec["properties"]["config"] = config_schema(STREAMS_CONFIG_SCHEMA)
     status = structural(StreamAppStatus.model_json_schema(by_alias=True, mode="serialization"))
     spec["description"] = "What to run: the topology, its log, config and placement."
     status["description"] = "What the operator observed; written only by the operator."

@@ -211,6 +211,8 @@ class StandbyPlacement(_Strict):
     model_config = ConfigDict(
         json_schema_extra=_rules(
             (
+                # has(): the API server checks the rule on this object's own default too.
+                "!has(self.topologyKey) || "
                 f"!self.topologyKey.matches(r'^[^/]{{{MAX_LABEL_PREFIX + 1},}}/')",
                 f"topologyKey's prefix (before '/') must be at most {MAX_LABEL_PREFIX} "
                 "characters: it is a DNS subdomain",

@@ -94,8 +94,13 @@ def _listening(port: int) -> bool:
 
 
 def _cluster_id() -> str:
-    """A Kafka Uuid as the storage tool takes it: 16 random bytes, URL-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka writes them (a base64url UUID). Like Kafka's own
+    ``Uuid.randomUuid``, never one starting with "-": the storage tool would read it as an
+    option ("--cluster-id: expected one argument"), about one start in 32."""
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
 
 
 @dataclass
