@@ -12,7 +12,13 @@ stores or the log (an import contract holds it), so what authors see never
 depends on how it is run.
 """
 
-from eddyline_runtime.processing.dsl import KGroupedStream, KStream, KTable, StreamsBuilder
+from eddyline_runtime.processing.dsl import (
+    KGroupedStream,
+    KStream,
+    KTable,
+    StreamsBuilder,
+    TimeWindowedKStream,
+)
 from eddyline_runtime.processing.topology import (
     Cancellable,
     Change,
@@ -25,6 +31,13 @@ from eddyline_runtime.processing.topology import (
     StoreSpec,
     Topology,
     TopologyError,
+)
+from eddyline_runtime.processing.windows import (
+    TimeWindow,
+    TimeWindowedSerde,
+    TimeWindows,
+    Windowed,
+    WindowStore,
 )
 from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, Serde, StringSerde
 
@@ -48,6 +61,12 @@ __all__ = [
     "StoreSpec",
     "StreamsBuilder",
     "StringSerde",
+    "TimeWindow",
+    "TimeWindowedKStream",
+    "TimeWindowedSerde",
+    "TimeWindows",
     "Topology",
     "TopologyError",
+    "WindowStore",
+    "Windowed",
 ]

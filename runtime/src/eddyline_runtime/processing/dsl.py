@@ -32,6 +32,7 @@ from eddyline_runtime.processing.topology import (
     Topology,
     TopologyError,
 )
+from eddyline_runtime.processing.windows import TimeWindows, WindowedAggregation
 from eddyline_runtime.serde import serde_for, serialize_all
 
 
@@ -329,6 +330,77 @@ class KGroupedStream:
             StoreSpec(store, key_serde=self._key_serde, value_serde=value_serde), name
         )
         return KTable(self._builder, name, self._key_serde, store=store, value_serde=value_serde)
+
+    def windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream:
+        """Aggregate per key *and* time window (tumbling or hopping ``TimeWindows``)."""
+        if not isinstance(windows, TimeWindows):
+            raise TopologyError(
+                f"windowed_by takes TimeWindows (TimeWindows.of_size_with_grace(...)), got "
+                f"{type(windows).__name__}"
+            )
+        return TimeWindowedKStream(self._builder, self._node, self._key_serde, windows)
+
+
+class TimeWindowedKStream:
+    """A grouped stream cut into time windows; its aggregations are keyed by ``Windowed``.
+
+    Each aggregation keeps its windows in the window store named ``store``
+    (required: it names the store's directory and changelog, which must not
+    change when the topology changes elsewhere). See
+    :mod:`~eddyline_runtime.processing.windows` for window semantics.
+    """
+
+    def __init__(
+        self, builder: StreamsBuilder, node: str, key_serde: str | None, windows: TimeWindows
+    ) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+        self._windows = windows
+
+    def count(self, store: str) -> KTable:
+        """Records per key and window (Kafka longs)."""
+        return self.aggregate(lambda: 0, _count_one_more, store, "long")
+
+    def reduce(
+        self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
+    ) -> KTable:
+        """Combine a window's values with ``reducer(aggregate, value)``; the first value seeds."""
+
+        def fold(_key: Any, value: Any, current: Any) -> Any:
+            return value if current is None else reducer(current, value)
+
+        return self.aggregate(lambda: None, fold, store, value_serde)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        store: str,
+        value_serde: str = "json",
+    ) -> KTable:
+        """``aggregator(key, value, aggregate)`` per record and window, kept in ``store``."""
+        if not store:
+            raise TopologyError(
+                "a windowed aggregation needs a store name (Kafka Streams' Materialized.as): "
+                "it names the store's directory and changelog across topology changes"
+            )
+        builder = self._builder
+        name = builder._name("KSTREAM-AGGREGATE")
+        operation = WindowedAggregation(
+            store, self._windows, initializer, aggregator, self._key_serde, value_serde
+        )
+        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_state_store(
+            StoreSpec(
+                store,
+                key_serde=self._key_serde,
+                value_serde=value_serde,
+                window_retention_ms=self._windows.retention_ms,
+            ),
+            name,
+        )
+        return KTable(builder, name, None, store=store, value_serde=value_serde)
 
 
 class KTable:

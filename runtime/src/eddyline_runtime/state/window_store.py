@@ -382,21 +382,23 @@ class WindowStore(_SegmentedOwner, _WindowReads):
         self._readable = backing
         self._time_of_raw = window_start_of_raw
 
-    def put(self, key: bytes, window_start: int, value: bytes | None) -> None:
+    def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
         """Write ``key``'s window at ``window_start``; a None value deletes it.
 
-        A window already expired (see the module docstring) is not written.
+        A window already expired (see the module docstring) is not written:
+        the answer is then False.
         """
         check_key(self.name, "put", key)
         check_timestamp(self.name, "window start", window_start)
         segment = self._admit(window_start)
         if segment is None:
-            return
+            return False
         raw = window_key(segment, key, window_start)
         if value is None:
             self._backing.delete(raw)
         else:
             self._backing.put(raw, value)
+        return True
 
     def reader(self, isolation: IsolationLevel | str | None = None) -> WindowStoreReader:
         """A view for other threads at ``isolation`` (None: the backing store's default)."""
@@ -429,21 +431,22 @@ class SessionStore(_SegmentedOwner, _SessionReads):
         self._readable = backing
         self._time_of_raw = session_end_of_raw
 
-    def put(self, key: bytes, start: int, end: int, value: bytes | None) -> None:
+    def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
         """Write ``key``'s session [start, end]; a None value removes it.
 
-        A session whose end is already expired is not written.
+        A session whose end is already expired is not written (the answer is False).
         """
         check_key(self.name, "put", key)
         _check_session(self.name, start, end)
         segment = self._admit(end)
         if segment is None:
-            return
+            return False
         raw = session_key(segment, key, start, end)
         if value is None:
             self._backing.delete(raw)
         else:
             self._backing.put(raw, value)
+        return True
 
     def remove(self, key: bytes, start: int, end: int) -> None:
         """Remove ``key``'s session [start, end] (a merged session's old entry)."""

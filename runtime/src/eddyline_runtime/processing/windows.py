@@ -1,0 +1,180 @@
+"""Time windows as topology authors see them: ``TimeWindows``, ``Windowed`` keys, their serde.
+
+Semantics are Kafka Streams' (``TimeWindows``, ``TimeWindow``, ``Windowed``):
+
+* a window is ``[start, end)``: start inclusive, end exclusive, ``end = start + size``;
+* windows are aligned to the epoch: starts are multiples of the advance, and
+  never negative; tumbling windows advance by their size, hopping ones by less,
+  so a record falls in ``size / advance`` windows;
+* a window *closes* once the task's stream time reaches ``end + grace``; a
+  record for a closed window is dropped, counted in the task's
+  ``dropped-records-total`` metric, and logged with the reason.
+
+A windowed aggregation keeps its windows in a *window store*; processors reach
+one through :class:`WindowStore` (what ``context.get_state_store`` returns for
+it), which the engine implements on its transactional stores.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+from eddyline_runtime.processing.topology import TopologyError
+from eddyline_runtime.serde import Serde, SerdeError
+
+K = TypeVar("K")
+
+_TIMESTAMP: Final = struct.Struct(">q")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TimeWindow:
+    """``[start, end)`` in milliseconds."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.end < self.start:
+            raise TopologyError(f"a window cannot end ({self.end}) before it starts ({self.start})")
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed(Generic[K]):
+    """A key together with the window its aggregate belongs to."""
+
+    key: K
+    window: TimeWindow
+
+    def __str__(self) -> str:
+        # Kafka Streams' Windowed.toString, so ported apps print the same keys.
+        return f"[{self.key}@{self.window.start}/{self.window.end}]"
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindows:
+    """Tumbling (advance = size) or hopping (advance < size) windows, with a grace period."""
+
+    size_ms: int
+    advance_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_size_with_grace(cls, size_ms: int, grace_ms: int) -> TimeWindows:
+        """Tumbling windows of ``size_ms`` accepting records up to ``grace_ms`` late."""
+        windows = cls(size_ms, size_ms, grace_ms)
+        windows._check()
+        return windows
+
+    @classmethod
+    def of_size_without_grace(cls, size_ms: int) -> TimeWindows:
+        """Tumbling windows that close at their end (Kafka's ``ofSizeWithNoGrace``)."""
+        return cls.of_size_with_grace(size_ms, 0)
+
+    def advance_by(self, advance_ms: int) -> TimeWindows:
+        """Hopping windows: a new window every ``advance_ms`` (0 < advance <= size)."""
+        windows = TimeWindows(self.size_ms, advance_ms, self.grace_ms)
+        windows._check()
+        return windows
+
+    def _check(self) -> None:
+        for what, value in (("size", self.size_ms), ("advance", self.advance_ms)):
+            if type(value) is not int or value <= 0:
+                raise TopologyError(
+                    f"TimeWindows: the window {what} must be a whole number of milliseconds "
+                    f"> 0, got {value!r}"
+                )
+        if self.advance_ms > self.size_ms:
+            raise TopologyError(
+                f"TimeWindows: the advance ({self.advance_ms} ms) cannot exceed the window size "
+                f"({self.size_ms} ms): records between windows would fall in none"
+            )
+        if type(self.grace_ms) is not int or self.grace_ms < 0:
+            raise TopologyError(
+                f"TimeWindows: the grace period must be a whole number of milliseconds >= 0, "
+                f"got {self.grace_ms!r}"
+            )
+
+    def windows_for(self, timestamp: int) -> list[TimeWindow]:
+        """The windows ``timestamp`` falls in, oldest first (Kafka's ``windowsFor``)."""
+        first = max(0, timestamp - self.size_ms + self.advance_ms) // self.advance_ms
+        start = first * self.advance_ms
+        found = []
+        while start <= timestamp:
+            found.append(TimeWindow(start, start + self.size_ms))
+            start += self.advance_ms
+        return found
+
+    @property
+    def retention_ms(self) -> int:
+        """How long the window store keeps a window: size + grace (Kafka's minimum)."""
+        return self.size_ms + self.grace_ms
+
+
+class TimeWindowedSerde(Generic[K]):
+    """``Windowed`` keys as bytes: the inner key's bytes, then the window start as an
+    8-byte big-endian long (Kafka's ``TimeWindowedSerializer``); the end is start + size."""
+
+    def __init__(self, inner: Serde[K], window_size_ms: int) -> None:
+        self._inner = inner
+        self._size = window_size_ms
+
+    def serialize(self, value: Windowed[K] | None) -> bytes | None:
+        if value is None:
+            return None
+        key = self._inner.serialize(value.key)
+        if key is None:
+            raise SerdeError(f"windowed key {value}: its key serialized to None")
+        return key + _TIMESTAMP.pack(value.window.start)
+
+    def deserialize(self, data: bytes | None) -> Windowed[K] | None:
+        if data is None:
+            return None
+        if len(data) < _TIMESTAMP.size:
+            raise SerdeError(
+                f"bytes {data[:32]!r} are too short for a windowed key (key + 8-byte start)"
+            )
+        start: int = _TIMESTAMP.unpack_from(data, len(data) - _TIMESTAMP.size)[0]
+        key = self._inner.deserialize(data[: -_TIMESTAMP.size])
+        return Windowed(key, TimeWindow(start, start + self._size))  # type: ignore[arg-type]
+
+
+class WindowStore(Protocol):
+    """A window store as a processor sees it (``context.get_state_store(name)``).
+
+    Keys and values are bytes (serialized by the processor); a window is named
+    by its start. Reads see the task's own uncommitted writes.
+    """
+
+    name: str
+
+    def fetch(self, key: bytes, window_start: int) -> bytes | None:
+        """The value of ``key``'s window at ``window_start``; None if none or expired."""
+        ...
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
+        """``key``'s windows with ``time_from <= start <= time_to``, as (start, value)."""
+        ...
+
+    def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
+        """Write (None: delete) ``key``'s window; False when it had expired and was not."""
+        ...
+
+
+@dataclass(frozen=True)
+class WindowedAggregation:
+    """What a windowed ``count``/``reduce``/``aggregate`` node does; the engine runs it.
+
+    ``initializer()`` seeds a window, ``aggregator(key, value, aggregate)``
+    folds a record in. Keys and aggregates reach the store through the serdes.
+    """
+
+    store: str
+    windows: TimeWindows
+    initializer: Any
+    aggregator: Any
+    key_serde: str | None
+    value_serde: str | None
