@@ -191,6 +191,7 @@ class StreamThread:
         # process with everything committed; read by other threads.
         self.idle = False
         self._last_commit = time.monotonic()
+        self._last_retention_check = self._last_commit
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -334,6 +335,20 @@ class StreamThread:
                 lag.advanced(tp, task.fetch_position(tp))
         return fetched
 
+    def _maybe_enforce_retention(self) -> None:
+        """After a commit, at most once per log.retention.check.interval.ms: let the log
+        delete records past their topic's retention.ms (window store changelogs). A
+        broker does this itself (the port's default is a no-op); the embedded log
+        deletes only when asked."""
+        now = time.monotonic()
+        interval = self.setup.config.log_retention_check_interval_ms / 1000
+        if now - self._last_retention_check < interval:
+            return
+        self._last_retention_check = now
+        removed = self.setup.log.enforce_retention(time.time_ns() // 1_000_000)
+        if removed:
+            logger.debug("log retention deleted %d records", removed)
+
     # -- the commit (see the module docstring) ----------------------------------------
 
     def commit(self, reason: str) -> CommitReport | None:
@@ -381,6 +396,7 @@ class StreamThread:
             self.migrated += 1
             self._tasks.close_active(task_id)
         self._budget.committed()
+        self._maybe_enforce_retention()
         seconds = time.perf_counter() - started
         self._metrics.committed(seconds)
         report = CommitReport(

@@ -47,6 +47,7 @@ from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.window_aggregate import build_operator
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.port import RecordColumns
+from eddyline_runtime.metrics import Sensor
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
     Headers,
@@ -232,8 +233,9 @@ class TaskTopology:
             for name, spec in topology.stores.items()
             if name in self.stores and spec.window_retention_ms is not None
         }
-        # Records a processor dropped (Kafka's task metric dropped-records-total).
+        # Records a processor dropped (Kafka's task metrics dropped-records-total/-rate).
         self.dropped_records = 0
+        self.dropped_records_sensor = Sensor()
         self.record_context = RecordContext(0)
         self.stream_time = UNKNOWN_STREAM_TIME
         self.record_lateness = 0
@@ -290,6 +292,7 @@ class TaskTopology:
     def record_dropped(self) -> None:
         """A processor dropped the record being processed (late, or without a key)."""
         self.dropped_records += 1
+        self.dropped_records_sensor.record()
 
     def grant_commit_request(self) -> None:
         """A commit ran (or there was nothing to commit): ``context.commit()`` is answered."""

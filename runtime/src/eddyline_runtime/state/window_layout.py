@@ -52,6 +52,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from eddyline_runtime.config import DEFAULT_WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 from eddyline_runtime.errors import InvalidArgumentError
 
 _U64: Final = struct.Struct(">Q")
@@ -62,7 +63,7 @@ SEGMENT_PREFIX_SIZE: Final = 8
 _MAX_TIMESTAMP: Final = (1 << 63) - 1
 
 # Kafka Streams' defaults (StreamsConfig / Segments).
-DEFAULT_CHANGELOG_ADDITIONAL_RETENTION_MS: Final = 24 * 60 * 60 * 1000
+DEFAULT_CHANGELOG_ADDITIONAL_RETENTION_MS: Final = DEFAULT_WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 MIN_SEGMENT_INTERVAL_MS: Final = 60_000
 CHANGELOG_CLEANUP_POLICY: Final = "compact,delete"
 
