@@ -274,3 +274,23 @@ def test_counts_survive_commit_and_lose_the_uncommitted_after_a_crash(
     reopened = store_factory(STORE, directory=directory)
     _, outputs = run(topology, [("u", "x", 4_000)], reopened)
     assert outputs == [("[u@0/60000]", "3", 4_000)]
+
+
+def test_a_window_closed_before_a_restart_stays_closed(
+    store_factory: StoreFactory, tmp_path: Path
+) -> None:
+    # Tumbling 10 ms, grace 5: [0, 10) closes when stream time reaches 15.
+    windows = TimeWindows.of_size_with_grace(10, 5)
+    directory = tmp_path / "restart"
+    rocks = store_factory(STORE, directory=directory)
+    _, outputs = run(windowed_topology(windows, ""), [("k", "a", 5), ("k", "b", 16)], rocks)
+    assert outputs == [("[k@0/10]", "+a", 5), ("[k@10/20]", "+b", 16)]
+    rocks.commit({})
+    rocks.close()
+    # A new task starts its stream time over; the store still knows 16.
+    reopened = store_factory(STORE, directory=directory)
+    task, outputs = run(
+        windowed_topology(windows, ""), [("k", "late", 7), ("k", "c", 12)], reopened
+    )
+    assert outputs == [("[k@10/20]", "+b+c", 16)]
+    assert task.dropped_records == 1

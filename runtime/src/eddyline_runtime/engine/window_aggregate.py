@@ -3,6 +3,11 @@
 Kafka Streams' ``KStreamWindowAggregate``, record by record:
 
 * a record with a null key is dropped (logged, counted in ``dropped-records-total``);
+* stream time is never behind what the store already holds: a new task's stream
+  time starts over (Kafka restores it from commit metadata, eddyline does not
+  yet), so at its first record the processor recovers the newest record
+  timestamp folded into the store's newest windows, and a window that closed
+  before a restart stays closed;
 * for each window the record falls in (``TimeWindows.windows_for``), the window
   is *closed* when its end is at or before ``stream time - grace``, where
   stream time is the task's (the largest timestamp it has processed, this
@@ -58,6 +63,8 @@ class WindowAggregateProcessor(Processor):
         self._store = store
         self._task_store = task_store
         self._dropped = dropped
+        # The newest record timestamp the store holds (None: not read yet).
+        self._recovered_time: int | None = None
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.value_serde)
 
@@ -78,7 +85,10 @@ class WindowAggregateProcessor(Processor):
             self._dropped()
             return
         timestamp = context.timestamp
-        stream_time = context.stream_time
+        recovered = self._recovered_time
+        if recovered is None:
+            recovered = self._recovered_time = self._newest_stored_timestamp()
+        stream_time = max(context.stream_time, recovered)
         close_time = stream_time - self._windows.grace_ms
         stored_key = self._keys.serialize(key)
         for window in self._windows.windows_for(timestamp):
@@ -104,6 +114,19 @@ class WindowAggregateProcessor(Processor):
                 self._skip(key, window, close_time, stream_time)
             elif not self._forwards_on_flush:
                 context.forward(Windowed(key, window), aggregate, timestamp=newest)
+
+    def _newest_stored_timestamp(self) -> int:
+        """The newest record timestamp in the store: it lies in the newest windows."""
+        newest_start = self._store.observed_stream_time
+        if newest_start < 0:
+            return -1
+        return max(
+            (
+                split_timestamped(value)[0]
+                for _, _, value in self._store.fetch_all(newest_start, newest_start)
+            ),
+            default=-1,
+        )
 
     def _skip(self, key: Any, window: TimeWindow, close_time: int, stream_time: int) -> None:
         context = self.context

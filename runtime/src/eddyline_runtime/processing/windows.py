@@ -159,8 +159,17 @@ class WindowStore(Protocol):
         """``key``'s windows with ``time_from <= start <= time_to``, as (start, value)."""
         ...
 
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[bytes, int, bytes]]:
+        """Every key's windows with ``time_from <= start <= time_to``, as (key, start, value)."""
+        ...
+
     def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
         """Write (None: delete) ``key``'s window; False when it had expired and was not."""
+        ...
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The newest window start written (recovered at reopen); -1 before any."""
         ...
 
 
