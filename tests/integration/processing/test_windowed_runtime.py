@@ -9,6 +9,7 @@ after commits, late records are dropped and counted in the task metric
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,3 +144,22 @@ def test_the_default_additional_retention_keeps_a_day(log: SqliteLog, tmp_path: 
     run(log, config(tmp_path, **{"log.retention.check.interval.ms": "0"}))
     assert log.topic_retention(CHANGELOG) == MINUTE + 10_000 + 86_400_000
     assert log.beginning_offset(TopicPartition(CHANGELOG, 0)) == 0
+
+
+def test_a_lost_window_store_is_restored_from_its_changelog(log: SqliteLog, tmp_path: Path) -> None:
+    base = (time.time_ns() // 1_000_000 // MINUTE - 5) * MINUTE
+    clicks = TopicPartition("clicks", 0)
+    # Minute 0 expires from the store (retention 70 s, segments of 60 s) once minute 3 is
+    # written: its segment is dropped, and the drop's deletes go to the changelog too.
+    log.produce(clicks, [Record(b"u", b"c", base + t) for t in (1_000, 2_000, 190_000, 200_000)])
+    settings = config(tmp_path)
+    run(log, settings)
+    changelog = TopicPartition(CHANGELOG, 0)
+    tombstones = [r for r in log.fetch(changelog, 0).records if r.value is None]
+    assert len(tombstones) == 1  # the window of minute 0
+    shutil.rmtree(tmp_path / "state")  # the disk is gone
+    log.produce(clicks, [Record(b"u", b"c", base + 210_000), Record(b"u", b"c", base + 3_000)])
+    second = run(log, settings)
+    window = f"[u@{base + 3 * MINUTE}/{base + 4 * MINUTE}]"
+    assert latest_counts(log)[window] == "3"  # 2 restored + 1
+    assert dropped(second) == 1  # minute 0 stays closed after the restore

@@ -294,3 +294,49 @@ def test_a_window_closed_before_a_restart_stays_closed(
     )
     assert outputs == [("[k@10/20]", "+b+c", 16)]
     assert task.dropped_records == 1
+
+
+def test_reduce_after_group_by_with_hopping_windows(store_factory: StoreFactory) -> None:
+    builder = StreamsBuilder()
+    (
+        builder.stream("orders", key_serde="string", value_serde="json")
+        .group_by(lambda _key, order: order["region"], repartition_name="by-region")
+        .windowed_by(TimeWindows.of_size_with_grace(100, 0).advance_by(50))
+        .reduce(lambda total, order: {**total, "amount": total["amount"] + order["amount"]},
+                "region-totals")
+        .to_stream()
+        .map(lambda window, order: (str(window), str(order["amount"])))
+        .to("totals", key_serde="string", value_serde="string")
+    )  # fmt: skip
+    topology = builder.build()
+    first, second = topology.subtopologies()
+    assert second.stores == ("region-totals",)
+    assert topology.stores["region-totals"].window_retention_ms == 100
+    splitter = TaskTopology(topology, first, 0, {})
+    totals = TaskTopology(topology, second, 0, {"region-totals": store_factory("region-totals")})
+    json = serde_for("json")
+    orders = [("eu", 5, 10), ("us", 7, 60), ("eu", 1, 70), ("eu", 2, 160)]
+    for region, amount, timestamp in orders:
+        splitter.process("orders", None, json.serialize({"region": region, "amount": amount}),
+                         timestamp)  # fmt: skip
+        for record in splitter.drain_outputs():
+            totals.process(record.topic, record.key, record.value, record.timestamp)
+    assert [(o.key, o.value, o.timestamp) for o in totals.drain_outputs()] == [
+        (b"[eu@0/100]", b"5", 10),
+        (b"[us@0/100]", b"7", 60),
+        (b"[us@50/150]", b"7", 60),
+        (b"[eu@0/100]", b"6", 70),
+        (b"[eu@50/150]", b"1", 70),
+        # 160 closes [0, 100) and [50, 150) (grace 0): only its own windows get it.
+        (b"[eu@100/200]", b"2", 160),
+        (b"[eu@150/250]", b"2", 160),
+    ]
+    assert totals.dropped_records == 0
+
+
+def test_a_windowed_aggregation_needs_a_store_name() -> None:
+    grouped = StreamsBuilder().stream("in").group_by_key()
+    with pytest.raises(TopologyError, match="needs a store name"):
+        grouped.windowed_by(TimeWindows.of_size_with_grace(10, 0)).count("")
+    with pytest.raises(TopologyError, match="takes TimeWindows"):
+        grouped.windowed_by(10)  # type: ignore[arg-type]
