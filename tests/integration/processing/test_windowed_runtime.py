@@ -21,7 +21,7 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StreamsBuilder, TimeWindows, Topology
+from eddyline_runtime.processing import SessionWindows, StreamsBuilder, TimeWindows, Topology
 
 MINUTE = 60_000
 CHANGELOG = "app-clicks-per-minute-changelog"
@@ -74,7 +74,14 @@ def run(log: SqliteLog, settings: StreamsConfig) -> StreamsInstance:
 def latest_counts(log: SqliteLog) -> dict[str, str]:
     tp = TopicPartition("counts", 0)
     records = log.fetch(tp, log.beginning_offset(tp), 1_000_000).records
-    return {r.key.decode(): r.value.decode() for r in records if r.key and r.value}
+    latest: dict[str, str] = {}
+    for record in records:
+        assert record.key is not None
+        if record.value is None:  # a merged session's removal
+            latest.pop(record.key.decode(), None)
+        else:
+            latest[record.key.decode()] = record.value.decode()
+    return latest
 
 
 def dropped(instance: StreamsInstance) -> float:
@@ -163,3 +170,37 @@ def test_a_lost_window_store_is_restored_from_its_changelog(log: SqliteLog, tmp_
     window = f"[u@{base + 3 * MINUTE}/{base + 4 * MINUTE}]"
     assert latest_counts(log)[window] == "3"  # 2 restored + 1
     assert dropped(second) == 1  # minute 0 stays closed after the restore
+
+
+def test_session_count_end_to_end(log: SqliteLog, tmp_path: Path) -> None:
+    builder = StreamsBuilder()
+    (
+        builder.stream("clicks", key_serde="string", value_serde="string")
+        .group_by_key()
+        .windowed_by(SessionWindows.of_inactivity_gap_with_grace(30 * MINUTE, 60 * MINUTE))
+        .count("sessions")
+        .to_stream()
+        .map(lambda window, count: (str(window), None if count is None else str(count)))
+        .to("counts", key_serde="string", value_serde="string")
+    )
+    base = (time.time_ns() // 1_000_000 // MINUTE - 120) * MINUTE
+    log.produce(
+        TopicPartition("clicks", 0),
+        [
+            Record(b"u", b"c", base),
+            Record(b"u", b"c", base + 10 * MINUTE),
+            Record(b"u", b"c", base + 70 * MINUTE),  # a new session: the gap passed
+            Record(b"u", b"c", base + 5 * MINUTE),  # late, within grace and the first session
+        ],
+    )
+    instance = StreamsInstance(builder.build(), config(tmp_path), log)
+    instance.start()
+    try:
+        instance.wait_until_caught_up(60)
+    finally:
+        instance.close()
+    first = f"[u@{base}/{base + 10 * MINUTE}]"
+    second = f"[u@{base + 70 * MINUTE}/{base + 70 * MINUTE}]"
+    assert latest_counts(log) == {first: "3", second: "1"}
+    # Session retention is gap + grace; the changelog keeps a day more.
+    assert log.topic_retention("app-sessions-changelog") == 90 * MINUTE + 86_400_000

@@ -45,6 +45,7 @@ from typing import NamedTuple, Protocol
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.processing.topology import Change, RecordContext
 from eddyline_runtime.state import KeyRange, KeyValue, StoreClosedError
+from eddyline_runtime.state.transaction_buffer import merge_sorted
 
 
 class DirtyEntry(NamedTuple):
@@ -325,10 +326,16 @@ class CachingKeyValueStore:
         self.named_cache.put_dirty(key, None, context)
 
     def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
-        """Ordered reads see dirty entries: flush them first, then read the store."""
-        if self.named_cache.dirty_keys_in(key_range):
-            self.named_cache.flush()
-        return self.store.scan(key_range)
+        """Ordered reads see dirty entries merged over the store's, without flushing them
+        (Kafka's merged cache iterator): a session store scans for every record, and a
+        flush per scan would forward every dirty key each time."""
+        keys = self.named_cache.dirty_keys_in(key_range)
+        if not keys:
+            return self.store.scan(key_range)
+        dirty = self.named_cache.dirty
+        # The values as of now: the caller may write while it iterates.
+        values = {key: dirty[key][0] for key in keys}
+        return merge_sorted(keys, values, self.store.scan(key_range))
 
     def flush(self) -> None:
         self.named_cache.flush()

@@ -63,7 +63,7 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.serde import deserialize_all, serde_for, serialize_all
-from eddyline_runtime.state import Retention, StateStore, WindowStore
+from eddyline_runtime.state import Retention, SessionStore, StateStore, WindowStore
 
 # Stream time before the task has processed a record (Kafka's RecordQueue.UNKNOWN).
 UNKNOWN_STREAM_TIME: Final = -1
@@ -155,15 +155,19 @@ class _Context:
         finally:
             task.record_context = saved
 
-    def get_state_store(self, name: str) -> TaskStore | WindowStore:
+    def get_state_store(self, name: str) -> TaskStore | WindowStore | SessionStore:
         if name not in self._node.stores:
             attached = ", ".join(self._node.stores) or "none"
             raise TopologyError(
                 f'processor "{self._node.name}" is not connected to store "{name}" '
                 f"(connected: {attached}); attach it with add_state_store"
             )
-        window_store = self._task.window_stores.get(name)
-        return self._task.stores[name] if window_store is None else window_store
+        task = self._task
+        if name in task.window_stores:
+            return task.window_stores[name]
+        if name in task.session_stores:
+            return task.session_stores[name]
+        return task.stores[name]
 
     def schedule(
         self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
@@ -227,11 +231,16 @@ class TaskTopology:
             else TaskStore(store, changelog=None, cache=None, cache_name=name)
             for name, store in stores.items()
         }
-        # Window stores are views over their task store (state.window_store).
+        # Window and session stores are views over their task store (state.window_store).
         self.window_stores = {
             name: WindowStore(self.stores[name], Retention.of(spec.window_retention_ms))
             for name, spec in topology.stores.items()
             if name in self.stores and spec.window_retention_ms is not None
+        }
+        self.session_stores = {
+            name: SessionStore(self.stores[name], Retention.of(spec.session_retention_ms))
+            for name, spec in topology.stores.items()
+            if name in self.stores and spec.session_retention_ms is not None
         }
         # Records a processor dropped (Kafka's task metrics dropped-records-total/-rate).
         self.dropped_records = 0
@@ -269,7 +278,10 @@ class TaskTopology:
                 processor = node.supplier()
             elif node.kind == "processor" and node.operator is not None:
                 processor = build_operator(
-                    node.operator, self.window_stores, self.stores, self.record_dropped
+                    node.operator,
+                    {**self.window_stores, **self.session_stores},
+                    self.stores,
+                    self.record_dropped,
                 )
             else:
                 continue

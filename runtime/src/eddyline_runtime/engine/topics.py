@@ -8,8 +8,8 @@ Before any task starts, the runtime resolves the topology against the log:
 * internal topics (repartition topics) are named ``<application.id>-<name>``
   and get the partition count of the sub-topology that writes them;
 * each logged store has a compacted changelog ``<application.id>-<store>-changelog``
-  with one partition per task of its sub-topology; a window store's changelog
-  also gets ``retention.ms`` (cleanup ``compact,delete``): the store's retention
+  with one partition per task of its sub-topology; a window or session
+  store's changelog also gets ``retention.ms`` (cleanup ``compact,delete``): the store's retention
   plus ``windowstore.changelog.additional.retention.ms``, as Kafka Streams sets it;
 * output topics that do not exist yet are created with the partition count of
   the sub-topology that writes them. Input topics must exist: the user's data
@@ -113,11 +113,11 @@ def resolve_topics(
             if spec.logged:
                 changelogs[store] = spec.changelog_topic(application_id)
                 log.create_topic(changelogs[store], counts[sub.id], compacted=True)
-                if spec.window_retention_ms is not None:
+                if spec.retention_ms is not None:
                     log.set_topic_retention(
                         changelogs[store],
                         changelog_retention_ms(
-                            spec.window_retention_ms, window_changelog_additional_retention_ms
+                            spec.retention_ms, window_changelog_additional_retention_ms
                         ),
                     )
     topics = log.topics()

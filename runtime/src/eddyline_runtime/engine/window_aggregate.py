@@ -1,6 +1,6 @@
-"""The windowed aggregation processor: what ``windowed_by(...).count/reduce/aggregate`` runs.
+"""Windowed aggregation processors: what ``windowed_by(...).count/reduce/aggregate`` runs.
 
-Kafka Streams' ``KStreamWindowAggregate``, record by record:
+Time windows: Kafka Streams' ``KStreamWindowAggregate``, record by record:
 
 * a record with a null key is dropped (logged, counted in ``dropped-records-total``);
 * stream time is never behind what the store already holds: a new task's stream
@@ -20,7 +20,16 @@ Kafka Streams' ``KStreamWindowAggregate``, record by record:
   key-value aggregations do. Deletes a cache flushes (expired segments being
   dropped) are not results and are not forwarded.
 
-The processor reaches its store through the
+Session windows: Kafka Streams' ``KStreamSessionWindowAggregate``: a record at
+``t`` starts the session ``[t, t]``, merges (``merger``) every session of its
+key ending at or after ``t - gap`` and starting at or before ``t + gap``, and
+is dropped when the merged session ends before ``stream time - grace``. Unless
+the merged session is just ``[t, t]``, each merged session is removed and its
+removal forwarded (a None value, timestamped with its end); the merged session
+is then written and forwarded, timestamped with its end. The stream time is
+never behind the newest session end in the store.
+
+The processors reach their stores through the
 :class:`~eddyline_runtime.processing.windows.WindowStore` protocol; the task
 gives it a :class:`~eddyline_runtime.state.WindowStore` over the task store
 (record cache, changelog, transactional RocksDB store).
@@ -35,6 +44,9 @@ from typing import Any
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.processing.topology import Change, Processor, ProcessorContext
 from eddyline_runtime.processing.windows import (
+    SessionStore,
+    SessionWindow,
+    SessionWindowedAggregation,
     TimeWindow,
     Windowed,
     WindowedAggregation,
@@ -42,6 +54,7 @@ from eddyline_runtime.processing.windows import (
 )
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state.window_layout import (
+    decode_session_key,
     decode_window_key,
     split_timestamped,
     timestamped_value,
@@ -158,6 +171,101 @@ class WindowAggregateProcessor(Processor):
         )
 
 
+class SessionAggregateProcessor(Processor):
+    def __init__(
+        self,
+        spec: SessionWindowedAggregation,
+        store: SessionStore,
+        task_store: TaskStore,
+        dropped: Callable[[], None],
+    ) -> None:
+        self._spec = spec
+        self._windows = spec.windows
+        self._store = store
+        self._task_store = task_store
+        self._dropped = dropped
+        self._keys: Any = serde_for(spec.key_serde)
+        self._values: Any = serde_for(spec.value_serde)
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._forwards_on_flush = self._task_store.set_flush_listener(self._flushed)
+
+    def process(self, key: Any, value: Any) -> None:
+        context = self.context
+        if key is None:
+            logger.warning(
+                "Skipping record due to null key. value=[%s] topic=[%s] partition=[%d] offset=[%d]",
+                value,
+                context.topic,
+                context.partition,
+                context.offset,
+            )
+            self._dropped()
+            return
+        spec, gap = self._spec, self._windows.gap_ms
+        timestamp = context.timestamp
+        stream_time = max(context.stream_time, self._store.observed_stream_time)
+        close_time = stream_time - self._windows.grace_ms
+        stored_key = self._keys.serialize(key)
+        aggregate = spec.initializer()
+        start = end = timestamp
+        merged: list[tuple[int, int]] = []
+        for _, found_start, found_end, data in self._store.find_sessions(
+            stored_key, max(0, timestamp - gap), timestamp + gap
+        ):
+            merged.append((found_start, found_end))
+            aggregate = spec.merger(key, aggregate, self._values.deserialize(data))
+            start, end = min(start, found_start), max(end, found_end)
+        if end < close_time:
+            self._skip(key, start, end, close_time, stream_time)
+            return
+        forwards = not self._forwards_on_flush
+        if (start, end) != (timestamp, timestamp):
+            for found_start, found_end in merged:
+                self._store.remove(stored_key, found_start, found_end)
+                if forwards:
+                    window = SessionWindow(found_start, found_end)
+                    context.forward(Windowed(key, window), None, timestamp=found_end)
+        aggregate = spec.aggregator(key, value, aggregate)
+        if not self._store.put(stored_key, start, end, self._values.serialize(aggregate)):
+            self._skip(key, start, end, close_time, stream_time)
+        elif forwards:
+            context.forward(Windowed(key, SessionWindow(start, end)), aggregate, timestamp=end)
+
+    def _skip(self, key: Any, start: int, end: int, close_time: int, stream_time: int) -> None:
+        context = self.context
+        logger.warning(
+            "Skipping record for expired window. key=[%s] topic=[%s] partition=[%d] "
+            "offset=[%d] timestamp=[%d] window=[%d,%d] expiration=[%d] streamTime=[%d]",
+            key,
+            context.topic,
+            context.partition,
+            context.offset,
+            context.timestamp,
+            start,
+            end,
+            close_time,
+            stream_time,
+        )
+        self._dropped()
+
+    def _flushed(self, raw_key: bytes, change: Change) -> None:
+        stored_key, start, end = decode_session_key(raw_key)
+        if change.new is None:
+            observed = self._store.observed_stream_time
+            if end < observed - self._windows.retention_ms + 1:
+                return  # an expired session's segment dropped: not a result
+            value = None
+        else:
+            value = self._values.deserialize(change.new)
+        self.context.forward(
+            Windowed(self._keys.deserialize(stored_key), SessionWindow(start, end)),
+            value,
+            timestamp=end,
+        )
+
+
 def build_operator(
     operator: object,
     views: dict[str, Any],
@@ -167,6 +275,10 @@ def build_operator(
     """The processor for a DSL operation the engine implements."""
     if isinstance(operator, WindowedAggregation):
         return WindowAggregateProcessor(
+            operator, views[operator.store], stores[operator.store], dropped
+        )
+    if isinstance(operator, SessionWindowedAggregation):
+        return SessionAggregateProcessor(
             operator, views[operator.store], stores[operator.store], dropped
         )
     raise TypeError(

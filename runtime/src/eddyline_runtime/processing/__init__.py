@@ -16,6 +16,7 @@ from eddyline_runtime.processing.dsl import (
     KGroupedStream,
     KStream,
     KTable,
+    SessionWindowedKStream,
     StreamsBuilder,
     TimeWindowedKStream,
 )
@@ -33,6 +34,10 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.processing.windows import (
+    SessionStore,
+    SessionWindow,
+    SessionWindowedSerde,
+    SessionWindows,
     TimeWindow,
     TimeWindowedSerde,
     TimeWindows,
@@ -58,6 +63,11 @@ __all__ = [
     "Punctuator",
     "RecordContext",
     "Serde",
+    "SessionStore",
+    "SessionWindow",
+    "SessionWindowedKStream",
+    "SessionWindowedSerde",
+    "SessionWindows",
     "StoreSpec",
     "StreamsBuilder",
     "StringSerde",

@@ -209,7 +209,9 @@ class StoreSpec:
     The serdes say how its bytes read (interactive queries render keys and
     values with them); None means raw bytes. ``window_retention_ms`` makes it
     a window store keeping each window that long (size + grace for a windowed
-    aggregation); its changelog then has ``cleanup.policy=compact,delete``.
+    aggregation), ``session_retention_ms`` a session store keeping each session
+    that long after its end (gap + grace); either gives its changelog
+    ``cleanup.policy=compact,delete``.
     """
 
     name: str
@@ -218,6 +220,14 @@ class StoreSpec:
     key_serde: str | None = None
     value_serde: str | None = None
     window_retention_ms: int | None = None
+    session_retention_ms: int | None = None
+
+    @property
+    def retention_ms(self) -> int | None:
+        """A window or session store's retention; None for a key-value store."""
+        if self.window_retention_ms is not None:
+            return self.window_retention_ms
+        return self.session_retention_ms
 
     def changelog_topic(self, application_id: str) -> str:
         return partitions.changelog_topic(application_id, self.name)

@@ -1,6 +1,6 @@
-"""Time windows as topology authors see them: ``TimeWindows``, ``Windowed`` keys, their serde.
+"""Windows as topology authors see them: time and session windows, ``Windowed`` keys, serdes.
 
-Semantics are Kafka Streams' (``TimeWindows``, ``TimeWindow``, ``Windowed``):
+Semantics are Kafka Streams' (``TimeWindows``, ``SessionWindows``, ``Windowed``):
 
 * a window is ``[start, end)``: start inclusive, end exclusive, ``end = start + size``;
 * windows are aligned to the epoch: starts are multiples of the advance, and
@@ -10,9 +10,17 @@ Semantics are Kafka Streams' (``TimeWindows``, ``TimeWindow``, ``Windowed``):
   record for a closed window is dropped, counted in the task's
   ``dropped-records-total`` metric, and logged with the reason.
 
-A windowed aggregation keeps its windows in a *window store*; processors reach
-one through :class:`WindowStore` (what ``context.get_state_store`` returns for
-it), which the engine implements on its transactional stores.
+Session windows (``SessionWindows``) have no fixed size: a record starts a
+session ``[t, t]`` (both ends inclusive) and merges with every session of its
+key that ends at or after ``t - gap`` and starts at or before ``t + gap``; the
+merged sessions' entries are removed (and their removal forwarded as a None
+value) and the merged session is written. A session closes once stream time
+passes its end + grace.
+
+A windowed aggregation keeps its windows in a *window store* or *session
+store*; processors reach them through :class:`WindowStore` and
+:class:`SessionStore` (what ``context.get_state_store`` returns), which the
+engine implements on its transactional stores.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ class Windowed(Generic[K]):
     """A key together with the window its aggregate belongs to."""
 
     key: K
-    window: TimeWindow
+    window: TimeWindow | SessionWindow
 
     def __str__(self) -> str:
         # Kafka Streams' Windowed.toString, so ported apps print the same keys.
@@ -171,6 +179,119 @@ class WindowStore(Protocol):
     def observed_stream_time(self) -> int:
         """The newest window start written (recovered at reopen); -1 before any."""
         ...
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SessionWindow:
+    """A session ``[start, end]``: both ends inclusive (the first and last record's times)."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.end < self.start:
+            raise TopologyError(
+                f"a session cannot end ({self.end}) before it starts ({self.start})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWindows:
+    """Sessions of activity separated by at least ``gap_ms`` of inactivity."""
+
+    gap_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_inactivity_gap_with_grace(cls, gap_ms: int, grace_ms: int) -> SessionWindows:
+        for what, value, least in (("inactivity gap", gap_ms, 1), ("grace period", grace_ms, 0)):
+            if type(value) is not int or value < least:
+                raise TopologyError(
+                    f"SessionWindows: the {what} must be a whole number of milliseconds >= "
+                    f"{least}, got {value!r}"
+                )
+        return cls(gap_ms, grace_ms)
+
+    @classmethod
+    def of_inactivity_gap_without_grace(cls, gap_ms: int) -> SessionWindows:
+        return cls.of_inactivity_gap_with_grace(gap_ms, 0)
+
+    @property
+    def retention_ms(self) -> int:
+        """How long the session store keeps a session after its end: gap + grace."""
+        return self.gap_ms + self.grace_ms
+
+
+class SessionWindowedSerde(Generic[K]):
+    """Session-``Windowed`` keys as bytes: the inner key's bytes, then the session end and
+    start as 8-byte big-endian longs (Kafka's ``SessionWindowedSerializer``)."""
+
+    def __init__(self, inner: Serde[K]) -> None:
+        self._inner = inner
+
+    def serialize(self, value: Windowed[K] | None) -> bytes | None:
+        if value is None:
+            return None
+        key = self._inner.serialize(value.key)
+        if key is None:
+            raise SerdeError(f"windowed key {value}: its key serialized to None")
+        return key + _TIMESTAMP.pack(value.window.end) + _TIMESTAMP.pack(value.window.start)
+
+    def deserialize(self, data: bytes | None) -> Windowed[K] | None:
+        if data is None:
+            return None
+        size = 2 * _TIMESTAMP.size
+        if len(data) < size:
+            raise SerdeError(
+                f"bytes {data[:32]!r} are too short for a session key (key + end + start)"
+            )
+        end: int = _TIMESTAMP.unpack_from(data, len(data) - size)[0]
+        start: int = _TIMESTAMP.unpack_from(data, len(data) - _TIMESTAMP.size)[0]
+        key = self._inner.deserialize(data[:-size])
+        return Windowed(key, SessionWindow(start, end))  # type: ignore[arg-type]
+
+
+class SessionStore(Protocol):
+    """A session store as a processor sees it (``context.get_state_store(name)``)."""
+
+    name: str
+
+    def find_sessions(
+        self, key: bytes, earliest_session_end: int, latest_session_start: int
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """``key``'s sessions ending at or after ``earliest_session_end`` and starting at
+        or before ``latest_session_start``, as (key, start, end, value)."""
+        ...
+
+    def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
+        """Write (None: remove) ``key``'s session; False when it had expired and was not."""
+        ...
+
+    def remove(self, key: bytes, start: int, end: int) -> None:
+        """Remove ``key``'s session [start, end]."""
+        ...
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The newest session end written (recovered at reopen); -1 before any."""
+        ...
+
+
+@dataclass(frozen=True)
+class SessionWindowedAggregation:
+    """What a session-windowed ``count``/``reduce``/``aggregate`` node does; the engine runs it.
+
+    ``merger(key, aggregate, other)`` combines two sessions' aggregates when a
+    record bridges them.
+    """
+
+    store: str
+    windows: SessionWindows
+    initializer: Any
+    aggregator: Any
+    merger: Any
+    key_serde: str | None
+    value_serde: str | None
 
 
 @dataclass(frozen=True)
