@@ -48,6 +48,12 @@ MAX_STREAM_THREADS = 64
 # Stores set aside by rebuilds: the newest 4, for at most 7 days (time to republish one).
 DEFAULT_QUARANTINE_MAX_STORES = 4
 DEFAULT_QUARANTINE_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+# Kafka Streams' windowstore.changelog.additional.retention.ms: a window or session
+# store's changelog keeps records this much longer than the store keeps them.
+DEFAULT_WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
+# Kafka's broker default log.retention.check.interval.ms: how often a log that does
+# not apply retention by itself (the embedded one) is asked to.
+DEFAULT_LOG_RETENTION_CHECK_INTERVAL_MS = 5 * 60 * 1000
 # KIP-63's original name for statestore.cache.max.bytes, deprecated by KIP-770.
 DEPRECATED_CACHE_KEY = "cache.max.bytes.buffering"
 _CACHE_KEYS = ("statestore.cache.max.bytes", "statestore_cache_max_bytes")
@@ -173,6 +179,16 @@ class StreamsConfig(BaseSettings):
     # restore.wait.ms, then replays the changelog.
     restore_wait_lag_above: int = _setting("restore.wait.lag.above", -1, ge=-1)
     restore_wait_ms: int = _setting("restore.wait.ms", 600_000, ge=0)
+    windowstore_changelog_additional_retention_ms: int = _setting(
+        "windowstore.changelog.additional.retention.ms",
+        DEFAULT_WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS,
+        ge=0,
+    )
+    # How often stream threads ask the log to delete records past their topic's
+    # retention.ms after a commit (a Kafka broker does it itself; see Log.enforce_retention).
+    log_retention_check_interval_ms: int = _setting(
+        "log.retention.check.interval.ms", DEFAULT_LOG_RETENTION_CHECK_INTERVAL_MS, ge=0
+    )
     # host:port where this instance answers interactive queries (Kafka's name).
     application_server: str | None = _setting("application.server", None)
     # None means "not set by the user": the effective level then depends on

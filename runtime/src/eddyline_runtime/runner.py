@@ -393,7 +393,14 @@ def start_group(
     topology = load_topology(app.spec.topology.ref, [manifest.resolve().parent])
     log = open_log(app.spec.log.url)
     try:
-        layout = resolve_topics(topology, config.application_id, log)
+        layout = resolve_topics(
+            topology,
+            config.application_id,
+            log,
+            window_changelog_additional_retention_ms=(
+                config.windowstore_changelog_additional_retention_ms
+            ),
+        )
     finally:
         log.close()
     group = LocalGroup(

@@ -110,7 +110,14 @@ class StreamsInstance:
         with self._lock:
             if self.state is not InstanceState.CREATED:
                 raise EddylineError(f"an instance starts once; this one is {self.state}")
-            layout = resolve_topics(self.topology, self.config.application_id, self.log)
+            layout = resolve_topics(
+                self.topology,
+                self.config.application_id,
+                self.log,
+                window_changelog_additional_retention_ms=(
+                    self.config.windowstore_changelog_additional_retention_ms
+                ),
+            )
             # KIP-816, before any store opens: stores whose sub-topology ordinal
             # changed move to where this topology expects them (or we refuse).
             self.relocation = relocate_state(

@@ -38,6 +38,7 @@ a reader performs (``get``, ``copy``) are one C call each under the GIL.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
@@ -45,6 +46,7 @@ from typing import NamedTuple, Protocol
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.processing.topology import Change, RecordContext
 from eddyline_runtime.state import KeyRange, KeyValue, StoreClosedError
+from eddyline_runtime.state.transaction_buffer import merge_sorted
 
 
 class DirtyEntry(NamedTuple):
@@ -71,6 +73,9 @@ class CacheBackingStore(Protocol):
     def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
 
 
+# Up to this many keys dirtied since the last ordered read, it inserts them one by one.
+_INSORT_MAX = 32
+
 # A dirty value with the record context of the write that made it dirty.
 _Cached = tuple[bytes | None, RecordContext | None]
 
@@ -87,6 +92,10 @@ class NamedCache:
         # the key in the dict, so a reader's get never misses it in between).
         # Replaced, never cleared, at each flush; readers may get() and copy().
         self.dirty: OrderedDict[bytes, _Cached] = OrderedDict()
+        # The dirty keys as of the last ordered read, sorted, and those dirtied since
+        # (in write order): a scan then costs the keys in its range, not every dirty key.
+        self._dirty_sorted: list[bytes] = []
+        self._dirty_new: list[bytes] = []
         # The dict being flushed, until its entries all reached the store.
         self.flushing: OrderedDict[bytes, _Cached] | None = None
         self._listener: FlushListener | None = None
@@ -126,6 +135,7 @@ class NamedCache:
             dirty.move_to_end(key)
         else:
             dirty[key] = (value, context)
+            self._dirty_new.append(key)
         self._store(key, value)
         thread_cache = self._thread_cache
         if thread_cache.num_bytes > thread_cache.max_bytes:
@@ -154,6 +164,8 @@ class NamedCache:
         # publish the old dict as `flushing` before installing a fresh one.
         self.flushing = dirty
         self.dirty = OrderedDict()
+        self._dirty_sorted = []
+        self._dirty_new = []
         try:
             if self._listener is not None:
                 self._listener(entries)
@@ -176,7 +188,18 @@ class NamedCache:
         return True
 
     def dirty_keys_in(self, key_range: KeyRange) -> list[bytes]:
-        return sorted(key for key in self.dirty if key in key_range)
+        """The dirty keys inside ``key_range``, sorted (a copy); owner only."""
+        new_keys = self._dirty_new
+        if new_keys:
+            sorted_keys = self._dirty_sorted
+            if len(new_keys) <= _INSORT_MAX:
+                for key in new_keys:
+                    insort(sorted_keys, key)
+            else:
+                sorted_keys.extend(new_keys)
+                sorted_keys.sort()
+            self._dirty_new = []
+        return list(key_range.slice_of(self._dirty_sorted))
 
     # -- for other threads (READ_UNCOMMITTED readers) --------------------------------
 
@@ -325,10 +348,16 @@ class CachingKeyValueStore:
         self.named_cache.put_dirty(key, None, context)
 
     def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
-        """Ordered reads see dirty entries: flush them first, then read the store."""
-        if self.named_cache.dirty_keys_in(key_range):
-            self.named_cache.flush()
-        return self.store.scan(key_range)
+        """Ordered reads see dirty entries merged over the store's, without flushing them
+        (Kafka's merged cache iterator): a session store scans for every record, and a
+        flush per scan would forward every dirty key each time."""
+        keys = self.named_cache.dirty_keys_in(key_range)
+        if not keys:
+            return self.store.scan(key_range)
+        dirty = self.named_cache.dirty
+        # The values as of now: the caller may write while it iterates.
+        values = {key: dirty[key][0] for key in keys}
+        return merge_sorted(keys, values, self.store.scan(key_range))
 
     def flush(self) -> None:
         self.named_cache.flush()

@@ -65,6 +65,7 @@ from pathlib import Path
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.engine.assignment_inbox import AssignmentInbox
+from eddyline_runtime.engine.log_retention import LogRetention
 from eddyline_runtime.engine.queryable import LocalStorePartition
 from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.record_collector import RecordCollector
@@ -192,6 +193,7 @@ class StreamThread:
         # process with everything committed; read by other threads.
         self.idle = False
         self._last_commit = time.monotonic()
+        self._retention = LogRetention(setup.log, setup.config.log_retention_check_interval_ms)
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -381,6 +383,7 @@ class StreamThread:
             self._tasks.close_active(task_id)
             self._inbox.reclaim(task_id)  # if still assigned here: an old membership fenced it
         self._budget.committed()
+        self._retention.after_commit()  # window changelogs' retention.ms, on the embedded log
         seconds = time.perf_counter() - started
         self._metrics.committed(seconds)
         report = CommitReport(

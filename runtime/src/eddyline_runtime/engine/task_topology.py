@@ -44,8 +44,10 @@ from itertools import repeat
 from typing import Any, Final
 
 from eddyline_runtime.engine.task_store import TaskStore
+from eddyline_runtime.engine.window_aggregate import build_operator
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.port import RecordColumns
+from eddyline_runtime.metrics import Sensor
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
     Headers,
@@ -61,7 +63,7 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.serde import deserialize_all, serde_for, serialize_all
-from eddyline_runtime.state import StateStore
+from eddyline_runtime.state import Retention, SessionStore, StateStore, WindowStore
 
 # Stream time before the task has processed a record (Kafka's RecordQueue.UNKNOWN).
 UNKNOWN_STREAM_TIME: Final = -1
@@ -153,14 +155,19 @@ class _Context:
         finally:
             task.record_context = saved
 
-    def get_state_store(self, name: str) -> TaskStore:
+    def get_state_store(self, name: str) -> TaskStore | WindowStore | SessionStore:
         if name not in self._node.stores:
             attached = ", ".join(self._node.stores) or "none"
             raise TopologyError(
                 f'processor "{self._node.name}" is not connected to store "{name}" '
                 f"(connected: {attached}); attach it with add_state_store"
             )
-        return self._task.stores[name]
+        task = self._task
+        if name in task.window_stores:
+            return task.window_stores[name]
+        if name in task.session_stores:
+            return task.session_stores[name]
+        return task.stores[name]
 
     def schedule(
         self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
@@ -224,6 +231,20 @@ class TaskTopology:
             else TaskStore(store, changelog=None, cache=None, cache_name=name)
             for name, store in stores.items()
         }
+        # Window and session stores are views over their task store (state.window_store).
+        self.window_stores = {
+            name: WindowStore(self.stores[name], Retention.of(spec.window_retention_ms))
+            for name, spec in topology.stores.items()
+            if name in self.stores and spec.window_retention_ms is not None
+        }
+        self.session_stores = {
+            name: SessionStore(self.stores[name], Retention.of(spec.session_retention_ms))
+            for name, spec in topology.stores.items()
+            if name in self.stores and spec.session_retention_ms is not None
+        }
+        # Records a processor dropped (Kafka's task metrics dropped-records-total/-rate).
+        self.dropped_records = 0
+        self.dropped_records_sensor = Sensor()
         self.record_context = RecordContext(0)
         self.stream_time = UNKNOWN_STREAM_TIME
         self.record_lateness = 0
@@ -255,8 +276,17 @@ class TaskTopology:
         for node in self._nodes.values():
             if node.kind == "processor" and node.supplier is not None:
                 processor = node.supplier()
-                processor.init(_Context(self, node))
-                self._processors[node.name] = processor
+            elif node.kind == "processor" and node.operator is not None:
+                processor = build_operator(
+                    node.operator,
+                    {**self.window_stores, **self.session_stores},
+                    self.stores,
+                    self.record_dropped,
+                )
+            else:
+                continue
+            processor.init(_Context(self, node))
+            self._processors[node.name] = processor
         # Source topic -> its batch path, for the sources whose whole subtree is one chain
         # of batch processors (see the module docstring); the others go record by record.
         self._batch_paths: dict[str, tuple[Any, Any, _BatchHandler]] = {}
@@ -270,6 +300,11 @@ class TaskTopology:
         self._batch_topic: str | None = None
         self._batch_partition = -1
         self._batch_offsets: Sequence[int] = ()
+
+    def record_dropped(self) -> None:
+        """A processor dropped the record being processed (late, or without a key)."""
+        self.dropped_records += 1
+        self.dropped_records_sensor.record()
 
     def grant_commit_request(self) -> None:
         """A commit ran (or there was nothing to commit): ``context.commit()`` is answered."""

@@ -63,6 +63,15 @@ class ThreadMetrics:
             MetricName.of("stream-task-metrics", "process-total", tags),
             lambda: float(task.processed),
         )
+        topology = task.topology
+        register(
+            MetricName.of("stream-task-metrics", "dropped-records-total", tags),
+            lambda: float(topology.dropped_records),
+        )
+        register(
+            MetricName.of("stream-task-metrics", "dropped-records-rate", tags),
+            topology.dropped_records_sensor.rate,
+        )
         for tp in task.inputs:
             # Kafka's consumer records-lag: the locally known lag (-1: not fetched yet).
             register(

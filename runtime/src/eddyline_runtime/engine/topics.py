@@ -8,7 +8,9 @@ Before any task starts, the runtime resolves the topology against the log:
 * internal topics (repartition topics) are named ``<application.id>-<name>``
   and get the partition count of the sub-topology that writes them;
 * each logged store has a compacted changelog ``<application.id>-<store>-changelog``
-  with one partition per task of its sub-topology;
+  with one partition per task of its sub-topology; a window or session
+  store's changelog also gets ``retention.ms`` (cleanup ``compact,delete``): the store's retention
+  plus ``windowstore.changelog.additional.retention.ms``, as Kafka Streams sets it;
 * output topics that do not exist yet are created with the partition count of
   the sub-topology that writes them. Input topics must exist: the user's data
   cannot be guessed, so a missing one is an error naming the way out.
@@ -19,11 +21,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from eddyline_runtime.config import (
+    DEFAULT_WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS as _ADDITIONAL_RETENTION_MS,
+)
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log, TopicSpec
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.topology import SubTopology, Topology
 from eddyline_runtime.state.relocation import StoreHomes
+from eddyline_runtime.state.window_layout import changelog_retention_ms
 
 
 class TopologyLayoutError(EddylineError):
@@ -77,7 +83,13 @@ class TopicLayout:
         return None if topic is None else TopicPartition(topic, task.partition)
 
 
-def resolve_topics(topology: Topology, application_id: str, log: Log) -> TopicLayout:
+def resolve_topics(
+    topology: Topology,
+    application_id: str,
+    log: Log,
+    *,
+    window_changelog_additional_retention_ms: int = _ADDITIONAL_RETENTION_MS,
+) -> TopicLayout:
     """Create the internal, changelog and missing output topics; return the layout."""
     subtopologies = tuple(topology.subtopologies())
     internal = set(topology.internal_topics)
@@ -101,6 +113,13 @@ def resolve_topics(topology: Topology, application_id: str, log: Log) -> TopicLa
             if spec.logged:
                 changelogs[store] = spec.changelog_topic(application_id)
                 log.create_topic(changelogs[store], counts[sub.id], compacted=True)
+                if spec.retention_ms is not None:
+                    log.set_topic_retention(
+                        changelogs[store],
+                        changelog_retention_ms(
+                            spec.retention_ms, window_changelog_additional_retention_ms
+                        ),
+                    )
     topics = log.topics()
     return TopicLayout(
         application_id=application_id,

@@ -20,6 +20,7 @@ producer with the same id (a zombie) is fenced: its commit fails with
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -28,6 +29,8 @@ from typing import NamedTuple, overload
 from eddyline_runtime.partitions import TopicPartition
 
 Headers = tuple[tuple[str, bytes], ...]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +316,50 @@ class Log(abc.ABC):
 
     @abc.abstractmethod
     def topics(self) -> Mapping[str, TopicSpec]: ...
+
+    # -- topic retention (cleanup.policy=delete, or compact,delete) ----------------
+
+    def set_topic_retention(self, topic: str, retention_ms: int | None) -> None:
+        """Delete ``topic``'s records once they are older than ``retention_ms`` (None: never).
+
+        Kafka's ``retention.ms`` topic config; on a compacted topic it makes the
+        cleanup policy ``compact,delete``, as Kafka Streams sets for window and
+        session store changelogs. Age is measured against record timestamps,
+        and only a prefix of the partition is ever deleted (the log start moves
+        forward, as when a broker drops whole old segments). Setting it again
+        replaces it.
+
+        This default keeps every record and says so once: an adapter that
+        cannot apply retention stays correct (window stores drop expired
+        entries themselves, during restoration too) but its changelogs grow.
+        Adapters override it: Kafka sets ``retention.ms`` and
+        ``cleanup.policy=compact,delete`` on the topic (AlterConfigs), the
+        embedded log stores it and deletes in :meth:`enforce_retention`.
+        """
+        if retention_ms is not None:
+            logger.warning(
+                "log %s does not apply topic retention: topic %s keeps its records beyond "
+                "retention.ms=%d. Results stay correct; give the topic retention.ms and "
+                "cleanup.policy=compact,delete on the log's side to bound its size",
+                self.url,
+                topic,
+                retention_ms,
+            )
+
+    def topic_retention(self, topic: str) -> int | None:
+        """``topic``'s ``retention.ms``; None when its records are kept forever."""
+        return None
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete records older than their topic's retention as of ``now_ms``; returns
+        how many went.
+
+        A broker does this on its own schedule, so this default does nothing;
+        the embedded log deletes only when asked, so that what is deleted is a
+        function of ``now_ms`` and nothing else (the runtime calls it after
+        commits, at most once per ``log.retention.check.interval.ms``).
+        """
+        return 0
 
     @abc.abstractmethod
     def produce(self, tp: TopicPartition, records: Sequence[Record]) -> list[int]:

@@ -21,6 +21,11 @@ inside a batch). Logs written one row per record are converted on open.
 Durability: ``synchronous=NORMAL`` in WAL mode survives any process crash; a
 machine crash may lose the last transactions, never part of one.
 
+Retention: a topic given ``retention.ms`` (:meth:`SqliteLog.set_topic_retention`)
+loses its oldest records only in :meth:`SqliteLog.enforce_retention`, which
+the runtime calls after commits; nothing is deleted behind a caller's back,
+so what a test sees depends only on the ``now`` it passes.
+
 Read-only opens (``SqliteLog(path, read_only=True)``) are for readers beside a
 live log that must not slow its writers down, such as Spark restore tasks:
 they open the file with ``mode=ro``, never take the write lock, create no
@@ -82,7 +87,8 @@ CREATE TABLE IF NOT EXISTS topics (
     name TEXT NOT NULL UNIQUE,
     partitions INTEGER NOT NULL,
     compacted INTEGER NOT NULL,
-    uuid TEXT DEFAULT (lower(hex(randomblob(16))))
+    uuid TEXT DEFAULT (lower(hex(randomblob(16)))),
+    retention_ms INTEGER
 );
 CREATE TABLE IF NOT EXISTS partitions (
     topic_id INTEGER NOT NULL,
@@ -127,6 +133,8 @@ _MIGRATIONS = {
     ("partitions", "epoch"): (
         "ALTER TABLE partitions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
     ),
+    # Topic retention (NULL: records are kept forever).
+    ("topics", "retention_ms"): ("ALTER TABLE topics ADD COLUMN retention_ms INTEGER",),
 }
 
 # A partition's epoch history: each epoch and the first offset written in it
@@ -357,6 +365,46 @@ class SqliteLog(Log):
                 f"partition {tp} (topic has {spec.partitions} partitions)", names
             )
         return topic_id
+
+    # -- retention -----------------------------------------------------------------
+
+    def set_topic_retention(self, topic: str, retention_ms: int | None) -> None:
+        if retention_ms is not None and (type(retention_ms) is not int or retention_ms < 0):
+            raise InvalidTopicError(
+                topic, f"retention.ms must be a number of milliseconds >= 0, got {retention_ms!r}"
+            )
+        with self._write() as db:
+            self._topic(db, TopicPartition(topic, 0))
+            db.execute("UPDATE topics SET retention_ms = ? WHERE name = ?", (retention_ms, topic))
+
+    def topic_retention(self, topic: str) -> int | None:
+        with self._read() as db:
+            self._topic(db, TopicPartition(topic, 0))
+            row = db.execute("SELECT retention_ms FROM topics WHERE name = ?", (topic,)).fetchone()
+        retention: int | None = row[0]
+        return retention
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete, in each partition of a topic with retention, the longest run of records
+        from its start whose timestamps are all below ``now_ms - retention.ms``.
+
+        As a broker deletes whole old segments: a newer record stops the run, so
+        an older one behind it waits (offsets stay consecutive from the start).
+        """
+        removed = 0
+        with self._write() as db:
+            topics = db.execute(
+                "SELECT id, name, partitions, retention_ms FROM topics "
+                "WHERE retention_ms IS NOT NULL"
+            ).fetchall()
+            for topic_id, name, partitions, retention_ms in topics:
+                cutoff = now_ms - retention_ms
+                for partition in range(partitions):
+                    tp = TopicPartition(name, partition)
+                    first_kept = _first_not_older(db, topic_id, tp, cutoff)
+                    if first_kept is not None:
+                        removed += _delete_below(db, topic_id, tp, first_kept)
+        return removed
 
     # -- records -------------------------------------------------------------------
 
@@ -629,22 +677,7 @@ class SqliteLog(Log):
             start, end = _bounds(db, topic_id, tp.partition)
             if before_offset > end:
                 raise OffsetOutOfRangeError(tp, before_offset, start, end)
-            if before_offset <= start:
-                return 0
-            below = _batches(
-                db, topic_id, tp.partition, start, stop=before_offset, max_records=end - start
-            )
-            removed = sum(last - first for _, first, last in below)
-            db.execute(
-                "DELETE FROM record_batches WHERE topic_id = ? AND partition = ? "
-                "AND last_offset < ?",
-                (topic_id, tp.partition, before_offset),
-            )
-            db.execute(
-                "UPDATE partitions SET log_start = ? WHERE topic_id = ? AND partition = ?",
-                (before_offset, topic_id, tp.partition),
-            )
-        return removed
+            return _delete_below(db, topic_id, tp, before_offset)
 
     def truncate(self, tp: TopicPartition, end_offset: int) -> int:
         """Cut the partition back to end at ``end_offset``; returns the records removed.
@@ -994,6 +1027,57 @@ def _rewriting(db: sqlite3.Connection, topic_id: int, partition: int) -> Iterato
         db.execute(
             "DELETE FROM log_rewrites WHERE topic_id = ? AND partition = ?", (topic_id, partition)
         )
+
+
+def _delete_below(
+    db: sqlite3.Connection, topic_id: int, tp: TopicPartition, before_offset: int
+) -> int:
+    """Move the start of ``tp`` to ``before_offset`` (<= its end) in the caller's write
+    transaction; returns the records removed."""
+    start, end = _bounds(db, topic_id, tp.partition)
+    if before_offset <= start:
+        return 0
+    below = _batches(db, topic_id, tp.partition, start, stop=before_offset, max_records=end - start)
+    removed = sum(last - first for _, first, last in below)
+    db.execute(
+        "DELETE FROM record_batches WHERE topic_id = ? AND partition = ? AND last_offset < ?",
+        (topic_id, tp.partition, before_offset),
+    )
+    db.execute(
+        "UPDATE partitions SET log_start = ? WHERE topic_id = ? AND partition = ?",
+        (before_offset, topic_id, tp.partition),
+    )
+    return removed
+
+
+def _first_not_older(
+    db: sqlite3.Connection, topic_id: int, tp: TopicPartition, cutoff: int
+) -> int | None:
+    """The offset of the first record of ``tp`` with timestamp >= ``cutoff`` (the
+    partition's end when every record is older); None when there is nothing to delete."""
+    start, end = _bounds(db, topic_id, tp.partition)
+    if start == end:
+        return None
+    cursor = db.execute(
+        f"SELECT {SELECT_COLUMNS} FROM record_batches "
+        "WHERE topic_id = ? AND partition = ? AND last_offset >= ? ORDER BY last_offset",
+        (topic_id, tp.partition, start),
+    )
+    older = False
+    try:
+        for row in cursor:
+            batch = DecodedBatch(row)
+            first = batch.index_of(start)
+            offsets = batch.offsets(first, batch.record_count)
+            for offset, timestamp in zip(
+                offsets, batch.timestamps(first, batch.record_count), strict=True
+            ):
+                if timestamp >= cutoff:
+                    return offset if older else None
+                older = True
+    finally:
+        cursor.close()
+    return end if older else None
 
 
 def _convert_record_rows(db: sqlite3.Connection) -> None:

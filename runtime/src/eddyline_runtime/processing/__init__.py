@@ -12,7 +12,14 @@ stores or the log (an import contract holds it), so what authors see never
 depends on how it is run.
 """
 
-from eddyline_runtime.processing.dsl import KGroupedStream, KStream, KTable, StreamsBuilder
+from eddyline_runtime.processing.dsl import (
+    KGroupedStream,
+    KStream,
+    KTable,
+    SessionWindowedKStream,
+    StreamsBuilder,
+    TimeWindowedKStream,
+)
 from eddyline_runtime.processing.topology import (
     Cancellable,
     Change,
@@ -25,6 +32,17 @@ from eddyline_runtime.processing.topology import (
     StoreSpec,
     Topology,
     TopologyError,
+)
+from eddyline_runtime.processing.windows import (
+    SessionStore,
+    SessionWindow,
+    SessionWindowedSerde,
+    SessionWindows,
+    TimeWindow,
+    TimeWindowedSerde,
+    TimeWindows,
+    Windowed,
+    WindowStore,
 )
 from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, Serde, StringSerde
 
@@ -45,9 +63,20 @@ __all__ = [
     "Punctuator",
     "RecordContext",
     "Serde",
+    "SessionStore",
+    "SessionWindow",
+    "SessionWindowedKStream",
+    "SessionWindowedSerde",
+    "SessionWindows",
     "StoreSpec",
     "StreamsBuilder",
     "StringSerde",
+    "TimeWindow",
+    "TimeWindowedKStream",
+    "TimeWindowedSerde",
+    "TimeWindows",
     "Topology",
     "TopologyError",
+    "WindowStore",
+    "Windowed",
 ]

@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import chain, compress, repeat
 from operator import is_, length_hint
-from typing import Any
+from typing import Any, overload
 
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
@@ -31,6 +31,12 @@ from eddyline_runtime.processing.topology import (
     StoreSpec,
     Topology,
     TopologyError,
+)
+from eddyline_runtime.processing.windows import (
+    SessionWindowedAggregation,
+    SessionWindows,
+    TimeWindows,
+    WindowedAggregation,
 )
 from eddyline_runtime.serde import serde_for, serialize_all
 
@@ -329,6 +335,158 @@ class KGroupedStream:
             StoreSpec(store, key_serde=self._key_serde, value_serde=value_serde), name
         )
         return KTable(self._builder, name, self._key_serde, store=store, value_serde=value_serde)
+
+    @overload
+    def windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream: ...
+
+    @overload
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream: ...
+
+    def windowed_by(
+        self, windows: TimeWindows | SessionWindows
+    ) -> TimeWindowedKStream | SessionWindowedKStream:
+        """Aggregate per key *and* window: tumbling or hopping ``TimeWindows``, or
+        ``SessionWindows``."""
+        if isinstance(windows, TimeWindows):
+            return TimeWindowedKStream(self._builder, self._node, self._key_serde, windows)
+        if isinstance(windows, SessionWindows):
+            return SessionWindowedKStream(self._builder, self._node, self._key_serde, windows)
+        raise TopologyError(
+            "windowed_by takes TimeWindows (TimeWindows.of_size_with_grace(...)) or "
+            f"SessionWindows (SessionWindows.of_inactivity_gap_with_grace(...)), got "
+            f"{type(windows).__name__}"
+        )
+
+
+class TimeWindowedKStream:
+    """A grouped stream cut into time windows; its aggregations are keyed by ``Windowed``.
+
+    Each aggregation keeps its windows in the window store named ``store``
+    (required: it names the store's directory and changelog, which must not
+    change when the topology changes elsewhere). See
+    :mod:`~eddyline_runtime.processing.windows` for window semantics.
+    """
+
+    def __init__(
+        self, builder: StreamsBuilder, node: str, key_serde: str | None, windows: TimeWindows
+    ) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+        self._windows = windows
+
+    def count(self, store: str) -> KTable:
+        """Records per key and window (Kafka longs)."""
+        return self.aggregate(lambda: 0, _count_one_more, store, "long")
+
+    def reduce(
+        self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
+    ) -> KTable:
+        """Combine a window's values with ``reducer(aggregate, value)``; the first value seeds."""
+
+        def fold(_key: Any, value: Any, current: Any) -> Any:
+            return value if current is None else reducer(current, value)
+
+        return self.aggregate(lambda: None, fold, store, value_serde)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        store: str,
+        value_serde: str = "json",
+    ) -> KTable:
+        """``aggregator(key, value, aggregate)`` per record and window, kept in ``store``."""
+        if not store:
+            raise TopologyError(
+                "a windowed aggregation needs a store name (Kafka Streams' Materialized.as): "
+                "it names the store's directory and changelog across topology changes"
+            )
+        builder = self._builder
+        name = builder._name("KSTREAM-AGGREGATE")
+        operation = WindowedAggregation(
+            store, self._windows, initializer, aggregator, self._key_serde, value_serde
+        )
+        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_state_store(
+            StoreSpec(
+                store,
+                key_serde=self._key_serde,
+                value_serde=value_serde,
+                window_retention_ms=self._windows.retention_ms,
+            ),
+            name,
+        )
+        return KTable(builder, name, None, store=store, value_serde=value_serde)
+
+
+class SessionWindowedKStream:
+    """A grouped stream cut into sessions; its aggregations are keyed by ``Windowed``
+    with a ``SessionWindow``. A merge forwards each merged session's removal (a None
+    value) before the merged session. ``store`` is required, as for time windows."""
+
+    def __init__(
+        self, builder: StreamsBuilder, node: str, key_serde: str | None, windows: SessionWindows
+    ) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+        self._windows = windows
+
+    def count(self, store: str) -> KTable:
+        """Records per key and session (Kafka longs)."""
+        return self.aggregate(lambda: 0, _count_one_more, _add, store, "long")
+
+    def reduce(
+        self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
+    ) -> KTable:
+        """Combine a session's values with ``reducer(aggregate, value)``; merging two
+        sessions reduces the second into the first."""
+
+        def fold(_key: Any, value: Any, current: Any) -> Any:
+            return value if current is None else reducer(current, value)
+
+        def merge(key: Any, aggregate: Any, other: Any) -> Any:
+            return fold(key, other, aggregate)
+
+        return self.aggregate(lambda: None, fold, merge, store, value_serde)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+        store: str,
+        value_serde: str = "json",
+    ) -> KTable:
+        """``aggregator(key, value, aggregate)`` per record; ``merger(key, aggregate,
+        other)`` when a record bridges sessions. Kept in the session store ``store``."""
+        if not store:
+            raise TopologyError(
+                "a session-windowed aggregation needs a store name (Kafka Streams' "
+                "Materialized.as): it names the store's directory and changelog"
+            )
+        builder = self._builder
+        name = builder._name("KSTREAM-AGGREGATE")
+        operation = SessionWindowedAggregation(
+            store, self._windows, initializer, aggregator, merger, self._key_serde, value_serde
+        )
+        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_state_store(
+            StoreSpec(
+                store,
+                key_serde=self._key_serde,
+                value_serde=value_serde,
+                session_retention_ms=self._windows.retention_ms,
+            ),
+            name,
+        )
+        return KTable(builder, name, None, store=store, value_serde=value_serde)
+
+
+def _add(_key: Any, aggregate: Any, other: Any) -> Any:
+    """``count``'s merger: two sessions' counts add up."""
+    return aggregate + other
 
 
 class KTable:

@@ -207,7 +207,11 @@ class StoreSpec:
     """A key-value store: its name, whether it persists (RocksDB) and has a changelog.
 
     The serdes say how its bytes read (interactive queries render keys and
-    values with them); None means raw bytes.
+    values with them); None means raw bytes. ``window_retention_ms`` makes it
+    a window store keeping each window that long (size + grace for a windowed
+    aggregation), ``session_retention_ms`` a session store keeping each session
+    that long after its end (gap + grace); either gives its changelog
+    ``cleanup.policy=compact,delete``.
     """
 
     name: str
@@ -215,6 +219,15 @@ class StoreSpec:
     logged: bool = True
     key_serde: str | None = None
     value_serde: str | None = None
+    window_retention_ms: int | None = None
+    session_retention_ms: int | None = None
+
+    @property
+    def retention_ms(self) -> int | None:
+        """A window or session store's retention; None for a key-value store."""
+        if self.window_retention_ms is not None:
+            return self.window_retention_ms
+        return self.session_retention_ms
 
     def changelog_topic(self, application_id: str) -> str:
         return partitions.changelog_topic(application_id, self.name)
@@ -228,6 +241,9 @@ class Node:
     children: list[str] = field(default_factory=list)
     topics: tuple[str, ...] = ()  # a source's inputs or a sink's output
     supplier: ProcessorSupplier | None = None
+    # A DSL operation the engine implements (windowed aggregations): a frozen
+    # description instead of a supplier, since this package cannot import the engine.
+    operator: Any = None
     stores: list[str] = field(default_factory=list)
     # Serdes by name (see eddyline_runtime.serde); None: bytes pass through.
     key_serde: str | None = None
@@ -280,6 +296,11 @@ class Topology:
 
     def add_processor(self, name: str, supplier: ProcessorSupplier, *parents: str) -> Topology:
         self._add(Node(name, "processor", supplier=supplier), parents)
+        return self
+
+    def add_operator(self, name: str, operator: Any, *parents: str) -> Topology:
+        """A processor node the engine builds from ``operator`` (a DSL operation's description)."""
+        self._add(Node(name, "processor", operator=operator), parents)
         return self
 
     def add_sink(

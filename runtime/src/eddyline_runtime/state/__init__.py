@@ -2,7 +2,10 @@
 
 Start from :class:`RocksDBStore` (or :class:`InMemoryStore`); both implement
 :class:`StateStore`. Other threads read through ``store.reader(isolation)``.
-Where stores live on disk (``state.dir/<task>/<store>``) is spelled only by
+Window and session stores (:class:`WindowStore`, :class:`SessionStore`) are
+views over a key-value store in the key layout of
+:mod:`~eddyline_runtime.state.window_layout`. Where stores live on disk
+(``state.dir/<task>/<store>``) is spelled only by
 :mod:`~eddyline_runtime.state.state_directory`; KIP-816 relocation of misplaced
 stores is :mod:`~eddyline_runtime.state.relocation`.
 """
@@ -42,6 +45,14 @@ from eddyline_runtime.state.uncommitted_budget import (
     UncommittedBytesBudget,
     uncommitted_bytes,
 )
+from eddyline_runtime.state.window_layout import Retention, changelog_retention_ms
+from eddyline_runtime.state.window_store import (
+    KeyValueBytesStore,
+    SessionStore,
+    SessionStoreReader,
+    WindowStore,
+    WindowStoreReader,
+)
 
 __all__ = [
     "CheckpointFileError",
@@ -52,9 +63,13 @@ __all__ = [
     "IsolationLevel",
     "KeyRange",
     "KeyValue",
+    "KeyValueBytesStore",
     "ReadableKeyValueStore",
+    "Retention",
     "RocksDBStore",
     "RocksDBStoreOptions",
+    "SessionStore",
+    "SessionStoreReader",
     "StateStore",
     "StateStoreError",
     "StoreClosedError",
@@ -64,6 +79,9 @@ __all__ = [
     "StoreReader",
     "TopicPartition",
     "UncommittedBytesBudget",
+    "WindowStore",
+    "WindowStoreReader",
+    "changelog_retention_ms",
     "parse_task_directory",
     "quarantine_directory",
     "store_directory",

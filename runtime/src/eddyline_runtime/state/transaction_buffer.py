@@ -17,14 +17,16 @@ atomic lookup) and then the database; a commit writes the database *before*
 installing the new generation, so a key is always in one or the other.
 
 A deleted key is kept as a tombstone (value ``None``) until commit. Keys are
-never removed from a generation's dict, so dict insertion order lets the owner
-keep its sorted key list up to date by sorting only the keys added since the
-last ordered read.
+never removed from a generation's dict, so the owner keeps its sorted key list
+up to date by adding only the keys first written since the last ordered read
+(remembered in write order): inserted one by one when they are few, merged by
+one sort when they are many.
 """
 
 from __future__ import annotations
 
 import enum
+from bisect import insort
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Final
@@ -47,10 +49,14 @@ class _Absent(enum.Enum):
 ABSENT: Final = _Absent.ABSENT
 
 
+# Up to this many new keys, an ordered read inserts them one by one into the sorted list.
+_INSORT_MAX: Final = 32
+
+
 class TransactionBuffer:
     """Uncommitted writes of one store, owned by one thread."""
 
-    __slots__ = ("_sorted_keys", "num_bytes", "positions", "writes")
+    __slots__ = ("_new_keys", "_sorted_keys", "num_bytes", "positions", "writes")
 
     def __init__(self) -> None:
         # key -> value, or None for a delete; replaced (never cleared) on reset().
@@ -59,8 +65,10 @@ class TransactionBuffer:
         self.num_bytes = 0
         # KIP-796 input positions of the open transaction.
         self.positions: dict[TopicPartition, int] = {}
-        # The first len(_sorted_keys) keys of `writes`, sorted; owner-only.
+        # The keys of `writes` before the last ordered read, sorted; owner-only.
         self._sorted_keys: list[bytes] = []
+        # Keys first written since the last ordered read, in write order; owner-only.
+        self._new_keys: list[bytes] = []
 
     def __len__(self) -> int:
         return len(self.writes)
@@ -73,6 +81,7 @@ class TransactionBuffer:
         added = 0 if value is None else len(value)
         if previous is ABSENT:
             self.num_bytes += len(key) + added
+            self._new_keys.append(key)
         else:
             self.num_bytes += added - (0 if previous is None else len(previous))
 
@@ -82,15 +91,25 @@ class TransactionBuffer:
         self.num_bytes = 0
         self.positions = {}
         self._sorted_keys = []
+        self._new_keys = []
 
     def sorted_keys_in(self, key_range: KeyRange) -> Sequence[bytes]:
         """The owner's buffered keys inside ``key_range``, sorted (a copy, safe to hold)."""
         sorted_keys = self._sorted_keys
-        if len(sorted_keys) != len(self.writes):
-            # Only keys added since the last call are unsorted, and they are
-            # the tail of the dict; timsort merges the two runs in linear time.
-            sorted_keys.extend(islice(self.writes, len(sorted_keys), None))
-            sorted_keys.sort()
+        new_keys = self._new_keys
+        if new_keys:
+            if len(new_keys) <= _INSORT_MAX:
+                # Reads between few writes (a session store looks up sessions for
+                # every record): a binary search and a memmove per new key, not a
+                # pass over every buffered key.
+                for key in new_keys:
+                    insort(sorted_keys, key)
+            else:
+                # Only the new keys are unsorted; timsort merges the two runs in
+                # linear time.
+                sorted_keys.extend(new_keys)
+                sorted_keys.sort()
+            self._new_keys = []
         return key_range.slice_of(sorted_keys)
 
     def snapshot(self) -> BufferSnapshot:

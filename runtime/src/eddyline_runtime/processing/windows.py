@@ -1,0 +1,310 @@
+"""Windows as topology authors see them: time and session windows, ``Windowed`` keys, serdes.
+
+Semantics are Kafka Streams' (``TimeWindows``, ``SessionWindows``, ``Windowed``):
+
+* a window is ``[start, end)``: start inclusive, end exclusive, ``end = start + size``;
+* windows are aligned to the epoch: starts are multiples of the advance, and
+  never negative; tumbling windows advance by their size, hopping ones by less,
+  so a record falls in ``size / advance`` windows;
+* a window *closes* once the task's stream time reaches ``end + grace``; a
+  record for a closed window is dropped, counted in the task's
+  ``dropped-records-total`` metric, and logged with the reason.
+
+Session windows (``SessionWindows``) have no fixed size: a record starts a
+session ``[t, t]`` (both ends inclusive) and merges with every session of its
+key that ends at or after ``t - gap`` and starts at or before ``t + gap``; the
+merged sessions' entries are removed (and their removal forwarded as a None
+value) and the merged session is written. A session closes once stream time
+passes its end + grace.
+
+A windowed aggregation keeps its windows in a *window store* or *session
+store*; processors reach them through :class:`WindowStore` and
+:class:`SessionStore` (what ``context.get_state_store`` returns), which the
+engine implements on its transactional stores.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+from eddyline_runtime.processing.topology import TopologyError
+from eddyline_runtime.serde import Serde, SerdeError
+
+K = TypeVar("K")
+
+_TIMESTAMP: Final = struct.Struct(">q")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TimeWindow:
+    """``[start, end)`` in milliseconds."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.end < self.start:
+            raise TopologyError(f"a window cannot end ({self.end}) before it starts ({self.start})")
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed(Generic[K]):
+    """A key together with the window its aggregate belongs to."""
+
+    key: K
+    window: TimeWindow | SessionWindow
+
+    def __str__(self) -> str:
+        # Kafka Streams' Windowed.toString, so ported apps print the same keys.
+        return f"[{self.key}@{self.window.start}/{self.window.end}]"
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindows:
+    """Tumbling (advance = size) or hopping (advance < size) windows, with a grace period."""
+
+    size_ms: int
+    advance_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_size_with_grace(cls, size_ms: int, grace_ms: int) -> TimeWindows:
+        """Tumbling windows of ``size_ms`` accepting records up to ``grace_ms`` late."""
+        windows = cls(size_ms, size_ms, grace_ms)
+        windows._check()
+        return windows
+
+    @classmethod
+    def of_size_without_grace(cls, size_ms: int) -> TimeWindows:
+        """Tumbling windows that close at their end (Kafka's ``ofSizeWithNoGrace``)."""
+        return cls.of_size_with_grace(size_ms, 0)
+
+    def advance_by(self, advance_ms: int) -> TimeWindows:
+        """Hopping windows: a new window every ``advance_ms`` (0 < advance <= size)."""
+        windows = TimeWindows(self.size_ms, advance_ms, self.grace_ms)
+        windows._check()
+        return windows
+
+    def _check(self) -> None:
+        for what, value in (("size", self.size_ms), ("advance", self.advance_ms)):
+            if type(value) is not int or value <= 0:
+                raise TopologyError(
+                    f"TimeWindows: the window {what} must be a whole number of milliseconds "
+                    f"> 0, got {value!r}"
+                )
+        if self.advance_ms > self.size_ms:
+            raise TopologyError(
+                f"TimeWindows: the advance ({self.advance_ms} ms) cannot exceed the window size "
+                f"({self.size_ms} ms): records between windows would fall in none"
+            )
+        if type(self.grace_ms) is not int or self.grace_ms < 0:
+            raise TopologyError(
+                f"TimeWindows: the grace period must be a whole number of milliseconds >= 0, "
+                f"got {self.grace_ms!r}"
+            )
+
+    def windows_for(self, timestamp: int) -> list[TimeWindow]:
+        """The windows ``timestamp`` falls in, oldest first (Kafka's ``windowsFor``)."""
+        first = max(0, timestamp - self.size_ms + self.advance_ms) // self.advance_ms
+        start = first * self.advance_ms
+        found = []
+        while start <= timestamp:
+            found.append(TimeWindow(start, start + self.size_ms))
+            start += self.advance_ms
+        return found
+
+    @property
+    def retention_ms(self) -> int:
+        """How long the window store keeps a window: size + grace (Kafka's minimum)."""
+        return self.size_ms + self.grace_ms
+
+
+class TimeWindowedSerde(Generic[K]):
+    """``Windowed`` keys as bytes: the inner key's bytes, then the window start as an
+    8-byte big-endian long (Kafka's ``TimeWindowedSerializer``); the end is start + size."""
+
+    def __init__(self, inner: Serde[K], window_size_ms: int) -> None:
+        self._inner = inner
+        self._size = window_size_ms
+
+    def serialize(self, value: Windowed[K] | None) -> bytes | None:
+        if value is None:
+            return None
+        key = self._inner.serialize(value.key)
+        if key is None:
+            raise SerdeError(f"windowed key {value}: its key serialized to None")
+        return key + _TIMESTAMP.pack(value.window.start)
+
+    def deserialize(self, data: bytes | None) -> Windowed[K] | None:
+        if data is None:
+            return None
+        if len(data) < _TIMESTAMP.size:
+            raise SerdeError(
+                f"bytes {data[:32]!r} are too short for a windowed key (key + 8-byte start)"
+            )
+        start: int = _TIMESTAMP.unpack_from(data, len(data) - _TIMESTAMP.size)[0]
+        key = self._inner.deserialize(data[: -_TIMESTAMP.size])
+        return Windowed(key, TimeWindow(start, start + self._size))  # type: ignore[arg-type]
+
+
+class WindowStore(Protocol):
+    """A window store as a processor sees it (``context.get_state_store(name)``).
+
+    Keys and values are bytes (serialized by the processor); a window is named
+    by its start. Reads see the task's own uncommitted writes.
+    """
+
+    name: str
+
+    def fetch(self, key: bytes, window_start: int) -> bytes | None:
+        """The value of ``key``'s window at ``window_start``; None if none or expired."""
+        ...
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
+        """``key``'s windows with ``time_from <= start <= time_to``, as (start, value)."""
+        ...
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[bytes, int, bytes]]:
+        """Every key's windows with ``time_from <= start <= time_to``, as (key, start, value)."""
+        ...
+
+    def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
+        """Write (None: delete) ``key``'s window; False when it had expired and was not."""
+        ...
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The newest window start written (recovered at reopen); -1 before any."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SessionWindow:
+    """A session ``[start, end]``: both ends inclusive (the first and last record's times)."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.end < self.start:
+            raise TopologyError(
+                f"a session cannot end ({self.end}) before it starts ({self.start})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWindows:
+    """Sessions of activity separated by at least ``gap_ms`` of inactivity."""
+
+    gap_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_inactivity_gap_with_grace(cls, gap_ms: int, grace_ms: int) -> SessionWindows:
+        for what, value, least in (("inactivity gap", gap_ms, 1), ("grace period", grace_ms, 0)):
+            if type(value) is not int or value < least:
+                raise TopologyError(
+                    f"SessionWindows: the {what} must be a whole number of milliseconds >= "
+                    f"{least}, got {value!r}"
+                )
+        return cls(gap_ms, grace_ms)
+
+    @classmethod
+    def of_inactivity_gap_without_grace(cls, gap_ms: int) -> SessionWindows:
+        return cls.of_inactivity_gap_with_grace(gap_ms, 0)
+
+    @property
+    def retention_ms(self) -> int:
+        """How long the session store keeps a session after its end: gap + grace."""
+        return self.gap_ms + self.grace_ms
+
+
+class SessionWindowedSerde(Generic[K]):
+    """Session-``Windowed`` keys as bytes: the inner key's bytes, then the session end and
+    start as 8-byte big-endian longs (Kafka's ``SessionWindowedSerializer``)."""
+
+    def __init__(self, inner: Serde[K]) -> None:
+        self._inner = inner
+
+    def serialize(self, value: Windowed[K] | None) -> bytes | None:
+        if value is None:
+            return None
+        key = self._inner.serialize(value.key)
+        if key is None:
+            raise SerdeError(f"windowed key {value}: its key serialized to None")
+        return key + _TIMESTAMP.pack(value.window.end) + _TIMESTAMP.pack(value.window.start)
+
+    def deserialize(self, data: bytes | None) -> Windowed[K] | None:
+        if data is None:
+            return None
+        size = 2 * _TIMESTAMP.size
+        if len(data) < size:
+            raise SerdeError(
+                f"bytes {data[:32]!r} are too short for a session key (key + end + start)"
+            )
+        end: int = _TIMESTAMP.unpack_from(data, len(data) - size)[0]
+        start: int = _TIMESTAMP.unpack_from(data, len(data) - _TIMESTAMP.size)[0]
+        key = self._inner.deserialize(data[:-size])
+        return Windowed(key, SessionWindow(start, end))  # type: ignore[arg-type]
+
+
+class SessionStore(Protocol):
+    """A session store as a processor sees it (``context.get_state_store(name)``)."""
+
+    name: str
+
+    def find_sessions(
+        self, key: bytes, earliest_session_end: int, latest_session_start: int
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """``key``'s sessions ending at or after ``earliest_session_end`` and starting at
+        or before ``latest_session_start``, as (key, start, end, value)."""
+        ...
+
+    def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
+        """Write (None: remove) ``key``'s session; False when it had expired and was not."""
+        ...
+
+    def remove(self, key: bytes, start: int, end: int) -> None:
+        """Remove ``key``'s session [start, end]."""
+        ...
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The newest session end written (recovered at reopen); -1 before any."""
+        ...
+
+
+@dataclass(frozen=True)
+class SessionWindowedAggregation:
+    """What a session-windowed ``count``/``reduce``/``aggregate`` node does; the engine runs it.
+
+    ``merger(key, aggregate, other)`` combines two sessions' aggregates when a
+    record bridges them.
+    """
+
+    store: str
+    windows: SessionWindows
+    initializer: Any
+    aggregator: Any
+    merger: Any
+    key_serde: str | None
+    value_serde: str | None
+
+
+@dataclass(frozen=True)
+class WindowedAggregation:
+    """What a windowed ``count``/``reduce``/``aggregate`` node does; the engine runs it.
+
+    ``initializer()`` seeds a window, ``aggregator(key, value, aggregate)``
+    folds a record in. Keys and aggregates reach the store through the serdes.
+    """
+
+    store: str
+    windows: TimeWindows
+    initializer: Any
+    aggregator: Any
+    key_serde: str | None
+    value_serde: str | None

@@ -1,0 +1,477 @@
+"""Window and session stores: time-segmented views over a transactional key-value store.
+
+A :class:`WindowStore` (key, window start -> value) or :class:`SessionStore`
+(key, session start, session end -> value) owns no data: it writes and reads
+raw keys in the layout of :mod:`~eddyline_runtime.state.window_layout` through
+a *backing* key-value store, in practice a :class:`~eddyline_runtime.state.RocksDBStore`
+(directly, or through the engine's record cache and changelog layers). So
+everything KIP-892 gives the key-value store holds here unchanged, with no
+second engine to keep in step:
+
+* the owner reads its own uncommitted writes; other threads read through
+  :meth:`WindowStore.reader` at ``READ_COMMITTED`` or ``READ_UNCOMMITTED``;
+* uncommitted writes count against the uncommitted-bytes budget;
+* the backing store's ``commit`` writes data and changelog offsets in one batch,
+  and a crash (close without commit) loses the open transaction, never
+  committed data: nothing is wiped;
+* changelog, restoration, standbys and Spark SST builds see plain raw keys.
+
+Retention (Kafka Streams' segmented stores): the *observed stream time* of a
+store is the largest segment-time written (window start, session end).
+Entries older than ``observed - retention + 1`` are expired: a write of one
+is skipped (and counted in :attr:`WindowStore.expired_writes`), reads never
+return one, and a segment whose every timestamp is expired is dropped whole,
+by deleting its key range through the backing store. The deletes go through
+the open transaction and the changelog like any write, so standbys and
+restored stores drop the same entries and stay byte-for-byte equal to the
+active store. After a reopen, the observed stream time is recovered from the
+newest segment (its largest timestamp), so expired entries stay hidden.
+
+The segment interval is part of the layout: reopen a store with the retention
+it was written with (a changed retention needs a new store name, or a reset of
+the application's state). The store checks the segments it finds at first use
+and refuses ones that do not fit its interval rather than miss their entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.state.errors import StateStoreError
+from eddyline_runtime.state.key_ranges import KeyRange, prefix_successor
+from eddyline_runtime.state.store import KeyValue, StoreReader, check_key
+from eddyline_runtime.state.window_layout import (
+    SEGMENT_PREFIX_SIZE,
+    Retention,
+    check_timestamp,
+    decode_session_key,
+    decode_window_key,
+    segment_of_raw,
+    segment_prefix,
+    session_end_of_raw,
+    session_key,
+    session_key_matches,
+    timestamp_bytes,
+    window_key,
+    window_key_matches,
+    window_start_of_raw,
+)
+
+logger = logging.getLogger(__name__)
+
+_MAX_TIME = (1 << 63) - 1
+_NO_TIME = -1
+
+# (key, window start, value)
+WindowedEntry = tuple[bytes, int, bytes]
+# (key, session start, session end, value)
+SessionEntry = tuple[bytes, int, int, bytes]
+
+
+class _Readable(Protocol):
+    """Point reads and ordered scans: a backing store, or another thread's reader of one."""
+
+    name: str
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
+
+
+class KeyValueBytesStore(Protocol):
+    """What a window or session store needs from the store under it.
+
+    :class:`~eddyline_runtime.state.StateStore` is one; so is the engine's
+    task store (record cache and changelog over a StateStore).
+    """
+
+    name: str
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> bytes | None: ...
+
+    def reader(self, isolation: IsolationLevel | str | None = None) -> StoreReader: ...
+
+
+def _discover_segments(readable: _Readable, retention: Retention) -> list[int]:
+    """The segments present, oldest first: one seek per segment, never a scan of one."""
+    found: list[int] = []
+    lower: bytes | None = None
+    while True:
+        first = next(iter(readable.scan(KeyRange(lower, None))), None)
+        if first is None:
+            return found
+        raw = first[0]
+        if len(raw) < SEGMENT_PREFIX_SIZE:
+            raise StateStoreError(
+                readable.name,
+                f'state store "{readable.name}" holds the key {raw!r}, which is not a window '
+                "or session store key: the store was written as a key-value store. Give the "
+                "windowed operation its own store name",
+            )
+        segment = segment_of_raw(raw)
+        if segment % retention.segment_interval_ms:
+            raise _changed_interval(readable.name, segment, retention)
+        found.append(segment)
+        lower = prefix_successor(segment_prefix(segment))
+        if lower is None:
+            return found
+
+
+def _changed_interval(store: str, segment: int, retention: Retention) -> StateStoreError:
+    return StateStoreError(
+        store,
+        f'state store "{store}" holds a segment starting at {segment} ms that does not fit '
+        f"its segment interval of {retention.segment_interval_ms} ms (retention "
+        f"{retention.retention_ms} ms): the store was written with another retention. Keep "
+        "the earlier window size, grace and retention, or give the operation a new store "
+        "name (or reset the application's state) to start the store over",
+    )
+
+
+class _SegmentedReads:
+    """Reads shared by the owner's view and other threads' readers."""
+
+    name: str
+    retention: Retention
+    _readable: _Readable
+
+    def _observed(self) -> int:
+        raise NotImplementedError
+
+    def _segments(self) -> list[int]:
+        raise NotImplementedError
+
+    def _min_live(self) -> int:
+        observed = self._observed()
+        return 0 if observed == _NO_TIME else max(0, self.retention.min_live(observed))
+
+    def _live_segments(self, earliest: int, latest: int) -> list[int]:
+        """Segments that may hold segment-times in [earliest, latest]."""
+        interval = self.retention.segment_interval_ms
+        return [s for s in self._segments() if s <= latest and s + interval > earliest]
+
+
+class _WindowReads(_SegmentedReads):
+    def fetch(self, key: bytes, window_start: int) -> bytes | None:
+        """The value of ``key``'s window starting at ``window_start``; None if none or expired."""
+        check_key(self.name, "fetch", key)
+        check_timestamp(self.name, "window start", window_start)
+        if window_start < self._min_live():
+            return None
+        return self._readable.get(
+            window_key(self.retention.segment_of(window_start), key, window_start)
+        )
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
+        """``key``'s windows with ``time_from <= start <= time_to`` (both inclusive, as
+        Kafka's ``fetch(key, timeFrom, timeTo)``), oldest first, as (start, value)."""
+        check_key(self.name, "fetch", key)
+        check_timestamp(self.name, "time_from", time_from)
+        check_timestamp(self.name, "time_to", time_to)
+        lower = max(time_from, self._min_live())
+        if lower > time_to:
+            return iter(())
+        return self._fetch_range(key, lower, time_to, self._live_segments(lower, time_to))
+
+    def _fetch_range(
+        self, key: bytes, lower: int, upper: int, segments: list[int]
+    ) -> Iterator[tuple[int, bytes]]:
+        for segment in segments:
+            head = segment_prefix(segment) + key
+            span = KeyRange(head + timestamp_bytes(lower), head + timestamp_bytes(upper + 1))
+            for raw, value in self._readable.scan(span):
+                if window_key_matches(raw, key):
+                    yield window_start_of_raw(raw), value
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[WindowedEntry]:
+        """Every key's windows with ``time_from <= start <= time_to``, segment by segment,
+        in key order inside a segment, as (key, start, value)."""
+        check_timestamp(self.name, "time_from", time_from)
+        check_timestamp(self.name, "time_to", time_to)
+        lower = max(time_from, self._min_live())
+        if lower > time_to:
+            return iter(())
+        return self._entries(lower, time_to, self._live_segments(lower, time_to))
+
+    def all(self) -> Iterator[WindowedEntry]:
+        """Every live window of every key."""
+        return self._entries(self._min_live(), _MAX_TIME, self._live_segments(0, _MAX_TIME))
+
+    def _entries(self, lower: int, upper: int, segments: list[int]) -> Iterator[WindowedEntry]:
+        for segment in segments:
+            for raw, value in self._readable.scan(KeyRange.prefix(segment_prefix(segment))):
+                key, start, _ = decode_window_key(raw)
+                if lower <= start <= upper:
+                    yield key, start, value
+
+
+class _SessionReads(_SegmentedReads):
+    def fetch_session(self, key: bytes, start: int, end: int) -> bytes | None:
+        """The value of ``key``'s session [start, end]; None if none or expired."""
+        check_key(self.name, "fetch_session", key)
+        _check_session(self.name, start, end)
+        if end < self._min_live():
+            return None
+        return self._readable.get(session_key(self.retention.segment_of(end), key, start, end))
+
+    def find_sessions(
+        self, key: bytes, earliest_session_end: int, latest_session_start: int
+    ) -> Iterator[SessionEntry]:
+        """``key``'s sessions with ``end >= earliest_session_end`` and ``start <=
+        latest_session_start`` (Kafka's ``findSessions``: the sessions a record at
+        ``t`` merges with are ``find_sessions(key, t - gap, t + gap)``), by end then start."""
+        check_key(self.name, "find_sessions", key)
+        check_timestamp(self.name, "earliest session end", earliest_session_end)
+        check_timestamp(self.name, "latest session start", latest_session_start)
+        lower = max(earliest_session_end, self._min_live())
+        segments = self._live_segments(lower, _MAX_TIME)
+        return self._find(key, lower, latest_session_start, segments)
+
+    def fetch(self, key: bytes) -> Iterator[SessionEntry]:
+        """Every live session of ``key``."""
+        return self.find_sessions(key, 0, _MAX_TIME)
+
+    def _find(
+        self, key: bytes, lower_end: int, latest_start: int, segments: list[int]
+    ) -> Iterator[SessionEntry]:
+        for segment in segments:
+            head = segment_prefix(segment) + key
+            span = KeyRange(head + timestamp_bytes(lower_end), prefix_successor(head))
+            for raw, value in self._readable.scan(span):
+                if session_key_matches(raw, key):
+                    _, start, end = decode_session_key(raw)
+                    if start <= latest_start:
+                        yield key, start, end, value
+
+    def find_all_sessions(
+        self, earliest_session_end: int, latest_session_start: int
+    ) -> Iterator[SessionEntry]:
+        """Every key's sessions with ``end >= earliest_session_end`` and ``start <=
+        latest_session_start``, segment by segment, in key order inside a segment."""
+        check_timestamp(self.name, "earliest session end", earliest_session_end)
+        check_timestamp(self.name, "latest session start", latest_session_start)
+        lower = max(earliest_session_end, self._min_live())
+        return self._all_sessions(
+            lower, latest_session_start, self._live_segments(lower, _MAX_TIME)
+        )
+
+    def _all_sessions(
+        self, lower_end: int, latest_start: int, segments: list[int]
+    ) -> Iterator[SessionEntry]:
+        for segment in segments:
+            for raw, value in self._readable.scan(KeyRange.prefix(segment_prefix(segment))):
+                key, start, end = decode_session_key(raw)
+                if end >= lower_end and start <= latest_start:
+                    yield key, start, end, value
+
+
+def _check_session(store: str, start: int, end: int) -> None:
+    check_timestamp(store, "session start", start)
+    check_timestamp(store, "session end", end)
+    if end < start:
+        raise StateStoreError(
+            store,
+            f'state store "{store}": a session cannot end ({end}) before it starts ({start}); '
+            "pass start <= end",
+        )
+
+
+class _SegmentedOwner:
+    """The owner's bookkeeping: observed stream time, live segments, expiry."""
+
+    name: str
+    retention: Retention
+    _backing: KeyValueBytesStore
+    # The segment-time of a raw key (window start, or session end).
+    _time_of_raw: Callable[[bytes], int]
+
+    def _init_owner(self, backing: KeyValueBytesStore, retention: Retention) -> None:
+        self.name = backing.name
+        self.retention = retention
+        self._backing = backing
+        self._segment_set: set[int] | None = None
+        self._observed_time = _NO_TIME
+        self.expired_writes = 0
+
+    def _load(self) -> set[int]:
+        """At first use: the segments present and the observed stream time they imply."""
+        segments = self._segment_set
+        if segments is None:
+            found = _discover_segments(self._backing, self.retention)
+            if found:
+                newest = found[-1]
+                latest = _NO_TIME
+                for raw, _ in self._backing.scan(KeyRange.prefix(segment_prefix(newest))):
+                    timestamp = self._time_of_raw(raw)
+                    if self.retention.segment_of(timestamp) != newest:
+                        raise _changed_interval(self.name, newest, self.retention)
+                    latest = max(latest, timestamp)
+                self._observed_time = max(self._observed_time, latest)
+            segments = self._segment_set = set(found)
+            self._drop_expired()
+        return segments
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The largest segment-time written (recovered at reopen); -1 before any."""
+        self._load()
+        return self._observed_time
+
+    def _observed(self) -> int:
+        self._load()
+        return self._observed_time
+
+    def _segments(self) -> list[int]:
+        return sorted(self._load())
+
+    def _admit(self, timestamp: int) -> int | None:
+        """Advance observed time; the segment to write ``timestamp`` in, None if expired."""
+        segments = self._load()
+        if timestamp > self._observed_time:
+            self._observed_time = timestamp
+            self._drop_expired()
+        if timestamp < self.retention.min_live(self._observed_time):
+            self.expired_writes += 1
+            logger.debug(
+                'state store "%s": skipping a write at %d ms, expired (observed stream time '
+                "%d ms, retention %d ms)",
+                self.name,
+                timestamp,
+                self._observed_time,
+                self.retention.retention_ms,
+            )
+            return None
+        segment = self.retention.segment_of(timestamp)
+        segments.add(segment)
+        return segment
+
+    def _drop_expired(self) -> None:
+        segments = self._segment_set
+        if segments is None or self._observed_time == _NO_TIME:
+            return
+        min_live = self.retention.min_live(self._observed_time)
+        interval = self.retention.segment_interval_ms
+        for segment in sorted(s for s in segments if s + interval <= min_live):
+            # Collect first: deleting while a scan of the same store is open
+            # would change what the scan sees.
+            raws = [raw for raw, _ in self._backing.scan(KeyRange.prefix(segment_prefix(segment)))]
+            for raw in raws:
+                self._backing.delete(raw)
+            segments.discard(segment)
+            logger.debug('state store "%s": dropped expired segment %d', self.name, segment)
+
+
+class WindowStore(_SegmentedOwner, _WindowReads):
+    """Windows of keys (key, window start -> value) over a transactional key-value store.
+
+    The owner thread writes and reads; other threads use :meth:`reader`.
+    Committing is the backing store's (the engine commits it with the task).
+    """
+
+    def __init__(self, backing: KeyValueBytesStore, retention: Retention) -> None:
+        self._init_owner(backing, retention)
+        self._readable = backing
+        self._time_of_raw = window_start_of_raw
+
+    def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
+        """Write ``key``'s window at ``window_start``; a None value deletes it.
+
+        A window already expired (see the module docstring) is not written:
+        the answer is then False.
+        """
+        check_key(self.name, "put", key)
+        check_timestamp(self.name, "window start", window_start)
+        segment = self._admit(window_start)
+        if segment is None:
+            return False
+        raw = window_key(segment, key, window_start)
+        if value is None:
+            self._backing.delete(raw)
+        else:
+            self._backing.put(raw, value)
+        return True
+
+    def reader(self, isolation: IsolationLevel | str | None = None) -> WindowStoreReader:
+        """A view for other threads at ``isolation`` (None: the backing store's default)."""
+        return WindowStoreReader(self, self._backing.reader(isolation))
+
+
+class WindowStoreReader(_WindowReads):
+    """A window store as another thread (an interactive query) reads it."""
+
+    def __init__(self, owner: WindowStore, inner: StoreReader) -> None:
+        self._owner = owner
+        self._readable = inner
+        self.name = owner.name
+        self.retention = owner.retention
+        self.isolation = inner.isolation
+
+    def _observed(self) -> int:
+        # An int read, safe across threads; the owner loaded it at its first use.
+        return self._owner._observed_time
+
+    def _segments(self) -> list[int]:
+        return _discover_segments(self._readable, self.retention)
+
+
+class SessionStore(_SegmentedOwner, _SessionReads):
+    """Sessions of keys (key, start, end -> value) over a transactional key-value store."""
+
+    def __init__(self, backing: KeyValueBytesStore, retention: Retention) -> None:
+        self._init_owner(backing, retention)
+        self._readable = backing
+        self._time_of_raw = session_end_of_raw
+
+    def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
+        """Write ``key``'s session [start, end]; a None value removes it.
+
+        A session whose end is already expired is not written (the answer is False).
+        """
+        check_key(self.name, "put", key)
+        _check_session(self.name, start, end)
+        segment = self._admit(end)
+        if segment is None:
+            return False
+        raw = session_key(segment, key, start, end)
+        if value is None:
+            self._backing.delete(raw)
+        else:
+            self._backing.put(raw, value)
+        return True
+
+    def remove(self, key: bytes, start: int, end: int) -> None:
+        """Remove ``key``'s session [start, end] (a merged session's old entry)."""
+        check_key(self.name, "remove", key)
+        _check_session(self.name, start, end)
+        if end < self.retention.min_live(self._observed()):
+            return
+        self._backing.delete(session_key(self.retention.segment_of(end), key, start, end))
+
+    def reader(self, isolation: IsolationLevel | str | None = None) -> SessionStoreReader:
+        return SessionStoreReader(self, self._backing.reader(isolation))
+
+
+class SessionStoreReader(_SessionReads):
+    """A session store as another thread reads it."""
+
+    def __init__(self, owner: SessionStore, inner: StoreReader) -> None:
+        self._owner = owner
+        self._readable = inner
+        self.name = owner.name
+        self.retention = owner.retention
+        self.isolation = inner.isolation
+
+    def _observed(self) -> int:
+        return self._owner._observed_time
+
+    def _segments(self) -> list[int]:
+        return _discover_segments(self._readable, self.retention)
