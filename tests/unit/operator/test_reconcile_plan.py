@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -366,3 +367,22 @@ def test_a_deleted_membership_continues_from_the_last_generation(nodes: list[Obj
     result = run(app, pods, nodes, reports=reports(3), membership=None)
     assert result.membership is not None and result.membership.generation == 8
     assert result.status.membership_generation == 8
+
+
+def test_a_pod_that_rebuilt_a_store_makes_the_app_degraded_naming_the_kept_copy(
+    nodes: list[Obj],
+) -> None:
+    """Issue 22: a rebuild that lost state from the changelog is loud on a cluster too."""
+    app = body()
+    pods, membership = settled(app, nodes)
+    kept = "/var/lib/eddyline/state/.quarantine/1_0-counts-20261125T120000Z-ahead"
+    rebuilt = reports()
+    rebuilt["wc-1"] = replace(rebuilt["wc-1"], stores_set_aside=(kept,))
+    result = run(app, pods, nodes, reports=rebuilt, membership=membership)
+    [degraded] = [c for c in result.status.conditions if c.type == "Degraded"]
+    assert (degraded.status.value, degraded.reason) == ("True", "StateRebuilt")
+    assert f"wc-1: {kept}" in degraded.message and "republish" in degraded.message
+    assert any(e.reason == "StateRebuilt" and e.type == "Warning" for e in result.events)
+    calm = run(app, pods, nodes, reports=reports(), membership=membership)
+    [after] = [c for c in calm.status.conditions if c.type == "Degraded"]
+    assert after.reason == "AsExpected"

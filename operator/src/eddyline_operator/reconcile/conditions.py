@@ -78,6 +78,7 @@ def summarize(
     off_node: Sequence[str],
     log_node: str | None,
     upgrade: Decision,
+    set_aside: Sequence[str] = (),
 ) -> Summary:
     """Ready, Progressing, Degraded and Upgrading, and the phase they add up to; read top to
     bottom."""
@@ -115,7 +116,13 @@ def summarize(
         progressing = conditions.make("Progressing", False, "Complete", "every pod is current")
     looping = crash_looping(live)
     degraded = _degraded(
-        conditions, looping, off_node=off_node, log_node=log_node, upgrade=upgrade, events=events
+        conditions,
+        looping,
+        off_node=off_node,
+        log_node=log_node,
+        upgrade=upgrade,
+        set_aside=set_aside,
+        events=events,
     )
     if app.spec.suspended:
         phase = Phase.SUSPENDED
@@ -151,9 +158,11 @@ def _degraded(
     off_node: Sequence[str],
     log_node: str | None,
     upgrade: Decision,
+    set_aside: Sequence[str],
     events: list[Event],
 ) -> Condition:
-    """Degraded: the first of the log shared across nodes, crash loops, a failed upgrade."""
+    """Degraded: the first of the log shared across nodes, crash loops, a failed upgrade,
+    stores a pod rebuilt because their changelog no longer fitted them."""
     if off_node:
         degraded = conditions.make(
             "Degraded",
@@ -176,6 +185,19 @@ def _degraded(
         degraded = conditions.make("Degraded", True, *upgrade.degraded)
         if conditions.changed(degraded):
             events.append(Event("Warning", degraded.reason, degraded.message))
+    elif set_aside:
+        # The pods run on, but state was lost from the changelog: an operator must look
+        # (the old copies are kept; docs/state.md says how to write one back).
+        degraded = conditions.make(
+            "Degraded",
+            True,
+            "StateRebuilt",
+            "stores were rebuilt from changelogs that no longer held what they applied; the "
+            f"old copies are kept at {'; '.join(set_aside)} (eddyline state republish writes "
+            "one back, see docs/state.md)",
+        )
+        if conditions.changed(degraded):
+            events.append(Event("Warning", "StateRebuilt", degraded.message))
     else:
         degraded = conditions.make("Degraded", False, "AsExpected", "")
     return degraded

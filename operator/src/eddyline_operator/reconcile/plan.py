@@ -316,6 +316,11 @@ class _Cycle:
             off_node=pinned.off_node,
             log_node=self.old_status.log_node,
             upgrade=upgrade,
+            set_aside=[
+                f"{pod}: {path}"
+                for pod, report in sorted(observed.reports.items())
+                for path in report.stores_set_aside
+            ],
         )
         self.events.extend(summary.events)
         restores = self.restores(app, pinned)
