@@ -131,6 +131,9 @@ def test_the_pod_runs_eddyline_as_a_cluster_member() -> None:
     assert names_in_order.index("POD_IP") < names_in_order.index("EDDYLINE_APPLICATION_SERVER")
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # A liveness kill (a hung process) waits 5 s, not the pod's 60 s grace (issue 23, item 3).
+    assert c["livenessProbe"]["terminationGracePeriodSeconds"] == 5
+    assert pod_spec(build())["terminationGracePeriodSeconds"] == 60
     assert c["ports"] == [{"name": "query", "containerPort": 7070, "protocol": "TCP"}]
 
 

@@ -34,6 +34,11 @@ READINESS_PERIOD_SECONDS = 1
 # Liveness is slower: a container restart costs a restore, so it must really be stuck.
 LIVENESS_PERIOD_SECONDS = 10
 LIVENESS_FAILURES = 3
+# A liveness kill is for a process that stopped answering: it will not use the pod's 60 s
+# to commit (a hung one never does), and exactly-once makes the kill safe, so it gets only
+# this long between SIGTERM and SIGKILL (the probe-level grace period, Kubernetes >= 1.28)
+# instead of stalling its tasks for the pod's whole grace period.
+LIVENESS_KILL_GRACE_SECONDS = 5
 # Start-up (state relocation, topic resolution) may take a while on big state: 5 minutes.
 STARTUP_PERIOD_SECONDS = 2
 STARTUP_FAILURES = 150
@@ -287,7 +292,10 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
             {"name": names.QUERY_PORT_NAME, "containerPort": names.QUERY_PORT, "protocol": "TCP"}
         ],
         "readinessProbe": _probe("/readyz", READINESS_PERIOD_SECONDS, 1),
-        "livenessProbe": _probe("/healthz", LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURES),
+        "livenessProbe": {
+            **_probe("/healthz", LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURES),
+            "terminationGracePeriodSeconds": LIVENESS_KILL_GRACE_SECONDS,
+        },
         "startupProbe": _probe("/healthz", STARTUP_PERIOD_SECONDS, STARTUP_FAILURES),
         "volumeMounts": [
             {"name": "config", "mountPath": names.CONFIG_MOUNT, "readOnly": True},
