@@ -683,8 +683,15 @@ def test_exactly_once_survives_sigkills(tmp_path: Path, log: Log, threads: int) 
     assert sum(run.killed for run in runs) == kills
     # The kills landed throughout the processing, not after it.
     killed = [run for run in runs if run.killed]
-    quarters = {min(int(run.progress[1] * 4), 4) for run in killed}
-    assert quarters == {0, 1, 2, 3}, [run.progress for run in killed]
+    quarters = [min(int(run.progress[1] * 4), 4) for run in killed]
+    if on_kafka:
+        # Fewer kills over a faster run: on a quiet machine the last kill's random pause can
+        # outlast the processing (seen once in CI). Such a kill proves nothing but harms
+        # nothing; every quarter must still have been hit, and at most one kill be late.
+        assert {0, 1, 2, 3} <= set(quarters), [run.progress for run in killed]
+        assert quarters.count(4) <= 1, [run.progress for run in killed]
+    else:
+        assert set(quarters) == {0, 1, 2, 3}, [run.progress for run in killed]
 
     # The log: every word repartitioned exactly once, counts published without
     # a repeat or a step back, and the last published count is exact.
