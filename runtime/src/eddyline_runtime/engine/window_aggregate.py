@@ -63,6 +63,19 @@ from eddyline_runtime.state.window_layout import (
 logger = logging.getLogger(__name__)
 
 
+def _skip_null_key(context: ProcessorContext, value: Any, dropped: Callable[[], None]) -> None:
+    """A record without a key has no window or session to go to: logged (in Kafka Streams'
+    words) and counted as dropped."""
+    logger.warning(
+        "Skipping record due to null key. value=[%s] topic=[%s] partition=[%d] offset=[%d]",
+        value,
+        context.topic,
+        context.partition,
+        context.offset,
+    )
+    dropped()
+
+
 class WindowAggregateProcessor(Processor):
     def __init__(
         self,
@@ -88,14 +101,7 @@ class WindowAggregateProcessor(Processor):
     def process(self, key: Any, value: Any) -> None:
         context = self.context
         if key is None:
-            logger.warning(
-                "Skipping record due to null key. value=[%s] topic=[%s] partition=[%d] offset=[%d]",
-                value,
-                context.topic,
-                context.partition,
-                context.offset,
-            )
-            self._dropped()
+            _skip_null_key(context, value, self._dropped)
             return
         timestamp = context.timestamp
         recovered = self._recovered_time
@@ -194,14 +200,7 @@ class SessionAggregateProcessor(Processor):
     def process(self, key: Any, value: Any) -> None:
         context = self.context
         if key is None:
-            logger.warning(
-                "Skipping record due to null key. value=[%s] topic=[%s] partition=[%d] offset=[%d]",
-                value,
-                context.topic,
-                context.partition,
-                context.offset,
-            )
-            self._dropped()
+            _skip_null_key(context, value, self._dropped)
             return
         spec, gap = self._spec, self._windows.gap_ms
         timestamp = context.timestamp
