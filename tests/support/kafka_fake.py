@@ -36,6 +36,9 @@ class FakeBroker:
     configs: list[dict[str, Any]] = field(default_factory=list)
     # errors the next delivery reports carry, one per message
     delivery_errors: list[KafkaError] = field(default_factory=list)
+    # a fatal error the next flush reports as confluent-kafka sometimes does: through
+    # the error callback, then a SystemError with no cause
+    fatal_in_flush: KafkaError | None = None
 
     def fail(self, method: str, *errors: KafkaException) -> None:
         self.failures.setdefault(method, []).extend(errors)
@@ -153,6 +156,10 @@ class FakeProducer:
 
     def flush(self, timeout: float = -1) -> int:
         self.broker.check("flush")
+        fatal, self.broker.fatal_in_flush = self.broker.fatal_in_flush, None
+        if fatal is not None:
+            self.config["error_cb"](fatal)
+            raise SystemError("<method 'flush'> returned NULL without setting an exception")
         for message, callback in self.pending:
             error = self.broker.delivery_errors.pop(0) if self.broker.delivery_errors else None
             if callback is not None:

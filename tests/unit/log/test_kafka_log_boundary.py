@@ -231,6 +231,20 @@ def test_fencing_found_while_sending_offsets_is_fencing_too(broker: FakeBroker) 
     assert broker.called("commit_transaction") == []
 
 
+def test_a_fatal_error_flush_lost_to_a_system_error_is_fencing(broker: FakeBroker) -> None:
+    """confluent-kafka reported a fencing found while flushing as a SystemError with no
+    cause (CI, zombie test): the error callback's fatal error is what it meant."""
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"zombie"))
+    broker.fatal_in_flush = KafkaError(KafkaError._FENCED, "fenced", fatal=True)
+    with pytest.raises(ProducerFencedError):
+        producer.commit()
+    with pytest.raises(ProducerFencedError):
+        producer.begin()
+    assert broker.called("commit_transaction") == []
+
+
 def test_an_abortable_commit_error_aborts_and_is_handled_like_fencing(broker: FakeBroker) -> None:
     producer = fake_log(broker).transactional_producer("app-0_0")
     producer.begin()

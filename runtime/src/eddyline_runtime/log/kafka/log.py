@@ -149,7 +149,7 @@ class KafkaLog(Log):
             "bootstrap.servers": self.settings.bootstrap,
             **self.settings.client,
             "logger": logger,
-            "error_cb": self._on_client_error,
+            "error_cb": self.report_client_error,
             **overrides,
         }
 
@@ -166,7 +166,8 @@ class KafkaLog(Log):
                 hint=error.str() if error is not None else str(exc),
             ) from None
 
-    def _on_client_error(self, error: KafkaError) -> None:
+    def report_client_error(self, error: KafkaError) -> None:
+        """Every client's error callback: logged, and kept for the next error message."""
         self._last_client_error = error.str()
         logger.warning("Kafka client error: %s", error.str())
 

@@ -130,6 +130,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._order: list[TopicPartition] = []
         self._delivered: dict[tuple[str, int], list[int]] = {}
         self._delivery_error: KafkaError | None = None
+        self._fatal_error: KafkaError | None = None
         self._offsets: dict[str, dict[TopicPartition, int]] = {}
         self._producer: Producer = log.new_client(
             "producer",
@@ -144,6 +145,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
                     "statistics.interval.ms": _EPOCH_STATS_INTERVAL_MS,
                     "stats_cb": self._on_statistics,
                     "on_delivery": self._on_delivery,
+                    "error_cb": self._on_client_error,
                 },
             ),
         )
@@ -158,6 +160,11 @@ class KafkaTransactionalProducer(TransactionalProducer):
         eos = json.loads(report).get("eos")
         if eos is not None:
             self._epoch = int(eos.get("producer_epoch", -1))
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        if error.fatal():  # kept: confluent-kafka may lose the exception it raises for it
+            self._fatal_error = error
+        self._log.report_client_error(error)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -187,14 +194,27 @@ class KafkaTransactionalProducer(TransactionalProducer):
         try:
             return self._producer.poll(timeout)
         except SystemError as exc:
-            raise _kafka_exception(exc) from None
+            raise self._callback_failure(exc) from None
 
     def _flush(self, timeout: float) -> int:
         """``flush`` (the records still queued), raising a fatal error as a KafkaException."""
         try:
             return self._producer.flush(timeout)
         except SystemError as exc:
-            raise _kafka_exception(exc) from None
+            raise self._callback_failure(exc) from None
+
+    def _callback_failure(self, exc: SystemError) -> KafkaException | SystemError:
+        """What a SystemError out of poll/flush means. confluent-kafka raises librdkafka's
+        fatal error (fencing) from the callback that reports it; when another callback
+        runs after it, Python reports a SystemError caused by it, or (seen in CI) one with
+        no cause at all ("returned NULL without setting an exception"). The fatal error
+        the error callback recorded is then what it means."""
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, KafkaException):
+            return cause
+        if self._fatal_error is not None:
+            return KafkaException(self._fatal_error)
+        return exc
 
     @property
     def epoch(self) -> int:
@@ -407,10 +427,3 @@ class KafkaTransactionalProducer(TransactionalProducer):
                 f'transactional id "{self.transactional_id}": cannot {action} without an open '
                 "transaction; call begin() first"
             )
-
-
-def _kafka_exception(exc: SystemError) -> KafkaException | SystemError:
-    """confluent-kafka raises a fatal error (fencing) from poll/flush; when a callback runs
-    after it, Python reports a SystemError caused by it. The KafkaException is what it means."""
-    cause = exc.__cause__ or exc.__context__
-    return cause if isinstance(cause, KafkaException) else exc
