@@ -41,6 +41,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from eddyline_runtime.engine.join_processors import build_join_operator
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.processing.topology import Change, Processor, ProcessorContext
 from eddyline_runtime.processing.windows import (
@@ -280,6 +281,9 @@ def build_operator(
         return SessionAggregateProcessor(
             operator, views[operator.store], stores[operator.store], dropped
         )
+    joining = build_join_operator(operator, views, stores, dropped)
+    if joining is not None:
+        return joining
     raise TypeError(
         f"the engine has no processor for {type(operator).__name__}; a topology node needs "
         "a processor supplier or an operator the DSL made"

@@ -13,13 +13,17 @@ depends on how it is run.
 """
 
 from eddyline_runtime.processing.dsl import (
+    BranchedKStream,
     KGroupedStream,
+    KGroupedTable,
     KStream,
     KTable,
     SessionWindowedKStream,
     StreamsBuilder,
     TimeWindowedKStream,
 )
+from eddyline_runtime.processing.joins import JoinWindows
+from eddyline_runtime.processing.tables import TableChange
 from eddyline_runtime.processing.topology import (
     Cancellable,
     Change,
@@ -47,13 +51,16 @@ from eddyline_runtime.processing.windows import (
 from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, Serde, StringSerde
 
 __all__ = [
+    "BranchedKStream",
     "BytesSerde",
     "Cancellable",
     "Change",
     "Headers",
     "IntSerde",
+    "JoinWindows",
     "JsonSerde",
     "KGroupedStream",
+    "KGroupedTable",
     "KStream",
     "KTable",
     "LongSerde",
@@ -71,6 +78,7 @@ __all__ = [
     "StoreSpec",
     "StreamsBuilder",
     "StringSerde",
+    "TableChange",
     "TimeWindow",
     "TimeWindowedKStream",
     "TimeWindowedSerde",

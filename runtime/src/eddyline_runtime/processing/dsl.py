@@ -21,6 +21,25 @@ from itertools import chain, compress, repeat
 from operator import is_, length_hint
 from typing import Any, overload
 
+from eddyline_runtime.processing.joins import (
+    JoinWindowBuffer,
+    JoinWindows,
+    StreamStreamJoin,
+    StreamTableJoin,
+    TableTableJoin,
+    ValueJoiner,
+    join_store_names,
+)
+from eddyline_runtime.processing.tables import (
+    JoinSideStoreProcessor,
+    OldValues,
+    TableAggregateProcessor,
+    TableFilterProcessor,
+    TableMapValuesProcessor,
+    TableRegroupProcessor,
+    TableSourceProcessor,
+    TableToStreamProcessor,
+)
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
     Change,
@@ -77,13 +96,16 @@ class StreamsBuilder:
         self.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
         name = self._name("KTABLE-MATERIALIZE")
         keys, values = serde_for(key_serde), serde_for(value_serde)
+        old_values = OldValues()
         self.topology.add_processor(
-            name, lambda: _MaterializeProcessor(store, keys, values), source
+            name, lambda: TableSourceProcessor(store, keys, values, old_values), source
         )
         self.topology.add_state_store(
             StoreSpec(store, key_serde=key_serde, value_serde=value_serde), name
         )
-        return KTable(self, name, key_serde, store=store, value_serde=value_serde)
+        return KTable(
+            self, name, key_serde, store=store, value_serde=value_serde, old_values=old_values
+        )
 
     def build(self) -> Topology:
         return self.topology
@@ -209,22 +231,153 @@ class KStream:
             name, topic, self._node, key_serde=key_serde, value_serde=value_serde
         )
 
-    def join(self, table: KTable, joiner: Callable[[Any, Any], Any]) -> KStream:
-        """Inner stream-table join: each record meets the table's current value for its key.
+    @overload
+    def join(self, other: KTable, joiner: ValueJoiner) -> KStream: ...
 
-        The stream and the table topic must be co-partitioned (same key, same
-        partition count): the join reads the table's store in the same task.
+    @overload
+    def join(
+        self,
+        other: KStream,
+        joiner: ValueJoiner,
+        windows: JoinWindows,
+        *,
+        store_name: str,
+        value_serde: str | None = "json",
+        other_value_serde: str | None = "json",
+    ) -> KStream: ...
+
+    def join(
+        self,
+        other: KTable | KStream,
+        joiner: ValueJoiner,
+        windows: JoinWindows | None = None,
+        *,
+        store_name: str | None = None,
+        value_serde: str | None = "json",
+        other_value_serde: str | None = "json",
+    ) -> KStream:
+        """Inner join with a table (each record meets the table's current value for its
+        key) or, given ``windows``, with another stream (records of both within the
+        windows). See :mod:`~eddyline_runtime.processing.joins` for the semantics.
+
+        Both inputs must be co-partitioned (same key, same partition count): the join
+        reads their stores in the same task. A stream-stream join buffers both sides
+        in window stores named from ``store_name`` (required, Kafka Streams'
+        ``StreamJoined.withStoreName``), their values stored with the serdes given.
         """
-        if table.store is None:
-            raise TopologyError("join needs a materialized table: build it with builder.table")
-        name = self._builder._name("KSTREAM-JOIN")
-        keys, values = serde_for(table.key_serde), serde_for(table.value_serde)
-        store = table.store
-        self._builder.topology.add_processor(
-            name, lambda: _JoinProcessor(store, keys, values, joiner), self._node
+        return self._join(other, joiner, windows, store_name, value_serde, other_value_serde, "inner")
+
+    def left_join(
+        self,
+        other: KTable | KStream,
+        joiner: ValueJoiner,
+        windows: JoinWindows | None = None,
+        *,
+        store_name: str | None = None,
+        value_serde: str | None = "json",
+        other_value_serde: str | None = "json",
+    ) -> KStream:
+        """``join``, keeping every record of this stream: ``joiner(value, None)`` when it
+        has no partner (for a stream-stream join, once its window has closed)."""
+        return self._join(other, joiner, windows, store_name, value_serde, other_value_serde, "left")
+
+    def outer_join(
+        self,
+        other: KStream,
+        joiner: ValueJoiner,
+        windows: JoinWindows,
+        *,
+        store_name: str,
+        value_serde: str | None = "json",
+        other_value_serde: str | None = "json",
+    ) -> KStream:
+        """A windowed stream-stream join keeping the records of both sides: a record
+        without a partner gives ``joiner(left, None)`` or ``joiner(None, right)`` once
+        its window has closed."""
+        return self._join(other, joiner, windows, store_name, value_serde, other_value_serde, "outer")
+
+    def _join(
+        self,
+        other: KTable | KStream,
+        joiner: ValueJoiner,
+        windows: JoinWindows | None,
+        store_name: str | None,
+        value_serde: str | None,
+        other_value_serde: str | None,
+        kind: str,
+    ) -> KStream:
+        if isinstance(other, KTable):
+            if windows is not None or kind == "outer":
+                raise TopologyError(
+                    "a stream-table join takes no JoinWindows and has no outer form: the "
+                    "table's current value is what a record meets"
+                )
+            return _stream_table_join(self, other, joiner, left=kind == "left")
+        if not isinstance(other, KStream) or not isinstance(windows, JoinWindows):
+            raise TopologyError(
+                "a stream-stream join needs the other KStream and JoinWindows "
+                "(JoinWindows.of_time_difference_with_grace(...)); a stream-table join a KTable"
+            )
+        if not store_name:
+            raise TopologyError(
+                "a stream-stream join needs store_name (Kafka Streams' "
+                "StreamJoined.withStoreName): it names both window stores and their "
+                "changelogs, which must not change when the topology changes elsewhere"
+            )
+        return _stream_stream_join(
+            self, other, joiner, windows, store_name, value_serde, other_value_serde, kind
         )
-        self._builder.topology.add_state_store(self._builder.topology.stores[store], name)
+
+    def select_key(self, mapper: Callable[[Any, Any], Any]) -> KStream:
+        """Re-key each record with ``mapper(key, value)`` (no repartition: call
+        ``repartition`` before a join or aggregation that needs the new key's partition)."""
+
+        def batch(items: Items) -> Items:
+            source = iter(items.keys)
+            try:
+                keys = list(map(mapper, source, items.values))
+            except Exception as exc:
+                raise RecordFailedError(_failed_index(items, source), exc) from exc
+            return Items(keys, items.values, items.indices)
+
+        return self._then("KSTREAM-KEY-SELECT", lambda k, v, emit: emit(mapper(k, v), v), batch)
+
+    def merge(self, other: KStream) -> KStream:
+        """Both streams' records in one stream, in the order the task processes them."""
+        name = self._builder._name("KSTREAM-MERGE")
+        self._builder.topology.add_processor(name, _PassThrough, self._node, other._node)
         return KStream(self._builder, name, self._key_serde)
+
+    def repartition(
+        self,
+        name: str | None = None,
+        *,
+        key_serde: str = "string",
+        value_serde: str = "json",
+    ) -> KStream:
+        """Write through the internal topic ``<name>-repartition`` and read it back, so
+        records are partitioned by their current key (Kafka Streams' ``repartition``
+        with ``Repartitioned.as(name)``; without a name, a generated one that shifts when
+        the topology changes before it)."""
+        builder = self._builder
+        generated = builder._name("KSTREAM-REPARTITION")
+        topic = f"{name or generated}-repartition"
+        builder.internal_topics.append(topic)
+        builder.topology.add_sink(
+            builder._name("KSTREAM-SINK"),
+            topic,
+            self._node,
+            key_serde=key_serde,
+            value_serde=value_serde,
+        )
+        source = builder._name("KSTREAM-SOURCE")
+        builder.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
+        return KStream(builder, source, key_serde)
+
+    def split(self, name: str = "") -> BranchedKStream:
+        """Route each record to the first branch whose predicate it passes (Kafka Streams'
+        ``split(Named.as(name))``); branch names are prefixed with ``name``."""
+        return BranchedKStream(self, name)
 
     def process(
         self,
@@ -500,19 +653,340 @@ class KTable:
         *,
         store: str | None = None,
         value_serde: str | None = None,
+        old_values: OldValues | None = None,
     ) -> None:
         self._builder = builder
         self._node = node
         self.key_serde = key_serde
         self.store = store
         self.value_serde = value_serde
+        # Set for tables whose nodes forward TableChange values (sources, table
+        # operations, joins); None for aggregations, which forward new values only.
+        self._old_values = old_values
 
     def to_stream(self) -> KStream:
         name = self._builder._name("KTABLE-TOSTREAM")
+        if self._old_values is not None:  # a table forwarding changes: their new values
+            self._builder.topology.add_processor(name, TableToStreamProcessor, self._node)
+            return KStream(self._builder, name, self.key_serde)
         self._builder.topology.add_processor(
             name, lambda: _StepProcessor(lambda k, v, emit: emit(k, v), _same), self._node
         )
         return KStream(self._builder, name, self.key_serde)
+
+    def filter(self, predicate: Callable[[Any, Any], bool]) -> KTable:
+        """The rows passing ``predicate(key, value)``; a failing update removes its key."""
+        return self._table_step("KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, True, cell))
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KTable:
+        """The rows failing ``predicate(key, value)``."""
+        return self._table_step("KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, False, cell))
+
+    def map_values(self, mapper: Callable[[Any], Any]) -> KTable:
+        return self._table_step("KTABLE-MAPVALUES", lambda cell: TableMapValuesProcessor(mapper, cell))
+
+    def join(self, other: KTable, joiner: ValueJoiner, *, store_name: str) -> KTable:
+        """Inner table-table join on the key; results are table changes. ``store_name``
+        names the stores each side keeps its table in (``<store_name>-left-store``,
+        ``-right-store``)."""
+        return _table_table_join(self, other, joiner, store_name, ("inner", "inner"))
+
+    def left_join(self, other: KTable, joiner: ValueJoiner, *, store_name: str) -> KTable:
+        """Every row of this table, joined with ``other``'s row or None."""
+        return _table_table_join(self, other, joiner, store_name, ("left", "right"))
+
+    def outer_join(self, other: KTable, joiner: ValueJoiner, *, store_name: str) -> KTable:
+        """Every row of either table, joined with the other's row or None."""
+        return _table_table_join(self, other, joiner, store_name, ("outer", "outer"))
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], tuple[Any, Any]],
+        *,
+        key_serde: str = "string",
+        repartition_name: str | None = None,
+    ) -> KGroupedTable:
+        """Re-group the table by ``selector(key, value) -> (new key, new value)`` through the
+        repartition topic ``<repartition_name>-repartition`` (values travel as JSON)."""
+        if self._old_values is None:
+            raise TopologyError(
+                "group_by on this table needs its old values, which an aggregation's result "
+                "table does not forward yet: write it to a topic and read that with "
+                "builder.table"
+            )
+        self._old_values.enable()
+        builder = self._builder
+        name = builder._name("KTABLE-SELECT")
+        builder.topology.add_processor(name, lambda: TableRegroupProcessor(selector), self._node)
+        generated = builder._name("KTABLE-AGGREGATE-STATE-STORE")
+        topic = f"{repartition_name or generated}-repartition"
+        builder.internal_topics.append(topic)
+        builder.topology.add_sink(
+            builder._name("KSTREAM-SINK"), topic, name, key_serde=key_serde, value_serde="json"
+        )
+        source = builder._name("KSTREAM-SOURCE")
+        builder.topology.add_source(source, [topic], key_serde=key_serde, value_serde="json")
+        return KGroupedTable(builder, source, key_serde)
+
+    def _table_step(self, prefix: str, make: Callable[[OldValues], Processor]) -> KTable:
+        name = self._builder._name(prefix)
+        # This node forwards old values when one below asks; then it needs its parent's.
+        cell = OldValues(self._old_values)
+        self._builder.topology.add_processor(name, lambda: make(cell), self._node)
+        return KTable(self._builder, name, self.key_serde, value_serde=self.value_serde, old_values=cell)
+
+
+class KGroupedTable:
+    """A table re-grouped by ``KTable.group_by``: its aggregations add each new value
+    and subtract each replaced one (Kafka Streams' ``KGroupedTable``)."""
+
+    def __init__(self, builder: StreamsBuilder, node: str, key_serde: str | None) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+
+    def count(self, store: str) -> KTable:
+        """Rows per group (Kafka longs)."""
+        return self.aggregate(lambda: 0, _count_one_more, _count_one_less, store, "long")
+
+    def reduce(
+        self,
+        adder: Callable[[Any, Any], Any],
+        subtractor: Callable[[Any, Any], Any],
+        store: str,
+        value_serde: str = "json",
+    ) -> KTable:
+        """``adder(aggregate, value)`` for each new value (the first one seeds),
+        ``subtractor(aggregate, value)`` for each replaced one."""
+        return self.aggregate(
+            lambda: None,
+            lambda _k, value, current: value if current is None else adder(current, value),
+            lambda _k, value, current: subtractor(current, value),
+            store,
+            value_serde,
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+        store: str,
+        value_serde: str = "json",
+    ) -> KTable:
+        """``adder(key, value, aggregate)`` / ``subtractor(key, value, aggregate)``, kept in
+        ``store``; forwards each group's new aggregate."""
+        if not store:
+            raise TopologyError("a table aggregation needs a store name (Materialized.as)")
+        builder = self._builder
+        name = builder._name("KTABLE-AGGREGATE")
+        keys, values = serde_for(self._key_serde), serde_for(value_serde)
+        cell = OldValues()
+        builder.topology.add_processor(
+            name,
+            lambda: TableAggregateProcessor(
+                store, keys, values, initializer, adder, subtractor, cell
+            ),
+            self._node,
+        )
+        builder.topology.add_state_store(
+            StoreSpec(store, key_serde=self._key_serde, value_serde=value_serde), name
+        )
+        return KTable(
+            builder, name, self._key_serde, store=store, value_serde=value_serde, old_values=cell
+        )
+
+
+class BranchedKStream:
+    """``KStream.split()``: ``branch(predicate, name)`` in order, then ``default_branch()``
+    or ``no_default_branch()``, which return the branches by name (prefix + name, or
+    prefix + position from 1; the default branch's position is 0). A record goes to the
+    first branch it passes; one passing none goes to the default branch, or nowhere."""
+
+    def __init__(self, stream: KStream, prefix: str) -> None:
+        self._builder = stream._builder
+        self._key_serde = stream._key_serde
+        self._prefix = prefix or stream._builder._name("KSTREAM-BRANCH") + "-"
+        self._routes: list[tuple[Callable[[Any, Any], bool] | None, str]] = []
+        self._node = self._builder._name("KSTREAM-SPLIT")
+        routes = self._routes
+        self._builder.topology.add_processor(
+            self._node, lambda: _SplitProcessor(routes), stream._node
+        )
+        self._branches: dict[str, KStream] = {}
+
+    def branch(self, predicate: Callable[[Any, Any], bool], name: str | None = None) -> BranchedKStream:
+        self._add(predicate, self._prefix + (name or str(len(self._routes) + 1)))
+        return self
+
+    def default_branch(self, name: str | None = None) -> dict[str, KStream]:
+        self._add(None, self._prefix + (name or "0"))
+        return dict(self._branches)
+
+    def no_default_branch(self) -> dict[str, KStream]:
+        return dict(self._branches)
+
+    def _add(self, predicate: Callable[[Any, Any], bool] | None, name: str) -> None:
+        if name in self._branches:
+            raise TopologyError(f'split: a branch named "{name}" already exists')
+        self._builder.topology.add_processor(name, _PassThrough, self._node)
+        self._routes.append((predicate, name))
+        self._branches[name] = KStream(self._builder, name, self._key_serde)
+
+
+class _SplitProcessor(Processor):
+    def __init__(self, routes: list[tuple[Callable[[Any, Any], bool] | None, str]]) -> None:
+        self._routes = routes
+
+    def process(self, key: Any, value: Any) -> None:
+        for predicate, child in self._routes:
+            if predicate is None or predicate(key, value):
+                self.context.forward(key, value, to=child)
+                return
+
+
+class _PassThrough(Processor):
+    def process(self, key: Any, value: Any) -> None:
+        self.context.forward(key, value)
+
+
+def _count_one_less(_key: Any, _value: Any, count: int) -> int:
+    return count - 1
+
+
+def _stream_table_join(stream: KStream, table: KTable, joiner: ValueJoiner, *, left: bool) -> KStream:
+    if table.store is None:
+        raise TopologyError(
+            "a stream-table join needs a materialized table (builder.table, or an "
+            "aggregation's result)"
+        )
+    builder = stream._builder
+    name = builder._name("KSTREAM-JOIN")
+    operation = StreamTableJoin(table.store, joiner, left, table.key_serde, table.value_serde)
+    builder.topology.add_operator(name, operation, stream._node)
+    builder.topology.add_state_store(builder.topology.stores[table.store], name)
+    return KStream(builder, name, stream._key_serde)
+
+
+def _stream_stream_join(
+    this: KStream,
+    other: KStream,
+    joiner: ValueJoiner,
+    windows: JoinWindows,
+    store_name: str,
+    value_serde: str | None,
+    other_value_serde: str | None,
+    kind: str,
+) -> KStream:
+    """Kafka Streams' KStreamImplJoin: a buffer and a join node per side, then a merge."""
+    builder, topology = this._builder, this._builder.topology
+    left_outer, right_outer = kind in ("left", "outer"), kind == "outer"
+    this_store, other_store, shared = join_store_names(
+        store_name, left_outer=left_outer, right_outer=right_outer
+    )
+    shared_store = shared if left_outer else None
+    key_serde = this._key_serde
+    this_window = builder._name("KSTREAM-JOINTHIS")
+    other_window = builder._name("KSTREAM-JOINOTHER")
+    topology.add_operator(
+        this_window, JoinWindowBuffer(this_store, windows, key_serde, value_serde), this._node
+    )
+    topology.add_operator(
+        other_window,
+        JoinWindowBuffer(other_store, windows, key_serde, other_value_serde),
+        other._node,
+    )
+    this_join = builder._name("KSTREAM-OUTERTHIS" if right_outer else "KSTREAM-JOINTHIS")
+    other_join = builder._name("KSTREAM-OUTEROTHER" if left_outer else "KSTREAM-JOINOTHER")
+    common = {
+        "shared_store": shared_store,
+        "time_key": this_store,
+        "windows": windows,
+        "joiner": joiner,
+        "key_serde": key_serde,
+        "left_value_serde": value_serde,
+        "right_value_serde": other_value_serde,
+    }
+    topology.add_operator(
+        this_join,
+        StreamStreamJoin(
+            left=True, this_store=this_store, other_store=other_store, outer=left_outer, **common
+        ),
+        this_window,
+    )
+    topology.add_operator(
+        other_join,
+        StreamStreamJoin(
+            left=False, this_store=other_store, other_store=this_store, outer=right_outer, **common
+        ),
+        other_window,
+    )
+    for store, buffer in ((this_store, this_window), (other_store, other_window)):
+        topology.add_state_store(
+            StoreSpec(
+                store,
+                key_serde=key_serde,
+                value_serde=None,  # several values per entry (joins.pack_values)
+                window_retention_ms=windows.retention_ms,
+            ),
+            buffer,
+            this_join,
+            other_join,
+        )
+    if shared_store is not None:
+        topology.add_state_store(StoreSpec(shared_store), this_join, other_join)
+    merge = builder._name("KSTREAM-MERGE")
+    topology.add_processor(merge, _PassThrough, this_join, other_join)
+    return KStream(builder, merge, key_serde)
+
+
+def _table_table_join(
+    this: KTable, other: KTable, joiner: ValueJoiner, store_name: str, kinds: tuple[str, str]
+) -> KTable:
+    """Each side keeps its own timestamped copy of its table, then joins against the other's."""
+    if not store_name:
+        raise TopologyError(
+            "a table-table join needs store_name: it names the stores both sides keep their "
+            "tables in, which must not change when the topology changes elsewhere"
+        )
+    builder, topology = this._builder, this._builder.topology
+    result = OldValues()
+    stores = (f"{store_name}-left-store", f"{store_name}-right-store")
+    sides = (this, other)
+    joins = []
+    for index, (side, kind) in enumerate(zip(sides, kinds, strict=True)):
+        keys, values = serde_for(side.key_serde), serde_for(side.value_serde)
+        store = stores[index]
+        keep = builder._name("KTABLE-JOIN-STORE")
+        topology.add_processor(
+            keep,
+            lambda store=store, keys=keys, values=values: JoinSideStoreProcessor(store, keys, values),  # type: ignore[misc]
+            side._node,
+        )
+        join = builder._name("KTABLE-JOINTHIS" if index == 0 else "KTABLE-JOINOTHER")
+        topology.add_operator(
+            join,
+            TableTableJoin(
+                left=index == 0,
+                other_store=stores[1 - index],
+                joiner=joiner,
+                kind=kind,
+                key_serde=side.key_serde,
+                other_value_serde=sides[1 - index].value_serde,
+                send_old_values=result,
+            ),
+            keep,
+        )
+        joins.append((keep, join))
+    for index, store in enumerate(stores):
+        topology.add_state_store(
+            StoreSpec(store, key_serde=sides[index].key_serde),
+            joins[index][0],
+            joins[1 - index][1],
+        )
+    merge = builder._name("KTABLE-MERGE")
+    topology.add_processor(merge, _PassThrough, joins[0][1], joins[1][1])
+    return KTable(builder, merge, this.key_serde, old_values=result)
 
 
 _Step = Callable[[Any, Any, Callable[[Any, Any], None]], None]
@@ -770,32 +1244,3 @@ class _AggregateProcessor(BatchProcessor):
     def _flushed(self, key: bytes, change: Change) -> None:
         new = None if change.new is None else self._values.deserialize(change.new)
         self.context.forward(self._keys.deserialize(key), new)
-
-
-class _MaterializeProcessor(Processor):
-    def __init__(self, store: str, keys: Any, values: Any) -> None:
-        self._store_name, self._keys, self._values = store, keys, values
-
-    def process(self, key: Any, value: Any) -> None:
-        if key is None:
-            return
-        store = self.context.get_state_store(self._store_name)
-        if value is None:
-            store.delete(self._keys.serialize(key))
-        else:
-            store.put(self._keys.serialize(key), self._values.serialize(value))
-        self.context.forward(key, value)
-
-
-class _JoinProcessor(Processor):
-    def __init__(
-        self, store: str, keys: Any, values: Any, joiner: Callable[[Any, Any], Any]
-    ) -> None:
-        self._store_name, self._keys, self._values, self._joiner = store, keys, values, joiner
-
-    def process(self, key: Any, value: Any) -> None:
-        if key is None:
-            return
-        stored = self.context.get_state_store(self._store_name).get(self._keys.serialize(key))
-        if stored is not None:  # inner join: no table value, no output
-            self.context.forward(key, self._joiner(value, self._values.deserialize(stored)))

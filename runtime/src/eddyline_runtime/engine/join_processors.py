@@ -1,0 +1,344 @@
+"""Join processors: what ``join``/``left_join``/``outer_join`` run (Kafka Streams' semantics).
+
+Stream-stream (``KStreamJoinWindow`` + ``KStreamKStreamJoin{Left,Right}Side``):
+
+* each side's *buffer* node forwards a record to its join node first and then
+  writes it into its window store (key, timestamp -> the records of that key at
+  that timestamp, in arrival order), so a record never meets itself;
+* both join nodes of a task share one stream time, the largest timestamp
+  either side has seen (records dropped for a null key or value included).
+  After a restart it is recovered from the two window stores (the newest
+  timestamp each holds), since the shared time itself is not persisted;
+* a record with a null key or value is dropped, logged and counted;
+* a record meets the other side's records of its key in ``[t - before, t + after]``
+  (the right side: ``[t - after, t + before]``), oldest first; each result is
+  ``joiner(left, right)`` timestamped with the later of the two; for a
+  left/outer side, each partner found is removed from the shared store of
+  non-joined records (it has a partner now);
+* a left/outer record with no partner: if its window is already past (``t +
+  after < stream time``) its null join goes out at once, else it waits in the
+  shared store, keyed ``timestamp | side | key`` so a scan meets the oldest first;
+* when a record arrives in order (its timestamp is the stream time), the shared
+  store is scanned from the oldest entry and each entry whose window has closed
+  (``t + after (left) or before (right) + grace < stream time``) goes out as its
+  null join, timestamped with its own time, and is removed; the scan stops once
+  both sides meet an open window. Kafka Streams throttles this scan to once per
+  ``emit.interval`` of wall-clock time (1 s by default); eddyline scans on every
+  in-order record, which is Kafka's behaviour with the interval at 0 (what its
+  tests use), so results never wait for wall-clock time.
+
+Every store is a task store: transactional, changelogged, restored and relocated
+like any other, so a crash under exactly-once neither loses nor repeats a join
+result.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from eddyline_runtime.engine.task_store import TaskStore
+from eddyline_runtime.processing.joins import (
+    JoinWindowBuffer,
+    StreamStreamJoin,
+    StreamTableJoin,
+    TableTableJoin,
+    pack_values,
+    split_timestamped,
+    unpack_values,
+)
+from eddyline_runtime.processing.tables import TableChange
+from eddyline_runtime.processing.topology import Processor, ProcessorContext
+from eddyline_runtime.processing.windows import WindowStore
+from eddyline_runtime.serde import serde_for
+from eddyline_runtime.state.key_ranges import KeyRange
+
+logger = logging.getLogger(__name__)
+
+_TIME: Final = struct.Struct(">q")
+_LEFT, _RIGHT = b"\x01", b"\x00"  # Kafka's join-side byte: right sorts before left
+_SHARED_PREFIX = _TIME.size + 1
+_UNKNOWN = -1
+# The shared store is empty: no scan until a record goes into it.
+_NOTHING_WAITS = 1 << 62
+
+
+def _skip(context: ProcessorContext, what: str, dropped: Callable[[], None]) -> None:
+    logger.warning(
+        "Skipping record due to null %s. topic=[%s] partition=[%d] offset=[%d]",
+        what,
+        context.topic,
+        context.partition,
+        context.offset,
+    )
+    dropped()
+
+
+@dataclass
+class _TimeTracker:
+    """The stream time both sides of one join in one task share (Kafka's ``TimeTracker``)."""
+
+    stream_time: int = _UNKNOWN
+    # The oldest timestamp the shared store may hold; None: not known (a new task
+    # over a restored store), so the next in-order record scans.
+    min_time: int | None = None
+
+
+# One tracker per join per task: keyed by the task's left window store object,
+# which both join nodes of a task reach and no other task has.
+_TRACKERS: weakref.WeakKeyDictionary[TaskStore, _TimeTracker] = weakref.WeakKeyDictionary()
+
+
+class JoinWindowBufferProcessor(Processor):
+    def __init__(self, spec: JoinWindowBuffer, store: WindowStore) -> None:
+        self._store = store
+        self._keys: Any = serde_for(spec.key_serde)
+        self._values: Any = serde_for(spec.value_serde)
+
+    def process(self, key: Any, value: Any) -> None:
+        context = self.context
+        context.forward(key, value)
+        if key is None or value is None:
+            # Nothing can join it; Kafka writes a null value as a delete of the whole
+            # timestamp, which eddyline does not repeat (the join dropped it already).
+            return
+        stored_key = self._keys.serialize(key)
+        timestamp = context.timestamp
+        data = self._values.serialize(value)
+        present = self._store.fetch(stored_key, timestamp)
+        packed = pack_values([data]) if present is None else present + pack_values([data])
+        self._store.put(stored_key, timestamp, packed)
+
+
+class StreamStreamJoinProcessor(Processor):
+    def __init__(
+        self,
+        spec: StreamStreamJoin,
+        other: WindowStore,
+        shared: TaskStore | None,
+        this_window: WindowStore,
+        time_key: TaskStore,
+        dropped: Callable[[], None],
+    ) -> None:
+        self._spec = spec
+        self._other = other
+        self._this_window = this_window
+        self._shared = shared
+        self._dropped = dropped
+        windows = spec.windows
+        # Seen from this side: how far back and ahead the other side's records may be.
+        self._before = windows.before_ms if spec.left else windows.after_ms
+        self._after = windows.after_ms if spec.left else windows.before_ms
+        self._grace = windows.grace_ms
+        self._keys: Any = serde_for(spec.key_serde)
+        self._left_values: Any = serde_for(spec.left_value_serde)
+        self._right_values: Any = serde_for(spec.right_value_serde)
+        self._this_values = self._left_values if spec.left else self._right_values
+        self._other_values = self._right_values if spec.left else self._left_values
+        self._side = _LEFT if spec.left else _RIGHT
+        self._other_side = _RIGHT if spec.left else _LEFT
+        tracker = _TRACKERS.get(time_key)
+        if tracker is None:
+            tracker = _TRACKERS[time_key] = _TimeTracker()
+        self._tracker = tracker
+
+    def _join(self, this: Any, other: Any) -> Any:
+        if self._spec.left:
+            return self._spec.joiner(this, other)
+        return self._spec.joiner(other, this)
+
+    def process(self, key: Any, value: Any) -> None:
+        context, tracker = self.context, self._tracker
+        timestamp = context.timestamp
+        if tracker.stream_time == _UNKNOWN:
+            # A new task: the stores hold the newest times each side buffered.
+            tracker.stream_time = max(
+                self._other.observed_stream_time, self._this_window.observed_stream_time
+            )
+        tracker.stream_time = max(tracker.stream_time, timestamp)
+        if key is None or value is None:
+            _skip(context, "key or value", self._dropped)
+            return
+        if self._shared is not None and timestamp == tracker.stream_time:
+            self._emit_closed()
+        stored_key = self._keys.serialize(key)
+        found = False
+        for other_time, packed in self._other.fetch_range(
+            stored_key, max(0, timestamp - self._before), max(0, timestamp + self._after)
+        ):
+            found = True
+            if self._shared is not None:
+                # The partner has a partner now: it never gets a null join.
+                self._shared.delete(self._shared_key(self._other_side, other_time, stored_key))
+            for data in unpack_values(packed):
+                context.forward(
+                    key,
+                    self._join(value, self._other_values.deserialize(data)),
+                    timestamp=max(timestamp, other_time),
+                )
+        if found or not self._spec.outer:
+            return
+        if self._shared is None or timestamp + self._after < tracker.stream_time:
+            # Its window is already past: no partner can come any more.
+            context.forward(key, self._join(value, None))
+            return
+        tracker.min_time = (
+            timestamp if tracker.min_time is None else min(tracker.min_time, timestamp)
+        )
+        shared_key = self._shared_key(self._side, timestamp, stored_key)
+        present = self._shared.get(shared_key)
+        data = pack_values([self._this_values.serialize(value)])
+        self._shared.put(shared_key, data if present is None else present + data)
+
+    @staticmethod
+    def _shared_key(side: bytes, timestamp: int, stored_key: bytes) -> bytes:
+        return _TIME.pack(timestamp) + side + stored_key
+
+    def _emit_closed(self) -> None:
+        """Null joins for the shared store's records whose window has closed, oldest first."""
+        tracker, shared, grace = self._tracker, self._shared, self._grace
+        assert shared is not None
+        windows = self._spec.windows
+        if (
+            tracker.min_time is not None
+            and tracker.min_time + self._after + grace >= tracker.stream_time
+        ):
+            return  # nothing in the store can have closed yet
+        tracker.min_time = _NOTHING_WAITS  # stays so if the store is empty
+        open_left = open_right = False
+        emitted: list[bytes] = []
+        for raw, packed in shared.scan(KeyRange()):
+            timestamp = _TIME.unpack_from(raw)[0]
+            tracker.min_time = timestamp
+            if open_left and open_right:
+                break
+            left = raw[_TIME.size : _SHARED_PREFIX] == _LEFT
+            look_back = windows.after_ms if left else windows.before_ms
+            if timestamp + look_back + grace >= tracker.stream_time:
+                if left:
+                    open_left = True
+                else:
+                    open_right = True
+                continue
+            key = self._keys.deserialize(raw[_SHARED_PREFIX:])
+            for data in unpack_values(packed):
+                if left:
+                    result = self._spec.joiner(self._left_values.deserialize(data), None)
+                else:
+                    result = self._spec.joiner(None, self._right_values.deserialize(data))
+                self.context.forward(key, result, timestamp=timestamp)
+            emitted.append(raw)
+        for raw in emitted:
+            shared.delete(raw)
+
+
+class StreamTableJoinProcessor(Processor):
+    def __init__(self, spec: StreamTableJoin, table: TaskStore, dropped: Callable[[], None]):
+        self._spec = spec
+        self._table = table
+        self._dropped = dropped
+        self._keys: Any = serde_for(spec.key_serde)
+        self._values: Any = serde_for(spec.table_value_serde)
+
+    def process(self, key: Any, value: Any) -> None:
+        spec, context = self._spec, self.context
+        if spec.left and key is None and value is not None:
+            context.forward(key, spec.joiner(value, None))
+            return
+        if key is None or value is None:
+            _skip(context, "join key or value", self._dropped)
+            return
+        stored = self._table.get(self._keys.serialize(key))
+        if stored is None and not spec.left:
+            return
+        table_value = None if stored is None else self._values.deserialize(stored)
+        context.forward(key, spec.joiner(value, table_value))
+
+
+class TableTableJoinProcessor(Processor):
+    """One side of a KTable-KTable join (Kafka's ``KTableKTable{Inner,Left,Right,Outer}Join``).
+
+    Each side keeps its table in its own store (timestamped values), written by
+    the side's materializing node before this one runs; this node reads the
+    other side's store.
+    """
+
+    def __init__(self, spec: TableTableJoin, other: TaskStore, dropped: Callable[[], None]):
+        self._spec = spec
+        self._other = other
+        self._dropped = dropped
+        self._keys: Any = serde_for(spec.key_serde)
+        self._other_values: Any = serde_for(spec.other_value_serde)
+
+    def _join(self, this: Any, other: Any) -> Any:
+        if self._spec.left:
+            return self._spec.joiner(this, other)
+        return self._spec.joiner(other, this)
+
+    def process(self, key: Any, value: Any) -> None:
+        spec, context = self._spec, self.context
+        if key is None:
+            _skip(context, "key", self._dropped)
+            return
+        change = value if isinstance(value, TableChange) else TableChange(value, None)
+        stored = self._other.get(self._keys.serialize(key))
+        if stored is None:
+            other_time, other = _UNKNOWN, None
+        else:
+            other_time, data = split_timestamped(stored)
+            other = self._other_values.deserialize(data)
+        kind, send_old = spec.kind, spec.send_old_values()
+        if other is None:
+            if kind in ("inner", "right"):
+                return  # no partner, and this side does not survive alone
+            if change.new is None and change.old is None:
+                return
+        timestamp = max(context.timestamp, other_time)
+        new = old = None
+        # Kafka's KTableKTable{Inner,Left,Right,Outer}Join, case by case.
+        if kind == "right":
+            new = self._join(change.new, other)
+            if send_old:
+                old = self._join(change.old, other)
+        elif kind == "outer":
+            if other is not None or change.new is not None:
+                new = self._join(change.new, other)
+            if send_old and (other is not None or change.old is not None):
+                old = self._join(change.old, other)
+        else:
+            if change.new is not None:
+                new = self._join(change.new, other)
+            if send_old and change.old is not None:
+                old = self._join(change.old, other)
+        context.forward(key, TableChange(new, old), timestamp=timestamp)
+
+
+def build_join_operator(
+    operator: object,
+    views: dict[str, Any],
+    stores: dict[str, TaskStore],
+    dropped: Callable[[], None],
+) -> Processor | None:
+    """The processor for a join node; None when ``operator`` is not a join's."""
+    if isinstance(operator, JoinWindowBuffer):
+        return JoinWindowBufferProcessor(operator, views[operator.store])
+    if isinstance(operator, StreamStreamJoin):
+        shared = None if operator.shared_store is None else stores[operator.shared_store]
+        return StreamStreamJoinProcessor(
+            operator,
+            views[operator.other_store],
+            shared,
+            views[operator.this_store],
+            stores[operator.time_key],
+            dropped,
+        )
+    if isinstance(operator, StreamTableJoin):
+        return StreamTableJoinProcessor(operator, stores[operator.table_store], dropped)
+    if isinstance(operator, TableTableJoin):
+        return TableTableJoinProcessor(operator, stores[operator.other_store], dropped)
+    return None
+

@@ -1,0 +1,210 @@
+"""Joins as topology authors see them: ``JoinWindows`` and what each join node does.
+
+Semantics are Kafka Streams' (3.1 and later):
+
+* **KStream-KStream** (``stream.join/left_join/outer_join(other, joiner, windows,
+  store_name=...)``): a record of one side meets every record of the other side
+  with the same key whose timestamp lies in ``[t - before, t + after]`` (seen from
+  the left side; the right side looks the other way). Both sides are buffered in
+  window stores (``<store_name>-this-join-store`` and ``-other-join-store``, with
+  ``outer-`` inserted for the outer sides as Kafka names them), kept for
+  ``before + after + grace``. A result is ``joiner(left, right)`` timestamped with
+  the later of the two records. For a left or outer join, a record that found no
+  partner waits in a shared store of non-joined records
+  (``<store_name>-left-shared-join-store`` / ``-outer-shared-join-store``) and
+  comes out as ``joiner(left, None)`` (or ``joiner(None, right)``) only once its
+  window has closed (stream time past its timestamp + after/before + grace), and
+  only if no partner arrived meanwhile: never a spurious early null join. A record
+  already older than its window when it arrives gets its null join at once.
+  Records with a null key or value are dropped (``dropped-records-total``).
+* **KStream-KTable** (``stream.join/left_join(table, joiner)``): each stream record
+  meets the table's current value for its key; the result keeps the stream
+  record's timestamp. A left join emits ``joiner(value, None)`` when the table has
+  nothing, and also for a null key.
+* **KTable-KTable** (``table.join/left_join/outer_join(other, joiner)``): an update
+  on either side recomputes the result for its key from the other side's store;
+  results are table changes (new and old value), a side's tombstone gives the
+  result's tombstone (inner) or ``joiner(left, None)`` (left/outer), timestamped
+  with the later of the update and the other side's value.
+
+The engine runs the nodes these descriptions stand for (``engine/join_processors``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from eddyline_runtime.processing.topology import TopologyError
+
+# A joiner: (left value, right value) -> result (a missing side is None).
+ValueJoiner = Callable[[Any, Any], Any]
+
+_LENGTH: Final = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class JoinWindows:
+    """How far apart two records may be to join: the right record's time within
+    ``[left - before, left + after]``; ``grace`` accepts records that late."""
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_time_difference_with_grace(cls, difference_ms: int, grace_ms: int) -> JoinWindows:
+        """Kafka's ``ofTimeDifferenceAndGrace``: ``difference_ms`` both ways."""
+        windows = cls(difference_ms, difference_ms, grace_ms)
+        windows._check()
+        return windows
+
+    @classmethod
+    def of_time_difference_without_grace(cls, difference_ms: int) -> JoinWindows:
+        """Kafka's ``ofTimeDifferenceWithNoGrace``."""
+        return cls.of_time_difference_with_grace(difference_ms, 0)
+
+    def before(self, before_ms: int) -> JoinWindows:
+        """The same windows looking ``before_ms`` back from a left record (may be negative
+        as long as before + after >= 0)."""
+        windows = JoinWindows(before_ms, self.after_ms, self.grace_ms)
+        windows._check()
+        return windows
+
+    def after(self, after_ms: int) -> JoinWindows:
+        """The same windows looking ``after_ms`` ahead of a left record."""
+        windows = JoinWindows(self.before_ms, after_ms, self.grace_ms)
+        windows._check()
+        return windows
+
+    @property
+    def size_ms(self) -> int:
+        return self.before_ms + self.after_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """How long each side's window store keeps a record: before + after + grace."""
+        return self.size_ms + self.grace_ms
+
+    def _check(self) -> None:
+        for what, value in (
+            ("before", self.before_ms),
+            ("after", self.after_ms),
+            ("grace", self.grace_ms),
+        ):
+            if type(value) is not int:
+                raise TopologyError(
+                    f"JoinWindows: {what} must be a whole number of milliseconds, got {value!r}"
+                )
+        if self.size_ms < 0:
+            raise TopologyError(
+                f"JoinWindows: before ({self.before_ms} ms) + after ({self.after_ms} ms) must be "
+                ">= 0: no record could join"
+            )
+        if self.grace_ms < 0:
+            raise TopologyError(f"JoinWindows: the grace period must be >= 0, got {self.grace_ms}")
+
+
+def join_store_names(store_name: str, *, left_outer: bool, right_outer: bool) -> tuple[str, str, str]:
+    """The left window store, the right one and the shared store of non-joined records,
+    named from the user's ``store_name`` as Kafka Streams names them (``StreamJoined.withStoreName``)."""
+    this = f"{store_name}{'-outer-this-join' if right_outer else '-this-join'}-store"
+    other = f"{store_name}{'-outer-other-join' if left_outer else '-other-join'}-store"
+    shared = f"{store_name}{'-outer-shared-join' if right_outer else '-left-shared-join'}-store"
+    return this, other, shared
+
+
+def pack_values(values: Iterable[bytes]) -> bytes:
+    """Several values under one store key (records of one key at one timestamp, kept
+    in arrival order, as Kafka's duplicate-retaining window store keeps them)."""
+    return b"".join(_LENGTH.pack(len(value)) + value for value in values)
+
+
+def unpack_values(data: bytes) -> list[bytes]:
+    values, offset = [], 0
+    while offset < len(data):
+        (size,) = _LENGTH.unpack_from(data, offset)
+        offset += _LENGTH.size
+        values.append(data[offset : offset + size])
+        offset += size
+    return values
+
+
+@dataclass(frozen=True)
+class JoinWindowBuffer:
+    """A side's buffer node (Kafka's ``KStreamJoinWindow``): forwards each record to the
+    side's join node, then keeps it in the side's window store."""
+
+    store: str
+    windows: JoinWindows
+    key_serde: str | None
+    value_serde: str | None
+
+
+@dataclass(frozen=True)
+class StreamStreamJoin:
+    """One side of a windowed stream-stream join (Kafka's ``KStreamKStreamJoin*Side``).
+
+    ``left`` says which side this node joins for; ``outer`` whether its records
+    without a partner produce a null join; ``shared_store`` holds those until their
+    window closes (None for inner joins). ``time_key`` names the store both sides
+    share a stream time through (the left window store).
+    """
+
+    left: bool
+    this_store: str
+    other_store: str
+    shared_store: str | None
+    time_key: str
+    windows: JoinWindows
+    joiner: ValueJoiner
+    outer: bool
+    key_serde: str | None
+    left_value_serde: str | None
+    right_value_serde: str | None
+
+
+@dataclass(frozen=True)
+class StreamTableJoin:
+    """A KStream-KTable join node: reads the table's store (``KStreamKTableJoin``)."""
+
+    table_store: str
+    joiner: ValueJoiner
+    left: bool
+    key_serde: str | None
+    table_value_serde: str | None
+
+
+@dataclass(frozen=True)
+class TableTableJoin:
+    """One side of a KTable-KTable join: reads the other table's store on each update.
+
+    ``kind`` is Kafka's processor for the side: ``inner`` (both sides of an inner
+    join), ``left`` (this side survives without a partner: the left side of a left
+    join), ``right`` (the other side does: the right side of a left join) or
+    ``outer`` (both sides of an outer join).
+    """
+
+    left: bool
+    other_store: str
+    joiner: ValueJoiner
+    kind: str
+    key_serde: str | None
+    other_value_serde: str | None
+    send_old_values: Callable[[], bool]
+
+
+_TIME: Final = struct.Struct(">q")
+
+
+def timestamped(timestamp: int, data: bytes) -> bytes:
+    """A table-table join side's stored value: the update's timestamp, then the value
+    (Kafka's ``ValueAndTimestamp``), so a result takes the later of two updates' times."""
+    return _TIME.pack(timestamp) + data
+
+
+def split_timestamped(data: bytes) -> tuple[int, bytes]:
+    timestamp: int = _TIME.unpack_from(data)[0]
+    return timestamp, data[_TIME.size :]
