@@ -1,0 +1,121 @@
+"""A windowed stream-stream left join SIGKILLed mid-run and restarted under exactly-once.
+
+The input (impressions and the clicks on some of them, two co-partitioned topics)
+spans less than the join window, so no window closes and the committed output is
+the same whatever order the task interleaves the two topics in: every click joined
+with its impression, once. A crash that lost the window stores (or the shared
+store of non-joined impressions) would lose the joins whose two records were
+processed on both sides of a restart; one that repeated committed work would
+duplicate results. Before the third run the state directory is deleted, so the
+stores are restored from their changelogs. Both sides' window stores and the shared store are task
+stores, committed with the output in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TopicPartition
+from tests.support.waiting import wait_for
+
+WORKER = Path(__file__).with_name("join_eos_worker.py")
+IMPRESSIONS, PARTITIONS, KILLS = 6000, 2, 3
+
+
+def generate(log: SqliteLog) -> Counter[tuple[str, str]]:
+    """Impressions 50 ms apart (5 minutes in all, within the 10-minute window), clicks on every third (two on every ninth); the
+    expected joins."""
+    log.create_topic("impressions", PARTITIONS)
+    log.create_topic("clicks", PARTITIONS)
+    expected: Counter[tuple[str, str]] = Counter()
+    impressions: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
+    clicks: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
+    for i in range(IMPRESSIONS):
+        key, at = f"ad-{i}", 1_000_000 + i * 50
+        partition = i % PARTITIONS
+        impressions[partition].append(Record(key.encode(), f"imp{i}".encode(), at))
+        for n in range(0 if i % 3 else (2 if i % 9 == 0 else 1)):
+            clicks[partition].append(Record(key.encode(), f"click{i}.{n}".encode(), at + 25 + n))
+            expected[(key, f"imp{i}+click{i}.{n}")] += 1
+    for partition in range(PARTITIONS):
+        log.produce(TopicPartition("impressions", partition), impressions[partition])
+        log.produce(TopicPartition("clicks", partition), clicks[partition])
+    return expected
+
+
+def committed_output(log: SqliteLog) -> Counter[tuple[str, str]]:
+    found: Counter[tuple[str, str]] = Counter()
+    for partition in range(PARTITIONS):
+        tp = TopicPartition("joined", partition)
+        offset, end = log.beginning_offset(tp), log.end_offset(tp)
+        while offset < end:
+            records = log.fetch(tp, offset, 10_000).records
+            if not records:
+                break
+            for record in records:
+                found[(record.key.decode(), record.value.decode())] += 1  # type: ignore[union-attr]
+            offset = records[-1].offset + 1
+    return found
+
+
+def commits(events: Path) -> int:
+    if not events.exists():
+        return 0
+    return sum(json.loads(line)["event"] == "commit" for line in events.read_text().splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_stream_stream_join_survives_sigkills_under_exactly_once(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    log = SqliteLog(path)
+    expected = generate(log)
+    log.close()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("EDDYLINE_")}
+    rng = random.Random(24)
+    stderr_path = tmp_path / "worker.stderr"
+    killed = 0
+    for run in range(KILLS + 1):
+        events = tmp_path / f"events-{run}.jsonl"
+        if run == 2:
+            # A pod that lost its disk: every join store comes back from its changelog.
+            shutil.rmtree(tmp_path / "state")
+        with stderr_path.open("ab") as stderr:
+            worker = subprocess.Popen(
+                [sys.executable, str(WORKER), str(path), str(tmp_path / "state"), str(events)],
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=env,
+            )
+        if run < KILLS:
+            # After a commit (a batch of up to 1,000 records per task), within the next batch.
+            wait_for(lambda: commits(events) >= 1 or worker.poll() is not None, "a commit", 60)
+            time.sleep(rng.uniform(0.0, 0.5))
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGKILL)
+                assert worker.wait(timeout=30) == -signal.SIGKILL
+                killed += 1
+        else:
+            assert worker.wait(timeout=120) == 0, stderr_path.read_text()[-3000:]
+            assert '"closed"' in events.read_text()
+    assert killed == KILLS, "a run ended before its kill: the input is too small to crash in"
+    log = SqliteLog(path)
+    try:
+        found = committed_output(log)
+    finally:
+        log.close()
+    assert sum(found.values()) == sum(expected.values())
+    missing, repeated = expected - found, found - expected
+    assert not missing and not repeated, f"missing {dict(missing)}, repeated {dict(repeated)}"
