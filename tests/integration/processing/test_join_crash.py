@@ -35,8 +35,8 @@ IMPRESSIONS, PARTITIONS, KILLS = 6000, 2, 3
 
 
 def generate(log: SqliteLog) -> Counter[tuple[str, str]]:
-    """Impressions 50 ms apart (5 minutes in all, within the 10-minute window), clicks on every third (two on every ninth); the
-    expected joins."""
+    """Impressions 50 ms apart (5 minutes in all, within the 10-minute window), clicks
+    on every third (two on every ninth); the expected joins."""
     log.create_topic("impressions", PARTITIONS)
     log.create_topic("clicks", PARTITIONS)
     expected: Counter[tuple[str, str]] = Counter()
@@ -101,7 +101,13 @@ def test_a_stream_stream_join_survives_sigkills_under_exactly_once(tmp_path: Pat
             )
         if run < KILLS:
             # After a commit (a batch of up to 1,000 records per task), within the next batch.
-            wait_for(lambda: commits(events) >= 1 or worker.poll() is not None, "a commit", 60)
+            wait_for(
+                lambda events=events, worker=worker: (
+                    commits(events) >= 1 or worker.poll() is not None
+                ),
+                "a commit",
+                60,
+            )
             time.sleep(rng.uniform(0.0, 0.5))
             if worker.poll() is None:
                 worker.send_signal(signal.SIGKILL)

@@ -39,8 +39,20 @@ def test_filter_forwards_a_tombstone_for_a_failing_update(store_factory: StoreFa
     outputs = driver.task.drain_outputs()
     even = [(o.key, o.value, o.timestamp) for o in outputs if o.topic == "output"]
     odd = [(o.key, o.value, o.timestamp) for o in outputs if o.topic == "odd"]
-    assert even == [(b"A", None, 5), (b"B", b"2", 6), (b"C", None, 7), (b"A", b"4", 8), (b"B", None, 9)]
-    assert odd == [(b"A", b"1", 5), (b"B", None, 6), (b"C", b"3", 7), (b"A", None, 8), (b"B", None, 9)]
+    assert even == [
+        (b"A", None, 5),
+        (b"B", b"2", 6),
+        (b"C", None, 7),
+        (b"A", b"4", 8),
+        (b"B", None, 9),
+    ]
+    assert odd == [
+        (b"A", b"1", 5),
+        (b"B", None, 6),
+        (b"C", b"3", 7),
+        (b"A", None, 8),
+        (b"B", None, 9),
+    ]
 
 
 def test_map_values_keeps_tombstones(store_factory: StoreFactory) -> None:
@@ -119,9 +131,9 @@ def test_regrouped_count_moves_rows_between_groups(store_factory: StoreFactory) 
     builder_records = [("u1", "red", 1), ("u2", "red", 2), ("u1", "blue", 3), ("u2", None, 4)]
     topology = StreamsBuilder()
     table = topology.table("topic1", "source", key_serde="string", value_serde="string")
-    table.group_by(lambda _k, v: (v, v), repartition_name="by-colour").count("colours").to_stream().to(
-        "output", key_serde="string", value_serde="long"
-    )
+    table.group_by(lambda _k, v: (v, v), repartition_name="by-colour").count(
+        "colours"
+    ).to_stream().to("output", key_serde="string", value_serde="long")
     built = topology.build()
     upstream = JoinDriver(built, store_factory, subtopology=0)
     downstream = JoinDriver(built, store_factory, subtopology=1)

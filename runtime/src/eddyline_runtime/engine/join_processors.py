@@ -118,6 +118,7 @@ class StreamStreamJoinProcessor(Processor):
     def __init__(
         self,
         spec: StreamStreamJoin,
+        *,
         other: WindowStore,
         shared: TaskStore | None,
         this_window: WindowStore,
@@ -330,15 +331,14 @@ def build_join_operator(
         shared = None if operator.shared_store is None else stores[operator.shared_store]
         return StreamStreamJoinProcessor(
             operator,
-            views[operator.other_store],
-            shared,
-            views[operator.this_store],
-            stores[operator.time_key],
-            dropped,
+            other=views[operator.other_store],
+            shared=shared,
+            this_window=views[operator.this_store],
+            time_key=stores[operator.time_key],
+            dropped=dropped,
         )
     if isinstance(operator, StreamTableJoin):
         return StreamTableJoinProcessor(operator, stores[operator.table_store], dropped)
     if isinstance(operator, TableTableJoin):
         return TableTableJoinProcessor(operator, stores[operator.other_store], dropped)
     return None
-

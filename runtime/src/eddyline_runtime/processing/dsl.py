@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import replace
 from itertools import chain, compress, repeat
 from operator import is_, length_hint
 from typing import Any, overload
@@ -265,7 +266,9 @@ class KStream:
         in window stores named from ``store_name`` (required, Kafka Streams'
         ``StreamJoined.withStoreName``), their values stored with the serdes given.
         """
-        return self._join(other, joiner, windows, store_name, value_serde, other_value_serde, "inner")
+        return self._join(
+            other, joiner, windows, store_name, value_serde, other_value_serde, "inner"
+        )
 
     def left_join(
         self,
@@ -279,7 +282,9 @@ class KStream:
     ) -> KStream:
         """``join``, keeping every record of this stream: ``joiner(value, None)`` when it
         has no partner (for a stream-stream join, once its window has closed)."""
-        return self._join(other, joiner, windows, store_name, value_serde, other_value_serde, "left")
+        return self._join(
+            other, joiner, windows, store_name, value_serde, other_value_serde, "left"
+        )
 
     def outer_join(
         self,
@@ -294,9 +299,11 @@ class KStream:
         """A windowed stream-stream join keeping the records of both sides: a record
         without a partner gives ``joiner(left, None)`` or ``joiner(None, right)`` once
         its window has closed."""
-        return self._join(other, joiner, windows, store_name, value_serde, other_value_serde, "outer")
+        return self._join(
+            other, joiner, windows, store_name, value_serde, other_value_serde, "outer"
+        )
 
-    def _join(
+    def _join(  # noqa: PLR0917 - the public join methods' parameters, passed on
         self,
         other: KTable | KStream,
         joiner: ValueJoiner,
@@ -676,14 +683,20 @@ class KTable:
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KTable:
         """The rows passing ``predicate(key, value)``; a failing update removes its key."""
-        return self._table_step("KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, True, cell))
+        return self._table_step(
+            "KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, True, cell)
+        )
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KTable:
         """The rows failing ``predicate(key, value)``."""
-        return self._table_step("KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, False, cell))
+        return self._table_step(
+            "KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, False, cell)
+        )
 
     def map_values(self, mapper: Callable[[Any], Any]) -> KTable:
-        return self._table_step("KTABLE-MAPVALUES", lambda cell: TableMapValuesProcessor(mapper, cell))
+        return self._table_step(
+            "KTABLE-MAPVALUES", lambda cell: TableMapValuesProcessor(mapper, cell)
+        )
 
     def join(self, other: KTable, joiner: ValueJoiner, *, store_name: str) -> KTable:
         """Inner table-table join on the key; results are table changes. ``store_name``
@@ -733,7 +746,9 @@ class KTable:
         # This node forwards old values when one below asks; then it needs its parent's.
         cell = OldValues(self._old_values)
         self._builder.topology.add_processor(name, lambda: make(cell), self._node)
-        return KTable(self._builder, name, self.key_serde, value_serde=self.value_serde, old_values=cell)
+        return KTable(
+            self._builder, name, self.key_serde, value_serde=self.value_serde, old_values=cell
+        )
 
 
 class KGroupedTable:
@@ -785,7 +800,13 @@ class KGroupedTable:
         builder.topology.add_processor(
             name,
             lambda: TableAggregateProcessor(
-                store, keys, values, initializer, adder, subtractor, cell
+                store,
+                keys,
+                values,
+                initializer=initializer,
+                adder=adder,
+                subtractor=subtractor,
+                old_values=cell,
             ),
             self._node,
         )
@@ -815,7 +836,9 @@ class BranchedKStream:
         )
         self._branches: dict[str, KStream] = {}
 
-    def branch(self, predicate: Callable[[Any, Any], bool], name: str | None = None) -> BranchedKStream:
+    def branch(
+        self, predicate: Callable[[Any, Any], bool], name: str | None = None
+    ) -> BranchedKStream:
         self._add(predicate, self._prefix + (name or str(len(self._routes) + 1)))
         return self
 
@@ -854,7 +877,9 @@ def _count_one_less(_key: Any, _value: Any, count: int) -> int:
     return count - 1
 
 
-def _stream_table_join(stream: KStream, table: KTable, joiner: ValueJoiner, *, left: bool) -> KStream:
+def _stream_table_join(
+    stream: KStream, table: KTable, joiner: ValueJoiner, *, left: bool
+) -> KStream:
     if table.store is None:
         raise TopologyError(
             "a stream-table join needs a materialized table (builder.table, or an "
@@ -868,7 +893,7 @@ def _stream_table_join(stream: KStream, table: KTable, joiner: ValueJoiner, *, l
     return KStream(builder, name, stream._key_serde)
 
 
-def _stream_stream_join(
+def _stream_stream_join(  # noqa: PLR0917 - the public join methods' parameters, passed on
     this: KStream,
     other: KStream,
     joiner: ValueJoiner,
@@ -898,29 +923,24 @@ def _stream_stream_join(
     )
     this_join = builder._name("KSTREAM-OUTERTHIS" if right_outer else "KSTREAM-JOINTHIS")
     other_join = builder._name("KSTREAM-OUTEROTHER" if left_outer else "KSTREAM-JOINOTHER")
-    common = {
-        "shared_store": shared_store,
-        "time_key": this_store,
-        "windows": windows,
-        "joiner": joiner,
-        "key_serde": key_serde,
-        "left_value_serde": value_serde,
-        "right_value_serde": other_value_serde,
-    }
-    topology.add_operator(
-        this_join,
-        StreamStreamJoin(
-            left=True, this_store=this_store, other_store=other_store, outer=left_outer, **common
-        ),
-        this_window,
+    left_side = StreamStreamJoin(
+        left=True,
+        this_store=this_store,
+        other_store=other_store,
+        shared_store=shared_store,
+        time_key=this_store,
+        windows=windows,
+        joiner=joiner,
+        outer=left_outer,
+        key_serde=key_serde,
+        left_value_serde=value_serde,
+        right_value_serde=other_value_serde,
     )
-    topology.add_operator(
-        other_join,
-        StreamStreamJoin(
-            left=False, this_store=other_store, other_store=this_store, outer=right_outer, **common
-        ),
-        other_window,
+    right_side = replace(
+        left_side, left=False, this_store=other_store, other_store=this_store, outer=right_outer
     )
+    topology.add_operator(this_join, left_side, this_window)
+    topology.add_operator(other_join, right_side, other_window)
     for store, buffer in ((this_store, this_window), (other_store, other_window)):
         topology.add_state_store(
             StoreSpec(
@@ -960,7 +980,9 @@ def _table_table_join(
         keep = builder._name("KTABLE-JOIN-STORE")
         topology.add_processor(
             keep,
-            lambda store=store, keys=keys, values=values: JoinSideStoreProcessor(store, keys, values),  # type: ignore[misc]
+            lambda store=store, keys=keys, values=values: JoinSideStoreProcessor(
+                store, keys, values
+            ),  # type: ignore[misc]
             side._node,
         )
         join = builder._name("KTABLE-JOINTHIS" if index == 0 else "KTABLE-JOINOTHER")

@@ -107,9 +107,12 @@ class JoinWindows:
             raise TopologyError(f"JoinWindows: the grace period must be >= 0, got {self.grace_ms}")
 
 
-def join_store_names(store_name: str, *, left_outer: bool, right_outer: bool) -> tuple[str, str, str]:
+def join_store_names(
+    store_name: str, *, left_outer: bool, right_outer: bool
+) -> tuple[str, str, str]:
     """The left window store, the right one and the shared store of non-joined records,
-    named from the user's ``store_name`` as Kafka Streams names them (``StreamJoined.withStoreName``)."""
+    named from the user's ``store_name`` as Kafka Streams names them
+    (``StreamJoined.withStoreName``)."""
     this = f"{store_name}{'-outer-this-join' if right_outer else '-this-join'}-store"
     other = f"{store_name}{'-outer-other-join' if left_outer else '-other-join'}-store"
     shared = f"{store_name}{'-outer-shared-join' if right_outer else '-left-shared-join'}-store"

@@ -159,6 +159,7 @@ class TableAggregateProcessor(Processor):
         store: str,
         keys: Any,
         values: Any,
+        *,
         initializer: Callable[[], Any],
         adder: Callable[[Any, Any, Any], Any],
         subtractor: Callable[[Any, Any, Any], Any],
