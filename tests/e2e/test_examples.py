@@ -309,3 +309,75 @@ def test_custom_processor_forgets_ids_older_than_its_retention_in_event_time(
         if r.key is not None
     ]
     assert forwarded == [("e1", 10), ("e2", day + 1_000), ("e1", 2 * day + 1)]
+
+
+def records_of(log: Log, topic: str) -> list[tuple[str, Any, int]]:
+    """(key, JSON value or None, timestamp) of every record, partitions in turn."""
+    return [
+        (r.key.decode(), None if r.value is None else json.loads(r.value), r.timestamp)
+        for records in consume(log, topic).values()
+        for r in records
+        if r.key is not None
+    ]
+
+
+def test_ad_clicks_emits_unclicked_impressions_only_once_their_window_closed(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    app, search_path = load_example("ad_clicks", tmp_path)
+    log.create_topic("impressions", 1)
+    log.create_topic("clicks", 1)
+    minute = 60_000
+    produce_keyed(
+        log,
+        "impressions",
+        [
+            ("imp-1", {"campaign": "a"}, 0),
+            ("imp-2", {"campaign": "b"}, 1 * minute),
+            ("imp-3", {"campaign": "a"}, 2 * minute),
+            ("imp-4", {"campaign": "b"}, 30 * minute),  # moves stream time past imp-2's window
+        ],
+    )
+    produce_keyed(
+        log,
+        "clicks",
+        [
+            ("imp-1", {"page": "/a"}, minute // 2),
+            ("imp-9", {"page": "/x"}, 100_000),  # no such impression: nothing
+            ("imp-3", {"page": "/a"}, 11 * minute + 40_000),  # 9 min 40 s after imp-3
+        ],
+    )
+    instance, _ = run(app, log, search_path)
+    assert records_of(log, "ad-results") == [
+        ("imp-1", {"campaign": "a", "clicked": True}, minute // 2),
+        ("imp-3", {"campaign": "a", "clicked": True}, 11 * minute + 40_000),
+        # imp-2's window closed at 1 + 10 + 1 minutes of stream time; imp-4's is still open.
+        ("imp-2", {"campaign": "b", "clicked": False}, 1 * minute),
+    ]
+    assert instance.processed == 7
+
+
+def test_customer_accounts_joins_two_tables_into_a_table(tmp_path: Path, log: SqliteLog) -> None:
+    app, search_path = load_example("customer_accounts", tmp_path)
+    log.create_topic("customers", 1)
+    log.create_topic("accounts", 1)
+    produce_keyed(log, "customers", [("c1", {"name": "Ann"}, 1000), ("c2", {"name": "Bo"}, 2000)])
+    log.produce(TopicPartition("customers", 0), [Record(b"c1", None, 5000)])  # Ann leaves
+    produce_keyed(
+        log,
+        "accounts",
+        [
+            ("c1", {"balance": 10}, 1500),
+            ("c2", {"balance": 5}, 3000),
+            ("c1", {"balance": 20}, 4000),
+        ],
+    )
+    run(app, log, search_path)
+    assert records_of(log, "customer-accounts") == [
+        ("c1", {"name": "Ann", "balance": None}, 1000),
+        ("c1", {"name": "Ann", "balance": 10}, 1500),
+        ("c2", {"name": "Bo", "balance": None}, 2000),
+        ("c2", {"name": "Bo", "balance": 5}, 3000),
+        ("c1", {"name": "Ann", "balance": 20}, 4000),
+        ("c1", None, 5000),  # the customer's tombstone deletes the joined row
+    ]
