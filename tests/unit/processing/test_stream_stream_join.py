@@ -235,3 +235,52 @@ def test_records_beyond_retention_are_not_buffered_and_find_no_partner(
     assert driver.read() == []
     driver.pipe(RIGHT, "0", "b0", 95)
     assert driver.read() == [("0", "A0+b0", 100)]
+
+
+def test_left_join_upper_window_bound(store_factory: StoreFactory) -> None:
+    """KStreamKStreamLeftJoinTest.testWindowing/testUpperWindowBound's input, with
+    ``ofTimeDifferenceWithNoGrace(100)``: the records Kafka's deprecated ``JoinWindows.of``
+    null-joined at once are held until stream time passes their time + 100."""
+    driver = JoinDriver(
+        join_topology("left", JoinWindows.of_time_difference_without_grace(100)), store_factory
+    )
+    for key in "01":
+        driver.pipe(LEFT, key, f"A{key}", 0)
+    assert driver.read() == []  # Kafka 3.1+: no A0+null, A1+null yet
+    for key in "0123":
+        driver.pipe(RIGHT, key, f"a{key}", 0)
+    assert driver.read() == [("0", "A0+a0", 0), ("1", "A1+a1", 0)]
+    for i, key in enumerate("0123"):
+        driver.pipe(RIGHT, key, f"b{key}", 1000 + i)
+    assert driver.read() == []
+    for key in "0123":
+        driver.pipe(LEFT, key, f"B{key}", 1100)
+    assert driver.read() == [(k, f"B{k}+b{k}", 1100) for k in "0123"]
+    for key in "0123":
+        driver.pipe(LEFT, key, f"C{key}", 1101)
+    assert driver.read() == [(k, f"C{k}+b{k}", 1101) for k in "123"]  # C0 waits
+    for key in "0123":
+        driver.pipe(LEFT, key, f"D{key}", 1102)
+    assert driver.read() == [(k, f"D{k}+b{k}", 1102) for k in "23"]
+    for key in "0123":
+        driver.pipe(LEFT, key, f"E{key}", 1103)
+    assert driver.read() == [("3", "E3+b3", 1103)]
+    for key in "0123":
+        driver.pipe(LEFT, key, f"F{key}", 1104)
+    assert driver.read() == []
+    driver.pipe(RIGHT, "9", "z", 1201)  # C0's window ends at 1201: still open
+    assert driver.read() == []
+    driver.pipe(RIGHT, "9", "z", 1202)
+    assert driver.read() == [("0", "C0+null", 1101)]
+    driver.pipe(RIGHT, "9", "z", 1205)  # every window closed, oldest first, then by key
+    assert driver.read() == [
+        ("0", "D0+null", 1102),
+        ("1", "D1+null", 1102),
+        ("0", "E0+null", 1103),
+        ("1", "E1+null", 1103),
+        ("2", "E2+null", 1103),
+        ("0", "F0+null", 1104),
+        ("1", "F1+null", 1104),
+        ("2", "F2+null", 1104),
+        ("3", "F3+null", 1104),
+    ]
