@@ -152,7 +152,12 @@ def test_group_by_needs_a_table_that_forwards_old_values() -> None:
     builder = StreamsBuilder()
     counts = builder.stream("topic1").group_by_key().count("counts")
     with pytest.raises(TopologyError, match="old values"):
-        counts.group_by(lambda k, v: (k, v))
+        counts.group_by(lambda k, v: (k, v), repartition_name="regrouped")
+    table = builder.table("topic2", "table")
+    with pytest.raises(TopologyError, match="repartition_name"):
+        table.group_by(lambda k, v: (k, v), repartition_name="")
+    with pytest.raises(TopologyError, match=r"Repartitioned\.as"):
+        builder.stream("topic3").repartition("")
 
 
 def test_split_routes_each_record_to_its_first_matching_branch(

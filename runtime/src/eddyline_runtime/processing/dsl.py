@@ -357,18 +357,23 @@ class KStream:
 
     def repartition(
         self,
-        name: str | None = None,
+        name: str,
         *,
         key_serde: str = "string",
         value_serde: str = "json",
     ) -> KStream:
         """Write through the internal topic ``<name>-repartition`` and read it back, so
         records are partitioned by their current key (Kafka Streams' ``repartition``
-        with ``Repartitioned.as(name)``; without a name, a generated one that shifts when
-        the topology changes before it)."""
+        with ``Repartitioned.as(name)``). The name is required: a generated one would
+        shift when the topology changes before it, stranding the records still in the
+        old topic at an upgrade."""
+        if not name:
+            raise TopologyError(
+                "repartition needs a name (Kafka Streams' Repartitioned.as): it names the "
+                "internal topic, which must not change when the topology changes elsewhere"
+            )
         builder = self._builder
-        generated = builder._name("KSTREAM-REPARTITION")
-        topic = f"{name or generated}-repartition"
+        topic = f"{name}-repartition"
         builder.internal_topics.append(topic)
         builder.topology.add_sink(
             builder._name("KSTREAM-SINK"),
@@ -716,11 +721,17 @@ class KTable:
         self,
         selector: Callable[[Any, Any], tuple[Any, Any]],
         *,
+        repartition_name: str,
         key_serde: str = "string",
-        repartition_name: str | None = None,
     ) -> KGroupedTable:
         """Re-group the table by ``selector(key, value) -> (new key, new value)`` through the
-        repartition topic ``<repartition_name>-repartition`` (values travel as JSON)."""
+        repartition topic ``<repartition_name>-repartition`` (values travel as JSON); the
+        name is required, as for every internal topic of the table operations."""
+        if not repartition_name:
+            raise TopologyError(
+                "a table's group_by needs repartition_name (Kafka Streams' Grouped.as): it "
+                "names the internal topic, which must not change when the topology changes"
+            )
         if self._old_values is None:
             raise TopologyError(
                 "group_by on this table needs its old values, which an aggregation's result "
@@ -731,8 +742,7 @@ class KTable:
         builder = self._builder
         name = builder._name("KTABLE-SELECT")
         builder.topology.add_processor(name, lambda: TableRegroupProcessor(selector), self._node)
-        generated = builder._name("KTABLE-AGGREGATE-STATE-STORE")
-        topic = f"{repartition_name or generated}-repartition"
+        topic = f"{repartition_name}-repartition"
         builder.internal_topics.append(topic)
         builder.topology.add_sink(
             builder._name("KSTREAM-SINK"), topic, name, key_serde=key_serde, value_serde="json"
