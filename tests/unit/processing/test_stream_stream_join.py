@@ -11,6 +11,7 @@ and emitted only once the window has closed (stream time past t + after + grace)
 never before, immediate null joins for records older than their window. The
 input sequences and expected outputs below are ours, written from those facts;
 Kafka's emit interval is 0 here as in its tests (eddyline has no throttle).
+Keyless records on a left/outer side follow KIP-962 (Kafka 3.7+).
 """
 
 from __future__ import annotations
@@ -144,16 +145,22 @@ def test_inner_join_window_bounds_are_inclusive_and_results_take_the_later_time(
     assert driver.read() == [("1", "L+r0", 1000), ("1", "L+r50", 1050)]
 
 
-def test_null_keys_and_values_are_dropped_and_counted(store_factory: StoreFactory) -> None:
+def test_null_values_and_inner_null_keys_are_dropped_and_counted(
+    store_factory: StoreFactory,
+) -> None:
+    """A null value is dropped on every side; a null key on an inner side. An outer side's
+    keyless record is null-joined at once (KIP-962, Kafka 3.7+)."""
     driver = JoinDriver(
-        join_topology("outer", JoinWindows.of_time_difference_without_grace(10)), store_factory
+        join_topology("left", JoinWindows.of_time_difference_without_grace(10)), store_factory
     )
-    driver.pipe(LEFT, None, "A", 0)
+    driver.pipe(LEFT, None, "A", 0)  # the left side of a left join keeps it
+    driver.pipe(RIGHT, None, "a", 0)  # the right side is inner: dropped
     driver.pipe(RIGHT, "0", None, 0)
+    driver.pipe(LEFT, "1", None, 0)
     driver.pipe(LEFT, "0", "A0", 0)
     driver.pipe(RIGHT, "0", "a0", 0)
-    assert driver.read() == [("0", "A0+a0", 0)]
-    assert driver.task.dropped_records == 2
+    assert driver.read() == [(None, "A+null", 0), ("0", "A0+a0", 0)]
+    assert driver.task.dropped_records == 3
 
 
 def test_left_join_emits_a_non_joined_record_only_once_its_window_has_closed(

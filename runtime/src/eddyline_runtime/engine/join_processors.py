@@ -9,7 +9,9 @@ Stream-stream (``KStreamJoinWindow`` + ``KStreamKStreamJoin{Left,Right}Side``):
   either side has seen (records dropped for a null key or value included).
   After a restart it is recovered from the two window stores (the newest
   timestamp each holds), since the shared time itself is not persisted;
-* a record with a null key or value is dropped, logged and counted;
+* a record with a null value is dropped, logged and counted, and so is one with a
+  null key on an inner side; on a left/outer side a keyless record gets its null
+  join at once (KIP-962: it can never meet a partner);
 * a record meets the other side's records of its key in ``[t - before, t + after]``
   (the right side: ``[t - after, t + before]``), oldest first; each result is
   ``joiner(left, right)`` timestamped with the later of the two; for a
@@ -161,6 +163,11 @@ class StreamStreamJoinProcessor(Processor):
                 self._other.observed_stream_time, self._this_window.observed_stream_time
             )
         tracker.stream_time = max(tracker.stream_time, timestamp)
+        if key is None and value is not None and self._spec.outer:
+            # KIP-962: a left/outer side keeps a record without a key; it can never
+            # meet a partner, so its null join goes out at once.
+            context.forward(key, self._join(value, None))
+            return
         if key is None or value is None:
             _skip(context, "key or value", self._dropped)
             return

@@ -16,7 +16,9 @@ Semantics are Kafka Streams' (3.1 and later):
   window has closed (stream time past its timestamp + after/before + grace), and
   only if no partner arrived meanwhile: never a spurious early null join. A record
   already older than its window when it arrives gets its null join at once.
-  Records with a null key or value are dropped (``dropped-records-total``).
+  Records with a null value are dropped (``dropped-records-total``), and so are
+  null keys on an inner side; a left/outer side's keyless record is null-joined
+  at once (KIP-962).
 * **KStream-KTable** (``stream.join/left_join(table, joiner)``): each stream record
   meets the table's current value for its key; the result keeps the stream
   record's timestamp. A left join emits ``joiner(value, None)`` when the table has
