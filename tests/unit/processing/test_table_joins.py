@@ -12,6 +12,8 @@ update and the other side's value; the tests and their expected outputs are ours
 
 from __future__ import annotations
 
+import json
+
 from eddyline_runtime.processing import StreamsBuilder, Topology
 from tests.support.stores import StoreFactory
 from tests.unit.processing.join_driver import JoinDriver, to_string_joiner
@@ -195,3 +197,48 @@ def test_stream_table_left_join(store_factory: StoreFactory) -> None:
         ],
     ]
     assert driver.task.dropped_records == 1  # the null value
+
+
+def test_table_table_inner_join_sends_old_values_when_a_node_below_needs_them(
+    store_factory: StoreFactory,
+) -> None:
+    """KTableKTableInnerJoinTest.testSendingOldValues: with old values asked for (here by
+    a group_by below, which passes each change on as [new, old]), every result carries
+    the result it replaces."""
+    builder = StreamsBuilder()
+    left = builder.table(T1, "left-table", key_serde="string", value_serde="string")
+    right = builder.table(T2, "right-table", key_serde="string", value_serde="string")
+    joined = left.join(right, to_string_joiner, store_name="joined")
+    joined.group_by(lambda k, v: (k, v), repartition_name="changes").count("counts")
+    driver = JoinDriver(builder.build(), store_factory)  # the join's sub-topology
+    changes: list[list[tuple[str | None, list[str | None], int]]] = []
+    original_read = driver.read
+
+    def read(topic: str = "output") -> list[tuple[str | None, str | None, int]]:
+        """Each step's changes, as the repartition topic got them."""
+        found = original_read("changes-repartition")
+        changes.append([(k, json.loads(v or "null"), ts) for k, v, ts in found])
+        return []
+
+    driver.read = read  # type: ignore[method-assign]
+    drive_table_join(driver)
+    assert changes == [
+        [],
+        [("0", ["X0+Y0", None], 5), ("1", ["X1+Y1", None], 10)],
+        [("0", ["XX0+Y0", "X0+Y0"], 7), ("1", ["XX1+Y1", "X1+Y1"], 10)],
+        [
+            ("0", ["XX0+YY0", "XX0+Y0"], 7),
+            ("1", ["XX1+YY1", "XX1+Y1"], 7),
+            ("2", ["XX2+YY2", None], 10),
+            ("3", ["XX3+YY3", None], 15),
+        ],
+        [
+            ("0", ["XXX0+YY0", "XX0+YY0"], 6),
+            ("1", ["XXX1+YY1", "XX1+YY1"], 6),
+            ("2", ["XXX2+YY2", "XX2+YY2"], 10),
+            ("3", ["XXX3+YY3", "XX3+YY3"], 15),
+        ],
+        [("0", [None, "XXX0+YY0"], 6), ("1", [None, "XXX1+YY1"], 7)],
+        [("2", ["XXXX2+YY2", "XXX2+YY2"], 13), ("3", ["XXXX3+YY3", "XXX3+YY3"], 15)],
+        [("2", [None, "XXXX2+YY2"], 10), ("3", [None, "XXXX3+YY3"], 20)],
+    ]
