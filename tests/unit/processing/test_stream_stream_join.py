@@ -291,3 +291,23 @@ def test_left_join_upper_window_bound(store_factory: StoreFactory) -> None:
         ("2", "F2+null", 1104),
         ("3", "F3+null", 1104),
     ]
+
+
+def test_a_rekeyed_stream_must_be_repartitioned_before_a_join() -> None:
+    """Kafka Streams repartitions a key-changed stream before a join by itself, under a
+    generated topic name; eddyline asks for the named repartition instead."""
+    builder = StreamsBuilder()
+    left = builder.stream(LEFT, key_serde="string", value_serde="string")
+    right = builder.stream(RIGHT, key_serde="string", value_serde="string")
+    windows = JoinWindows.of_time_difference_without_grace(10)
+    rekeyed = left.select_key(lambda _k, v: v).filter(lambda _k, _v: True)
+    with pytest.raises(TopologyError, match="repartition"):
+        rekeyed.join(right, to_string_joiner, windows, store_name="joined")
+    with pytest.raises(TopologyError, match="repartition"):
+        right.left_join(left.map(lambda k, v: (v, k)), to_string_joiner, windows, store_name="j")
+    table = builder.table("topic3", "table", key_serde="string", value_serde="string")
+    with pytest.raises(TopologyError, match="repartition"):
+        left.flat_map(lambda k, v: [(v, k)]).join(table, to_string_joiner)
+    # Value-only steps keep the partitioning; a named repartition restores it.
+    left.map_values(str.upper).join(right, to_string_joiner, windows, store_name="ok")
+    rekeyed.repartition("by-value").join(table, to_string_joiner)

@@ -124,6 +124,9 @@ class KStream:
         self._builder = builder
         self._node = node
         self._key_serde = key_serde
+        # Keys may have changed since the last read of a topic (map, flat_map,
+        # select_key, process): a join would meet records in the wrong partition.
+        self._rekeyed = False
 
     def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
         def batch(items: Items) -> Items:
@@ -151,7 +154,7 @@ class KStream:
                 raise RecordFailedError(i, exc) from exc
             return Items(keys, values, items.indices)
 
-        return self._then("KSTREAM-MAP", lambda k, v, emit: emit(*mapper(k, v)), batch)
+        return self._then("KSTREAM-MAP", lambda k, v, emit: emit(*mapper(k, v)), batch)._rekey()
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
         def batch(items: Items) -> Items:
@@ -186,7 +189,7 @@ class KStream:
                 raise RecordFailedError(i, exc) from exc
             return Items(keys, values, indices)
 
-        return self._then("KSTREAM-FLATMAP", each, batch)
+        return self._then("KSTREAM-FLATMAP", each, batch)._rekey()
 
     def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
         def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
@@ -313,6 +316,13 @@ class KStream:
         other_value_serde: str | None,
         kind: str,
     ) -> KStream:
+        for stream in (self, other):
+            if isinstance(stream, KStream) and stream._rekeyed:
+                raise TopologyError(
+                    "a join input's keys may have changed since it was read (map, flat_map, "
+                    "select_key or process), so its records may sit in the wrong partition for "
+                    'the join: call .repartition("<name>") on it before joining'
+                )
         if isinstance(other, KTable):
             if windows is not None or kind == "outer":
                 raise TopologyError(
@@ -347,13 +357,17 @@ class KStream:
                 raise RecordFailedError(_failed_index(items, source), exc) from exc
             return Items(keys, items.values, items.indices)
 
-        return self._then("KSTREAM-KEY-SELECT", lambda k, v, emit: emit(mapper(k, v), v), batch)
+        return self._then(
+            "KSTREAM-KEY-SELECT", lambda k, v, emit: emit(mapper(k, v), v), batch
+        )._rekey()
 
     def merge(self, other: KStream) -> KStream:
         """Both streams' records in one stream, in the order the task processes them."""
         name = self._builder._name("KSTREAM-MERGE")
         self._builder.topology.add_processor(name, _PassThrough, self._node, other._node)
-        return KStream(self._builder, name, self._key_serde)
+        merged = KStream(self._builder, name, self._key_serde)
+        merged._rekeyed = self._rekeyed or other._rekeyed
+        return merged
 
     def repartition(
         self,
@@ -409,7 +423,8 @@ class KStream:
             topology.add_state_store(
                 store if isinstance(store, StoreSpec) else StoreSpec(store), name
             )
-        return KStream(self._builder, name, self._key_serde)
+        # A processor may forward other keys (Kafka Streams marks process() output so, KIP-820).
+        return KStream(self._builder, name, self._key_serde)._rekey()
 
     def group_by_key(self) -> KGroupedStream:
         return KGroupedStream(self._builder, self._node, self._key_serde)
@@ -457,7 +472,13 @@ class KStream:
     def _then(self, prefix: str, step: _Step, batch: _BatchStep | None = None) -> KStream:
         name = self._builder._name(prefix)
         self._builder.topology.add_processor(name, lambda: _StepProcessor(step, batch), self._node)
-        return KStream(self._builder, name, self._key_serde)
+        stream = KStream(self._builder, name, self._key_serde)
+        stream._rekeyed = self._rekeyed
+        return stream
+
+    def _rekey(self) -> KStream:
+        self._rekeyed = True
+        return self
 
 
 class KGroupedStream:
