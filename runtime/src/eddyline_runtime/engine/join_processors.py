@@ -105,8 +105,8 @@ class JoinWindowBufferProcessor(Processor):
         context = self.context
         context.forward(key, value)
         if key is None or value is None:
-            # Nothing can join it; Kafka writes a null value as a delete of the whole
-            # timestamp, which eddyline does not repeat (the join dropped it already).
+            # Nothing can join it: not kept (Kafka's duplicate-retaining window store
+            # skips a null value's put, and a null key is never written).
             return
         stored_key = self._keys.serialize(key)
         timestamp = context.timestamp
