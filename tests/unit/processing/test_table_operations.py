@@ -220,3 +220,41 @@ def test_a_join_of_topics_with_different_partition_counts_fails_naming_both(tmp_
             resolve_topics(builder.build(), "app", log)
     finally:
         log.close()
+
+
+def test_a_materialized_filter_can_be_joined_with_a_stream(store_factory: StoreFactory) -> None:
+    """``filter(..., materialized=...)`` (Kafka's ``Materialized.as``) keeps the filtered
+    table in a store: a stream-table join reads it, and a key leaving the filter
+    leaves the store."""
+    builder = StreamsBuilder()
+    users = builder.table("users", "users", key_serde="string", value_serde="string")
+    active = users.filter(lambda _k, v: v != "inactive", materialized="active-users")
+    assert active.store == "active-users"
+    clicks = builder.stream("clicks", key_serde="string", value_serde="string")
+    clicks.join(active, to_string_joiner).to("output", key_serde="string", value_serde="string")
+    driver = JoinDriver(builder.build(), store_factory)
+    driver.pipe("users", "u1", "ann", 1)
+    driver.pipe("users", "u2", "inactive", 2)
+    driver.pipe("clicks", "u1", "c1", 3)
+    driver.pipe("clicks", "u2", "c2", 4)
+    driver.pipe("users", "u1", "inactive", 5)
+    driver.pipe("clicks", "u1", "c3", 6)
+    assert driver.read() == [("u1", "c1+ann", 3)]
+    assert driver.stores["active-users"].get(b"u1") is None
+
+
+def test_a_materialized_table_join_keeps_its_result(store_factory: StoreFactory) -> None:
+    builder = StreamsBuilder()
+    left = builder.table("topic1", "l", key_serde="string", value_serde="string")
+    right = builder.table("topic2", "r", key_serde="string", value_serde="string")
+    joined = left.join(
+        right, to_string_joiner, store_name="lr", materialized="lr-result", value_serde="string"
+    )
+    joined.to_stream().to("output", key_serde="string", value_serde="string")
+    driver = JoinDriver(builder.build(), store_factory)
+    driver.pipe("topic1", "k", "A", 1)
+    driver.pipe("topic2", "k", "a", 2)
+    assert driver.stores["lr-result"].get(b"k") == b"A+a"
+    driver.pipe("topic2", "k", None, 3)
+    assert driver.stores["lr-result"].get(b"k") is None
+    assert driver.read() == [("k", "A+a", 2), ("k", None, 3)]

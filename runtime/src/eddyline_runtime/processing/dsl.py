@@ -37,6 +37,7 @@ from eddyline_runtime.processing.tables import (
     TableAggregateProcessor,
     TableFilterProcessor,
     TableMapValuesProcessor,
+    TableMaterializeProcessor,
     TableRegroupProcessor,
     TableSourceProcessor,
     TableToStreamProcessor,
@@ -707,36 +708,107 @@ class KTable:
         )
         return KStream(self._builder, name, self.key_serde)
 
-    def filter(self, predicate: Callable[[Any, Any], bool]) -> KTable:
-        """The rows passing ``predicate(key, value)``; a failing update removes its key."""
-        return self._table_step(
+    def filter(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        *,
+        materialized: str | None = None,
+        value_serde: str | None = None,
+    ) -> KTable:
+        """The rows passing ``predicate(key, value)``; a failing update removes its key.
+        With ``materialized`` (Kafka Streams' ``Materialized.as``), the result is kept in
+        that store (values with ``value_serde``, the table's by default), so it can be
+        queried and joined with a stream."""
+        step = self._table_step(
             "KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, True, cell)
         )
+        return step._materialize(materialized, value_serde or self.value_serde)
 
-    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KTable:
-        """The rows failing ``predicate(key, value)``."""
-        return self._table_step(
+    def filter_not(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        *,
+        materialized: str | None = None,
+        value_serde: str | None = None,
+    ) -> KTable:
+        """The rows failing ``predicate(key, value)``; ``materialized`` as for ``filter``."""
+        step = self._table_step(
             "KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, False, cell)
         )
+        return step._materialize(materialized, value_serde or self.value_serde)
 
-    def map_values(self, mapper: Callable[[Any], Any]) -> KTable:
-        return self._table_step(
+    def map_values(
+        self,
+        mapper: Callable[[Any], Any],
+        *,
+        materialized: str | None = None,
+        value_serde: str = "json",
+    ) -> KTable:
+        """Each row's value mapped; ``materialized`` keeps the result in that store."""
+        step = self._table_step(
             "KTABLE-MAPVALUES", lambda cell: TableMapValuesProcessor(mapper, cell)
         )
+        return step._materialize(materialized, value_serde)
 
-    def join(self, other: KTable, joiner: ValueJoiner, *, store_name: str) -> KTable:
+    def join(
+        self,
+        other: KTable,
+        joiner: ValueJoiner,
+        *,
+        store_name: str,
+        materialized: str | None = None,
+        value_serde: str = "json",
+    ) -> KTable:
         """Inner table-table join on the key; results are table changes. ``store_name``
         names the stores each side keeps its table in (``<store_name>-left-store``,
-        ``-right-store``)."""
-        return _table_table_join(self, other, joiner, store_name, ("inner", "inner"))
+        ``-right-store``); ``materialized`` keeps the result in a store too."""
+        joined = _table_table_join(self, other, joiner, store_name, ("inner", "inner"))
+        return joined._materialize(materialized, value_serde)
 
-    def left_join(self, other: KTable, joiner: ValueJoiner, *, store_name: str) -> KTable:
+    def left_join(
+        self,
+        other: KTable,
+        joiner: ValueJoiner,
+        *,
+        store_name: str,
+        materialized: str | None = None,
+        value_serde: str = "json",
+    ) -> KTable:
         """Every row of this table, joined with ``other``'s row or None."""
-        return _table_table_join(self, other, joiner, store_name, ("left", "right"))
+        joined = _table_table_join(self, other, joiner, store_name, ("left", "right"))
+        return joined._materialize(materialized, value_serde)
 
-    def outer_join(self, other: KTable, joiner: ValueJoiner, *, store_name: str) -> KTable:
+    def outer_join(
+        self,
+        other: KTable,
+        joiner: ValueJoiner,
+        *,
+        store_name: str,
+        materialized: str | None = None,
+        value_serde: str = "json",
+    ) -> KTable:
         """Every row of either table, joined with the other's row or None."""
-        return _table_table_join(self, other, joiner, store_name, ("outer", "outer"))
+        joined = _table_table_join(self, other, joiner, store_name, ("outer", "outer"))
+        return joined._materialize(materialized, value_serde)
+
+    def _materialize(self, store: str | None, value_serde: str | None) -> KTable:
+        if store is None:
+            return self
+        if not store:
+            raise TopologyError("materialized names a store: give it a non-empty name")
+        builder = self._builder
+        name = builder._name("KTABLE-MATERIALIZE")
+        keys, values = serde_for(self.key_serde), serde_for(value_serde)
+        cell = OldValues()  # old values come from the store, not from the node above
+        builder.topology.add_processor(
+            name, lambda: TableMaterializeProcessor(store, keys, values, cell), self._node
+        )
+        builder.topology.add_state_store(
+            StoreSpec(store, key_serde=self.key_serde, value_serde=value_serde), name
+        )
+        return KTable(
+            builder, name, self.key_serde, store=store, value_serde=value_serde, old_values=cell
+        )
 
     def group_by(
         self,

@@ -222,3 +222,34 @@ class JoinSideStoreProcessor(Processor):
                 stored_key, timestamped(self.context.timestamp, self._values.serialize(new))
             )
         self.context.forward(key, TableChange(new, old))
+
+
+class TableMaterializeProcessor(Processor):
+    """A table operation's result kept in a store (Kafka Streams' ``Materialized.as``), so
+    it can be queried and joined: each change is written (a tombstone deletes) and
+    passed on, with the old value read from the store when a node below needs it."""
+
+    def __init__(self, store: str, keys: Any, values: Any, old_values: OldValues) -> None:
+        self._store_name, self._keys, self._values = store, keys, values
+        self._old_values = old_values
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._store = context.get_state_store(self._store_name)
+
+    def process(self, key: Any, value: Any) -> None:
+        if key is None:
+            return
+        new = as_change(value).new
+        stored_key = self._keys.serialize(key)
+        old = None
+        if self._old_values.enabled:
+            stored = self._store.get(stored_key)
+            old = None if stored is None else self._values.deserialize(stored)
+            if new is None and old is None:
+                return  # the key was not in the table and is not now
+        if new is None:
+            self._store.delete(stored_key)
+        else:
+            self._store.put(stored_key, self._values.serialize(new))
+        self.context.forward(key, TableChange(new, old))
