@@ -4,9 +4,13 @@ piped in one by one with their timestamps and what the sinks emitted read back
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
+from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Topology
 from tests.support.stores import StoreFactory
 
@@ -20,12 +24,34 @@ class JoinDriver:
     """Drives sub-topology ``subtopology`` of ``topology`` as task ``<id>_0``."""
 
     def __init__(
-        self, topology: Topology, store_factory: StoreFactory, *, subtopology: int = 0
+        self,
+        topology: Topology,
+        store_factory: StoreFactory,
+        *,
+        subtopology: int = 0,
+        cached: Collection[str] = (),
     ) -> None:
+        """``cached`` names stores to put behind a record cache (1 MiB, flushed by
+        ``flush``), as the runtime does by default."""
         sub = topology.subtopologies()[subtopology]
         self.stores = {name: store_factory(name) for name in sub.stores}
-        self.task = TaskTopology(topology, sub, 0, dict(self.stores))  # type: ignore[arg-type]
+        self.cached = {
+            name: TaskStore(
+                self.stores[name],
+                changelog=TopicPartition(f"app-{name}-changelog", 0),
+                cache=ThreadCache(1024 * 1024),
+                cache_name=name,
+            )
+            for name in cached
+        }
+        opened = {**self.stores, **self.cached}
+        self.task = TaskTopology(topology, sub, 0, opened)  # type: ignore[arg-type]
         self._offset = 0
+
+    def flush(self) -> None:
+        """Flush the record caches (what a commit does first)."""
+        for store in self.cached.values():
+            store.flush()
 
     def pipe(self, topic: str, key: str | None, value: str | None, timestamp: int) -> None:
         self.task.process(

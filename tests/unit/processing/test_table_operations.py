@@ -258,3 +258,25 @@ def test_a_materialized_table_join_keeps_its_result(store_factory: StoreFactory)
     driver.pipe("topic2", "k", None, 3)
     assert driver.stores["lr-result"].get(b"k") is None
     assert driver.read() == [("k", "A+a", 2), ("k", None, 3)]
+
+
+def test_regrouped_aggregation_results_go_through_the_record_cache(
+    store_factory: StoreFactory,
+) -> None:
+    """With a record cache in front of the aggregation's store (the runtime's default),
+    a group's updates before a flush go downstream once, with its latest aggregate."""
+    builder = StreamsBuilder()
+    table = builder.table("topic1", "source", key_serde="string", value_serde="string")
+    table.group_by(lambda _k, v: (v, v), repartition_name="by-colour").reduce(
+        lambda agg, v: f"{agg}+{v}", lambda agg, v: f"{agg}-{v}", "colours", value_serde="string"
+    ).to_stream().to("output", key_serde="string", value_serde="string")
+    built = builder.build()
+    upstream = JoinDriver(built, store_factory, subtopology=0)
+    downstream = JoinDriver(built, store_factory, subtopology=1, cached=["colours"])
+    for key, value, timestamp in [("u1", "red", 1), ("u2", "red", 2), ("u1", "blue", 3)]:
+        upstream.pipe("topic1", key, value, timestamp)
+        for k, v, ts in upstream.read("by-colour-repartition"):
+            downstream.pipe("by-colour-repartition", k, v, ts)
+    assert downstream.read() == []  # held by the cache
+    downstream.flush()
+    assert sorted(downstream.read()) == [("blue", "blue", 3), ("red", "red+red-red", 3)]

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from eddyline_runtime.processing.joins import split_timestamped, timestamped
-from eddyline_runtime.processing.topology import Processor, ProcessorContext
+from eddyline_runtime.processing.topology import Change, Processor, ProcessorContext
 
 
 class TableChange(NamedTuple):
@@ -151,8 +151,8 @@ class TableRegroupProcessor(Processor):
 
 class TableAggregateProcessor(Processor):
     """``KTableAggregate``: subtract the old value, then add the new one; forwards the
-    aggregate's change (``None`` new value never: an emptied group keeps its aggregate,
-    as Kafka's does)."""
+    aggregate's change (an emptied group keeps its aggregate, as Kafka's does), on
+    every update or, with a record cache, as the cache flushes."""
 
     def __init__(
         self,
@@ -172,6 +172,17 @@ class TableAggregateProcessor(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self._store = context.get_state_store(self._store_name)
+        # With a record cache, results go downstream when the cache flushes (once per
+        # key per commit, as Kafka's cached table aggregations); without one, each update.
+        self._forwards_on_flush: bool = self._store.set_flush_listener(self._flushed)
+
+    def _flushed(self, key: bytes, change: Change) -> None:
+        values = self._values
+        new = None if change.new is None else values.deserialize(change.new)
+        old = None
+        if self._old_values.enabled and change.old is not None:
+            old = values.deserialize(change.old)
+        self.context.forward(self._keys.deserialize(key), TableChange(new, old))
 
     def process(self, key: Any, value: Any) -> None:
         if key is None or value is None:
@@ -191,8 +202,9 @@ class TableAggregateProcessor(Processor):
             self._store.delete(stored_key)
         else:
             self._store.put(stored_key, self._values.serialize(aggregate))
-        old = current if self._old_values.enabled else None
-        self.context.forward(key, TableChange(aggregate, old))
+        if not self._forwards_on_flush:
+            old = current if self._old_values.enabled else None
+            self.context.forward(key, TableChange(aggregate, old))
 
 
 class JoinSideStoreProcessor(Processor):
