@@ -242,3 +242,26 @@ def test_table_table_inner_join_sends_old_values_when_a_node_below_needs_them(
         [("2", ["XXXX2+YY2", "XXX2+YY2"], 13), ("3", ["XXXX3+YY3", "XXX3+YY3"], 15)],
         [("2", [None, "XXXX2+YY2"], 10), ("3", [None, "XXXX3+YY3"], 20)],
     ]
+
+
+def test_mapped_tables_and_a_join_result_join_again(store_factory: StoreFactory) -> None:
+    """A table's values keep the serde they are produced with through map_values and a
+    join (JSON by default), so the stores of a further join can hold them."""
+    builder = StreamsBuilder()
+    users = builder.table("users", "users", key_serde="string", value_serde="string")
+    plans = builder.table("plans", "plans", key_serde="string", value_serde="string")
+    limits = builder.table("limits", "limits", key_serde="string", value_serde="long")
+    profile = users.map_values(lambda name: {"name": name}).join(
+        plans, lambda user, plan: {**user, "plan": plan}, store_name="user-plans"
+    )
+    profile.left_join(
+        limits, lambda p, limit: {**p, "limit": limit}, store_name="with-limits"
+    ).to_stream().to("output", key_serde="string", value_serde="json")
+    driver = JoinDriver(builder.build(), store_factory)
+    driver.pipe("users", "u", "ann", 1)
+    driver.pipe("plans", "u", "pro", 2)
+    driver.task.process("limits", b"u", (10).to_bytes(8, "big"), 3, partition=0, offset=99)
+    assert [(k, json.loads(v or "null"), ts) for k, v, ts in driver.read()] == [
+        ("u", {"name": "ann", "plan": "pro", "limit": None}, 2),
+        ("u", {"name": "ann", "plan": "pro", "limit": 10}, 3),
+    ]

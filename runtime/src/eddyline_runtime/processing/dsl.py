@@ -719,10 +719,11 @@ class KTable:
         With ``materialized`` (Kafka Streams' ``Materialized.as``), the result is kept in
         that store (values with ``value_serde``, the table's by default), so it can be
         queried and joined with a stream."""
+        serde = value_serde or self.value_serde
         step = self._table_step(
-            "KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, True, cell)
+            "KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, True, cell), serde
         )
-        return step._materialize(materialized, value_serde or self.value_serde)
+        return step._materialize(materialized, serde)
 
     def filter_not(
         self,
@@ -732,10 +733,11 @@ class KTable:
         value_serde: str | None = None,
     ) -> KTable:
         """The rows failing ``predicate(key, value)``; ``materialized`` as for ``filter``."""
+        serde = value_serde or self.value_serde
         step = self._table_step(
-            "KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, False, cell)
+            "KTABLE-FILTER", lambda cell: TableFilterProcessor(predicate, False, cell), serde
         )
-        return step._materialize(materialized, value_serde or self.value_serde)
+        return step._materialize(materialized, serde)
 
     def map_values(
         self,
@@ -744,9 +746,10 @@ class KTable:
         materialized: str | None = None,
         value_serde: str = "json",
     ) -> KTable:
-        """Each row's value mapped; ``materialized`` keeps the result in that store."""
+        """Each row's value mapped; ``materialized`` keeps the result in that store.
+        ``value_serde`` is how mapped values serialize (in that store, or a join's)."""
         step = self._table_step(
-            "KTABLE-MAPVALUES", lambda cell: TableMapValuesProcessor(mapper, cell)
+            "KTABLE-MAPVALUES", lambda cell: TableMapValuesProcessor(mapper, cell), value_serde
         )
         return step._materialize(materialized, value_serde)
 
@@ -763,6 +766,7 @@ class KTable:
         names the stores each side keeps its table in (``<store_name>-left-store``,
         ``-right-store``); ``materialized`` keeps the result in a store too."""
         joined = _table_table_join(self, other, joiner, store_name, ("inner", "inner"))
+        joined.value_serde = value_serde  # how results serialize, stored or joined again
         return joined._materialize(materialized, value_serde)
 
     def left_join(
@@ -776,6 +780,7 @@ class KTable:
     ) -> KTable:
         """Every row of this table, joined with ``other``'s row or None."""
         joined = _table_table_join(self, other, joiner, store_name, ("left", "right"))
+        joined.value_serde = value_serde  # how results serialize, stored or joined again
         return joined._materialize(materialized, value_serde)
 
     def outer_join(
@@ -789,6 +794,7 @@ class KTable:
     ) -> KTable:
         """Every row of either table, joined with the other's row or None."""
         joined = _table_table_join(self, other, joiner, store_name, ("outer", "outer"))
+        joined.value_serde = value_serde  # how results serialize, stored or joined again
         return joined._materialize(materialized, value_serde)
 
     def _materialize(self, store: str | None, value_serde: str | None) -> KTable:
@@ -844,14 +850,15 @@ class KTable:
         builder.topology.add_source(source, [topic], key_serde=key_serde, value_serde="json")
         return KGroupedTable(builder, source, key_serde)
 
-    def _table_step(self, prefix: str, make: Callable[[OldValues], Processor]) -> KTable:
+    def _table_step(
+        self, prefix: str, make: Callable[[OldValues], Processor], value_serde: str | None
+    ) -> KTable:
+        """A table node; ``value_serde`` is how its values serialize (a join storing them)."""
         name = self._builder._name(prefix)
         # This node forwards old values when one below asks; then it needs its parent's.
         cell = OldValues(self._old_values)
         self._builder.topology.add_processor(name, lambda: make(cell), self._node)
-        return KTable(
-            self._builder, name, self.key_serde, value_serde=self.value_serde, old_values=cell
-        )
+        return KTable(self._builder, name, self.key_serde, value_serde=value_serde, old_values=cell)
 
 
 class KGroupedTable:
