@@ -993,7 +993,7 @@ def _stream_table_join(
     if table.store is None:
         raise TopologyError(
             "a stream-table join needs a materialized table: builder.table, an "
-            "aggregation's result, or a table operation given materialized=\"<store>\""
+            'aggregation\'s result, or a table operation given materialized="<store>"'
         )
     builder = stream._builder
     name = builder._name("KSTREAM-JOIN")
