@@ -72,7 +72,7 @@ def reported_lags(draw: st.DrawFn, group: Group, members: Sequence[Member]) -> L
     return lags
 
 
-def check_invariants(
+def check_invariants(  # noqa: PLR0917 (the scenario, then what came of it)
     group: Group,
     members: Sequence[Member],
     previous: Assignment,
@@ -203,7 +203,7 @@ def test_a_joining_member_warms_up_before_it_takes_a_task() -> None:
 
     first = assign(tasks, [a, b, c], 0, previous=before, warmups=policy)
 
-    assert first.active == before.active | {"c": frozenset()}
+    assert first.active == {**before.active, "c": frozenset()}
     assert first.warmup_count == 1
     (warming,) = first.warmup["c"]
     # Still behind: it stays where it is and keeps warming.

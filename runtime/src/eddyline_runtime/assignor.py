@@ -460,13 +460,16 @@ def assign(
             standby={m: frozenset(standby.get(m, ())) for m in ids},
             members=roster,
         )
-    return _warm_before_moving(heavy, roster, owner, replicas, history, warmups)
+    return _warm_before_moving(
+        heavy, roster, owner, replicas=replicas, history=history, policy=warmups
+    )
 
 
 def _warm_before_moving(
     heavy: Sequence[TaskId],
     roster: Sequence[Member],
     target: Mapping[TaskId, str],
+    *,
     replicas: int,
     history: _History,
     policy: WarmupPolicy,
