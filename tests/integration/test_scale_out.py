@@ -10,6 +10,7 @@ hand-over itself, tens of records), not the store a cold move would restore.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from tests.support.replica_group import (
@@ -72,68 +74,12 @@ def test_a_new_replica_takes_tasks_only_once_its_warm_up_caught_up(tmp_path: Pat
         wait_caught_up(log, group, 180, "the two replicas")
         producer.start()
         since = log_sizes(group)
-        history: list[tuple[Assignment, dict[str, dict[TaskId, int]]]] = []
-        assert group.assignment is not None
-        history.append((group.assignment, {}))
-        group.scale(3)
-        deadline = time.monotonic() + 120
-        while True:
-            group.poll()
-            current = group.assignment
-            assert current is not None
-            if current is not history[-1][0]:
-                history.append((current, group.reported_lags))
-            if group.balanced and current.active[NEW]:
-                break
-            assert time.monotonic() < deadline, (
-                f"no balance in 120 s: {current}\n{replica_logs(group)}"
-            )
-            time.sleep(0.05)
+        history = scale_and_record(group, 3)
         trickle_stop.set()
         producer.join()
         wait_caught_up(log, group, 120, "the three replicas")
 
-        counting = {TaskId(COUNTING_SUBTOPOLOGY, p) for p in range(PARTITIONS)}
-        final = history[-1][0]
-        taken = final.active[NEW] & counting
-        assert taken, f"the new replica runs no counting task: {final}"
-        warmed: set[TaskId] = set()
-        for (before, _), (after, lags) in zip(history, history[1:], strict=False):
-            assert after.warmup_count <= 1
-            for task in after.active[NEW] & counting:
-                if task in before.active.get(NEW, ()):
-                    continue
-                # Handed over: the copy there was a warm-up or standby, caught up.
-                had_copy = task in before.warmup.get(NEW, ()) or task in before.standby.get(
-                    NEW, ()
-                )
-                lag = lags.get(NEW, {}).get(task)
-                assert had_copy and lag is not None and lag <= ACCEPTABLE_LAG, (
-                    f"{task} active on the new replica with lag {lag} (copy: {had_copy})"
-                )
-                warmed.add(task)
-        assert warmed == taken
-        assert any(a.warmup_count for a, _ in history), "no warm-up ran"
-
-        # What the hand-over restored on the critical path, against the store a cold
-        # move would have restored.
-        for task in sorted(taken):
-
-            def handed_over(task: TaskId = task) -> list[dict[str, Any]]:
-                group.poll()
-                lines = restore_lines(group, since, str(task))
-                return [r for r in lines if r["member"] == NEW]
-
-            mine = wait_for(handed_over, f"the new replica to start task {task}", 60)
-            assert len(mine) == 1, mine
-            store_size = distinct_keys(log, TopicPartition(CHANGELOG, task.partition))
-            print(
-                f"{task}: restored {mine[0]['records']} records at hand-over "
-                f"(store {store_size} keys, {len(trickled)} lines trickled)"
-            )
-            # Only what arrived between the warm copy's last replay and the old owner's
-            # last commit: a fraction of a second of the trickle, never the store.
-            assert mine[0]["records"] <= store_size // 10, (mine[0], store_size)
+        check_hand_overs(log, group, history, since)
 
         expected: dict[str, int] = dict.fromkeys(words, 1)
         for line in trickled:
@@ -146,3 +92,72 @@ def test_a_new_replica_takes_tasks_only_once_its_warm_up_caught_up(tmp_path: Pat
             producer.join()
         group.stop()
         log.close()
+
+
+def check_hand_overs(
+    log: SqliteLog,
+    group: LocalGroup,
+    history: list[tuple[Assignment, dict[str, dict[TaskId, int]]]],
+    since: dict[str, int],
+) -> None:
+    """Every task the new replica took over was a caught-up warm-up or standby there, and
+    its hand-over restored a small tail, not the store."""
+    counting = {TaskId(COUNTING_SUBTOPOLOGY, p) for p in range(PARTITIONS)}
+    final = history[-1][0]
+    taken = final.active[NEW] & counting
+    assert taken, f"the new replica runs no counting task: {final}"
+    warmed: set[TaskId] = set()
+    for (before, _), (after, lags) in itertools.pairwise(history):
+        assert after.warmup_count <= 1
+        for task in after.active[NEW] & counting:
+            if task in before.active.get(NEW, ()):
+                continue
+            # Handed over: the copy there was a warm-up or standby, caught up.
+            had_copy = task in before.warmup.get(NEW, ()) or task in before.standby.get(NEW, ())
+            lag = lags.get(NEW, {}).get(task)
+            assert had_copy and lag is not None and lag <= ACCEPTABLE_LAG, (
+                f"{task} active on the new replica with lag {lag} (copy: {had_copy})"
+            )
+            warmed.add(task)
+    assert warmed == taken
+    assert any(a.warmup_count for a, _ in history), "no warm-up ran"
+
+    # What the hand-over restored on the critical path, against the store a cold
+    # move would have restored.
+    for task in sorted(taken):
+
+        def handed_over(task: TaskId = task) -> list[dict[str, Any]]:
+            group.poll()
+            lines = restore_lines(group, since, str(task))
+            return [r for r in lines if r["member"] == NEW]
+
+        mine = wait_for(handed_over, f"the new replica to start task {task}", 60)
+        assert len(mine) == 1, mine
+        store_size = distinct_keys(log, TopicPartition(CHANGELOG, task.partition))
+        print(
+            f"{task}: restored {mine[0]['records']} records at hand-over (store {store_size} keys)"
+        )
+        # Only what arrived between the warm copy's last replay and the old owner's
+        # last commit: a fraction of a second of the trickle, never the store.
+        assert mine[0]["records"] <= store_size // 10, (mine[0], store_size)
+
+
+def scale_and_record(
+    group: LocalGroup, replicas: int
+) -> list[tuple[Assignment, dict[str, dict[TaskId, int]]]]:
+    """Scale, then poll until balance holds; every assignment published on the way, with
+    the lags it was computed from."""
+    assert group.assignment is not None
+    history: list[tuple[Assignment, dict[str, dict[TaskId, int]]]] = [(group.assignment, {})]
+    group.scale(replicas)
+    deadline = time.monotonic() + 120
+    while True:
+        group.poll()
+        current = group.assignment
+        assert current is not None
+        if current is not history[-1][0]:
+            history.append((current, group.reported_lags))
+        if group.balanced and current.active[NEW]:
+            return history
+        assert time.monotonic() < deadline, f"no balance in 120 s: {current}\n{replica_logs(group)}"
+        time.sleep(0.05)
