@@ -345,6 +345,8 @@ class RocksDBStore(StateStore):
         self._metric_tags = {**(metric_tags or {}), "rocksdb-state-id": name}
         if metrics is not None:
             _register_commit_metrics(metrics, self._commit_sensor, self._metric_tags)
+            if self.options.memory_budget_bytes is not None:
+                _register_memory_metrics(metrics, shared_memory(self.options.memory_budget_bytes))
 
     # -- the contract -------------------------------------------------------------
 
@@ -843,3 +845,18 @@ def _register_commit_metrics(
     registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-rate", tags), sensor.rate)
     registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-latency-avg", tags), sensor.avg)
     registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-latency-max", tags), sensor.max)
+
+
+MEMORY_METRICS_GROUP: Final = "rocksdb-memory-metrics"
+
+
+def _register_memory_metrics(registry: MetricsRegistry, memory: RocksDBMemory) -> None:
+    """The process's shared RocksDB memory, untagged (one per process; registering again
+    replaces the same gauges)."""
+    for name, read in (
+        ("block-cache-usage-bytes", lambda: float(memory.usage().cache_bytes)),
+        ("write-buffer-usage-bytes", lambda: float(memory.usage().write_buffer_bytes)),
+        ("budget-bytes", lambda: float(memory.budget_bytes)),
+    ):
+        registry.register(MetricName.of(MEMORY_METRICS_GROUP, name, {}), read)
+
