@@ -859,4 +859,3 @@ def _register_memory_metrics(registry: MetricsRegistry, memory: RocksDBMemory) -
         ("budget-bytes", lambda: float(memory.budget_bytes)),
     ):
         registry.register(MetricName.of(MEMORY_METRICS_GROUP, name, {}), read)
-
