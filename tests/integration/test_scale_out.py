@@ -1,7 +1,7 @@
 """Scaling a replica group out warms before moving (KIP-441; assignor points 9 to 11).
 
 Two word-count replicas hold a store of 20,000 words; lines keep arriving
-while the group scales to three. Every assignment the group publishes is
+while the group scales to three (and then back to two). Every assignment the group publishes is
 recorded with the lags it was computed from: no task is ever active on the
 new replica before its copy there was caught up, and the hand-over restores
 only the records written since the warm copy's last replay (the tail of the
@@ -81,7 +81,19 @@ def test_a_new_replica_takes_tasks_only_once_its_warm_up_caught_up(tmp_path: Pat
 
         check_hand_overs(log, group, history, since)
 
-        expected: dict[str, int] = dict.fromkeys(words, 1)
+        # And back in: the leaving replica's tasks go to the two others (its standbys).
+        group.scale(2)
+        assert sorted(group.alive()) == ["0", "1"]
+        assert group.assignment is not None
+        assert sorted(group.assignment.active) == ["0", "1"]
+        produce_lines(log, ["after scaling in"])
+        trickled.append("after scaling in")
+        words += ["after", "scaling", "in"]
+        wait_caught_up(log, group, 120, "the two replicas again")
+
+        expected: dict[str, int] = dict.fromkeys(words, 0)
+        for word in words[:WORDS]:
+            expected[word] = 1
         for line in trickled:
             for word in line.split():
                 expected[word] += 1
