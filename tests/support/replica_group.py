@@ -57,7 +57,13 @@ _BATCH: Final = 50_000
 # -- starting the group ---------------------------------------------------------------------
 
 
-def write_manifest(directory: Path, *, base_port: int | None = None) -> Path:
+def write_manifest(
+    directory: Path,
+    *,
+    base_port: int | None = None,
+    replicas: int = REPLICAS,
+    extra_config: dict[str, Any] | None = None,
+) -> Path:
     """The word-count example as three replicas, its log and state under ``directory``.
 
     With ``base_port``, ``application.server`` names it: replica i then answers
@@ -73,13 +79,14 @@ def write_manifest(directory: Path, *, base_port: int | None = None) -> Path:
     }
     if base_port is not None:
         config["application.server"] = f"127.0.0.1:{base_port}"
+    config.update(extra_config or {})
     document = {
         "apiVersion": "eddyline.dev/v1alpha1",
         "kind": "StreamApp",
         "metadata": {"name": APPLICATION_ID},
         "spec": {
             "topology": "wordcount:topology",
-            "replicas": REPLICAS,
+            "replicas": replicas,
             "log": {"url": f"sqlite:///{directory / 'log.db'}"},
             "config": config,
         },
@@ -102,13 +109,22 @@ def produce_lines(
             log.produce(TopicPartition(INPUT, partition), batch[start : start + _BATCH])
 
 
-def start_replica_group(directory: Path, lines: Sequence[str]) -> tuple[SqliteLog, LocalGroup]:
-    """Write the manifest, produce ``lines``, start the three replicas on free ports.
+def start_replica_group(
+    directory: Path,
+    lines: Sequence[str],
+    *,
+    replicas: int = REPLICAS,
+    spare_ports: int = 0,
+    extra_config: dict[str, Any] | None = None,
+) -> tuple[SqliteLog, LocalGroup]:
+    """Write the manifest, produce ``lines``, start the (three) replicas on free ports.
 
     Their output goes to ``directory/logs/replica-<id>.log``. The caller stops
     the group and closes the log (or uses :func:`running_replica_group`).
+    ``spare_ports`` keeps that many more ports free after theirs, for replicas
+    a scale-out adds.
     """
-    manifest = write_manifest(directory)
+    manifest = write_manifest(directory, replicas=replicas, extra_config=extra_config)
     log = SqliteLog(directory / "log.db")
     try:
         produce_lines(log, lines)
@@ -116,7 +132,7 @@ def start_replica_group(directory: Path, lines: Sequence[str]) -> tuple[SqliteLo
             manifest,
             load_app(manifest),
             logs_dir=directory / "logs",
-            base_port=free_port_range(REPLICAS),
+            base_port=free_port_range(replicas + spare_ports),
             out=io.StringIO(),
         )
     except BaseException:

@@ -155,3 +155,28 @@ def test_num_stream_threads_above_the_maximum_is_refused_naming_the_setting() ->
     assert "num.stream.threads" in message
     assert "64" in message, message  # the maximum, so the user knows what is accepted
     assert StreamsConfig.from_properties({"num.stream.threads": 64}).num_stream_threads == 64
+
+
+def test_warm_up_settings_default_to_kafka_streams_and_bad_values_are_named() -> None:
+    config = StreamsConfig.from_properties({})
+    assert config.acceptable_recovery_lag == 10_000
+    assert config.max_warmup_replicas == 2
+    assert config.probing_rebalance_interval_ms == 600_000
+    for key, value, accepted in [
+        ("acceptable.recovery.lag", -1, "greater than or equal to 0"),
+        ("max.warmup.replicas", 0, "greater than or equal to 1"),
+        ("probing.rebalance.interval.ms", 0, "greater than or equal to 1"),
+        ("rocksdb.memory.limit.share", 1.5, "less than or equal to 1"),
+        ("memory.limit.bytes", -2, "greater than or equal to -1"),
+    ]:
+        with pytest.raises(ConfigError) as refused:
+            StreamsConfig.from_properties({key: value})
+        assert key in str(refused.value) and accepted in str(refused.value), str(refused.value)
+
+
+def test_the_memory_limit_comes_from_the_downward_api_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert StreamsConfig.from_properties({}).memory_limit_bytes == -1
+    monkeypatch.setenv("EDDYLINE_MEMORY_LIMIT_BYTES", str(512 * 1024 * 1024))
+    assert StreamsConfig.from_properties({}).memory_limit_bytes == 512 * 1024 * 1024

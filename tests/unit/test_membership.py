@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from eddyline_runtime.membership import STORE_ROLES, MemberReport, StoreCopy, StoreRole
+from eddyline_runtime.membership import (
+    RESTORE_PENDING,
+    STORE_ROLES,
+    MemberReport,
+    StoreCopy,
+    StoreRole,
+)
 from eddyline_runtime.partitions import TaskId
 
 
@@ -47,3 +53,21 @@ def test_a_report_carries_the_stores_its_member_set_aside() -> None:
     old = sent.to_json()
     del old["stores_set_aside"]
     assert MemberReport.from_json(old).stores_set_aside == ()
+
+
+def test_task_lags_take_each_task_s_most_behind_store_and_skip_pending_builds() -> None:
+    """What the assignor judges warm-ups by: per task, the largest lag over its stores."""
+    sent = MemberReport(
+        "m-0",
+        "h",
+        frozenset(),
+        frozenset(),
+        {
+            "counts": {0: StoreCopy(StoreRole.STANDBY, 5), 1: StoreCopy(StoreRole.ACTIVE, 0)},
+            "totals": {0: StoreCopy(StoreRole.STANDBY, 40), 2: StoreCopy(RESTORE_PENDING, 900)},
+            "unowned": {0: StoreCopy(StoreRole.STANDBY, 7)},
+        },
+        True,
+        store_owners={"counts": 1, "totals": 1},
+    )
+    assert sent.task_lags() == {TaskId(1, 0): 40, TaskId(1, 1): 0}

@@ -47,6 +47,30 @@ among the members (members without a zone share one unnamed zone):
    first member holds, so both restore only their tails.
 8. Deterministic: the result depends only on the inputs' values, not on
    their order, on hash seeds or on anything random.
+
+Warm before moving (KIP-441), when :func:`assign` is given a
+:class:`WarmupPolicy` with the lags the members reported: points 1 to 8
+describe the *target*, and the result approaches it in steps (each a
+probing rebalance, triggered when warm-ups report being caught up), so that
+no stateful task pauses to restore a whole store. A member's copy of a task
+is *caught up* when its lag is within ``acceptable.recovery.lag``; the
+task's previous active owner always is (it is processing it). Then (each a
+property test in ``tests/unit/test_assignor_warmups.py``):
+
+9. No stateful task is active on a member whose copy is not caught up while
+   another member's copy is: the task stays on its previous owner (or goes
+   to the caught-up member with the least lag) instead of moving cold.
+10. The member the target wants for such a task gets it as a *warm-up
+    replica* (it replays the changelog like a standby and reports its lag),
+    unless it already keeps a standby of it; at most ``max.warmup.replicas``
+    warm-ups exist across the group. Standbys (point 3) are unchanged in
+    number: warm-ups come on top.
+11. Every warm-up becomes active (once caught up, when the target still
+    wants it there), a standby, or is dropped: once balance holds (the
+    result equals the target) there is none left, and reporting warm-ups
+    as caught up reaches that in a bounded number of rebalances.
+
+Without a policy (``warmups=None``) the result is the target itself.
 """
 
 from __future__ import annotations
@@ -54,7 +78,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict, deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypedDict
+from typing import NamedTuple, NotRequired, TypedDict
 
 from eddyline_runtime.errors import ConfigError, EddylineError
 from eddyline_runtime.partitions import TaskId
@@ -69,6 +93,7 @@ __all__ = [
     "MemberTasks",
     "UnknownMemberError",
     "UnknownTaskError",
+    "WarmupPolicy",
     "assign",
 ]
 
@@ -108,10 +133,11 @@ class Member:
 
 
 class MemberTasks(NamedTuple):
-    """The tasks one member runs."""
+    """The tasks one member runs; a warm-up is replayed like a standby (point 10)."""
 
     active: frozenset[TaskId]
     standby: frozenset[TaskId]
+    warmup: frozenset[TaskId] = frozenset()
 
 
 class MemberJson(TypedDict):
@@ -121,12 +147,19 @@ class MemberJson(TypedDict):
 
 
 class AssignmentJson(TypedDict):
-    """The published form: task ids as strings (``"1_3"``), lists sorted, keys in member order."""
+    """The published form: task ids as strings (``"1_3"``), lists sorted, keys in member order.
+
+    ``warmup`` was added within version 1 and is written only when there is a warm-up: a
+    reader that does not know it ignores it (its member then simply does not warm up), and
+    one that does reads its absence as none; an assignment without warm-ups is published
+    exactly as before.
+    """
 
     version: int
     members: list[MemberJson]
     active: dict[str, list[str]]
     standby: dict[str, list[str]]
+    warmup: NotRequired[dict[str, list[str]]]
 
 
 @dataclass(frozen=True)
@@ -137,11 +170,14 @@ class Assignment:
     route with it); a member id without one gets ``Member(id)``. The
     constructor refuses contradictions: a task active on two members, or a
     standby without an active copy or on the member that holds the active one.
+    ``warmup`` holds warm-up replicas (point 10), refused likewise and also
+    where the member keeps a standby of the same task.
     """
 
     active: Mapping[str, frozenset[TaskId]]
     standby: Mapping[str, frozenset[TaskId]]
     members: tuple[Member, ...] = ()
+    warmup: Mapping[str, frozenset[TaskId]] = field(default_factory=dict)
     _active_owner: dict[TaskId, str] = field(init=False, repr=False, compare=False)
     _standby_owners: dict[TaskId, list[str]] = field(init=False, repr=False, compare=False)
 
@@ -154,9 +190,10 @@ class Assignment:
                     "each member appears once"
                 )
             by_id[member.id] = member
-        ids = sorted(set(self.active) | set(self.standby) | set(by_id))
+        ids = sorted(set(self.active) | set(self.standby) | set(self.warmup) | set(by_id))
         active = {m: frozenset(self.active.get(m, ())) for m in ids}
         standby = {m: frozenset(self.standby.get(m, ())) for m in ids}
+        warmup = {m: frozenset(self.warmup.get(m, ())) for m in ids}
         active_owner: dict[TaskId, str] = {}
         for member_id, tasks in active.items():
             for task in tasks:
@@ -181,8 +218,21 @@ class Assignment:
                         "a standby belongs on another member"
                     )
                 standby_owners.setdefault(task, []).append(member_id)
+        for member_id, tasks in warmup.items():
+            for task in sorted(tasks):
+                if task not in active_owner:
+                    raise InvalidAssignmentError(
+                        f'task {task} has a warm-up on "{member_id}" but no active copy; '
+                        "assign every task that has warm-ups"
+                    )
+                if active_owner[task] == member_id or task in standby[member_id]:
+                    raise InvalidAssignmentError(
+                        f'task {task} is both a warm-up and active or standby on "{member_id}"; '
+                        "a warm-up goes to a member that holds no other copy of the task"
+                    )
         object.__setattr__(self, "active", active)
         object.__setattr__(self, "standby", standby)
+        object.__setattr__(self, "warmup", warmup)
         object.__setattr__(self, "members", tuple(by_id.get(m, Member(m)) for m in ids))
         object.__setattr__(self, "_active_owner", active_owner)
         object.__setattr__(self, "_standby_owners", standby_owners)
@@ -209,7 +259,12 @@ class Assignment:
         """What ``member_id`` runs: its active and its standby tasks."""
         if member_id not in self.active:
             raise self._unknown_member(member_id)
-        return MemberTasks(self.active[member_id], self.standby[member_id])
+        return MemberTasks(self.active[member_id], self.standby[member_id], self.warmup[member_id])
+
+    @property
+    def warmup_count(self) -> int:
+        """How many warm-up replicas the group runs (at most ``max.warmup.replicas``)."""
+        return sum(len(tasks) for tasks in self.warmup.values())
 
     def member(self, member_id: str) -> Member:
         """The member with this id, with its zone and query address."""
@@ -220,12 +275,15 @@ class Assignment:
 
     def to_json(self) -> AssignmentJson:
         """The form the operator and the local runner publish; stable for equal assignments."""
-        return {
+        published: AssignmentJson = {
             "version": _JSON_VERSION,
             "members": [{"id": m.id, "zone": m.zone, "address": m.address} for m in self.members],
             "active": {m: [str(t) for t in sorted(ts)] for m, ts in self.active.items()},
             "standby": {m: [str(t) for t in sorted(ts)] for m, ts in self.standby.items()},
         }
+        if self.warmup_count:
+            published["warmup"] = {m: [str(t) for t in sorted(ts)] for m, ts in self.warmup.items()}
+        return published
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Assignment:
@@ -248,6 +306,8 @@ class Assignment:
             active=_tasks_from_json(data, "active"),
             standby=_tasks_from_json(data, "standby"),
             members=tuple(members),
+            # Absent from what an eddyline without warm-ups published: none.
+            warmup=_tasks_from_json(data, "warmup") if "warmup" in data else {},
         )
 
     def _unknown(self, task: TaskId) -> UnknownTaskError:
@@ -302,6 +362,46 @@ def _tasks_from_json(data: Mapping[str, object], key: str) -> dict[str, frozense
     return result
 
 
+# Kafka Streams' defaults (KIP-441).
+DEFAULT_ACCEPTABLE_RECOVERY_LAG = 10_000
+DEFAULT_MAX_WARMUP_REPLICAS = 2
+
+
+@dataclass(frozen=True)
+class WarmupPolicy:
+    """What :func:`assign` needs to warm before moving (points 9 to 11).
+
+    ``lags`` maps a member id to the tasks it holds a local copy of and how
+    many changelog records that copy trails (the most over the task's
+    stores); a task it does not name it has no copy of. The previous active
+    owner of a task counts as caught up whatever it reports.
+    """
+
+    lags: Mapping[str, Mapping[TaskId, int]]
+    acceptable_recovery_lag: int = DEFAULT_ACCEPTABLE_RECOVERY_LAG
+    max_warmup_replicas: int = DEFAULT_MAX_WARMUP_REPLICAS
+
+    def __post_init__(self) -> None:
+        if self.acceptable_recovery_lag < 0:
+            raise ConfigError(
+                "acceptable.recovery.lag",
+                self.acceptable_recovery_lag,
+                "integers >= 0",
+                hint=f"the default is {DEFAULT_ACCEPTABLE_RECOVERY_LAG} records",
+            )
+        if self.max_warmup_replicas < 1:
+            raise ConfigError(
+                "max.warmup.replicas",
+                self.max_warmup_replicas,
+                "integers >= 1",
+                hint="a task moves only to a warm member, so at least one warm-up must run",
+            )
+
+    def lag(self, member_id: str, task: TaskId) -> int | None:
+        """Records ``member_id``'s copy of ``task`` trails; None when it has no copy."""
+        return self.lags.get(member_id, {}).get(task)
+
+
 def assign(
     tasks: Iterable[TaskId],
     members: Iterable[Member],
@@ -309,6 +409,7 @@ def assign(
     *,
     previous: Assignment | None = None,
     stateful: Collection[TaskId] | None = None,
+    warmups: WarmupPolicy | None = None,
 ) -> Assignment:
     """Hand out ``tasks`` to ``members``: one active copy each, standbys for stateful ones.
 
@@ -316,8 +417,9 @@ def assign(
     only those get standbys, and tasks in it that are not in ``tasks`` are
     ignored. ``previous`` is the assignment in force: tasks stay where it put
     them as far as balance allows, and members or tasks it names that are no
-    longer given are ignored. The module docstring lists what the result
-    guarantees.
+    longer given are ignored. With ``warmups``, a stateful task moves only to
+    a caught-up copy and the target's member warms up first. The module
+    docstring lists what the result guarantees.
     """
     if num_standby_replicas < 0:
         raise ConfigError(
@@ -351,12 +453,91 @@ def assign(
 
     owner = {task: member_id for member_id, placed in active.items() for task in placed}
     replicas = min(num_standby_replicas, len(ids) - 1)
+    if warmups is None:
+        standby = _place_standbys(heavy, roster, owner, replicas, history)
+        return Assignment(
+            active={m: frozenset(active[m]) for m in ids},
+            standby={m: frozenset(standby.get(m, ())) for m in ids},
+            members=roster,
+        )
+    return _warm_before_moving(
+        heavy, roster, owner, replicas=replicas, history=history, policy=warmups
+    )
+
+
+def _warm_before_moving(
+    heavy: Sequence[TaskId],
+    roster: Sequence[Member],
+    target: Mapping[TaskId, str],
+    *,
+    replicas: int,
+    history: _History,
+    policy: WarmupPolicy,
+) -> Assignment:
+    """Points 9 to 11: keep tasks on caught-up copies, and warm up the target's members."""
+    ids = [m.id for m in roster]
+
+    def lag(member_id: str, task: TaskId) -> int | None:
+        if history.owner.get(task) == member_id:
+            return 0  # it is processing the task: nothing to catch up
+        return policy.lag(member_id, task)
+
+    def caught_up(member_id: str, task: TaskId) -> bool:
+        behind = lag(member_id, task)
+        return behind is not None and behind <= policy.acceptable_recovery_lag
+
+    owner = dict(target)
+    load = Counter(owner.values())
+    # Tasks held back from the member the target wants them on.
+    wanted: dict[TaskId, str] = {}
+    for task in heavy:
+        goal = target[task]
+        if caught_up(goal, task):
+            continue
+        warm = [m for m in ids if caught_up(m, task)]
+        if not warm:
+            continue  # nobody is caught up: moving costs nothing extra, follow the target
+        # Stay on the member processing it; else the copy with the least to replay.
+        keeper = min(warm, key=lambda m: (lag(m, task) or 0, load[m], m))
+        owner[task] = keeper
+        load[goal] -= 1
+        load[keeper] += 1
+        wanted[task] = goal
+
     standby = _place_standbys(heavy, roster, owner, replicas, history)
+    standby_holders: defaultdict[TaskId, set[str]] = defaultdict(set)
+    for member_id, held in standby.items():
+        for task in held:
+            standby_holders[task].add(member_id)
+
+    def warmup_rank(item: tuple[TaskId, str]) -> tuple[bool, int, TaskId]:
+        task, goal = item
+        behind = policy.lag(goal, task)
+        # Warm-ups under way keep their slot first, then the ones closest to caught up.
+        return (
+            goal not in history.warmup_holders.get(task, ()),
+            _NO_COPY if behind is None else behind,
+            task,
+        )
+
+    candidates = [(t, g) for t, g in wanted.items() if g not in standby_holders[t]]
+    warmup: dict[str, list[TaskId]] = defaultdict(list)
+    for task, goal in sorted(candidates, key=warmup_rank)[: policy.max_warmup_replicas]:
+        warmup[goal].append(task)
+
+    active: dict[str, list[TaskId]] = {m: [] for m in ids}
+    for task, member_id in owner.items():
+        active[member_id].append(task)
     return Assignment(
         active={m: frozenset(active[m]) for m in ids},
         standby={m: frozenset(standby.get(m, ())) for m in ids},
-        members=roster,
+        members=tuple(roster),
+        warmup={m: frozenset(warmup.get(m, ())) for m in ids},
     )
+
+
+# Ranks a member without a copy behind every member with one.
+_NO_COPY = 2**62
 
 
 def _validated_members(members: Iterable[Member]) -> tuple[Member, ...]:
@@ -386,7 +567,10 @@ class _History:
     """What the previous assignment says about the members still present."""
 
     owner: Mapping[TaskId, str]
+    # Members holding a copy besides the active one: standbys and warm-ups alike, since
+    # a warm-up replays like a standby (and is meant to be promoted like one).
     standby_holders: Mapping[TaskId, frozenset[str]]
+    warmup_holders: Mapping[TaskId, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, previous: Assignment | None, present: set[str]) -> _History:
@@ -399,11 +583,25 @@ class _History:
             for task in tasks
         }
         holders: defaultdict[TaskId, set[str]] = defaultdict(set)
+        warming: defaultdict[TaskId, set[str]] = defaultdict(set)
         for member_id, tasks in previous.standby.items():
             if member_id in present:
                 for task in tasks:
                     holders[task].add(member_id)
-        return cls(owner, {task: frozenset(ms) for task, ms in holders.items()})
+        for member_id, tasks in previous.warmup.items():
+            if member_id in present:
+                for task in tasks:
+                    holders[task].add(member_id)
+                    warming[task].add(member_id)
+        return cls(
+            owner,
+            {task: frozenset(ms) for task, ms in holders.items()},
+            {task: frozenset(ms) for task, ms in warming.items()},
+        )
+
+    def warmed_elsewhere(self, member_id: str) -> frozenset[TaskId]:
+        """Tasks some other member warms up: the ones ``member_id`` should give away first."""
+        return frozenset(task for task, ms in self.warmup_holders.items() if ms - {member_id})
 
 
 def _place_tier(
@@ -438,7 +636,9 @@ def _place_tier(
         history=history,
     )
 
-    placed = {m: _keep(own[m], capacity[m]) for m in ids}
+    placed = {
+        m: _keep(own[m], capacity[m], warm_elsewhere=history.warmed_elsewhere(m)) for m in ids
+    }
     kept = {t for ts in placed.values() for t in ts}
     unplaced = [t for t in tasks if t not in kept]
     room = {m: capacity[m] - len(placed[m]) for m in ids}
@@ -546,14 +746,31 @@ def _swap_cold_tasks_to_warm_members(placed: dict[str, list[TaskId]], history: _
                 break
 
 
-def _keep(own: Sequence[TaskId], capacity: int) -> list[TaskId]:
-    """The tasks a member keeps when it has more than ``capacity`` of its own."""
+def _keep(
+    own: Sequence[TaskId], capacity: int, *, warm_elsewhere: Collection[TaskId] = ()
+) -> list[TaskId]:
+    """The tasks a member keeps when it has more than ``capacity`` of its own.
+
+    Tasks in ``warm_elsewhere`` (another member warmed up for them) go first: a
+    probing rebalance then moves the tasks whose new member is ready, and the
+    steps towards balance move the same tasks the first one chose.
+    """
     kept = list(own)
     while len(kept) > capacity:
         # Give away the sub-topology it holds most of (its highest partition),
         # so what stays is spread over sub-topologies.
         counts = Counter(t.subtopology for t in kept)
-        kept.remove(max(kept, key=lambda t: (counts[t.subtopology], t.subtopology, t.partition)))
+        kept.remove(
+            max(
+                kept,
+                key=lambda t: (
+                    t in warm_elsewhere,
+                    counts[t.subtopology],
+                    t.subtopology,
+                    t.partition,
+                ),
+            )
+        )
     return kept
 
 

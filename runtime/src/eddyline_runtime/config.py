@@ -153,6 +153,22 @@ class StreamsConfig(BaseSettings):
     max_task_idle_ms: int = _setting("max.task.idle.ms", 0, ge=-1)
     # Standby replicas per stateful task, placed on other members (other zones first).
     num_standby_replicas: int = _setting("num.standby.replicas", 0, ge=0)
+    # KIP-441 (Kafka Streams' names and defaults): a stateful task moves only to a member
+    # whose copy trails its changelog by at most acceptable.recovery.lag records; until
+    # then that member warms up a replica (at most max.warmup.replicas across the group),
+    # and the assignment is recomputed when warm-ups report caught up, or at the latest
+    # every probing.rebalance.interval.ms.
+    acceptable_recovery_lag: int = _setting("acceptable.recovery.lag", 10_000, ge=0)
+    max_warmup_replicas: int = _setting("max.warmup.replicas", 2, ge=1)
+    probing_rebalance_interval_ms: int = _setting(
+        "probing.rebalance.interval.ms", 10 * 60 * 1000, ge=1
+    )
+    # The container's memory limit in bytes, as the downward API gives it
+    # (resourceFieldRef limits.memory -> EDDYLINE_MEMORY_LIMIT_BYTES); -1: none known.
+    memory_limit_bytes: int = _setting("memory.limit.bytes", -1, ge=-1)
+    # eddyline's own: the share of that limit all RocksDB stores of the process may use
+    # together (memtables and block cache); without a known limit RocksDB is not capped.
+    rocksdb_memory_limit_share: float = _setting("rocksdb.memory.limit.share", 0.5, gt=0, le=1)
     # KIP-816: move stores whose sub-topology ordinal changed instead of rebuilding them.
     automatic_state_relocation: bool = _setting("automatic.state.relocation", True)
     # A store whose changelog no longer fits it is set aside, not deleted (it may be the

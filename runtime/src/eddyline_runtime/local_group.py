@@ -14,6 +14,15 @@ Safety does not depend on replicas reading the file in time: under
 exactly-once every task writes with its own transactional id, and taking a
 task over fences the previous owner (see ``engine/stream_thread.py``).
 
+Scaling (:meth:`LocalGroup.scale`) warms before moving (KIP-441, assignor
+points 9 to 11): a replica that joins gets warm-up replicas, and a stateful
+task moves to it only once it reports its copy caught up. While the
+assignment is not yet the balanced target, the group reads every replica's
+``GET /v1/layout`` (the lags of its store copies) each
+:data:`LAG_READ_SECONDS` and republishes as soon as that changes the
+assignment; at the latest every ``probing.rebalance.interval.ms`` it
+recomputes anyway.
+
 What a kubelet does for pods, the group does for replicas:
 
 * **liveness**: a replica that stops answering ``GET /healthz`` (within
@@ -36,6 +45,7 @@ What a kubelet does for pods, the group does for replicas:
 from __future__ import annotations
 
 import http.client
+import json
 import logging
 import os
 import signal
@@ -48,10 +58,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from eddyline_runtime.assignor import Assignment, Member, assign
+from eddyline_runtime.assignor import (
+    DEFAULT_ACCEPTABLE_RECOVERY_LAG,
+    DEFAULT_MAX_WARMUP_REPLICAS,
+    Assignment,
+    Member,
+    WarmupPolicy,
+    assign,
+)
 from eddyline_runtime.engine.topics import TopicLayout
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
+from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership
+from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.state.state_directory import DirectoryLock, LockHolder
 
 logger = logging.getLogger(__name__)
@@ -70,6 +88,10 @@ LIVENESS_FAILURE_SECONDS = 10.0
 # A replica gets this long to answer its first probe (loading its topology,
 # opening stores): a kubelet's startup probe.
 STARTUP_SECONDS = 60.0
+# While warm-ups run, how often the replicas' lags are read (the probing trigger).
+LAG_READ_SECONDS = 0.5
+# Kafka Streams' probing.rebalance.interval.ms default: the latest a recompute happens.
+DEFAULT_PROBING_REBALANCE_INTERVAL_MS = 10 * 60 * 1000
 
 
 @dataclass
@@ -104,7 +126,18 @@ class LocalGroup:
     out: TextIO | None = None
     generation: int = 0
     assignment: Assignment | None = None
+    # KIP-441 (StreamsConfig's keys); warm_up False moves tasks at once, restoring cold.
+    warm_up: bool = True
+    acceptable_recovery_lag: int = DEFAULT_ACCEPTABLE_RECOVERY_LAG
+    max_warmup_replicas: int = DEFAULT_MAX_WARMUP_REPLICAS
+    probing_rebalance_interval_ms: int = DEFAULT_PROBING_REBALANCE_INTERVAL_MS
+    # Whether the assignment in force is the balanced target (no warm-up pending).
+    balanced: bool = True
     _replicas: dict[str, _Replica] = field(default_factory=dict)
+    # The lags each replica last reported, per task it holds a copy of.
+    _lags: dict[str, dict[TaskId, int]] = field(default_factory=dict)
+    _next_lag_read: float = 0.0
+    _next_probing: float = 0.0
     # Held from start() to stop(): one supervisor per state directory.
     _lock: DirectoryLock | None = None
 
@@ -193,7 +226,97 @@ class LocalGroup:
                 self._spawn(replica)
                 self._publish()
                 events.append(f"replica {replica.member.id} restarted")
+        if self.warm_up and (
+            (not self.balanced and now >= self._next_lag_read) or now >= self._next_probing
+        ):
+            events += self._probe(now)
         return events
+
+    def _probe(self, now: float) -> list[str]:
+        """A probing rebalance: read the lags, republish if they change the assignment."""
+        self._next_lag_read = now + LAG_READ_SECONDS
+        self._next_probing = now + self.probing_rebalance_interval_ms / 1000
+        self._read_lags()
+        before = self.assignment
+        computed = self._compute()
+        if computed is None or computed == before:
+            return []
+        self._publish(computed)
+        moved = (
+            0
+            if before is None
+            else sum(
+                1 for t in computed.tasks if before.active_owner(t) != computed.active_owner(t)
+            )
+        )
+        return [
+            f"probing rebalance: {moved} task(s) moved to caught-up copies, "
+            f"{computed.warmup_count} warm-up(s) running"
+            + ("" if not self.balanced else "; balance reached")
+        ]
+
+    def _read_lags(self) -> None:
+        """Each running replica's store lags (``GET /v1/layout``); unanswered: unchanged."""
+        for replica in self._replicas.values():
+            address = replica.member.address
+            if not address or replica.process is None or replica.restart_at is not None:
+                continue
+            host, _, port = address.rpartition(":")
+            connection = http.client.HTTPConnection(host, int(port), timeout=PROBE_TIMEOUT_SECONDS)
+            try:
+                connection.request("GET", "/v1/layout")
+                response = connection.getresponse()
+                if response.status != 200:
+                    continue  # starting: its copies are not open yet
+                report = MemberReport.from_json(json.loads(response.read()))
+            except (OSError, http.client.HTTPException, ValueError):
+                continue  # not answering now: keep what it reported last
+            finally:
+                connection.close()
+            self._lags[replica.member.id] = report.task_lags()
+
+    @property
+    def reported_lags(self) -> dict[str, dict[TaskId, int]]:
+        """The lags the replicas last reported (a copy): what warm-ups are judged by."""
+        return {member_id: dict(lags) for member_id, lags in self._lags.items()}
+
+    def scale(self, replicas: int) -> None:
+        """Add replicas up to ``replicas`` (each warms up before tasks move to it), or
+        remove the highest-numbered ones: republished without them, then SIGTERMed (each
+        commits and closes; its tasks move to standbys, restoring only their tail)."""
+        if replicas < 1:
+            raise EddylineError(
+                f"cannot scale to {replicas} replicas: a group runs at least one "
+                "(stop it to run none)"
+            )
+        zones = list(self.zones) or list(DEFAULT_ZONES)
+        while len(self._replicas) < replicas:
+            index = len(self._replicas)
+            member = Member(
+                str(index),
+                zone=zones[index % len(zones)],
+                address=f"{self.host}:{self.base_port + index}",
+            )
+            replica = _Replica(member)
+            self._replicas[member.id] = replica
+            self._publish()
+            self._spawn(replica)
+        leaving = [self._replicas.pop(str(i)) for i in range(replicas, len(self._replicas))]
+        if not leaving:
+            return
+        for replica in leaving:
+            self._lags.pop(replica.member.id, None)
+        self._publish()
+        for replica in leaving:
+            process = replica.process
+            self._release(replica)
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
     def kill(self, member_id: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to a replica (the demo's and tests' way to crash one)."""
@@ -257,21 +380,46 @@ class LocalGroup:
     def _release(self, replica: _Replica) -> None:
         """Forget a replica's process; closing its lifeline tells it to exit if it still runs."""
         replica.process = None
+        # What it reported is gone with it; it reports again once it runs.
+        self._lags.pop(replica.member.id, None)
         if replica.lifeline is not None:
             os.close(replica.lifeline)
             replica.lifeline = None
 
-    def _publish(self) -> None:
+    def _compute(self) -> Assignment | None:
+        """The assignment for the replicas present (None: none is); sets ``balanced``."""
         present = [r.member for r in self._replicas.values() if r.restart_at is None]
         if not present:
-            return  # every replica is down: keep the last assignment until one returns
-        self.assignment = assign(
+            return None
+        target = assign(
             self.layout.tasks(),
             present,
             self.num_standby_replicas,
             previous=self.assignment,
             stateful=self.layout.stateful_tasks(),
         )
+        if not self.warm_up:
+            self.balanced = True
+            return target
+        computed = assign(
+            self.layout.tasks(),
+            present,
+            self.num_standby_replicas,
+            previous=self.assignment,
+            stateful=self.layout.stateful_tasks(),
+            warmups=WarmupPolicy(
+                dict(self._lags), self.acceptable_recovery_lag, self.max_warmup_replicas
+            ),
+        )
+        self.balanced = computed == target
+        return computed
+
+    def _publish(self, computed: Assignment | None = None) -> None:
+        if computed is None:
+            computed = self._compute()
+        if computed is None:
+            return  # every replica is down: keep the last assignment until one returns
+        self.assignment = computed
         self.generation += 1
         Membership(self.generation, self.assignment).write(self.membership_file)
 

@@ -228,6 +228,25 @@ class MemberReport:
         ]
         return max(lags) if lags else None
 
+    def task_lags(self) -> dict[TaskId, int]:
+        """Per task this member holds a copy of, how far the copy trails: the most over the
+        task's stores (the assignor's warm-up input, ``assignor.WarmupPolicy.lags``).
+
+        A store is a task's through ``store_owners`` (its sub-topology) and its partition.
+        A copy waiting for a Spark build holds nothing yet and is left out.
+        """
+        lags: dict[TaskId, int] = {}
+        for store, partitions in self.stores.items():
+            subtopology = self.store_owners.get(store)
+            if subtopology is None:
+                continue
+            for partition, copy in partitions.items():
+                if copy.role is StoreRole.RESTORE_PENDING:
+                    continue
+                task = TaskId(subtopology, partition)
+                lags[task] = max(lags.get(task, 0), copy.lag)
+        return lags
+
     def to_json(self) -> dict[str, Any]:
         return {
             "member": self.member,

@@ -415,6 +415,9 @@ def start_group(
         config_file=config_file,
         logs_dir=logs_dir,
         out=out,
+        acceptable_recovery_lag=config.acceptable_recovery_lag,
+        max_warmup_replicas=config.max_warmup_replicas,
+        probing_rebalance_interval_ms=config.probing_rebalance_interval_ms,
     )
     group.start()
     standbys = min(config.num_standby_replicas, app.spec.replicas - 1)

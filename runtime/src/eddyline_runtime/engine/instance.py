@@ -221,7 +221,9 @@ class StreamsInstance:
         return [
             (
                 frozenset(t for t in mine.active if thread_of(t) == index),
-                frozenset(t for t in mine.standby if thread_of(t) == index),
+                # A warm-up (assignor point 10) replays its changelog as a standby does,
+                # and reports its lag the same way; only the assignor tells them apart.
+                frozenset(t for t in mine.standby | mine.warmup if thread_of(t) == index),
             )
             for index in range(count)
         ]

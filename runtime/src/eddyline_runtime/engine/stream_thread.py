@@ -275,6 +275,9 @@ class StreamThread:
         """
         fetched = self._fetch()
         processed = 0
+        # Busy time for process-ratio: the tasks' turns and punctuations (not fetching,
+        # replaying standbys, committing or idling).
+        busy_since = time.perf_counter()
         share = self._budget.share
         # Bytes the thread may still buffer before its share is reached: each task
         # stops within one record of it (KIP-892's limit, not 1,000 records' worth).
@@ -290,6 +293,7 @@ class StreamThread:
         for task in self.active.values():
             if task.punctuate_wall_clock(now_ms):
                 self._punctuated = True
+        self._metrics.iterated(time.perf_counter() - busy_since)
         if processed:
             self.processed_since_commit += processed
             self._metrics.processed(processed)

@@ -1,7 +1,9 @@
 """A stream thread's metrics, with Kafka Streams' groups and names.
 
 Thread level (``stream-thread-metrics``: process and commit rates, totals and
-latencies; ``stream-record-cache-metrics``), task level
+latencies, and ``process-ratio``, the share of wall-clock time the thread
+spent processing records, KIP-444's busy-time measure that an autoscaler
+reads; ``stream-record-cache-metrics``), task level
 (``stream-task-metrics``, and the consumer's ``records-lag`` per input
 partition), store level (``stream-state-metrics``: restoration, what a Spark
 build gave, a standby's lag). Every metric carries the thread's ``thread-id``
@@ -11,6 +13,7 @@ closing the thread drops them all and keeps their last values.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import partial
 
@@ -27,7 +30,13 @@ class ThreadMetrics:
     """Registers one thread's metrics and records what the thread counts itself."""
 
     def __init__(
-        self, metrics: MetricsRegistry, thread_name: str, cache: ThreadCache, lag: LagTracker
+        self,
+        metrics: MetricsRegistry,
+        thread_name: str,
+        cache: ThreadCache,
+        lag: LagTracker,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._metrics = metrics
         self._tags = {"thread-id": thread_name}
@@ -35,11 +44,22 @@ class ThreadMetrics:
         self.processed_total = 0  # by every task this thread ran, closed ones included
         self._process_sensor = Sensor()
         self._commit_sensor = Sensor()
+        # Seconds spent processing, recorded once per loop iteration (zero when idle), so
+        # their sum per second of the window is the busy share.
+        self._busy_sensor = Sensor(clock=clock)
         self._register_thread(cache)
 
     def processed(self, records: int) -> None:
         self.processed_total += records
         self._process_sensor.record(records)
+
+    def iterated(self, processing_seconds: float) -> None:
+        """One turn of the loop spent ``processing_seconds`` in the tasks' processing."""
+        self._busy_sensor.record(processing_seconds)
+
+    def process_ratio(self) -> float:
+        """The share of the last window's wall-clock time spent processing, 0 to 1."""
+        return min(1.0, self._busy_sensor.total_rate())
 
     def committed(self, seconds: float) -> None:
         self._commit_sensor.record(seconds * 1000)
@@ -155,6 +175,7 @@ class ThreadMetrics:
         process, commit = self._process_sensor, self._commit_sensor
         register("stream-thread-metrics", "process-rate", process.total_rate)
         register("stream-thread-metrics", "process-total", lambda: float(self.processed_total))
+        register("stream-thread-metrics", "process-ratio", self.process_ratio)
         register("stream-thread-metrics", "commit-rate", commit.rate)
         register("stream-thread-metrics", "commit-total", lambda: commit.total_count)
         register("stream-thread-metrics", "commit-latency-avg", commit.avg)

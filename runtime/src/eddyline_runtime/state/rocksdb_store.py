@@ -26,6 +26,18 @@ column families. Why not the KIP's WAL-off design: it needs a manual flush of
 both column families as one unit, which rocksdict cannot ask for (it flushes
 one column family per call), and a kill between two flushes leaves data ahead
 of its offsets; our crash test caught exactly that.
+
+Memory: with a budget (``memory.limit.bytes`` x ``rocksdb.memory.limit.share``,
+the limit coming from the downward API), every store of the process shares
+one block cache and one write buffer manager (:class:`RocksDBMemory`), so a
+pod with many stores does not grow a memtable and a cache per store until it
+is OOM-killed. Memtables are charged to the cache (RocksDB's "cost memtables
+to block cache"): the cache (half the budget) holds blocks, index and filter
+blocks included, and the manager (a quarter) makes RocksDB flush the largest
+memtables once they outgrow it; the last quarter is headroom for memtables
+still waiting for their flush. Their reported usages (``Cache.get_usage()`` +
+``WriteBufferManager.get_usage()``) stay within the budget. Without a budget each
+store keeps RocksDB's own per-database defaults, as before.
 """
 
 from __future__ import annotations
@@ -43,12 +55,15 @@ from pathlib import Path
 from typing import Final, cast
 
 from rocksdict import (
+    BlockBasedOptions,
+    Cache,
     DbClosedError,
     DBRecoveryMode,
     Options,
     Rdict,
     ReadOptions,
     WriteBatch,
+    WriteBufferManager,
     WriteOptions,
 )
 
@@ -105,6 +120,9 @@ _OFFSET: Final = struct.Struct(">q")
 # faster than RocksDB's 64 MiB default here (tests/bench), and RocksDB
 # flushes the smaller memtables on its background thread, off the commit path.
 _WRITE_BUFFER_BYTES: Final = 8 * 1024 * 1024
+# With a memory budget: see _open_database.
+_BOUNDED_ARENA_BLOCK_BYTES: Final = 64 * 1024
+_BOUNDED_BACKGROUND_JOBS: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,17 +155,114 @@ class DurabilityBound:
 
 
 @dataclass(frozen=True, slots=True)
+class RocksDBMemoryUsage:
+    """What the shared cache and write buffer manager report, against their budget."""
+
+    cache_bytes: int
+    write_buffer_bytes: int
+    budget_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        # Memtables are charged to the cache too, so this counts them twice: an upper bound.
+        return self.cache_bytes + self.write_buffer_bytes
+
+
+class RocksDBMemory:
+    """The process's one block cache and one write buffer manager (see the module docstring).
+
+    Get it through :func:`shared_memory`: stores opened with a budget all use the same
+    one, so the bound holds for the process however many stores it opens.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        if budget_bytes <= 0:
+            raise InvalidArgumentError(
+                f"a RocksDB memory budget is a number of bytes > 0, not {budget_bytes}; "
+                "set memory.limit.bytes (or EDDYLINE_MEMORY_LIMIT_BYTES) to the container's "
+                "memory limit, or leave it unset for no bound"
+            )
+        self.budget_bytes = budget_bytes
+        self.cache = Cache(self._cache_bytes(budget_bytes))
+        # No stall: past the limit RocksDB flushes the largest memtables instead. Stalling
+        # writers deadlocked 64 stores here: every open memtable keeps an arena block
+        # charged, so usage never fell back under the limit and no write went through.
+        self.write_buffers = WriteBufferManager.new_write_buffer_manager_with_cache(
+            self._write_buffer_bytes(budget_bytes), False, self.cache
+        )
+
+    # Shares of the budget. Memtables past the manager's limit are flushed, not refused,
+    # so they overshoot it until the flushes finish (measured up to twice with 64 stores
+    # on a loaded machine): the quarter left over is that headroom.
+    @staticmethod
+    def _cache_bytes(budget: int) -> int:
+        return budget // 2
+
+    @staticmethod
+    def _write_buffer_bytes(budget: int) -> int:
+        return budget // 4
+
+    def resize(self, budget_bytes: int) -> None:
+        """Apply a new budget (a later open asked for another one): the last one wins."""
+        self.budget_bytes = budget_bytes
+        self.cache.set_capacity(self._cache_bytes(budget_bytes))
+        self.write_buffers.set_buffer_size(self._write_buffer_bytes(budget_bytes))
+
+    def usage(self) -> RocksDBMemoryUsage:
+        """What RocksDB reports it holds: the cache's usage and the memtables'."""
+        return RocksDBMemoryUsage(
+            cache_bytes=int(self.cache.get_usage()),
+            write_buffer_bytes=int(self.write_buffers.get_usage()),
+            budget_bytes=self.budget_bytes,
+        )
+
+    def table_options(self) -> BlockBasedOptions:
+        table = BlockBasedOptions()
+        table.set_block_cache(self.cache)
+        # Index and filter blocks in the cache too, so they count against the budget.
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        return table
+
+
+_shared_memory: RocksDBMemory | None = None
+_shared_memory_lock = threading.Lock()
+
+
+def shared_memory(budget_bytes: int) -> RocksDBMemory:
+    """The process's :class:`RocksDBMemory`, created on first use with ``budget_bytes``."""
+    global _shared_memory  # noqa: PLW0603 - one per process, on purpose
+    with _shared_memory_lock:
+        if _shared_memory is None:
+            _shared_memory = RocksDBMemory(budget_bytes)
+        elif _shared_memory.budget_bytes != budget_bytes:
+            _shared_memory.resize(budget_bytes)
+        return _shared_memory
+
+
+def memory_usage() -> RocksDBMemoryUsage | None:
+    """What the shared cache and write buffers report (None: no budget in this process)."""
+    with _shared_memory_lock:
+        return None if _shared_memory is None else _shared_memory.usage()
+
+
+@dataclass(frozen=True, slots=True)
 class RocksDBStoreOptions:
     """Per-store options; the runtime builds them from StreamsConfig."""
 
     # The isolation of reader(None): default.state.isolation.level as resolved by config.
     default_isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
     durability: DurabilityBound = field(default_factory=DurabilityBound)
+    # What every RocksDB store of the process may use together (None: unbounded).
+    memory_budget_bytes: int | None = None
 
     @classmethod
     def from_config(cls, config: StreamsConfig) -> RocksDBStoreOptions:
         """The options every store of a pod gets from its StreamsConfig."""
-        return cls(default_isolation=config.effective_isolation_level)
+        budget = None
+        if config.memory_limit_bytes > 0:
+            budget = int(config.memory_limit_bytes * config.rocksdb_memory_limit_share)
+        return cls(default_isolation=config.effective_isolation_level, memory_budget_bytes=budget)
 
 
 class RocksDBStore(StateStore):
@@ -199,7 +314,13 @@ class RocksDBStore(StateStore):
         self._commit_lock = threading.Lock()
         self._closed = False
         try:
-            self._db = _open_database(name, self.directory)
+            self._db = _open_database(
+                name,
+                self.directory,
+                None
+                if self.options.memory_budget_bytes is None
+                else shared_memory(self.options.memory_budget_bytes),
+            )
         except BaseException:
             self._dir_lock.release()
             raise
@@ -224,6 +345,8 @@ class RocksDBStore(StateStore):
         self._metric_tags = {**(metric_tags or {}), "rocksdb-state-id": name}
         if metrics is not None:
             _register_commit_metrics(metrics, self._commit_sensor, self._metric_tags)
+            if self.options.memory_budget_bytes is not None:
+                _register_memory_metrics(metrics, shared_memory(self.options.memory_budget_bytes))
 
     # -- the contract -------------------------------------------------------------
 
@@ -657,8 +780,20 @@ class _RocksDBReader(StoreReader):
         )
 
 
-def _open_database(store: str, directory: Path) -> Rdict:
+def _open_database(store: str, directory: Path, memory: RocksDBMemory | None = None) -> Rdict:
     options = Options(raw_mode=True)
+    offsets = Options(raw_mode=True)
+    if memory is not None:
+        options.set_write_buffer_manager(memory.write_buffers)
+        # Memtables take memory an arena block at a time (by default an eighth of the
+        # write buffer size, 1 MiB): smaller blocks keep many idle stores' share small.
+        options.set_arena_block_size(_BOUNDED_ARENA_BLOCK_BYTES)
+        # RocksDB's flush threads are shared by every database of the process: more of
+        # them, so memtables the manager asked to flush free their memory sooner.
+        options.set_max_background_jobs(_BOUNDED_BACKGROUND_JOBS)
+        offsets.set_arena_block_size(_BOUNDED_ARENA_BLOCK_BYTES)
+        options.set_block_based_table_factory(memory.table_options())
+        offsets.set_block_based_table_factory(memory.table_options())
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     # Flushes triggered by RocksDB itself (a full memtable) then write every
@@ -671,7 +806,7 @@ def _open_database(store: str, directory: Path) -> Rdict:
         return Rdict(
             str(directory),
             options,
-            column_families={OFFSETS_COLUMN_FAMILY: Options(raw_mode=True)},
+            column_families={OFFSETS_COLUMN_FAMILY: offsets},
         )
     except Exception as exc:
         message = str(exc)
@@ -710,3 +845,17 @@ def _register_commit_metrics(
     registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-rate", tags), sensor.rate)
     registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-latency-avg", tags), sensor.avg)
     registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-latency-max", tags), sensor.max)
+
+
+MEMORY_METRICS_GROUP: Final = "rocksdb-memory-metrics"
+
+
+def _register_memory_metrics(registry: MetricsRegistry, memory: RocksDBMemory) -> None:
+    """The process's shared RocksDB memory, untagged (one per process; registering again
+    replaces the same gauges)."""
+    for name, read in (
+        ("block-cache-usage-bytes", lambda: float(memory.usage().cache_bytes)),
+        ("write-buffer-usage-bytes", lambda: float(memory.usage().write_buffer_bytes)),
+        ("budget-bytes", lambda: float(memory.budget_bytes)),
+    ):
+        registry.register(MetricName.of(MEMORY_METRICS_GROUP, name, {}), read)

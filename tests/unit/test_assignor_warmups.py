@@ -1,0 +1,251 @@
+"""Warm before moving: points 9 to 11 of ``eddyline_runtime.assignor``'s docstring.
+
+Lags are generated per member and task (some copies caught up, some behind,
+most absent); the convergence tests then play probing rebalances: after each
+one, every standby and warm-up reports the lag the test decides, and the next
+assignment starts from the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eddyline_runtime.assignor import (
+    Assignment,
+    InvalidAssignmentError,
+    Member,
+    WarmupPolicy,
+    assign,
+)
+from eddyline_runtime.errors import ConfigError
+from eddyline_runtime.partitions import TaskId
+from tests.unit.test_assignor import ZONES, Group, assert_rules_hold, groups, histories
+
+EXAMPLES = 120
+ACCEPTABLE = 100
+
+Lags = dict[str, dict[TaskId, int]]
+
+
+def caught_up(
+    member_id: str, task: TaskId, lags: Mapping[str, Mapping[TaskId, int]], previous: Assignment
+) -> bool:
+    """The assignor's rule: the previous owner is caught up; others by their reported lag."""
+    if task in previous.active.get(member_id, ()):
+        return True
+    lag = lags.get(member_id, {}).get(task)
+    return lag is not None and lag <= ACCEPTABLE
+
+
+def run(
+    group: Group,
+    members: Sequence[Member],
+    previous: Assignment,
+    lags: Lags,
+    max_warmups: int,
+) -> Assignment:
+    return assign(
+        group.tasks,
+        members,
+        group.standbys,
+        previous=previous,
+        stateful=group.stateful,
+        warmups=WarmupPolicy(lags, ACCEPTABLE, max_warmups),
+    )
+
+
+@st.composite
+def reported_lags(draw: st.DrawFn, group: Group, members: Sequence[Member]) -> Lags:
+    """Per member, a lag for some stateful tasks: caught up, just behind, or far behind."""
+    lags: Lags = {}
+    for member in members:
+        for task in sorted(group.stateful_tasks):
+            kind = draw(st.sampled_from(["none", "none", "caught up", "behind"]))
+            if kind == "caught up":
+                lags.setdefault(member.id, {})[task] = draw(st.integers(0, ACCEPTABLE))
+            elif kind == "behind":
+                lags.setdefault(member.id, {})[task] = draw(st.integers(ACCEPTABLE + 1, 10**6))
+    return lags
+
+
+def check_invariants(  # noqa: PLR0917 (the scenario, then what came of it)
+    group: Group,
+    members: Sequence[Member],
+    previous: Assignment,
+    lags: Lags,
+    result: Assignment,
+    max_warmups: int,
+) -> None:
+    ids = sorted(m.id for m in members)
+    # Point 1 still: one active owner each; point 3: standbys as many as ever.
+    assert sorted(t for m in ids for t in result.active[m]) == sorted(group.tasks)
+    replicas = min(group.standbys, len(ids) - 1)
+    for task in group.stateful_tasks:
+        owner = result.active_owner(task)
+        assert len(result.standby_owners(task)) == replicas
+        # Point 9: never active on a copy that is behind while a caught-up one exists.
+        if not caught_up(owner, task, lags, previous):
+            assert not [m for m in ids if caught_up(m, task, lags, previous)], (
+                f"{task} active on {owner} (behind) though a caught-up copy exists"
+            )
+    # Point 10: bounded, and only for stateful tasks on members with no other copy.
+    assert result.warmup_count <= max_warmups
+    for member_id, warming in result.warmup.items():
+        assert warming <= group.stateful_tasks
+        for task in warming:
+            assert result.active_owner(task) != member_id
+            assert member_id not in result.standby_owners(task)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(histories(), st.integers(1, 4), st.data())
+def test_no_task_is_active_on_a_copy_behind_while_a_caught_up_one_exists(
+    history: tuple[Group, list[tuple[list[Member], Assignment]]],
+    max_warmups: int,
+    data: st.DataObject,
+) -> None:
+    group, steps = history
+    (_, previous), (members, _) = steps[-2], steps[-1]
+    lags = data.draw(reported_lags(group, members))
+
+    result = run(group, members, previous, lags, max_warmups)
+
+    check_invariants(group, members, previous, lags, result, max_warmups)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    histories(),
+    st.integers(1, 3),
+    st.sampled_from(["join", "leave", "replace"]),
+    st.sampled_from(ZONES),
+    st.data(),
+)
+def test_warm_ups_become_active_or_standbys_or_go_and_balance_is_reached(
+    history: tuple[Group, list[tuple[list[Member], Assignment]]],
+    max_warmups: int,
+    change: str,
+    zone: str | None,
+    data: st.DataObject,
+) -> None:
+    """Probing rebalances from a balanced assignment after a membership change.
+
+    Standbys report being caught up; a warm-up reports caught up only after
+    it ran for a rebalance or two (drawn), so warm-ups are seen behind too.
+    """
+    group, steps = history
+    members, previous = steps[-1]
+    members = list(members)
+    if change in ("leave", "replace") and len(members) > 1:
+        members.remove(data.draw(st.sampled_from(members)))
+    if change in ("join", "replace"):
+        members.append(Member("pod-new", zone))
+    ids = {m.id for m in members}
+    # Rebalances each warm-up has run for.
+    age: dict[tuple[str, TaskId], int] = {}
+    stateful_count = len(group.stateful_tasks)
+    # Each round with warm-ups promotes or drops at least one once they are caught up
+    # (two rounds at most); the bound is generous on top.
+    rounds = 3 * (stateful_count + 2)
+    for _ in range(rounds):
+        lags: Lags = {}
+        for member_id in ids:
+            for task in previous.standby.get(member_id, ()):
+                lags.setdefault(member_id, {})[task] = 0
+            for task in previous.warmup.get(member_id, ()):
+                ready_after = data.draw(st.integers(1, 2), label="rebalances to catch up")
+                caught = age.get((member_id, task), 0) + 1 >= ready_after
+                lags.setdefault(member_id, {})[task] = 0 if caught else 10 * ACCEPTABLE
+        result = run(group, members, previous, lags, max_warmups)
+        check_invariants(group, members, previous, lags, result, max_warmups)
+        # Point 11: a warm-up of the last round is now active, a standby, still
+        # warming (not yet caught up), or gone; no copy is ever left in two roles.
+        age = {
+            (m, t): age.get((m, t), 0) + 1
+            for m in ids
+            for t in result.warmup.get(m, ())
+            if t in previous.warmup.get(m, ())
+        } | {(m, t): 0 for m in ids for t in result.warmup.get(m, ()) if (m, t) not in age}
+        if result.warmup_count == 0 and result == previous:
+            break
+        previous = result
+    else:
+        pytest.fail(f"no balance after {rounds} probing rebalances: {previous}")
+    # Balance holds: no warm-up left and the target's guarantees (points 1-5).
+    assert result.warmup_count == 0
+    assert_rules_hold(group, members, result)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(groups(), st.data())
+def test_without_lags_reported_the_target_is_the_result(group: Group, data: st.DataObject) -> None:
+    """A first assignment (nobody holds anything) is the plain balanced one."""
+    plain = group.assign()
+    warm = assign(
+        group.tasks,
+        group.members,
+        group.standbys,
+        stateful=group.stateful,
+        warmups=WarmupPolicy({}, ACCEPTABLE, data.draw(st.integers(1, 3))),
+    )
+    assert warm == plain
+
+
+def test_a_joining_member_warms_up_before_it_takes_a_task() -> None:
+    tasks = [TaskId(0, p) for p in range(4)]
+    a, b, c = Member("a"), Member("b"), Member("c")
+    before = assign(tasks, [a, b], 0)
+    policy = WarmupPolicy({}, acceptable_recovery_lag=ACCEPTABLE, max_warmup_replicas=1)
+
+    first = assign(tasks, [a, b, c], 0, previous=before, warmups=policy)
+
+    assert first.active == {**before.active, "c": frozenset()}
+    assert first.warmup_count == 1
+    (warming,) = first.warmup["c"]
+    # Still behind: it stays where it is and keeps warming.
+    behind = WarmupPolicy({"c": {warming: ACCEPTABLE + 1}}, ACCEPTABLE, 1)
+    assert assign(tasks, [a, b, c], 0, previous=first, warmups=behind) == first
+    # Caught up: the probing rebalance hands it over, and balance holds.
+    ready = WarmupPolicy({"c": {warming: ACCEPTABLE}}, ACCEPTABLE, 1)
+    second = assign(tasks, [a, b, c], 0, previous=first, warmups=ready)
+    assert second.active["c"] == frozenset({warming})
+    assert second.warmup_count == 0
+    assert sorted(len(ts) for ts in second.active.values()) == [1, 1, 2]
+
+
+def test_a_warm_up_published_reads_back_and_old_json_reads_as_none() -> None:
+    result = Assignment(
+        active={"a": frozenset({TaskId(0, 0)})},
+        standby={},
+        warmup={"b": frozenset({TaskId(0, 0)})},
+    )
+    published = result.to_json()
+    assert published["warmup"] == {"a": [], "b": ["0_0"]}
+    assert Assignment.from_json(dict(published)) == result
+    del published["warmup"]
+    assert Assignment.from_json(dict(published)).warmup_count == 0
+
+
+def test_a_warm_up_where_the_task_is_active_is_refused() -> None:
+    with pytest.raises(InvalidAssignmentError, match="both a warm-up and active"):
+        Assignment(
+            active={"a": frozenset({TaskId(0, 0)})},
+            standby={},
+            warmup={"a": frozenset({TaskId(0, 0)})},
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "setting"),
+    [
+        ({"acceptable_recovery_lag": -1}, "acceptable.recovery.lag"),
+        ({"max_warmup_replicas": 0}, "max.warmup.replicas"),
+    ],
+)
+def test_bad_warm_up_settings_name_the_setting(kwargs: dict[str, int], setting: str) -> None:
+    with pytest.raises(ConfigError, match=setting):
+        WarmupPolicy({}, **kwargs)
