@@ -55,9 +55,7 @@ print(json.dumps(results, default=str))
 """
 
 
-def helm(
-    kubeconfig: Path, home: Path, namespace: str, release: str, *steps: Obj
-) -> list[Obj]:
+def helm(kubeconfig: Path, home: Path, namespace: str, release: str, *steps: Obj) -> list[Obj]:
     """Helm's own library (helm-sdkpy, in a subprocess) run against the real API server."""
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HOME": str(home)}
