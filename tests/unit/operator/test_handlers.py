@@ -310,7 +310,7 @@ def test_login_reads_the_service_account_from_the_directory_the_kubelet_names(
 
 def test_login_names_the_missing_token_and_the_way_out(tmp_path: Any) -> None:
     environ = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
-    with pytest.raises(kopf.LoginError, match="no token in .*automountServiceAccountToken"):
+    with pytest.raises(kopf.LoginError, match=r"no token in .*automountServiceAccountToken"):
         handlers.service_account_login(str(tmp_path), environ)
     with pytest.raises(kopf.LoginError, match="KUBERNETES_SERVICE_HOST"):
         handlers.service_account_login(str(tmp_path), {})
