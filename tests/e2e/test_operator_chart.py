@@ -15,6 +15,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from tests.support.control_plane.client import Client, wait_until
 from tests.support.control_plane.cluster import Cluster
@@ -23,6 +24,7 @@ from tests.support.control_plane.operator import Kubectl, helm, rendered
 pytestmark = pytest.mark.slow
 
 CRD_NAME = "streamapps.eddyline.dev"
+MANIFEST = Path(__file__).resolve().parents[2] / "examples" / "wordcount" / "streamapp.cluster.yaml"
 INSTALL = {"action": "install"}
 UNINSTALL = {"action": "uninstall"}
 RESTRICTED = {
@@ -139,6 +141,53 @@ def test_helm_installs_the_chart_and_the_real_server_takes_every_object(
     established = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
     assert established["Established"] == "True"
     kubernetes_validate.validate(crd, "1.32", strict=True)
+
+
+def test_the_charts_deployment_runs_the_operator_as_two_pods_in_one_peering(
+    admin: Client, run_helm: Any, control_plane: Cluster
+) -> None:
+    """The operator as a pod: the kubelet stand-in runs the chart's container, kopf logs in
+    with the pod's projected token (``EDDYLINE_SERVICE_ACCOUNT_DIR``, the operator's login
+    handler), serves ``/healthz`` on the pod's address, and both replicas join the release's
+    peering; the active one reconciles a StreamApp under the chart's RBAC."""
+    ns = namespace(admin, "chart-pods")
+    (result,) = run_helm(ns, "chart-pods", INSTALL)
+    assert "error" not in result, result.get("error")
+    objects = rendered(result)
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    peering = next(o for o in objects if o["kind"] == "KopfPeering")
+    path = f"/apis/apps/v1/namespaces/{ns}/deployments/{deployment['metadata']['name']}"
+    peering_path = PATHS["KopfPeering"].format(ns=ns, name=peering["metadata"]["name"])
+    kubectl = Kubectl(control_plane.kubeconfig, control_plane.root / "kubectl-pods", ns)
+    try:
+        wait_until(
+            lambda: (admin.get(path) or {}).get("status", {}).get("readyReplicas") == 2,
+            "both operator pods Ready (kopf's /healthz)",
+            120,
+        )
+        wait_until(
+            lambda: len((admin.get(peering_path) or {}).get("status") or {}) == 2,
+            "both operator pods in the peering",
+            60,
+        )
+        app = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+        app["spec"]["suspend"] = True
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump(app))
+        base = f"/apis/eddyline.dev/v1alpha1/namespaces/{ns}/streamapps/{app['metadata']['name']}"
+        wait_until(
+            lambda: ((admin.get(base) or {}).get("status") or {}).get("phase") == "Suspended",
+            "the operator pod to reconcile a StreamApp",
+            60,
+        )
+    except TimeoutError:
+        for found in admin.request(f"/api/v1/namespaces/{ns}/pods")["items"]:
+            name = found["metadata"]["name"]
+            print(name, found.get("status", {}).get("containerStatuses"))
+            if control_plane.kubelets is not None:
+                print(control_plane.kubelets.pod_log(ns, name)[-3000:])
+        raise
+    finally:
+        kubectl.run("delete", "sapp", "--all", "--timeout=60s")
 
 
 def test_helm_uninstall_removes_the_release_and_keeps_the_crd(admin: Client, run_helm: Any) -> None:
