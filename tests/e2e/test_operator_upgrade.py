@@ -205,7 +205,7 @@ def start_app(harness: Operator, control_plane: Cluster, tmp_path: Path) -> Star
         try:
             wait_for(running.counts_exact, "word count running with exact counts", TIMEOUT)
             wait_for(lambda: _settled(harness, revision), f"revision {revision} settled", TIMEOUT)
-        except AssertionError:
+        except (AssertionError, TimeoutError):
             print(harness.describe_failure(APP))
             raise
         return running

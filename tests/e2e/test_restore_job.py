@@ -124,7 +124,7 @@ def start_app(harness: Operator, tmp_path: Path) -> tuple[str, QueryRouter]:
     harness.kubectl("apply", "-f", str(manifest))
     try:
         wait_for(lambda: ready(harness), "the pod ready", 180)
-    except AssertionError:
+    except (AssertionError, TimeoutError):
         print(harness.describe_failure(APP))
         raise
     claim = harness.get("", "persistentvolumeclaims", f"{APP}-restore")
@@ -228,17 +228,20 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
 
     try:
         launched = wait_for(job, "a restore Job", 120)
-    except AssertionError:
+    except (AssertionError, TimeoutError):
         print_failure(harness)
         raise
-    kubernetes_validate.validate(launched, "1.32", strict=True)
+    # A single GET carries apiVersion and kind (a list's items do not).
+    stored = harness.get("batch", "jobs", launched["metadata"]["name"])
+    assert stored is not None
+    kubernetes_validate.validate(stored, "1.32", strict=True)
     restoring = condition(harness, "Restoring")
     assert restoring is not None and restoring["status"] == "True", restoring
     args = launched["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--partitions") + 1] == "0,1,2,3"
     try:
         wait_for(lambda: ready(harness) and counts_exact(router, expected), "restored, exact", 360)
-    except AssertionError:
+    except (AssertionError, TimeoutError):
         print_failure(harness)
         raise
     restored_after = time.monotonic() - lost_at
