@@ -4,9 +4,11 @@ As a user would, the chart is installed through Helm's own library (helm-sdkpy, 
 subprocess) into a namespace of the test's own, which enforces Pod Security ``restricted``.
 The operator then runs as its own process (``eddyline-operator``) with the chart's
 environment and a TokenRequest token of the chart's ServiceAccount, so the real RBAC holds it
-to the chart's rules. The chart's Deployment is scaled to 0: kopf, in a pod, reads its token
-from the fixed in-cluster path, which a kubelet without mount namespaces cannot provide
-(docs/operator.md, "Testing against a real control plane").
+to the chart's rules. The chart's Deployment is scaled to 0: the tests freeze, kill, stop
+and restart the operator and read its log, which a process of their own makes direct. The
+chart's Deployment itself runs on the kubelet stand-in in
+``tests/e2e/test_operator_chart.py`` (docs/operator.md, "Testing against a real control
+plane").
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ class Operator:
         pod = deployment["spec"]["template"]["spec"]
         self.service_account = pod["serviceAccountName"]
         self.env = {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
-        # The operator runs outside the cluster (the module docstring says why).
+        # The operator runs as the test's own process (the module docstring says why).
         self.admin.patch(
             f"/apis/apps/v1/namespaces/{self.namespace}/deployments/"
             f"{deployment['metadata']['name']}/scale",
