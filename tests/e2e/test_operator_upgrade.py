@@ -44,6 +44,7 @@ from tests.support.cluster_word_count import counts_exact, produce_lines, random
 from tests.support.control_plane.client import Informer, wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -55,10 +56,6 @@ WORDS = [f"w{index:02d}" for index in range(40)]
 PARTITIONS = 4
 # Bounds for a broken run only; the operator's own steps take seconds.
 TIMEOUT = 180
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
-    return wait_until(condition, what, timeout)
 
 
 class App:
@@ -199,7 +196,9 @@ def start_app(harness: Operator, control_plane: Cluster, tmp_path: Path) -> Star
             harness, control_plane, log_url, service=""
         )  # its address once the Service exists
         running.apply(tmp_path, topology={"ref": ref, "revision": revision})
-        service = wait_for(lambda: harness.get("", "services", f"{APP}-query"), "the query Service")
+        service = wait_for(
+            lambda: harness.get("", "services", f"{APP}-query"), "the query Service", TIMEOUT
+        )
         running.service = f"{service['spec']['clusterIP']}:7070"
         running.produce(1_000)
         try:

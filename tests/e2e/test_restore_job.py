@@ -21,7 +21,7 @@ import re
 import shutil
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,9 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.restore.manifest import read_manifest
 from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
-from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,10 +51,6 @@ WORDS = [f"w{index:02d}" for index in range(40)]
 # round of input adds about 10 records (one per word) to each changelog partition.
 LAG_ABOVE = 30
 ROUNDS = 5
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    return wait_until(condition, what, timeout)
 
 
 @pytest.fixture(scope="module")
