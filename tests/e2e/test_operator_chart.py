@@ -46,7 +46,6 @@ PATHS = {
 
 @pytest.fixture(scope="module")
 def admin(control_plane: Cluster) -> Client:
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     return control_plane.admin()
 
 

@@ -40,7 +40,6 @@ def manifest(name: str, **spec: Any) -> str:
 def operator(
     control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     running = Operator(control_plane, tmp_path_factory.mktemp("hardening"), NAMESPACE)
     running.install()
     running.start()

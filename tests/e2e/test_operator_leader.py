@@ -43,7 +43,6 @@ def suspended_app(name: str) -> str:
 def operator(
     control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     running = Operator(
         control_plane,
         tmp_path_factory.mktemp("leader"),

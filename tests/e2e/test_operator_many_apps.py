@@ -28,7 +28,6 @@ APPS = 50
 
 @pytest.fixture(scope="module")
 def harness(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     running = Operator(
         control_plane, tmp_path_factory.mktemp("many-apps"), "many-apps", extra_env=OPERATOR_ENV
     )

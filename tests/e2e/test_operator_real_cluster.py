@@ -111,7 +111,6 @@ def manifest(**changes: Any) -> dict[str, Any]:
 def operator(
     control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     running = Operator(control_plane, tmp_path_factory.mktemp("operator-real"), NAMESPACE)
     running.install()
     running.start()

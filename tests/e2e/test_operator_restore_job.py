@@ -55,7 +55,6 @@ ROUNDS = 5
 
 @pytest.fixture(scope="module")
 def harness(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     if shutil.which("java") is None:
         raise RuntimeError("the Spark build needs Java: install a JDK 17 (`make setup` says how)")
     running = Operator(control_plane, tmp_path_factory.mktemp("restore"), NAMESPACE)

@@ -151,7 +151,6 @@ def harness(
 ) -> Iterator[Operator]:
     """A namespace, chart release and operator of this test's own: no test depends on what
     another left running."""
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
     namespace = f"up-{name[-40:].strip('-')}"
     running = Operator(control_plane, tmp_path / "operator", namespace)
