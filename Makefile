@@ -90,7 +90,7 @@ bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after ev
 bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
 	$(BIN)/python -m tests.bench.bench_failover
 
-bench-operator: $(STAMP) ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild, on the emulated cluster (last line JSON)
+bench-operator: $(STAMP) control-plane ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild, on the real control plane (last line JSON)
 	$(BIN)/python -m tests.bench.bench_operator
 
 bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)

@@ -3,7 +3,6 @@
 pytest_plugins = [
     "tests.support.stores",
     "tests.support.logs",
-    "tests.support.k8s.fixtures",
     # Real Kafka brokers (kafka_broker, kafka_cluster3, kafka_bootstrap): started only when
     # a test asks for one, once per run (tests/support/kafka/).
     "tests.support.kafka.plugin",

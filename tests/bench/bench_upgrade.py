@@ -18,14 +18,21 @@ outside, polling the StreamApp's status every 10 ms:
   restored from changelogs (their ``restore-total`` metrics; the target is 0);
 * ``*_restore_s``: the longest a store partition spent restoring (records / rate);
 * ``rebuild_*``: the same for the reverse upgrade with every state claim emptied at the
-  moment the operator records Publishing (no pod exists then; the wipe's own time is
-  subtracted), so every store restores from its changelog.
+  moment the operator records Publishing (no pod exists then; a watch of the StreamApp
+  sees the step, the operator is frozen with SIGSTOP for the wipe and continued after it,
+  and the wipe's own time is subtracted), so every store restores from its changelog.
+
+It runs on the real control plane (``tests/support/control_plane``): the real StatefulSet
+controller rolls the pods, the kubelet stand-in runs them.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -37,8 +44,8 @@ import yaml
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from tests.support.k8s.operator_harness import OperatorHarness
-from tests.support.waiting import wait_for
+from tests.support.control_plane.client import Informer, wait_until
+from tests.support.control_plane.operator import Operator
 
 APP = "wordcount"
 STORE = "word-counts"
@@ -46,7 +53,7 @@ WORDS_PER_LINE = 10
 
 
 class UpgradeBench:
-    def __init__(self, harness: OperatorHarness, log_url: str, service: str, manifest: Path):
+    def __init__(self, harness: Operator, log_url: str, service: str, manifest: Path):
         self.harness = harness
         self.log_url = log_url
         self.service = service
@@ -72,7 +79,7 @@ class UpgradeBench:
         finally:
             log.close()
         sample = random.Random(11).sample(self.keys, min(300, keys)) + self.keys[-40:]
-        wait_for(lambda: self._counted(sample), f"{keys} keys counted", 600)
+        wait_until(lambda: self._counted(sample), f"{keys} keys counted", 600)
 
     def _counted(self, sample: list[str]) -> bool:
         router = QueryRouter([self.service], timeout=2)
@@ -91,42 +98,55 @@ class UpgradeBench:
         """One upgrade, timed by its steps as status shows them."""
         harness = self.harness
         wiped = [0.0]
+        done = threading.Event()
 
-        def empty_claims(event: str, resource: Any, obj: dict[str, Any]) -> None:
-            upgrade = (obj.get("status") or {}).get("upgrade") or {}
-            if (
-                wipe
-                and not wiped[0]
-                and resource.plural == "streamapps"
-                and upgrade.get("step") == "Publishing"
-            ):
+        def empty_claims() -> None:
+            if not wipe or done.is_set():
+                return
+            for obj in informer.items():
+                upgrade = (obj.get("status") or {}).get("upgrade") or {}
+                if upgrade.get("step") != "Publishing" or harness.process is None:
+                    continue
+                # Frozen while the claims are emptied: nothing can start a pod meanwhile.
+                os.kill(harness.process.pid, signal.SIGSTOP)
                 started = time.monotonic()
-                for ordinal in range(3):
-                    claim = harness.claim_dir(f"state-{APP}-{ordinal}")
-                    for child in claim.iterdir():
-                        if child.is_dir():
-                            shutil.rmtree(child)
-                        else:
-                            child.unlink()
-                wiped[0] = max(time.monotonic() - started, 1e-9)
+                try:
+                    assert harness.cluster.provisioner is not None
+                    for ordinal in range(3):
+                        claim = harness.cluster.provisioner.directory(
+                            harness.namespace, f"state-{APP}-{ordinal}"
+                        )
+                        for child in claim.iterdir():
+                            if child.is_dir():
+                                shutil.rmtree(child)
+                            else:
+                                child.unlink()
+                finally:
+                    wiped[0] = max(time.monotonic() - started, 1e-9)
+                    os.kill(harness.process.pid, signal.SIGCONT)
+                    done.set()
 
-        harness.api.listeners.append(empty_claims)
+        informer = Informer(
+            harness.admin, harness.path("eddyline.dev/v1alpha1", "streamapps"),
+            on_change=empty_claims,
+        )  # fmt: skip
+        informer.start()
         try:
+            wait_until(informer.synced.is_set, "the StreamApp watch", 30)
             document: dict[str, Any] = yaml.safe_load(self.manifest.read_text(encoding="utf-8"))
             document["spec"]["topology"] = {"ref": ref, "revision": revision}
             path = tmp / f"upgrade-{revision}.yaml"
             path.write_text(yaml.safe_dump(document), encoding="utf-8")
-            assert harness.kubectl is not None
             applied = time.monotonic()
             harness.kubectl("apply", "-f", str(path))
             marks = self._follow(applied, revision)
         finally:
-            harness.api.listeners.remove(empty_claims)
-        # The wipe ran inside the API server's write of Publishing: that write, the operator's
-        # answer and this poll's all waited for it, so it is taken off stop_s and total_s.
+            informer.stop()
+        # The operator was frozen for the wipe after it recorded Publishing, delaying
+        # Starting: the wipe's time is taken off publish_s and total_s.
         return {
-            "stop_s": marks["publishing"] - applied - wiped[0],
-            "publish_s": marks["starting"] - marks["publishing"],
+            "stop_s": marks["publishing"] - applied,
+            "publish_s": marks["starting"] - marks["publishing"] - wiped[0],
             "start_s": marks["done"] - marks["starting"],
             "total_s": marks["done"] - applied - wiped[0],
             "relocate_s": self._relocation_seconds(),
@@ -193,7 +213,7 @@ class UpgradeBench:
 
 
 def run(
-    harness: OperatorHarness,
+    harness: Operator,
     log_url: str,
     service: str,
     manifest: Path,

@@ -1,4 +1,6 @@
-"""Full-cluster topology upgrades end to end: kopf on the emulated API server, real pods.
+"""Full-cluster topology upgrades end to end on the real control plane: kopf against the real
+kube-apiserver, the real StatefulSet controller rolling the pods, the kubelet stand-in running
+them as real processes.
 
 Word count runs on three pods while input keeps arriving; its topology is upgraded to
 ``topology_v2`` (a new first sub-topology: every ordinal shifts). The operator is stopped
@@ -7,9 +9,10 @@ start (``automatic.state.relocation: false`` with misplaced stores) is rolled ba
 restores a record from its changelog in either (the pods' restore metrics), and the
 counts, through the query Service and on the output topic, stay exact.
 
-Every test runs on a cluster of its own (the ``harness`` fixture) with the app deployed
-at the revision it starts from (``start_app``): a test fails on its own, never because
-another one broke, and never skips.
+Every test runs in a namespace of its own with its own chart release and operator (the
+``operator`` fixture) and the app deployed at the revision it starts from (``start_app``): a
+test fails on its own, never because another one broke, and never skips. The control plane
+is the session's.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import itertools
 import json
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -37,29 +41,29 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.serde import serde_for
 from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
-from tests.support.k8s.kubectl import KUBECTL
-from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.control_plane.client import Informer, wait_until
+from tests.support.control_plane.cluster import Cluster
+from tests.support.control_plane.operator import Operator
 from tests.support.waiting import wait_for
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH"),
-]
+pytestmark = pytest.mark.slow
 
+REPO = Path(__file__).resolve().parents[2]
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
 STORE = "word-counts"
 WORDS = [f"w{index:02d}" for index in range(40)]
 PARTITIONS = 4
 # Bounds for a broken run only; the operator's own steps take seconds.
-TIMEOUT = 120
+TIMEOUT = 180
 
 
 class App:
     """The word count as seen from outside the cluster, with input that keeps arriving."""
 
-    def __init__(self, harness: OperatorHarness, log_url: str, service: str) -> None:
+    def __init__(self, harness: Operator, cluster: Cluster, log_url: str, service: str) -> None:
         self.harness = harness
+        self.cluster = cluster
         self.log_url = log_url
         self.service = service
         self.expected: collections.Counter[str] = collections.Counter()
@@ -138,45 +142,68 @@ class App:
         document["spec"].update(spec)
         path = tmp / f"streamapp-{time.monotonic_ns()}.yaml"
         path.write_text(yaml.safe_dump(document), encoding="utf-8")
-        assert self.harness.kubectl is not None
         self.harness.kubectl("apply", "-f", str(path))
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Iterator[OperatorHarness]:
-    """A cluster of this test's own: no test depends on what another left running."""
-    running = OperatorHarness(tmp_path / "cluster", examples=["wordcount"])
+def harness(
+    control_plane: Cluster, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Operator]:
+    """A namespace, chart release and operator of this test's own: no test depends on what
+    another left running."""
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
+    namespace = f"up-{name[-40:].strip('-')}"
+    running = Operator(control_plane, tmp_path / "operator", namespace)
+    running.install()
     running.start()
-    yield running
-    running.stop()
+    try:
+        yield running
+    finally:
+        # The app goes while its operator still runs (kopf's finalizer), and its pods with
+        # it (the garbage collector): the next test must not share the machine with them.
+        running.kubectl.run("delete", "sapp", "--all", "--timeout=60s")
+        try:
+            wait_until(lambda: not running.objects("", "pods"), "the test's pods gone", 90)
+        finally:
+            running.stop()
+
+
+def claim_dir(harness: Operator, claim: str) -> Path:
+    """Where the local provisioner puts (or will put) a claim's volume."""
+    assert harness.cluster.provisioner is not None
+    return harness.cluster.provisioner.directory(harness.namespace, claim)
 
 
 StartApp = Callable[[str, str], App]
 
 
 @pytest.fixture
-def start_app(harness: OperatorHarness, tmp_path: Path) -> StartApp:
+def start_app(harness: Operator, control_plane: Cluster, tmp_path: Path) -> StartApp:
     """Deploys the word count at (revision, topology ref) on this test's cluster and waits
     until it runs that revision with exact counts; fails (never skips) if it does not."""
 
     def start(revision: str, ref: str) -> App:
-        claim = harness.claim_dir(f"{APP}-log")
+        claim = claim_dir(harness, f"{APP}-log")
         claim.mkdir(parents=True)
         log_url = f"sqlite:///{claim}/log.db"
         log = open_log(log_url)  # input topics exist before the app, as on a real cluster
         log.create_topic("text-lines", PARTITIONS)
         log.create_topic("watched-words", PARTITIONS)
         log.close()
-        harness.wait_until_operator_watches()
-        running = App(harness, log_url, service="")  # its address once the Service exists
+        harness.wait_watching()
+        running = App(
+            harness, control_plane, log_url, service=""
+        )  # its address once the Service exists
         running.apply(tmp_path, topology={"ref": ref, "revision": revision})
-        service = wait_for(lambda: harness.get("", "services", f"{APP}-query"), "the query Service")
+        service = wait_for(
+            lambda: harness.get("", "services", f"{APP}-query"), "the query Service", TIMEOUT
+        )
         running.service = f"{service['spec']['clusterIP']}:7070"
         running.produce(1_000)
         try:
             wait_for(running.counts_exact, "word count running with exact counts", TIMEOUT)
             wait_for(lambda: _settled(harness, revision), f"revision {revision} settled", TIMEOUT)
-        except AssertionError:
+        except (AssertionError, TimeoutError):
             print(harness.describe_failure(APP))
             raise
         return running
@@ -184,17 +211,7 @@ def start_app(harness: OperatorHarness, tmp_path: Path) -> StartApp:
     return start
 
 
-def _watches(harness: OperatorHarness) -> int:
-    return sum(
-        1
-        for r in list(harness.api.requests)
-        if r["agent"].startswith("kopf/")
-        and r["path"].endswith("/streamapps")
-        and r["query"].get("watch") == "true"
-    )
-
-
-def _settled(harness: OperatorHarness, revision: str) -> bool:
+def _settled(harness: Operator, revision: str) -> bool:
     status = harness.app(APP).get("status", {})
     ready = harness.condition(APP, "Ready")
     return bool(
@@ -206,33 +223,47 @@ def _settled(harness: OperatorHarness, revision: str) -> bool:
 
 
 class OperatorFreezer:
-    """Freezes the operator (SIGSTOP) the moment it writes a given upgrade step to status:
-    from the API server's own write path, before the operator even reads the response, so
-    it has recorded the step and done nothing for it. The test then kills it (SIGKILL)."""
+    """Freezes the operator (SIGSTOP) the moment a watch shows it wrote a given upgrade step
+    to status: it has recorded the step and done at most the first requests for it. The
+    test then kills it (SIGKILL)."""
 
-    def __init__(self, harness: OperatorHarness, step: str, revision: str) -> None:
+    def __init__(self, harness: Operator, step: str, revision: str) -> None:
         self.harness, self.step, self.revision = harness, step, revision
         self.frozen = threading.Event()
+        self.informer = Informer(
+            harness.admin,
+            harness.path("eddyline.dev/v1alpha1", "streamapps"),
+            on_change=self._changed,
+        )
 
-    def __call__(self, event: str, resource: Any, obj: dict[str, Any]) -> None:
-        if self.frozen.is_set() or resource.plural != "streamapps" or event != "MODIFIED":
+    def __enter__(self) -> OperatorFreezer:
+        self.informer.start()
+        wait_for(self.informer.synced.is_set, "the StreamApp watch", 30)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.informer.stop()
+
+    def _changed(self) -> None:
+        if self.frozen.is_set():
             return
-        upgrade = (obj.get("status") or {}).get("upgrade") or {}
-        if upgrade.get("step") == self.step and upgrade.get("to", {}).get("revision") == (
-            self.revision
-        ):
-            operator = self.harness.operator
-            assert operator is not None
-            os.kill(operator.pid, signal.SIGSTOP)
-            self.frozen.set()
+        for obj in self.informer.items():
+            upgrade = (obj.get("status") or {}).get("upgrade") or {}
+            if upgrade.get("step") == self.step and upgrade.get("to", {}).get("revision") == (
+                self.revision
+            ):
+                process = self.harness.process
+                if process is not None:
+                    os.kill(process.pid, signal.SIGSTOP)
+                    self.frozen.set()
 
 
-def store_directories(harness: OperatorHarness) -> dict[str, set[tuple[int, int]]]:
+def store_directories(harness: Operator) -> dict[str, set[tuple[int, int]]]:
     """Per pod, the (partition, inode) of every ``word-counts`` directory on its state claim,
     active and standby copies alike: a store relocated by rename keeps its inode."""
     found: dict[str, set[tuple[int, int]]] = {}
     for ordinal in range(3):
-        claim = harness.claim_dir(f"state-{APP}-{ordinal}")
+        claim = claim_dir(harness, f"state-{APP}-{ordinal}")
         found[f"{APP}-{ordinal}"] = {
             (int(path.parent.name.split("_")[1]), path.stat().st_ino)
             for path in claim.glob(f"*_*/{STORE}")
@@ -240,15 +271,10 @@ def store_directories(harness: OperatorHarness) -> dict[str, set[tuple[int, int]
     return found
 
 
-def kill_and_restart_operator(harness: OperatorHarness) -> None:
-    before = _watches(harness)
-    operator = harness.operator
-    assert operator is not None
-    operator.kill()  # SIGKILL: a crash, not a clean shutdown
-    operator.wait(10)
-    harness.operator = None
-    harness.start_operator()
-    wait_for(lambda: _watches(harness) > before, "the restarted operator's watch", TIMEOUT)
+def kill_and_restart_operator(harness: Operator) -> None:
+    harness.kill()  # SIGKILL: a crash, not a clean shutdown
+    harness.start()
+    harness.wait_watching()
 
 
 # Each run upgrades to the other topology (word-counts moves between sub-topology 1 and 2),
@@ -270,11 +296,9 @@ def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_
     harness = app.harness
     on_disk = store_directories(harness)
     assert all(len(copies) >= PARTITIONS // 3 for copies in on_disk.values()), on_disk
-    freezer = OperatorFreezer(harness, step, revision)
-    harness.api.listeners.append(freezer)
     seen: list[str] = []
     app.keep_producing()
-    try:
+    with OperatorFreezer(harness, step, revision) as freezer:
         app.apply(tmp_path, topology={"ref": ref, "revision": revision})
         deadline = time.monotonic() + TIMEOUT
         restarted = False
@@ -286,13 +310,14 @@ def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_
                 kill_and_restart_operator(harness)
                 restarted = True
             upgrading = harness.condition(APP, "Upgrading")
-            under_way = upgrading is not None and upgrading["status"] == "True"
-            if under_way and (not seen or seen[-1] != upgrading["reason"]):
+            if (
+                upgrading is not None
+                and upgrading["status"] == "True"
+                and (not seen or seen[-1] != upgrading["reason"])
+            ):
                 seen.append(upgrading["reason"])
             time.sleep(0.02)
-    finally:
-        harness.api.listeners.remove(freezer)
-        app.stop_producing()
+    app.stop_producing()
     assert restarted, f"the operator never wrote step {step}"
     status = harness.app(APP)["status"]
     last = status["lastUpgrade"]
@@ -309,7 +334,7 @@ def test_an_upgrade_shifting_every_ordinal_resumes_after_the_operator_dies_at_a_
     owner = 2 if ref.endswith("_v2") else 1
     assert store_directories(harness) == on_disk
     for ordinal in range(3):
-        claim = harness.claim_dir(f"state-{APP}-{ordinal}")
+        claim = claim_dir(harness, f"state-{APP}-{ordinal}")
         assert {p.parent.name.split("_")[0] for p in claim.glob(f"*_*/{STORE}")} <= {str(owner)}
     assert {p["metadata"]["labels"]["eddyline.dev/revision"] for p in pods.values()} == {revision}
 
@@ -349,18 +374,32 @@ def test_a_revision_the_runtime_refuses_is_rolled_back_without_restores(
     app.output_is_exactly_once()
 
 
-def _memberships(harness: OperatorHarness, since: int) -> list[Membership]:
-    """Every membership the operator published after API revision ``since``, in order."""
-    found: list[Membership] = []
-    for revision, key, _event, obj in list(harness.api.history):
-        if revision <= since or key != "/configmaps":
-            continue
-        if obj["metadata"]["name"] != f"{APP}-membership":
-            continue
-        membership = Membership.from_json(json.loads(obj["data"][MEMBERSHIP_FILE]))
-        if not found or found[-1].generation != membership.generation:
-            found.append(membership)
-    return found
+class MembershipRecorder:
+    """Every membership the operator publishes while it runs, in order (a watch of the
+    membership ConfigMap: the API server sends each write)."""
+
+    def __init__(self, harness: Operator) -> None:
+        self.found: list[Membership] = []
+        self.informer = Informer(
+            harness.admin,
+            harness.path("", "configmaps"),
+            field_selector=f"metadata.name={APP}-membership",
+            on_change=self._changed,
+        )
+
+    def __enter__(self) -> MembershipRecorder:
+        self.informer.start()
+        wait_for(self.informer.synced.is_set, "the membership watch", 30)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.informer.stop()
+
+    def _changed(self) -> None:
+        for obj in self.informer.items():
+            membership = Membership.from_json(json.loads(obj["data"][MEMBERSHIP_FILE]))
+            if not self.found or self.found[-1].generation != membership.generation:
+                self.found.append(membership)
 
 
 def test_scaling_3_to_5_to_2_is_no_upgrade_and_moves_tasks_only_as_the_assignor_says(
@@ -368,34 +407,30 @@ def test_scaling_3_to_5_to_2_is_no_upgrade_and_moves_tasks_only_as_the_assignor_
 ) -> None:
     app = start_app("4", "wordcount:topology_v2")
     harness = app.harness
-    assert harness.kubectl is not None
     upgrades_before = harness.app(APP)["status"].get("lastUpgrade")
-    since = harness.api.revision
-    start = harness.api.call(
-        lambda: harness.api.find(
-            harness.api.resource("", "configmaps"), harness.namespace, f"{APP}-membership"
-        )
-    )
-    first = Membership.from_json(json.loads(start["data"][MEMBERSHIP_FILE]))
-    stateful = frozenset(t for t in first.assignment.tasks if t.subtopology == 2)
     app.keep_producing()
-    try:
+    with MembershipRecorder(harness) as recorder:
+        first = recorder.found[0]
+        stateful = frozenset(t for t in first.assignment.tasks if t.subtopology == 2)
         for replicas in (5, 2):
             harness.kubectl("scale", "sapp", APP, f"--replicas={replicas}")
-            wait_for(
-                lambda n=replicas: (
+
+            def scaled(n: int = replicas) -> bool:
+                return bool(
                     len(harness.pods(APP)) == n
                     and _settled(harness, "4")
                     and harness.app(APP)["status"].get("readyReplicas") == n
-                ),
+                )
+
+            wait_for(
+                scaled,
                 f"{replicas} ready pods",
                 TIMEOUT,
             )
-    finally:
-        app.stop_producing()
+    app.stop_producing()
     status = harness.app(APP)["status"]
     assert status.get("upgrade") is None and status.get("lastUpgrade") == upgrades_before
-    history = [first, *_memberships(harness, since)]
+    history = recorder.found
     assert len(history) >= 3
     for before, after in itertools.pairwise(history):
         # Each generation is exactly what the sticky assignor makes of the previous one.

@@ -9,10 +9,12 @@
 * ``query_cluster``: word-count instances in this process, each with a query server;
 * ``replica_group``: ``examples/wordcount`` as a local replica group on a SQLite log,
   as the failover test, the failover benchmark and the replica-group e2e tests start it;
-* ``k8s``: the Kubernetes API server emulator, the cluster stand-in and the operator
-  harness; ``k8s_objects``: StreamApp, pod and node bodies for the operator's unit tests;
-* ``cluster_word_count``: input lines for the word count on the emulated cluster, and the
-  check that its counts through the query Service are exact;
+* ``control_plane``: the real control plane (kube-apiserver, etcd, controller manager,
+  scheduler), the kubelet stand-in and the operator harness; ``k8s_objects``: StreamApp,
+  pod and node bodies for the operator's unit tests; ``crd_schema``: a custom resource's
+  structural-schema and CEL admission, in-process, for the CRD's unit tests;
+* ``cluster_word_count``: input lines for the word count on a cluster, and the check that
+  its counts through the query Service are exact;
 * ``kafka_fake``, ``librdkafka_mock``: the Kafka adapter's fake clients and the hooks
   into librdkafka's mock cluster.
 

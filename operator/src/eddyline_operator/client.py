@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -66,13 +67,27 @@ class ApiError(Exception):
         super().__init__(message)
 
 
+def _load_incluster_config() -> None:
+    """In-cluster credentials, from ``EDDYLINE_SERVICE_ACCOUNT_DIR`` when a kubelet without
+    mount namespaces (the tests' stand-in) put them there instead of the fixed path."""
+    directory = os.environ.get("EDDYLINE_SERVICE_ACCOUNT_DIR")
+    if not directory:
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return
+    loader = kubernetes.config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+        token_filename=os.path.join(directory, "token"),
+        cert_filename=os.path.join(directory, "ca.crt"),
+    )
+    loader.load_and_set()  # type: ignore[no-untyped-call]
+
+
 class Kube:
     """A small, dict-based Kubernetes client over the ``kubernetes`` package's transport."""
 
     def __init__(self, api_client: Any | None = None) -> None:
         if api_client is None:
             try:
-                kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+                _load_incluster_config()
             except kubernetes.config.ConfigException:
                 kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
             api_client = kubernetes.client.ApiClient()

@@ -170,6 +170,57 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo[MEMO_KEY] = Operator()
 
 
+# Where the pod's service-account files are when not at the fixed in-cluster path
+# /var/run/secrets/kubernetes.io/serviceaccount: a kubelet without mount namespaces (the
+# tests' stand-in) gives each pod a directory of its own and names it here.
+SERVICE_ACCOUNT_DIR_ENV = "EDDYLINE_SERVICE_ACCOUNT_DIR"
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The pod's service account from ``EDDYLINE_SERVICE_ACCOUNT_DIR`` when set; otherwise
+    kopf's own login through the ``kubernetes`` client (in-cluster, then kubeconfig), which
+    is what kopf does when no login handler is registered."""
+    directory = os.environ.get(SERVICE_ACCOUNT_DIR_ENV)
+    if not directory:
+        return kopf.login_via_client(**kwargs)
+    return service_account_login(directory, os.environ)
+
+
+def service_account_login(directory: str, environ: Mapping[str, str]) -> kopf.ConnectionInfo:
+    """In-cluster credentials read from ``directory`` (token, ca.crt, namespace)."""
+    host = environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = environ.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise kopf.LoginError(
+            f"{SERVICE_ACCOUNT_DIR_ENV}={directory} is set but KUBERNETES_SERVICE_HOST/PORT "
+            "are not: run the operator in a pod, or unset it to use a kubeconfig"
+        )
+    files = {}
+    for name in ("token", "ca.crt"):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            raise kopf.LoginError(
+                f"no {name} in {directory} ({SERVICE_ACCOUNT_DIR_ENV}): the kubelet did not "
+                "mount the pod's service-account token; check automountServiceAccountToken"
+            )
+        files[name] = path
+    with open(files["token"], encoding="utf-8") as token:
+        bearer = token.read().strip()
+    namespace_file = os.path.join(directory, "namespace")
+    namespace = None
+    if os.path.isfile(namespace_file):
+        with open(namespace_file, encoding="utf-8") as found:
+            namespace = found.read().strip() or None
+    server_host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    return kopf.ConnectionInfo(
+        server=f"https://{server_host}:{port}",
+        ca_path=files["ca.crt"],
+        token=bearer,
+        default_namespace=namespace,
+    )
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)

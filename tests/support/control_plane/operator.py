@@ -4,13 +4,16 @@ As a user would, the chart is installed through Helm's own library (helm-sdkpy, 
 subprocess) into a namespace of the test's own, which enforces Pod Security ``restricted``.
 The operator then runs as its own process (``eddyline-operator``) with the chart's
 environment and a TokenRequest token of the chart's ServiceAccount, so the real RBAC holds it
-to the chart's rules. The chart's Deployment is scaled to 0: kopf, in a pod, reads its token
-from the fixed in-cluster path, which a kubelet without mount namespaces cannot provide
-(docs/operator.md, "Testing against a real control plane").
+to the chart's rules. The chart's Deployment is scaled to 0: the tests freeze, kill, stop
+and restart the operator and read its log, which a process of their own makes direct. The
+chart's Deployment itself runs on the kubelet stand-in in
+``tests/e2e/test_operator_chart.py`` (docs/operator.md, "Testing against a real control
+plane").
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -30,22 +33,52 @@ from tests.support.control_plane.plane import free_port
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "eddyline-operator"
 BIN = Path(sys.executable).parent
-RELEASE = "eddyline"
 Obj = dict[str, Any]
 
+# One Helm session per call: helm-sdkpy's Go library keeps process-wide state. Each step is
+# {"action": "install" | "uninstall", "values": {...}}; one JSON result per step, in order.
 _HELM_SESSION = """
 import asyncio, json, sys
 import helm_sdkpy
 
-kubeconfig, namespace, chart, release, values = sys.argv[1:6]
+kubeconfig, namespace, chart, release, steps = sys.argv[1:6]
 config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
-try:
-    result = asyncio.run(helm_sdkpy.Install(config).run(
-        release, chart, values=json.loads(values), wait=False, timeout=120))
-except Exception as error:
-    result = {"error": f"{type(error).__name__}: {error}"}
-print(json.dumps(result, default=str))
+results = []
+for step in json.loads(steps):
+    try:
+        if step["action"] == "install":
+            result = asyncio.run(helm_sdkpy.Install(config).run(
+                release, chart, values=step.get("values", {}), wait=False, timeout=120))
+        else:
+            result = asyncio.run(helm_sdkpy.Uninstall(config).run(release))
+    except Exception as error:
+        result = {"error": f"{type(error).__name__}: {error}"}
+    results.append(result)
+print(json.dumps(results, default=str))
 """
+
+
+def helm(kubeconfig: Path, home: Path, namespace: str, release: str, *steps: Obj) -> list[Obj]:
+    """Helm's own library (helm-sdkpy, in a subprocess) run against the real API server."""
+    if importlib.util.find_spec("helm_sdkpy") is None:
+        # Never a skip: the operator's e2e tests must run wherever `make test` runs.
+        raise RuntimeError("helm-sdkpy is not installed: run `make setup` (it pins the version)")
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HOME": str(home)}
+    completed = subprocess.run(
+        [sys.executable, "-c", _HELM_SESSION, str(kubeconfig), namespace, str(CHART), release,
+         json.dumps(list(steps))],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    if completed.returncode != 0:
+        raise RuntimeError(f"the Helm session failed:\n{completed.stderr}")
+    results: list[Obj] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return results
+
+
+def rendered(result: Obj) -> list[Obj]:
+    """The objects a Helm install result's manifest holds."""
+    return [doc for doc in yaml.safe_load_all(result["manifest"]) if doc]
 
 
 class KubectlError(AssertionError):
@@ -88,8 +121,19 @@ class Kubectl:
 class Operator:
     """The chart installed into ``namespace`` and the operator process it configures."""
 
-    def __init__(self, cluster: Cluster, root: Path, namespace: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        root: Path,
+        namespace: str,
+        *,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.cluster = cluster
+        # The chart's cluster-scoped objects are named after the release: one release name
+        # per namespace, so modules sharing the session's control plane never collide.
+        self.release = namespace
+        self.extra_env = extra_env or {}
         self.root = root
         self.namespace = namespace
         self.admin: Client = cluster.admin()
@@ -109,15 +153,18 @@ class Operator:
         self.admin.ensure(
             "/api/v1/namespaces", {"metadata": {"name": self.namespace, "labels": labels}}
         )
-        installed = self._helm({})
+        (installed,) = helm(
+            self.cluster.kubeconfig, self.root / "helm-home", self.namespace, self.release,
+            {"action": "install"},
+        )  # fmt: skip
         if "error" in installed:
             raise RuntimeError(f"helm install failed: {installed['error']}")
-        rendered = [doc for doc in yaml.safe_load_all(installed["manifest"]) if doc]
-        deployment = next(o for o in rendered if o["kind"] == "Deployment")
+        self.rendered = rendered(installed)
+        deployment = next(o for o in self.rendered if o["kind"] == "Deployment")
         pod = deployment["spec"]["template"]["spec"]
         self.service_account = pod["serviceAccountName"]
         self.env = {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
-        # The operator runs outside the cluster (the module docstring says why).
+        # The operator runs as the test's own process (the module docstring says why).
         self.admin.patch(
             f"/apis/apps/v1/namespaces/{self.namespace}/deployments/"
             f"{deployment['metadata']['name']}/scale",
@@ -126,35 +173,39 @@ class Operator:
         self.kubectl("wait", "--for=condition=Established", "crd/streamapps.eddyline.dev")
         return self
 
-    def _helm(self, values: Obj) -> Obj:
-        home = self.root / "helm-home"
-        home.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "HOME": str(home)}
-        completed = subprocess.run(
-            [sys.executable, "-c", _HELM_SESSION, str(self.cluster.kubeconfig), self.namespace,
-             str(CHART), RELEASE, json.dumps(values)],
-            capture_output=True, text=True, env=env, timeout=300, check=False,
-        )  # fmt: skip
-        if completed.returncode != 0:
-            raise RuntimeError(f"the Helm session failed:\n{completed.stderr}")
-        result: Obj = json.loads(completed.stdout.strip().splitlines()[-1])
-        return result
+    @property
+    def token(self) -> str:
+        """A TokenRequest token of the chart's ServiceAccount, as the operator runs with."""
+        return self.cluster.plane.service_account_token(self.namespace, self.service_account)
 
     def start(self) -> None:
-        token = self.cluster.plane.service_account_token(self.namespace, self.service_account)
-        kubeconfig = self.cluster.plane.token_kubeconfig(self.root / "operator.kubeconfig", token)
-        env = {
+        self.process = self.spawn(self.log, {"EDDYLINE_OPERATOR_LIVENESS": self.liveness})
+
+    def spawn(self, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Another operator process with the chart's environment (a second replica)."""
+        kubeconfig = self.cluster.plane.token_kubeconfig(
+            self.root / "operator.kubeconfig", self.token
+        )
+        environment = {
             **self.env,  # WATCH_NAMESPACES, EDDYLINE_RUNTIME_IMAGE, ... as the chart sets
             "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")]),
             "HOME": str(self.root),
             "KUBECONFIG": str(kubeconfig),
-            "EDDYLINE_OPERATOR_LIVENESS": self.liveness,
+            **self.extra_env,
+            **env,
         }
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [str(BIN / "eddyline-operator")], cwd=self.root, env=env,
+        with log_path.open("ab") as log:
+            return subprocess.Popen(
+                [str(BIN / "eddyline-operator")], cwd=self.root, env=environment,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no goodbye in the peering, nothing flushed."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+        self.process = None
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -1,8 +1,8 @@
 """The Helm chart, linted by Helm's own library (helm-sdkpy), and its values schema.
 
 Rendering needs an API server (helm-sdkpy has no client-only render): the
-rendered objects are installed and validated against the emulated API server
-in tests/support/k8s.
+rendered objects are installed into the real API server and validated in
+tests/e2e/test_operator_chart.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What a real API server refuses in a child is refused in the StreamApp itself (issue 23,
 items 8 and 11): by the generated CRD (patterns as CEL rules with the accepted form in words,
-checked here by the emulator's admission, ``tests/support/k8s/crd_schema.py``) and by the
+checked here by the schema admission of ``tests/support/crd_schema.py``, in-process, and
+against the real API server in ``tests/e2e/test_operator_real_cluster.py``) and by the
 model the operator parses with, each naming the field and the accepted form."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from eddyline_operator.crd import generate_crd
 from eddyline_operator.reconcile.plan import parse_app
 from eddyline_runtime.spec import ManifestError
-from tests.support.k8s.crd_schema import admit
+from tests.support.crd_schema import admit
 
 Obj = dict[str, Any]
 
@@ -106,7 +107,7 @@ def test_requests_above_limits_are_refused() -> None:
     assert "requests.cpu 2 is above limits.cpu 1500m" in str(refused)
     parse_app(document(resources={"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}))
     parse_app(document(resources={"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}}))
-    # The CRD holds the same rule (the Kubernetes quantity() library, which the emulator's
+    # The CRD holds the same rule (the Kubernetes quantity() library, which this admission's
     # CEL lacks: it is checked on a real API server).
     rules = schema()["properties"]["spec"]["properties"]["resources"]["x-kubernetes-validations"]
     assert any("quantity(self.requests[k])" in rule["rule"] for rule in rules)

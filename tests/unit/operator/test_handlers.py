@@ -289,3 +289,28 @@ def test_the_daemon_is_async_so_it_holds_no_worker_thread_between_cycles() -> No
     import inspect
 
     assert inspect.iscoroutinefunction(handlers.follow_app)
+
+
+def test_login_reads_the_service_account_from_the_directory_the_kubelet_names(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "token").write_text("the-token\n", encoding="utf-8")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n", encoding="utf-8")
+    (tmp_path / "namespace").write_text("team-a", encoding="utf-8")
+    monkeypatch.setenv(handlers.SERVICE_ACCOUNT_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    info = handlers.login()
+    assert info is not None
+    assert info.server == "https://127.0.0.1:6443"
+    assert info.token == "the-token"
+    assert info.ca_path == str(tmp_path / "ca.crt")
+    assert info.default_namespace == "team-a"
+
+
+def test_login_names_the_missing_token_and_the_way_out(tmp_path: Any) -> None:
+    environ = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
+    with pytest.raises(kopf.LoginError, match=r"no token in .*automountServiceAccountToken"):
+        handlers.service_account_login(str(tmp_path), environ)
+    with pytest.raises(kopf.LoginError, match="KUBERNETES_SERVICE_HOST"):
+        handlers.service_account_login(str(tmp_path), {})

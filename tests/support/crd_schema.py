@@ -1,7 +1,8 @@
 """What the API server does with a custom resource before it stores it: default, prune, validate.
 
-The emulator (``apiserver.py``) calls :func:`admit` on every write of a custom resource.
-It follows the structural-schema rules of ``apiextensions.k8s.io/v1``: null on a
+The CRD's unit tests (``tests/unit/operator/test_crd_refusals.py``) call :func:`admit`
+in-process, without a control plane (the real API server is what the e2e tests use). It
+follows the structural-schema rules of ``apiextensions.k8s.io/v1``: null on a
 non-nullable field is dropped, then ``default``s are applied, then fields the schema does
 not know are pruned (reported, so that ``fieldValidation=Strict`` can reject them), then
 the value is checked against the schema and its CEL rules (``x-kubernetes-validations``).

@@ -1,11 +1,12 @@
-"""A lost volume restored through a Spark Job the operator launches, in the emulated cluster.
+"""A lost volume restored through a Spark Job the operator launches, on the real control plane.
 
 The word count runs as one pod with ``spec.restore`` set (``WhenLagAbove``,
 ``local[2]``). Its state claim is wiped while its container is down; on
 restart every store partition is missing and its changelog is above the
 threshold, so the pod reports them ``restorePending`` instead of replaying.
 The operator launches one restore Job (``eddyline restore job``: spark-submit
-in client mode, run by the kubelet stand-in as a local process), reads its
+in client mode; the real Job controller makes its pod, the real scheduler puts it beside
+the claims, the kubelet stand-in runs it as a local process), reads its
 verdict from the termination message, and shows ``Restoring``; the pod ingests
 the build and replays only the changelog after each manifest's offset, which
 its restore metrics show, and the counts come back exact.
@@ -33,15 +34,14 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.restore.manifest import read_manifest
 from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
-from tests.support.k8s.kubectl import KUBECTL
-from tests.support.k8s.operator_harness import REPO, OperatorHarness
+from tests.support.control_plane.cluster import Cluster
+from tests.support.control_plane.operator import Operator
 from tests.support.waiting import wait_for
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH"),
-    pytest.mark.skipif(shutil.which("java") is None, reason="the Spark build needs Java"),
-]
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "restore-real"
 
 APP = "wordcount"
 STORE = "word-counts"
@@ -54,11 +54,22 @@ ROUNDS = 5
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorHarness]:
-    running = OperatorHarness(tmp_path_factory.mktemp("restore"), examples=["wordcount"])
+def harness(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    if shutil.which("java") is None:
+        raise RuntimeError("the Spark build needs Java: install a JDK 17 (`make setup` says how)")
+    running = Operator(control_plane, tmp_path_factory.mktemp("restore"), NAMESPACE)
+    running.install()
     running.start()
-    yield running
-    running.stop()
+    try:
+        yield running
+    finally:
+        running.kubectl.run("delete", "sapp", "--all", "--timeout=60s")
+        running.stop()
+
+
+def claim_dir(harness: Operator, claim: str) -> Path:
+    assert harness.cluster.provisioner is not None
+    return harness.cluster.provisioner.directory(NAMESPACE, claim)
 
 
 def produce(log_url: str, expected: collections.Counter[str], lines: int, seed: int) -> None:
@@ -81,13 +92,13 @@ def metrics(pod_ip: str) -> dict[tuple[str, str], float]:
     return found
 
 
-def condition(harness: OperatorHarness, kind: str) -> dict[str, Any] | None:
+def condition(harness: Operator, kind: str) -> dict[str, Any] | None:
     return harness.condition(APP, kind)
 
 
-def start_app(harness: OperatorHarness, tmp_path: Path) -> tuple[str, QueryRouter]:
+def start_app(harness: Operator, tmp_path: Path) -> tuple[str, QueryRouter]:
     """The word count, one pod, spec.restore set; returns its log URL and a query router."""
-    log_claim = harness.claim_dir(f"{APP}-log")
+    log_claim = claim_dir(harness, f"{APP}-log")
     log_claim.mkdir(parents=True)
     log_url = f"sqlite:///{log_claim}/log.db"
     log = open_log(log_url)
@@ -104,12 +115,11 @@ def start_app(harness: OperatorHarness, tmp_path: Path) -> tuple[str, QueryRoute
     }
     manifest = tmp_path / "streamapp.yaml"
     manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
-    harness.wait_until_operator_watches()
-    assert harness.kubectl is not None
+    harness.wait_watching()
     harness.kubectl("apply", "-f", str(manifest))
     try:
-        wait_for(lambda: ready(harness), "the pod ready", 90)
-    except AssertionError:
+        wait_for(lambda: ready(harness), "the pod ready", 180)
+    except (AssertionError, TimeoutError):
         print(harness.describe_failure(APP))
         raise
     claim = harness.get("", "persistentvolumeclaims", f"{APP}-restore")
@@ -120,30 +130,59 @@ def start_app(harness: OperatorHarness, tmp_path: Path) -> tuple[str, QueryRoute
     return log_url, QueryRouter([f"{service['spec']['clusterIP']}:7070"], timeout=2)
 
 
-def ready(harness: OperatorHarness) -> bool:
+def ready(harness: Operator) -> bool:
     status = harness.app(APP).get("status", {})
     found = condition(harness, "Ready")
     return status.get("readyReplicas") == 1 and found is not None and found["status"] == "True"
 
 
-def lose_the_volume(harness: OperatorHarness) -> None:
-    """The container is killed and its state claim wiped while it is down."""
-    harness.cluster.kill_container("default", f"{APP}-0", keep_down_for=3.0)
-    state = harness.claim_dir(f"state-{APP}-0")
+def lose_the_volume(harness: Operator) -> None:
+    """The container is killed and its state claim wiped while it is down: a kubelet
+    restarts a first crash at once, so it is killed twice and wiped during the second
+    crash's back-off (10 s)."""
+    kubelets = harness.cluster.kubelets
+    assert kubelets is not None
+    pod = f"{APP}-0"
+
+    def restarts() -> int:
+        statuses = harness.pods(APP)[pod]["status"].get("containerStatuses", [])
+        return int(statuses[0]["restartCount"]) if statuses else 0
+
+    before = restarts()
+    kubelets.kill_container(NAMESPACE, pod)
+    wait_for(lambda: restarts() > before, f"{pod} restarted", 60)
+    wait_for(lambda: _running(harness, pod), f"{pod} running again", 60)
+    kubelets.kill_container(NAMESPACE, pod)
+    state = claim_dir(harness, f"state-{APP}-0")
     time.sleep(0.5)
     for entry in state.iterdir():
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
 
-def print_failure(harness: OperatorHarness) -> None:
+def _running(harness: Operator, name: str) -> bool:
+    kubelets = harness.cluster.kubelets
+    assert kubelets is not None
+    try:
+        node = kubelets.node_of(NAMESPACE, name)
+    except LookupError:
+        return False
+    with node.lock:
+        runtime = next(r for r in node.pods.values() if (r.namespace, r.name) == (NAMESPACE, name))
+        process = runtime.containers[0].process
+        return process is not None and process.poll() is None
+
+
+def print_failure(harness: Operator) -> None:
     print(harness.describe_failure(APP))
+    kubelets = harness.cluster.kubelets
+    assert kubelets is not None
     for pod in harness.objects("", "pods"):
-        print(harness.cluster.pod_log("default", pod["metadata"]["name"])[-4000:])
+        print(kubelets.pod_log(NAMESPACE, pod["metadata"]["name"])[-4000:])
 
 
-def assert_only_the_tail_was_replayed(harness: OperatorHarness, log_url: str) -> Path:
+def assert_only_the_tail_was_replayed(harness: Operator, log_url: str) -> Path:
     """Each store partition: ingested at its manifest's offset, then replayed what follows."""
-    builds = sorted((harness.claim_dir(f"{APP}-restore") / APP / STORE).glob("2*"))
+    builds = sorted((claim_dir(harness, f"{APP}-restore") / APP / STORE).glob("2*"))
     assert len(builds) == 1, builds
     pod_ip = harness.pods(APP)[f"{APP}-0"]["status"]["podIP"]
     restored = metrics(pod_ip)
@@ -166,7 +205,7 @@ def assert_only_the_tail_was_replayed(harness: OperatorHarness, log_url: str) ->
 
 
 def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
-    harness: OperatorHarness, tmp_path: Path
+    harness: Operator, tmp_path: Path
 ) -> None:
     log_url, router = start_app(harness, tmp_path)
     expected: collections.Counter[str] = collections.Counter()
@@ -183,18 +222,21 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
         return jobs[0] if jobs else None
 
     try:
-        launched = wait_for(job, "a restore Job", 60)
-    except AssertionError:
+        launched = wait_for(job, "a restore Job", 120)
+    except (AssertionError, TimeoutError):
         print_failure(harness)
         raise
-    kubernetes_validate.validate(launched, "1.32", strict=True)
+    # A single GET carries apiVersion and kind (a list's items do not).
+    stored = harness.get("batch", "jobs", launched["metadata"]["name"])
+    assert stored is not None
+    kubernetes_validate.validate(stored, "1.32", strict=True)
     restoring = condition(harness, "Restoring")
     assert restoring is not None and restoring["status"] == "True", restoring
     args = launched["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--partitions") + 1] == "0,1,2,3"
     try:
-        wait_for(lambda: ready(harness) and counts_exact(router, expected), "restored, exact", 240)
-    except AssertionError:
+        wait_for(lambda: ready(harness) and counts_exact(router, expected), "restored, exact", 360)
+    except (AssertionError, TimeoutError):
         print_failure(harness)
         raise
     restored_after = time.monotonic() - lost_at
@@ -219,7 +261,6 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
         )
     )
     assert verdict["state"] == "Succeeded" and verdict["build_id"] == build.name
-    assert harness.kubectl is not None
     kubectl = harness.kubectl
 
     def described() -> str | None:
