@@ -39,6 +39,7 @@ _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "Pod": ("/api/v1", "pods", True),
     "Node": ("/api/v1", "nodes", False),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
     "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),

@@ -8,12 +8,20 @@ membership: a pod is not ready *until* it holds an assignment and while it
 restores, so readiness-based membership would deadlock new pods and cascade
 failovers. A member's zone comes from its Node's label (the downward API
 cannot expose node labels).
+
+A pod on a lost node is no member either: when a machine dies, its pods' phase and
+container state freeze as last reported (nobody is left to update them) until the node
+lifecycle controller evicts them, about 5 minutes later. A node is lost once its Lease in
+``kube-node-lease`` (renewed every 10 s by a kubelet) has not been renewed for the grace
+period, or its Ready condition has been other than True for that long. Fencing keeps a pod
+that comes back safe: its transactions belong to an older generation.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +31,11 @@ from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.partitions import TaskId
 
 Obj = dict[str, Any]
+
+# How long a node's Lease may go unrenewed (or its Ready condition stay other than True)
+# before its pods leave the membership. A kubelet renews every 10 s: 15 s allows one late
+# renewal, and a dead node's tasks move 5 to 15 s after it died.
+NODE_GRACE_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -42,9 +55,12 @@ def container_status(pod: Obj) -> Obj | None:
     return None
 
 
-def is_member(pod: Obj) -> bool:
-    """Running, its container started and running, not being deleted, with an IP."""
+def is_member(pod: Obj, lost: Collection[str] = ()) -> bool:
+    """Running, its container started and running, not being deleted, with an IP, on a
+    node that is not in ``lost`` (:func:`lost_nodes`)."""
     if pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    if lost and pod.get("spec", {}).get("nodeName") in lost:
         return False
     status = pod.get("status", {})
     if status.get("phase") != "Running" or not status.get("podIP"):
@@ -65,18 +81,92 @@ def is_ready(pod: Obj) -> bool:
 
 
 def members(
-    pods: Iterable[Obj], node_labels: Mapping[str, Mapping[str, str]], zone_key: str
+    pods: Iterable[Obj],
+    node_labels: Mapping[str, Mapping[str, str]],
+    zone_key: str,
+    lost: Collection[str] = (),
 ) -> list[Member]:
     """The member pods, each with its node's zone and its query address."""
     found = []
     for pod in pods:
-        if not is_member(pod):
+        if not is_member(pod, lost):
             continue
         node = pod.get("spec", {}).get("nodeName")
         zone = node_labels.get(node, {}).get(zone_key) if node else None
         address = f"{pod['status']['podIP']}:{names.QUERY_PORT}"
         found.append(Member(pod["metadata"]["name"], zone=zone, address=address))
     return sorted(found)
+
+
+def _seconds_since(stamp: Any, now: datetime.datetime) -> float | None:
+    """Seconds from an API timestamp (RFC 3339, with or without microseconds) to ``now``;
+    None when there is none or it cannot be read."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=datetime.UTC)
+    return (now - then).total_seconds()
+
+
+def parse_now(now: str) -> datetime.datetime:
+    """The cycle's ``now`` (RFC 3339) as an aware datetime."""
+    parsed = datetime.datetime.fromisoformat(now.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+
+
+def lost_nodes(
+    nodes: Iterable[Obj], leases: Iterable[Obj], *, now: str, grace: float
+) -> dict[str, str]:
+    """The lost nodes, each with why: its Lease unrenewed for more than ``grace`` seconds,
+    or its Ready condition other than True for that long. A node with no Lease and no
+    Ready condition is not judged (nothing says it is gone). The reasons hold timestamps,
+    not ages, so that status does not change every cycle while a node stays lost."""
+    at = parse_now(now)
+    lost: dict[str, str] = {}
+    for lease in leases:
+        name = lease.get("metadata", {}).get("name")
+        renewed = (lease.get("spec") or {}).get("renewTime")
+        age = _seconds_since(renewed, at)
+        if name and age is not None and age > grace:
+            lost[name] = f"its Lease was last renewed at {renewed}, over {grace:g} s ago"
+    for node in nodes:
+        name = node.get("metadata", {}).get("name")
+        if not name or name in lost:
+            continue
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            if condition.get("type") != "Ready" or condition.get("status") == "True":
+                continue
+            since = condition.get("lastTransitionTime")
+            age = _seconds_since(since, at)
+            if age is not None and age > grace:
+                lost[name] = (
+                    f"its Ready condition has been {condition.get('status')} since {since}, "
+                    f"over {grace:g} s"
+                )
+    return lost
+
+
+def next_node_check(
+    member_nodes: Iterable[str], leases: Iterable[Obj], *, now: str, grace: float
+) -> float | None:
+    """Seconds until the first Lease of a node in ``member_nodes`` would pass its grace if
+    it is not renewed: a cycle then notices a dead node even when nothing else wakes it (a
+    dead node sends no pod event). None when no such Lease is known."""
+    wanted = set(member_nodes)
+    at = parse_now(now)
+    ages = [
+        _seconds_since((lease.get("spec") or {}).get("renewTime"), at)
+        for lease in leases
+        if lease.get("metadata", {}).get("name") in wanted
+    ]
+    known = [age for age in ages if age is not None and age <= grace]
+    if not known:
+        return None
+    return max(0.0, grace - max(known))
 
 
 def layout_from(
