@@ -690,6 +690,10 @@ class Node:
         }
         if comparable == runtime.reported:
             return
+        if old.get("podIP") not in (None, runtime.ip):
+            # A rebooted node gave the pod another address: replace the list (a strategic
+            # merge would add the new IP beside the old one, which the server refuses).
+            status["podIPs"] = [{"ip": runtime.ip}, {"$patch": "replace"}]
         self.client.patch(
             f"/api/v1/namespaces/{runtime.namespace}/pods/{runtime.name}/status",
             {"status": status},
