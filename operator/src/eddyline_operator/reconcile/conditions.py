@@ -7,13 +7,13 @@ one-word summary ``kubectl get sapp`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import is_member
-from eddyline_operator.reconcile.status import RolloutStep, crash_looping
+from eddyline_operator.reconcile.status import RolloutStep, crash_looping, crash_message
 from eddyline_operator.reconcile.upgrade import Decision
 from eddyline_runtime.membership import Membership
 from eddyline_runtime.spec import Condition, ConditionStatus, Phase, StreamApp, StreamAppStatus
@@ -118,6 +118,7 @@ def summarize(
     degraded = _degraded(
         conditions,
         looping,
+        crash_messages={p["metadata"]["name"]: crash_message(p) for p in live},
         off_node=off_node,
         log_node=log_node,
         upgrade=upgrade,
@@ -151,10 +152,24 @@ def summarize(
     )
 
 
+def _crash_text(looping: Sequence[str], messages: Mapping[str, str | None]) -> str:
+    """Which pods crash and why, from their containers' termination messages; pods that
+    stopped for the same reason are named together (a missing input topic stops them all)."""
+    by_reason: dict[str, list[str]] = {}
+    for pod in looping:
+        by_reason.setdefault(messages.get(pod) or "", []).append(pod)
+    known = [f"{', '.join(pods)}: {reason}" for reason, pods in by_reason.items() if reason]
+    text = f"containers keep crashing in {', '.join(looping)}"
+    if known:
+        return f"{text}; {'; '.join(known)}"
+    return f"{text}; see their logs"
+
+
 def _degraded(
     conditions: Conditions,
     looping: Sequence[str],
     *,
+    crash_messages: Mapping[str, str | None],
     off_node: Sequence[str],
     log_node: str | None,
     upgrade: Decision,
@@ -177,7 +192,7 @@ def _degraded(
             "Degraded",
             True,
             "CrashLoopBackOff",
-            f"containers keep crashing in {', '.join(looping)}; see their logs",
+            _crash_text(looping, crash_messages),
         )
         if conditions.changed(degraded):
             events.append(Event("Warning", "CrashLoopBackOff", degraded.message))
