@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eddyline_operator.reconcile import names
-from eddyline_runtime.assignor import Member, assign
-from eddyline_runtime.membership import MemberReport, Membership
+from eddyline_runtime.assignor import Assignment, Member, assign
+from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
 
 Obj = dict[str, Any]
@@ -187,6 +187,44 @@ def layout_from(
     return TaskLayout(report.topology_hash, report.tasks, report.stateful)
 
 
+def assignment_from_reports(
+    reports: Mapping[str, MemberReport], layout: TaskLayout
+) -> Assignment | None:
+    """Where the members' stores are, as an assignment of the stateful tasks: each member's
+    active (or restoring) store partitions as its active tasks, its standby copies as its
+    standbys. The seed of a sticky assignment when the published one is gone (a deleted
+    membership ConfigMap): tasks stay where their state is. A task two members claim
+    active goes to the first by name; None when no member reports a store of ``layout``."""
+    active: dict[str, set[TaskId]] = {}
+    standby: dict[str, set[TaskId]] = {}
+    owner: dict[TaskId, str] = {}
+    for member in sorted(reports):
+        report = reports[member]
+        if report.topology_hash != layout.topology_hash:
+            continue
+        for store, partitions in report.stores.items():
+            subtopology = report.store_owners.get(store)
+            if subtopology is None:
+                continue
+            for partition, copy in partitions.items():
+                task = TaskId(subtopology, partition)
+                if task not in layout.tasks:
+                    continue
+                if copy.role is StoreRole.STANDBY:
+                    standby.setdefault(member, set()).add(task)
+                elif owner.setdefault(task, member) == member:
+                    active.setdefault(member, set()).add(task)
+    if not owner:
+        return None
+    return Assignment(
+        active={m: frozenset(tasks) for m, tasks in active.items()},
+        standby={
+            m: frozenset(t for t in tasks if t in owner and owner[t] != m)
+            for m, tasks in standby.items()
+        },
+    )
+
+
 def next_membership(
     previous: Membership | None,
     current_members: list[Member],
@@ -194,6 +232,7 @@ def next_membership(
     num_standby_replicas: int,
     *,
     last_generation: int | None = None,
+    reports: Mapping[str, MemberReport] | None = None,
 ) -> Membership | None:
     """The membership to publish, or None when ``previous`` still holds (or none can be
     computed yet: no member, or no layout reported).
@@ -201,12 +240,15 @@ def next_membership(
     With no member left, the previous assignment stays published: pods that come back
     resume from it (as the local group does). With no previous membership (a deleted
     ConfigMap), the generation continues from ``last_generation`` (status
-    membershipGeneration) instead of starting again at 1."""
+    membershipGeneration) instead of starting again at 1, and the assignment stays sticky:
+    it is seeded from where the members' ``reports`` say their stores are."""
     if layout is None or not current_members:
         return None
     keep = previous.assignment if previous is not None else None
     if keep is not None and keep.tasks != layout.tasks:
         keep = None  # the topology or partition count changed: assign afresh
+    if previous is None and reports:
+        keep = assignment_from_reports(reports, layout)
     assignment = assign(
         layout.tasks,
         current_members,

@@ -247,6 +247,7 @@ class _Cycle:
             layout,
             requested,
             last_generation=self.old_status.membership_generation,
+            reports={m: r for m, r in observed.reports.items() if m in {c.id for c in current}},
         )
         if membership is not None:
             ids = ", ".join(f"{m.id} ({m.zone or 'no zone'})" for m in current)
