@@ -85,9 +85,11 @@ def app(operator: Operator) -> Iterator[str]:
     apply_app(operator, storage=storage)
     waited(
         operator,
-        lambda: (claim := log_claim(operator)) is not None
-        and bool(claim["metadata"].get("ownerReferences"))
-        and operator.get("apps", "statefulsets", APP) is not None,
+        lambda: (
+            (claim := log_claim(operator)) is not None
+            and bool(claim["metadata"].get("ownerReferences"))
+            and operator.get("apps", "statefulsets", APP) is not None
+        ),
         "the log claim, owned by the app, and the StatefulSet",
     )
     yield APP
@@ -98,9 +100,11 @@ def app(operator: Operator) -> Iterator[str]:
         operator.kubectl("delete", "pvc", f"{APP}-log", "--wait=false", "--ignore-not-found")
     waited(
         operator,
-        lambda: log_claim(operator) is None
-        and operator.get("apps", "statefulsets", APP) is None
-        and operator.get("eddyline.dev/v1alpha1", "streamapps", APP) is None,
+        lambda: (
+            log_claim(operator) is None
+            and operator.get("apps", "statefulsets", APP) is None
+            and operator.get("eddyline.dev/v1alpha1", "streamapps", APP) is None
+        ),
         "the app, its StatefulSet and its log claim gone",
     )
 
