@@ -11,7 +11,12 @@ from eddyline_operator.reconcile.status import CRASH_MESSAGE_CHARS, crash_messag
 from tests.support.k8s_objects import body, pod, three_zones
 
 Obj = dict[str, Any]
-MISSING_TOPIC = 'topic "text-lines" does not exist (topics: none); create it first'
+# What the runtime writes to its termination message file when an input topic is missing.
+MISSING_TOPIC = (
+    "input topic(s) text-lines do not exist in the log sqlite:////var/lib/eddyline/log/log.db; "
+    "create them first: eddyline log --log sqlite:////var/lib/eddyline/log/log.db "
+    "create-topic NAME --partitions N"
+)
 
 
 def crashing(ordinal: int, message: str | None, exit_code: int = 1) -> Obj:
