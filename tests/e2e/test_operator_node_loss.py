@@ -227,6 +227,8 @@ def test_a_dead_nodes_pod_leaves_the_membership_within_the_grace_and_counts_stay
         assert dropped_s < GRACE_SECONDS + TAKEOVER_SLACK_SECONDS, dropped_s
         status = operator.app(APP)["status"]
         assert f"{victim} left the membership: node {dead} is lost" in status["message"]
+        degraded = operator.condition(APP, "Degraded")
+        assert degraded is not None and degraded["reason"] == "NodeLost", degraded
         reasons = [
             e["reason"]
             for e in operator.objects("", "events")

@@ -97,6 +97,12 @@ def test_the_pods_of_a_lost_node_leave_the_membership_and_their_tasks_move() -> 
         assert after.active_owner(task) in membership.assignment.standby_owners(task)
     assert "wc-1 left the membership: node node-1 is lost" in (result.status.message or "")
     assert [e.reason for e in result.events if e.type == "Warning"] == ["NodeLost"]
+    # Degraded (not Progressing: nothing progresses until the node or the pod is gone).
+    conditions = {c.type: c for c in result.status.conditions}
+    assert result.status.phase == "Degraded"
+    assert conditions["Degraded"].reason == "NodeLost"
+    assert "wc-1 (node node-1)" in conditions["Degraded"].message
+    assert conditions["Ready"].status == "False"
     # The next cycle sees the same: no new membership, no second warning (status says it).
     status = result.status.model_dump(mode="json", by_alias=True, exclude_none=True)
     again = plan(

@@ -79,9 +79,10 @@ def summarize(
     log_node: str | None,
     upgrade: Decision,
     set_aside: Sequence[str] = (),
+    lost: Sequence[str] = (),
 ) -> Summary:
     """Ready, Progressing, Degraded and Upgrading, and the phase they add up to; read top to
-    bottom."""
+    bottom. ``lost`` says which pods left the membership because their node is lost."""
     live, ready_count = pods.live, pods.ready
     events: list[Event] = []
     members_now = {str(p["metadata"]["name"]) for p in live if is_member(p)}
@@ -123,11 +124,14 @@ def summarize(
         log_node=log_node,
         upgrade=upgrade,
         set_aside=set_aside,
+        lost=lost,
         events=events,
     )
     if app.spec.suspended:
         phase = Phase.SUSPENDED
-    elif looping or off_node:
+    elif looping or off_node or lost:
+        # Degraded, not Progressing: nothing will progress until the node or the pod is gone,
+        # so the app is looked at on the settled beat (and when a Lease may expire).
         phase = Phase.DEGRADED
     elif ready and not step.reason:
         phase = Phase.RUNNING
@@ -175,6 +179,7 @@ def _degraded(
     upgrade: Decision,
     set_aside: Sequence[str],
     events: list[Event],
+    lost: Sequence[str] = (),
 ) -> Condition:
     """Degraded: the first of the log shared across nodes, crash loops, a failed upgrade,
     stores a pod rebuilt because their changelog no longer fitted them."""
@@ -196,6 +201,15 @@ def _degraded(
         )
         if conditions.changed(degraded):
             events.append(Event("Warning", "CrashLoopBackOff", degraded.message))
+    elif lost:
+        # The plan posts the NodeLost warning itself (once per pod and node).
+        degraded = conditions.make(
+            "Degraded",
+            True,
+            "NodeLost",
+            f"pods on lost nodes left the membership: {'; '.join(lost)}; their tasks run on "
+            "the other pods",
+        )
     elif upgrade.degraded is not None:
         degraded = conditions.make("Degraded", True, *upgrade.degraded)
         if conditions.changed(degraded):

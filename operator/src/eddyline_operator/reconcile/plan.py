@@ -192,6 +192,7 @@ class _Cycle:
         self.owner = objects.owner_reference(name=self.name, uid=str(meta.get("uid", "")))
         self.events: list[Event] = []
         self.notes: list[str] = []  # status.message, joined
+        self.lost_pods: list[str] = []  # pods out of the membership: their node is lost
         self.capped: str | None = None  # the note on standbys capped by replicas, if any
         if unreadable:
             self.notes.append(f"status fields {', '.join(unreadable)} were unreadable; recomputed")
@@ -277,6 +278,7 @@ class _Cycle:
                 continue
             note = f"pod {pod['metadata']['name']} left the membership: node {node} is lost"
             self.notes.append(f"{note} ({self.lost[node]})")
+            self.lost_pods.append(f"{pod['metadata']['name']} (node {node})")
             if note not in (self.old_status.message or ""):
                 self.events.append(
                     Event(
@@ -362,6 +364,7 @@ class _Cycle:
                 for pod, report in sorted(observed.reports.items())
                 for path in report.stores_set_aside
             ],
+            lost=self.lost_pods,
         )
         self.events.extend(summary.events)
         restores = self.restores(app, pinned)
