@@ -103,6 +103,10 @@ image: ## Build the one image of the operator and the runtime (needs a Docker en
 	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }
 	docker build -t eddyline:dev .
 
+.PHONY: examples-image
+examples-image: image ## Build the examples' image the examples' cluster manifests run (needs a Docker engine)
+	docker build -f examples.Dockerfile --build-arg BASE=eddyline:dev -t ghcr.io/eddyline/examples:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml) .
+
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) $(BYTEWAX_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)
 

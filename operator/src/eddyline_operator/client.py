@@ -40,6 +40,7 @@ _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "Pod": ("/api/v1", "pods", True),
     "Node": ("/api/v1", "nodes", False),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
     "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
@@ -57,6 +58,11 @@ _MUTABLE_SPEC: dict[str, tuple[str, ...]] = {
     ),
     "PersistentVolumeClaim": (),
 }
+
+
+# Server-side apply: the field manager that owns what the operator writes, and the patch type.
+FIELD_MANAGER = "eddyline-operator"
+APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML: the client sends the dict as JSON
 
 
 class ApiError(Exception):
@@ -179,32 +185,29 @@ class Kube:
     def apply(self, obj: Obj, *, check: Check | None = None) -> str:
         """Create ``obj`` or bring the existing one to it: "created", "updated" or "unchanged".
 
-        An existing object is first given to ``check``, which raises to leave it untouched
-        (the handlers' ownership check). Only the fields we set are compared (the server
-        adds defaults), and only what may change is patched."""
+        Server-side apply of the whole object under the operator's field manager (forced:
+        the operator's fields are the operator's, whoever edited them since). What an earlier
+        apply set and ``obj`` no longer holds is removed, as a merge patch never did: the
+        owner reference of a log claim switched to ``whenDeleted: Retain``, the node pin of
+        an app moved from the embedded log to Kafka. An existing object is first given to
+        ``check``, which raises to leave it untouched (the handlers' ownership check); its
+        immutable spec fields are sent as they are (a change there is not applied)."""
         kind, meta = obj["kind"], obj["metadata"]
-        existing = self.get(kind, meta.get("namespace"), meta["name"])
-        if existing is None:
-            self.create(obj)
-            return "created"
-        if check is not None:
+        namespace, name = meta.get("namespace"), meta["name"]
+        existing = self.get(kind, namespace, name)
+        if existing is not None and check is not None:
             check(existing)
-        patch: Obj = {}
-        wanted_meta = {k: meta[k] for k in ("labels", "ownerReferences") if k in meta}
-        if not _contains(existing.get("metadata", {}), wanted_meta):
-            patch["metadata"] = wanted_meta
-        for key, value in obj.items():
-            if key in ("apiVersion", "kind", "metadata", "status"):
-                continue
-            wanted = value
-            if key == "spec" and kind in _MUTABLE_SPEC:
-                wanted = {k: v for k, v in value.items() if k in _MUTABLE_SPEC[kind]}
-            if not _contains(existing.get(key), wanted):
-                patch[key] = wanted
-        if not patch:
-            return "unchanged"
-        self.merge_patch(kind, meta.get("namespace"), meta["name"], patch)
-        return "updated"
+        body = obj if existing is None else _keep_immutable(obj, existing)
+        applied = self.request(
+            "PATCH",
+            self.path(kind, namespace, name),
+            body=body,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+            content_type=APPLY_PATCH,
+        )
+        if existing is None:
+            return "created"
+        return "unchanged" if _same_object(existing, applied or {}) else "updated"
 
     # -- what the handlers need ---------------------------------------------------------
 
@@ -265,6 +268,37 @@ def _status_message(method: str, path: str, status: int, body: Any) -> str:
     except (ValueError, AttributeError):
         message = None
     return f"{method} {path}: {status} {message or text[:500]}"
+
+
+def _keep_immutable(obj: Obj, existing: Obj) -> Obj:
+    """``obj`` with each spec field that may not change (``_MUTABLE_SPEC``) as ``existing``
+    has it whenever they differ, and left out when ``existing`` has none: the server refuses
+    a change there, and the fields that may change are still applied."""
+    mutable = _MUTABLE_SPEC.get(obj["kind"])
+    if mutable is None or "spec" not in obj:
+        return obj
+    old_spec = existing.get("spec") or {}
+    spec: Obj = {}
+    for key, value in obj["spec"].items():
+        if key in mutable:
+            spec[key] = value
+        elif key in old_spec:
+            spec[key] = value if _contains(old_spec[key], value) else old_spec[key]
+    return {**obj, "spec": spec}
+
+
+def _same_object(before: Obj, after: Obj) -> bool:
+    """Whether an apply changed nothing but bookkeeping (resourceVersion, managedFields)."""
+
+    def content(obj: Obj) -> Obj:
+        meta = {
+            k: v
+            for k, v in (obj.get("metadata") or {}).items()
+            if k not in ("resourceVersion", "managedFields")
+        }
+        return {**obj, "metadata": meta}
+
+    return content(before) == content(after)
 
 
 def _contains(existing: Any, wanted: Any) -> bool:

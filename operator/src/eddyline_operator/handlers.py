@@ -48,7 +48,7 @@ import kopf
 from eddyline_operator.client import ApiError, Kube, fetch_reports
 from eddyline_operator.reconcile import names, objects, ownership, restore_job
 from eddyline_operator.reconcile.conditions import with_refusals
-from eddyline_operator.reconcile.membership import is_member
+from eddyline_operator.reconcile.membership import NODE_GRACE_SECONDS, is_member, lost_nodes
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
 from eddyline_runtime.membership import MemberReport
@@ -70,6 +70,17 @@ SETTLING_SECONDS = 0.25
 REAPPLY_SECONDS = 30.0
 # Nodes are listed again at least this often (readiness for the log's pin, new labels).
 NODES_SECONDS = 10.0
+# Node Leases (kube-node-lease) are listed again at least this often: a dead node is
+# noticed within its grace plus this long. One list serves every app.
+LEASES_SECONDS = 2.0
+# The namespace where each kubelet renews its node's Lease.
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+# Overrides NODE_GRACE_SECONDS (seconds, > 0): how long a node's Lease may go unrenewed (or
+# its Ready condition stay other than True) before its pods leave the membership.
+NODE_GRACE_ENV = "EDDYLINE_OPERATOR_NODE_GRACE_SECONDS"
+# A cycle due because a Lease may pass its grace runs this long after that moment (the
+# cycle's clock has whole seconds).
+RECHECK_MARGIN_SECONDS = 1.0
 # How long a replica's peering keep-alive holds (see configure).
 PEERING_LIFETIME_SECONDS = 15
 # The image pods run when spec.image is empty.
@@ -105,6 +116,9 @@ class Operator:
         # Nodes as last listed: (time.monotonic() of the list, the Node objects).
         self._nodes: tuple[float, list[Any]] = (float("-inf"), [])
         self._nodes_lock = threading.Lock()
+        # Node Leases as last listed, as for Nodes.
+        self._leases: tuple[float, list[Any]] = (float("-inf"), [])
+        self._leases_lock = threading.Lock()
 
     @property
     def kube(self) -> Kube:
@@ -138,6 +152,27 @@ class Operator:
             self._nodes = (time.monotonic(), nodes)
             return nodes
 
+    def leases(self) -> list[Any]:
+        """The node Leases in kube-node-lease, listed again every LEASES_SECONDS: their
+        renewals are how a dead node is told from a quiet one."""
+        with self._leases_lock:
+            listed_at, leases = self._leases
+            if time.monotonic() - listed_at < LEASES_SECONDS:
+                return leases
+            try:
+                leases = self.kube.list("Lease", NODE_LEASE_NAMESPACE)
+            except ApiError as error:
+                if error.status != 403:
+                    raise
+                logger.warning(
+                    "cannot list Leases in %s (RBAC): a lost node is noticed only from its "
+                    "Ready condition; grant coordination.k8s.io leases get/list/watch",
+                    NODE_LEASE_NAMESPACE,
+                )
+                leases = []
+            self._leases = (time.monotonic(), leases)
+            return leases
+
 
 def operator_of(memo: Any) -> Operator:
     """The :class:`Operator` in kopf's memo (put there by :func:`configure`)."""
@@ -160,6 +195,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     )
     settings.posting.level = logging.INFO
     settled_seconds(os.environ)  # a bad beat stops the operator at start, not every daemon
+    node_grace_seconds(os.environ)  # the same for a bad grace
     # With replicas (kopf's peering): a replica that dies without a word is taken over from
     # this long after its last keep-alive (kopf's default is 60 s).
     settings.peering.lifetime = PEERING_LIFETIME_SECONDS
@@ -256,6 +292,24 @@ def settled_seconds(environ: Mapping[str, str]) -> float:
     return value
 
 
+def node_grace_seconds(environ: Mapping[str, str]) -> float:
+    """How long a node may be silent before its pods leave the membership:
+    ``EDDYLINE_OPERATOR_NODE_GRACE_SECONDS`` or NODE_GRACE_SECONDS."""
+    raw = environ.get(NODE_GRACE_ENV, "").strip()
+    if not raw:
+        return NODE_GRACE_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ValueError(
+            f"{NODE_GRACE_ENV}={raw!r}: expected a number of seconds above 0, such as 15 "
+            "(kubelets renew their Lease every 10 s: less than that drops healthy pods)"
+        )
+    return value
+
+
 def refresh_app(
     operator: Operator, namespace: str | None, name: str, settled: float = SETTLED_SECONDS
 ) -> float:
@@ -269,6 +323,9 @@ def refresh_app(
         return min(settled, SETTLED_SECONDS)
     if result is not None and result.status.phase in (Phase.PENDING, Phase.PROGRESSING):
         return SETTLING_SECONDS
+    if result is not None and result.recheck_seconds is not None:
+        # A member's node Lease may pass its grace before the next beat: look then.
+        return min(settled, max(SETTLING_SECONDS, result.recheck_seconds + RECHECK_MARGIN_SECONDS))
     return settled
 
 
@@ -291,7 +348,13 @@ def run_cycle(
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return None
         pods = kube.list("Pod", namespace, selector=names.selector_string(name))
-        members = [p for p in pods if is_member(p)]
+        nodes = operator.nodes({p.get("spec", {}).get("nodeName") for p in pods} - {None})
+        leases = operator.leases()
+        now, grace = _now(), node_grace_seconds(os.environ)
+        # Pods on a lost node are not asked for a report (a partitioned one would cost a
+        # timeout each); the plan leaves them out of the membership.
+        lost = lost_nodes(nodes, leases, now=now, grace=grace)
+        members = [p for p in pods if is_member(p, lost)]
         if fetch or not state.reports:
             state.reports = fetch_reports(members, names.QUERY_PORT)
         else:
@@ -300,16 +363,18 @@ def run_cycle(
         observed = Observed(
             body=body,
             pods=pods,
-            nodes=operator.nodes({p.get("spec", {}).get("nodeName") for p in pods} - {None}),
+            nodes=nodes,
             membership=kube.read_membership(namespace, names.membership_map(name)),
             reports=state.reports,
             applied_manifest=kube.read_config_value(
                 namespace, names.config_map(name), names.MANIFEST_KEY
             ),
-            now=_now(),
+            now=now,
             default_image=os.environ.get(RUNTIME_IMAGE_ENV, objects.DEFAULT_IMAGE),
             executor_role=os.environ.get(EXECUTOR_ROLE_ENV, restore_job.DEFAULT_EXECUTOR_ROLE),
             **_restore_jobs(kube, body, namespace, name),
+            leases=leases,
+            node_grace_seconds=grace,
         )
         result = plan(observed)
         _carry_out(kube, state, body, result, force_apply=force_apply)

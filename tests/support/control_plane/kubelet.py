@@ -96,6 +96,7 @@ class Node:
         self.client = client
         self.name = name
         self.zone = zone
+        self.index = index
         self.root = root
         self.api_host, self.api_port = api_host, api_port
         self.path = path
@@ -138,6 +139,16 @@ class Node:
         """The machine dies: no more Lease renewals or status, every process SIGKILLed."""
         self.alive = False
         self.stop()
+
+    def rebooted(self) -> Node:
+        """The same machine booted again (not started): a new kubelet with this one's name,
+        zone, addresses and directories, which renews the Lease again and restarts the pods
+        still bound to the node, as a rebooted kubelet does."""
+        return Node(
+            self.client, self.name, self.zone, self.index, self.root,
+            api_host=self.api_host, api_port=self.api_port, path=self.path,
+            pythonpath=self.pythonpath, restart_backoff=self.restart_backoff,
+        )  # fmt: skip
 
     # --------------------------------------------------------------------- node
     def _register(self) -> None:
@@ -679,6 +690,10 @@ class Node:
         }
         if comparable == runtime.reported:
             return
+        if old.get("podIP") not in (None, runtime.ip):
+            # A rebooted node gave the pod another address: replace the list (a strategic
+            # merge would add the new IP beside the old one, which the server refuses).
+            status["podIPs"] = [{"ip": runtime.ip}, {"$patch": "replace"}]
         self.client.patch(
             f"/api/v1/namespaces/{runtime.namespace}/pods/{runtime.name}/status",
             {"status": status},
@@ -746,6 +761,14 @@ class Kubelets:
 
     def kill_node(self, name: str) -> None:
         self.nodes[name].kill()
+
+    def reboot_node(self, name: str) -> None:
+        """A killed node comes back (so a test that killed one leaves the session's cluster
+        with its three nodes)."""
+        node = self.nodes[name]
+        if node.alive:
+            raise RuntimeError(f"node {name} is running: kill_node({name!r}) first")
+        self.nodes[name] = node.rebooted().start()
 
     def pod_log(self, namespace: str, pod_name: str) -> str:
         """Every run's output of a pod's containers (the newest pod of that name)."""

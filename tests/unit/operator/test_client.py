@@ -1,13 +1,14 @@
-"""The client wrapper's apply: create when missing, patch only what differs from what we
-set (servers add defaults), never the immutable parts of a spec. The kubernetes package's
-transport is replaced by a recorder; the JSON bodies are what would be sent."""
+"""The client wrapper's apply: server-side apply of the whole object under the operator's
+field manager, never the immutable parts of a spec. The kubernetes package's transport is
+replaced by a recorder; the JSON bodies are what would be sent. That a field left out is
+removed by the real API server is tests/e2e/test_operator_apply.py's business."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from eddyline_operator.client import Kube
+from eddyline_operator.client import APPLY_PATCH, FIELD_MANAGER, Kube
 
 Obj = dict[str, Any]
 
@@ -22,15 +23,19 @@ class _Response:
 
 
 class RecordingTransport:
-    """Stands in for kubernetes.client.ApiClient: answers GETs from ``stored``."""
+    """Stands in for kubernetes.client.ApiClient: answers GETs from ``stored``, and a PATCH
+    with ``patched`` (default: the body sent, as a server that changed the object)."""
 
-    def __init__(self, stored: Obj | None) -> None:
+    def __init__(self, stored: Obj | None, patched: Obj | None = None) -> None:
         self.stored = stored
+        self.patched = patched
         self.sent: list[tuple[str, str, Any, str]] = []
+        self.queries: list[dict[str, str]] = []
 
     def param_serialize(
         self, method: str, path: str, **params: Any
     ) -> tuple[str, str, dict[str, str], Any, None]:
+        self.queries.append(dict(params.get("query_params") or []))
         return method, path, params["header_params"], params["body"], None
 
     def call_api(
@@ -39,6 +44,8 @@ class RecordingTransport:
         self.sent.append((method, url, body, headers["Content-Type"]))
         if method == "GET":
             return _Response(404, None) if self.stored is None else _Response(200, self.stored)
+        if method == "PATCH" and self.patched is not None:
+            return _Response(200, self.patched)
         return _Response(200, body)
 
 
@@ -51,26 +58,34 @@ def service(**spec: Any) -> Obj:
     }
 
 
-def test_a_missing_object_is_created() -> None:
+def test_a_missing_object_is_created_by_server_side_apply() -> None:
     transport = RecordingTransport(None)
     assert Kube(transport).apply(service()) == "created"
-    assert [(m, u) for m, u, _, _ in transport.sent] == [
-        ("GET", "/api/v1/namespaces/apps/services/wc-query"),
-        ("POST", "/api/v1/namespaces/apps/services"),
+    assert [(m, u, t) for m, u, _, t in transport.sent] == [
+        ("GET", "/api/v1/namespaces/apps/services/wc-query", "application/json"),
+        ("PATCH", "/api/v1/namespaces/apps/services/wc-query", APPLY_PATCH),
     ]
+    assert transport.sent[-1][2] == service()
+    assert transport.queries[-1] == {"fieldManager": FIELD_MANAGER, "force": "true"}
 
 
-def test_server_defaults_do_not_count_as_a_difference() -> None:
+def test_an_apply_the_server_found_nothing_to_change_in_is_unchanged() -> None:
     stored = service(clusterIP="10.0.0.7", type="ClusterIP")
     stored["spec"]["ports"][0].update(protocol="TCP", targetPort=7070)
     stored["metadata"].update(uid="u", resourceVersion="9")
-    transport = RecordingTransport(stored)
+    transport = RecordingTransport(stored, patched=stored)
     assert Kube(transport).apply(service()) == "unchanged"
-    assert [m for m, _, _, _ in transport.sent] == ["GET"]
+    again = json.loads(json.dumps(stored))
+    again["metadata"].update(resourceVersion="10", managedFields=[{"manager": FIELD_MANAGER}])
+    assert Kube(RecordingTransport(stored, patched=again)).apply(service()) == "unchanged"
 
 
-def test_a_difference_is_merge_patched_with_only_what_differs() -> None:
-    transport = RecordingTransport(service())
+def test_the_whole_object_is_applied_so_what_it_no_longer_holds_goes() -> None:
+    """A merge patch of the differences could never remove a field; an apply of the whole
+    object tells the server what the operator wants now, owner references included."""
+    stored = service()
+    stored["metadata"]["ownerReferences"] = [{"kind": "StreamApp", "name": "wc", "uid": "u"}]
+    transport = RecordingTransport(stored)
     wanted = service()
     wanted["spec"]["ports"][0]["port"] = 7071
     assert Kube(transport).apply(wanted) == "updated"
@@ -78,12 +93,13 @@ def test_a_difference_is_merge_patched_with_only_what_differs() -> None:
     assert (method, url, content_type) == (
         "PATCH",
         "/api/v1/namespaces/apps/services/wc-query",
-        "application/merge-patch+json",
+        APPLY_PATCH,
     )
-    assert body == {"spec": wanted["spec"]}
+    assert body == wanted
+    assert "ownerReferences" not in body["metadata"]
 
 
-def test_only_the_mutable_parts_of_a_stateful_set_are_patched() -> None:
+def test_the_immutable_parts_of_a_stateful_set_are_sent_as_they_are() -> None:
     stored: Obj = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -92,9 +108,14 @@ def test_only_the_mutable_parts_of_a_stateful_set_are_patched() -> None:
     }
     wanted = json.loads(json.dumps(stored))
     wanted["spec"].update(replicas=5, serviceName="renamed", volumeClaimTemplates=[{"x": 1}])
+    wanted["spec"]["podManagementPolicy"] = "Parallel"  # not on the stored object: left out
     transport = RecordingTransport(stored)
     assert Kube(transport).apply(wanted) == "updated"
-    assert transport.sent[-1][2] == {"spec": {"replicas": 5}}
+    assert transport.sent[-1][2]["spec"] == {
+        "replicas": 5,
+        "serviceName": "wc-headless",
+        "volumeClaimTemplates": [{}],
+    }
 
 
 def test_status_goes_to_the_status_subresource() -> None:

@@ -7,13 +7,13 @@ one-word summary ``kubectl get sapp`` prints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import is_member
-from eddyline_operator.reconcile.status import RolloutStep, crash_looping
+from eddyline_operator.reconcile.status import RolloutStep, crash_looping, crash_message
 from eddyline_operator.reconcile.upgrade import Decision
 from eddyline_runtime.membership import Membership
 from eddyline_runtime.spec import Condition, ConditionStatus, Phase, StreamApp, StreamAppStatus
@@ -79,9 +79,10 @@ def summarize(
     log_node: str | None,
     upgrade: Decision,
     set_aside: Sequence[str] = (),
+    lost: Sequence[str] = (),
 ) -> Summary:
     """Ready, Progressing, Degraded and Upgrading, and the phase they add up to; read top to
-    bottom."""
+    bottom. ``lost`` says which pods left the membership because their node is lost."""
     live, ready_count = pods.live, pods.ready
     events: list[Event] = []
     members_now = {str(p["metadata"]["name"]) for p in live if is_member(p)}
@@ -118,15 +119,19 @@ def summarize(
     degraded = _degraded(
         conditions,
         looping,
+        crash_messages={p["metadata"]["name"]: crash_message(p) for p in live},
         off_node=off_node,
         log_node=log_node,
         upgrade=upgrade,
         set_aside=set_aside,
+        lost=lost,
         events=events,
     )
     if app.spec.suspended:
         phase = Phase.SUSPENDED
-    elif looping or off_node:
+    elif looping or off_node or lost:
+        # Degraded, not Progressing: nothing will progress until the node or the pod is gone,
+        # so the app is looked at on the settled beat (and when a Lease may expire).
         phase = Phase.DEGRADED
     elif ready and not step.reason:
         phase = Phase.RUNNING
@@ -151,15 +156,30 @@ def summarize(
     )
 
 
+def _crash_text(looping: Sequence[str], messages: Mapping[str, str | None]) -> str:
+    """Which pods crash and why, from their containers' termination messages; pods that
+    stopped for the same reason are named together (a missing input topic stops them all)."""
+    by_reason: dict[str, list[str]] = {}
+    for pod in looping:
+        by_reason.setdefault(messages.get(pod) or "", []).append(pod)
+    known = [f"{', '.join(pods)}: {reason}" for reason, pods in by_reason.items() if reason]
+    text = f"containers keep crashing in {', '.join(looping)}"
+    if known:
+        return f"{text}; {'; '.join(known)}"
+    return f"{text}; see their logs"
+
+
 def _degraded(
     conditions: Conditions,
     looping: Sequence[str],
     *,
+    crash_messages: Mapping[str, str | None],
     off_node: Sequence[str],
     log_node: str | None,
     upgrade: Decision,
     set_aside: Sequence[str],
     events: list[Event],
+    lost: Sequence[str] = (),
 ) -> Condition:
     """Degraded: the first of the log shared across nodes, crash loops, a failed upgrade,
     stores a pod rebuilt because their changelog no longer fitted them."""
@@ -177,10 +197,19 @@ def _degraded(
             "Degraded",
             True,
             "CrashLoopBackOff",
-            f"containers keep crashing in {', '.join(looping)}; see their logs",
+            _crash_text(looping, crash_messages),
         )
         if conditions.changed(degraded):
             events.append(Event("Warning", "CrashLoopBackOff", degraded.message))
+    elif lost:
+        # The plan posts the NodeLost warning itself (once per pod and node).
+        degraded = conditions.make(
+            "Degraded",
+            True,
+            "NodeLost",
+            f"pods on lost nodes left the membership: {'; '.join(lost)}; their tasks run on "
+            "the other pods",
+        )
     elif upgrade.degraded is not None:
         degraded = conditions.make("Degraded", True, *upgrade.degraded)
         if conditions.changed(degraded):

@@ -8,21 +8,34 @@ membership: a pod is not ready *until* it holds an assignment and while it
 restores, so readiness-based membership would deadlock new pods and cascade
 failovers. A member's zone comes from its Node's label (the downward API
 cannot expose node labels).
+
+A pod on a lost node is no member either: when a machine dies, its pods' phase and
+container state freeze as last reported (nobody is left to update them) until the node
+lifecycle controller evicts them, about 5 minutes later. A node is lost once its Lease in
+``kube-node-lease`` (renewed every 10 s by a kubelet) has not been renewed for the grace
+period, or its Ready condition has been other than True for that long. Fencing keeps a pod
+that comes back safe: its transactions belong to an older generation.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from eddyline_operator.reconcile import names
-from eddyline_runtime.assignor import Member, assign
-from eddyline_runtime.membership import MemberReport, Membership
+from eddyline_runtime.assignor import Assignment, Member, assign
+from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
 
 Obj = dict[str, Any]
+
+# How long a node's Lease may go unrenewed (or its Ready condition stay other than True)
+# before its pods leave the membership. A kubelet renews every 10 s: 15 s allows one late
+# renewal, and a dead node's tasks move 5 to 15 s after it died.
+NODE_GRACE_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -42,9 +55,12 @@ def container_status(pod: Obj) -> Obj | None:
     return None
 
 
-def is_member(pod: Obj) -> bool:
-    """Running, its container started and running, not being deleted, with an IP."""
+def is_member(pod: Obj, lost: Collection[str] = ()) -> bool:
+    """Running, its container started and running, not being deleted, with an IP, on a
+    node that is not in ``lost`` (:func:`lost_nodes`)."""
     if pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    if lost and pod.get("spec", {}).get("nodeName") in lost:
         return False
     status = pod.get("status", {})
     if status.get("phase") != "Running" or not status.get("podIP"):
@@ -65,18 +81,92 @@ def is_ready(pod: Obj) -> bool:
 
 
 def members(
-    pods: Iterable[Obj], node_labels: Mapping[str, Mapping[str, str]], zone_key: str
+    pods: Iterable[Obj],
+    node_labels: Mapping[str, Mapping[str, str]],
+    zone_key: str,
+    lost: Collection[str] = (),
 ) -> list[Member]:
     """The member pods, each with its node's zone and its query address."""
     found = []
     for pod in pods:
-        if not is_member(pod):
+        if not is_member(pod, lost):
             continue
         node = pod.get("spec", {}).get("nodeName")
         zone = node_labels.get(node, {}).get(zone_key) if node else None
         address = f"{pod['status']['podIP']}:{names.QUERY_PORT}"
         found.append(Member(pod["metadata"]["name"], zone=zone, address=address))
     return sorted(found)
+
+
+def _seconds_since(stamp: Any, now: datetime.datetime) -> float | None:
+    """Seconds from an API timestamp (RFC 3339, with or without microseconds) to ``now``;
+    None when there is none or it cannot be read."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=datetime.UTC)
+    return (now - then).total_seconds()
+
+
+def parse_now(now: str) -> datetime.datetime:
+    """The cycle's ``now`` (RFC 3339) as an aware datetime."""
+    parsed = datetime.datetime.fromisoformat(now.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+
+
+def lost_nodes(
+    nodes: Iterable[Obj], leases: Iterable[Obj], *, now: str, grace: float
+) -> dict[str, str]:
+    """The lost nodes, each with why: its Lease unrenewed for more than ``grace`` seconds,
+    or its Ready condition other than True for that long. A node with no Lease and no
+    Ready condition is not judged (nothing says it is gone). The reasons hold timestamps,
+    not ages, so that status does not change every cycle while a node stays lost."""
+    at = parse_now(now)
+    lost: dict[str, str] = {}
+    for lease in leases:
+        name = lease.get("metadata", {}).get("name")
+        renewed = (lease.get("spec") or {}).get("renewTime")
+        age = _seconds_since(renewed, at)
+        if name and age is not None and age > grace:
+            lost[name] = f"its Lease was last renewed at {renewed}, over {grace:g} s ago"
+    for node in nodes:
+        name = node.get("metadata", {}).get("name")
+        if not name or name in lost:
+            continue
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            if condition.get("type") != "Ready" or condition.get("status") == "True":
+                continue
+            since = condition.get("lastTransitionTime")
+            age = _seconds_since(since, at)
+            if age is not None and age > grace:
+                lost[name] = (
+                    f"its Ready condition has been {condition.get('status')} since {since}, "
+                    f"over {grace:g} s"
+                )
+    return lost
+
+
+def next_node_check(
+    member_nodes: Iterable[str], leases: Iterable[Obj], *, now: str, grace: float
+) -> float | None:
+    """Seconds until the first Lease of a node in ``member_nodes`` would pass its grace if
+    it is not renewed: a cycle then notices a dead node even when nothing else wakes it (a
+    dead node sends no pod event). None when no such Lease is known."""
+    wanted = set(member_nodes)
+    at = parse_now(now)
+    ages = [
+        _seconds_since((lease.get("spec") or {}).get("renewTime"), at)
+        for lease in leases
+        if lease.get("metadata", {}).get("name") in wanted
+    ]
+    known = [age for age in ages if age is not None and age <= grace]
+    if not known:
+        return None
+    return max(0.0, grace - max(known))
 
 
 def layout_from(
@@ -97,6 +187,44 @@ def layout_from(
     return TaskLayout(report.topology_hash, report.tasks, report.stateful)
 
 
+def assignment_from_reports(
+    reports: Mapping[str, MemberReport], layout: TaskLayout
+) -> Assignment | None:
+    """Where the members' stores are, as an assignment of the stateful tasks: each member's
+    active (or restoring) store partitions as its active tasks, its standby copies as its
+    standbys. The seed of a sticky assignment when the published one is gone (a deleted
+    membership ConfigMap): tasks stay where their state is. A task two members claim
+    active goes to the first by name; None when no member reports a store of ``layout``."""
+    active: dict[str, set[TaskId]] = {}
+    standby: dict[str, set[TaskId]] = {}
+    owner: dict[TaskId, str] = {}
+    for member in sorted(reports):
+        report = reports[member]
+        if report.topology_hash != layout.topology_hash:
+            continue
+        for store, partitions in report.stores.items():
+            subtopology = report.store_owners.get(store)
+            if subtopology is None:
+                continue
+            for partition, copy in partitions.items():
+                task = TaskId(subtopology, partition)
+                if task not in layout.tasks:
+                    continue
+                if copy.role is StoreRole.STANDBY:
+                    standby.setdefault(member, set()).add(task)
+                elif owner.setdefault(task, member) == member:
+                    active.setdefault(member, set()).add(task)
+    if not owner:
+        return None
+    return Assignment(
+        active={m: frozenset(tasks) for m, tasks in active.items()},
+        standby={
+            m: frozenset(t for t in tasks if t in owner and owner[t] != m)
+            for m, tasks in standby.items()
+        },
+    )
+
+
 def next_membership(
     previous: Membership | None,
     current_members: list[Member],
@@ -104,6 +232,7 @@ def next_membership(
     num_standby_replicas: int,
     *,
     last_generation: int | None = None,
+    reports: Mapping[str, MemberReport] | None = None,
 ) -> Membership | None:
     """The membership to publish, or None when ``previous`` still holds (or none can be
     computed yet: no member, or no layout reported).
@@ -111,12 +240,15 @@ def next_membership(
     With no member left, the previous assignment stays published: pods that come back
     resume from it (as the local group does). With no previous membership (a deleted
     ConfigMap), the generation continues from ``last_generation`` (status
-    membershipGeneration) instead of starting again at 1."""
+    membershipGeneration) instead of starting again at 1, and the assignment stays sticky:
+    it is seeded from where the members' ``reports`` say their stores are."""
     if layout is None or not current_members:
         return None
     keep = previous.assignment if previous is not None else None
     if keep is not None and keep.tasks != layout.tasks:
         keep = None  # the topology or partition count changed: assign afresh
+    if previous is None and reports:
+        keep = assignment_from_reports(reports, layout)
     assignment = assign(
         layout.tasks,
         current_members,

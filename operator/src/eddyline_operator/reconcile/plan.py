@@ -25,11 +25,15 @@ from eddyline_operator.reconcile import log_node, names, objects, restore_job
 from eddyline_operator.reconcile.conditions import Conditions, PodCounts, summarize
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import (
+    NODE_GRACE_SECONDS,
     effective_standbys,
+    is_member,
     is_ready,
     layout_from,
+    lost_nodes,
     members,
     next_membership,
+    next_node_check,
 )
 from eddyline_operator.reconcile.rollout import plan_rollout
 from eddyline_operator.reconcile.status import (
@@ -79,6 +83,10 @@ class Observed:
     # The app's restore Jobs and their pods (restore_job.selector_string).
     jobs: Sequence[Obj] = ()
     job_pods: Sequence[Obj] = ()
+    # The Leases in kube-node-lease (one per node, renewed by its kubelet) and how long one
+    # may go unrenewed before the node's pods leave the membership.
+    leases: Sequence[Obj] = ()
+    node_grace_seconds: float = NODE_GRACE_SECONDS
 
 
 @dataclass
@@ -92,6 +100,9 @@ class Plan:
     # A new upgrade step: status must be written before anything else is done (write-ahead).
     write_ahead: bool = False
     create_jobs: list[Obj] = field(default_factory=list)  # restore Jobs to launch
+    # Run the next cycle within this many seconds: when a member's node Lease would pass
+    # its grace (a dead node sends no event). None: no such deadline.
+    recheck_seconds: float | None = None
 
 
 def parse_app(body: Obj) -> StreamApp:
@@ -181,6 +192,7 @@ class _Cycle:
         self.owner = objects.owner_reference(name=self.name, uid=str(meta.get("uid", "")))
         self.events: list[Event] = []
         self.notes: list[str] = []  # status.message, joined
+        self.lost_pods: list[str] = []  # pods out of the membership: their node is lost
         self.capped: str | None = None  # the note on standbys capped by replicas, if any
         if unreadable:
             self.notes.append(f"status fields {', '.join(unreadable)} were unreadable; recomputed")
@@ -190,6 +202,14 @@ class _Cycle:
         self.node_labels = {
             n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in observed.nodes
         }
+        grace = observed.node_grace_seconds
+        self.lost = lost_nodes(observed.nodes, observed.leases, now=observed.now, grace=grace)
+        self.recheck = next_node_check(
+            {p.get("spec", {}).get("nodeName") for p in self.live_pods if is_member(p)} - {None},
+            observed.leases,
+            now=observed.now,
+            grace=grace,
+        )
 
     def upgrade(self, app: StreamApp) -> Decision:
         observed = self.observed
@@ -211,7 +231,10 @@ class _Cycle:
         if app is None:
             return None
         observed = self.observed
-        current = members(self.pods, self.node_labels, app.spec.standby_placement.topology_key)
+        current = members(
+            self.pods, self.node_labels, app.spec.standby_placement.topology_key, self.lost
+        )
+        self.note_lost_pods()
         requested = app.streams_config().num_standby_replicas
         template = objects.pod_template(
             app, default_image=observed.default_image, log_node=self.old_status.log_node
@@ -225,6 +248,7 @@ class _Cycle:
             layout,
             requested,
             last_generation=self.old_status.membership_generation,
+            reports={m: r for m, r in observed.reports.items() if m in {c.id for c in current}},
         )
         if membership is not None:
             ids = ", ".join(f"{m.id} ({m.zone or 'no zone'})" for m in current)
@@ -244,6 +268,25 @@ class _Cycle:
             )
             self.notes.append(self.capped)
         return membership
+
+    def note_lost_pods(self) -> None:
+        """Say which pods left the membership because their node is lost (status message;
+        a Warning event when the previous status did not say it yet)."""
+        for pod in self.live_pods:
+            node = pod.get("spec", {}).get("nodeName")
+            if node not in self.lost or not is_member(pod):
+                continue
+            note = f"pod {pod['metadata']['name']} left the membership: node {node} is lost"
+            self.notes.append(f"{note} ({self.lost[node]})")
+            self.lost_pods.append(f"{pod['metadata']['name']} (node {node})")
+            if note not in (self.old_status.message or ""):
+                self.events.append(
+                    Event(
+                        "Warning",
+                        "NodeLost",
+                        f"{note} ({self.lost[node]}); its tasks move to the other pods",
+                    )
+                )
 
     def invalid(self, invalid: ManifestError, membership: Membership | None) -> Plan:
         """Degraded, InvalidSpec: nothing applied, no pod restarted."""
@@ -271,7 +314,7 @@ class _Cycle:
                 "membership_generation": None if published is None else published.generation,
             }
         )
-        return Plan(None, [], membership, [], status, self.events)
+        return Plan(None, [], membership, [], status, self.events, recheck_seconds=self.recheck)
 
     def valid(
         self,
@@ -321,6 +364,7 @@ class _Cycle:
                 for pod, report in sorted(observed.reports.items())
                 for path in report.stores_set_aside
             ],
+            lost=self.lost_pods,
         )
         self.events.extend(summary.events)
         restores = self.restores(app, pinned)
@@ -356,6 +400,7 @@ class _Cycle:
             self.events,
             write_ahead=upgrade.write_ahead,
             create_jobs=restores.create,
+            recheck_seconds=self.recheck,
         )
 
     def render(

@@ -54,6 +54,29 @@ def crash_looping(pods: Iterable[Obj]) -> list[str]:
     return sorted(found)
 
 
+# At most this much of one termination message goes into a condition (the kubelet keeps
+# up to 4096 bytes, or the log's last 80 lines with FallbackToLogsOnError).
+CRASH_MESSAGE_CHARS = 400
+
+
+def crash_message(pod: Obj) -> str | None:
+    """Why the pod's container last stopped, as the kubelet recorded it in
+    ``lastState.terminated``: the runtime's termination message (or, with the
+    FallbackToLogsOnError policy, the end of its log), with the exit code; None when the
+    kubelet recorded nothing."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        terminated = (status.get("lastState") or {}).get("terminated") or {}
+        if not terminated:
+            continue
+        text = " ".join(str(terminated.get("message") or "").split())
+        if len(text) > CRASH_MESSAGE_CHARS:
+            text = "..." + text[-CRASH_MESSAGE_CHARS:]
+        code = terminated.get("exitCode")
+        head = f"exit code {code}" if code is not None else str(terminated.get("reason", ""))
+        return f"{head}: {text}" if text else head or None
+    return None
+
+
 @dataclass(frozen=True)
 class RolloutStep:
     """What the rollout does now: pods to delete (maybe none) and why."""

@@ -1,0 +1,119 @@
+"""Issue 23, item 9: the cluster quickstart with the embedded log works as documented.
+
+On the real control plane: the word count applied before its input topic exists crashes,
+and the StreamApp's Degraded condition says why (the container's termination message);
+then the commands of docs/operator.md ("Input topics of the embedded log") run verbatim
+through bash and the real ``kubectl``, and the app becomes Ready.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tests.support.control_plane.operator as operator_support
+from tests.support.control_plane.client import wait_until
+from tests.support.control_plane.cluster import Cluster
+from tests.support.control_plane.operator import Operator
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs" / "operator.md"
+NAMESPACE = "quickstart"
+APP = "wordcount"
+# Bounds for a broken run on a loaded 2-core machine, not expectations.
+TIMEOUT = 300
+
+
+def documented_commands() -> list[str]:
+    """The shell lines between the markers of docs/operator.md, continuations joined."""
+    text = DOCS.read_text(encoding="utf-8")
+    found = re.search(
+        r"<!-- embedded-log-topics:begin -->\n```sh\n(.*?)```\n<!-- embedded-log-topics:end -->",
+        text,
+        re.DOTALL,
+    )
+    assert found, "docs/operator.md lost its embedded-log-topics block"
+    commands: list[str] = []
+    pending = ""
+    for line in found.group(1).splitlines():
+        pending += line + "\n"
+        if line.endswith("\\") or pending.count("'") % 2:
+            continue  # a continued line, or inside the quoted --overrides
+        commands.append(pending)
+        pending = ""
+    assert not pending
+    return commands
+
+
+@pytest.fixture(scope="module")
+def operator(
+    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
+    running = Operator(control_plane, tmp_path_factory.mktemp("operator-quickstart"), NAMESPACE)
+    # The chart's cluster-scoped objects are named after the release: a release of its own
+    # so that this module and the others sharing the control plane do not collide (newer
+    # harnesses name the release after the namespace themselves).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(operator_support, "RELEASE", NAMESPACE, raising=False)
+        running.install()
+    running.start()
+    running.wait_watching()
+    yield running
+    running.kubectl("delete", "sapp", APP, "--wait=false", "--ignore-not-found")
+    running.stop()
+
+
+def shell(operator: Operator, script: str, home: Path) -> str:
+    """``script`` through bash, with the admin's kubeconfig set to the test's namespace."""
+    kubeconfig = home / "kubeconfig"
+    if not kubeconfig.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(operator.cluster.kubeconfig, kubeconfig)
+        operator.kubectl.env["KUBECONFIG"] = str(kubeconfig)
+        operator.kubectl("config", "set-context", "--current", f"--namespace={NAMESPACE}")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "KUBECONFIG": str(kubeconfig)}
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT + 60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{script}\nexited {done.returncode}:\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.timeout(600)
+def test_the_documented_topic_step_makes_the_crashing_quickstart_ready(
+    operator: Operator, tmp_path: Path
+) -> None:
+    commands = documented_commands()
+    apply, rest = commands[0], commands[1:]
+    assert apply.startswith("kubectl apply -f examples/wordcount/streamapp.cluster.yaml")
+    shell(operator, apply, tmp_path / "home")
+
+    def crash_explained() -> bool:
+        degraded = operator.condition(APP, "Degraded")
+        return bool(
+            degraded
+            and degraded["reason"] == "CrashLoopBackOff"
+            and "text-lines do not exist" in degraded["message"]
+        )
+
+    try:
+        wait_until(crash_explained, "Degraded=CrashLoopBackOff naming text-lines", TIMEOUT)
+    except TimeoutError:
+        print(operator.describe_failure(APP))
+        raise
+    message = str((operator.condition(APP, "Degraded") or {})["message"])
+    assert "exit code 1" in message and "create-topic" in message, message
+    shell(operator, "".join(rest), tmp_path / "home")
+    ready = operator.condition(APP, "Ready")
+    assert ready is not None and ready["status"] == "True"
+    assert operator.get("", "pods", f"{APP}-topics") is None

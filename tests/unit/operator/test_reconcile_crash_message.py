@@ -1,0 +1,70 @@
+"""Issue 23, item 9: a crash loop's condition says why, from the container's termination
+message (the runtime writes its error there; FallbackToLogsOnError adds the log's end)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eddyline_operator.reconcile.objects import pod_template
+from eddyline_operator.reconcile.plan import Observed, parse_app, plan
+from eddyline_operator.reconcile.status import CRASH_MESSAGE_CHARS, crash_message
+from tests.support.k8s_objects import body, pod, three_zones
+
+Obj = dict[str, Any]
+# What the runtime writes to its termination message file when an input topic is missing.
+MISSING_TOPIC = (
+    "input topic(s) text-lines do not exist in the log sqlite:////var/lib/eddyline/log/log.db; "
+    "create them first: eddyline log --log sqlite:////var/lib/eddyline/log/log.db "
+    "create-topic NAME --partitions N"
+)
+
+
+def crashing(ordinal: int, message: str | None, exit_code: int = 1) -> Obj:
+    found = pod(ordinal, waiting="CrashLoopBackOff")
+    terminated: Obj = {"exitCode": exit_code, "reason": "Error"}
+    if message is not None:
+        terminated["message"] = message
+    found["status"]["containerStatuses"][0]["lastState"] = {"terminated": terminated}
+    return found
+
+
+def degraded(pods: list[Obj]) -> Obj:
+    result = plan(Observed(body=body(), pods=pods, nodes=three_zones(), now="2026-11-23T10:00:00Z"))
+    conditions = [c.model_dump(mode="json", by_alias=True) for c in result.status.conditions]
+    found: Obj = next(c for c in conditions if c["type"] == "Degraded")
+    found["events"] = [(e.type, e.reason, e.message) for e in result.events]
+    return found
+
+
+def test_the_termination_message_is_the_reason_in_the_condition_and_the_event() -> None:
+    condition = degraded([crashing(0, MISSING_TOPIC), crashing(1, MISSING_TOPIC), pod(2)])
+    assert condition["status"] == "True"
+    assert condition["reason"] == "CrashLoopBackOff"
+    assert condition["message"] == (
+        f"containers keep crashing in wc-0, wc-1; wc-0, wc-1: exit code 1: {MISSING_TOPIC}"
+    )
+    assert ("Warning", "CrashLoopBackOff", condition["message"]) in condition["events"]
+
+
+def test_pods_crashing_for_different_reasons_are_told_apart_and_long_logs_cut() -> None:
+    log_tail = "line\n" * 500 + "ValueError: bad config"
+    condition = degraded([crashing(0, MISSING_TOPIC), crashing(1, log_tail, exit_code=2)])
+    message = condition["message"]
+    assert f"wc-0: exit code 1: {MISSING_TOPIC}" in message
+    assert "wc-1: exit code 2: ..." in message
+    assert message.endswith("ValueError: bad config")
+    assert len(message) < 2 * CRASH_MESSAGE_CHARS + 200
+
+
+def test_without_a_termination_message_the_condition_points_at_the_logs() -> None:
+    condition = degraded([crashing(0, None)])
+    assert condition["message"] == ("containers keep crashing in wc-0; wc-0: exit code 1")
+    looping = pod(1, waiting="CrashLoopBackOff")
+    assert crash_message(looping) is None
+    assert degraded([looping])["message"] == "containers keep crashing in wc-1; see their logs"
+
+
+def test_the_pods_fall_back_to_their_logs_when_the_runtime_wrote_no_message() -> None:
+    app = parse_app(body())
+    container = pod_template(app, default_image="x", log_node=None)["spec"]["containers"][0]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
