@@ -83,7 +83,7 @@ TICKS: Final = os.sysconf("SC_CLK_TCK")
 def text(words: int, seed: int = 21) -> list[str]:
     """``words`` words in lines of ``WORDS_PER_LINE``, Zipf-like over ``VOCABULARY``."""
     rng = random.Random(seed)
-    ranks = [int(VOCABULARY**rng.random()) for _ in range(words)]
+    ranks = [int(VOCABULARY ** rng.random()) for _ in range(words)]
     return [
         " ".join(f"w{rank}" for rank in ranks[start : start + WORDS_PER_LINE])
         for start in range(0, words, WORDS_PER_LINE)
@@ -97,9 +97,7 @@ def create_topics(admin: AdminClient, *names: str) -> None:
 
 
 def produce(bootstrap: str, topic: str, lines: list[str], partition: int | None = None) -> None:
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
     for index, line in enumerate(lines):
         target = index % PARTITIONS if partition is None else partition
         while True:
@@ -271,8 +269,9 @@ def throughput_run(
             watcher.poll()
             return watcher.latest == want
 
-        wait_until(done, f"{engine.name} throughput run {run}", process,
-                   engine.workdir / f"{tag}.log")
+        wait_until(
+            done, f"{engine.name} throughput run {run}", process, engine.workdir / f"{tag}.log"
+        )
         elapsed = time.monotonic() - started
         cpu = cpu_seconds(process.pid)
     finally:
@@ -283,8 +282,11 @@ def throughput_run(
         "cpu_s_per_m_words": cpu / (words / 1e6),
         "seconds": elapsed,
     }
-    print(f"{engine.name} run {run}: {words:,} words in {elapsed:.2f} s "
-          f"({result['words_per_s']:,.0f} words/s, {cpu:.1f} CPU s)", flush=True)
+    print(
+        f"{engine.name} run {run}: {words:,} words in {elapsed:.2f} s "
+        f"({result['words_per_s']:,.0f} words/s, {cpu:.1f} CPU s)",
+        flush=True,
+    )
     return result
 
 
@@ -343,8 +345,10 @@ def restart_runs(
             process,
             log,
         )
-        print(f"{label}: store of {keys:,} keys filled in {time.monotonic() - started:.1f} s",
-              flush=True)
+        print(
+            f"{label}: store of {keys:,} keys filled in {time.monotonic() - started:.1f} s",
+            flush=True,
+        )
         for restart in range(restarts):
             feeder = Feeder(engine.bootstrap, input_topic)
             time.sleep(0.5 + rng.random() * 0.5)
@@ -355,8 +359,12 @@ def restart_runs(
             probe = f"probe{restart}{uuid.uuid4().hex[:6]}"
             produce(engine.bootstrap, input_topic, [probe], partition=restart % PARTITIONS)
             process = engine.spawn(config, input_topic, output, f"{label}-rs")
-            wait_until(lambda: probe in watcher.poll(0.01) or probe in watcher.latest,
-                       f"{label}: restart {restart}", process, log)
+            wait_until(
+                lambda probe=probe: probe in watcher.poll(0.01) or probe in watcher.latest,
+                f"{label}: restart {restart}",
+                process,
+                log,
+            )
             seconds.append(time.monotonic() - killed)
             print(f"{label}: SIGKILL -> probe counted {seconds[-1]:.2f} s", flush=True)
     finally:
@@ -383,8 +391,12 @@ def median(values: list[float], digits: int = 2) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--classes", type=Path, required=True,
-                        help="directory of the compiled WordCount.class (make bench-kafka)")
+    parser.add_argument(
+        "--classes",
+        type=Path,
+        required=True,
+        help="directory of the compiled WordCount.class (make bench-kafka)",
+    )
     parser.add_argument("--words", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
@@ -408,8 +420,11 @@ def main() -> None:
         input_topic = f"bench-lines-{uuid.uuid4().hex[:6]}"
         create_topics(admin, input_topic)
         produce(bootstrap, input_topic, lines)
-        print(f"input: {args.words:,} words, {len(lines):,} lines, {len(expected):,} distinct, "
-              f"{PARTITIONS} partitions; broker {bootstrap}, Kafka {libs.parent.name}", flush=True)
+        print(
+            f"input: {args.words:,} words, {len(lines):,} lines, {len(expected):,} distinct, "
+            f"{PARTITIONS} partitions; broker {bootstrap}, Kafka {libs.parent.name}",
+            flush=True,
+        )
 
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
         for run in range(args.runs):
@@ -429,8 +444,11 @@ def main() -> None:
             for name, engine in engines.items()
         }
 
-    result: dict[str, Any] = {"kafka_version": libs.parent.name, "words": args.words,
-                              "keys": args.keys}
+    result: dict[str, Any] = {
+        "kafka_version": libs.parent.name,
+        "words": args.words,
+        "keys": args.keys,
+    }
     for name in engines:
         result[f"{name}_eos_words_per_s"] = round(
             statistics.median(r["words_per_s"] for r in runs[name])
@@ -447,11 +465,11 @@ def main() -> None:
     result["kstreams_config"] = configs["kstreams"]
     result["eddyline_config"] = configs["eddyline"]
     targets = {
-        "eddyline restart < kstreams restart (no tx stores)":
-            result["eddyline_restart_s"] < result["kstreams_restart_s"],
-        "eddyline restart <= kstreams restart with tx stores":
-            None if result["kstreams_tx_stores_restart_s"] is None
-            else result["eddyline_restart_s"] <= result["kstreams_tx_stores_restart_s"],
+        "eddyline restart < kstreams restart (no tx stores)": result["eddyline_restart_s"]
+        < result["kstreams_restart_s"],
+        "eddyline restart <= kstreams restart with tx stores": None
+        if result["kstreams_tx_stores_restart_s"] is None
+        else result["eddyline_restart_s"] <= result["kstreams_tx_stores_restart_s"],
         "eddyline EOS words/s >= 0.5x kstreams": result["eddyline_vs_kstreams_words_per_s"] >= 0.5,
     }
     for target, met in targets.items():
