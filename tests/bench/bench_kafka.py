@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pstats
 import random
 import signal
 import statistics
@@ -184,7 +185,12 @@ class Engine:
         return config
 
     def spawn(
-        self, config: dict[str, Any], input_topic: str, output_topic: str, tag: str
+        self,
+        config: dict[str, Any],
+        input_topic: str,
+        output_topic: str,
+        tag: str,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         conf = self.workdir / f"{tag}.conf"
         out = (self.workdir / f"{tag}.log").open("ab")
@@ -210,6 +216,7 @@ class Engine:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
             )
 
     def _log4j(self) -> Path:
@@ -250,7 +257,13 @@ def wait_until(
 
 
 def throughput_run(
-    engine: Engine, admin: AdminClient, input_topic: str, expected: Counter[str], run: int
+    engine: Engine,
+    admin: AdminClient,
+    input_topic: str,
+    expected: Counter[str],
+    run: int,
+    *,
+    env: dict[str, str] | None = None,
 ) -> dict[str, float]:
     tag = f"{engine.name}-tp-{run}"
     app = f"{tag}-{uuid.uuid4().hex[:6]}"
@@ -261,12 +274,16 @@ def throughput_run(
     words = sum(expected.values())
     config = engine.config(app, engine.workdir / "state" / app, tx_stores=False)
     started = time.monotonic()
-    process = engine.spawn(config, input_topic, output, tag)
+    process = engine.spawn(config, input_topic, output, tag, env)
+    log = engine.workdir / f"{tag}.log"
     cpu = 0.0
+    running: list[tuple[float, float]] = []  # (instant, CPU s) when it printed RUNNING
     try:
 
         def done() -> bool:
             watcher.poll()
+            if not running and "RUNNING" in log.read_text(errors="replace"):
+                running.append((time.monotonic(), cpu_seconds(process.pid)))
             return watcher.latest == want
 
         wait_until(
@@ -277,14 +294,21 @@ def throughput_run(
     finally:
         stop(process)
         watcher.close()
+    # RUNNING is seen within a poll (50 ms) of being printed; a run that ends first has no
+    # "after start" figures beyond the whole run's.
+    running_at, running_cpu = running[0] if running else (started, 0.0)
     result = {
         "words_per_s": words / elapsed,
         "cpu_s_per_m_words": cpu / (words / 1e6),
         "seconds": elapsed,
+        "start_s": running_at - started,
+        "running_words_per_s": words / (started + elapsed - running_at),
+        "running_cpu_s_per_m_words": (cpu - running_cpu) / (words / 1e6),
     }
     print(
         f"{engine.name} run {run}: {words:,} words in {elapsed:.2f} s "
-        f"({result['words_per_s']:,.0f} words/s, {cpu:.1f} CPU s)",
+        f"({result['words_per_s']:,.0f} words/s, {cpu:.1f} CPU s; RUNNING after "
+        f"{result['start_s']:.2f} s, {cpu - running_cpu:.1f} CPU s after it)",
         flush=True,
     )
     return result
@@ -389,6 +413,45 @@ def median(values: list[float], digits: int = 2) -> float:
     return round(statistics.median(values), digits)
 
 
+def report(
+    args: argparse.Namespace,
+    libs: Path,
+    runs: dict[str, list[dict[str, float]]],
+    restart: dict[str, list[float]],
+    configs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The JSON line's figures: medians of the runs and restarts."""
+    result: dict[str, Any] = {
+        "kafka_version": libs.parent.name,
+        "words": args.words,
+        "keys": args.keys,
+    }
+    for name, measured in runs.items():
+        result[f"{name}_eos_words_per_s"] = round(
+            statistics.median(r["words_per_s"] for r in measured)
+        )
+        result[f"{name}_cpu_s_per_m_words"] = median([r["cpu_s_per_m_words"] for r in measured])
+        # The same from the RUNNING line on: without the JVM's or interpreter's start-up.
+        result[f"{name}_start_s"] = median([r["start_s"] for r in measured])
+        result[f"{name}_running_words_per_s"] = round(
+            statistics.median(r["running_words_per_s"] for r in measured)
+        )
+        result[f"{name}_running_cpu_s_per_m_words"] = median(
+            [r["running_cpu_s_per_m_words"] for r in measured]
+        )
+    result["kstreams_restart_s"] = median(restart["kstreams"])
+    result["kstreams_tx_stores_restart_s"] = (
+        median(restart["kstreams_tx"]) if "kstreams_tx" in restart else None
+    )
+    result["eddyline_restart_s"] = median(restart["eddyline"])
+    result["eddyline_vs_kstreams_words_per_s"] = round(
+        result["eddyline_eos_words_per_s"] / result["kstreams_eos_words_per_s"], 2
+    )
+    result["kstreams_config"] = configs["kstreams"]
+    result["eddyline_config"] = configs["eddyline"]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -401,6 +464,11 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--restarts", type=int, default=3)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="instead: one eddyline run with its stream thread under cProfile; print the top",
+    )
     args = parser.parse_args()
     libs = kafka_libs()
     tx_supported = has_transactional_stores(libs)
@@ -426,6 +494,14 @@ def main() -> None:
             flush=True,
         )
 
+        if args.profile is not None:
+            env = {"EDDYLINE_BENCH_PROFILE": str(args.profile)}
+            throughput_run(engines["eddyline"], admin, input_topic, expected, 0, env=env)
+            stats = pstats.Stats(str(args.profile))
+            stats.sort_stats("tottime").print_stats(30)
+            stats.sort_stats("cumulative").print_stats(30)
+            return
+
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
         for run in range(args.runs):
             for name, engine in engines.items():  # interleaved
@@ -444,26 +520,7 @@ def main() -> None:
             for name, engine in engines.items()
         }
 
-    result: dict[str, Any] = {
-        "kafka_version": libs.parent.name,
-        "words": args.words,
-        "keys": args.keys,
-    }
-    for name in engines:
-        result[f"{name}_eos_words_per_s"] = round(
-            statistics.median(r["words_per_s"] for r in runs[name])
-        )
-        result[f"{name}_cpu_s_per_m_words"] = median([r["cpu_s_per_m_words"] for r in runs[name]])
-    result["kstreams_restart_s"] = median(restart["kstreams"])
-    result["kstreams_tx_stores_restart_s"] = (
-        median(restart["kstreams_tx"]) if "kstreams_tx" in restart else None
-    )
-    result["eddyline_restart_s"] = median(restart["eddyline"])
-    result["eddyline_vs_kstreams_words_per_s"] = round(
-        result["eddyline_eos_words_per_s"] / result["kstreams_eos_words_per_s"], 2
-    )
-    result["kstreams_config"] = configs["kstreams"]
-    result["eddyline_config"] = configs["eddyline"]
+    result = report(args, libs, runs, restart, configs)
     targets = {
         "eddyline restart < kstreams restart (no tx stores)": result["eddyline_restart_s"]
         < result["kstreams_restart_s"],

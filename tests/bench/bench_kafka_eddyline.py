@@ -5,11 +5,15 @@ CONFIG_JSON holds ``{"bootstrap": "host:port", "config": {...StreamsConfig prope
 written and printed by ``bench_kafka.py``. The topology is ``examples/wordcount``'s with the
 benchmark's topics (the Kafka Streams program, ``kstreams/WordCount.java``, is the same).
 It prints ``RUNNING`` once started and runs until SIGTERM (closes cleanly) or SIGKILL.
+With ``EDDYLINE_BENCH_PROFILE=FILE`` the stream thread's loop runs under cProfile (a profiler
+sees only the thread that enabled it) and its stats are written to FILE when it closes.
 """
 
 from __future__ import annotations
 
+import cProfile
 import json
+import os
 import signal
 import sys
 import threading
@@ -17,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine import stream_thread as stream_thread_module
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.processing import StreamsBuilder, Topology
@@ -35,7 +40,25 @@ def word_count(input_topic: str, output_topic: str) -> Topology:
     return builder.build()
 
 
+def profile_stream_threads(path: str) -> None:
+    """Runs every stream thread's loop under one cProfile, dumped to ``path`` when it ends."""
+    profiler = cProfile.Profile()
+    original_run = stream_thread_module.StreamThread._run
+
+    def profiled_run(self: stream_thread_module.StreamThread) -> None:
+        profiler.enable()
+        try:
+            original_run(self)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(path)
+
+    stream_thread_module.StreamThread._run = profiled_run  # type: ignore[method-assign]
+
+
 def main() -> None:
+    if os.environ.get("EDDYLINE_BENCH_PROFILE"):
+        profile_stream_threads(os.environ["EDDYLINE_BENCH_PROFILE"])
     spec = json.loads(Path(sys.argv[1]).read_text())
     input_topic, output_topic = sys.argv[2], sys.argv[3]
     stop = threading.Event()
