@@ -90,8 +90,10 @@ bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after ev
 bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
 	$(BIN)/python -m tests.bench.bench_failover
 
-bench-operator: $(STAMP) ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild, on the emulated cluster (last line JSON)
-	$(BIN)/python -m tests.bench.bench_operator
+bench-operator: $(STAMP) kafka-jars control-plane ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild, on the emulated cluster; pod killed on a kafka:// log on the real control plane (last line JSON)
+	@mkdir -p $(STATE_DIR)
+	$(BIN)/python -m tests.bench.bench_operator | tee $(STATE_DIR)/bench-operator.out
+	$(BIN)/python -m tests.bench.bench_operator_kafka --merge $(STATE_DIR)/bench-operator.out
 
 bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
 	$(BIN)/python -m tests.bench.bench_log
