@@ -67,6 +67,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.kafka.broker import KafkaCluster, environment_bootstrap, kafka_libs
+from tests.support.waiting import wait_for
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 PARTITIONS: Final = 4
@@ -241,16 +242,21 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def wait_until(
+def while_running(
     condition: Callable[[], bool], what: str, process: subprocess.Popen[bytes], log: Path
 ) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not condition():
+    """``wait_for(condition)``, failing at once with the log's tail if the process exits."""
+
+    def done() -> bool:
+        if condition():
+            return True
         if process.poll() is not None:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
             raise RuntimeError(f"{what}: the process exited with {process.returncode}:\n{tail}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not done after {RUN_TIMEOUT_S:.0f} s (see {log})")
+        return False
+
+    # The conditions block in their consumer's poll; no sleep between them.
+    wait_for(done, f"{what} (see {log})", RUN_TIMEOUT_S, interval=0)
 
 
 # -- throughput -------------------------------------------------------------------------
@@ -286,7 +292,7 @@ def throughput_run(
                 running.append((time.monotonic(), cpu_seconds(process.pid)))
             return watcher.latest == want
 
-        wait_until(
+        while_running(
             done, f"{engine.name} throughput run {run}", process, engine.workdir / f"{tag}.log"
         )
         elapsed = time.monotonic() - started
@@ -363,7 +369,7 @@ def restart_runs(
     seconds: list[float] = []
     rng = random.Random(11)
     try:
-        wait_until(
+        while_running(
             lambda: watcher.poll() is not None and len(watcher.latest) >= keys,
             f"{label}: filling the store with {keys:,} keys",
             process,
@@ -383,7 +389,7 @@ def restart_runs(
             probe = f"probe{restart}{uuid.uuid4().hex[:6]}"
             produce(engine.bootstrap, input_topic, [probe], partition=restart % PARTITIONS)
             process = engine.spawn(config, input_topic, output, f"{label}-rs")
-            wait_until(
+            while_running(
                 lambda probe=probe: probe in watcher.poll(0.01) or probe in watcher.latest,
                 f"{label}: restart {restart}",
                 process,
