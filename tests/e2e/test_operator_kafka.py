@@ -26,6 +26,7 @@ from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
 from tests.support.kafka.broker import KafkaCluster
+from tests.support.kafka.plugin import use_cluster
 from tests.support.kafka.streamapp import READY_TIMEOUT, create_input, deploy, published, ready
 
 pytestmark = pytest.mark.slow
@@ -79,6 +80,11 @@ def wordcount(
         wait_until(lambda: not operator.pods(APP), "every pod gone", READY_TIMEOUT)
     finally:
         operator.stop()
+
+
+@pytest.fixture(autouse=True)
+def _broker_logs_on_failure(request: pytest.FixtureRequest, kafka_broker: KafkaCluster) -> None:
+    use_cluster(request, kafka_broker)
 
 
 def test_pods_spread_over_the_three_zones_with_the_log_secret_mounted(
