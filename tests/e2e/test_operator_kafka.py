@@ -34,6 +34,8 @@ pytestmark = pytest.mark.slow
 APP = "wc-kafka"
 NAMESPACE = "wordcount-kafka"
 SECRET = "wc-kafka-log"
+# Not the other e2e modules' release: they share the session's cluster (cluster-scoped RBAC).
+RELEASE = "eddyline-kafka"
 WORDS = [f"k{index:02d}" for index in range(40)]
 ZONE_LABEL = "topology.kubernetes.io/zone"
 COUNT_TIMEOUT = 120  # a bound for a broken run on a loaded 2-core machine
@@ -69,7 +71,9 @@ def wordcount(
     pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     bootstrap = kafka_broker.bootstrap
     create_input(bootstrap)
-    operator = Operator(control_plane, tmp_path_factory.mktemp("operator-kafka"), NAMESPACE)
+    operator = Operator(
+        control_plane, tmp_path_factory.mktemp("operator-kafka"), NAMESPACE, release=RELEASE
+    )
     operator.install()
     operator.start()
     try:

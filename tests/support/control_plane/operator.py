@@ -88,7 +88,12 @@ class Kubectl:
 class Operator:
     """The chart installed into ``namespace`` and the operator process it configures."""
 
-    def __init__(self, cluster: Cluster, root: Path, namespace: str) -> None:
+    def __init__(
+        self, cluster: Cluster, root: Path, namespace: str, release: str = RELEASE
+    ) -> None:
+        # A second install in the same cluster needs its own release: the chart's
+        # ClusterRoles are named after it, and Helm refuses another release's objects.
+        self.release = release
         self.cluster = cluster
         self.root = root
         self.namespace = namespace
@@ -132,7 +137,7 @@ class Operator:
         env = {**os.environ, "HOME": str(home)}
         completed = subprocess.run(
             [sys.executable, "-c", _HELM_SESSION, str(self.cluster.kubeconfig), self.namespace,
-             str(CHART), RELEASE, json.dumps(values)],
+             str(CHART), self.release, json.dumps(values)],
             capture_output=True, text=True, env=env, timeout=300, check=False,
         )  # fmt: skip
         if completed.returncode != 0:
