@@ -25,6 +25,7 @@ import argparse
 import collections
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -155,6 +156,8 @@ def run(kills: int, lines: int) -> dict[str, Any]:
         finally:
             operator.stop()
             cluster.stop()
+            shutil.rmtree(root / "cluster", ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
     summary: dict[str, Any] = {
         "kafka_apply_to_ready_s": round(apply_to_ready, 3),
         "kafka_lines_to_exact_counts_s": round(first_counts, 3),
