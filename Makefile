@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast kafka kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore image clean
+.PHONY: help setup run demo-store test test-fast kafka kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -90,14 +90,23 @@ bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after ev
 bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale answer, promotion, records replayed (last line JSON)
 	$(BIN)/python -m tests.bench.bench_failover
 
-bench-operator: $(STAMP) control-plane ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild, on the real control plane (last line JSON)
-	$(BIN)/python -m tests.bench.bench_operator
+bench-operator: $(STAMP) kafka-jars control-plane ## Operator benchmark on the real control plane: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild; the pod kill again on a kafka:// log (last line JSON)
+	@mkdir -p $(STATE_DIR)
+	$(BIN)/python -m tests.bench.bench_operator | tee $(STATE_DIR)/bench-operator.out
+	$(BIN)/python -m tests.bench.bench_operator_kafka --merge $(STATE_DIR)/bench-operator.out
 
 bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
 	$(BIN)/python -m tests.bench.bench_log
 
 bench-restore: $(STAMP) ## Restore benchmark: serial replay vs Spark build + SST ingest, 2M records (last line JSON)
 	$(BIN)/python tests/bench/bench_restore.py
+
+KSTREAMS_CLASSES := .cache/kstreams-bench
+# BENCH_KAFKA_ARGS: e.g. "--words 200000 --keys 200000" for a quicker run than the issue's 1M.
+bench-kafka: $(STAMP) kafka-jars ## Kafka benchmark: word count in eddyline vs Kafka Streams on one broker, EOS words/s, CPU, SIGKILL -> first output (last line JSON)
+	@mkdir -p $(KSTREAMS_CLASSES)
+	javac -d $(KSTREAMS_CLASSES) -cp "$$(scripts/kafka-jars)/*" tests/bench/kstreams/WordCount.java
+	$(BIN)/python -m tests.bench.bench_kafka --classes $(KSTREAMS_CLASSES) $(BENCH_KAFKA_ARGS)
 
 image: ## Build the one image of the operator and the runtime (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 import yaml
 
-import tests.support.control_plane.operator as operator_support
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
 from eddyline_runtime.partitions import TopicPartition
@@ -56,14 +55,8 @@ COUNT_TIMEOUT = 120
 def operator(
     control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     running = Operator(control_plane, tmp_path_factory.mktemp("operator-node-loss"), NAMESPACE)
-    # The chart's cluster-scoped objects are named after the release: a release of its own
-    # so that this module and the others sharing the control plane do not collide (newer
-    # harnesses name the release after the namespace themselves).
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(operator_support, "RELEASE", NAMESPACE, raising=False)
-        running.install()
+    running.install()  # the release is named after the namespace: no collision
     running.start()
     yield running
     running.stop()

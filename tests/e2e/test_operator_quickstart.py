@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import tests.support.control_plane.operator as operator_support
 from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
@@ -57,14 +56,8 @@ def documented_commands() -> list[str]:
 def operator(
     control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    pytest.importorskip("helm_sdkpy")  # installed by `make setup`
     running = Operator(control_plane, tmp_path_factory.mktemp("operator-quickstart"), NAMESPACE)
-    # The chart's cluster-scoped objects are named after the release: a release of its own
-    # so that this module and the others sharing the control plane do not collide (newer
-    # harnesses name the release after the namespace themselves).
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(operator_support, "RELEASE", NAMESPACE, raising=False)
-        running.install()
+    running.install()  # the release is named after the namespace: no collision
     running.start()
     running.wait_watching()
     yield running

@@ -1,0 +1,186 @@
+"""Operator benchmark on a ``kafka://`` log: lose a pod, time what a user sees.
+
+Part of ``make bench-operator`` (issue 21): the word count of ``bench_operator.py``, but with
+every topic on a real Kafka broker (``tests/support/kafka``, started here) and on the real
+control plane (``tests/support/control_plane``: kube-apiserver, controllers, scheduler, the
+kubelet stand-in running pods as ``eddyline`` processes), the operator installed by Helm.
+The pods spread over the three zones, which the embedded log forbids. It is a script, not a
+test (``tests/e2e/test_operator_kafka.py`` asserts the behaviour).
+
+Per kill (``--kills``, default 3; SIGKILL of the container holding the active copy of the
+most frequent word's partition, while new lines keep arriving), the keys of
+``bench_operator.py`` with a ``kafka_`` prefix: ``kafka_kill_to_not_ready_s``,
+``kafka_kill_to_stale_answer_s`` (that word answered by another pod),
+``kafka_kill_to_membership_s`` and ``kafka_kill_to_processing_s`` (every count exact again,
+lines produced after the kill included); medians and maxima.
+
+``--merge FILE`` adds these keys to the last JSON line of FILE (``bench_operator.py``'s
+output, which the Makefile tees there) so that ``make bench-operator`` still ends with one
+JSON object. The machine is shared: numbers taken under load are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from tests.support.cluster_word_count import STORE, counts_exact, produce_lines, random_lines
+from tests.support.control_plane.client import wait_until
+from tests.support.control_plane.cluster import Cluster
+from tests.support.control_plane.operator import Operator
+from tests.support.kafka.broker import KafkaCluster
+from tests.support.kafka.streamapp import READY_TIMEOUT, create_input, deploy, ready
+
+REPO = Path(__file__).resolve().parents[2]
+APP = "wordcount"
+NAMESPACE = "bench-kafka"
+SECRET = "wordcount-kafka"
+WORDS = [f"w{index:03d}" for index in range(200)]
+MARKS = ("kill_to_not_ready_s", "kill_to_stale_answer_s", "kill_to_membership_s",
+         "kill_to_processing_s")  # fmt: skip
+
+
+class Bench:
+    def __init__(self, cluster: Cluster, operator: Operator, bootstrap: str) -> None:
+        self.cluster = cluster
+        self.operator = operator
+        self.bootstrap = bootstrap
+        self.expected: collections.Counter[str] = collections.Counter()
+        self.rng = random.Random(7)
+        self.service = ""
+
+    def produce(self, lines: int) -> None:
+        batch = random_lines(self.rng, WORDS, lines, most=8)
+        self.expected.update(word for line in batch for word in line.split())
+        produce_lines(f"kafka://{self.bootstrap}", batch)
+
+    def counts_exact(self) -> bool:
+        return counts_exact(QueryRouter([self.service], timeout=2), self.expected)
+
+    def membership_generation(self) -> int:
+        found = self.operator.get("", "configmaps", f"{APP}-membership")
+        if found is None:
+            return -1
+        return int(json.loads(found["data"]["membership.json"])["generation"])
+
+    def pod_ready(self, name: str) -> bool:
+        pod = self.operator.pods(APP).get(name, {})
+        conditions = pod.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    def kill_once(self) -> dict[str, float]:
+        assert self.cluster.kubelets is not None
+        word = self.expected.most_common(1)[0][0]
+        before = QueryRouter([self.service], timeout=2).get(STORE, word)
+        assert before.host is not None
+        address = before.host.split(":")[0]
+        victim = next(n for n, p in self.operator.pods(APP).items()
+                      if p.get("status", {}).get("podIP") == address)  # fmt: skip
+        generation = self.membership_generation()
+        killed = time.monotonic()
+        self.cluster.kubelets.kill_container(NAMESPACE, victim)
+        self.produce(500)  # arrives while the pod is down
+        marks: dict[str, float] = {}
+        deadline = killed + 90
+        while len(marks) < len(MARKS) and time.monotonic() < deadline:
+            now = time.monotonic() - killed
+            if "kill_to_not_ready_s" not in marks and not self.pod_ready(victim):
+                marks["kill_to_not_ready_s"] = now
+            if "kill_to_membership_s" not in marks and self.membership_generation() > generation:
+                marks["kill_to_membership_s"] = now
+            if "kill_to_stale_answer_s" not in marks:
+                try:
+                    result = QueryRouter([self.service], timeout=1).get(STORE, word)
+                    if result.found and result.host != before.host:
+                        marks["kill_to_stale_answer_s"] = time.monotonic() - killed
+                except QueryFailedError:
+                    pass
+            if "kill_to_processing_s" not in marks and self.counts_exact():
+                marks["kill_to_processing_s"] = time.monotonic() - killed
+            time.sleep(0.01)
+        if len(marks) < len(MARKS):
+            raise RuntimeError(f"the failover did not finish within 90 s: {marks}\n"
+                               + self.operator.describe_failure(APP)[-6000:])  # fmt: skip
+        # The container comes back after the kubelet's back-off and rejoins; settle first.
+        wait_until(lambda: ready(self.operator, APP), "the killed pod back", READY_TIMEOUT)
+        wait_until(self.counts_exact, "exact counts with the pod back", 120)
+        return {key: round(value, 3) for key, value in sorted(marks.items())}
+
+
+def last_json_line(path: Path) -> dict[str, Any]:
+    for line in reversed(path.read_text(encoding="utf-8").splitlines()):
+        if line.startswith("{"):
+            found: dict[str, Any] = json.loads(line)
+            return found
+    raise SystemExit(f"no JSON line in {path}: did the embedded-log run above fail?")
+
+
+def run(kills: int, lines: int) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="bench-operator-kafka-"))
+    examples = sorted(str(p) for p in (REPO / "examples").iterdir() if p.is_dir())
+    with KafkaCluster(root / "kafka", 1) as broker:
+        cluster = Cluster(root / "cluster", pythonpath=examples).start()
+        operator = Operator(cluster, root / "operator", NAMESPACE)
+        try:
+            operator.install()
+            operator.start()
+            create_input(broker.bootstrap)
+            bench = Bench(cluster, operator, broker.bootstrap)
+            applied = time.monotonic()
+            bench.service = deploy(operator, APP, broker.bootstrap, SECRET)
+            apply_to_ready = time.monotonic() - applied
+            produced = time.monotonic()
+            bench.produce(lines)
+            wait_until(bench.counts_exact, "exact counts", 120)
+            first_counts = time.monotonic() - produced
+            print(f"kafka: apply -> Ready {apply_to_ready:.2f} s; {lines} lines -> exact "
+                  f"counts {first_counts:.2f} s", flush=True)  # fmt: skip
+            measured = []
+            for index in range(kills):
+                marks = bench.kill_once()
+                measured.append(marks)
+                shown = ", ".join(f"{k} {v:.3f}" for k, v in marks.items())
+                print(f"kafka kill {index + 1}: {shown}", flush=True)
+            operator.kubectl("delete", "sapp", APP)
+            wait_until(lambda: not operator.pods(APP), "every pod gone", READY_TIMEOUT)
+        finally:
+            operator.stop()
+            cluster.stop()
+            shutil.rmtree(root / "cluster", ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
+    summary: dict[str, Any] = {
+        "kafka_apply_to_ready_s": round(apply_to_ready, 3),
+        "kafka_lines_to_exact_counts_s": round(first_counts, 3),
+        "kafka_kills": measured,
+    }
+    for key in MARKS:
+        values = [k[key] for k in measured]
+        summary[f"kafka_{key}"] = round(statistics.median(values), 3)
+        summary[f"kafka_{key.removesuffix('_s')}_max_s"] = max(values)
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--lines", type=int, default=5_000, help="lines before the first kill")
+    parser.add_argument("--merge", type=Path, help="a file whose last JSON line to extend")
+    args = parser.parse_args()
+    summary = last_json_line(args.merge) if args.merge is not None else {}
+    summary.update(run(args.kills, args.lines))
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
