@@ -93,7 +93,7 @@ bench-failover: $(STAMP) ## Failover benchmark: SIGKILL an active replica; stale
 bench-operator: $(STAMP) ## Operator benchmark: apply -> children/Ready, pod killed -> stale answer/processing, topology upgrade vs reset-and-rebuild, on the emulated cluster (last line JSON)
 	$(BIN)/python -m tests.bench.bench_operator
 
-bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
+bench-log: $(STAMP) kafka-jars ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite and Kafka (the project's broker, or EDDYLINE_TEST_KAFKA_BOOTSTRAP's) (last line JSON)
 	$(BIN)/python -m tests.bench.bench_log
 
 bench-restore: $(STAMP) ## Restore benchmark: serial replay vs Spark build + SST ingest, 2M records (last line JSON)

@@ -116,9 +116,22 @@ class PartitionReader:
             except KafkaException as exc:
                 if not leader_moving(kafka_error(exc)) or time.monotonic() > deadline:
                     raise self._log.error(exc, action=f"reading the offsets of {tp}") from None
+                self._refresh_metadata(real)
                 time.sleep(0.05)
                 continue
             return low, high
+
+    def _refresh_metadata(self, real: str) -> None:
+        """Ask for ``real``'s metadata now. This consumer is assigned nothing, so no
+        fetcher notices a leader that died: librdkafka kept the dead leader (or none)
+        in its cache until its periodic refresh (topic.metadata.refresh.interval.ms,
+        5 min), and every watermark query failed with _UNKNOWN_PARTITION meanwhile
+        (seen on the three-broker cluster with a broker killed). A metadata response
+        updates the client's cache, so the next query goes to the new leader."""
+        try:
+            self._offsets.list_topics(real, timeout=min(5.0, self._log.request_timeout_s))
+        except KafkaException as exc:  # the next query reports what is wrong
+            logger.debug("metadata refresh of %s failed: %s", real, exc)
 
     def fetch(
         self, tp: TopicPartition, real: str, offset: int, max_records: int
