@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition as KafkaPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka import ElectionType
+from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
 
 from eddyline_runtime.config import StreamsConfig
@@ -122,34 +122,75 @@ def published(log: KafkaLog) -> dict[str, list[int]]:
     return counts
 
 
+class Feeder:
+    """Lines keep arriving through every fault, until :meth:`stop`. A batch counts once
+    produce returned: it is then acknowledged by the in-sync replicas."""
+
+    def __init__(self, log: KafkaLog) -> None:
+        self.log = log
+        self.expected: Counter[str] = Counter()
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._feed, name="feed-lines", daemon=True)
+        self._thread.start()
+
+    def _feed(self) -> None:
+        batch = 0
+        try:
+            while not self._stop.is_set():
+                lines = batch_lines(batch)
+                for partition in range(PARTITIONS):
+                    self.log.produce(
+                        TopicPartition("lines", partition),
+                        [Record(None, line.encode(), batch + 1) for line in lines[partition::2]],
+                    )
+                self.expected.update(" ".join(lines).split())
+                batch += 1
+                time.sleep(0.2)
+        except BaseException as exc:  # reported by the test thread
+            self.errors.append(exc)
+
+    def stop(self) -> Counter[str]:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self.errors, self.errors
+        return self.expected
+
+
+def processing_resumes(instance: StreamsInstance, after: str, since: float) -> None:
+    before = instance.processed
+    wait_for(lambda: instance.processed > before or None, f"records processed after {after}", 90)
+    print(f"processing resumed {time.monotonic() - since:.1f} s after {after}")
+
+
+def elect_preferred_leaders(admin: AdminClient, topics: dict[str, int]) -> None:
+    elected = admin.elect_leaders(
+        ElectionType.PREFERRED,
+        [KafkaPartition(topic, p) for topic, count in topics.items() for p in range(count)],
+    )
+    elected.result(timeout=30)
+
+
+def settled_counts(log: KafkaLog, expected: Counter[str]) -> dict[str, list[int]]:
+    """Every count published per word, once the last ones are ``expected`` (commit markers
+    land after the commit returned) or 30 s passed."""
+    deadline = time.monotonic() + 30
+    while True:
+        counts = published(log)
+        if {w: v[-1] for w, v in counts.items()} == dict(expected):
+            return counts
+        if time.monotonic() > deadline:
+            return counts
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
 def test_word_count_is_exact_while_a_broker_restarts_and_leaders_change(
     tmp_path: Path, kafka3: KafkaCluster, log: KafkaLog
 ) -> None:
+    lines_topic = log.real_topic("lines")
     log.create_topic("lines", PARTITIONS)
-    known_to_every_broker(kafka3, log.real_topic("lines"))
-    expected: Counter[str] = Counter()
-    stop_feeding = threading.Event()
-    feed_errors: list[BaseException] = []
-
-    def feed() -> None:
-        """Lines keep arriving through every fault, until the test says stop. A batch
-        counts once produce returned: it is then acknowledged by the in-sync replicas."""
-        batch = 0
-        try:
-            while not stop_feeding.is_set():
-                lines = batch_lines(batch)
-                for partition in range(PARTITIONS):
-                    log.produce(
-                        TopicPartition("lines", partition),
-                        [Record(None, line.encode(), batch + 1) for line in lines[partition::2]],
-                    )
-                expected.update(" ".join(lines).split())
-                batch += 1
-                time.sleep(0.2)
-        except BaseException as exc:  # reported by the test thread
-            feed_errors.append(exc)
-
+    known_to_every_broker(kafka3, lines_topic)
     admin = AdminClient({"bootstrap.servers": kafka3.bootstrap})
     config = StreamsConfig.from_properties(
         {
@@ -161,26 +202,16 @@ def test_word_count_is_exact_while_a_broker_restarts_and_leaders_change(
     )
     instance = StreamsInstance(word_count(), config, log)
     instance.start()
-    feeder = threading.Thread(target=feed, name="feed-lines", daemon=True)
+    feeder = Feeder(log)
     try:
-        feeder.start()
         wait_for(lambda: instance.processed > 0 or None, "the first records processed", 120)
         victim = coordinator_broker(admin, [f"{APPLICATION}-{task}" for task in TASKS])
         led_before = leaders(admin, "__transaction_state")
-        before = instance.processed
         killed_at = time.monotonic()
         kafka3.stop_node(victim, kill=True)
         # Processing goes on on the two brokers left (min.insync.replicas=2 holds).
-        wait_for(
-            lambda: instance.processed > before or None,
-            f"records processed after broker {victim} was killed",
-            90,
-        )
-        print(f"processing resumed {time.monotonic() - killed_at:.1f} s after the kill")
+        processing_resumes(instance, f"broker {victim} was killed", killed_at)
         kafka3.start_node(victim)
-        # The restarted broker is the preferred leader of a third of the partitions:
-        # electing it moves those leaders (and the coordinators on them) back.
-        lines_topic = log.real_topic("lines")
         replicated = [lines_topic, "__transaction_state", "__consumer_offsets"]
         wait_for(
             lambda: all(in_sync(admin, topic) for topic in replicated) or None,
@@ -188,28 +219,18 @@ def test_word_count_is_exact_while_a_broker_restarts_and_leaders_change(
             90,
         )
         led_after_restart = leaders(admin, "__transaction_state")
-        elected = admin.elect_leaders(
-            ElectionType.PREFERRED,
-            [KafkaPartition(lines_topic, p) for p in range(PARTITIONS)]
-            + [KafkaPartition("__transaction_state", p) for p in range(4)]
-            + [KafkaPartition("__consumer_offsets", p) for p in range(4)],
+        # The restarted broker is the preferred leader of a third of the partitions:
+        # electing it moves those leaders (and the coordinators on them) back.
+        elect_preferred_leaders(
+            admin, {lines_topic: PARTITIONS, "__transaction_state": 4, "__consumer_offsets": 4}
         )
-        elected.result(timeout=30)
-        elected_at, before = time.monotonic(), instance.processed
-        wait_for(
-            lambda: instance.processed > before or None,
-            "records processed after the leader election",
-            90,
-        )
-        print(f"processing resumed {time.monotonic() - elected_at:.1f} s after the election")
-        stop_feeding.set()
-        feeder.join(60)
-        assert not feed_errors, feed_errors
+        processing_resumes(instance, "the leader election", time.monotonic())
+        expected = feeder.stop()
         stopped_at = time.monotonic()
         instance.wait_until_caught_up(180)
         print(f"caught up {time.monotonic() - stopped_at:.1f} s after the last line")
     finally:
-        stop_feeding.set()
+        feeder.stop()
         instance.close()
     # The kill moved the leaders of the victim's __transaction_state partitions away,
     # the election moved them back.
@@ -217,13 +238,7 @@ def test_word_count_is_exact_while_a_broker_restarts_and_leaders_change(
     assert moved and all(led_before[p] == victim for p in moved), (led_before, led_after_restart)
     assert leaders(admin, "__transaction_state") == led_before
 
-    deadline = time.monotonic() + 30
-    while True:
-        counts = published(log)
-        latest = {word: values[-1] for word, values in counts.items()}
-        if latest == dict(expected) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert latest == dict(expected)
+    counts = settled_counts(log, expected)
+    assert {word: values[-1] for word, values in counts.items()} == dict(expected)
     for word, values in counts.items():  # a transaction committed twice repeats a count
         assert values == sorted(set(values)), f"{word}: {values}"

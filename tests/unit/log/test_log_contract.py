@@ -757,6 +757,6 @@ def test_topic_retention_of_an_unknown_topic_or_below_zero_is_refused(log: Log) 
     before = log.topic_retention("app-output")  # a broker's default may delete by age
     with pytest.raises(UnknownTopicError):
         log.set_topic_retention("no-such-topic", 1_000)
-    with pytest.raises(InvalidTopicError, match="retention.ms"):
+    with pytest.raises(InvalidTopicError, match=r"retention\.ms"):
         log.set_topic_retention("app-output", -5)
     assert log.topic_retention("app-output") == before
