@@ -134,24 +134,24 @@ def test_stores_built_from_kafka_changelogs_equal_replayed_stores(
     written = compacted_partition(log)
 
     started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).with_name("spark_kafka_driver.py")),
-            log.settings.bootstrap,
-            log.topic_prefix,
-            TOPIC,
-            "0,1",
-            str(tmp_path / "out"),
-            str(jars),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=(tmp_path / "driver.log").open("w"),
-        text=True,
-        check=False,
-        timeout=400,
-        cwd=ROOT,
-    )
+    with (tmp_path / "driver.log").open("w") as driver_output:
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("spark_kafka_driver.py")),
+                log.settings.bootstrap,
+                log.topic_prefix,
+                TOPIC,
+                "0,1",
+                str(tmp_path / "out"),
+                str(jars),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=driver_output,
+            check=False,
+            timeout=400,
+            cwd=ROOT,
+        )
     driver_log = (tmp_path / "driver.log").read_text()
     print(f"build took {time.monotonic() - started:.1f} s")
     assert done.returncode == 0, driver_log[-4000:]
