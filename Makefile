@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast kafka kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka image clean
+.PHONY: help setup run demo-store test test-fast kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,7 +42,7 @@ run: $(STAMP) ## The main job: word count on the embedded log (generate, process
 demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query at both isolation levels
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
-test: $(STAMP) kafka-jars control-plane ## Run every test, slow ones included (what CI runs)
+test: $(STAMP) kafka-jars spark-kafka-jars control-plane ## Run every test, slow ones included (what CI runs)
 	@scripts/check-prerequisites --java
 	$(BIN)/pytest
 
@@ -51,6 +51,9 @@ test-fast: $(STAMP) ## Run the tests not marked slow
 
 kafka-jars: ## Fetch the pinned Apache Kafka release (tools/kafka/pom.xml) into .cache/kafka, once
 	@scripts/kafka-jars >/dev/null
+
+spark-kafka-jars: $(STAMP) ## Fetch Spark's Kafka source at the installed PySpark's version (tools/spark-kafka/pom.xml) into .cache/spark-kafka, once
+	@scripts/spark-kafka-jars $(BIN)/python >/dev/null
 
 kafka: $(STAMP) kafka-jars ## Start one Kafka broker (KRaft) for trying eddyline by hand; prints its bootstrap address
 	$(BIN)/python -m tests.support.kafka $(STATE_DIR)/kafka
@@ -95,7 +98,7 @@ bench-operator: $(STAMP) kafka-jars control-plane ## Operator benchmark on the r
 	$(BIN)/python -m tests.bench.bench_operator | tee $(STATE_DIR)/bench-operator.out
 	$(BIN)/python -m tests.bench.bench_operator_kafka --merge $(STATE_DIR)/bench-operator.out
 
-bench-log: $(STAMP) ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite, Kafka if EDDYLINE_TEST_KAFKA_BOOTSTRAP is set (last line JSON)
+bench-log: $(STAMP) kafka-jars ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite and Kafka (the project's broker, or EDDYLINE_TEST_KAFKA_BOOTSTRAP's) (last line JSON)
 	$(BIN)/python -m tests.bench.bench_log
 
 bench-restore: $(STAMP) ## Restore benchmark: serial replay vs Spark build + SST ingest, 2M records (last line JSON)

@@ -9,6 +9,6 @@ USER root
 RUN apt-get update \
     && apt-get install --yes --no-install-recommends openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/* \
-    && pip install --no-cache-dir 'pyspark>=4.3,<5' 'pyarrow>=18'
+    && pip install --no-cache-dir 'pyspark==4.2.0' 'pyarrow>=18'
 USER 10001
 ENTRYPOINT ["eddyline", "restore"]

@@ -6,9 +6,11 @@ It is a script, not a test: it measures and reports, and never fails on a number
 Side by side, in one run, through the :class:`~eddyline_runtime.log.Log` port:
 
 * ``sqlite_*``: the embedded log in a temporary directory.
-* ``kafka_*``: a Kafka cluster, when ``EDDYLINE_TEST_KAFKA_BOOTSTRAP`` names
-  one (``host:port,...``; client settings from the file ``EDDYLINE_LOG_SETTINGS``
-  names), on fresh topics under a prefix of this run.
+* ``kafka_*``: always. The project's own broker (one KRaft node of the pinned
+  release, started here from ``.cache/kafka`` as the tests start it, and stopped
+  at the end), or the cluster ``EDDYLINE_TEST_KAFKA_BOOTSTRAP`` names instead
+  (``host:port,...``; client settings from the file ``EDDYLINE_LOG_SETTINGS``
+  names); fresh topics under a prefix of this run.
 * ``kafka_mock_*``: librdkafka's mock cluster in this process, produce and
   fetch only. It shows the client's own cost (no network, no disk); its
   transactions are not Kafka's, so none are timed.
@@ -142,13 +144,15 @@ def main() -> None:
         finally:
             cluster.close()
 
+    from eddyline_runtime.log.kafka import KafkaLog
+    from eddyline_runtime.log.kafka_settings import settings_from_environment
+    from tests.support.kafka.broker import KafkaCluster
+
+    prefix = f"eddyline-bench-{uuid.uuid4().hex[:8]}."
     bootstrap = os.environ.get(KAFKA_BOOTSTRAP_ENV)
     if bootstrap:
-        from eddyline_runtime.log.kafka import KafkaLog
-        from eddyline_runtime.log.kafka_settings import settings_from_environment
-
-        prefix = f"eddyline-bench-{uuid.uuid4().hex[:8]}."
         settings = settings_from_environment()
+        results["kafka_broker"] = f"{KAFKA_BOOTSTRAP_ENV}={bootstrap}"
         results.update(
             run(
                 lambda: KafkaLog.open(f"kafka://{bootstrap}", settings, topic_prefix=prefix),
@@ -158,7 +162,22 @@ def main() -> None:
             )
         )
     else:
-        results["kafka"] = f"skipped: {KAFKA_BOOTSTRAP_ENV} is not set"
+        # The project's own broker (one KRaft node, as the tests start it), so the
+        # kafka_* figures are always there; tests/support/kafka/ fetches the jars.
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-log-kafka-") as directory,
+            KafkaCluster(Path(directory)) as broker,
+        ):
+            results["kafka_broker"] = f"project broker, Apache Kafka {broker.version}"
+            results["kafka_version"] = broker.version
+            results.update(
+                run(
+                    lambda: KafkaLog.open(f"kafka://{broker.bootstrap}", {}, topic_prefix=prefix),
+                    "kafka",
+                    args=args,
+                    transactions=True,
+                )
+            )
     print(json.dumps(results))
 
 

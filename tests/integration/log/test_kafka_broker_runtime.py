@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
@@ -228,3 +229,23 @@ def test_a_transaction_the_broker_timed_out_cannot_commit_and_writes_nothing(
         assert [r.value for r in log.fetch(out, log.beginning_offset(out)).records] == [b"next"]
     finally:
         log.close()
+
+
+def test_topic_retention_is_the_topics_retention_ms_and_compact_delete_policy(
+    log: KafkaLog,
+) -> None:
+    """What the broker itself holds: its log cleaner then deletes old segments of a
+    window store's changelog and compacts the rest, as for Kafka Streams' changelogs."""
+    log.create_topic("windows-changelog", 1, compacted=True)
+    log.set_topic_retention("windows-changelog", 3_600_000)
+    admin = AdminClient({"bootstrap.servers": log.settings.bootstrap})
+
+    def broker_config() -> tuple[str, str]:
+        resource = ConfigResource("topic", log.real_topic("windows-changelog"))
+        configs = next(iter(admin.describe_configs([resource]).values())).result()
+        return configs["cleanup.policy"].value, configs["retention.ms"].value
+
+    assert broker_config() == ("compact,delete", "3600000")
+    log.set_topic_retention("windows-changelog", None)
+    assert broker_config() == ("compact", "-1")
+    assert log.topics()["windows-changelog"] == TopicSpec("windows-changelog", 1, True)

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[3]
 JARS_SCRIPT = ROOT / "scripts" / "kafka-jars"
 # Four JVMs (three brokers and a single one), Spark and the tests share 24 GiB.
 HEAP = "-Xmx512m"
-START_TIMEOUT_S = 90.0
+# Three JVMs starting at once on 2 busy cores (load 30 seen) take well over a minute.
+START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
 # librdkafka's complaints while a broker starts or stops are expected.
 _QUIET = logging.getLogger("eddyline.tests.kafka")
@@ -54,6 +55,10 @@ _BROKER_SETTINGS = {
     "log.retention.ms": "-1",
     # A deleted topic's data goes at once, so recreating it gives an empty topic.
     "file.delete.delay.ms": "1000",
+    # The log cleaner looks for work every second, not 15: a test that compacts a
+    # changelog (segment.ms and min.cleanable.dirty.ratio set low on its topic) waits
+    # for the cleaner to have run.
+    "log.cleaner.backoff.ms": "1000",
 }
 
 _LOG4J2 = """\

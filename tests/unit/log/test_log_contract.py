@@ -37,6 +37,7 @@ from eddyline_runtime.log import (
     CommittedTransaction,
     FetchedColumns,
     FetchResult,
+    InvalidTopicError,
     LagTracker,
     Log,
     OffsetOutOfRangeError,
@@ -731,3 +732,31 @@ def test_a_large_batch_keeps_every_record_and_offset_in_order(log: Log, size: in
     assert [(r.key, r.value, r.timestamp) for r in records] == 2 * list(
         zip(keys, values, timestamps, strict=True)
     )
+
+
+# Topic retention (window and session store changelogs)
+
+
+def test_topic_retention_is_reported_back_replaced_and_cleared(
+    log: Log, open_again: LogOpener
+) -> None:
+    log.create_topic("app-windows-changelog", 2, compacted=True)
+    assert log.topic_retention("app-windows-changelog") is None
+    log.set_topic_retention("app-windows-changelog", 90_000)
+    assert open_again().topic_retention("app-windows-changelog") == 90_000
+    log.set_topic_retention("app-windows-changelog", 120_000)
+    assert log.topic_retention("app-windows-changelog") == 120_000
+    # Still compacted (compact,delete on Kafka): creating it again as compacted is a no-op.
+    assert log.topics()["app-windows-changelog"].compacted
+    log.create_topic("app-windows-changelog", 2, compacted=True)
+    log.set_topic_retention("app-windows-changelog", None)
+    assert log.topic_retention("app-windows-changelog") is None
+
+
+def test_topic_retention_of_an_unknown_topic_or_below_zero_is_refused(log: Log) -> None:
+    before = log.topic_retention("app-output")  # a broker's default may delete by age
+    with pytest.raises(UnknownTopicError):
+        log.set_topic_retention("no-such-topic", 1_000)
+    with pytest.raises(InvalidTopicError, match=r"retention\.ms"):
+        log.set_topic_retention("app-output", -5)
+    assert log.topic_retention("app-output") == before

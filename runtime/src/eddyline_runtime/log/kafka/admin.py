@@ -3,7 +3,8 @@
 Topics are created with the admin client (changelogs compacted, the
 replication factor and ``min.insync.replicas`` from the settings); an
 existing topic is checked for its partition count and cleanup policy, and
-never altered.
+never altered, except for its retention (``Log.set_topic_retention``: window
+and session store changelogs), which eddyline sets with IncrementalAlterConfigs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from eddyline_runtime.log.errors import (
@@ -126,6 +127,88 @@ class KafkaTopics:
                     acl="DESCRIBE_CONFIGS on the topics",
                 ) from None
         return {real: self.compacted[real] for real in reals}
+
+    def set_retention(self, name: str, retention_ms: int | None) -> None:
+        """``retention.ms``, and the cleanup policy that makes the broker apply it.
+
+        A compacted topic becomes ``compact,delete`` (Kafka Streams' policy for window
+        and session store changelogs: compaction keeps the latest value per key, age
+        deletes the old segments); ``None`` makes it ``compact`` alone again. A topic
+        that is not compacted keeps ``delete`` and gets ``retention.ms`` (``-1`` for
+        ``None``: never deleted). One IncrementalAlterConfigs: the topic's other
+        settings, a Strimzi KafkaTopic's included, stay as they are."""
+        if retention_ms is not None and (type(retention_ms) is not int or retention_ms < 0):
+            raise InvalidTopicError(
+                name, f"retention.ms must be a number of milliseconds >= 0, got {retention_ms!r}"
+            )
+        log = self._log
+        real = self.check_partition(TopicPartition(name, 0))
+        compacted = self.cleanup_compacted([real])[real]
+        if compacted:
+            policy = "compact,delete" if retention_ms is not None else "compact"
+        else:
+            policy = "delete"
+        entries = [
+            ConfigEntry("cleanup.policy", policy, incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry(
+                "retention.ms",
+                str(-1 if retention_ms is None else retention_ms),
+                incremental_operation=AlterConfigOpType.SET,
+            ),
+        ]
+        resource = ConfigResource("topic", real, incremental_configs=entries)
+        try:
+            futures = self.client().incremental_alter_configs(
+                [resource], request_timeout=log.request_timeout_s
+            )
+            for future in futures.values():
+                future.result()
+        except KafkaException as exc:
+            raise log.error(
+                exc,
+                action=f'setting retention.ms={retention_ms} on topic "{name}"',
+                acl=f'ALTER_CONFIGS on topic "{real}"',
+            ) from None
+        # The controller accepts the change, then each broker applies it from the metadata
+        # log: until then a DescribeConfigs still answers the old values. Waiting here
+        # makes what the call set what topic_retention reports next.
+        deadline = time.monotonic() + log.request_timeout_s
+        while self._described(name, real) != (policy, retention_ms):
+            if time.monotonic() > deadline:
+                raise BrokerUnreachableError(
+                    log.settings.bootstrap,
+                    log.request_timeout_s,
+                    f'topic "{real}" never showed cleanup.policy={policy}, '
+                    f"retention.ms={retention_ms}",
+                )
+            time.sleep(0.05)
+
+    def retention(self, name: str) -> int | None:
+        """The topic's ``retention.ms`` when its cleanup policy deletes by age, else None
+        (a compacted topic without ``delete``, or ``retention.ms=-1``, keeps its records)."""
+        real = self.check_partition(TopicPartition(name, 0))
+        policy, retention = self._described(name, real)
+        return retention if "delete" in policy.split(",") else None
+
+    def _described(self, name: str, real: str) -> tuple[str, int | None]:
+        """(cleanup.policy, retention.ms or None for -1) as a broker describes them."""
+        log = self._log
+        try:
+            futures = self.client().describe_configs(
+                [ConfigResource("topic", real)], request_timeout=log.request_timeout_s
+            )
+            configs = next(iter(futures.values())).result()
+        except KafkaException as exc:
+            raise log.error(
+                exc,
+                action=f'reading the configuration of topic "{name}"',
+                acl=f'DESCRIBE_CONFIGS on topic "{real}"',
+            ) from None
+        policy_entry = configs.get("cleanup.policy")
+        policy = policy_entry.value if policy_entry is not None and policy_entry.value else "delete"
+        retention_entry = configs.get("retention.ms")
+        retention = int(retention_entry.value or -1) if retention_entry is not None else -1
+        return policy, None if retention < 0 else retention
 
     def topics(self) -> Mapping[str, TopicSpec]:
         counts = self.refresh()

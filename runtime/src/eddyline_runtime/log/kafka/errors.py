@@ -65,6 +65,10 @@ LEADER_MOVING_CODES = frozenset(
         KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError.REPLICA_NOT_AVAILABLE,
         KafkaError.NOT_ENOUGH_REPLICAS,
+        # A leader just elected answers ListOffsets with this until its high watermark
+        # caught up with the followers' (KIP-207); librdkafka does not flag it retriable.
+        # Seen after a preferred-leader election on the three-broker cluster.
+        KafkaError.OFFSET_NOT_AVAILABLE,
     }
 )
 

@@ -76,6 +76,17 @@ _TRANSACTION_TIMEOUT_S = 60.0
 _SERVE_PRODUCERS_S = 1.0
 
 
+class _ThreadClients:
+    """One thread's reader, plain producer and transactional producers."""
+
+    def __init__(self) -> None:
+        self.reader: PartitionReader | None = None
+        self.producer: Producer | None = None
+        self.transactional: weakref.WeakSet[KafkaTransactionalProducer] = weakref.WeakSet()
+        self.served_at = time.monotonic()
+        self.ready = True
+
+
 class KafkaClients:
     """Makes the librdkafka clients; the boundary tests replace with a fake."""
 
@@ -116,7 +127,9 @@ class KafkaLog(Log):
         self._last_client_error: str | None = None
         self.topic_admin = KafkaTopics(self)
         self._group_consumers: dict[str, Consumer] = {}
-        self._threads: list[threading.local] = []
+        # Each thread's clients, for close(): a threading.local shows each thread only
+        # its own attributes, so close() keeps the objects the locals point to.
+        self._threads: list[_ThreadClients] = []
         # Per partition, a last stable offset seen and where committed data ended
         # below it, when a reader found only transaction markers in between: a
         # read_committed reader at that data end is at the end (see end_offset).
@@ -171,14 +184,10 @@ class KafkaLog(Log):
         self._last_client_error = error.str()
         logger.warning("Kafka client error: %s", error.str())
 
-    def _thread_state(self) -> threading.local:
-        state = self._local
-        if not getattr(state, "ready", False):
-            state.reader = None
-            state.producer = None
-            state.transactional = weakref.WeakSet()
-            state.served_at = time.monotonic()
-            state.ready = True
+    def _thread_state(self) -> _ThreadClients:
+        state: _ThreadClients | None = getattr(self._local, "clients", None)
+        if state is None or not state.ready:
+            state = self._local.clients = _ThreadClients()
             with self._lock:
                 self._threads.append(state)
         return state
@@ -260,6 +269,14 @@ class KafkaLog(Log):
 
     def create_topic(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         return self.topic_admin.create(name, partitions, compacted=compacted)
+
+    def set_topic_retention(self, topic: str, retention_ms: int | None) -> None:
+        """``retention.ms`` and ``cleanup.policy`` on the topic (admin.py), applied by
+        the broker itself: :meth:`enforce_retention` stays the port's no-op."""
+        self.topic_admin.set_retention(topic, retention_ms)
+
+    def topic_retention(self, topic: str) -> int | None:
+        return self.topic_admin.retention(topic)
 
     # -- records -----------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# One watermark query's timeout; bounds() repeats it within the request timeout.
+_WATERMARK_ATTEMPT_S = 3.0
 # How long a fetch waits for records the last stable offset says are there.
 _FETCH_WAIT_S = 30.0
 # One consume() while waiting: short, so a fetch returns as soon as data lands.
@@ -106,19 +108,38 @@ class PartitionReader:
         the partition's leadership moves (a broker restart, a leader election) for at
         most the request timeout."""
         deadline = time.monotonic() + self._log.request_timeout_s
+        # Each attempt is short: a query sent to a leader that was just killed waits for
+        # it until its timeout (a whole request timeout once, seen on the 3-broker
+        # cluster), while a metadata refresh finds the new leader in milliseconds.
+        attempt_s = min(_WATERMARK_ATTEMPT_S, self._log.request_timeout_s)
         while True:
             try:
                 low, high = self._offsets.get_watermark_offsets(
-                    KafkaPartition(real, tp.partition),
-                    timeout=self._log.request_timeout_s,
-                    cached=False,
+                    KafkaPartition(real, tp.partition), timeout=attempt_s, cached=False
                 )
             except KafkaException as exc:
-                if not leader_moving(kafka_error(exc)) or time.monotonic() > deadline:
+                error = kafka_error(exc)
+                retry = leader_moving(error) or (
+                    error is not None and error.code() == KafkaError._TIMED_OUT
+                )
+                if not retry or time.monotonic() > deadline:
                     raise self._log.error(exc, action=f"reading the offsets of {tp}") from None
+                self._refresh_metadata(real)
                 time.sleep(0.05)
                 continue
             return low, high
+
+    def _refresh_metadata(self, real: str) -> None:
+        """Ask for ``real``'s metadata now. This consumer is assigned nothing, so no
+        fetcher notices a leader that died: librdkafka kept the dead leader (or none)
+        in its cache until its periodic refresh (topic.metadata.refresh.interval.ms,
+        5 min), and every watermark query failed with _UNKNOWN_PARTITION meanwhile
+        (seen on the three-broker cluster with a broker killed). A metadata response
+        updates the client's cache, so the next query goes to the new leader."""
+        try:
+            self._offsets.list_topics(real, timeout=min(5.0, self._log.request_timeout_s))
+        except KafkaException as exc:  # the next query reports what is wrong
+            logger.debug("metadata refresh of %s failed: %s", real, exc)
 
     def fetch(
         self, tp: TopicPartition, real: str, offset: int, max_records: int
