@@ -17,8 +17,10 @@ from eddyline_runtime.processing.dsl import (
     KStream,
     KTable,
     SessionWindowedKStream,
+    SlidingWindowedKStream,
     StreamsBuilder,
     TimeWindowedKStream,
+    WindowedKTable,
 )
 from eddyline_runtime.processing.topology import (
     Cancellable,
@@ -38,6 +40,8 @@ from eddyline_runtime.processing.windows import (
     SessionWindow,
     SessionWindowedSerde,
     SessionWindows,
+    SlidingWindows,
+    Suppressed,
     TimeWindow,
     TimeWindowedSerde,
     TimeWindows,
@@ -68,6 +72,9 @@ __all__ = [
     "SessionWindowedKStream",
     "SessionWindowedSerde",
     "SessionWindows",
+    "SlidingWindowedKStream",
+    "SlidingWindows",
+    "Suppressed",
     "StoreSpec",
     "StreamsBuilder",
     "StringSerde",
@@ -79,4 +86,5 @@ __all__ = [
     "TopologyError",
     "WindowStore",
     "Windowed",
+    "WindowedKTable",
 ]
