@@ -16,7 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
+from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import (
     KTable,
     Processor,
@@ -53,9 +56,7 @@ def scenario(counts: KTable, builder: StreamsBuilder) -> Topology:
     return builder.build()
 
 
-def run(
-    topology: Topology, records: list[tuple[str, int]], stores: dict[str, Any]
-) -> TaskTopology:
+def run(topology: Topology, records: list[tuple[str, int]], stores: dict[str, Any]) -> TaskTopology:
     (sub,) = topology.subtopologies()
     task = TaskTopology(topology, sub, 0, stores)
     feed(task, records)
@@ -183,9 +184,9 @@ def test_final_results_for_session_windows(store_factory: StoreFactory) -> None:
     assert Sink.seen["suppressed"] == [("[k1@0/5]", 3, 5), ("[k2@11/11]", 1, 11)]
 
 
-def test_emit_final_uses_the_task_stream_time(store_factory: StoreFactory) -> None:
-    """emit_final (Kafka's EmitStrategy.onWindowClose) closes windows by the task's stream
-    time, which records of other keys advance too; each window comes out once."""
+def test_emit_final_closes_windows_on_the_newest_update(store_factory: StoreFactory) -> None:
+    """emit_final (Kafka's EmitStrategy.onWindowClose): updates of other keys advance the
+    clock too; each window comes out once."""
     Sink.seen = {}
     builder = StreamsBuilder()
     windows = TimeWindows.of_size_with_grace(10, 5)
@@ -257,3 +258,33 @@ def test_a_crash_rolls_back_uncommitted_evictions_and_never_repeats_committed_on
     task = run(topology(), [], stores)
     feed(task, [("d", 26), ("d", 40)], first_offset=5)
     assert Sink.seen["final"] == [("[c@20/30]", 1, 25), ("[d@20/30]", 1, 26)]
+
+
+def test_updates_a_record_cache_holds_back_are_final_once(store_factory: StoreFactory) -> None:
+    """With a cached window store, updates arrive at a flush in last-write order; a window
+    updated late (within grace) is forwarded after updates of later records. Its final
+    result comes out once, with the late record in it (a clock taken from the task's
+    stream time would close it at the first update of the flush, then again)."""
+    Sink.seen = {}
+    builder = StreamsBuilder()
+    (
+        grouped(builder)
+        .windowed_by(TimeWindows.of_size_with_grace(10, 5))
+        .emit_final()
+        .count("counts")
+        .to_stream()
+        .process(lambda: Sink("final"))
+    )
+    topology = builder.build()
+    stores = open_stores(store_factory, topology)
+    cached = TaskStore(
+        stores["counts"],
+        changelog=TopicPartition("app-counts-changelog", 0),
+        cache=ThreadCache(1024 * 1024),
+        cache_name="counts",
+    )
+    task = run(topology, [("a", 5)], {**stores, "counts": cached})
+    cached.flush()
+    feed(task, [("b", 14), ("a", 6), ("c", 15)], first_offset=1)
+    cached.flush()
+    assert Sink.seen["final"] == [("[a@0/10]", 2, 6)]

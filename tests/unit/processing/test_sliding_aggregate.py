@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pytest
@@ -69,7 +70,9 @@ class Collect(Processor):
 
 
 def run(
-    topology: Topology, records: list[tuple[str | None, str | None, int]], stores: dict[str, Any]
+    topology: Topology,
+    records: Sequence[tuple[str | None, str | None, int]],
+    stores: dict[str, Any],
 ) -> tuple[TaskTopology, list[tuple[Windowed[str], Any, int]]]:
     Collect.seen = []
     (sub,) = topology.subtopologies()

@@ -85,9 +85,8 @@ class FinalResultsProcessor(Processor):
             )
         context = self.context
         spec = self._spec
+        # The updates' own clock (see FinalResults): never ahead of an update in flight.
         clock = max(self._clock, context.timestamp)
-        if spec.task_stream_time:
-            clock = max(clock, context.stream_time)
         if clock != self._clock:
             self._clock = clock
             self._buffer.put(_CLOCK_KEY, _TIME.pack(clock))

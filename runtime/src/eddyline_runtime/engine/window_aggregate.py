@@ -327,7 +327,9 @@ class SlidingWindowAggregateProcessor(Processor):
             self._skip(timestamp, timestamp + diff, close_time, stream_time)
             return
         stored_key = self._keys.serialize(key)
-        update = _SlidingUpdate(self, key, value, stored_key, close_time, stream_time)
+        update = _SlidingUpdate(
+            self, key, value, stored_key=stored_key, close_time=close_time, stream_time=stream_time
+        )
         if timestamp < diff:
             update.early()
         else:
@@ -388,6 +390,7 @@ class _SlidingUpdate:
         owner: SlidingWindowAggregateProcessor,
         key: Any,
         value: Any,
+        *,
         stored_key: bytes,
         close_time: int,
         stream_time: int,
@@ -498,10 +501,8 @@ def _newest_stored_timestamp(store: WindowStore) -> int:
     newest_start = store.observed_stream_time
     if newest_start < 0:
         return -1
-    return max(
-        (split_timestamped(value)[0] for _, _, value in store.fetch_all(newest_start, newest_start)),
-        default=-1,
-    )
+    newest = store.fetch_all(newest_start, newest_start)
+    return max((split_timestamped(value)[0] for _, _, value in newest), default=-1)
 
 
 def build_operator(

@@ -435,8 +435,8 @@ class TimeWindowedKStream:
             name,
         )
         table = WindowedKTable(
-            builder, name, self._key_serde, store, value_serde, "time", self._windows.size_ms,
-            self._windows.grace_ms,
+            builder, name, self._key_serde, store, value_serde, kind="time",
+            size_ms=self._windows.size_ms, close_after_ms=self._windows.grace_ms,
         )  # fmt: skip
         return table._final_results(store) if self._emit_final else table
 
@@ -512,7 +512,10 @@ class SessionWindowedKStream:
         )
         # A session is final once no record can reach it: gap + grace after its end.
         wait = self._windows.gap_ms + self._windows.grace_ms
-        table = WindowedKTable(builder, name, self._key_serde, store, value_serde, "session", 0, wait)
+        table = WindowedKTable(
+            builder, name, self._key_serde, store, value_serde, kind="session", size_ms=0,
+            close_after_ms=wait,
+        )  # fmt: skip
         return table._final_results(store) if self._emit_final else table
 
 
@@ -882,8 +885,8 @@ class SlidingWindowedKStream(TimeWindowedKStream):
             name,
         )
         table = WindowedKTable(
-            builder, name, self._key_serde, store, value_serde, "sliding", windows.size_ms,
-            windows.grace_ms,
+            builder, name, self._key_serde, store, value_serde, kind="sliding",
+            size_ms=windows.size_ms, close_after_ms=windows.grace_ms,
         )  # fmt: skip
         return table._final_results(store) if self._emit_final else table
 
@@ -898,14 +901,15 @@ class WindowedKTable(KTable):
         inner_key_serde: str | None,
         store: str,
         value_serde: str | None,
-        window_kind: str,
-        window_size_ms: int,
+        *,
+        kind: str,
+        size_ms: int,
         close_after_ms: int,
     ) -> None:
         super().__init__(builder, node, None, store=store, value_serde=value_serde)
         self._inner_key_serde = inner_key_serde
-        self._window_kind = window_kind
-        self._window_size_ms = window_size_ms
+        self._window_kind = kind
+        self._window_size_ms = size_ms
         # How long after a window's end it can still change: grace (sessions: gap + grace).
         self._close_after_ms = close_after_ms
 
@@ -917,8 +921,7 @@ class WindowedKTable(KTable):
         ``suppressed.name`` or ``<aggregation store>-suppress-buffer``."""
         if not isinstance(suppressed, Suppressed):
             raise TopologyError(
-                "suppress takes Suppressed.until_window_closes(), got "
-                f"{type(suppressed).__name__}"
+                f"suppress takes Suppressed.until_window_closes(), got {type(suppressed).__name__}"
             )
         assert self.store is not None  # every windowed aggregation has its store
         return self._final_results(suppressed.name or f"{self.store}-suppress-buffer", False)
@@ -939,7 +942,6 @@ class WindowedKTable(KTable):
             window_size_ms=self._window_size_ms,
             key_serde=self._inner_key_serde,
             value_serde=self.value_serde,
-            task_stream_time=emit_final,
         )
         builder.topology.add_operator(name, operation, self._node)
         builder.topology.add_state_store(StoreSpec(buffer), name)

@@ -389,9 +389,11 @@ class FinalResults:
     (transactional and changelogged, so final results survive a crash exactly
     once) and forwards a window's value when the stream time reaches its end +
     ``wait_ms`` (``strict``: passes it). ``window_kind`` is "time" (windowed keys
-    of ``window_size_ms``) or "session". ``task_stream_time``: the clock is the
-    task's stream time (``emit_final``, as Kafka's emit strategy); otherwise the
-    newest timestamp of the updates reaching the node (Kafka's ``suppress``).
+    of ``window_size_ms``) or "session". The clock is the newest timestamp of the
+    updates reaching the node (Kafka's ``suppress``), not the task's stream time:
+    with a record cache, updates reach the node at a flush, in the order of their
+    last write, and a clock that ran ahead of them would close a window before
+    its last update arrived, then emit it a second time.
     """
 
     store: str
@@ -401,4 +403,3 @@ class FinalResults:
     window_size_ms: int
     key_serde: str | None
     value_serde: str | None
-    task_stream_time: bool
