@@ -475,3 +475,58 @@ class SessionStoreReader(_SessionReads):
 
     def _segments(self) -> list[int]:
         return _discover_segments(self._readable, self.retention)
+
+
+def _observed_from_data(
+    readable: _Readable, retention: Retention, time_of_raw: Callable[[bytes], int]
+) -> int:
+    """The observed stream time a store's data implies: the largest segment-time in its
+    newest segment (what the owner recovers at reopen); -1 for an empty store."""
+    segments = _discover_segments(readable, retention)
+    if not segments:
+        return _NO_TIME
+    newest = segments[-1]
+    return max(
+        (time_of_raw(raw) for raw, _ in readable.scan(KeyRange.prefix(segment_prefix(newest)))),
+        default=_NO_TIME,
+    )
+
+
+class DetachedWindowReader(_WindowReads):
+    """A window store read through a plain key-value reader, without its owner: an
+    interactive query of any copy (active or standby; a standby has no owner view).
+
+    Expiry follows the observed stream time the data implies (read once, when the
+    reader is made), so expired windows not yet dropped stay hidden as they do
+    from the owner.
+    """
+
+    def __init__(self, inner: StoreReader, retention: Retention) -> None:
+        self._readable = inner
+        self.name = inner.name
+        self.retention = retention
+        self.isolation = inner.isolation
+        self._observed_time = _observed_from_data(inner, retention, window_start_of_raw)
+
+    def _observed(self) -> int:
+        return self._observed_time
+
+    def _segments(self) -> list[int]:
+        return _discover_segments(self._readable, self.retention)
+
+
+class DetachedSessionReader(_SessionReads):
+    """A session store read through a plain key-value reader: see :class:`DetachedWindowReader`."""
+
+    def __init__(self, inner: StoreReader, retention: Retention) -> None:
+        self._readable = inner
+        self.name = inner.name
+        self.retention = retention
+        self.isolation = inner.isolation
+        self._observed_time = _observed_from_data(inner, retention, session_end_of_raw)
+
+    def _observed(self) -> int:
+        return self._observed_time
+
+    def _segments(self) -> list[int]:
+        return _discover_segments(self._readable, self.retention)
