@@ -83,9 +83,7 @@ def test_a_keys_windows_in_a_time_range(served: str) -> None:
     assert body["isolation"] == "READ_COMMITTED"
     _, later = get(served, f"/v1/stores/{WINDOWS}/windows/u1", **{"from": "10001"})
     assert [e["start"] for e in later["entries"]] == [200_000]
-    _, uncommitted = get(
-        served, f"/v1/stores/{WINDOWS}/windows/u2", isolation="READ_UNCOMMITTED"
-    )
+    _, uncommitted = get(served, f"/v1/stores/{WINDOWS}/windows/u2", isolation="READ_UNCOMMITTED")
     assert uncommitted["isolation"] == "READ_UNCOMMITTED"
     assert uncommitted["entries"] == [{"key": "u2", "start": 0, "end": 10_000, "value": 1}]
 
