@@ -288,3 +288,33 @@ def test_updates_a_record_cache_holds_back_are_final_once(store_factory: StoreFa
     feed(task, [("b", 14), ("a", 6), ("c", 15)], first_offset=1)
     cached.flush()
     assert Sink.seen["final"] == [("[a@0/10]", 2, 6)]
+
+
+def test_a_window_expiring_before_a_flush_still_gives_its_final_result(
+    store_factory: StoreFactory,
+) -> None:
+    """Dropping an expired segment deletes its windows through the record cache: the
+    cache is flushed first, so the updates it held are forwarded, not overwritten."""
+    Sink.seen = {}
+    builder = StreamsBuilder()
+    (
+        grouped(builder)
+        .windowed_by(TimeWindows.of_size_with_grace(10, 0))
+        .emit_final()
+        .count("counts")
+        .to_stream()
+        .process(lambda: Sink("final"))
+    )
+    topology = builder.build()
+    stores = open_stores(store_factory, topology)
+    cached = TaskStore(
+        stores["counts"],
+        changelog=TopicPartition("app-counts-changelog", 0),
+        cache=ThreadCache(1024 * 1024),
+        cache_name="counts",
+    )
+    # 200 s later the first segment (60 s) is past the store's retention (10 ms).
+    task = run(topology, [("a", 1), ("a", 2), ("b", 200_000)], {**stores, "counts": cached})
+    cached.flush()
+    assert Sink.seen["final"] == [("[a@0/10]", 2, 2)]
+    assert task.dropped_records == 0
