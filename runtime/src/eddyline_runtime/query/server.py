@@ -460,7 +460,7 @@ class _Handlers:
                 _windowed_entries(shape, shape.open_reader(local, isolation), key, lower, upper)
                 for local in copies
             ]
-            merged = heapq.merge(*scans)
+            merged: Iterator[tuple[bytes, bytes, int, int | None, bytes]] = heapq.merge(*scans)
             if after is not None:
                 merged = itertools.dropwhile(lambda entry: entry[0] <= after, merged)
             page = list(itertools.islice(merged, limit + 1))
