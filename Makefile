@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka image clean
+.PHONY: help setup run demo-store test test-fast kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -86,6 +86,9 @@ $(BYTEWAX_STAMP):
 
 bench-runtime: $(STAMP) $(BYTEWAX_STAMP) ## Runtime benchmark: word count EOS vs ALOS vs bytewax, restart after SIGKILL, restore rate (last line JSON)
 	$(BIN)/python -m tests.bench.bench_runtime
+
+bench-windows: $(STAMP) $(BYTEWAX_STAMP) ## Windows benchmark: 1-min tumbling (emit_final) and 30-min session counts, eddyline EOS vs bytewax with recovery, results checked equal (last line JSON)
+	$(BIN)/python -m tests.bench.bench_windows
 
 bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after every ordinal shifted (last line JSON)
 	$(BIN)/python tests/bench/bench_relocation.py

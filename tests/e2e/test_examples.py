@@ -381,3 +381,92 @@ def test_customer_accounts_joins_two_tables_into_a_table(tmp_path: Path, log: Sq
         ("c1", {"name": "Ann", "balance": 20}, 4000),
         ("c1", None, 5000),  # the customer's tombstone deletes the joined row
     ]
+
+
+# -- page views per region per minute (final results) -------------------------------------
+
+MINUTE = 60_000
+PAGE_VIEWS = [  # (user, view, timestamp)
+    ("alice", {"region": "eu", "page": "/a"}, 1_000),
+    ("bob", {"region": "us", "page": "/b"}, 2_000),
+    ("carol", {"region": "eu", "page": "/c"}, 59_999),  # end exclusive: still minute 0
+    ("dave", {"region": "eu", "page": "/d"}, MINUTE),  # minute 1
+    ("erin", {"region": "us", "page": "/e"}, MINUTE + 5_000),
+    ("frank", {"region": "eu", "page": "/f"}, 55_000),  # late, within the 10 s grace
+    ("gina", {"region": "eu", "page": "/g"}, 2 * MINUTE + 10_000),  # closes minute 0
+    ("hank", {"region": "us", "page": "/h"}, 20_000),  # beyond grace: dropped
+    ("ivan", {"region": "us", "page": "/i"}, 3 * MINUTE + 10_000),  # closes minute 1
+]
+
+
+def test_page_views_count_each_region_and_minute_once_when_it_closes(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    app, search_path = load_example("page_views", tmp_path)
+    log.create_topic("page-views", 1)
+    produce_keyed(log, "page-views", PAGE_VIEWS)
+
+    instance, _ = run(app, log, search_path)
+
+    finals = [
+        (record.key.decode(), json.loads(record.value))
+        for record in consume(log, "page-views-per-minute")[0]
+        if record.key is not None and record.value is not None
+    ]
+    # One record per closed window, in the order the windows closed (minute 0's when its
+    # segment expired, flushing the record cache); minute 3 is still open at stream
+    # time 190 s (240 s + 10 s grace).
+    assert finals == [
+        ("eu@0", {"region": "eu", "start": 0, "end": MINUTE, "views": 3}),
+        ("us@0", {"region": "us", "start": 0, "end": MINUTE, "views": 1}),
+        ("eu@60000", {"region": "eu", "start": MINUTE, "end": 2 * MINUTE, "views": 1}),
+        ("us@60000", {"region": "us", "start": MINUTE, "end": 2 * MINUTE, "views": 1}),
+        ("eu@120000", {"region": "eu", "start": 2 * MINUTE, "end": 3 * MINUTE, "views": 1}),
+    ]
+    dropped = sum(
+        value
+        for name, value in instance.final_metrics.items()
+        if (name.group, name.name) == ("stream-task-metrics", "dropped-records-total")
+    )
+    assert dropped == 1
+
+
+# -- user sessions (30-minute gap) ---------------------------------------------------------------
+
+CLICK_TIMES = [  # (user, timestamp)
+    ("alice", 0),
+    ("alice", 10 * MINUTE),
+    ("bob", 5 * MINUTE),
+    ("alice", 42 * MINUTE),  # 32 min after the last: a new session
+    ("alice", 25 * MINUTE),  # late, within grace: bridges both sessions
+    ("bob", 100 * MINUTE),
+]
+
+
+def test_user_sessions_merge_and_leave_the_current_sessions(tmp_path: Path, log: SqliteLog) -> None:
+    # Without the record cache every change goes out, the merged sessions' removals too
+    # (with it, a session merged away before a commit is never published).
+    app, search_path = load_example("user_sessions", tmp_path, **{"statestore.cache.max.bytes": 0})
+    log.create_topic("clicks", 1)
+    produce_keyed(log, "clicks", [(user, {"page": "/"}, t) for user, t in CLICK_TIMES])
+
+    run(app, log, search_path)
+
+    changes = [
+        (record.key.decode(), None if record.value is None else json.loads(record.value))
+        for record in consume(log, "user-sessions")[0]
+        if record.key is not None
+    ]
+    current: dict[str, Any] = {}
+    for key, value in changes:  # what compaction keeps
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    assert current == {
+        "alice@0": {"user": "alice", "start": 0, "end": 42 * MINUTE, "clicks": 4},
+        "bob@300000": {"user": "bob", "start": 5 * MINUTE, "end": 5 * MINUTE, "clicks": 1},
+        "bob@6000000": {"user": "bob", "start": 100 * MINUTE, "end": 100 * MINUTE, "clicks": 1},
+    }
+    # The bridging click merged [0, 10 min] and [42 min, 42 min]: both were removed.
+    assert ("alice@0", None) in changes and ("alice@2520000", None) in changes

@@ -18,8 +18,15 @@ from eddyline_runtime.errors import InvalidArgumentError
 # One StoreRole for the instance's view and the member reports.
 from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.processing.windows import SlidingWindowedAggregation, WindowedAggregation
 from eddyline_runtime.restore.replay.lag import LagInfo
-from eddyline_runtime.state import StoreReader
+from eddyline_runtime.state import (
+    DetachedSessionReader,
+    DetachedWindowReader,
+    Retention,
+    StoreReader,
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -78,3 +85,47 @@ class LocalStorePartition:
     def current(self) -> bool:
         """Up to date: queries may read it without allowing stale results."""
         return self.role is StoreRole.ACTIVE and self.running
+
+
+@dataclass(frozen=True)
+class WindowedStoreShape:
+    """What a query needs to read a window or session store (see :func:`windowed_store_shape`).
+
+    ``size_ms``: a window's size (its end is start + size), None when the store
+    is no windowed aggregation's (a Processor API window store: windows are
+    named by their start only). ``timestamped``: values carry the newest record
+    timestamp before the aggregate (Kafka's ``ValueAndTimestamp``), as the
+    windowed aggregations write them; queries answer the aggregate.
+    """
+
+    store: str
+    kind: str  # "window" or "session"
+    retention: Retention
+    size_ms: int | None
+    timestamped: bool
+
+    def open_reader(
+        self, local: LocalStorePartition, isolation: IsolationLevel | None
+    ) -> DetachedWindowReader | DetachedSessionReader:
+        inner = local.open_reader(isolation)
+        if self.kind == "session":
+            return DetachedSessionReader(inner, self.retention)
+        return DetachedWindowReader(inner, self.retention)
+
+
+def windowed_store_shape(topology: Topology, store: str) -> WindowedStoreShape | None:
+    """The shape of ``store`` when it is a window or session store; None otherwise."""
+    spec = topology.stores.get(store)
+    if spec is None or spec.retention_ms is None:
+        return None
+    retention = Retention.of(spec.retention_ms)
+    if spec.session_retention_ms is not None:
+        return WindowedStoreShape(store, "session", retention, None, False)
+    for node in topology.nodes.values():
+        operator = node.operator
+        if (
+            isinstance(operator, WindowedAggregation | SlidingWindowedAggregation)
+            and operator.store == store
+        ):
+            return WindowedStoreShape(store, "window", retention, operator.windows.size_ms, True)
+    return WindowedStoreShape(store, "window", retention, None, False)

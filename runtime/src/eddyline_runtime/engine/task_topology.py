@@ -231,14 +231,23 @@ class TaskTopology:
             else TaskStore(store, changelog=None, cache=None, cache_name=name)
             for name, store in stores.items()
         }
-        # Window and session stores are views over their task store (state.window_store).
+        # Window and session stores are views over their task store (state.window_store);
+        # expired segments are dropped through the record cache, so it is flushed first.
         self.window_stores = {
-            name: WindowStore(self.stores[name], Retention.of(spec.window_retention_ms))
+            name: WindowStore(
+                self.stores[name],
+                Retention.of(spec.window_retention_ms),
+                before_drop=self.stores[name].flush,
+            )
             for name, spec in topology.stores.items()
             if name in self.stores and spec.window_retention_ms is not None
         }
         self.session_stores = {
-            name: SessionStore(self.stores[name], Retention.of(spec.session_retention_ms))
+            name: SessionStore(
+                self.stores[name],
+                Retention.of(spec.session_retention_ms),
+                before_drop=self.stores[name].flush,
+            )
             for name, spec in topology.stores.items()
             if name in self.stores and spec.session_retention_ms is not None
         }

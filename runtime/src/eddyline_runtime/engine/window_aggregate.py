@@ -42,12 +42,15 @@ from collections.abc import Callable
 from typing import Any
 
 from eddyline_runtime.engine.join_processors import build_join_operator
+from eddyline_runtime.engine.suppress import FinalResultsProcessor
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.processing.topology import Change, Processor, ProcessorContext
 from eddyline_runtime.processing.windows import (
+    FinalResults,
     SessionStore,
     SessionWindow,
     SessionWindowedAggregation,
+    SlidingWindowedAggregation,
     TimeWindow,
     Windowed,
     WindowedAggregation,
@@ -266,6 +269,243 @@ class SessionAggregateProcessor(Processor):
         )
 
 
+_Pair = tuple[int, Any]  # (newest record timestamp folded in, aggregate)
+
+
+class SlidingWindowAggregateProcessor(Processor):
+    """Kafka Streams' ``KStreamSlidingWindowAggregate`` (its in-order store walk).
+
+    For a record at ``t`` with time difference ``d``, the key's windows starting in
+    ``[t - 2d, t + 1]`` are read once, oldest first: those ending before ``t``
+    tell the newest earlier record (whose right window ``t`` may now fill) and
+    the aggregate the record's left window starts from; windows holding ``t``
+    fold it in; a window starting at ``t + 1`` means the right window exists.
+    Then the missing windows are created: the previous record's right window,
+    the record's left window ``[t - d, t]`` and, when later records exist within
+    ``d``, its right window ``[t + 1, t + 1 + d]`` (their aggregate, without
+    the record). Windows ending before ``stream time - grace`` are closed: the
+    record is dropped for them, counted and logged.
+    """
+
+    def __init__(
+        self,
+        spec: SlidingWindowedAggregation,
+        store: WindowStore,
+        task_store: TaskStore,
+        dropped: Callable[[], None],
+    ) -> None:
+        self._spec = spec
+        self._diff = spec.windows.time_difference_ms
+        self._grace = spec.windows.grace_ms
+        self._store = store
+        self._task_store = task_store
+        self._dropped = dropped
+        self._recovered_time: int | None = None
+        self._keys: Any = serde_for(spec.key_serde)
+        self._values: Any = serde_for(spec.value_serde)
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._forwards_on_flush = self._task_store.set_flush_listener(self._flushed)
+
+    def process(self, key: Any, value: Any) -> None:
+        context = self.context
+        if key is None or value is None:
+            logger.warning(
+                "Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
+                context.topic,
+                context.partition,
+                context.offset,
+            )
+            self._dropped()
+            return
+        timestamp, diff = context.timestamp, self._diff
+        if self._recovered_time is None:
+            self._recovered_time = _newest_stored_timestamp(self._store)
+        stream_time = max(context.stream_time, self._recovered_time)
+        close_time = stream_time - self._grace
+        if timestamp + diff < close_time:
+            self._skip(timestamp, timestamp + diff, close_time, stream_time)
+            return
+        stored_key = self._keys.serialize(key)
+        update = _SlidingUpdate(
+            self, key, value, stored_key=stored_key, close_time=close_time, stream_time=stream_time
+        )
+        if timestamp < diff:
+            update.early()
+        else:
+            update.in_order()
+
+    def _pairs(self, stored_key: bytes, time_from: int, time_to: int) -> list[tuple[int, _Pair]]:
+        """The key's windows with start in [from, to], oldest first, read before any write."""
+        found = []
+        for start, stored in self._store.fetch_range(stored_key, time_from, time_to):
+            newest, data = split_timestamped(stored)
+            found.append((start, (newest, self._values.deserialize(data))))
+        return found
+
+    def _put(self, key: Any, stored_key: bytes, start: int, pair: _Pair) -> bool:
+        newest, aggregate = pair
+        written = self._store.put(
+            stored_key, start, timestamped_value(newest, self._values.serialize(aggregate))
+        )
+        if written and not self._forwards_on_flush:
+            window = TimeWindow(start, start + self._diff)
+            self.context.forward(Windowed(key, window), aggregate, timestamp=newest)
+        return written
+
+    def _skip(self, start: int, end: int, close_time: int, stream_time: int) -> None:
+        context = self.context
+        logger.warning(
+            "Skipping record for expired window. topic=[%s] partition=[%d] offset=[%d] "
+            "timestamp=[%d] window=[%d,%d] expiration=[%d] streamTime=[%d]",
+            context.topic,
+            context.partition,
+            context.offset,
+            context.timestamp,
+            start,
+            end,
+            close_time,
+            stream_time,
+        )
+        self._dropped()
+
+    def _flushed(self, raw_key: bytes, change: Change) -> None:
+        if change.new is None:
+            return  # an expired window's segment dropped: not a result
+        stored_key, start, _ = decode_window_key(raw_key)
+        newest, data = split_timestamped(change.new)
+        self.context.forward(
+            Windowed(self._keys.deserialize(stored_key), TimeWindow(start, start + self._diff)),
+            self._values.deserialize(data),
+            timestamp=newest,
+        )
+
+
+class _SlidingUpdate:
+    """One record's pass over its key's sliding windows (Kafka's ``processInOrder`` and
+    ``processEarly``); the names follow Kafka's so the two can be read side by side."""
+
+    def __init__(
+        self,
+        owner: SlidingWindowAggregateProcessor,
+        key: Any,
+        value: Any,
+        *,
+        stored_key: bytes,
+        close_time: int,
+        stream_time: int,
+    ) -> None:
+        self.owner = owner
+        self.key, self.value, self.stored_key = key, value, stored_key
+        self.timestamp = owner.context.timestamp
+        self.close_time, self.stream_time = close_time, stream_time
+        self.starts: set[int] = set()
+
+    def _fold(self, start: int, pair: _Pair) -> None:
+        """Fold the record into the window at ``start`` holding ``pair``, unless it closed."""
+        owner = self.owner
+        end = start + owner._diff
+        if end < self.close_time:
+            owner._skip(start, end, self.close_time, self.stream_time)
+            return
+        newest, aggregate = pair
+        folded = owner._spec.aggregator(self.key, self.value, aggregate)
+        newest = self.timestamp if aggregate is None else max(self.timestamp, newest)
+        if not owner._put(self.key, self.stored_key, start, (newest, folded)):
+            owner._skip(start, end, self.close_time, self.stream_time)
+
+    def _fresh(self) -> _Pair:
+        return self.timestamp, self.owner._spec.initializer()
+
+    def _unexpected(self, start: int) -> RuntimeError:
+        return RuntimeError(
+            f'sliding window store "{self.owner._store.name}": found a window starting at '
+            f"{start} while processing a record at {self.timestamp}, which no sliding window "
+            "aggregation writes; the store holds windows of another operation (give this "
+            "aggregation its own store name)"
+        )
+
+    def in_order(self) -> None:
+        t, diff = self.timestamp, self.owner._diff
+        left: _Pair | None = None
+        right: _Pair | None = None
+        left_exists = right_exists = False
+        previous: int | None = None
+        for start, pair in self.owner._pairs(self.stored_key, max(0, t - 2 * diff), t + 1):
+            self.starts.add(start)
+            end = start + diff
+            if end < t:
+                left, previous = pair, pair[0]
+            elif end == t:
+                left_exists = True
+                if pair[0] < t:
+                    previous = pair[0]
+                self._fold(start, pair)
+            elif start <= t:
+                right = pair
+                self._fold(start, pair)
+            elif start == t + 1:
+                right_exists = True
+            else:
+                raise self._unexpected(start)
+        # The previous record's right window, if it is missing and holds this record.
+        if previous is not None:
+            previous_right = previous + 1
+            if previous_right not in self.starts and previous_right + diff >= t:
+                self._fold(previous_right, self._fresh())
+        if not left_exists:
+            if previous is not None and left is not None and t - diff <= previous:
+                self._fold(t - diff, (t, left[1]))
+            else:
+                self._fold(t - diff, self._fresh())
+        self._create_right(right, right_exists)
+
+    def early(self) -> None:
+        """A record before the time difference: the windows it would open below 0 are
+        the one window ``[0, d]`` (Kafka's "combined window")."""
+        t = self.timestamp
+        combined: _Pair | None = None
+        right: _Pair | None = None
+        right_exists = False
+        previous: int | None = None
+        for start, pair in self.owner._pairs(self.stored_key, 0, t + 1):
+            self.starts.add(start)
+            if start == 0:
+                combined = pair
+                if pair[0] < t:
+                    previous = pair[0]
+            elif start <= t:
+                right = pair
+                self._fold(start, pair)
+            elif start == t + 1:
+                right_exists = True
+            else:
+                raise self._unexpected(start)
+        # Without a right window found, the combined window holds only records after
+        # this one when its newest record is later (see Kafka's processEarly).
+        if right is None and combined is not None and combined[0] > t:
+            right = combined
+        self._create_right(right, right_exists)
+        if previous is not None and previous + 1 not in self.starts:
+            self._fold(previous + 1, self._fresh())
+        self._fold(0, combined if combined is not None else self._fresh())
+
+    def _create_right(self, right: _Pair | None, exists: bool) -> None:
+        """The record's right window: the later records' aggregate, without this record."""
+        if not exists and right is not None and right[0] > self.timestamp:
+            self.owner._put(self.key, self.stored_key, self.timestamp + 1, right)
+
+
+def _newest_stored_timestamp(store: WindowStore) -> int:
+    """The newest record timestamp in a window store: it lies in the newest windows."""
+    newest_start = store.observed_stream_time
+    if newest_start < 0:
+        return -1
+    newest = store.fetch_all(newest_start, newest_start)
+    return max((split_timestamped(value)[0] for _, _, value in newest), default=-1)
+
+
 def build_operator(
     operator: object,
     views: dict[str, Any],
@@ -284,6 +524,12 @@ def build_operator(
     joining = build_join_operator(operator, views, stores, dropped)
     if joining is not None:
         return joining
+    if isinstance(operator, SlidingWindowedAggregation):
+        return SlidingWindowAggregateProcessor(
+            operator, views[operator.store], stores[operator.store], dropped
+        )
+    if isinstance(operator, FinalResults):
+        return FinalResultsProcessor(operator, stores[operator.store])
     raise TypeError(
         f"the engine has no processor for {type(operator).__name__}; a topology node needs "
         "a processor supplier or an operator the DSL made"

@@ -19,8 +19,10 @@ from eddyline_runtime.processing.dsl import (
     KStream,
     KTable,
     SessionWindowedKStream,
+    SlidingWindowedKStream,
     StreamsBuilder,
     TimeWindowedKStream,
+    WindowedKTable,
 )
 from eddyline_runtime.processing.joins import JoinWindows
 from eddyline_runtime.processing.tables import TableChange
@@ -42,6 +44,8 @@ from eddyline_runtime.processing.windows import (
     SessionWindow,
     SessionWindowedSerde,
     SessionWindows,
+    SlidingWindows,
+    Suppressed,
     TimeWindow,
     TimeWindowedSerde,
     TimeWindows,
@@ -75,9 +79,12 @@ __all__ = [
     "SessionWindowedKStream",
     "SessionWindowedSerde",
     "SessionWindows",
+    "SlidingWindowedKStream",
+    "SlidingWindows",
     "StoreSpec",
     "StreamsBuilder",
     "StringSerde",
+    "Suppressed",
     "TableChange",
     "TimeWindow",
     "TimeWindowedKStream",
@@ -87,4 +94,5 @@ __all__ = [
     "TopologyError",
     "WindowStore",
     "Windowed",
+    "WindowedKTable",
 ]

@@ -54,8 +54,12 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.processing.windows import (
+    FinalResults,
     SessionWindowedAggregation,
     SessionWindows,
+    SlidingWindowedAggregation,
+    SlidingWindows,
+    Suppressed,
     TimeWindows,
     WindowedAggregation,
 )
@@ -529,18 +533,24 @@ class KGroupedStream:
     @overload
     def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream: ...
 
+    @overload
+    def windowed_by(self, windows: SlidingWindows) -> SlidingWindowedKStream: ...
+
     def windowed_by(
-        self, windows: TimeWindows | SessionWindows
-    ) -> TimeWindowedKStream | SessionWindowedKStream:
-        """Aggregate per key *and* window: tumbling or hopping ``TimeWindows``, or
-        ``SessionWindows``."""
+        self, windows: TimeWindows | SessionWindows | SlidingWindows
+    ) -> TimeWindowedKStream | SessionWindowedKStream | SlidingWindowedKStream:
+        """Aggregate per key *and* window: tumbling or hopping ``TimeWindows``,
+        ``SessionWindows`` or ``SlidingWindows``."""
+        if isinstance(windows, SlidingWindows):
+            return SlidingWindowedKStream(self._builder, self._node, self._key_serde, windows)
         if isinstance(windows, TimeWindows):
             return TimeWindowedKStream(self._builder, self._node, self._key_serde, windows)
         if isinstance(windows, SessionWindows):
             return SessionWindowedKStream(self._builder, self._node, self._key_serde, windows)
         raise TopologyError(
-            "windowed_by takes TimeWindows (TimeWindows.of_size_with_grace(...)) or "
-            f"SessionWindows (SessionWindows.of_inactivity_gap_with_grace(...)), got "
+            "windowed_by takes TimeWindows (TimeWindows.of_size_with_grace(...)), "
+            "SessionWindows (SessionWindows.of_inactivity_gap_with_grace(...)) or "
+            f"SlidingWindows (SlidingWindows.of_time_difference_and_grace(...)), got "
             f"{type(windows).__name__}"
         )
 
@@ -561,6 +571,13 @@ class TimeWindowedKStream:
         self._node = node
         self._key_serde = key_serde
         self._windows = windows
+        self._emit_final = False
+
+    def emit_final(self) -> TimeWindowedKStream:
+        """Forward each window's final result only, once, when it closes (Kafka's
+        ``emitStrategy(EmitStrategy.onWindowClose())``); see ``WindowedKTable.suppress``."""
+        self._emit_final = True
+        return self
 
     def count(self, store: str) -> KTable:
         """Records per key and window (Kafka longs)."""
@@ -604,7 +621,11 @@ class TimeWindowedKStream:
             ),
             name,
         )
-        return KTable(builder, name, None, store=store, value_serde=value_serde)
+        table = WindowedKTable(
+            builder, name, self._key_serde, store, value_serde, kind="time",
+            size_ms=self._windows.size_ms, close_after_ms=self._windows.grace_ms,
+        )  # fmt: skip
+        return table._final_results(store) if self._emit_final else table
 
 
 class SessionWindowedKStream:
@@ -619,6 +640,14 @@ class SessionWindowedKStream:
         self._node = node
         self._key_serde = key_serde
         self._windows = windows
+        self._emit_final = False
+
+    def emit_final(self) -> SessionWindowedKStream:
+        """Forward each session's final result only, once stream time passes its end +
+        gap + grace (Kafka's ``EmitStrategy.onWindowClose()``); merged-away sessions
+        are never forwarded."""
+        self._emit_final = True
+        return self
 
     def count(self, store: str) -> KTable:
         """Records per key and session (Kafka longs)."""
@@ -668,7 +697,13 @@ class SessionWindowedKStream:
             ),
             name,
         )
-        return KTable(builder, name, None, store=store, value_serde=value_serde)
+        # A session is final once no record can reach it: gap + grace after its end.
+        wait = self._windows.gap_ms + self._windows.grace_ms
+        table = WindowedKTable(
+            builder, name, self._key_serde, store, value_serde, kind="session", size_ms=0,
+            close_after_ms=wait,
+        )  # fmt: skip
+        return table._final_results(store) if self._emit_final else table
 
 
 def _add(_key: Any, aggregate: Any, other: Any) -> Any:
@@ -1376,3 +1411,115 @@ class _AggregateProcessor(BatchProcessor):
     def _flushed(self, key: bytes, change: Change) -> None:
         new = None if change.new is None else self._values.deserialize(change.new)
         self.context.forward(self._keys.deserialize(key), new)
+
+
+class SlidingWindowedKStream(TimeWindowedKStream):
+    """A grouped stream over sliding windows (``SlidingWindows``): Kafka Streams'
+    ``SlidingWindowedKStream``. Results are keyed ``Windowed(key, TimeWindow(start,
+    start + time difference))``, both ends inclusive; ``store`` is required."""
+
+    def __init__(
+        self, builder: StreamsBuilder, node: str, key_serde: str | None, windows: SlidingWindows
+    ) -> None:
+        self._builder = builder
+        self._node = node
+        self._key_serde = key_serde
+        self._sliding = windows
+        self._emit_final = False
+
+    def emit_final(self) -> SlidingWindowedKStream:
+        """Forward each window's final result only, once stream time passes its end +
+        grace (Kafka's ``EmitStrategy.onWindowClose()``)."""
+        self._emit_final = True
+        return self
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        store: str,
+        value_serde: str = "json",
+    ) -> KTable:
+        """``aggregator(key, value, aggregate)`` per record and window, kept in ``store``."""
+        if not store:
+            raise TopologyError(
+                "a sliding-windowed aggregation needs a store name (Kafka Streams' "
+                "Materialized.as): it names the store's directory and changelog"
+            )
+        builder, windows = self._builder, self._sliding
+        name = builder._name("KSTREAM-AGGREGATE")
+        operation = SlidingWindowedAggregation(
+            store, windows, initializer, aggregator, self._key_serde, value_serde
+        )
+        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_state_store(
+            StoreSpec(
+                store,
+                key_serde=self._key_serde,
+                value_serde=value_serde,
+                window_retention_ms=windows.retention_ms,
+            ),
+            name,
+        )
+        table = WindowedKTable(
+            builder, name, self._key_serde, store, value_serde, kind="sliding",
+            size_ms=windows.size_ms, close_after_ms=windows.grace_ms,
+        )  # fmt: skip
+        return table._final_results(store) if self._emit_final else table
+
+
+class WindowedKTable(KTable):
+    """The table of a windowed aggregation: keys are ``Windowed``. Adds ``suppress``."""
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        inner_key_serde: str | None,
+        store: str,
+        value_serde: str | None,
+        *,
+        kind: str,
+        size_ms: int,
+        close_after_ms: int,
+    ) -> None:
+        super().__init__(builder, node, None, store=store, value_serde=value_serde)
+        self._inner_key_serde = inner_key_serde
+        self._window_kind = kind
+        self._window_size_ms = size_ms
+        # How long after a window's end it can still change: grace (sessions: gap + grace).
+        self._close_after_ms = close_after_ms
+
+    def suppress(self, suppressed: Suppressed) -> KTable:
+        """Kafka Streams' ``suppress(Suppressed.untilWindowCloses(...))``: forward each
+        window's final value, once, when the stream time seen by this node (the newest
+        update timestamp) reaches the window's end + grace (sessions: + gap). The
+        buffer is a store of its own, changelogged and committed with the task, named
+        ``suppressed.name`` or ``<aggregation store>-suppress-buffer``."""
+        if not isinstance(suppressed, Suppressed):
+            raise TopologyError(
+                f"suppress takes Suppressed.until_window_closes(), got {type(suppressed).__name__}"
+            )
+        assert self.store is not None  # every windowed aggregation has its store
+        return self._final_results(suppressed.name or f"{self.store}-suppress-buffer", False)
+
+    def _final_results(self, buffer: str, emit_final: bool = True) -> KTable:
+        builder = self._builder
+        if emit_final:
+            buffer = f"{buffer}-final-buffer"
+        name = builder._name("KTABLE-SUPPRESS")
+        kind = self._window_kind
+        operation = FinalResults(
+            store=buffer,
+            wait_ms=self._close_after_ms,
+            # Kafka's emit-on-window-close treats sliding window ends and session ends
+            # as inclusive: such a window can still take a record at end + grace.
+            strict=emit_final and kind in ("sliding", "session"),
+            window_kind="session" if kind == "session" else "time",
+            window_size_ms=self._window_size_ms,
+            key_serde=self._inner_key_serde,
+            value_serde=self.value_serde,
+        )
+        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_state_store(StoreSpec(buffer), name)
+        return KTable(builder, name, None, value_serde=self.value_serde)

@@ -308,3 +308,98 @@ class WindowedAggregation:
     aggregator: Any
     key_serde: str | None
     value_serde: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindows:
+    """Sliding windows (Kafka Streams' ``SlidingWindows``): windows of ``time_difference_ms``
+    defined by the records themselves, both ends inclusive.
+
+    Two records fall in one window when their timestamps differ by at most the
+    time difference. Each record creates its *left* window ``[t - d, t]`` and,
+    when a later record of its key falls within ``d``, its *right* window
+    ``[t + 1, t + 1 + d]``; a window exists only while it holds a record, so
+    a count never sees an empty window. Windows are keyed ``Windowed(key,
+    TimeWindow(start, start + d))``. Records before ``d`` (whose left window
+    would start below 0) share the window ``[0, d]``, as in Kafka Streams.
+    """
+
+    time_difference_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_time_difference_and_grace(cls, time_difference_ms: int, grace_ms: int) -> SlidingWindows:
+        for what, value in (("time difference", time_difference_ms), ("grace period", grace_ms)):
+            if type(value) is not int or value < 0:
+                raise TopologyError(
+                    f"SlidingWindows: the {what} must be a whole number of milliseconds >= 0, "
+                    f"got {value!r}"
+                )
+        return cls(time_difference_ms, grace_ms)
+
+    @classmethod
+    def of_time_difference_without_grace(cls, time_difference_ms: int) -> SlidingWindows:
+        return cls.of_time_difference_and_grace(time_difference_ms, 0)
+
+    @property
+    def size_ms(self) -> int:
+        """A window's span from start to end (both inclusive): the time difference."""
+        return self.time_difference_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """Two time differences + grace (Kafka's minimum for sliding windows): a record
+        looks back at the windows up to ``2 * d`` before it to build its own."""
+        return 2 * self.time_difference_ms + self.grace_ms
+
+
+@dataclass(frozen=True)
+class SlidingWindowedAggregation:
+    """What a sliding-windowed ``count``/``reduce``/``aggregate`` node does; the engine runs it."""
+
+    store: str
+    windows: SlidingWindows
+    initializer: Any
+    aggregator: Any
+    key_serde: str | None
+    value_serde: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Suppressed:
+    """``KTable.suppress`` configuration: Kafka Streams' ``Suppressed.untilWindowCloses``.
+
+    ``name`` names the suppression buffer's store (and changelog); without it
+    the buffer is named after the aggregation's store, which is stable too.
+    """
+
+    name: str | None = None
+
+    @classmethod
+    def until_window_closes(cls, name: str | None = None) -> Suppressed:
+        """One result per window: its final value, once stream time passes its end + grace."""
+        return cls(name)
+
+
+@dataclass(frozen=True)
+class FinalResults:
+    """What a final-results node (``emit_final`` or ``suppress``) does; the engine runs it.
+
+    Buffers the latest update per windowed key in the key-value store ``store``
+    (transactional and changelogged, so final results survive a crash exactly
+    once) and forwards a window's value when the stream time reaches its end +
+    ``wait_ms`` (``strict``: passes it). ``window_kind`` is "time" (windowed keys
+    of ``window_size_ms``) or "session". The clock is the newest timestamp of the
+    updates reaching the node (Kafka's ``suppress``), not the task's stream time:
+    with a record cache, updates reach the node at a flush, in the order of their
+    last write, and a clock that ran ahead of them would close a window before
+    its last update arrived, then emit it a second time.
+    """
+
+    store: str
+    wait_ms: int
+    strict: bool
+    window_kind: str
+    window_size_ms: int
+    key_serde: str | None
+    value_serde: str | None

@@ -62,6 +62,27 @@ class QueryResult:
     partition: int
 
 
+@dataclass(frozen=True)
+class WindowedEntry:
+    """A window (end = start + size; None when the store has no known size) or a
+    session (both ends inclusive) and its value."""
+
+    key: Any
+    start: int
+    end: int | None
+    value: Any
+
+
+@dataclass(frozen=True)
+class WindowedResult:
+    entries: list[WindowedEntry]
+    host: str
+    role: str
+    stale: bool
+    lag: int
+    partition: int
+
+
 class QueryRouter:
     def __init__(
         self,
@@ -105,20 +126,32 @@ class QueryRouter:
         :class:`PositionNotReachedError` says how far they got.
         """
         metadata = self.metadata(store, key)
-        partition = int(metadata["partition"])
-        attempts: list[str] = []
         query: dict[str, str] = {}
         if isolation is not None:
             query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
         path = f"/v1/stores/{_quote(store)}/keys/{_quote(key)}"
-        active = metadata.get("active_host")
         if position_bound is not None:
             return self._get_bounded(store, key, path, metadata, query=query, bound=position_bound)
+        host, body = self._routed(store, key, path, metadata, query)
+        return _result(host, body)
+
+    def _routed(
+        self,
+        store: str,
+        key: str,
+        path: str,
+        metadata: dict[str, Any],
+        query: dict[str, str],
+    ) -> tuple[str, dict[str, Any]]:
+        """Steps 2 to 4 of the module docstring for one key's ``path``: (host, body)."""
+        partition = int(metadata["partition"])
+        attempts: list[str] = []
+        active = metadata.get("active_host")
         stale_candidates = list(metadata.get("standby_hosts", []))
         if active:
             status, body = self._get(active, path, query)
             if status == 200:
-                return _result(active, body)
+                return active, body
             attempts.append(f"active {active}: {_describe(status, body)}")
             if status == 503:
                 # Restoring (a promotion in progress): it may well be the freshest copy.
@@ -128,9 +161,136 @@ class QueryRouter:
         for lag, host in self._copies_by_lag(store, partition, stale_candidates, attempts):
             status, body = self._get(host, path, {**query, "allow_stale": "true"})
             if status == 200:
-                return _result(host, body)
+                return host, body
             attempts.append(f"copy on {host} (lag {lag}): {_describe(status, body)}")
         raise QueryFailedError(store, key, attempts)
+
+    # -- window and session stores ----------------------------------------------------
+
+    def fetch_windows(
+        self,
+        store: str,
+        key: str,
+        time_from: int | None = None,
+        time_to: int | None = None,
+        *,
+        isolation: IsolationLevel | str | None = None,
+    ) -> WindowedResult:
+        """``key``'s windows starting in [time_from, time_to] (Kafka's
+        ``ReadOnlyWindowStore.fetch(key, from, to)``) from the best copy, every page."""
+        query = _bounds("from", time_from, "to", time_to)
+        return self._key_entries(store, key, "windows", query, isolation)
+
+    def fetch_sessions(
+        self,
+        store: str,
+        key: str,
+        earliest_end: int | None = None,
+        latest_start: int | None = None,
+        *,
+        isolation: IsolationLevel | str | None = None,
+    ) -> WindowedResult:
+        """``key``'s sessions ending at or after ``earliest_end`` and starting at or before
+        ``latest_start`` (Kafka's ``findSessions``; no bounds: ``fetch(key)``)."""
+        query = _bounds("earliest_end", earliest_end, "latest_start", latest_start)
+        return self._key_entries(store, key, "sessions", query, isolation)
+
+    def fetch_all_windows(
+        self,
+        store: str,
+        time_from: int | None = None,
+        time_to: int | None = None,
+        *,
+        isolation: IsolationLevel | str | None = None,
+    ) -> list[WindowedEntry]:
+        """Every key's windows starting in [time_from, time_to] (Kafka's ``fetchAll``).
+
+        Asks every bootstrap host for the partitions it holds actively; all-key
+        queries therefore need ``bootstrap`` to name every instance. Raises
+        :class:`QueryFailedError` when a partition of the store answered nowhere.
+        """
+        query = _bounds("from", time_from, "to", time_to)
+        return self._all_entries(store, "windows", query, isolation)
+
+    def fetch_all_sessions(
+        self,
+        store: str,
+        earliest_end: int | None = None,
+        latest_start: int | None = None,
+        *,
+        isolation: IsolationLevel | str | None = None,
+    ) -> list[WindowedEntry]:
+        """Every key's sessions so bounded; see :meth:`fetch_all_windows`."""
+        query = _bounds("earliest_end", earliest_end, "latest_start", latest_start)
+        return self._all_entries(store, "sessions", query, isolation)
+
+    def _key_entries(
+        self,
+        store: str,
+        key: str,
+        what: str,
+        query: dict[str, str],
+        isolation: IsolationLevel | str | None,
+    ) -> WindowedResult:
+        if isolation is not None:
+            query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
+        metadata = self.metadata(store, key)
+        path = f"/v1/stores/{_quote(store)}/{what}/{_quote(key)}"
+        host, body = self._routed(store, key, path, metadata, query)
+        entries = _entries(body)
+        while body.get("next_cursor"):
+            # Later pages from the copy that served the first: one consistent source.
+            paged = {**query, "cursor": body["next_cursor"]}
+            if body.get("stale"):
+                paged["allow_stale"] = "true"
+            status, body = self._get(host, path, paged)
+            if status != 200:
+                raise QueryFailedError(store, key, [f"{host}: {_describe(status, body)}"])
+            entries.extend(_entries(body))
+        return WindowedResult(
+            entries=entries,
+            host=host,
+            role=str(body["role"]),
+            stale=bool(body["stale"]),
+            lag=int(body["lag"]),
+            partition=int(body["partition"]),
+        )
+
+    def _all_entries(
+        self,
+        store: str,
+        what: str,
+        query: dict[str, str],
+        isolation: IsolationLevel | str | None,
+    ) -> list[WindowedEntry]:
+        if isolation is not None:
+            query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
+        path = f"/v1/stores/{_quote(store)}/{what}"
+        entries: list[WindowedEntry] = []
+        served: set[int] = set()
+        unserved: set[int] = set()
+        attempts: list[str] = []
+        for host in self.bootstrap:
+            status, body = self._get(host, path, query)
+            while status == 200:
+                fresh = [p for p in body["partitions"] if p not in served]
+                if fresh != body["partitions"]:
+                    # A partition twice (a moving task): not a consistent answer.
+                    attempts.append(f"{host}: served partitions another host served too")
+                    break
+                entries.extend(_entries(body))
+                if not body.get("next_cursor"):
+                    served.update(body["partitions"])
+                    unserved.update(body["skipped_partitions"])
+                    break
+                status, body = self._get(host, path, {**query, "cursor": body["next_cursor"]})
+            if status != 200:
+                attempts.append(f"{host}: {_describe(status, body)}")
+        missing = sorted(unserved - served)
+        if missing or attempts:
+            attempts.append(f"partitions {missing} answered nowhere" if missing else "")
+            raise QueryFailedError(store, "*", [a for a in attempts if a])
+        return entries
 
     def _get_bounded(
         self,
@@ -213,6 +373,20 @@ def _result(host: str, body: dict[str, Any]) -> QueryResult:
         lag=int(body["lag"]),
         partition=int(body["partition"]),
     )
+
+
+def _entries(body: dict[str, Any]) -> list[WindowedEntry]:
+    return [WindowedEntry(e["key"], e["start"], e["end"], e["value"]) for e in body["entries"]]
+
+
+def _bounds(
+    lower_name: str, lower: int | None, upper_name: str, upper: int | None
+) -> dict[str, str]:
+    return {
+        name: str(value)
+        for name, value in ((lower_name, lower), (upper_name, upper))
+        if value is not None
+    }
 
 
 def _describe(status: int, body: dict[str, Any]) -> str:

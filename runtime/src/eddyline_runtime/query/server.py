@@ -14,6 +14,17 @@ Endpoints (JSON unless noted)::
     GET /v1/stores/{store}/all                  every key this instance holds
                                                 (both paginated: ``limit`` and ``cursor``)
     GET /v1/stores/{store}/metadata/{key}       KeyQueryMetadata: active, standby hosts, partition
+    GET /v1/stores/{store}/windows/{key}?from=&to=
+                                                a window store: the key's windows starting
+                                                from..to (ms, inclusive; either may be omitted)
+    GET /v1/stores/{store}/windows?from=&to=    every key's windows starting from..to
+    GET /v1/stores/{store}/sessions/{key}?earliest_end=&latest_start=
+                                                a session store: the key's sessions ending at or
+                                                after earliest_end and starting at or before
+                                                latest_start (either may be omitted)
+    GET /v1/stores/{store}/sessions?earliest_end=&latest_start=
+                                                every key's sessions so bounded
+                                                (all four paginated as /range is)
     GET /v1/lags                                all_local_store_partition_lags()
     GET /v1/layout                              task layout and store roles (query/layout.py)
     GET /healthz   /readyz   /metrics (Prometheus text)
@@ -35,7 +46,7 @@ not, and one that has not answers 409. Errors a client can act on:
 * 400: a bad parameter (the body names the accepted values), or a serde that
   does not fit the stored bytes.
 
-``/range`` and ``/all`` answer at most ``limit`` entries (default
+``/range``, ``/all`` and the window and session queries answer at most ``limit`` entries (default
 :data:`DEFAULT_PAGE_ENTRIES`, at most :data:`MAX_PAGE_ENTRIES`) in key order;
 when more remain, ``next_cursor`` is set and passing it back as ``cursor``
 returns the entries after the last one served. It is null on the last page:
@@ -58,7 +69,7 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
@@ -70,6 +81,8 @@ from eddyline_runtime.engine.queryable import (
     HostInfo,
     KeyQueryMetadata,
     LocalStorePartition,
+    WindowedStoreShape,
+    windowed_store_shape,
 )
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
@@ -84,7 +97,13 @@ from eddyline_runtime.query.position import (
 )
 from eddyline_runtime.query.prometheus import render_prometheus
 from eddyline_runtime.serde import SerdeError, serde_for_request
-from eddyline_runtime.state import KeyRange, StateStoreError
+from eddyline_runtime.state import (
+    DetachedSessionReader,
+    DetachedWindowReader,
+    KeyRange,
+    StateStoreError,
+)
+from eddyline_runtime.state.window_layout import session_key, split_timestamped, window_key
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +211,10 @@ def _application(instance: StreamsInstance) -> web.Application:
     app.router.add_get("/v1/stores/{store}/range", handlers.get_range)
     app.router.add_get("/v1/stores/{store}/all", handlers.get_all)
     app.router.add_get("/v1/stores/{store}/metadata/{key}", handlers.metadata)
+    app.router.add_get("/v1/stores/{store}/windows/{key}", handlers.get_key_windows)
+    app.router.add_get("/v1/stores/{store}/windows", handlers.get_all_windows)
+    app.router.add_get("/v1/stores/{store}/sessions/{key}", handlers.get_key_sessions)
+    app.router.add_get("/v1/stores/{store}/sessions", handlers.get_all_sessions)
     app.router.add_get("/v1/lags", handlers.lags)
     app.router.add_get("/v1/layout", handlers.layout)
     app.router.add_get("/healthz", handlers.healthz)
@@ -370,6 +393,103 @@ class _Handlers:
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         return web.json_response(report.to_json())
+
+    # -- window and session stores ----------------------------------------------------
+
+    async def get_key_windows(self, request: web.Request) -> web.Response:
+        return self._windowed(request, "window", request.match_info["key"])
+
+    async def get_all_windows(self, request: web.Request) -> web.Response:
+        return self._windowed(request, "window", None)
+
+    async def get_key_sessions(self, request: web.Request) -> web.Response:
+        return self._windowed(request, "session", request.match_info["key"])
+
+    async def get_all_sessions(self, request: web.Request) -> web.Response:
+        return self._windowed(request, "session", None)
+
+    def _windowed(self, request: web.Request, kind: str, key_text: str | None) -> web.Response:
+        """A window or session query: one key's (routed like /keys) or every key's (like
+        /all), in raw-key order (segment, key, time), paginated by the last raw key."""
+        served_by: dict[str, Any] = {}
+        try:
+            store = self._store(request)
+            shape = windowed_store_shape(self.instance.topology, store)
+            if shape is None or shape.kind != kind:
+                what = "a key-value" if shape is None else f"a {shape.kind}"
+                raise _QueryError(
+                    400,
+                    {
+                        "error": f'store "{store}" is {what} store, not a {kind} store; query '
+                        f"it with {_QUERY_OF[shape.kind if shape else 'key-value']}"
+                    },
+                )
+            isolation, allow_stale = _read_options(request)
+            keys, values = _serdes(self.instance, store, request)
+            limit, after = _page_options(request)
+            lower, upper = _time_bounds(request, kind)
+            key: bytes | None = None
+            skipped: list[int] = []
+            if key_text is not None:
+                key = keys.serialize_text(key_text)
+                metadata = _available(_metadata(self.instance, store, key), store)
+                local = self._local(store, metadata.partition)
+                if local is None:
+                    raise _QueryError(
+                        421,
+                        {
+                            "error": f"this instance does not host partition "
+                            f'{metadata.partition} of store "{store}"; query one of the hosts '
+                            "that do",
+                            **_metadata_body(metadata),
+                        },
+                    )
+                _check_fresh(local, allow_stale, metadata)
+                copies = [local]
+                served_by = _served_by(local, isolation, self.instance)
+            else:
+                copies = []
+                for local in sorted(
+                    self.instance.local_store_partitions(store), key=lambda p: p.partition
+                ):
+                    if local.current or allow_stale:
+                        copies.append(local)
+                    else:
+                        skipped.append(local.partition)
+            scans = [
+                _windowed_entries(shape, shape.open_reader(local, isolation), key, lower, upper)
+                for local in copies
+            ]
+            merged: Iterator[tuple[bytes, bytes, int, int | None, bytes]] = heapq.merge(*scans)
+            if after is not None:
+                merged = itertools.dropwhile(lambda entry: entry[0] <= after, merged)
+            page = list(itertools.islice(merged, limit + 1))
+            more = len(page) > limit
+            page = page[:limit]
+            entries = [
+                {
+                    "key": _render(keys.serde, entry_key, store, "key_serde"),
+                    "start": start,
+                    "end": end,
+                    "value": _render(values, value, store, "value_serde"),
+                }
+                for _, entry_key, start, end, value in page
+            ]
+        except _QueryError as error:
+            return error.response()
+        except StateStoreError as error:
+            return _moving(error).response()
+        body: dict[str, Any] = {
+            "store": store,
+            "isolation": (isolation or self.instance.config.effective_isolation_level).value,
+            "entries": entries,
+            "next_cursor": _cursor(page[-1][0]) if more else None,
+        }
+        if key_text is not None:
+            body.update(key=key_text, **served_by)
+        else:
+            body.update(partitions=[c.partition for c in copies], skipped_partitions=skipped)
+        return web.json_response(body)
 
     # -- health and metrics ---------------------------------------------------------
 
@@ -570,6 +690,70 @@ def _page_options(request: web.Request) -> tuple[int, bytes | None]:
 def _cursor(last_key: bytes) -> str:
     """An opaque cursor: the last key served, URL-safe, so the next page starts after it."""
     return base64.urlsafe_b64encode(last_key).decode().rstrip("=")
+
+
+_QUERY_OF = {
+    "key-value": "/keys, /range or /all",
+    "window": "/windows",
+    "session": "/sessions",
+}
+_MAX_TIME = (1 << 63) - 1
+
+
+def _time_bounds(request: web.Request, kind: str) -> tuple[int, int]:
+    """A window query's ``from``/``to`` (window starts), a session query's
+    ``earliest_end``/``latest_start``: milliseconds >= 0; omitted means unbounded."""
+    names = ("from", "to") if kind == "window" else ("earliest_end", "latest_start")
+    bounds = []
+    for name, default in zip(names, (0, _MAX_TIME), strict=True):
+        raw = request.query.get(name)
+        if raw is None:
+            bounds.append(default)
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= _MAX_TIME:
+            raise _QueryError(
+                400,
+                {"error": f'{name} must be a time in milliseconds >= 0, got "{raw}"'},
+            )
+        bounds.append(value)
+    return bounds[0], bounds[1]
+
+
+def _windowed_entries(
+    shape: WindowedStoreShape,
+    reader: DetachedWindowReader | DetachedSessionReader,
+    key: bytes | None,
+    lower: int,
+    upper: int,
+) -> Iterator[tuple[bytes, bytes, int, int | None, bytes]]:
+    """(raw key, key, start, end, value) in raw-key order; the raw key orders pages and
+    their cursor. Window ends are start + size (None when the size is unknown); the
+    values of windowed aggregations lose their timestamp (the aggregate is the answer)."""
+    retention = shape.retention
+    if isinstance(reader, DetachedSessionReader):
+        sessions = (
+            reader.find_all_sessions(lower, upper)
+            if key is None
+            else reader.find_sessions(key, lower, upper)
+        )
+        for entry_key, start, end, value in sessions:
+            raw = session_key(retention.segment_of(end), entry_key, start, end)
+            yield raw, entry_key, start, end, value
+        return
+    windows = (
+        reader.fetch_all(lower, upper)
+        if key is None
+        else ((key, start, value) for start, value in reader.fetch_range(key, lower, upper))
+    )
+    size = shape.size_ms
+    for entry_key, start, value in windows:
+        raw = window_key(retention.segment_of(start), entry_key, start)
+        data = split_timestamped(value)[1] if shape.timestamped else value
+        yield raw, entry_key, start, None if size is None else start + size, data
 
 
 def _check_fresh(local: LocalStorePartition, allow_stale: bool, metadata: KeyQueryMetadata) -> None:

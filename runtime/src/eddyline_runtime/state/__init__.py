@@ -47,6 +47,8 @@ from eddyline_runtime.state.uncommitted_budget import (
 )
 from eddyline_runtime.state.window_layout import Retention, changelog_retention_ms
 from eddyline_runtime.state.window_store import (
+    DetachedSessionReader,
+    DetachedWindowReader,
     KeyValueBytesStore,
     SessionStore,
     SessionStoreReader,
@@ -57,6 +59,8 @@ from eddyline_runtime.state.window_store import (
 __all__ = [
     "CheckpointFileError",
     "CommitReason",
+    "DetachedSessionReader",
+    "DetachedWindowReader",
     "DurabilityBound",
     "InMemoryStore",
     "InvalidChangelogOffsetError",

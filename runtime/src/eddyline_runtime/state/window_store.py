@@ -294,10 +294,16 @@ class _SegmentedOwner:
     # The segment-time of a raw key (window start, or session end).
     _time_of_raw: Callable[[bytes], int]
 
-    def _init_owner(self, backing: KeyValueBytesStore, retention: Retention) -> None:
+    def _init_owner(
+        self,
+        backing: KeyValueBytesStore,
+        retention: Retention,
+        before_drop: Callable[[], None] | None,
+    ) -> None:
         self.name = backing.name
         self.retention = retention
         self._backing = backing
+        self._before_drop = before_drop
         self._segment_set: set[int] | None = None
         self._observed_time = _NO_TIME
         self.expired_writes = 0
@@ -360,7 +366,13 @@ class _SegmentedOwner:
             return
         min_live = self.retention.min_live(self._observed_time)
         interval = self.retention.segment_interval_ms
-        for segment in sorted(s for s in segments if s + interval <= min_live):
+        expired = sorted(s for s in segments if s + interval <= min_live)
+        if expired and self._before_drop is not None:
+            # A record cache above the store may hold the segment's last updates, not yet
+            # forwarded: they go out first, or the drop's deletes would overwrite them
+            # unseen (a window's final result lost).
+            self._before_drop()
+        for segment in expired:
             # Collect first: deleting while a scan of the same store is open
             # would change what the scan sees.
             raws = [raw for raw, _ in self._backing.scan(KeyRange.prefix(segment_prefix(segment)))]
@@ -377,8 +389,16 @@ class WindowStore(_SegmentedOwner, _WindowReads):
     Committing is the backing store's (the engine commits it with the task).
     """
 
-    def __init__(self, backing: KeyValueBytesStore, retention: Retention) -> None:
-        self._init_owner(backing, retention)
+    def __init__(
+        self,
+        backing: KeyValueBytesStore,
+        retention: Retention,
+        *,
+        before_drop: Callable[[], None] | None = None,
+    ) -> None:
+        """``before_drop`` runs before expired segments are dropped (the engine flushes
+        the record cache there)."""
+        self._init_owner(backing, retention, before_drop)
         self._readable = backing
         self._time_of_raw = window_start_of_raw
 
@@ -426,8 +446,14 @@ class WindowStoreReader(_WindowReads):
 class SessionStore(_SegmentedOwner, _SessionReads):
     """Sessions of keys (key, start, end -> value) over a transactional key-value store."""
 
-    def __init__(self, backing: KeyValueBytesStore, retention: Retention) -> None:
-        self._init_owner(backing, retention)
+    def __init__(
+        self,
+        backing: KeyValueBytesStore,
+        retention: Retention,
+        *,
+        before_drop: Callable[[], None] | None = None,
+    ) -> None:
+        self._init_owner(backing, retention, before_drop)
         self._readable = backing
         self._time_of_raw = session_end_of_raw
 
@@ -472,6 +498,61 @@ class SessionStoreReader(_SessionReads):
 
     def _observed(self) -> int:
         return self._owner._observed_time
+
+    def _segments(self) -> list[int]:
+        return _discover_segments(self._readable, self.retention)
+
+
+def _observed_from_data(
+    readable: _Readable, retention: Retention, time_of_raw: Callable[[bytes], int]
+) -> int:
+    """The observed stream time a store's data implies: the largest segment-time in its
+    newest segment (what the owner recovers at reopen); -1 for an empty store."""
+    segments = _discover_segments(readable, retention)
+    if not segments:
+        return _NO_TIME
+    newest = segments[-1]
+    return max(
+        (time_of_raw(raw) for raw, _ in readable.scan(KeyRange.prefix(segment_prefix(newest)))),
+        default=_NO_TIME,
+    )
+
+
+class DetachedWindowReader(_WindowReads):
+    """A window store read through a plain key-value reader, without its owner: an
+    interactive query of any copy (active or standby; a standby has no owner view).
+
+    Expiry follows the observed stream time the data implies (read once, when the
+    reader is made), so expired windows not yet dropped stay hidden as they do
+    from the owner.
+    """
+
+    def __init__(self, inner: StoreReader, retention: Retention) -> None:
+        self._readable = inner
+        self.name = inner.name
+        self.retention = retention
+        self.isolation = inner.isolation
+        self._observed_time = _observed_from_data(inner, retention, window_start_of_raw)
+
+    def _observed(self) -> int:
+        return self._observed_time
+
+    def _segments(self) -> list[int]:
+        return _discover_segments(self._readable, self.retention)
+
+
+class DetachedSessionReader(_SessionReads):
+    """A session store read through a plain key-value reader: see :class:`DetachedWindowReader`."""
+
+    def __init__(self, inner: StoreReader, retention: Retention) -> None:
+        self._readable = inner
+        self.name = inner.name
+        self.retention = retention
+        self.isolation = inner.isolation
+        self._observed_time = _observed_from_data(inner, retention, session_end_of_raw)
+
+    def _observed(self) -> int:
+        return self._observed_time
 
     def _segments(self) -> list[int]:
         return _discover_segments(self._readable, self.retention)

@@ -1,0 +1,155 @@
+"""Interactive queries of window and session stores, over HTTP and through the router.
+
+One instance (two partitions, both active here) counts clicks per key in
+10-second tumbling windows and in sessions with a 1-minute gap; its query
+server answers a key's windows in a time range, every key's windows, a key's
+sessions and every key's sessions, with the isolation level and pagination of
+the key-value queries, and refuses to read a store as the wrong kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TopicPartition, partition_for_key
+from eddyline_runtime.processing import SessionWindows, StreamsBuilder, TimeWindows, Topology
+from eddyline_runtime.query.client import QueryRouter, WindowedEntry
+from eddyline_runtime.query.server import QueryServer
+from tests.support.http_client import http_get
+from tests.support.ports import free_port
+from tests.support.word_count import streams_config
+
+PARTITIONS = 2
+WINDOWS, SESSIONS = "clicks-per-10s", "click-sessions"
+# (user, timestamp): u1 in windows 0 and 10 000 and two sessions; u2 once; u3 twice.
+CLICKS = [("u1", 1_000), ("u1", 2_000), ("u1", 12_000), ("u2", 5_000), ("u3", 3_000),
+          ("u3", 9_000), ("u1", 200_000)]  # fmt: skip
+
+
+def topology() -> Topology:
+    builder = StreamsBuilder()
+    grouped = builder.stream("clicks", key_serde="string", value_serde="string").group_by_key()
+    grouped.windowed_by(TimeWindows.of_size_with_grace(10_000, 1_000_000)).count(WINDOWS)
+    grouped.windowed_by(SessionWindows.of_inactivity_gap_with_grace(60_000, 1_000_000)).count(
+        SESSIONS
+    )
+    return builder.build()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp_path: Path = tmp_path_factory.mktemp("window-queries")
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("clicks", PARTITIONS)
+    for user, timestamp in CLICKS:
+        partition = partition_for_key(user.encode(), PARTITIONS)
+        log.produce(TopicPartition("clicks", partition), [Record(user.encode(), b"c", timestamp)])
+    address = f"127.0.0.1:{free_port()}"
+    config = streams_config(
+        tmp_path / "state", **{"application.server": address, "num.standby.replicas": 0}
+    )
+    instance = StreamsInstance(topology(), config, log)
+    instance.start()
+    server = QueryServer(instance, "127.0.0.1", int(address.rpartition(":")[2]))
+    server.start()
+    try:
+        instance.wait_until_caught_up(30)
+        yield address
+    finally:
+        server.stop()
+        instance.close(30)
+        log.close()
+
+
+def get(address: str, path: str, **query: str) -> tuple[int, Any]:
+    response = http_get(address, path, **query)
+    return response.status, response.json()
+
+
+def test_a_keys_windows_in_a_time_range(served: str) -> None:
+    status, body = get(served, f"/v1/stores/{WINDOWS}/windows/u1", **{"from": "0", "to": "10000"})
+    assert status == 200, body
+    assert body["entries"] == [
+        {"key": "u1", "start": 0, "end": 10_000, "value": 2},
+        {"key": "u1", "start": 10_000, "end": 20_000, "value": 1},
+    ]
+    assert (body["role"], body["stale"], body["next_cursor"]) == ("active", False, None)
+    assert body["isolation"] == "READ_COMMITTED"
+    _, later = get(served, f"/v1/stores/{WINDOWS}/windows/u1", **{"from": "10001"})
+    assert [e["start"] for e in later["entries"]] == [200_000]
+    _, uncommitted = get(served, f"/v1/stores/{WINDOWS}/windows/u2", isolation="READ_UNCOMMITTED")
+    assert uncommitted["isolation"] == "READ_UNCOMMITTED"
+    assert uncommitted["entries"] == [{"key": "u2", "start": 0, "end": 10_000, "value": 1}]
+
+
+def test_all_keys_windows_page_by_page(served: str) -> None:
+    expected = {("u1", 0, 2), ("u1", 10_000, 1), ("u1", 200_000, 1), ("u2", 0, 1), ("u3", 0, 2)}
+    _, whole = get(served, f"/v1/stores/{WINDOWS}/windows")
+    assert {(e["key"], e["start"], e["value"]) for e in whole["entries"]} == expected
+    assert sorted(whole["partitions"]) == [0, 1] and whole["next_cursor"] is None
+    paged: list[Any] = []
+    query: dict[str, str] = {"limit": "2"}
+    while True:
+        status, page = get(served, f"/v1/stores/{WINDOWS}/windows", **query)
+        assert status == 200 and len(page["entries"]) <= 2
+        paged.extend(page["entries"])
+        if page["next_cursor"] is None:
+            break
+        query["cursor"] = page["next_cursor"]
+    assert paged == whole["entries"]
+    _, ranged = get(served, f"/v1/stores/{WINDOWS}/windows", **{"from": "5000", "to": "10000"})
+    assert [(e["key"], e["start"]) for e in ranged["entries"]] == [("u1", 10_000)]
+
+
+def test_sessions_of_a_key_and_of_all_keys(served: str) -> None:
+    status, body = get(served, f"/v1/stores/{SESSIONS}/sessions/u1")
+    assert status == 200, body
+    assert body["entries"] == [
+        {"key": "u1", "start": 1_000, "end": 12_000, "value": 3},
+        {"key": "u1", "start": 200_000, "end": 200_000, "value": 1},
+    ]
+    _, bounded = get(served, f"/v1/stores/{SESSIONS}/sessions/u1", earliest_end="100000")
+    assert [e["start"] for e in bounded["entries"]] == [200_000]
+    _, everyone = get(served, f"/v1/stores/{SESSIONS}/sessions", latest_start="10000")
+    assert sorted((e["key"], e["start"], e["end"], e["value"]) for e in everyone["entries"]) == [
+        ("u1", 1_000, 12_000, 3),
+        ("u2", 5_000, 5_000, 1),
+        ("u3", 3_000, 9_000, 2),
+    ]
+
+
+def test_wrong_kind_and_bad_bounds_are_refused_with_the_way_out(served: str) -> None:
+    status, body = get(served, f"/v1/stores/{SESSIONS}/windows/u1")
+    assert status == 400 and "/sessions" in body["error"]
+    status, body = get(served, f"/v1/stores/{WINDOWS}/sessions")
+    assert status == 400 and "/windows" in body["error"]
+    status, body = get(served, f"/v1/stores/{WINDOWS}/windows", **{"from": "soon"})
+    assert status == 400 and "from must be a time" in body["error"]
+    status, body = get(served, "/v1/stores/nope/windows")
+    assert status == 404
+
+
+def test_the_router_fetches_windows_and_sessions(served: str) -> None:
+    router = QueryRouter([served])
+    result = router.fetch_windows(WINDOWS, "u1", 0, 10_000)
+    assert result.entries == [
+        WindowedEntry("u1", 0, 10_000, 2),
+        WindowedEntry("u1", 10_000, 20_000, 1),
+    ]
+    assert result.role == "active" and not result.stale
+    sessions = router.fetch_sessions(SESSIONS, "u3", isolation="READ_UNCOMMITTED")
+    assert sessions.entries == [WindowedEntry("u3", 3_000, 9_000, 2)]
+    everything = router.fetch_all_windows(WINDOWS)
+    assert len(everything) == 5
+    assert sorted((e.key, e.start) for e in router.fetch_all_sessions(SESSIONS)) == [
+        ("u1", 1_000),
+        ("u1", 200_000),
+        ("u2", 5_000),
+        ("u3", 3_000),
+    ]
