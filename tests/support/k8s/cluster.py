@@ -48,10 +48,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.control_plane.pods import resource_field_value
 from tests.support.k8s.apiserver import ApiError, ApiServer, Obj, match_expressions, now_iso
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# What a Node offers pods (the downward API gives its memory when a container has no limit).
+ALLOCATABLE = {"cpu": "2", "memory": "8Gi", "pods": "110"}
 # A real kubelet re-reads ConfigMap and Secret volumes about once a minute.
 VOLUME_REFRESH_SECONDS = 60.0
 # How often the controllers look at the store even when nothing changed (probes, back-off).
@@ -159,7 +162,7 @@ class Cluster:
                                 }
                             ],
                             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-                            "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+                            "allocatable": ALLOCATABLE,
                         },
                     },
                 )
@@ -792,6 +795,8 @@ class Cluster:
                     found = self.api.find(self._r("", "secrets"), runtime.namespace, ref["name"])
                     raw = (found or {}).get("data", {}).get(ref["key"], "")
                     value = base64.b64decode(raw).decode()
+                elif "resourceFieldRef" in source:
+                    value = resource_field_value(spec, source["resourceFieldRef"], ALLOCATABLE)
                 else:
                     value = ""
             env[variable["name"]] = _map_paths(value, mounts)
