@@ -30,6 +30,7 @@ from eddyline_operator.reconcile.membership import (
     layout_from,
     members,
     next_membership,
+    warmup_policy,
 )
 from eddyline_operator.reconcile.rollout import plan_rollout
 from eddyline_operator.reconcile.status import (
@@ -212,7 +213,8 @@ class _Cycle:
             return None
         observed = self.observed
         current = members(self.pods, self.node_labels, app.spec.standby_placement.topology_key)
-        requested = app.streams_config().num_standby_replicas
+        config = app.streams_config()
+        requested = config.num_standby_replicas
         template = objects.pod_template(
             app, default_image=observed.default_image, log_node=self.old_status.log_node
         )
@@ -225,15 +227,18 @@ class _Cycle:
             layout,
             requested,
             last_generation=self.old_status.membership_generation,
+            warmups=warmup_policy(config, observed.reports, current),
         )
         if membership is not None:
             ids = ", ".join(f"{m.id} ({m.zone or 'no zone'})" for m in current)
+            warming = membership.assignment.warmup_count
             self.events.append(
                 Event(
                     "Normal",
                     "MembershipChanged",
                     f"generation {membership.generation}: members {ids}; "
-                    f"{len(membership.assignment.tasks)} tasks",
+                    f"{len(membership.assignment.tasks)} tasks"
+                    + (f"; {warming} warming up before they move" if warming else ""),
                 )
             )
         effective = effective_standbys(requested, app.spec.replicas)
