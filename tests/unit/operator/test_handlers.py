@@ -289,3 +289,21 @@ def test_the_daemon_is_async_so_it_holds_no_worker_thread_between_cycles() -> No
     import inspect
 
     assert inspect.iscoroutinefunction(handlers.follow_app)
+
+
+def test_a_paused_app_gets_no_children_only_its_paused_status_at_the_settled_beat(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
+    app = body()
+    app["metadata"]["annotations"] = {names.ANNOTATION_PAUSE: "true"}
+    kube.put(app)
+    # A new app would be Progressing (the fast beat); paused, nothing moves, so no hurry.
+    assert handlers.refresh_app(operator(memo), "apps", "wc", 7.0) == 7.0
+    assert sorted(k for k, _, _ in kube.objects) == ["StreamApp"]
+    status = kube.objects["StreamApp", "apps", "wc"]["status"]
+    assert [c["type"] for c in status["conditions"]] == ["Paused"]
+    assert [r for _, r, _ in kube.events] == ["ReconciliationPaused"]  # type: ignore[attr-defined]
+    del app["metadata"]["annotations"][names.ANNOTATION_PAUSE]
+    kube.put(app)
+    assert handlers.refresh_app(operator(memo), "apps", "wc", 7.0) == handlers.SETTLING_SECONDS
+    assert "StatefulSet" in {k for k, _, _ in kube.objects}

@@ -450,3 +450,65 @@ def test_the_apps_config_bounds_the_warm_ups(nodes: list[Obj]) -> None:
     assert (
         run(app, pods, nodes, reports={**old, **six}, membership=step.membership).membership is None
     )
+
+
+def paused(app: Obj, value: str = "true") -> Obj:
+    app["metadata"] = {**app["metadata"], "annotations": {names.ANNOTATION_PAUSE: value}}
+    return app
+
+
+def test_a_paused_app_records_paused_and_changes_nothing(nodes: list[Obj]) -> None:
+    app = body()
+    pods, membership = settled(app, nodes)
+    running = run(app, pods, nodes, reports=reports(), membership=membership)
+    app["status"] = dump_status(running.status)
+    # While paused: a spec change, an outdated pod and a pod that stopped (a failover) would
+    # each make the operator act; none does.
+    paused(app)
+    app["spec"]["replicas"] = 5
+    pods[0] = pod(0, running=False, config_hash="outdated")
+    result = run(app, pods, nodes, reports=reports(), membership=membership)
+    assert result.paused
+    assert (result.objects, result.membership, result.delete_pods, result.create_jobs) == (
+        [],
+        None,
+        [],
+        [],
+    )
+    assert not result.write_ahead
+    stopped = condition(result, "Paused")
+    assert (stopped["status"], stopped["reason"]) == ("True", "ReconciliationPaused")
+    assert names.ANNOTATION_PAUSE in stopped["message"]
+    assert f"kubectl annotate streamapp wc {names.ANNOTATION_PAUSE}-" in stopped["message"]
+    # Everything else in status is what it was.
+    before = running.status.model_dump(exclude={"conditions"})
+    assert result.status.model_dump(exclude={"conditions"}) == before
+    assert [e.reason for e in result.events] == ["ReconciliationPaused"]
+    # The next paused cycle has nothing new to say.
+    app["status"] = dump_status(result.status)
+    again = run(app, pods, nodes, reports=reports(), membership=membership)
+    assert again.events == [] and again.status == result.status
+
+
+def test_removing_the_annotation_resumes(nodes: list[Obj]) -> None:
+    app = body()
+    pods, membership = settled(app, nodes)
+    app["status"] = dump_status(run(paused(app), pods, nodes, reports=reports()).status)
+    del app["metadata"]["annotations"][names.ANNOTATION_PAUSE]
+    pods[0] = pod(
+        0,
+        running=False,
+        config_hash=pods[0]["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH],
+    )
+    resumed = run(app, pods, nodes, reports=reports(), membership=membership)
+    assert not resumed.paused
+    assert resumed.objects and resumed.membership is not None  # the failover happens now
+    assert "Paused" not in {c["type"] for c in conditions(resumed)}
+    assert "ReconciliationResumed" in {e.reason for e in resumed.events}
+
+
+@pytest.mark.parametrize("value", ["false", "", "yes"])
+def test_only_true_pauses(nodes: list[Obj], value: str) -> None:
+    result = run(paused(body(), value), [], nodes)
+    assert not result.paused and result.objects
+    assert "Paused" not in {c["type"] for c in conditions(result)}

@@ -51,6 +51,7 @@ from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     MAX_NAME_LENGTH,
     MAX_NAME_LENGTH_WITH_RESTORE,
+    ConditionStatus,
     ManifestError,
     Phase,
     StreamApp,
@@ -60,6 +61,8 @@ from eddyline_runtime.spec import (
 )
 
 Obj = dict[str, Any]
+# The condition type while eddyline.dev/pause-reconciliation is "true".
+PAUSED = "Paused"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ class Plan:
     # A new upgrade step: status must be written before anything else is done (write-ahead).
     write_ahead: bool = False
     create_jobs: list[Obj] = field(default_factory=list)  # restore Jobs to launch
+    # eddyline.dev/pause-reconciliation: nothing above is set, status only says so.
+    paused: bool = False
 
 
 def parse_app(body: Obj) -> StreamApp:
@@ -127,6 +132,28 @@ def parse_app(body: Obj) -> StreamApp:
 def plan(observed: Observed) -> Plan:
     """One cycle; see the module docstring."""
     cycle = _Cycle(observed)
+    if is_paused(observed.body):
+        return cycle.paused()
+    result = _reconcile(cycle, observed)
+    before = next((c for c in cycle.old_status.conditions if c.type == PAUSED), None)
+    if before is not None and before.status == ConditionStatus.TRUE:
+        result.events.append(
+            Event(
+                "Normal",
+                "ReconciliationResumed",
+                f'{names.ANNOTATION_PAUSE} is no longer "true": reconciling again',
+            )
+        )
+    return result
+
+
+def is_paused(body: Obj) -> bool:
+    """Whether the app carries ``eddyline.dev/pause-reconciliation: "true"``."""
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(names.ANNOTATION_PAUSE, "")).strip().lower() == "true"
+
+
+def _reconcile(cycle: _Cycle, observed: Observed) -> Plan:
     try:
         app = parse_app(observed.body)
     except ManifestError as invalid:
@@ -249,6 +276,21 @@ class _Cycle:
             )
             self.notes.append(self.capped)
         return membership
+
+    def paused(self) -> Plan:
+        """Paused: the previous status with a Paused condition; nothing applied, published,
+        restarted or launched (not even a failover: the pods keep the last assignment)."""
+        message = (
+            f'the annotation {names.ANNOTATION_PAUSE}="true" pauses reconciliation: nothing '
+            "is applied, published, restarted or launched; to resume, remove it (kubectl "
+            f"annotate streamapp {self.name} {names.ANNOTATION_PAUSE}-)"
+        )
+        condition = self.conditions.make(PAUSED, True, "ReconciliationPaused", message)
+        if self.conditions.changed(condition):
+            self.events.append(Event("Normal", "ReconciliationPaused", message))
+        kept = [c for c in self.old_status.conditions if c.type != PAUSED]
+        status = self.old_status.model_copy(update={"conditions": [*kept, condition]})
+        return Plan(None, [], None, [], status, self.events, paused=True)
 
     def invalid(self, invalid: ManifestError, membership: Membership | None) -> Plan:
         """Degraded, InvalidSpec: nothing applied, no pod restarted."""
