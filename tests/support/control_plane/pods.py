@@ -115,7 +115,9 @@ def resource_field_value(container: Obj, ref: Obj, allocatable: Obj) -> str:
         quantity = allocatable.get(name)
     if quantity is None:
         return "0"
-    value = quantity_value(str(quantity)) / quantity_value(str(ref.get("divisor", "1")))
+    # The API server stores an unset divisor as "0"; the kubelet reads 0 as 1.
+    divisor = quantity_value(str(ref.get("divisor") or "1")) or 1
+    value = quantity_value(str(quantity)) / divisor
     return str(int(value.to_integral_value(rounding=ROUND_CEILING)))
 
 

@@ -303,6 +303,12 @@ def test_the_runtime_reads_the_limit_the_kubelet_resolves(
     c = container(build(resources=resources))
     ref = next(e for e in c["env"] if e["name"] == "EDDYLINE_MEMORY_LIMIT_BYTES")
     # The control plane's kubelet stand-in resolves it as a kubelet does.
-    value = resource_field_value(c, ref["valueFrom"]["resourceFieldRef"], CAPACITY)
+    field_ref = ref["valueFrom"]["resourceFieldRef"]
+    value = resource_field_value(c, field_ref, CAPACITY)
+    # As the API server returns it: an unset divisor comes back as "0", read as 1.
+    assert resource_field_value(c, {**field_ref, "divisor": "0"}, CAPACITY) == value
+    assert resource_field_value(c, {**field_ref, "divisor": "1Mi"}, CAPACITY) == str(
+        expected // 2**20
+    )
     monkeypatch.setenv("EDDYLINE_MEMORY_LIMIT_BYTES", value)
     assert StreamsConfig().memory_limit_bytes == expected
