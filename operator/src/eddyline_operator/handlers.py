@@ -321,7 +321,9 @@ def refresh_app(
         # and update handlers are retried by kopf; this daemon retries at its next beat).
         logger.exception("StreamApp %s/%s: the cycle failed; retrying", namespace, name)
         return min(settled, SETTLED_SECONDS)
-    if result is not None and result.status.phase in (Phase.PENDING, Phase.PROGRESSING):
+    if result is None or result.paused:  # paused: nothing moves, so no hurry
+        return settled
+    if result.status.phase in (Phase.PENDING, Phase.PROGRESSING):
         return SETTLING_SECONDS
     if result is not None and result.recheck_seconds is not None:
         # A member's node Lease may pass its grace before the next beat: look then.

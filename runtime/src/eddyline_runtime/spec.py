@@ -549,6 +549,19 @@ STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
             {"type": "boolean", "default": True},
             "KIP-816: move state whose sub-topology ordinal changed instead of rebuilding it",
         ),
+        "acceptable.recovery.lag": _setting(
+            {"type": "integer", "minimum": 0, "default": 10_000},
+            "KIP-441: a stateful task moves to another pod only once that pod's copy trails "
+            "its changelog by at most this many records; until then it warms up there",
+        ),
+        "max.warmup.replicas": _setting(
+            {"type": "integer", "minimum": 1, "default": 2},
+            "KIP-441: warm-up replicas across the app at a time (on top of standbys)",
+        ),
+        "probing.rebalance.interval.ms": _setting(
+            {"type": "integer", "minimum": 1, "default": 600_000},
+            "KIP-441: local runs only; on a cluster the operator assigns again every cycle",
+        ),
         "num.stream.threads": _setting(
             {"type": "integer", "minimum": 1, "maximum": MAX_STREAM_THREADS, "default": 1},
             "stream threads per pod (no more are started than the pod has tasks)",

@@ -56,6 +56,7 @@ from tests.support.control_plane.pods import (
     now_iso,
     now_micro,
     probe,
+    resource_field_value,
     signal_container,
     termination_file,
     termination_message,
@@ -550,7 +551,11 @@ class Node:
             if "value" in variable:
                 value = expand(variable["value"], env)
             else:
-                value = self._env_source(status_pod, namespace, variable.get("valueFrom", {}))
+                source = variable.get("valueFrom", {})
+                if "resourceFieldRef" in source:
+                    value = resource_field_value(spec, source["resourceFieldRef"], CAPACITY)
+                else:
+                    value = self._env_source(status_pod, namespace, source)
             env[variable["name"]] = map_paths(value, mounts)
         return env
 

@@ -19,8 +19,11 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import ROUND_CEILING
 from pathlib import Path
 from typing import Any
+
+from eddyline_runtime.spec import quantity_value
 
 Obj = dict[str, Any]
 
@@ -101,6 +104,21 @@ def field_value(pod: Obj, path: str) -> Any:
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return value
+
+
+def resource_field_value(container: Obj, ref: Obj, allocatable: Obj) -> str:
+    """A ``resourceFieldRef`` as the kubelet resolves it: the container's limit (or request),
+    else the node's allocatable amount, divided by ``divisor`` and rounded up."""
+    kind, _, name = str(ref["resource"]).partition(".")
+    quantity = (container.get("resources") or {}).get(kind, {}).get(name)
+    if quantity is None and kind == "limits":
+        quantity = allocatable.get(name)
+    if quantity is None:
+        return "0"
+    # The API server stores an unset divisor as "0"; the kubelet reads 0 as 1.
+    divisor = quantity_value(str(ref.get("divisor") or "1")) or 1
+    value = quantity_value(str(quantity)) / divisor
+    return str(int(value.to_integral_value(rounding=ROUND_CEILING)))
 
 
 def container_port(spec: Obj, target: Any) -> int | None:

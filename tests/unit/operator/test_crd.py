@@ -104,6 +104,8 @@ def test_every_kafka_setting_a_cluster_needs_is_in_the_schema() -> None:
         "max.task.idle.ms",
         "num.standby.replicas",
         "automatic.state.relocation",
+        "acceptable.recovery.lag",
+        "max.warmup.replicas",
     }
     assert wanted <= set(STREAMS_CONFIG_SCHEMA["properties"])
 

@@ -314,3 +314,21 @@ def test_login_names_the_missing_token_and_the_way_out(tmp_path: Any) -> None:
         handlers.service_account_login(str(tmp_path), environ)
     with pytest.raises(kopf.LoginError, match="KUBERNETES_SERVICE_HOST"):
         handlers.service_account_login(str(tmp_path), {})
+
+
+def test_a_paused_app_gets_no_children_only_its_paused_status_at_the_settled_beat(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
+    app = body()
+    app["metadata"]["annotations"] = {names.ANNOTATION_PAUSE: "true"}
+    kube.put(app)
+    # A new app would be Progressing (the fast beat); paused, nothing moves, so no hurry.
+    assert handlers.refresh_app(operator(memo), "apps", "wc", 7.0) == 7.0
+    assert sorted(k for k, _, _ in kube.objects) == ["StreamApp"]
+    status = kube.objects["StreamApp", "apps", "wc"]["status"]
+    assert [c["type"] for c in status["conditions"]] == ["Paused"]
+    assert [r for _, r, _ in kube.events] == ["ReconciliationPaused"]  # type: ignore[attr-defined]
+    del app["metadata"]["annotations"][names.ANNOTATION_PAUSE]
+    kube.put(app)
+    assert handlers.refresh_app(operator(memo), "apps", "wc", 7.0) == handlers.SETTLING_SECONDS
+    assert "StatefulSet" in {k for k, _, _ in kube.objects}

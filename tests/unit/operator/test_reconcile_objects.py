@@ -11,6 +11,9 @@ import yaml
 
 from eddyline_operator.reconcile import names, objects
 from eddyline_operator.reconcile.plan import parse_app
+from eddyline_runtime.config import StreamsConfig
+from tests.support.control_plane.kubelet import CAPACITY
+from tests.support.control_plane.pods import resource_field_value
 from tests.support.k8s_objects import body
 
 Obj = dict[str, Any]
@@ -277,3 +280,35 @@ def test_each_example_has_a_cluster_manifest_the_operator_accepts(example: str) 
     assert objects.uses_embedded_log(app)
     built = objects.desired_objects(app, "default", OWNER, default_image="x", log_node="node-0")
     assert "PersistentVolumeClaim" in [o["kind"] for o in built]
+
+
+def test_the_pod_learns_its_memory_limit_through_the_downward_api() -> None:
+    c = container(build(resources={"limits": {"memory": "2Gi"}}))
+    env = {e["name"]: e for e in c["env"]}
+    ref = env["EDDYLINE_MEMORY_LIMIT_BYTES"]["valueFrom"]["resourceFieldRef"]
+    # The runtime reads memory.limit.bytes from this variable (EDDYLINE_ + the key).
+    assert ref == {"containerName": c["name"], "resource": "limits.memory"}
+    assert c["resources"]["limits"]["memory"] == "2Gi"
+    assert env["EDDYLINE_MEMORY_LIMIT_BYTES"].get("value") is None
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [({"limits": {"memory": "2Gi"}}, 2 * 2**30), ({}, 16 * 2**30)],
+    ids=["the container's limit", "no limit: the node's allocatable memory"],
+)
+def test_the_runtime_reads_the_limit_the_kubelet_resolves(
+    resources: Obj, expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = container(build(resources=resources))
+    ref = next(e for e in c["env"] if e["name"] == "EDDYLINE_MEMORY_LIMIT_BYTES")
+    # The control plane's kubelet stand-in resolves it as a kubelet does.
+    field_ref = ref["valueFrom"]["resourceFieldRef"]
+    value = resource_field_value(c, field_ref, CAPACITY)
+    # As the API server returns it: an unset divisor comes back as "0", read as 1.
+    assert resource_field_value(c, {**field_ref, "divisor": "0"}, CAPACITY) == value
+    assert resource_field_value(c, {**field_ref, "divisor": "1Mi"}, CAPACITY) == str(
+        expected // 2**20
+    )
+    monkeypatch.setenv("EDDYLINE_MEMORY_LIMIT_BYTES", value)
+    assert StreamsConfig().memory_limit_bytes == expected

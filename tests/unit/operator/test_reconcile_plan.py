@@ -386,3 +386,129 @@ def test_a_pod_that_rebuilt_a_store_makes_the_app_degraded_naming_the_kept_copy(
     calm = run(app, pods, nodes, reports=reports(), membership=membership)
     [after] = [c for c in calm.status.conditions if c.type == "Degraded"]
     assert after.reason == "AsExpected"
+
+
+def lag_report(member: str, lags: dict[int, tuple[str, int]]) -> MemberReport:
+    """A report whose store names its sub-topology, so its copies count as warm-up lags."""
+    return replace(report(member, roles=lags), store_owners={"counts": 0})
+
+
+def test_scaling_out_warms_the_new_pod_before_moving_tasks_to_it(nodes: list[Obj]) -> None:
+    app = body(replicas=4)
+    config_hash = current_hash(app, nodes)
+    pods = [pod(i, config_hash=config_hash) for i in range(3)]
+    before = run(app, pods, nodes, reports=reports(3)).membership
+    assert before is not None
+    owner = {t: before.assignment.active_owner(t) for t in TASKS}
+    # Each pod reports its own copies (active or standby) as caught up.
+    old = {}
+    for member in ("wc-0", "wc-1", "wc-2"):
+        mine = before.assignment.tasks_of(member)
+        roles = {t.partition: ("active", 0) for t in mine.active}
+        roles.update({t.partition: ("standby", 0) for t in mine.standby})
+        old[member] = lag_report(member, roles)
+    pods.append(pod(3, config_hash=config_hash))
+    # wc-3 runs but holds nothing yet: no stateful task may move to it cold.
+    step = run(app, pods, nodes, reports={**old, "wc-3": lag_report("wc-3", {})}, membership=before)
+    assert step.membership is not None
+    warming = step.membership.assignment
+    assert {warming.active_owner(t) for t in TASKS} == {owner[t] for t in TASKS} - {"wc-3"}
+    assert all(warming.active_owner(t) == owner[t] for t in TASKS)
+    assert 1 <= warming.warmup_count <= 2  # max.warmup.replicas' default
+    warm = warming.tasks_of("wc-3").warmup
+    assert warm
+    (changed,) = [e for e in step.events if e.reason == "MembershipChanged"]
+    assert f"{warming.warmup_count} warming up before they move" in changed.message
+    # Its warm-ups still trail by more than acceptable.recovery.lag: nothing moves.
+    behind = lag_report("wc-3", {t.partition: ("standby", 10_001) for t in warm})
+    again = run(app, pods, nodes, reports={**old, "wc-3": behind}, membership=step.membership)
+    assert again.membership is None
+    # Caught up: the next cycle moves them (the lags are the trigger, no timer).
+    caught_up = lag_report("wc-3", {t.partition: ("standby", 10_000) for t in warm})
+    moved = run(app, pods, nodes, reports={**old, "wc-3": caught_up}, membership=step.membership)
+    assert moved.membership is not None
+    assert moved.membership.generation == step.membership.generation + 1
+    assert moved.membership.assignment.tasks_of("wc-3").active & warm
+
+
+def test_the_apps_config_bounds_the_warm_ups(nodes: list[Obj]) -> None:
+    config = {"num.standby.replicas": 0, "max.warmup.replicas": 1, "acceptable.recovery.lag": 5}
+    app = body(replicas=2, config=config)
+    config_hash = current_hash(app, nodes)
+    pods = [pod(0, config_hash=config_hash)]
+    before = run(app, pods, nodes, reports=reports(1)).membership
+    assert before is not None
+    old = {"wc-0": lag_report("wc-0", {t.partition: ("active", 0) for t in TASKS})}
+    pods.append(pod(1, config_hash=config_hash))
+    step = run(app, pods, nodes, reports={**old, "wc-1": lag_report("wc-1", {})}, membership=before)
+    assert step.membership is not None
+    assert step.membership.assignment.warmup_count == 1
+    assert step.membership.assignment.tasks_of("wc-1").active == frozenset()
+    (warm,) = step.membership.assignment.tasks_of("wc-1").warmup
+    # 6 records behind is more than acceptable.recovery.lag 5: it stays a warm-up.
+    six = {"wc-1": lag_report("wc-1", {warm.partition: ("standby", 6)})}
+    assert (
+        run(app, pods, nodes, reports={**old, **six}, membership=step.membership).membership is None
+    )
+
+
+def paused(app: Obj, value: str = "true") -> Obj:
+    app["metadata"] = {**app["metadata"], "annotations": {names.ANNOTATION_PAUSE: value}}
+    return app
+
+
+def test_a_paused_app_records_paused_and_changes_nothing(nodes: list[Obj]) -> None:
+    app = body()
+    pods, membership = settled(app, nodes)
+    running = run(app, pods, nodes, reports=reports(), membership=membership)
+    app["status"] = dump_status(running.status)
+    # While paused: a spec change, an outdated pod and a pod that stopped (a failover) would
+    # each make the operator act; none does.
+    paused(app)
+    app["spec"]["replicas"] = 5
+    pods[0] = pod(0, running=False, config_hash="outdated")
+    result = run(app, pods, nodes, reports=reports(), membership=membership)
+    assert result.paused
+    assert (result.objects, result.membership, result.delete_pods, result.create_jobs) == (
+        [],
+        None,
+        [],
+        [],
+    )
+    assert not result.write_ahead
+    stopped = condition(result, "Paused")
+    assert (stopped["status"], stopped["reason"]) == ("True", "ReconciliationPaused")
+    assert names.ANNOTATION_PAUSE in stopped["message"]
+    assert f"kubectl annotate streamapp wc {names.ANNOTATION_PAUSE}-" in stopped["message"]
+    # Everything else in status is what it was.
+    before = running.status.model_dump(exclude={"conditions"})
+    assert result.status.model_dump(exclude={"conditions"}) == before
+    assert [e.reason for e in result.events] == ["ReconciliationPaused"]
+    # The next paused cycle has nothing new to say.
+    app["status"] = dump_status(result.status)
+    again = run(app, pods, nodes, reports=reports(), membership=membership)
+    assert again.events == [] and again.status == result.status
+
+
+def test_removing_the_annotation_resumes(nodes: list[Obj]) -> None:
+    app = body()
+    pods, membership = settled(app, nodes)
+    app["status"] = dump_status(run(paused(app), pods, nodes, reports=reports()).status)
+    del app["metadata"]["annotations"][names.ANNOTATION_PAUSE]
+    pods[0] = pod(
+        0,
+        running=False,
+        config_hash=pods[0]["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH],
+    )
+    resumed = run(app, pods, nodes, reports=reports(), membership=membership)
+    assert not resumed.paused
+    assert resumed.objects and resumed.membership is not None  # the failover happens now
+    assert "Paused" not in {c["type"] for c in conditions(resumed)}
+    assert "ReconciliationResumed" in {e.reason for e in resumed.events}
+
+
+@pytest.mark.parametrize("value", ["false", "", "yes"])
+def test_only_true_pauses(nodes: list[Obj], value: str) -> None:
+    result = run(paused(body(), value), [], nodes)
+    assert not result.paused and result.objects
+    assert "Paused" not in {c["type"] for c in conditions(result)}

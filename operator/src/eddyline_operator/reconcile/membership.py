@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eddyline_operator.reconcile import names
-from eddyline_runtime.assignor import Assignment, Member, assign
+from eddyline_runtime.assignor import Assignment, Member, WarmupPolicy, assign
+from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
 
@@ -233,6 +234,7 @@ def next_membership(
     *,
     last_generation: int | None = None,
     reports: Mapping[str, MemberReport] | None = None,
+    warmups: WarmupPolicy | None = None,
 ) -> Membership | None:
     """The membership to publish, or None when ``previous`` still holds (or none can be
     computed yet: no member, or no layout reported).
@@ -241,7 +243,8 @@ def next_membership(
     resume from it (as the local group does). With no previous membership (a deleted
     ConfigMap), the generation continues from ``last_generation`` (status
     membershipGeneration) instead of starting again at 1, and the assignment stays sticky:
-    it is seeded from where the members' ``reports`` say their stores are."""
+    it is seeded from where the members' ``reports`` say their stores are. With ``warmups``
+    (:func:`warmup_policy`) a stateful task moves only to a caught-up copy."""
     if layout is None or not current_members:
         return None
     keep = previous.assignment if previous is not None else None
@@ -255,6 +258,7 @@ def next_membership(
         num_standby_replicas,
         previous=keep,
         stateful=layout.stateful,
+        warmups=warmups,
     )
     if previous is not None and assignment == previous.assignment:
         return None
@@ -266,3 +270,21 @@ def next_membership(
 def effective_standbys(requested: int, replicas: int) -> int:
     """What the assignor will run: at most replicas - 1 standbys per task."""
     return max(0, min(requested, replicas - 1))
+
+
+def warmup_policy(
+    config: StreamsConfig, reports: Mapping[str, MemberReport], current: Iterable[Member]
+) -> WarmupPolicy:
+    """Warm before moving (KIP-441) with the app's ``acceptable.recovery.lag`` and
+    ``max.warmup.replicas``: each member's lags are what it last reported; a member that has
+    not reported holds no copy (a new pod's warm-ups start from nothing).
+
+    There is no probing timer here: each cycle (every few seconds, with fresh reports) assigns
+    again, so a warm-up that catches up becomes active at the next cycle, well before
+    ``probing.rebalance.interval.ms``."""
+    lags = {m.id: reports[m.id].task_lags() for m in current if m.id in reports}
+    return WarmupPolicy(
+        lags,
+        acceptable_recovery_lag=config.acceptable_recovery_lag,
+        max_warmup_replicas=config.max_warmup_replicas,
+    )

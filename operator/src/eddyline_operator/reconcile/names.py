@@ -23,6 +23,9 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_APP = f"{GROUP}/app"
 LABEL_REVISION = f"{GROUP}/revision"
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
+# Strimzi's convention: "true" pauses reconciliation (the operator records Paused and
+# changes nothing) until the annotation is removed or set to anything else.
+ANNOTATION_PAUSE = f"{GROUP}/pause-reconciliation"
 NODE_HOSTNAME = "kubernetes.io/hostname"
 
 

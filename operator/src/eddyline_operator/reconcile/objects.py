@@ -46,6 +46,8 @@ STARTUP_FAILURES = 150
 TERMINATION_GRACE_SECONDS = 60
 # Where the runtime writes why it stopped (the kubelet's default path).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# The runtime's memory.limit.bytes (config.py), filled from the container's limits.memory.
+MEMORY_LIMIT_ENV = "EDDYLINE_MEMORY_LIMIT_BYTES"
 # Where a Secret with Kafka client settings is mounted (spec.log.secretName).
 LOG_SECRET_MOUNT = "/etc/eddyline/log-secret"
 
@@ -283,6 +285,17 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
             {"name": "EDDYLINE_STATE_DIR", "value": names.STATE_MOUNT},
             {"name": "EDDYLINE_TOPOLOGY_REVISION", "value": spec.topology.revision},
             {"name": "EDDYLINE_TERMINATION_MESSAGE_PATH", "value": TERMINATION_MESSAGE_PATH},
+            # memory.limit.bytes: RocksDB's memory is capped at a share of it (without a
+            # limit, Kubernetes gives the node's allocatable memory, still a bound).
+            {
+                "name": MEMORY_LIMIT_ENV,
+                "valueFrom": {
+                    "resourceFieldRef": {
+                        "containerName": names.CONTAINER,
+                        "resource": "limits.memory",
+                    }
+                },
+            },
         ],
         # A pod that refuses to start (KIP-816 relocation refused, say) writes why here; the
         # operator reads it from the container's terminated state to roll an upgrade back.

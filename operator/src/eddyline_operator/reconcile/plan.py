@@ -34,6 +34,7 @@ from eddyline_operator.reconcile.membership import (
     members,
     next_membership,
     next_node_check,
+    warmup_policy,
 )
 from eddyline_operator.reconcile.rollout import plan_rollout
 from eddyline_operator.reconcile.status import (
@@ -54,6 +55,7 @@ from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     MAX_NAME_LENGTH,
     MAX_NAME_LENGTH_WITH_RESTORE,
+    ConditionStatus,
     ManifestError,
     Phase,
     StreamApp,
@@ -63,6 +65,8 @@ from eddyline_runtime.spec import (
 )
 
 Obj = dict[str, Any]
+# The condition type while eddyline.dev/pause-reconciliation is "true".
+PAUSED = "Paused"
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class Plan:
     # Run the next cycle within this many seconds: when a member's node Lease would pass
     # its grace (a dead node sends no event). None: no such deadline.
     recheck_seconds: float | None = None
+    # eddyline.dev/pause-reconciliation: nothing above is set, status only says so.
+    paused: bool = False
 
 
 def parse_app(body: Obj) -> StreamApp:
@@ -137,6 +143,28 @@ def parse_app(body: Obj) -> StreamApp:
 def plan(observed: Observed) -> Plan:
     """One cycle; see the module docstring."""
     cycle = _Cycle(observed)
+    if is_paused(observed.body):
+        return cycle.paused()
+    result = _reconcile(cycle, observed)
+    before = next((c for c in cycle.old_status.conditions if c.type == PAUSED), None)
+    if before is not None and before.status == ConditionStatus.TRUE:
+        result.events.append(
+            Event(
+                "Normal",
+                "ReconciliationResumed",
+                f'{names.ANNOTATION_PAUSE} is no longer "true": reconciling again',
+            )
+        )
+    return result
+
+
+def is_paused(body: Obj) -> bool:
+    """Whether the app carries ``eddyline.dev/pause-reconciliation: "true"``."""
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(names.ANNOTATION_PAUSE, "")).strip().lower() == "true"
+
+
+def _reconcile(cycle: _Cycle, observed: Observed) -> Plan:
     try:
         app = parse_app(observed.body)
     except ManifestError as invalid:
@@ -235,7 +263,8 @@ class _Cycle:
             self.pods, self.node_labels, app.spec.standby_placement.topology_key, self.lost
         )
         self.note_lost_pods()
-        requested = app.streams_config().num_standby_replicas
+        config = app.streams_config()
+        requested = config.num_standby_replicas
         template = objects.pod_template(
             app, default_image=observed.default_image, log_node=self.old_status.log_node
         )
@@ -249,15 +278,18 @@ class _Cycle:
             requested,
             last_generation=self.old_status.membership_generation,
             reports={m: r for m, r in observed.reports.items() if m in {c.id for c in current}},
+            warmups=warmup_policy(config, observed.reports, current),
         )
         if membership is not None:
             ids = ", ".join(f"{m.id} ({m.zone or 'no zone'})" for m in current)
+            warming = membership.assignment.warmup_count
             self.events.append(
                 Event(
                     "Normal",
                     "MembershipChanged",
                     f"generation {membership.generation}: members {ids}; "
-                    f"{len(membership.assignment.tasks)} tasks",
+                    f"{len(membership.assignment.tasks)} tasks"
+                    + (f"; {warming} warming up before they move" if warming else ""),
                 )
             )
         effective = effective_standbys(requested, app.spec.replicas)
@@ -287,6 +319,21 @@ class _Cycle:
                         f"{note} ({self.lost[node]}); its tasks move to the other pods",
                     )
                 )
+
+    def paused(self) -> Plan:
+        """Paused: the previous status with a Paused condition; nothing applied, published,
+        restarted or launched (not even a failover: the pods keep the last assignment)."""
+        message = (
+            f'the annotation {names.ANNOTATION_PAUSE}="true" pauses reconciliation: nothing '
+            "is applied, published, restarted or launched; to resume, remove it (kubectl "
+            f"annotate streamapp {self.name} {names.ANNOTATION_PAUSE}-)"
+        )
+        condition = self.conditions.make(PAUSED, True, "ReconciliationPaused", message)
+        if self.conditions.changed(condition):
+            self.events.append(Event("Normal", "ReconciliationPaused", message))
+        kept = [c for c in self.old_status.conditions if c.type != PAUSED]
+        status = self.old_status.model_copy(update={"conditions": [*kept, condition]})
+        return Plan(None, [], None, [], status, self.events, paused=True)
 
     def invalid(self, invalid: ManifestError, membership: Membership | None) -> Plan:
         """Degraded, InvalidSpec: nothing applied, no pod restarted."""
