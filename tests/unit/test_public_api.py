@@ -12,6 +12,8 @@ from eddyline_runtime.restore import ingest, replay, spark
 EXPECTED: dict[ModuleType, set[str]] = {
     state: {
         "CheckpointFileError",
+        "DetachedSessionReader",
+        "DetachedWindowReader",
         "CommitReason",
         "DurabilityBound",
         "InMemoryStore",
@@ -46,6 +48,10 @@ EXPECTED: dict[ModuleType, set[str]] = {
     },
     processing: {
         "BranchedKStream",
+        "SlidingWindowedKStream",
+        "SlidingWindows",
+        "Suppressed",
+        "WindowedKTable",
         "BytesSerde",
         "Cancellable",
         "Change",
