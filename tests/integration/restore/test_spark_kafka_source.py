@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 
@@ -71,6 +73,18 @@ def spark_kafka_jars() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def high_watermark(log: KafkaLog, changelog: TopicPartition) -> int:
+    """The partition's high watermark: records of open transactions count (read_uncommitted)."""
+    consumer = Consumer(
+        {"bootstrap.servers": log.settings.bootstrap, "group.id": f"hw-{uuid.uuid4().hex}"}
+    )
+    try:
+        real = KafkaPartition(log.real_topic(changelog.topic), changelog.partition)
+        return int(consumer.get_watermark_offsets(real, timeout=10)[1])
+    finally:
+        consumer.close()
+
+
 def write_in_transactions(
     log: KafkaLog, changelog: TopicPartition = TRANSACTIONAL, application: str = APP
 ) -> list[Record]:
@@ -84,8 +98,19 @@ def write_in_transactions(
     for number, start in enumerate(range(0, len(keyed), 400)):
         batch = keyed[start : start + 400]
         producer.begin()
+        before = high_watermark(log, changelog) if number == 2 else 0
         producer.send_batch(changelog, batch)
         if number == 2:
+            # librdkafka#4849: an abort whose EndTxn overtakes the transaction's first
+            # AddPartitionsToTxn finds no transaction on the coordinator and fails with a
+            # fatal INVALID_TXN_STATE, which the adapter reports as a ProducerFencedError
+            # (met here under load; the broker logged "state is COMPLETE_COMMIT, but
+            # received transaction marker result to send: ABORT" for this producer).
+            # A record on the broker proves the partition was added: wait for one.
+            wait_for(
+                lambda before=before: high_watermark(log, changelog) > before or None,
+                "the aborted transaction's first record on the broker",
+            )
             producer.abort()
         else:
             last = producer.commit().last_offsets[changelog]
