@@ -76,7 +76,12 @@ def spark_kafka_jars() -> Path:
 def high_watermark(log: KafkaLog, changelog: TopicPartition) -> int:
     """The partition's high watermark: records of open transactions count (read_uncommitted)."""
     consumer = Consumer(
-        {"bootstrap.servers": log.settings.bootstrap, "group.id": f"hw-{uuid.uuid4().hex}"}
+        {
+            "bootstrap.servers": log.settings.bootstrap,
+            "group.id": f"hw-{uuid.uuid4().hex}",
+            # librdkafka's default (read_committed) would answer the last stable offset.
+            "isolation.level": "read_uncommitted",
+        }
     )
     try:
         real = KafkaPartition(log.real_topic(changelog.topic), changelog.partition)
