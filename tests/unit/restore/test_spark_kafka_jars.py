@@ -69,3 +69,36 @@ def test_the_users_jars_are_kept_and_the_connector_added_once(tmp_path: Path) ->
     # A driver handed these settings by spark-submit does not look for the jars again,
     # so a missing lookup place does not fail it.
     assert with_connector(conf, tmp_path / "nowhere") == conf
+
+
+def test_a_restore_job_on_kafka_puts_the_jars_on_spark_submits_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-submit starts the driver's JVM, so the Job's settings carry the jars; the
+    driver's `restore build` then finds them there and looks no further."""
+    from eddyline_runtime import cli
+    from eddyline_runtime.restore.job_result import JobResult, JobState
+    from eddyline_runtime.restore.spark import job_runner
+
+    jars = jars_dir(tmp_path / "jars", CONNECTOR)
+    manifest = tmp_path / "streamapp.yaml"
+    manifest.write_text(
+        "apiVersion: eddyline.dev/v1alpha1\nkind: StreamApp\nmetadata: {name: wc}\n"
+        "spec: {topology: 'wordcount:topology', log: {url: 'kafka://k:9092'}}\n"
+    )
+    seen: dict[str, str] = {}
+
+    def run(*, conf: dict[str, str], **_: object) -> JobResult:
+        seen.update(conf)
+        return JobResult(
+            state=JobState.SUCCEEDED, application="wc", store="counts", partitions=(0,)
+        )
+
+    monkeypatch.setattr(job_runner, "run_restore_job", run)
+    monkeypatch.setenv(JARS_ENV, str(jars))
+    job = ["restore", "job", "--manifest", str(manifest), "--store", "counts"]
+    job += ["--partitions", "0", "--output", str(tmp_path / "out"), "--job-name", "j"]
+    code = cli.main([*job, "--conf", "spark.executor.cores=2"])
+    assert code == 0
+    assert seen["spark.executor.cores"] == "2"
+    assert listed(seen) == [CONNECTOR]
