@@ -20,6 +20,7 @@ from typing import TextIO
 from urllib.parse import urlparse
 
 from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.log.kafka_settings import KAFKA_SCHEME, settings_from_environment
 from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
 
 SPARK_MISSING = (
@@ -63,6 +64,12 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         help="a Spark setting, passed through (repeatable)",
     )
     build.add_argument(
+        "--spark-kafka-jars",
+        type=Path,
+        help="Spark's Kafka source jars, for kafka:// logs (default: $EDDYLINE_SPARK_KAFKA_JARS, "
+        "else a checkout's .cache from make spark-kafka-jars)",
+    )
+    build.add_argument(
         "--split-records",
         type=_positive,
         help="changelog offsets per read task (default: 250,000)",
@@ -79,6 +86,9 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     job.add_argument("--log-url", help="open this log instead of spec.log.url")
     job.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
     job.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    job.add_argument(
+        "--spark-kafka-jars", type=Path, help="as for build: Spark's Kafka source jars"
+    )
     job.add_argument("--job-name", required=True, help="names the verdict file")
     job.add_argument(
         "--result-file", type=Path, help="also write the verdict here (the termination message)"
@@ -142,6 +152,13 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         print(f"error: {SPARK_MISSING}", file=sys.stderr)
         return 2
+    settings: dict[str, str] = {}
+    if log_url.startswith(KAFKA_SCHEME):
+        from eddyline_runtime.restore.spark.kafka_source import with_connector
+
+        # Spark's Kafka reader must be on the JVM's class path from its start.
+        conf = with_connector(conf, args.spark_kafka_jars)
+        settings = settings_from_environment()
     try:
         spark = spark_build.spark_session(args.master, conf, progress=True)
     except Exception as exc:
@@ -150,6 +167,7 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
             print(f"error: {SPARK_MISSING} ({exc})", file=sys.stderr)
             return 2
         raise
+    source = spark_build.changelog_source(log_url, settings)
     try:
         options = {} if args.split_records is None else {"split_records": args.split_records}
         result = spark_build.build(
@@ -159,7 +177,7 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
             changelog_topic=topic,
             partitions=partitions,
             output=output,
-            log_url=log_url,
+            source=source,
             **options,
         )
     finally:
@@ -180,6 +198,7 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
         "records_read": sum(m.records_read for m in manifests.values()),
         "keys": sum(m.keys for m in manifests.values()),
         "seconds": round(result.seconds, 2),
+        "source": type(source).__name__,
     }
     print(json.dumps(summary), file=out)
     return 0
@@ -191,6 +210,15 @@ def _job(args: argparse.Namespace, out: TextIO) -> int:
     from eddyline_runtime.spec import load_manifest
 
     app = load_manifest(args.manifest)
+    conf = dict(_setting(item) for item in args.conf)
+    if (args.log_url or app.spec.log.url).startswith(KAFKA_SCHEME):
+        try:
+            from eddyline_runtime.restore.spark.kafka_source import with_connector
+        except ImportError:
+            pass  # no PySpark here: run_restore_job reports spark-submit missing
+        else:
+            # spark-submit starts the driver's JVM: the jars must be on its command line.
+            conf = with_connector(conf, args.spark_kafka_jars)
     result = run_restore_job(
         manifest=args.manifest,
         application=app.streams_config().application_id,
@@ -198,7 +226,7 @@ def _job(args: argparse.Namespace, out: TextIO) -> int:
         partitions=_partitions(args.partitions, 1 << 31),
         output=_local_path(args.output, "--output"),
         master=args.master,
-        conf=dict(_setting(item) for item in args.conf),
+        conf=conf,
         log_url=args.log_url,
         job_name=args.job_name,
         result_file=args.result_file,

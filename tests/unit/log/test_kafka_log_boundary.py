@@ -295,6 +295,27 @@ def test_a_fatal_error_while_aborting_fences_the_producer(broker: FakeBroker) ->
         producer.begin()
 
 
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [(KafkaError._FENCED, "_FENCED"), (KafkaError.INVALID_TXN_STATE, "INVALID_TXN_STATE")],
+)
+def test_a_fencing_met_while_aborting_keeps_librdkafkas_error_in_its_message(
+    broker: FakeBroker, code: int, name: str
+) -> None:
+    """Several codes, and any fatal error, become one ProducerFencedError: its message keeps
+    which one librdkafka reported, and in which call, so an unexpected fencing says why."""
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    broker.fail("abort_transaction", kafka_error(code, fatal=True))
+    with pytest.raises(ProducerFencedError) as raised:
+        producer.abort()
+    message = str(raised.value)
+    assert f"aborting: librdkafka {name} (code {code}, fatal): scripted" in message
+    assert raised.value.cause is not None and name in raised.value.cause
+    with pytest.raises(ProducerFencedError, match=name):
+        producer.begin()
+
+
 def test_a_retriable_commit_error_is_retried(broker: FakeBroker) -> None:
     producer = fake_log(broker).transactional_producer("app-0_0")
     producer.begin()

@@ -62,14 +62,26 @@ class OffsetOutOfRangeError(LogError):
 
 
 class ProducerFencedError(LogError):
-    def __init__(self, transactional_id: str, epoch: int, current: int | None = None) -> None:
+    """``cause``: what the log client reported (on Kafka, librdkafka's error name, code and
+    text, and the call that met it), so that a fencing nobody expected says why."""
+
+    def __init__(
+        self,
+        transactional_id: str,
+        epoch: int,
+        current: int | None = None,
+        *,
+        cause: str | None = None,
+    ) -> None:
         self.transactional_id = transactional_id
+        self.cause = cause
         mine = f" (epoch {epoch})" if epoch >= 0 else ""
         theirs = f" (epoch {current})" if current is not None and current >= 0 else ""
+        reported = f" [{cause}]" if cause else ""
         super().__init__(
             f'producer for transactional id "{transactional_id}"{mine} was fenced by '
             f"a newer one{theirs}; this instance is a zombie: stop it, its "
-            "transaction was not applied"
+            f"transaction was not applied{reported}"
         )
 
 

@@ -84,6 +84,13 @@ def kafka_error(exc: KafkaException) -> KafkaError | None:
     return first if isinstance(first, KafkaError) else None
 
 
+def describe(error: KafkaError, action: str) -> str:
+    """librdkafka's own account of ``error``, met while ``action``: its name, code, whether
+    it is fatal, and its text (kept in errors that map several codes to one)."""
+    fatal = ", fatal" if error.fatal() else ""
+    return f"{action}: librdkafka {error.name()} (code {error.code()}{fatal}): {error.str()}"
+
+
 def log_error(
     problem: KafkaException | KafkaError,
     *,
@@ -116,7 +123,7 @@ def log_error(
     if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
         return UnknownTopicError(f"a topic of {action}", known_topics())
     if code in FENCED_CODES and transactional_id is not None:
-        return ProducerFencedError(transactional_id, -1)
+        return ProducerFencedError(transactional_id, -1, cause=describe(error, action))
     if code in AUTHENTICATION_CODES:
         return BrokerUnreachableError(
             bootstrap,

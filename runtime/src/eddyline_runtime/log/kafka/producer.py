@@ -37,7 +37,7 @@ from eddyline_runtime.log.errors import (
     TransactionTimeoutError,
     UnknownTopicError,
 )
-from eddyline_runtime.log.kafka.errors import FENCED_CODES, kafka_error
+from eddyline_runtime.log.kafka.errors import FENCED_CODES, describe, kafka_error
 from eddyline_runtime.log.kafka.reader import message_offset
 from eddyline_runtime.log.port import (
     CommittedTransaction,
@@ -391,8 +391,11 @@ class KafkaTransactionalProducer(TransactionalProducer):
         group: str | None = None,
     ) -> LogError:
         error = kafka_error(exc)
+        # librdkafka's error travels in the message: several codes (and any fatal error)
+        # become this one fencing, and an unexpected one should say which it was.
+        cause = describe(error, action) if error is not None else f"{action}: {exc}"
         if error is not None and error.code() in FENCED_CODES:
-            return self._fence(ProducerFencedError(self.transactional_id, self._epoch))
+            return self._fence(ProducerFencedError(self.transactional_id, self._epoch, cause=cause))
         mapped = self._log.error(
             exc,
             action=f'{action} for transactional id "{self.transactional_id}"',
@@ -405,7 +408,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
             if isinstance(mapped, LogAuthorizationError):
                 self._unusable = mapped
                 return mapped
-            return self._fence(ProducerFencedError(self.transactional_id, self._epoch))
+            return self._fence(ProducerFencedError(self.transactional_id, self._epoch, cause=cause))
         return mapped
 
     def _fence(self, error: ProducerFencedError) -> ProducerFencedError:

@@ -24,20 +24,29 @@ Two things a changelog has that a plain topic may not, and how they are met:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from functools import reduce
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+import pyspark
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812  (PySpark's own idiom, as in spark_build)
 
+from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.restore.spark.changelog_source import ChangelogBounds
 from eddyline_runtime.restore.spark.offset_ranges import OffsetRange
 
 SPARK_KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+# Where `eddyline restore build` finds the connector's jars (the restore image sets it);
+# the CLI's --spark-kafka-jars wins over it.
+JARS_ENV: Final = "EDDYLINE_SPARK_KAFKA_JARS"
+# A checkout's root (runtime/src/eddyline_runtime/restore/spark/ is five levels down):
+# scripts/spark-kafka-jars fetches into .cache there. An installed package has no such root.
+_CHECKOUT: Final = Path(__file__).resolve().parents[5]
 
 
 def kafka_source_conf(jars: Path | str | Sequence[Path | str]) -> dict[str, str]:
@@ -55,6 +64,65 @@ def kafka_source_conf(jars: Path | str | Sequence[Path | str]) -> dict[str, str]
             "scripts/spark-kafka-jars (make spark-kafka-jars)"
         )
     return {"spark.jars": ",".join(str(f.resolve()) for f in files)}
+
+
+class SparkKafkaJarsMissingError(EddylineError):
+    """Spark's Kafka source is not where the build was told, or not anywhere it looked."""
+
+
+def checkout_jars() -> Path | None:
+    """``.cache/spark-kafka/<PySpark's version>/jars`` of the checkout this module runs
+    from (what ``make spark-kafka-jars`` fills); None when it is not a checkout."""
+    if not (_CHECKOUT / "tools" / "spark-kafka" / "pom.xml").is_file():
+        return None
+    return _CHECKOUT / ".cache" / "spark-kafka" / pyspark.__version__ / "jars"
+
+
+def connector_conf(
+    jars: Path | str | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """:func:`kafka_source_conf` for the jars a build was given: ``jars`` (the CLI's
+    ``--spark-kafka-jars``), else ``$EDDYLINE_SPARK_KAFKA_JARS``, else the checkout's cache.
+    Raises :class:`SparkKafkaJarsMissingError` naming where it looked and the way out."""
+    environ = os.environ if environ is None else environ
+    if jars is not None:
+        where, origin = Path(jars), "--spark-kafka-jars"
+    elif environ.get(JARS_ENV):
+        where, origin = Path(environ[JARS_ENV]), f"${JARS_ENV}"
+    else:
+        found = checkout_jars()
+        if found is None:
+            raise SparkKafkaJarsMissingError(
+                f"a kafka:// changelog is read with Spark's Kafka source ({SPARK_KAFKA_ARTIFACT} "
+                f"{pyspark.__version__}), and no jars for it were given: set {JARS_ENV} or "
+                "pass --spark-kafka-jars to a directory holding them (the restore image sets "
+                "it; from a checkout, make spark-kafka-jars fetches them)"
+            )
+        where, origin = (
+            found,
+            f"the checkout's cache (neither --spark-kafka-jars nor {JARS_ENV} set)",
+        )
+    try:
+        return kafka_source_conf(where)
+    except FileNotFoundError:
+        raise SparkKafkaJarsMissingError(
+            f"no {SPARK_KAFKA_ARTIFACT} jar in {where} ({origin}): run make spark-kafka-jars "
+            f"(scripts/spark-kafka-jars) for PySpark {pyspark.__version__}, or point "
+            f"{JARS_ENV} / --spark-kafka-jars at a directory holding that version's jars"
+        ) from None
+
+
+def with_connector(conf: Mapping[str, str], jars: Path | str | None = None) -> dict[str, str]:
+    """``conf`` (a build's Spark settings) able to read Kafka: the connector's jars
+    (:func:`connector_conf`) added to any ``spark.jars`` given. A ``spark.jars`` that names
+    the connector already is kept as it is: spark-submit hands the restore Job's settings
+    to its driver that way, and the driver must not look for the jars a second time."""
+    merged = dict(conf)
+    given = [jar for jar in merged.get("spark.jars", "").split(",") if jar]
+    if any(Path(jar).name.startswith("spark-sql-kafka-0-10_2.13") for jar in given):
+        return merged
+    merged["spark.jars"] = ",".join([*given, connector_conf(jars)["spark.jars"]])
+    return merged
 
 
 # Offsets below the last stable offset searched for the last record: a changelog's

@@ -192,6 +192,24 @@ def build(
     return BuildResult(build_id, directory, manifests, time.perf_counter() - started)
 
 
+def changelog_source(log_url: str, settings: Mapping[str, object] | None = None) -> ChangelogSource:
+    """The source a build of the log at ``log_url`` reads its changelogs with.
+
+    ``kafka://``: Spark's own Kafka reader (:class:`KafkaChangelogSource`), whose
+    executors fetch from the brokers in parallel; the session must have been started
+    with :func:`~eddyline_runtime.restore.spark.kafka_source.connector_conf`'s
+    ``spark.jars``. ``settings`` are the Kafka client settings (librdkafka names).
+    Anything else is the embedded SQLite log, a file Spark's Kafka reader cannot read:
+    the log port's own source (:class:`LogPortSource`) reads it, read-only.
+    """
+    if log_url.startswith("kafka://"):
+        # Imported here: it loads confluent-kafka, which SQLite builds never need.
+        from eddyline_runtime.restore.spark.kafka_source import KafkaChangelogSource
+
+        return KafkaChangelogSource(log_url, settings)
+    return LogPortSource(log_url)
+
+
 def _register_once(spark: SparkSession) -> None:
     """Register the SST sink, once per session (again would only log a warning)."""
     if spark.conf.get(_REGISTERED_CONF, "false") != "true":
