@@ -201,6 +201,17 @@ def test_abort_drops_the_offsets_and_the_next_transaction_starts_clean(broker: F
     assert broker.called("send_offsets_to_transaction") == []
 
 
+def test_abort_delivers_the_queued_records_before_aborting(broker: FakeBroker) -> None:
+    """librdkafka#4849: an abort racing the registration of the transaction's partitions
+    is refused as fatal; delivering first registers them (seen on a loaded broker)."""
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"dropped"))
+    producer.abort()
+    order = [name for name, _ in broker.calls if name in ("flush", "abort_transaction")]
+    assert order == ["flush", "abort_transaction"]
+
+
 # Fencing and failed transactions
 
 

@@ -323,6 +323,11 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._require_open("abort")
         self._open = False
         try:
+            # librdkafka#4849: an abort that reaches the coordinator before the transaction's
+            # partitions are registered is refused as a fatal INVALID_TXN_STATE (the producer
+            # would be lost for a plain abort). Delivering what is queued registers them
+            # first; an abort is rare, so waiting for the deliveries costs little.
+            self._flush(self._log.transaction_timeout_s)
             self._retrying("abort_transaction", "Aborting")
         except KafkaException as exc:
             raise self._error(exc, "aborting") from None
