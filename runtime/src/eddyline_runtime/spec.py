@@ -586,7 +586,6 @@ STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
 }
 
 
-
 def refuse_unknown_cluster_settings(
     config: Mapping[str, object], *, source: str = "StreamApp"
 ) -> None:
