@@ -14,6 +14,14 @@ most frequent word's partition, while new lines keep arriving), the keys of
 ``kafka_kill_to_membership_s`` and ``kafka_kill_to_processing_s`` (every count exact again,
 lines produced after the kill included); medians and maxima.
 
+Then one node loss (issue 23, item 2; ``tests/e2e/test_operator_node_loss.py`` asserts it):
+the node of a pod holding active tasks is killed as a machine losing power (no Lease
+renewals, no status updates, its processes gone), new lines arrive, and
+``node_loss_to_membership_s`` (the operator drops the pod once the node's Lease is older
+than the chart's grace) and ``node_loss_to_processing_s`` (the survivors, asked directly,
+answer exact counts, the new lines included; target under 15 s) are taken. The node then
+boots again and its pod rejoins.
+
 ``--merge FILE`` adds these keys to the last JSON line of FILE (``bench_operator.py``'s
 output, which the Makefile tees there) so that ``make bench-operator`` still ends with one
 JSON object. The machine is shared: numbers taken under load are noisy.
@@ -40,6 +48,7 @@ from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
 from tests.support.kafka.broker import KafkaCluster
 from tests.support.kafka.streamapp import READY_TIMEOUT, create_input, deploy, ready
+from tests.support.node_loss import members, membership, survivor_addresses, wait_dropped
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "wordcount"
@@ -116,6 +125,43 @@ class Bench:
         wait_until(self.counts_exact, "exact counts with the pod back", 120)
         return {key: round(value, 3) for key, value in sorted(marks.items())}
 
+    def node_loss(self) -> dict[str, float]:
+        """Kill the node of a pod holding active tasks; see the module docstring."""
+        assert self.cluster.kubelets is not None
+        before = membership(self.operator, APP)
+        assert before is not None
+        pods = self.operator.pods(APP)
+        nodes = {name: pod["spec"]["nodeName"] for name, pod in pods.items()}
+        if len(set(nodes.values())) != len(nodes):
+            raise RuntimeError(f"a node loss needs one pod per node (the zone spread): {nodes}")
+        victim = next(name for name in sorted(pods) if before.assignment.tasks_of(name).active)
+        dead = nodes[victim]
+        killed = time.monotonic()
+        self.cluster.kubelets.kill_node(dead)
+        try:
+            self.produce(500)  # arrives while the node is gone
+            wait_dropped(self.operator, APP, victim, f"{victim} (on {dead}) dropped", 120)
+            dropped = time.monotonic() - killed
+            survivors = QueryRouter(survivor_addresses(self.operator, APP, victim), timeout=2)
+            wait_until(
+                lambda: counts_exact(survivors, self.expected),
+                "exact counts on the survivors",
+                120,
+            )
+            processing = time.monotonic() - killed
+        finally:
+            self.cluster.kubelets.reboot_node(dead)
+        wait_until(
+            lambda: victim in members(self.operator, APP) and ready(self.operator, APP),
+            f"{victim} back after {dead} rebooted",
+            READY_TIMEOUT,
+        )
+        wait_until(self.counts_exact, "exact counts with the rebooted node's pod back", 120)
+        return {
+            "node_loss_to_membership_s": round(dropped, 3),
+            "node_loss_to_processing_s": round(processing, 3),
+        }
+
 
 def last_json_line(path: Path) -> dict[str, Any]:
     for line in reversed(path.read_text(encoding="utf-8").splitlines()):
@@ -151,6 +197,8 @@ def run(kills: int, lines: int) -> dict[str, Any]:
                 measured.append(marks)
                 shown = ", ".join(f"{k} {v:.3f}" for k, v in marks.items())
                 print(f"kafka kill {index + 1}: {shown}", flush=True)
+            node_loss = bench.node_loss()
+            print(f"kafka node loss: {node_loss}", flush=True)
             operator.kubectl("delete", "sapp", APP)
             wait_until(lambda: not operator.pods(APP), "every pod gone", READY_TIMEOUT)
         finally:
@@ -162,6 +210,7 @@ def run(kills: int, lines: int) -> dict[str, Any]:
         "kafka_apply_to_ready_s": round(apply_to_ready, 3),
         "kafka_lines_to_exact_counts_s": round(first_counts, 3),
         "kafka_kills": measured,
+        **node_loss,
     }
     for key in MARKS:
         values = [k[key] for k in measured]

@@ -13,7 +13,6 @@ that the session's cluster keeps its three nodes.
 from __future__ import annotations
 
 import collections
-import json
 import random
 import time
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ import pytest
 import yaml
 
 from eddyline_runtime.log import Record, open_log
-from eddyline_runtime.membership import MEMBERSHIP_FILE, Membership
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from tests.support.control_plane.client import wait_until
@@ -32,6 +30,8 @@ from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
 from tests.support.kafka.broker import KafkaCluster
 from tests.support.kafka.plugin import use_cluster
+from tests.support.kafka.streamapp import ready
+from tests.support.node_loss import members, membership, survivor_addresses, wait_dropped
 
 pytestmark = pytest.mark.slow
 
@@ -109,24 +109,6 @@ class Counts:
             raise AssertionError(f"{error}; last answer {self.last_mismatch}") from None
 
 
-def _ready(operator: Operator, replicas: int = 3) -> bool:
-    app = operator.app(APP)
-    status = app.get("status", {})
-    ready = operator.condition(APP, "Ready")
-    return bool(
-        status.get("readyReplicas") == replicas
-        and ready is not None
-        and ready["status"] == "True"
-        and status.get("observedGeneration") == app["metadata"]["generation"]
-    )
-
-
-def _membership(operator: Operator) -> Membership | None:
-    found = operator.get("", "configmaps", f"{APP}-membership")
-    raw = ((found or {}).get("data") or {}).get(MEMBERSHIP_FILE)
-    return Membership.from_json(json.loads(raw)) if raw else None
-
-
 @pytest.fixture(scope="module")
 def counts(
     operator: Operator, control_plane: Cluster, kafka_broker: KafkaCluster
@@ -143,7 +125,7 @@ def counts(
     operator.wait_watching()
     operator.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
     try:
-        wait_until(lambda: _ready(operator), "3 ready pods and Ready=True", READY_TIMEOUT)
+        wait_until(lambda: ready(operator, APP), "3 ready pods and Ready=True", READY_TIMEOUT)
     except TimeoutError:
         print(operator.describe_failure(APP))
         raise
@@ -170,7 +152,7 @@ def test_a_dead_nodes_pod_leaves_the_membership_within_the_grace_and_counts_stay
     assert len(set(nodes.values())) == 3, nodes
     counts.produce(1_000, seed=1)
     counts.wait_exact(operator, "exact counts before the node dies")
-    before = _membership(operator)
+    before = membership(operator, APP)
     assert before is not None
     victim = f"{APP}-1"
     assert before.assignment.tasks_of(victim).active, "the victim holds active tasks"
@@ -179,15 +161,10 @@ def test_a_dead_nodes_pod_leaves_the_membership_within_the_grace_and_counts_stay
     killed_at = time.monotonic()
     kubelets.kill_node(dead)
     try:
-
-        def victim_dropped() -> bool:
-            membership = _membership(operator)
-            return membership is not None and victim not in {
-                m.id for m in membership.assignment.members
-            }
-
-        wait_until(
-            victim_dropped,
+        wait_dropped(
+            operator,
+            APP,
+            victim,
             f"{victim} (on the dead {dead}) to leave the membership",
             GRACE_SECONDS + TAKEOVER_SLACK_SECONDS + 30,
         )
@@ -196,18 +173,14 @@ def test_a_dead_nodes_pod_leaves_the_membership_within_the_grace_and_counts_stay
         pod = operator.pods(APP)[victim]
         assert pod["status"]["phase"] == "Running"
         assert not pod["metadata"].get("deletionTimestamp")
-        after = _membership(operator)
+        after = membership(operator, APP)
         assert after is not None and after.generation > before.generation
-        assert {m.id for m in after.assignment.members} == {f"{APP}-0", f"{APP}-2"}
+        assert members(operator, APP) == {f"{APP}-0", f"{APP}-2"}
         assert after.assignment.tasks == before.assignment.tasks
         # Asked directly: the query Service keeps the dead pod as an endpoint until the node
         # lifecycle controller marks it not ready (its node-monitor grace, 40 s and more).
         service = counts.query_addresses
-        counts.query_addresses = [
-            f"{pod['status']['podIP']}:7070"
-            for name, pod in operator.pods(APP).items()
-            if name != victim
-        ]
+        counts.query_addresses = survivor_addresses(operator, APP, victim)
         counts.produce(1_000, seed=2)
         counts.wait_exact(operator, "exact counts on the two survivors")
         counts.query_addresses = service
@@ -233,12 +206,7 @@ def test_a_dead_nodes_pod_leaves_the_membership_within_the_grace_and_counts_stay
 
     # The machine boots again: its pod restarts and rejoins (fencing kept its zombie safe).
     def rejoined() -> bool:
-        membership = _membership(operator)
-        return (
-            membership is not None
-            and victim in {m.id for m in membership.assignment.members}
-            and _ready(operator)
-        )
+        return victim in members(operator, APP) and ready(operator, APP)
 
     wait_until(rejoined, f"{victim} back in the membership after {dead} rebooted", READY_TIMEOUT)
     counts.produce(500, seed=3)

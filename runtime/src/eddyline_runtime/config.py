@@ -14,10 +14,11 @@ what is accepted.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import enum
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +358,18 @@ _FIELD_OF_ALIAS = {
 }
 
 
+def unknown_setting_error(key: str, value: object, known: Iterable[str]) -> ConfigError:
+    """The one rule for a setting name nobody knows: list the known names, suggest the closest.
+
+    Shared by StreamsConfig (every setting a run reads) and the StreamApp model (the settings
+    a cluster may set), so a typo reads the same wherever it is caught.
+    """
+    names = sorted(known)
+    closest = difflib.get_close_matches(key, names, n=1)
+    hint = f'did you mean "{closest[0]}"?' if closest else "check the spelling"
+    return ConfigError(key, value, f"the known settings {one_of(names)}", hint=hint)
+
+
 def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> ConfigError:
     """Turn pydantic's first complaint into our error: the key, the value, what is accepted."""
     first = exc.errors()[0]
@@ -380,12 +393,7 @@ def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> C
             hint=f'it overrides "{key}" of every manifest and config file; fix or unset it',
         )
     if first["type"] == "extra_forbidden":
-        return ConfigError(
-            location,
-            value,
-            f"the known settings {one_of(sorted(_FIELD_KEYS.values()))}",
-            hint="check the spelling",
-        )
+        return unknown_setting_error(location, value, _FIELD_KEYS.values())
     if field_name == "processing_guarantee":
         return ConfigError(key, value, one_of(g.value for g in ProcessingGuarantee))
     accepted = first["msg"].removeprefix("Input should be ")

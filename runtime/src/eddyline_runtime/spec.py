@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -55,6 +56,7 @@ from eddyline_runtime.config import (
     IsolationLevel,
     ProcessingGuarantee,
     StreamsConfig,
+    unknown_setting_error,
 )
 from eddyline_runtime.errors import ConfigError, EddylineError
 
@@ -576,7 +578,30 @@ STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
         ),
     },
     "additionalProperties": False,
+    # The API server keeps keys outside the properties instead of pruning them (the typed
+    # properties still apply), so that the operator (refuse_unknown_cluster_settings)
+    # refuses a typo by name even from a client that sends no strict field validation.
+    # A map with a CEL rule naming the keys is what a real API server cannot type.
+    "x-kubernetes-preserve-unknown-fields": True,
 }
+
+
+def refuse_unknown_cluster_settings(
+    config: Mapping[str, object], *, source: str = "StreamApp"
+) -> None:
+    """Raise ManifestError for a ``spec.config`` key a cluster may not set.
+
+    The keys a cluster may set are the CRD's properties (above); a local run reads every
+    StreamsConfig setting (``restore.build.dir``, ``memory.limit.bytes``, ...), some of which
+    the operator sets itself on a cluster. The message is StreamsConfig's own for an unknown
+    setting: the known names and the closest one.
+    """
+    known = STREAMS_CONFIG_SCHEMA["properties"]
+    for key, value in config.items():
+        if key not in known:
+            error = unknown_setting_error(key, value, known)
+            raise ManifestError(source, f'spec.config."{key}"', str(error))
+
 
 _StreamsSettings = Annotated[
     dict[str, str | int | float | bool], WithJsonSchema(STREAMS_CONFIG_SCHEMA)

@@ -13,7 +13,7 @@ import pytest
 
 from eddyline_operator.crd import generate_crd
 from eddyline_operator.reconcile.plan import parse_app
-from eddyline_runtime.spec import ManifestError
+from eddyline_runtime.spec import ManifestError, parse_manifest
 from tests.support.crd_schema import admit
 
 Obj = dict[str, Any]
@@ -113,14 +113,33 @@ def test_requests_above_limits_are_refused() -> None:
     assert any("quantity(self.requests[k])" in rule["rule"] for rule in rules)
 
 
-def test_a_config_typo_is_an_unknown_field_and_the_model_refuses_it() -> None:
-    """A typed spec.config: strict validation (kubectl's default) refuses the typo as an
-    unknown field; the operator's model refuses it too, naming it. (A map keeping every key
-    with a CEL rule is what the real API server cannot type: see docs/operator.md.)"""
+def test_a_config_typo_is_kept_by_the_crd_and_refused_by_the_model_by_name() -> None:
+    """spec.config keeps unknown keys (x-kubernetes-preserve-unknown-fields), so a client
+    that sends no strict field validation cannot have a typo pruned silently: the object
+    keeps it and the operator's model refuses it, naming the field, the known settings and
+    the closest one. (A map keeping every key with a CEL rule is what the real API server
+    cannot type: see docs/operator.md.)"""
     typo = document(config={"num.stream.thread": 2})
     admission = admit(typo, schema())
-    assert admission.unknown_fields == ["spec.config.num.stream.thread"]
-    assert "num.stream.thread" in str(model_error(typo))
+    assert admission.unknown_fields == []
+    assert admission.errors == []
+    assert admission.obj["spec"]["config"]["num.stream.thread"] == 2  # kept, beside defaults
+    refused = model_error(typo)
+    assert refused.field == 'spec.config."num.stream.thread"'
+    assert 'did you mean "num.stream.threads"?' in refused.problem
+    for known in schema()["properties"]["spec"]["properties"]["config"]["properties"]:
+        assert repr(known) in refused.problem
+
+
+def test_a_setting_only_local_runs_read_is_not_a_cluster_setting() -> None:
+    """On a cluster the known keys are the CRD's properties: a StreamsConfig name the CRD
+    does not list (the operator sets it, e.g. memory.limit.bytes from the pod's limit) is
+    refused there too, while a local run's manifest keeps reading it."""
+    local = document(config={"memory.limit.bytes": 1})
+    assert parse_manifest(local).spec.config == {"memory.limit.bytes": 1}
+    refused = model_error(local)
+    assert refused.field == 'spec.config."memory.limit.bytes"'
+    assert "the known settings" in refused.problem
 
 
 @pytest.mark.parametrize(

@@ -222,6 +222,21 @@ def test_an_invalid_spec_degrades_names_the_field_and_changes_nothing(nodes: lis
     assert [e.reason for e in result.events] == ["InvalidSpec"]
 
 
+def test_a_config_typo_degrades_naming_the_key_and_the_known_ones(nodes: list[Obj]) -> None:
+    """Issue 23 item 11: the CRD keeps an unknown spec.config key; the operator refuses it."""
+    app = body()
+    pods, membership = settled(app, nodes)
+    app["spec"]["config"] = {"num.standby.replica": 1}
+    result = run(app, pods, nodes, reports=reports(), membership=membership)
+    degraded = condition(result, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+    assert 'spec.config."num.standby.replica"' in degraded["message"]
+    assert 'did you mean "num.standby.replicas"?' in degraded["message"]
+    assert "'processing.guarantee'" in degraded["message"]  # the known ones are listed
+    assert result.objects == []
+    assert result.delete_pods == []
+
+
 def test_failover_still_works_while_the_spec_is_invalid(nodes: list[Obj]) -> None:
     app = body()
     pods, membership = settled(app, nodes)

@@ -62,6 +62,7 @@ from eddyline_runtime.spec import (
     StreamAppStatus,
     TopologySpec,
     parse_manifest,
+    refuse_unknown_cluster_settings,
 )
 
 Obj = dict[str, Any]
@@ -137,7 +138,12 @@ def parse_app(body: Obj) -> StreamApp:
         "metadata": {"name": name, "namespace": meta.get("namespace")},
         "spec": body.get("spec", {}),
     }
-    return parse_manifest(document, source=f"StreamApp {meta.get('namespace')}/{name}")
+    source = f"StreamApp {meta.get('namespace')}/{name}"
+    app = parse_manifest(document, source=source)
+    # The CRD keeps unknown spec.config keys (a client without strict field validation would
+    # otherwise lose a typo silently): they are refused here, by name.
+    refuse_unknown_cluster_settings(app.spec.config, source=source)
+    return app
 
 
 def plan(observed: Observed) -> Plan:
