@@ -122,7 +122,8 @@ class PageViews:
                 self.last_answer = str(error)
                 return False
             found = {e.start: int(e.value) for e in result.entries}
-            if found != expected or any(e.end - e.start != MINUTE for e in result.entries):
+            ends = {e.end for e in result.entries}
+            if found != expected or ends != {start + MINUTE for start in found}:
                 self.last_answer = f"{region}: {found} (expected {expected})"
                 return False
         return True
