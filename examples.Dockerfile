@@ -10,6 +10,10 @@ FROM ${BASE}
 COPY examples/wordcount/wordcount.py /opt/eddyline/examples/wordcount/
 COPY examples/click_enrichment/click_enrichment.py /opt/eddyline/examples/click_enrichment/
 COPY examples/custom_processor/custom_processor.py /opt/eddyline/examples/custom_processor/
-ENV PYTHONPATH=/opt/eddyline/examples/wordcount:/opt/eddyline/examples/click_enrichment:/opt/eddyline/examples/custom_processor
+COPY examples/page_views/page_views.py /opt/eddyline/examples/page_views/
+COPY examples/user_sessions/user_sessions.py /opt/eddyline/examples/user_sessions/
+COPY examples/ad_clicks/ad_clicks.py /opt/eddyline/examples/ad_clicks/
+COPY examples/customer_accounts/customer_accounts.py /opt/eddyline/examples/customer_accounts/
+ENV PYTHONPATH=/opt/eddyline/examples/wordcount:/opt/eddyline/examples/click_enrichment:/opt/eddyline/examples/custom_processor:/opt/eddyline/examples/page_views:/opt/eddyline/examples/user_sessions:/opt/eddyline/examples/ad_clicks:/opt/eddyline/examples/customer_accounts
 # The base image's non-root user (its pods run with runAsNonRoot and uid 10001).
 USER 10001

@@ -33,6 +33,7 @@ from eddyline_runtime.assignor import Member
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership
 from eddyline_runtime.partitions import TopicPartition
+from tests.support.control_plane.pods import resource_field_value
 from tests.support.http_client import http_get
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
@@ -168,7 +169,11 @@ def pod_command(
     env = {**os.environ, "PYTHONPATH": str(EXAMPLE), "EDDYLINE_KUBERNETES_API": api.url}
     values = {"POD_NAME": "wordcount-0", "POD_NAMESPACE": NAMESPACE, "POD_IP": "127.0.0.1"}
     for variable in container["env"]:
-        value = values.get(variable["name"], variable.get("value", ""))
+        field_ref = variable.get("valueFrom", {}).get("resourceFieldRef")
+        if field_ref is not None:  # the downward API, as a kubelet resolves it (4 GiB node)
+            value = resource_field_value(container, field_ref, {"memory": "4Gi"})
+        else:
+            value = values.get(variable["name"], variable.get("value", ""))
         for name, known in values.items():
             value = value.replace(f"$({name})", known)
         values[variable["name"]] = mapped(value)
