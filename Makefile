@@ -87,8 +87,8 @@ $(BYTEWAX_STAMP):
 bench-runtime: $(STAMP) $(BYTEWAX_STAMP) ## Runtime benchmark: word count EOS vs ALOS vs bytewax, restart after SIGKILL, restore rate (last line JSON)
 	$(BIN)/python -m tests.bench.bench_runtime
 
-bench-windows: $(STAMP) $(BYTEWAX_STAMP) ## Windows benchmark: 1-min tumbling (emit_final) and 30-min session counts, eddyline EOS vs bytewax with recovery, results checked equal (last line JSON)
-	$(BIN)/python -m tests.bench.bench_windows
+bench-windows: $(STAMP) $(BYTEWAX_STAMP) $(BENCH_STAMP) kafka-jars ## Windows benchmark: 1-min tumbling (emit_final) and 30-min session counts, eddyline EOS vs bytewax with recovery; tumbling on Kafka vs Quix Streams EOS; results checked equal (last line JSON; BENCH_WINDOWS_ARGS="--events N --skip bytewax")
+	$(BIN)/python -m tests.bench.bench_windows $(BENCH_WINDOWS_ARGS)
 
 bench-relocation: $(STAMP) ## KIP-816: relocate 10,000 task directories after every ordinal shifted (last line JSON)
 	$(BIN)/python tests/bench/bench_relocation.py
