@@ -9,7 +9,8 @@ replicas elect one active operator. Each replica takes a random priority
 (``EDDYLINE_OPERATOR_PRIORITY`` sets it): kopf pauses every replica but the one of the
 highest priority, and one of equal priority would pause both. Without a peering name it
 runs ``--standalone`` (one replica, as a local run). Extra arguments go to ``kopf run``
-unchanged.
+unchanged. ``EDDYLINE_OPERATOR_METRICS`` (e.g. ``http://0.0.0.0:9090/metrics``; unset: none)
+is where the operator's own Prometheus metrics are served (``eddyline_operator.metrics``).
 """
 
 from __future__ import annotations
@@ -56,9 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # This package was imported before kopf (as the script's parent), so its __init__ did
     # not register the handlers, and `kopf run -m` will not import it again.
-    from eddyline_operator import handlers  # noqa: F401
+    from eddyline_operator import handlers, metrics  # noqa: F401
 
     args = kopf_arguments(sys.argv[1:] if argv is None else argv, dict(os.environ))
+    address = os.environ.get(metrics.METRICS_ENV, "").strip()
+    if address:
+        # Before kopf starts: a port taken or a bad address stops the operator at once,
+        # with the message saying which setting to change.
+        metrics.serve(address)
     kopf.cli.main(args=args, prog_name="eddyline-operator")
     return 0
 

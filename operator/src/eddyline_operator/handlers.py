@@ -45,6 +45,7 @@ from typing import Any
 
 import kopf
 
+from eddyline_operator import metrics
 from eddyline_operator.client import ApiError, Kube, fetch_reports
 from eddyline_operator.reconcile import names, objects, ownership, restore_job
 from eddyline_operator.reconcile.conditions import with_refusals
@@ -270,10 +271,14 @@ async def follow_app(
 ) -> None:
     operator = operator_of(memo)
     settled = settled_seconds(os.environ)
-    while not stopped.is_set():
-        # The cycle blocks (HTTP); it borrows a thread only while it runs.
-        delay = await asyncio.to_thread(refresh_app, operator, namespace, name, settled)
-        await stopped.wait(delay)
+    metrics.METRICS.app_started(namespace or "default", name)
+    try:
+        while not stopped.is_set():
+            # The cycle blocks (HTTP); it borrows a thread only while it runs.
+            delay = await asyncio.to_thread(refresh_app, operator, namespace, name, settled)
+            await stopped.wait(delay)
+    finally:
+        metrics.METRICS.app_stopped(namespace or "default", name)
 
 
 def settled_seconds(environ: Mapping[str, str]) -> float:
@@ -314,13 +319,19 @@ def refresh_app(
     operator: Operator, namespace: str | None, name: str, settled: float = SETTLED_SECONDS
 ) -> float:
     """One cycle that also asks pods for their reports; returns when to run again."""
+    started = time.monotonic()
     try:
         result = run_cycle(operator, namespace or "default", name, fetch=True, force_apply=False)
     except Exception:
+        metrics.METRICS.record_cycle(
+            namespace or "default", name, metrics.FAILED, time.monotonic() - started
+        )
         # The API server restarting, a conflict, a bug: the loop must outlive it (create
         # and update handlers are retried by kopf; this daemon retries at its next beat).
         logger.exception("StreamApp %s/%s: the cycle failed; retrying", namespace, name)
         return min(settled, SETTLED_SECONDS)
+    outcome = metrics.GONE if result is None else metrics.PAUSED if result.paused else metrics.OK
+    metrics.METRICS.record_cycle(namespace or "default", name, outcome, time.monotonic() - started)
     if result is None or result.paused:  # paused: nothing moves, so no hurry
         return settled
     if result.status.phase in (Phase.PENDING, Phase.PROGRESSING):
