@@ -131,3 +131,7 @@ control-plane: ## Build (or reuse) kube-apiserver, controller manager, scheduler
 
 cluster: $(STAMP) control-plane ## Start the tests' real control plane and kubelet stand-in for your own kubectl (Ctrl-C stops)
 	$(BIN)/python -m tests.support.control_plane
+
+.PHONY: monitoring-crds
+monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor CRDs (Go module, pinned in the script) into .cache/prometheus-operator, once
+	@scripts/monitoring-crds >/dev/null

@@ -191,6 +191,9 @@ class Operator:
             "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")]),
             "HOME": str(self.root),
             "KUBECONFIG": str(kubeconfig),
+            # The chart's value names $(POD_IP), which only a kubelet expands: a port of
+            # this process's own, as for the liveness endpoint.
+            "EDDYLINE_OPERATOR_METRICS": f"http://127.0.0.1:{free_port()}/metrics",
             **self.extra_env,
             **env,
         }
