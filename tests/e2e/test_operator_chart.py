@@ -9,6 +9,7 @@ uninstalls what it installed: the control plane is the session's.
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,39 @@ def test_the_charts_deployment_runs_the_operator_as_two_pods_in_one_peering(
             "the operator pod to reconcile a StreamApp",
             60,
         )
+        # Each pod serves its own metrics at $(POD_IP):<metrics port> (the chart's env, as
+        # the kubelet expands it): the active replica runs the app's daemon and its cycles.
+        port = next(
+            p["containerPort"]
+            for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+            if p["name"] == "metrics"
+        )
+        selector = ",".join(
+            f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items()
+        )
+        pods = admin.request(f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}")["items"]
+        app_name = app["metadata"]["name"]
+
+        def scraped() -> list[str]:
+            texts = []
+            for found in pods:
+                url = f"http://{found['status']['podIP']}:{port}/metrics"
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    texts.append(response.read().decode())
+            return texts
+
+        cycles = f'eddyline_operator_reconcile_cycles_total{{namespace="{ns}",app="{app_name}"'
+
+        def counted() -> list[str] | None:
+            texts = scraped()
+            return texts if any(cycles in t for t in texts) else None
+
+        texts = wait_until(
+            counted,
+            "the active operator pod's metrics to count the app's cycles",
+            60,
+        )
+        assert sum(f'eddyline_operator_apps{{namespace="{ns}"}} 1' in t for t in texts) == 1
     except TimeoutError:
         for found in admin.request(f"/api/v1/namespaces/{ns}/pods")["items"]:
             name = found["metadata"]["name"]

@@ -139,3 +139,31 @@ def test_a_service_monitor_without_the_metrics_endpoint_is_refused_by_name(
     (result,) = helm(control_plane.kubeconfig, tmp_path, "default", "chart-monitoring-refused",
                      {"action": "install", "values": values})  # fmt: skip
     assert "metrics.serviceMonitor.enabled needs metrics.enabled" in result.get("error", ""), result
+
+
+@pytest.mark.parametrize(("share", "taken"), [(0.5, True), (1, True), (0, False), (1.5, False)])
+def test_the_real_api_server_takes_a_memory_share_in_the_interval_only(
+    installed: Any, share: float, taken: bool
+) -> None:
+    """The StreamApp CRD the chart installed, on the real API server (a dry run: nothing is
+    stored, so no operator acts on it)."""
+    admin, ns, _ = installed
+    app = {
+        "apiVersion": "eddyline.dev/v1alpha1",
+        "kind": "StreamApp",
+        "metadata": {"name": "share", "namespace": ns},
+        "spec": {
+            "topology": {"ref": "wordcount:topology"},
+            "log": {"url": "kafka://k:9092"},
+            "config": {"rocksdb.memory.limit.share": share},
+        },
+    }
+    path = f"/apis/eddyline.dev/v1alpha1/namespaces/{ns}/streamapps?dryRun=All"
+    if taken:
+        stored = admin.create(path, app)
+        assert stored["spec"]["config"]["rocksdb.memory.limit.share"] == share
+        return
+    with pytest.raises(ApiError) as refused:
+        admin.create(path, app)
+    assert refused.value.code == 422
+    assert "rocksdb.memory.limit.share must be a number above 0 and at most 1" in str(refused.value)

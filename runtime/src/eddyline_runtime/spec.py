@@ -564,6 +564,23 @@ STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
             {"type": "integer", "minimum": 1, "default": 600_000},
             "KIP-441: local runs only; on a cluster the operator assigns again every cycle",
         ),
+        "rocksdb.memory.limit.share": _setting(
+            {
+                "type": "number",
+                "default": 0.5,
+                # A CEL rule, not minimum/exclusiveMinimum/maximum: its message says the
+                # accepted values in words, and double() takes a whole number (1) as well.
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "double(self) > 0.0 && double(self) <= 1.0",
+                        "message": "rocksdb.memory.limit.share must be a number above 0 and "
+                        "at most 1 (a share of the pod's memory limit, such as 0.5)",
+                    }
+                ],
+            },
+            "the share of the pod's memory limit (limits.memory, through the downward API) "
+            "that all its RocksDB stores use together: block cache and write buffers",
+        ),
         "num.stream.threads": _setting(
             {"type": "integer", "minimum": 1, "maximum": MAX_STREAM_THREADS, "default": 1},
             "stream threads per pod (no more are started than the pod has tasks)",
