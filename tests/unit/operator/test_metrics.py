@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -152,12 +151,12 @@ def test_a_bad_address_or_a_taken_port_names_the_setting() -> None:
     for bad in ("0.0.0.0:9090", "https://0.0.0.0:9090/metrics", "http://host/metrics"):
         with pytest.raises(ValueError, match="EDDYLINE_OPERATOR_METRICS"):
             metrics.parse_address(bad)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    first = metrics.serve("http://127.0.0.1:0/metrics", OperatorMetrics())
+    try:  # a second replica on a shared host network, say
         with pytest.raises(OSError, match=r"EDDYLINE_OPERATOR_METRICS=.*metrics\.port"):
-            metrics.serve(f"http://127.0.0.1:{port}/metrics", OperatorMetrics())
+            metrics.serve(first.url, OperatorMetrics())
+    finally:
+        first.close()
 
 
 def test_the_operator_command_refuses_to_start_on_a_bad_metrics_address(
