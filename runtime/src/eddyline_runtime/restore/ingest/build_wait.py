@@ -13,6 +13,10 @@ under the build output directory the Job and the pods share:
   after it began to wait, stops waiting and replays the changelog. A Job pod
   killed before it could write one is covered by the task's deadline.
 
+An active task waits in :func:`wait_for_build` (it cannot run without its
+store); a standby or warm-up replica polls a :class:`BuildWatch` once per
+turn of its thread's loop, so the member's active tasks run on meanwhile.
+
 This module is the waiting side; the Job itself is
 :mod:`~eddyline_runtime.restore.spark.job_runner`. Nothing here imports Spark
 or Kubernetes.
