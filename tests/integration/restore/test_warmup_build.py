@@ -7,12 +7,14 @@ warm-ups. With ``restore.build.dir`` and a changelog longer than
 ``restore.wait.lag.above``, b's warm-ups report ``restorePending`` (as an
 active task's missing store does) instead of replaying from offset 0, and
 wait for a build without holding up b's active tasks. The build is a real
-Spark build (``local[2]``, as ``eddyline restore job`` runs it); a failed
-Job sends the warm-ups to replay everything, as it does an active task.
+Spark build (``local[1]``: the build is small; ``eddyline restore job`` runs
+the same code); a failed Job sends the warm-ups to replay everything, as it
+does an active task.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,7 +215,9 @@ def test_a_warm_up_is_seeded_from_a_spark_build_and_replays_only_the_tail(group:
     b = start_b_warming_up(group)
     before = assert_pending_without_blocking(group, b)
     # The Job the operator launches for b's pending partitions: a real Spark build.
-    spark = spark_session("local[2]")
+    started = time.monotonic()
+    # One core and one file per partition: the build is small, the JVM is most of its cost.
+    spark = spark_session("local[1]")
     try:
         result = build(
             spark,
@@ -223,9 +227,11 @@ def test_a_warm_up_is_seeded_from_a_spark_build_and_replays_only_the_tail(group:
             partitions=list(range(PARTITIONS)),
             output=group.builds,
             log_url=group.log.url,
+            files_per_build=1,
         )
     finally:
         spark.stop()
+    print(f"Spark build (session included) took {time.monotonic() - started:.1f} s")
     offsets = {p: manifest.offset for p, manifest in result.read().items()}
     # More counting after the build: the tail b replays.
     produce_lines(group.log, lines(WORDS + 1_000, 1_000), PARTITIONS)
