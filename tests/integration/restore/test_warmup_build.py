@@ -23,6 +23,7 @@ import pytest
 
 from eddyline_runtime.assignor import Assignment, Member
 from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.stream_thread import ThreadState
 from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.engine.topics import resolve_topics
 from eddyline_runtime.log import SqliteLog
@@ -272,18 +273,7 @@ def test_a_warm_up_whose_build_failed_replays_the_whole_changelog(group: Group) 
     a = group.instances[0]
     b = start_b_warming_up(group)
     assert_pending_without_blocking(group, b)
-    write_job_result(
-        group.builds,
-        f"{APP}-restore-1",
-        JobResult(
-            state=JobState.FAILED,
-            application=APP,
-            store=STORE,
-            partitions=tuple(range(PARTITIONS)),
-            driver_exit_code=1,
-            message="the Spark driver exited with status 1",
-        ),
-    )
+    fail_the_build(group, 1)
     wait_for(lambda: caught_up(group, a, b), "b's warm-ups caught up by replay", timeout=300)
     standbys = {t: s for thread in b.threads for t, s in thread.standbys.items()}
     assert {t: s.replayed for t, s in standbys.items()} == {
@@ -308,3 +298,49 @@ def test_without_build_dir_a_warm_up_replays_at_once(group: Group) -> None:
     }
     with pytest.raises(AssertionError):
         metric(b, "restore-ingested-offset", next(iter(group.stateful)))
+
+
+def fail_the_build(group: Group, attempt: int) -> None:
+    write_job_result(
+        group.builds,
+        f"{APP}-restore-{attempt}",
+        JobResult(
+            state=JobState.FAILED,
+            application=APP,
+            store=STORE,
+            partitions=tuple(range(PARTITIONS)),
+            driver_exit_code=1,
+            message="the Spark driver exited with status 1",
+        ),
+    )
+
+
+def test_a_warm_up_made_active_while_it_waits_waits_as_an_active_task(group: Group) -> None:
+    """a is lost while b's warm-ups wait: b takes the tasks over, and their stores wait as an
+    active task's do (b not ready), then replay everything when the build fails."""
+    a = group.instances[0]
+    b = start_b_warming_up(group)
+    assert_pending_without_blocking(group, b)
+    expected = contents(a, StoreRole.ACTIVE)
+    a.close(60)
+    everything = Assignment(
+        active={"a": frozenset(), "b": group.all_tasks},
+        standby={"a": frozenset(), "b": frozenset()},
+        members=MEMBERS,
+    )
+    b.apply_assignment(everything)
+    wait_for(
+        lambda: (
+            any(t.state is ThreadState.RESTORING for t in b.threads)
+            and len(b.restore_pending()) > 0
+        ),
+        "b's tasks wait for the build as active tasks",
+    )
+    assert not b.ready()
+    fail_the_build(group, 2)
+    wait_for(lambda: b.check() is not None and b.ready(), "b runs every task", timeout=300)
+    assert b.restore_pending() == []
+    assert sorted((r.task, r.result.records) for r in group.restores) == [
+        (task, group.changelog_records(task.partition, 0)) for task in sorted(group.stateful)
+    ]
+    assert contents(b, StoreRole.ACTIVE) == expected
