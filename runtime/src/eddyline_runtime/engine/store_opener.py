@@ -238,6 +238,7 @@ class StoreOpener:
         self._next_standby_poll = now + POLL_SECONDS
         ready: list[TaskId] = []
         remaining: dict[TaskId, dict[str, BuildWatch]] = {}
+        settled = False
         for task_id, watches in self._standby_watches.items():
             waiting = {}
             for name, watch in watches.items():
@@ -246,11 +247,12 @@ class StoreOpener:
                     waiting[name] = watch
                 else:
                     self._settled(task_id, name, done)
+                    settled = True  # never polled again (a task may have other stores)
             if waiting:
                 remaining[task_id] = waiting
             else:
                 ready.append(task_id)
-        if ready:
+        if settled:
             self._standby_watches = remaining
             self._publish_standby_pending()
         return sorted(ready)
