@@ -321,6 +321,11 @@ def test_a_warm_up_made_active_while_it_waits_waits_as_an_active_task(group: Gro
     a = group.instances[0]
     b = start_b_warming_up(group)
     assert_pending_without_blocking(group, b)
+    wait_for(
+        lambda: a.check() is not None and group.inputs_committed(group.all_tasks),
+        "a counted what b's active tasks forwarded",
+        timeout=120,
+    )
     expected = contents(a, StoreRole.ACTIVE)
     a.close(60)
     everything = Assignment(
