@@ -139,6 +139,7 @@ def start_one_pod(
     return log_url, router, expected
 
 
+@pytest.mark.timeout(600)  # pods, a Spark Job's JVM and the moves on 2 busy cores (90-245 s)
 def test_scaling_out_seeds_the_new_pods_warm_ups_from_a_spark_job(
     harness: Operator, tmp_path: Path
 ) -> None:

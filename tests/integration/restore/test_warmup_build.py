@@ -209,6 +209,7 @@ def caught_up(group: Group, a: StreamsInstance, b: StreamsInstance) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a Spark JVM on 2 busy cores: 235 s at load 37
 def test_a_warm_up_is_seeded_from_a_spark_build_and_replays_only_the_tail(group: Group) -> None:
     from eddyline_runtime.restore.spark.spark_build import build, spark_session
 
