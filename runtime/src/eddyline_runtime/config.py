@@ -193,7 +193,8 @@ class StreamsConfig(BaseSettings):
     # eddyline's own, set by the operator from spec.restore: a task whose store is missing
     # and whose changelog holds more than this many records waits for a Spark build
     # (restorePending) instead of replaying; -1 never waits. It waits at most
-    # restore.wait.ms, then replays the changelog.
+    # restore.wait.ms, then replays the changelog. A standby's or warm-up's store waits
+    # the same way, without holding up the thread's active tasks.
     restore_wait_lag_above: int = _setting("restore.wait.lag.above", -1, ge=-1)
     restore_wait_ms: int = _setting("restore.wait.ms", 600_000, ge=0)
     windowstore_changelog_additional_retention_ms: int = _setting(

@@ -163,8 +163,8 @@ class StoreRole(enum.StrEnum):
     STANDBY = "standby"
     # An active copy still replaying its changelog.
     RESTORING = "restoring"
-    # An active copy whose store is missing, waiting for a Spark restore build (its lag is
-    # the changelog a replay would read).
+    # A copy (active, standby or warm-up) whose store is missing, waiting for a Spark restore
+    # build (its lag is the changelog a replay would read).
     RESTORE_PENDING = "restorePending"
 
 

@@ -267,3 +267,61 @@ def test_pending_partitions_below_the_threshold_or_under_never_wait_for_nothing(
     assert restore_job.pending_partitions(app, reports) == {"counts": [0]}
     never = parse_app(body())
     assert restore_job.pending_partitions(never, reports) == {}
+
+
+# Warm-ups (KIP-441) report a missing store restorePending as an active task's does: a new pod
+# warming up partitions another pod runs gets them built (issue 25).
+
+
+def test_a_warm_up_pending_on_a_new_pod_gets_a_job_for_its_partitions() -> None:
+    reports = {
+        # wc-0 runs every task; wc-1 joined and warms up 1 and 3, waiting for a build.
+        "wc-0": report("wc-0", {p: ("active", 0) for p in range(4)}),
+        "wc-1": report("wc-1", {1: (RESTORE_PENDING, 5000), 3: (RESTORE_PENDING, 7000)}),
+    }
+    result = run(body(restore={"when": "Always", "master": "local[2]"}), reports=reports)
+    assert len(result.create_jobs) == 1
+    args = result.create_jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--partitions") + 1] == "1,3"
+    assert "2 store partitions (12,000 changelog records) wait" in restoring(result)["message"]
+
+
+def test_a_partition_pending_on_two_pods_is_built_once_in_one_job() -> None:
+    # wc-1 lost its volume (active copy of 0 pending); wc-2 warms up 0 and 2.
+    reports = {
+        "wc-0": report("wc-0", {2: ("active", 0)}),
+        "wc-1": report("wc-1", {0: (RESTORE_PENDING, 5000)}),
+        "wc-2": report("wc-2", {0: (RESTORE_PENDING, 5000), 2: (RESTORE_PENDING, 3000)}),
+    }
+    result = run(body(restore=RESTORE), reports=reports)
+    assert len(result.create_jobs) == 1
+    args = result.create_jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--partitions") + 1] == "0,2"
+
+
+def test_a_warm_up_pending_after_a_build_gets_a_job_for_its_partitions_only() -> None:
+    # A build of 0 and 1 (for wc-0's lost store) finished a moment ago; wc-0 still reports
+    # them, and a warm-up of 2 began meanwhile on wc-1: only 2 is built again.
+    reports = {
+        "wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000), 1: (RESTORE_PENDING, 5000)}),
+        "wc-1": report("wc-1", {2: (RESTORE_PENDING, 5000)}),
+    }
+    first = run(body(restore=RESTORE), reports={"wc-0": reports["wc-0"]})
+    job = first.create_jobs[0]
+    app = body(restore=RESTORE)
+    app["status"] = dump_status(first.status)
+    done = finished_job(job)
+    built = verdict(JobState.SUCCEEDED, {0: 41, 1: 77}, (0, 1))
+    after = run(app, reports=reports, jobs=[done], job_pods=[job_pod(done, built)])
+    assert len(after.create_jobs) == 1
+    args = after.create_jobs[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--partitions") + 1] == "2"
+    # While it runs, no other Job for the store, whoever reports what.
+    app["status"] = dump_status(after.status)
+    again = run(
+        app,
+        reports=reports,
+        jobs=[done, after.create_jobs[0]],
+        job_pods=[job_pod(done, built)],
+    )
+    assert again.create_jobs == []

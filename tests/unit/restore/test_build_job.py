@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.restore.ingest.build_wait import (
+    BuildWatch,
     PendingRestore,
     WaitOutcome,
     WaitResult,
@@ -173,3 +174,37 @@ def test_spark_submit_runs_the_driver_in_client_mode_with_the_settings(tmp_path:
     driver = Path(command[command.index("--conf") + 2])
     assert driver.name == "restore_driver.py" and driver.is_file()
     assert command[command.index("--partitions") + 1] == "0,3"
+
+
+def test_a_watch_polls_without_blocking_until_a_build_a_failed_job_or_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """What a standby or warm-up waits with: each poll returns at once."""
+
+    def watch(output: Path, partition_dir: str, waiting: PendingRestore) -> BuildWatch:
+        return BuildWatch(
+            output,
+            waiting,
+            application=APP,
+            directory=tmp_path / "state" / partition_dir / STORE,
+            changelog_epoch=None,
+            bounds=lambda: (0, 150),
+        )
+
+    built = watch(tmp_path / "out", "1_2", pending(60))
+    assert built.poll() is None
+    make_manifest(tmp_path / "out", BUILD_ID)
+    done = built.poll()
+    assert done is not None and done.outcome is WaitOutcome.INGESTED
+    assert done.ingested is not None and done.ingested.offset == 99
+
+    doomed = watch(tmp_path / "none", "1_3", pending(60))
+    assert doomed.poll() is None
+    write_job_result(tmp_path / "none", "app-restore-1", failed((CHANGELOG.partition,)))
+    done = doomed.poll()
+    assert done is not None and done.outcome is WaitOutcome.JOB_FAILED
+    assert not store_exists(tmp_path / "state" / "1_3" / STORE)
+
+    late = watch(tmp_path / "never", "1_4", pending(-1))
+    done = late.poll()
+    assert done is not None and done.outcome is WaitOutcome.DEADLINE

@@ -3,7 +3,12 @@
 A pod whose store is missing and whose changelog is longer than
 ``spec.restore``'s threshold does not replay; it reports the store partition
 as ``restorePending`` in ``/v1/layout`` and waits for a build on the claim
-``<app>-restore`` it shares with the Jobs. This module turns those reports
+``<app>-restore`` it shares with the Jobs. That holds for every copy a pod
+opens: an active task's store (the task waits), and a standby's or warm-up
+replica's (KIP-441: it waits while the pod's active tasks run on, then
+ingests the build and replays only the tail, so the task moves sooner). The
+planning here is the same for both: a partition is pending whoever reports
+it, and it is built once. This module turns those reports
 into at most one Job per store at a time (``eddyline restore job``:
 spark-submit in client mode inside the Job's pod, executors owned by that
 pod with a ``k8s://`` master), and the Jobs as observed into the
@@ -491,20 +496,23 @@ def plan_restores(
     attempts: dict[str, int] = {}
     for entry in recorded.values():
         attempts[entry.store] = attempts.get(entry.store, 0) + 1
-    for store, partitions in pending_partitions(app, reports).items():
+    for store, wanted in pending_partitions(app, reports).items():
         if store in running_stores:
             continue
-        # Right after a Job for these partitions finished, pods may still report them for a
-        # moment (they poll for its manifests or its verdict): no second Job that soon.
-        latest = sorted(
-            (e for e in recorded.values() if e.store == store), key=lambda e: str(e.started_at)
-        )
-        if (
-            latest
-            and set(partitions) <= set(latest[-1].partitions)
-            and latest[-1].state is not RestoreJobState.RUNNING
-            and _seconds_between(latest[-1].finished_at, now) < RELAUNCH_AFTER_SECONDS
-        ):
+        # Right after a Job for some partitions finished, pods may still report them for a
+        # moment (they poll for its manifests or its verdict): no second build of them that
+        # soon. Partitions that turned pending since (a warm-up that started meanwhile) get
+        # a Job of their own.
+        just_built = {
+            partition
+            for entry in recorded.values()
+            if entry.store == store
+            and entry.state is not RestoreJobState.RUNNING
+            and _seconds_between(entry.finished_at, now) < RELAUNCH_AFTER_SECONDS
+            for partition in entry.partitions
+        }
+        partitions = [p for p in wanted if p not in just_built]
+        if not partitions:
             continue
         attempt = attempts.get(store, 0) + 1
         new = job(

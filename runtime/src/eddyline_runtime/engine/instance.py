@@ -283,7 +283,8 @@ class StreamsInstance:
         return sorted(found, key=lambda local: (local.partition, local.role.value))
 
     def restore_pending(self) -> list[PendingRestore]:
-        """Stores of active tasks that wait for a Spark restore build (restorePending)."""
+        """Stores that wait for a Spark restore build (restorePending): of active tasks,
+        standbys and warm-ups."""
         return sorted(
             (p for thread in self.threads for p in thread.restore_pending.values()),
             key=lambda p: (p.store, p.changelog.partition),

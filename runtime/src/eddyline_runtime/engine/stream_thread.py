@@ -249,7 +249,8 @@ class StreamThread:
             for task_id in leaving:
                 if task_id in tasks.active:  # the commit may have dropped it as migrated
                     tasks.close_active(task_id)
-        for task_id in [t for t in tasks.standbys if t not in standby or t in active]:
+        # standby_ids: a standby still waiting for a Spark build is dropped the same way.
+        for task_id in [t for t in tasks.standby_ids if t not in standby or t in active]:
             tasks.close_standby(task_id)
         self.state = ThreadState.RESTORING
         new_tasks = sorted(t for t in active if t not in tasks.active)

@@ -12,10 +12,13 @@ Creating an active task runs in this order, each step for a reason:
 4. read the committed input offsets (the log's start where none is committed):
    only now, so the previous owner's last commit is in them.
 
-A standby opens the same stores and replays their changelogs after every
-turn of the thread's loop; one whose changelog was truncated or recreated is
-rebuilt. The task dictionaries are read by other threads (queries, progress):
-they are replaced, never mutated in place.
+A standby (or warm-up replica) opens the same stores and replays their
+changelogs after every turn of the thread's loop; one whose changelog was
+truncated or recreated is rebuilt. One whose missing store waits for a Spark
+build is set aside first and opened once the build settles, without holding
+up the thread's active tasks (:meth:`StoreOpener.defer_standby`). The task
+dictionaries are read by other threads (queries, progress): they are
+replaced, never mutated in place.
 """
 
 from __future__ import annotations
@@ -193,6 +196,19 @@ class TaskManager:
     # -- standbys -------------------------------------------------------------------
 
     def create_standby(self, task_id: TaskId) -> None:
+        """Open a standby (or warm-up) now, or set it aside while a store waits for a build."""
+        if task_id in self.standbys or task_id in self._opener.waiting_standbys():
+            return
+        if self._opener.defer_standby(task_id):
+            return  # opened by replay_standbys once its builds settle
+        self._open_standby(task_id)
+
+    @property
+    def standby_ids(self) -> frozenset[TaskId]:
+        """The standbys (and warm-ups) this thread holds, opened or waiting for a build."""
+        return frozenset(self.standbys) | self._opener.waiting_standbys()
+
+    def _open_standby(self, task_id: TaskId) -> None:
         layout = self._layout
         changelogs: dict[str, TopicPartition] = {}
         stores: dict[str, StateStore] = {}
@@ -222,8 +238,15 @@ class TaskManager:
             raise
         self.standbys = {**self.standbys, task_id: standby}
         self._metrics.standby_created(standby)
+        for name in changelogs:
+            ingested, waited = self._opener.take_build(task_id, name)
+            if ingested is not None or waited:
+                self._metrics.standby_seeded(task_id, name, ingested, waited)
 
     def close_standby(self, task_id: TaskId) -> None:
+        if task_id not in self.standbys:
+            self._opener.forget_standby(task_id)  # still waiting for a build
+            return
         standbys = dict(self.standbys)
         standby = standbys.pop(task_id)
         self.standbys = standbys
@@ -231,7 +254,13 @@ class TaskManager:
         standby.close()
 
     def replay_standbys(self) -> int:
-        """Replay every standby; one whose changelog was truncated or recreated is rebuilt."""
+        """Replay every standby; one whose changelog was truncated or recreated is rebuilt.
+
+        First open the standbys whose Spark builds settled (ingested: only the
+        tail replays; given up on: everything does).
+        """
+        for task_id in self._opener.poll_standby_builds():
+            self._open_standby(task_id)
         replayed = 0
         for standby in list(self.standbys.values()):
             try:
@@ -239,7 +268,7 @@ class TaskManager:
             except ChangelogMismatchError as mismatch:
                 logger.warning("%s. Rebuilding the standby from the changelog", mismatch.problem)
                 self.close_standby(standby.id)
-                self.create_standby(standby.id)
+                self._open_standby(standby.id)
         return replayed
 
     # -- all of them ----------------------------------------------------------------
@@ -252,6 +281,8 @@ class TaskManager:
                 task.close()
             except Exception as exc:  # close the others regardless
                 logger.warning("closing task %s failed: %s", task.id, exc)
+        for task_id in self._opener.waiting_standbys():
+            self._opener.forget_standby(task_id)
         self.active, self.standbys = {}, {}
 
     def local_store_partitions(self, store: str) -> list[LocalStorePartition]:

@@ -151,6 +151,30 @@ class ThreadMetrics:
             lambda: result.records_per_second if result.records else 0.0,
         )
 
+    def standby_seeded(
+        self,
+        task_id: TaskId,
+        store: str,
+        ingested: IngestResult | None,
+        build_wait_seconds: float,
+    ) -> None:
+        """A standby's (or warm-up's) store opened after a Spark build: what it gave (the
+        same names as an active store's restore; the replay itself is standby-offset-lag)."""
+        tags = {**self._task_tags(task_id), "store": store}
+        register = self._metrics.register
+        register(
+            MetricName.of("stream-state-metrics", "restore-ingested-keys", tags),
+            lambda: float(ingested.keys if ingested is not None else 0),
+        )
+        register(
+            MetricName.of("stream-state-metrics", "restore-ingested-offset", tags),
+            lambda: float(ingested.offset if ingested is not None else -1),
+        )
+        register(
+            MetricName.of("stream-state-metrics", "restore-build-wait-seconds", tags),
+            lambda: build_wait_seconds,
+        )
+
     def task_closed(self, task_id: TaskId) -> None:
         """Drop the metrics of a task (active or standby) and of its stores."""
         self._metrics.unregister_tagged(self._task_tags(task_id))

@@ -13,6 +13,10 @@ under the build output directory the Job and the pods share:
   after it began to wait, stops waiting and replays the changelog. A Job pod
   killed before it could write one is covered by the task's deadline.
 
+An active task waits in :func:`wait_for_build` (it cannot run without its
+store); a standby or warm-up replica polls a :class:`BuildWatch` once per
+turn of its thread's loop, so the member's active tasks run on meanwhile.
+
 This module is the waiting side; the Job itself is
 :mod:`~eddyline_runtime.restore.spark.job_runner`. Nothing here imports Spark
 or Kubernetes.
@@ -76,6 +80,108 @@ def should_wait(threshold: int, log_start: int, log_end: int) -> bool:
     return threshold >= 0 and log_end - log_start > threshold
 
 
+class BuildWatch:
+    """One missing store's look-outs for a Spark build, one poll at a time, never blocking.
+
+    :func:`wait_for_build` polls it in a loop (an active task, which cannot
+    run without its store); a standby or warm-up replica polls it once per
+    turn of its thread's loop, so the member's active tasks keep processing
+    while the copy waits (``engine/store_opener.py``).
+    """
+
+    def __init__(
+        self,
+        output: Path,
+        pending: PendingRestore,
+        *,
+        application: str,
+        directory: Path,
+        changelog_epoch: str | None,
+        bounds: Callable[[], tuple[int, int]],
+    ) -> None:
+        self.output = output
+        self.pending = pending
+        self._application = application
+        self._directory = directory
+        self._epoch = changelog_epoch
+        self._bounds = bounds
+        self._started = time.monotonic()
+        self._refusals: list[str] = []
+        self._judged: tuple[Path, ...] | None = None
+
+    def poll(self) -> WaitResult | None:
+        """The store ingested, a failed Job, or the deadline; None while still waiting."""
+        pending = self.pending
+        partition = pending.changelog.partition
+        found = tuple(manifests_for(self.output, self._application, pending.store, partition))
+        result: IngestResult | None = None
+        if found != self._judged:
+            # Only when a manifest appeared: a refused one is judged (and logged) once.
+            self._judged = found
+            log_start, log_end = self._bounds()
+            attempt = ingest_latest_manifest(
+                self.output,
+                application=self._application,
+                store=pending.store,
+                changelog=pending.changelog,
+                directory=self._directory,
+                log_start=log_start,
+                log_end=log_end,
+                changelog_epoch=self._epoch,
+            )
+            result = attempt.result
+            for refusal in attempt.refusals:
+                if refusal not in self._refusals:
+                    self._refusals.append(refusal)
+        seconds = self.seconds
+        refusals = tuple(self._refusals)
+        if result is not None:
+            return WaitResult(
+                WaitOutcome.INGESTED,
+                result,
+                refusals,
+                seconds,
+                f"ingested {result.manifest} after waiting {seconds:.1f} s",
+            )
+        failed = next(
+            (
+                r
+                for r in job_results(self.output, self._application, pending.store)
+                if r.state is JobState.FAILED
+                and partition in r.partitions
+                and r.finished_at >= pending.since
+            ),
+            None,
+        )
+        if failed is not None:
+            return WaitResult(
+                WaitOutcome.JOB_FAILED,
+                None,
+                refusals,
+                seconds,
+                f"the restore Job failed ({failed.message or 'no reason given'})",
+            )
+        if time.time() >= pending.deadline:
+            return WaitResult(
+                WaitOutcome.DEADLINE,
+                None,
+                refusals,
+                seconds,
+                f"no fitting build after {seconds:.0f} s (restore.wait.ms)",
+            )
+        return None
+
+    @property
+    def seconds(self) -> float:
+        """How long this store has waited so far."""
+        return time.monotonic() - self._started
+
+    def stopped(self) -> WaitResult:
+        return WaitResult(
+            WaitOutcome.STOPPED, None, tuple(self._refusals), self.seconds, "stopping"
+        )
+
+
 def wait_for_build(
     output: Path,
     pending: PendingRestore,
@@ -93,65 +199,17 @@ def wait_for_build(
     judged against the changelog as it is when it appears, not as it was when
     the wait began.
     """
-    started = time.monotonic()
-    refusals: list[str] = []
-    partition = pending.changelog.partition
-    judged: tuple[Path, ...] | None = None
+    watch = BuildWatch(
+        output,
+        pending,
+        application=application,
+        directory=directory,
+        changelog_epoch=changelog_epoch,
+        bounds=bounds,
+    )
     while True:
-        found = tuple(manifests_for(output, application, pending.store, partition))
-        result: IngestResult | None = None
-        if found != judged:
-            # Only when a manifest appeared: a refused one is judged (and logged) once.
-            judged = found
-            log_start, log_end = bounds()
-            attempt = ingest_latest_manifest(
-                output,
-                application=application,
-                store=pending.store,
-                changelog=pending.changelog,
-                directory=directory,
-                log_start=log_start,
-                log_end=log_end,
-                changelog_epoch=changelog_epoch,
-            )
-            result = attempt.result
-            for refusal in attempt.refusals:
-                if refusal not in refusals:
-                    refusals.append(refusal)
-        seconds = time.monotonic() - started
-        if result is not None:
-            return WaitResult(
-                WaitOutcome.INGESTED,
-                result,
-                tuple(refusals),
-                seconds,
-                f"ingested {result.manifest} after waiting {seconds:.1f} s",
-            )
-        failed = next(
-            (
-                r
-                for r in job_results(output, application, pending.store)
-                if r.state is JobState.FAILED
-                and partition in r.partitions
-                and r.finished_at >= pending.since
-            ),
-            None,
-        )
-        if failed is not None:
-            return WaitResult(
-                WaitOutcome.JOB_FAILED,
-                None,
-                tuple(refusals),
-                seconds,
-                f"the restore Job failed ({failed.message or 'no reason given'})",
-            )
-        if time.time() >= pending.deadline:
-            return WaitResult(
-                WaitOutcome.DEADLINE,
-                None,
-                tuple(refusals),
-                seconds,
-                f"no fitting build after {seconds:.0f} s (restore.wait.ms)",
-            )
+        done = watch.poll()
+        if done is not None:
+            return done
         if stopped.wait(poll_seconds):
-            return WaitResult(WaitOutcome.STOPPED, None, tuple(refusals), seconds, "stopping")
+            return watch.stopped()
