@@ -131,3 +131,8 @@ control-plane: ## Build (or reuse) kube-apiserver, controller manager, scheduler
 
 cluster: $(STAMP) control-plane ## Start the tests' real control plane and kubelet stand-in for your own kubectl (Ctrl-C stops)
 	$(BIN)/python -m tests.support.control_plane
+
+.PHONY: bench-scale
+# BENCH_SCALE_ARGS: e.g. "--keys 50000 --skip autoscale" for a quick run (the default loads 1M keys).
+bench-scale: $(STAMP) control-plane ## Scaling benchmark on the real control plane: word count with 1M keys under steady input, scale 3->6->3 and evict, warm-ups vs cold moves, then the autoscaler under 3x load (last line JSON; BENCH_SCALE_ARGS="--keys N --rate W --skip autoscale")
+	$(BIN)/python -m tests.bench.bench_scale $(BENCH_SCALE_ARGS)
