@@ -111,6 +111,7 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 LAST_COMMIT = "eddyline_stream_task_metrics_last_commit_timestamp"
 RESTORE_TOTAL = "eddyline_stream_state_metrics_restore_total"
 RECORDS_LAG = "eddyline_consumer_fetch_manager_metrics_records_lag"
+PROCESS_RATIO = "eddyline_stream_thread_metrics_process_ratio"
 
 
 # ------------------------------------------------------------------ pure helpers (unit-tested)
@@ -767,10 +768,13 @@ def main() -> int:
         bench.start()
         bench.load()
         cpu = bench.steady(args.rate, 20)
+        ratios = [v for samples in bench.scrape([PROCESS_RATIO]).values() for _, _, v in samples]
         summary["steady_cpu_cores"] = round(cpu, 3)
+        summary["steady_process_ratio_max"] = round(max(ratios, default=0.0), 3)
         print(
             f"steady input {args.rate} words/s ({args.rate // WORDS_PER_LINE} lines/s) on 3 pods: "
-            f"pods' CPU {cpu:.2f} cores of {os.cpu_count()}",
+            f"pods' CPU {cpu:.2f} cores of {os.cpu_count()}, their threads' process-ratio "
+            f"{', '.join(f'{r:.2f}' for r in ratios)}",
             flush=True,
         )
         summary.update(bench.steps(""))
