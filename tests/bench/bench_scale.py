@@ -31,9 +31,10 @@ For each step:
   (the pods' ``restore-total`` of the task activations the step caused; a warm-up's or a
   standby's replay is not counted, it runs beside processing).
 * ``<step>_keys_unanswered``: keys that got no answer at some point of the step. Each store
-  partition is asked for one of its keys through the query Service and ``QueryRouter`` (stale
-  copies allowed) several times a second, a different key each time; when a partition does not
-  answer once, all of its keys count as unanswered.
+  partition is asked for one of its keys through ``QueryRouter`` (stale copies allowed;
+  bootstrap: the query Service, then the pods there at the step's start) several times a
+  second, a different key each time; when a partition does not answer once, all of its keys
+  count as unanswered, and the first failure is printed.
 * ``<step>_to_balance_s``: until the membership has no warm-up left, every expected pod is a
   member with its share of the counting tasks (2 or 1), and the app is Ready with every pod.
 
@@ -345,7 +346,15 @@ class StepWatch:
             self.stopped.wait(max(0.0, SCRAPE_SECONDS - (time.time() - now)))
 
     def _probe(self) -> None:
-        router = QueryRouter([self.bench.service], timeout=2)
+        # As a client configured with several bootstrap hosts: the query Service first, then
+        # the pods there at the step's start, so that one connection the Service proxy sends to
+        # a terminating pod is not taken for the key's unavailability.
+        pods = [
+            f"{pod['status']['podIP']}:7070"
+            for pod in self.bench.pods().values()
+            if pod.get("status", {}).get("podIP")
+        ]
+        router = QueryRouter([self.bench.service, *sorted(pods)], timeout=2)
         turn = 0
         while not self.stopped.is_set():
             for partition, keys in self.bench.probe_keys.items():
