@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TopicPartition
 from tests.bench.bench_scale import (
     LAST_COMMIT,
     RESTORE_TOTAL,
@@ -12,6 +15,7 @@ from tests.bench.bench_scale import (
     balanced,
     parse_metrics,
     targets_met,
+    uncommitted_records,
 )
 
 
@@ -97,3 +101,31 @@ def test_targets_hold_only_with_no_restore_short_gaps_and_every_key_answered() -
     assert not targets_met({**summary, "evict_commit_gap_s": 2.0})
     assert not targets_met({**summary, "scale_in_critical_path_restored": 1.0})
     assert not targets_met({**summary, "cold_evict_keys_unanswered": 10.0})
+
+
+def test_the_lag_is_what_the_group_has_not_committed_on_input_and_repartition_topics(
+    tmp_path: Path,
+) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        log.create_topic("text-lines", 2)
+        log.create_topic("wordcount-counts-repartition", 1)
+        log.create_topic("word-counts", 1)  # output: not the app's input
+        for tp, count in (
+            (TopicPartition("text-lines", 0), 10),
+            (TopicPartition("text-lines", 1), 4),
+            (TopicPartition("wordcount-counts-repartition", 0), 7),
+            (TopicPartition("word-counts", 0), 100),
+        ):
+            log.produce(tp, [Record(None, b"x", 0) for _ in range(count)])
+        assert uncommitted_records(log, "wordcount") == 21
+        log.commit_offsets(
+            "wordcount",
+            {
+                TopicPartition("text-lines", 0): 8,
+                TopicPartition("wordcount-counts-repartition", 0): 7,
+            },
+        )
+        assert uncommitted_records(log, "wordcount") == 2 + 4
+    finally:
+        log.close()
