@@ -23,6 +23,13 @@ def _no_warmups(*_args: Any, **_kwargs: Any) -> None:
     return None  # assign(..., warmups=None): the balanced target, tasks move cold
 
 
+if not callable(getattr(plan, "warmup_policy", None)):
+    # Replacing a name plan.py no longer calls would leave warm-ups on and the "cold" figures
+    # warm: refuse instead.
+    raise SystemExit(
+        "eddyline_operator.reconcile.plan no longer calls warmup_policy: update "
+        "tests/bench/bench_scale_cold_operator.py to turn warm-ups off where plan.py now does"
+    )
 plan.warmup_policy = _no_warmups  # type: ignore[assignment]
 
 if __name__ == "__main__":
