@@ -747,6 +747,8 @@ class Bench:
             and _event_time(e) >= started_at - 1
         ]
         count = sum(int(e.get("count") or 1) for e in decisions)
+        for event in sorted(decisions, key=_event_time):
+            print(f"autoscale: {event.get('reason')}: {event.get('message')}", flush=True)
         if count < 2:
             raise RuntimeError(
                 f"autoscaling: {count} ScaledOut/ScaledIn event(s) for a scale out and back; "
