@@ -135,3 +135,8 @@ cluster: $(STAMP) control-plane ## Start the tests' real control plane and kubel
 .PHONY: monitoring-crds
 monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor CRDs (Go module, pinned in the script) into .cache/prometheus-operator, once
 	@scripts/monitoring-crds >/dev/null
+
+.PHONY: bench-scale
+# BENCH_SCALE_ARGS: e.g. "--keys 50000 --skip autoscale" for a quick run (the default loads 1M keys).
+bench-scale: $(STAMP) control-plane ## Scaling benchmark on the real control plane: word count with 1M keys under steady input, scale 3->6->3 and evict, warm-ups vs cold moves, then the autoscaler under 3x load (last line JSON; BENCH_SCALE_ARGS="--keys N --rate W --skip autoscale")
+	$(BIN)/python -m tests.bench.bench_scale $(BENCH_SCALE_ARGS)

@@ -377,6 +377,7 @@ class StreamThread:
                 migrated.append(task.id)
                 continue
             task.complete_commit(last_offsets)  # step 3
+            self._metrics.task_committed(task.id)
             input_offsets.update(prepared.input_offsets)
             for tp, records in prepared.changelog_records.items():
                 changelog_records[tp] = records

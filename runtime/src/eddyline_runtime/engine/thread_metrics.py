@@ -4,8 +4,10 @@ Thread level (``stream-thread-metrics``: process and commit rates, totals and
 latencies, and ``process-ratio``, the share of wall-clock time the thread
 spent processing records, KIP-444's busy-time measure that an autoscaler
 reads; ``stream-record-cache-metrics``), task level
-(``stream-task-metrics``, and the consumer's ``records-lag`` per input
-partition), store level (``stream-state-metrics``: restoration, what a Spark
+(``stream-task-metrics``, with ``last-commit-timestamp``, the wall-clock time
+in ms of the task's last commit, from which a scaling step's longest pause between
+two commits of a task is read across members; and the consumer's ``records-lag`` per
+input partition), store level (``stream-state-metrics``: restoration, what a Spark
 build gave, a standby's lag). Every metric carries the thread's ``thread-id``
 tag, and a task's also its ``task-id``: closing a task drops its metrics,
 closing the thread drops them all and keeps their last values.
@@ -13,6 +15,7 @@ closing the thread drops them all and keeps their last values.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from functools import partial
@@ -44,6 +47,8 @@ class ThreadMetrics:
         self.processed_total = 0  # by every task this thread ran, closed ones included
         self._process_sensor = Sensor()
         self._commit_sensor = Sensor()
+        # Per active task, the wall-clock time (ms since the epoch) of its last commit.
+        self._last_commit_ms: dict[TaskId, float] = {}
         # Seconds spent processing, recorded once per loop iteration (zero when idle), so
         # their sum per second of the window is the busy share.
         self._busy_sensor = Sensor(clock=clock)
@@ -64,6 +69,10 @@ class ThreadMetrics:
     def committed(self, seconds: float) -> None:
         self._commit_sensor.record(seconds * 1000)
 
+    def task_committed(self, task_id: TaskId) -> None:
+        """``task_id``'s transaction (or its at-least-once commit) completed just now."""
+        self._last_commit_ms[task_id] = time.time() * 1000
+
     def _task_tags(self, task_id: TaskId) -> dict[str, str]:
         return {**self._tags, "task-id": str(task_id)}
 
@@ -82,6 +91,12 @@ class ThreadMetrics:
         register(
             MetricName.of("stream-task-metrics", "process-total", tags),
             lambda: float(task.processed),
+        )
+        task_id = task.id
+        register(
+            MetricName.of("stream-task-metrics", "last-commit-timestamp", tags),
+            # NaN until the task's first commit on this member.
+            lambda: self._last_commit_ms.get(task_id, math.nan),
         )
         topology = task.topology
         register(
@@ -177,6 +192,7 @@ class ThreadMetrics:
 
     def task_closed(self, task_id: TaskId) -> None:
         """Drop the metrics of a task (active or standby) and of its stores."""
+        self._last_commit_ms.pop(task_id, None)
         self._metrics.unregister_tagged(self._task_tags(task_id))
 
     def last_values(self) -> dict[MetricName, float]:
