@@ -26,6 +26,7 @@ def leave(
     previous: Assignment,
     lags: Lags,
     leaving: set[str],
+    *,
     max_warmups: int,
 ) -> Assignment:
     return assign(
@@ -97,7 +98,7 @@ def test_a_leaving_member_hands_over_only_to_caught_up_copies_and_gets_nothing_n
     leaving = data.draw(leavers(members))
     lags = data.draw(reported_lags(group, members))
 
-    result = leave(group, members, previous, lags, leaving, max_warmups)
+    result = leave(group, members, previous, lags, leaving, max_warmups=max_warmups)
 
     check_hand_over(group, members, previous, lags, leaving, result, max_warmups)
 
@@ -126,7 +127,7 @@ def test_leaving_members_end_with_nothing_and_the_rest_is_balanced(
                 ready_after = data.draw(st.integers(1, 2), label="rebalances to catch up")
                 caught = age.get((member_id, task), 0) + 1 >= ready_after
                 lags.setdefault(member_id, {})[task] = 0 if caught else 10 * ACCEPTABLE
-        result = leave(group, members, previous, lags, leaving, max_warmups)
+        result = leave(group, members, previous, lags, leaving, max_warmups=max_warmups)
         check_hand_over(group, members, previous, lags, leaving, result, max_warmups)
         age = {
             (m, t): age.get((m, t), 0) + 1
