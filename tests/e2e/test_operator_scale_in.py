@@ -43,7 +43,8 @@ from tests.support.kafka.plugin import use_cluster
 from tests.support.kafka.streamapp import ready
 from tests.support.node_loss import membership
 
-pytestmark = pytest.mark.slow
+# Three pods start, leave and come back per test: minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "scalein"
@@ -196,7 +197,7 @@ def settled(operator: Operator, pods: list[str]) -> None:
             and published is not None
             and all(published.assignment.active.get(p) for p in pods)
             and published.assignment.warmup_count == 0
-            and (status.get("maxStandbyLag") or 0) <= 100
+            and (status.get("maxStandbyLag") or 0) <= 1_000
         )
 
     try:
