@@ -400,7 +400,8 @@ class _Leaving:
         if time.monotonic() >= self.deadline:
             print(
                 f"{self.prefix}hand-over not done after {waited:.0f} s (the grace period is "
-                "nearly used up): committing and exiting; the tasks still here move cold",
+                "nearly used up): committing and exiting; the tasks still here move as a "
+                "lost member's do",
                 file=self.out,
                 flush=True,
             )
