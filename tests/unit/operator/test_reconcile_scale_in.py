@@ -109,6 +109,12 @@ def test_spec_replicas_lowered_keeps_the_stateful_set_until_the_top_pod_handed_o
     assert "draining wc-2" in scaling["message"]
     assert any(e.reason == "DrainingPod" for e in first.events)
 
+    # Not Ready while the membership the pods follow still has leaving members.
+    handing = run(smaller, pods, membership=first.membership, reports=reports_of(membership))
+    ready = condition(handing, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert "wc-1, wc-2 handing over" in ready["message"]
+
     # Warm-ups and standbys report caught up: the tasks move, then wc-2 goes.
     published = first.membership
     for _ in range(10):
