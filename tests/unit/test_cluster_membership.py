@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from eddyline_runtime.cluster_membership import ApiServer, ClusterMembershipError
+from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.cluster_membership import (
+    MEMBERSHIP_KEY,
+    ApiServer,
+    ClusterMembershipError,
+    ConfigMapMembership,
+)
+from eddyline_runtime.membership import Membership
+from tests.support.waiting import wait_for
 
 
 def test_the_override_wins_and_sends_no_token_without_a_token_file() -> None:
@@ -85,3 +94,55 @@ def test_the_token_is_read_again_for_every_request(recorder: str, tmp_path: Path
     with api.open("/api", timeout=5):
         pass
     assert _Recorder.seen == ["Bearer first", "Bearer rotated"]
+
+
+class _DeletedMembership(http.server.BaseHTTPRequestHandler):
+    """A ConfigMap that holds a membership, then is deleted (the app is being deleted)."""
+
+    deleted = False
+
+    def do_GET(self) -> None:
+        if "watch=true" in self.path:
+            _DeletedMembership.deleted = True
+            body = json.dumps({"type": "DELETED", "object": {"metadata": {"name": "m"}}})
+            self._answer(200, body.encode() + b"\n")
+        elif _DeletedMembership.deleted:
+            self._answer(404, b"{}")
+        else:
+            membership = Membership(3, Assignment(active={"pod-0": frozenset()}, standby={}))
+            configmap = {
+                "metadata": {"resourceVersion": "7"},
+                "data": {MEMBERSHIP_KEY: json.dumps(membership.to_json())},
+            }
+            self._answer(200, json.dumps(configmap).encode())
+
+    def _answer(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_deleted_membership_configmap_tells_a_leaving_pod_nobody_will_take_over() -> None:
+    _DeletedMembership.deleted = False
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DeletedMembership)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    source = ConfigMapMembership(
+        ApiServer(f"http://127.0.0.1:{server.server_address[1]}"), namespace="apps", name="m"
+    )
+    try:
+        assert not source.gone
+        source.start("pod-0")
+        wait_for(lambda: source.gone, "the deletion to be noticed", 10)
+        current = source.current()
+        assert current is not None and current.generation == 3
+    finally:
+        source.stop()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

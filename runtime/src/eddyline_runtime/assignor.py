@@ -71,6 +71,22 @@ property test in ``tests/unit/test_assignor_warmups.py``):
     as caught up reaches that in a bounded number of rebalances.
 
 Without a policy (``warmups=None``) the result is the target itself.
+
+Scale in (a pod being deleted, evicted, drained or scaled away), when
+:func:`assign` is told which members are ``leaving``: the target is computed
+over the members that stay, so a leaving member is given nothing, and with a
+policy its stateful tasks are handed over as above (each a property test in
+``tests/unit/test_assignor_leaving.py``):
+
+12. A leaving member gets no task it did not run actively before: no new
+    active task, no standby, no warm-up. It keeps an active task only while
+    no staying member's copy of it is caught up; then the staying member
+    whose target wants the task warms up (point 10), and the task moves once
+    that or any other staying copy is caught up. It never moves from the
+    leaving member to a copy that is not caught up.
+13. A leaving member that holds no active task in the result is done: it may
+    commit and exit. If every member is leaving, nobody can take over and
+    they are treated as staying.
 """
 
 from __future__ import annotations
@@ -152,7 +168,8 @@ class AssignmentJson(TypedDict):
     ``warmup`` was added within version 1 and is written only when there is a warm-up: a
     reader that does not know it ignores it (its member then simply does not warm up), and
     one that does reads its absence as none; an assignment without warm-ups is published
-    exactly as before.
+    exactly as before. ``leaving`` (points 12 and 13) likewise: written only when a member
+    is leaving.
     """
 
     version: int
@@ -160,6 +177,7 @@ class AssignmentJson(TypedDict):
     active: dict[str, list[str]]
     standby: dict[str, list[str]]
     warmup: NotRequired[dict[str, list[str]]]
+    leaving: NotRequired[list[str]]
 
 
 @dataclass(frozen=True)
@@ -171,13 +189,17 @@ class Assignment:
     constructor refuses contradictions: a task active on two members, or a
     standby without an active copy or on the member that holds the active one.
     ``warmup`` holds warm-up replicas (point 10), refused likewise and also
-    where the member keeps a standby of the same task.
+    where the member keeps a standby of the same task. ``leaving`` names the
+    members on their way out (points 12 and 13): one with no active task may
+    exit, and so may all of them when every member is leaving (nobody can
+    take over).
     """
 
     active: Mapping[str, frozenset[TaskId]]
     standby: Mapping[str, frozenset[TaskId]]
     members: tuple[Member, ...] = ()
     warmup: Mapping[str, frozenset[TaskId]] = field(default_factory=dict)
+    leaving: frozenset[str] = frozenset()
     _active_owner: dict[TaskId, str] = field(init=False, repr=False, compare=False)
     _standby_owners: dict[TaskId, list[str]] = field(init=False, repr=False, compare=False)
 
@@ -230,9 +252,16 @@ class Assignment:
                         f'task {task} is both a warm-up and active or standby on "{member_id}"; '
                         "a warm-up goes to a member that holds no other copy of the task"
                     )
+        unknown = sorted(set(self.leaving) - set(ids))
+        if unknown:
+            raise InvalidAssignmentError(
+                f"leaving member(s) {', '.join(unknown)} are not members of the assignment; "
+                "only a member can be leaving"
+            )
         object.__setattr__(self, "active", active)
         object.__setattr__(self, "standby", standby)
         object.__setattr__(self, "warmup", warmup)
+        object.__setattr__(self, "leaving", frozenset(self.leaving))
         object.__setattr__(self, "members", tuple(by_id.get(m, Member(m)) for m in ids))
         object.__setattr__(self, "_active_owner", active_owner)
         object.__setattr__(self, "_standby_owners", standby_owners)
@@ -283,7 +312,16 @@ class Assignment:
         }
         if self.warmup_count:
             published["warmup"] = {m: [str(t) for t in sorted(ts)] for m, ts in self.warmup.items()}
+        if self.leaving:
+            published["leaving"] = sorted(self.leaving)
         return published
+
+    def handed_over(self, member_id: str) -> bool:
+        """Whether ``member_id`` may exit now: it holds no active task here, or it is leaving
+        and so is every member (nobody could take its tasks over: a suspend or a delete)."""
+        if not self.active.get(member_id):
+            return True
+        return member_id in self.leaving and self.leaving >= set(self.active)
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Assignment:
@@ -308,6 +346,7 @@ class Assignment:
             members=tuple(members),
             # Absent from what an eddyline without warm-ups published: none.
             warmup=_tasks_from_json(data, "warmup") if "warmup" in data else {},
+            leaving=_leaving_from_json(data.get("leaving", [])),
         )
 
     def _unknown(self, task: TaskId) -> UnknownTaskError:
@@ -336,6 +375,14 @@ def _member_from_json(item: object) -> Member:
                 f'member "{member_id}": "{key}" must be a string or null, not {value!r}'
             )
     return Member(member_id, _str_or_none(zone), _str_or_none(address))
+
+
+def _leaving_from_json(raw: object) -> frozenset[str]:
+    if not isinstance(raw, list) or not all(isinstance(m, str) for m in raw):
+        raise InvalidAssignmentError(
+            f'assignment "leaving" must be a list of member ids, not {raw!r}'
+        )
+    return frozenset(raw)
 
 
 def _str_or_none(value: object) -> str | None:
@@ -410,6 +457,7 @@ def assign(
     previous: Assignment | None = None,
     stateful: Collection[TaskId] | None = None,
     warmups: WarmupPolicy | None = None,
+    leaving: Collection[str] = (),
 ) -> Assignment:
     """Hand out ``tasks`` to ``members``: one active copy each, standbys for stateful ones.
 
@@ -418,8 +466,10 @@ def assign(
     ignored. ``previous`` is the assignment in force: tasks stay where it put
     them as far as balance allows, and members or tasks it names that are no
     longer given are ignored. With ``warmups``, a stateful task moves only to
-    a caught-up copy and the target's member warms up first. The module
-    docstring lists what the result guarantees.
+    a caught-up copy and the target's member warms up first. ``leaving`` names
+    members (of ``members``) on their way out: they get nothing new and hand
+    their tasks over (points 12 and 13). The module docstring lists what the
+    result guarantees.
     """
     if num_standby_replicas < 0:
         raise ConfigError(
@@ -428,7 +478,14 @@ def assign(
             "integers >= 0",
             hint="0 runs no standby replicas",
         )
-    roster = _validated_members(members)
+    everyone = _validated_members(members)
+    announced = frozenset(m.id for m in everyone if m.id in set(leaving))
+    going = set(announced)
+    # Nobody to hand over to: everyone keeps its tasks (and, told so by ``leaving``, may
+    # exit: Assignment.handed_over).
+    roster = tuple(m for m in everyone if m.id not in going) or everyone
+    if len(roster) == len(everyone):
+        going = set()
     ids = [m.id for m in roster]
     all_tasks = sorted(set(tasks))
     stateful_tasks = set(all_tasks) if stateful is None else set(stateful) & set(all_tasks)
@@ -458,10 +515,19 @@ def assign(
         return Assignment(
             active={m: frozenset(active[m]) for m in ids},
             standby={m: frozenset(standby.get(m, ())) for m in ids},
-            members=roster,
+            members=everyone,
+            leaving=announced,
         )
     return _warm_before_moving(
-        heavy, roster, owner, replicas=replicas, history=history, policy=warmups
+        heavy,
+        everyone,
+        owner,
+        replicas=replicas,
+        history=history,
+        policy=warmups,
+        leaving=going,
+        processing=_History.of(previous, {m.id for m in everyone}).owner,
+        announced=announced,
     )
 
 
@@ -473,13 +539,24 @@ def _warm_before_moving(
     replicas: int,
     history: _History,
     policy: WarmupPolicy,
+    leaving: Collection[str] = frozenset(),
+    processing: Mapping[TaskId, str] | None = None,
+    announced: frozenset[str] = frozenset(),
 ) -> Assignment:
-    """Points 9 to 11: keep tasks on caught-up copies, and warm up the target's members."""
+    """Points 9 to 12: keep tasks on caught-up copies, and warm up the target's members.
+
+    ``roster`` holds every member, ``leaving`` those the target gave nothing;
+    ``processing`` is each task's previous active owner among all of them
+    (``history`` knows only the staying members)."""
     ids = [m.id for m in roster]
+    staying = [m for m in roster if m.id not in leaving]
+    running = history.owner if processing is None else processing
 
     def lag(member_id: str, task: TaskId) -> int | None:
-        if history.owner.get(task) == member_id:
+        if running.get(task) == member_id:
             return 0  # it is processing the task: nothing to catch up
+        if member_id in leaving:
+            return None  # a leaving member takes no task it does not run (point 12)
         return policy.lag(member_id, task)
 
     def caught_up(member_id: str, task: TaskId) -> bool:
@@ -497,14 +574,15 @@ def _warm_before_moving(
         warm = [m for m in ids if caught_up(m, task)]
         if not warm:
             continue  # nobody is caught up: moving costs nothing extra, follow the target
-        # Stay on the member processing it; else the copy with the least to replay.
-        keeper = min(warm, key=lambda m: (lag(m, task) or 0, load[m], m))
+        # A staying copy first (a leaving member hands over to any caught-up one), then
+        # the member processing it; else the copy with the least to replay.
+        keeper = min(warm, key=lambda m: (m in leaving, lag(m, task) or 0, load[m], m))
         owner[task] = keeper
         load[goal] -= 1
         load[keeper] += 1
         wanted[task] = goal
 
-    standby = _place_standbys(heavy, roster, owner, replicas, history)
+    standby = _place_standbys(heavy, staying, owner, replicas, history, zones=roster)
     standby_holders: defaultdict[TaskId, set[str]] = defaultdict(set)
     for member_id, held in standby.items():
         for task in held:
@@ -533,6 +611,7 @@ def _warm_before_moving(
         standby={m: frozenset(standby.get(m, ())) for m in ids},
         members=tuple(roster),
         warmup={m: frozenset(warmup.get(m, ())) for m in ids},
+        leaving=announced,
     )
 
 
@@ -818,15 +897,20 @@ def _place_standbys(
     owner: Mapping[TaskId, str],
     replicas: int,
     history: _History,
+    *,
+    zones: Sequence[Member] = (),
 ) -> dict[str, list[TaskId]]:
-    """``replicas`` standbys for each of ``tasks`` (sorted, stateful), per member id."""
+    """``replicas`` standbys for each of ``tasks`` (sorted, stateful), per member id, on
+    ``roster``'s members; ``zones`` adds the zones of owners outside it (leaving ones)."""
     if replicas == 0 or not tasks:
         return {}
-    zone = {m.id: m.zone for m in roster}
+    zone = {m.id: m.zone for m in (*zones, *roster)}
     ids = [m.id for m in roster]
     # Copies of a task (active + standbys) that may share a zone with another
     # copy: only those beyond one per zone.
-    shared_zone_budget = max(0, replicas + 1 - len(set(zone.values())))
+    # The zones standbys can use: the roster's (a leaving owner's zone holds no standby).
+    zone_count = len({m.zone for m in roster})
+    shared_zone_budget = max(0, replicas + 1 - zone_count)
     chosen: dict[TaskId, list[str]] = {t: [] for t in tasks}
     load = dict.fromkeys(ids, 0)
     # Standbys on member m of tasks active on member a: spreading them means a
@@ -879,7 +963,7 @@ def _place_standbys(
                 ),
             )
 
-    need_zones = min(replicas + 1, len(set(zone.values())))
+    need_zones = min(replicas + 1, zone_count)
     _even_out_standbys(chosen, ids, owner=owner, zone=zone, need_zones=need_zones, sticky=sticky)
     standby: dict[str, list[TaskId]] = defaultdict(list)
     for task in tasks:

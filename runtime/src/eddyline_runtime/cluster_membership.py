@@ -29,7 +29,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +51,36 @@ _WATCH_SECONDS = 50
 # Between failed attempts (API server restarting, RBAC not bound yet).
 _RETRY_SECONDS = 0.5
 _REQUEST_TIMEOUT_SECONDS = 10
+# The pod's terminationGracePeriodSeconds, rendered by the operator (the downward API does
+# not expose it): how long a leaving pod may hand its tasks over before the kubelet kills it.
+TERMINATION_GRACE_ENV = "EDDYLINE_TERMINATION_GRACE_SECONDS"
+# Kubernetes' default grace period, when the variable is unset (a pod not rendered by the
+# operator).
+DEFAULT_TERMINATION_GRACE_SECONDS = 30.0
+# Kept for the final commit and closing the stores after a hand-over that ran out of time:
+# a quarter of the grace period, at least 5 s (never more than the grace period itself).
+_FINAL_COMMIT_SHARE = 0.25
+_FINAL_COMMIT_MIN_SECONDS = 5.0
 
 
 class ClusterMembershipError(EddylineError):
     """The membership ConfigMap cannot be read (no API server address, no access, bad JSON)."""
+
+
+def hand_over_seconds(environ: Mapping[str, str] | None = None) -> float:
+    """How long a leaving pod waits for its tasks to be handed over after SIGTERM before it
+    commits and exits anyway: its grace period minus a margin for the final commit."""
+    env = os.environ if environ is None else environ
+    raw = env.get(TERMINATION_GRACE_ENV)
+    try:
+        grace = float(raw) if raw else DEFAULT_TERMINATION_GRACE_SECONDS
+    except ValueError:
+        raise ClusterMembershipError(
+            f"{TERMINATION_GRACE_ENV}={raw!r} is not a number of seconds; the operator renders "
+            "the pod's terminationGracePeriodSeconds there (unset it for the default 30 s)"
+        ) from None
+    margin = min(grace, max(_FINAL_COMMIT_MIN_SECONDS, grace * _FINAL_COMMIT_SHARE))
+    return max(0.0, grace - margin)
 
 
 class ApiServer:
@@ -122,6 +148,9 @@ class ConfigMapMembership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
+        # The ConfigMap was deleted after we read it (the StreamApp is being deleted): no
+        # authority is left to hand a leaving pod's tasks over.
+        self.gone = False
 
     @property
     def _object_path(self) -> str:
@@ -173,6 +202,9 @@ class ConfigMapMembership:
                 body = json.load(response)
         except urllib.error.HTTPError as error:
             if error.code == 404:
+                if self._latest is not None:
+                    self.gone = True
+                    raise ClusterMembershipError("deleted") from None
                 # Not published yet: the operator writes it once pods report their layout.
                 raise ClusterMembershipError("not found yet") from None
             raise
@@ -197,6 +229,8 @@ class ConfigMapMembership:
                 kind = event.get("type")
                 if kind in ("ADDED", "MODIFIED"):
                     self._publish(event.get("object", {}))
+                elif kind == "DELETED":
+                    self.gone = True
                 elif kind == "ERROR":  # e.g. 410 Gone: our resourceVersion is too old
                     return  # re-read and watch again
         self.last_error = None

@@ -217,6 +217,9 @@ class MemberReport:
     # Store copies this member set aside in its quarantine since it started, because their
     # changelog no longer fitted them (rebuilt from the changelog; the operator reports it).
     stores_set_aside: tuple[str, ...] = ()
+    # The member is on its way out (SIGTERM on a cluster): it keeps processing until the
+    # published membership gives it no active task, and must be given nothing new.
+    leaving: bool = False
 
     def max_standby_lag(self) -> int | None:
         """The largest lag of a standby copy held here; None when it holds none."""
@@ -263,6 +266,7 @@ class MemberReport:
             "ready": self.ready,
             "store_owners": dict(sorted(self.store_owners.items())),
             "stores_set_aside": list(self.stores_set_aside),
+            "leaving": self.leaving,
         }
 
     @classmethod
@@ -285,6 +289,8 @@ class MemberReport:
                 ready=bool(data["ready"]),
                 store_owners={str(k): int(v) for k, v in (data.get("store_owners") or {}).items()},
                 stores_set_aside=tuple(str(p) for p in data.get("stores_set_aside") or ()),
+                # Absent from an older runtime's report: it does not hand over, it just exits.
+                leaving=bool(data.get("leaving", False)),
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None

@@ -14,7 +14,11 @@ topology it names and opens its log. Then, by ``spec.replicas``:
   committed;
 * a pod of a cluster (``--membership-configmap``) starts with no tasks,
   reports its layout on ``/v1/layout`` and runs the share of the assignment
-  the operator publishes (docs/operator.md).
+  the operator publishes (docs/operator.md). On SIGTERM it is *leaving*: it
+  says so in its report and keeps processing (and feeding its standbys) until
+  the published membership gives it no active task, or its grace period is
+  nearly used up (:func:`~eddyline_runtime.cluster_membership.hand_over_seconds`),
+  then commits and exits.
 
 All three start and follow the same way, :func:`run_member`; only the
 :class:`~eddyline_runtime.membership.MembershipSource` differs.
@@ -25,7 +29,8 @@ offset (:func:`uncommitted_inputs`), never only that an instance has nothing
 left to do: an instance fenced out of its tasks holds nothing and would look
 done.
 
-Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed.
+Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed (a
+leaving pod after its hand-over; a second signal ends the hand-over at once).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
@@ -47,6 +53,7 @@ from eddyline_runtime.cluster_membership import (
     SERVICE_ACCOUNT_DIR,
     ApiServer,
     ConfigMapMembership,
+    hand_over_seconds,
 )
 from eddyline_runtime.config import StreamsConfig, read_settings_file
 from eddyline_runtime.engine.instance import StreamsInstance
@@ -140,11 +147,16 @@ def run_manifest(
     log = open_log(log_url or app.spec.log.url)
     try:
         source: MembershipSource
+        hand_over: HandOver | None = None
         if membership_configmap is not None:
-            source = ConfigMapMembership(
+            configmap = ConfigMapMembership(
                 ApiServer.from_environment(), namespace=pod_namespace(), name=membership_configmap
             )
-            prefix = f"[{instance_id}] "
+            source, prefix = configmap, f"[{instance_id}] "
+            # A pod hands its tasks over before it exits (a local replica's supervisor
+            # reassigns them itself when it stops one); with the ConfigMap deleted (the
+            # app is being deleted) nobody will take them: it exits at once.
+            hand_over = HandOver(hand_over_seconds(), lambda: configmap.gone)
         elif member_file is not None:
             source, prefix = MembershipFile(member_file), f"[replica {instance_id}] "
         else:
@@ -166,6 +178,7 @@ def run_manifest(
             instance_id=instance_id,
             out=out,
             prefix=prefix,
+            hand_over=hand_over,
         )
     finally:
         log.close()
@@ -227,10 +240,14 @@ def run_member(
     finished: Callable[[StreamsInstance], bool] | None = None,
     timeout: float | None = None,
     on_started: Callable[[StreamsInstance], None] | None = None,
+    hand_over: HandOver | None = None,
 ) -> StreamsInstance:
     """Every member's start-up: load the topology, check state.dir, start from the
     source's membership and act on each new generation it publishes, until
     SIGINT/SIGTERM or ``finished(instance)``.
+
+    With ``hand_over`` a signal makes the member *leaving* instead: it goes on until
+    the membership gives it no active task, for at most ``hand_over.seconds``.
 
     A pod starts with no tasks: it serves ``/v1/layout`` (and is not ready)
     before it holds an assignment, as the operator needs the layout to compute
@@ -267,6 +284,7 @@ def run_member(
             prefix=prefix,
             timeout=timeout,
             on_started=on_started,
+            hand_over=hand_over,
         )
     finally:
         membership_source.stop()
@@ -297,9 +315,11 @@ def _serve(
     prefix: str = "",
     timeout: float | None = None,
     on_started: Callable[[StreamsInstance], None] | None = None,
+    hand_over: HandOver | None = None,
 ) -> None:
-    """Start the instance and its query server; tick until ``finished()`` or a signal;
-    close cleanly (final commit) in every case."""
+    """Start the instance and its query server; tick until ``finished()`` or a signal
+    (with ``hand_over``: until the hand-over after a signal, :class:`_Leaving`); close
+    cleanly (final commit) in every case."""
     stop = threading.Event()
     with _stop_on_signals(stop):
         instance.start()
@@ -308,9 +328,15 @@ def _serve(
             on_started(instance)
         progress = _Progress(instance, out, prefix=prefix)
         deadline = None if timeout is None else time.monotonic() + timeout
+        leaving: _Leaving | None = None
         try:
-            while not stop.wait(tick_seconds):
-                if finished():
+            while True:
+                if stop.wait(tick_seconds):
+                    if hand_over is None or leaving is not None:
+                        break  # no hand-over here, or a second signal: close now
+                    stop.clear()
+                    leaving = _Leaving(instance, hand_over, out, prefix)
+                if finished() or (leaving is not None and leaving.done()):
                     break
                 instance.check()
                 progress.maybe_print()
@@ -321,6 +347,66 @@ def _serve(
                 server.stop()
             instance.close()
         progress.print_line(final=True)
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """How a cluster member leaves on SIGTERM: for at most ``seconds`` (its grace period
+    less the final commit's margin), and not at all once ``authority_gone()`` (the
+    membership's publisher is gone, so nobody will take its tasks over)."""
+
+    seconds: float
+    authority_gone: Callable[[], bool] = lambda: False
+
+
+class _Leaving:
+    """A member on its way out: it processes on until the published membership gives it
+    no active task (its tasks were handed over to caught-up copies), or until the hand-over's
+    time is up."""
+
+    def __init__(
+        self, instance: StreamsInstance, hand_over: HandOver, out: TextIO, prefix: str
+    ) -> None:
+        self.instance = instance
+        self.hand_over = hand_over
+        self.started = time.monotonic()
+        self.deadline = self.started + hand_over.seconds
+        self.out, self.prefix = out, prefix
+        instance.leaving = True
+        print(
+            f"{prefix}leaving: handing tasks over before exiting "
+            f"(at most {hand_over.seconds:.0f} s)",
+            file=out,
+            flush=True,
+        )
+
+    def done(self) -> bool:
+        waited = time.monotonic() - self.started
+        if self.hand_over.authority_gone():
+            print(
+                f"{self.prefix}the membership is gone (the app is being deleted): "
+                "committing and exiting",
+                file=self.out,
+                flush=True,
+            )
+            return True
+        if self.instance.handed_over():
+            print(
+                f"{self.prefix}tasks handed over after {waited:.1f} s: committing and exiting",
+                file=self.out,
+                flush=True,
+            )
+            return True
+        if time.monotonic() >= self.deadline:
+            print(
+                f"{self.prefix}hand-over not done after {waited:.0f} s (the grace period is "
+                "nearly used up): committing and exiting; the tasks still here move as a "
+                "lost member's do",
+                file=self.out,
+                flush=True,
+            )
+            return True
+        return False
 
 
 def run_group(

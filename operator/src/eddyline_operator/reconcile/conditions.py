@@ -88,11 +88,15 @@ def summarize(
     members_now = {str(p["metadata"]["name"]) for p in live if is_member(p)}
     assigned = set(published.assignment.active) if published is not None else set()
     all_assigned = bool(members_now) and members_now <= assigned
+    # A hand-over under way (a pod leaving, or gone without a newer generation yet): the
+    # assignment the pods follow is not the settled one.
+    handing_over = published is not None and bool(published.assignment.leaving)
     ready = (
         desired_replicas > 0
         and ready_count >= desired_replicas
         and len(live) == desired_replicas
         and all_assigned
+        and not handing_over
     )
     counted = f"{ready_count}/{desired_replicas} pods ready"
     if app.spec.suspended:
@@ -102,6 +106,9 @@ def summarize(
         ready_cond = conditions.make("Ready", True, "AllReplicasReady", counted)
     else:
         waiting = "" if all_assigned or not members_now else "; waiting for the pods' layout"
+        if handing_over and published is not None:
+            leaving = ", ".join(sorted(published.assignment.leaving))
+            waiting += f"; {leaving} handing over"
         ready_cond = conditions.make("Ready", False, "ReplicasNotReady", counted + waiting)
     if step.reason:
         progressing = conditions.make("Progressing", True, step.reason, step.message)

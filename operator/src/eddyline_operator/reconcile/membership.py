@@ -3,7 +3,11 @@
 The operator is the membership authority, as the local group's supervisor is
 locally. A pod is a member once it is Running with its container started,
 and stops being one when the container stops running (a failed liveness
-probe restarts it) or the pod is being deleted. Readiness never decides
+probe restarts it). A pod being deleted (a scale-in, an eviction, a drain,
+``kubectl delete``) stays a member while its container runs, as a *leaving*
+one: the assignor gives it nothing new and moves its active tasks only to
+caught-up copies (warming one up first), and the pod exits once it holds
+none, within its grace period (docs/operator.md, "Scaling in"). Readiness never decides
 membership: a pod is not ready *until* it holds an assignment and while it
 restores, so readiness-based membership would deadlock new pods and cascade
 failovers. A member's zone comes from its Node's label (the downward API
@@ -19,6 +23,7 @@ that comes back safe: its transactions belong to an older generation.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
@@ -61,6 +66,16 @@ def is_member(pod: Obj, lost: Collection[str] = ()) -> bool:
     node that is not in ``lost`` (:func:`lost_nodes`)."""
     if pod.get("metadata", {}).get("deletionTimestamp"):
         return False
+    return _runs(pod, lost)
+
+
+def is_leaving(pod: Obj, lost: Collection[str] = ()) -> bool:
+    """Being deleted (scaled away, evicted, drained, deleted) while its container still
+    runs: a member that hands its tasks over before it exits (its grace period)."""
+    return bool(pod.get("metadata", {}).get("deletionTimestamp")) and _runs(pod, lost)
+
+
+def _runs(pod: Obj, lost: Collection[str]) -> bool:
     if lost and pod.get("spec", {}).get("nodeName") in lost:
         return False
     status = pod.get("status", {})
@@ -86,11 +101,14 @@ def members(
     node_labels: Mapping[str, Mapping[str, str]],
     zone_key: str,
     lost: Collection[str] = (),
+    *,
+    leaving: bool = False,
 ) -> list[Member]:
-    """The member pods, each with its node's zone and its query address."""
+    """The member pods, each with its node's zone and its query address; with ``leaving``
+    also the pods being deleted whose container still runs (:func:`is_leaving`)."""
     found = []
     for pod in pods:
-        if not is_member(pod, lost):
+        if not (is_member(pod, lost) or (leaving and is_leaving(pod, lost))):
             continue
         node = pod.get("spec", {}).get("nodeName")
         zone = node_labels.get(node, {}).get(zone_key) if node else None
@@ -235,6 +253,7 @@ def next_membership(
     last_generation: int | None = None,
     reports: Mapping[str, MemberReport] | None = None,
     warmups: WarmupPolicy | None = None,
+    leaving: Collection[str] = (),
 ) -> Membership | None:
     """The membership to publish, or None when ``previous`` still holds (or none can be
     computed yet: no member, or no layout reported).
@@ -244,7 +263,8 @@ def next_membership(
     ConfigMap), the generation continues from ``last_generation`` (status
     membershipGeneration) instead of starting again at 1, and the assignment stays sticky:
     it is seeded from where the members' ``reports`` say their stores are. With ``warmups``
-    (:func:`warmup_policy`) a stateful task moves only to a caught-up copy."""
+    (:func:`warmup_policy`) a stateful task moves only to a caught-up copy, and ``leaving``
+    members (:func:`leaving_members`) hand theirs over before they go."""
     if layout is None or not current_members:
         return None
     keep = previous.assignment if previous is not None else None
@@ -259,12 +279,53 @@ def next_membership(
         previous=keep,
         stateful=layout.stateful,
         warmups=warmups,
+        leaving=leaving,
     )
     if previous is not None and assignment == previous.assignment:
         return None
     base = previous.generation if previous is not None else (last_generation or 0)
     generation = base + 1
     return Membership(generation, assignment)
+
+
+def leaving_members(
+    pods: Iterable[Obj],
+    reports: Mapping[str, MemberReport],
+    *,
+    removing: Collection[str] = (),
+    lost: Collection[str] = (),
+) -> frozenset[str]:
+    """The members on their way out: pods being deleted (:func:`is_leaving`), pods that say
+    so in their report (SIGTERM without a delete), and ``removing`` (pods a scale-in takes
+    away, :mod:`.scale_in`). They get nothing new and hand their tasks over."""
+    going = set(removing)
+    for pod in pods:
+        name = pod.get("metadata", {}).get("name")
+        report = reports.get(name) if name else None
+        if is_leaving(pod, lost) or (report is not None and report.leaving):
+            going.add(str(name))
+    return frozenset(going)
+
+
+def nobody_takes_over(previous: Membership | None, pods: Iterable[Obj]) -> Membership | None:
+    """While the membership is held (a topology upgrade stops every pod), deleted pods would
+    wait their grace period for a hand-over that never comes: the previous assignment with
+    every member leaving tells them to commit and exit now (``Assignment.handed_over``).
+    None when no pod of it is being deleted or it says so already."""
+    if previous is None or not previous.assignment.active:
+        return None
+    assignment = previous.assignment
+    named = set(assignment.active)
+    deleting = {
+        p["metadata"]["name"]
+        for p in pods
+        if p.get("metadata", {}).get("deletionTimestamp") and p["metadata"].get("name") in named
+    }
+    if not deleting or assignment.leaving >= named:
+        return None
+    return Membership(
+        previous.generation + 1, dataclasses.replace(assignment, leaving=frozenset(named))
+    )
 
 
 def effective_standbys(requested: int, replicas: int) -> int:

@@ -42,8 +42,10 @@ LIVENESS_KILL_GRACE_SECONDS = 5
 # Start-up (state relocation, topic resolution) may take a while on big state: 5 minutes.
 STARTUP_PERIOD_SECONDS = 2
 STARTUP_FAILURES = 150
-# A pod gets this long to commit and close its stores on SIGTERM.
+# A pod gets this long on SIGTERM to hand its active tasks over to caught-up copies (the
+# runtime keeps a quarter of it for the final commit and closing its stores).
 TERMINATION_GRACE_SECONDS = 60
+TERMINATION_GRACE_ENV = "EDDYLINE_TERMINATION_GRACE_SECONDS"
 # Where the runtime writes why it stopped (the kubelet's default path).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # The runtime's memory.limit.bytes (config.py), filled from the container's limits.memory.
@@ -285,6 +287,9 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
             {"name": "EDDYLINE_STATE_DIR", "value": names.STATE_MOUNT},
             {"name": "EDDYLINE_TOPOLOGY_REVISION", "value": spec.topology.revision},
             {"name": "EDDYLINE_TERMINATION_MESSAGE_PATH", "value": TERMINATION_MESSAGE_PATH},
+            # A leaving pod hands its tasks over within this, less a final commit's margin
+            # (the downward API does not expose terminationGracePeriodSeconds).
+            {"name": TERMINATION_GRACE_ENV, "value": str(TERMINATION_GRACE_SECONDS)},
             # memory.limit.bytes: RocksDB's memory is capped at a share of it (without a
             # limit, Kubernetes gives the node's allocatable memory, still a bound).
             {

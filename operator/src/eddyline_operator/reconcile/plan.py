@@ -30,13 +30,16 @@ from eddyline_operator.reconcile.membership import (
     is_member,
     is_ready,
     layout_from,
+    leaving_members,
     lost_nodes,
     members,
     next_membership,
     next_node_check,
+    nobody_takes_over,
     warmup_policy,
 )
 from eddyline_operator.reconcile.rollout import plan_rollout
+from eddyline_operator.reconcile.scale_in import SCALING_IN, ScaleIn, plan_scale_in
 from eddyline_operator.reconcile.status import (
     is_deleting,
     max_standby_lag,
@@ -55,6 +58,7 @@ from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     MAX_NAME_LENGTH,
     MAX_NAME_LENGTH_WITH_RESTORE,
+    Condition,
     ConditionStatus,
     ManifestError,
     Phase,
@@ -184,7 +188,16 @@ def _reconcile(cycle: _Cycle, observed: Observed) -> Plan:
     # During an upgrade the upgrade decides what is published (a reset, then one assignment
     # where the state is); otherwise the membership follows the pods.
     held = upgrade.hold_membership
-    membership = upgrade.membership if held else cycle.follow_membership(running)
+    if held:
+        # Nobody takes a stopping pod's tasks over mid-upgrade: it need not wait for that.
+        membership = upgrade.membership or nobody_takes_over(observed.membership, cycle.pods)
+    else:
+        if upgrade.replicas is None:
+            desired = 0 if running.spec.suspended else running.spec.replicas
+            cycle.scale_in = plan_scale_in(
+                desired, cycle.pods, observed.membership, observed.reports
+            )
+        membership = cycle.follow_membership(running)
     return cycle.valid(app, running, membership, upgrade)
 
 
@@ -228,6 +241,9 @@ class _Cycle:
         self.notes: list[str] = []  # status.message, joined
         self.lost_pods: list[str] = []  # pods out of the membership: their node is lost
         self.capped: str | None = None  # the note on standbys capped by replicas, if any
+        # Pods above spec.replicas and the StatefulSet's size while they hand over (None:
+        # the StatefulSet is not rendered from spec.replicas this cycle, an upgrade is).
+        self.scale_in: ScaleIn | None = None
         if unreadable:
             self.notes.append(f"status fields {', '.join(unreadable)} were unreadable; recomputed")
         self.pods = [p for p in observed.pods if _owned_by_app(p, self.name)]
@@ -265,8 +281,19 @@ class _Cycle:
         if app is None:
             return None
         observed = self.observed
+        # Pods being deleted stay members while they run, as leaving ones (hand-over).
         current = members(
-            self.pods, self.node_labels, app.spec.standby_placement.topology_key, self.lost
+            self.pods,
+            self.node_labels,
+            app.spec.standby_placement.topology_key,
+            self.lost,
+            leaving=True,
+        )
+        leaving = leaving_members(
+            self.pods,
+            observed.reports,
+            removing=self.scale_in.removing if self.scale_in is not None else (),
+            lost=self.lost,
         )
         self.note_lost_pods()
         config = app.streams_config()
@@ -285,9 +312,15 @@ class _Cycle:
             last_generation=self.old_status.membership_generation,
             reports={m: r for m, r in observed.reports.items() if m in {c.id for c in current}},
             warmups=warmup_policy(config, observed.reports, current),
+            leaving=leaving,
         )
         if membership is not None:
-            ids = ", ".join(f"{m.id} ({m.zone or 'no zone'})" for m in current)
+            ids = ", ".join(
+                f"{m.id} ({m.zone or 'no zone'}"
+                + (", leaving" if m.id in membership.assignment.leaving else "")
+                + ")"
+                for m in current
+            )
             warming = membership.assignment.warmup_count
             self.events.append(
                 Event(
@@ -420,6 +453,7 @@ class _Cycle:
             lost=self.lost_pods,
         )
         self.events.extend(summary.events)
+        self.scaling_in(summary.conditions, spec.replicas)
         restores = self.restores(app, pinned)
         if restores.condition is not None:
             summary.conditions.append(self.conditions.make("Restoring", *restores.condition))
@@ -456,6 +490,25 @@ class _Cycle:
             recheck_seconds=self.recheck,
         )
 
+    def scaling_in(self, conditions: list[Condition], desired: int) -> None:
+        """The ScalingIn condition (while a scale-in lasts, and False once it is done), its
+        events, and the note saying which pod it drains."""
+        scale = self.scale_in
+        before = next((c for c in self.old_status.conditions if c.type == SCALING_IN), None)
+        if scale is None or (not scale.active and before is None):
+            return
+        if scale.active:
+            condition = self.conditions.make(SCALING_IN, True, "DrainingPod", scale.message)
+            self.notes.append(scale.message)
+        else:
+            done = f"scaled in to {desired} pods: every pod removed had handed its tasks over"
+            condition = self.conditions.make(SCALING_IN, False, "ScaledIn", done)
+        conditions.append(condition)
+        if self.conditions.changed(condition):
+            self.events.append(Event("Normal", condition.reason, condition.message))
+        if scale.lowered:
+            self.events.append(Event("Normal", "PodHandedOver", scale.message))
+
     def render(
         self, app: StreamApp, pinned: log_node.LogPin, upgrade: Decision
     ) -> tuple[list[Obj], str]:
@@ -473,6 +526,9 @@ class _Cycle:
         )
         if upgrade.replicas is not None:
             stateful_set["spec"]["replicas"] = upgrade.replicas
+        elif self.scale_in is not None:
+            # One pod at a time, each after its hand-over (scale_in.py).
+            stateful_set["spec"]["replicas"] = self.scale_in.replicas
         if not pinned.waiting:
             desired.append(stateful_set)
         template = stateful_set["spec"]["template"]

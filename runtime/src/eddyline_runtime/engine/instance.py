@@ -104,6 +104,9 @@ class StreamsInstance:
         self._on_restore = tuple(on_restore)
         # Stores this instance set aside for a rebuild (open_trusted): where each went.
         self.stores_set_aside: list[Path] = []
+        # On its way out (a cluster pod after SIGTERM): reported, so that the membership
+        # authority hands its active tasks over and gives it nothing new.
+        self.leaving = False
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -203,6 +206,14 @@ class StreamsInstance:
                 self.threads, self._thread_shares(assignment), strict=True
             ):
                 thread.assign(active, standby)
+
+    def handed_over(self) -> bool:
+        """Whether a leaving member may exit: the assignment in force gives it no active
+        task (they were handed over), or nobody is left to take them
+        (:meth:`Assignment.handed_over`)."""
+        with self._lock:
+            assignment = self.assignment
+        return assignment is None or assignment.handed_over(self.member.id)
 
     def _thread_shares(
         self, assignment: Assignment

@@ -52,4 +52,5 @@ def member_report(instance: StreamsInstance) -> MemberReport:
             name: sub.id for sub in instance.topology.subtopologies() for name in sub.stores
         },
         stores_set_aside=tuple(str(path) for path in instance.stores_set_aside),
+        leaving=instance.leaving,
     )
