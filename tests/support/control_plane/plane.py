@@ -206,7 +206,7 @@ class ControlPlane:
 
         def established(name: str) -> bool:
             found = admin.get(f"{path}/{name}") or {}
-            conditions = found.get("status", {}).get("conditions", [])
+            conditions = (found.get("status") or {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
         for name in names:
