@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from tests.support.control_plane.client import wait_until
-from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 from tests.support.kafka.broker import KafkaCluster
 
 pytestmark = pytest.mark.slow
@@ -34,16 +34,7 @@ TIMEOUT = 120
 Obj = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def operator(
-    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    running = Operator(control_plane, tmp_path_factory.mktemp("operator-apply"), NAMESPACE)
-    running.install()  # the release is named after the namespace: no collision
-    running.start()
-    running.wait_watching()
-    yield running
-    running.stop()
+operator = operator_fixture(NAMESPACE, directory="operator-apply")
 
 
 def apply_app(operator: Operator, **spec: Any) -> None:

@@ -10,7 +10,6 @@ and applies nothing. Checked on the real API server of the control plane.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,8 @@ import pytest
 import yaml
 
 from tests.support.control_plane.client import wait_until
-from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 
 pytestmark = pytest.mark.slow
 
@@ -33,17 +32,7 @@ TIMEOUT = 120
 Obj = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def operator(
-    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    running = Operator(control_plane, tmp_path_factory.mktemp("operator-typo"), NAMESPACE)
-    running.install()  # the release is named after the namespace: no collision
-    running.start()
-    running.wait_watching()
-    yield running
-    running.kubectl("delete", "sapp", APP, "--wait=false", "--ignore-not-found")
-    running.stop()
+operator = operator_fixture(NAMESPACE, directory="operator-typo")
 
 
 def test_a_config_typo_sent_without_strict_validation_is_kept_and_refused_by_name(

@@ -10,7 +10,6 @@ and 11) on the real control plane with the real ``kubectl``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,8 @@ import pytest
 import yaml
 
 from tests.support.control_plane.client import wait_until
-from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Kubectl, Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +35,7 @@ def manifest(name: str, **spec: Any) -> str:
     return yaml.safe_dump(document)
 
 
-@pytest.fixture(scope="module")
-def operator(
-    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    running = Operator(control_plane, tmp_path_factory.mktemp("hardening"), NAMESPACE)
-    running.install()
-    running.start()
-    running.wait_watching()
-    yield running
-    running.stop()
+operator = operator_fixture(NAMESPACE, directory="hardening")
 
 
 @pytest.fixture

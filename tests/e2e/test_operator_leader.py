@@ -12,7 +12,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ import yaml
 
 from eddyline_operator.handlers import PEERING_LIFETIME_SECONDS
 from tests.support.control_plane.client import wait_until
-from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 from tests.support.control_plane.plane import free_port
 
 pytestmark = pytest.mark.slow
@@ -39,20 +38,12 @@ def suspended_app(name: str) -> str:
     return yaml.safe_dump(document)
 
 
-@pytest.fixture(scope="module")
-def operator(
-    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    running = Operator(
-        control_plane,
-        tmp_path_factory.mktemp("leader"),
-        NAMESPACE,
-        extra_env={"EDDYLINE_OPERATOR_PRIORITY": "200"},
-    )
-    running.install()
-    running.start()
-    yield running
-    running.stop()
+operator = operator_fixture(
+    NAMESPACE,
+    directory="leader",
+    extra_env={"EDDYLINE_OPERATOR_PRIORITY": "200"},
+    watching=False,
+)
 
 
 def phase(operator: Operator, name: str) -> str | None:

@@ -12,29 +12,20 @@ every app deletes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.many_apps import OPERATOR_ENV, ManyApps
 from tests.support.control_plane.operator import Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 
 pytestmark = pytest.mark.slow
 
 APPS = 50
 
 
-@pytest.fixture(scope="module")
-def harness(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    running = Operator(
-        control_plane, tmp_path_factory.mktemp("many-apps"), "many-apps", extra_env=OPERATOR_ENV
-    )
-    running.install()
-    running.start()
-    yield running
-    running.stop()
+harness = operator_fixture("many-apps", extra_env=OPERATOR_ENV, watching=False)
 
 
 @pytest.mark.timeout(600)

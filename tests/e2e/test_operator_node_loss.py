@@ -28,6 +28,7 @@ from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 from tests.support.kafka.broker import KafkaCluster
 from tests.support.kafka.plugin import use_cluster
 from tests.support.kafka.streamapp import ready
@@ -51,15 +52,7 @@ READY_TIMEOUT = 300
 COUNT_TIMEOUT = 120
 
 
-@pytest.fixture(scope="module")
-def operator(
-    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    running = Operator(control_plane, tmp_path_factory.mktemp("operator-node-loss"), NAMESPACE)
-    running.install()  # the release is named after the namespace: no collision
-    running.start()
-    yield running
-    running.stop()
+operator = operator_fixture(NAMESPACE, directory="operator-node-loss", watching=False)
 
 
 class Counts:

@@ -14,7 +14,6 @@ import json
 import random
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from tests.support.control_plane.client import ApiError, Client, wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Kubectl, Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 
 pytestmark = pytest.mark.slow
 
@@ -108,15 +108,7 @@ def manifest(**changes: Any) -> dict[str, Any]:
     return document
 
 
-@pytest.fixture(scope="module")
-def operator(
-    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    running = Operator(control_plane, tmp_path_factory.mktemp("operator-real"), NAMESPACE)
-    running.install()
-    running.start()
-    yield running
-    running.stop()
+operator = operator_fixture(NAMESPACE, directory="operator-real", watching=False)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ import re
 import shutil
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,8 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.restore.manifest import read_manifest
 from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
-from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -53,18 +52,12 @@ LAG_ABOVE = 30
 ROUNDS = 5
 
 
-@pytest.fixture(scope="module")
-def harness(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+def require_java() -> None:
     if shutil.which("java") is None:
         raise RuntimeError("the Spark build needs Java: install a JDK 17 (`make setup` says how)")
-    running = Operator(control_plane, tmp_path_factory.mktemp("restore"), NAMESPACE)
-    running.install()
-    running.start()
-    try:
-        yield running
-    finally:
-        running.kubectl.run("delete", "sapp", "--all", "--timeout=60s")
-        running.stop()
+
+
+harness = operator_fixture(NAMESPACE, directory="restore", watching=False, before=require_java)
 
 
 def claim_dir(harness: Operator, claim: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.control_plane.client import Client, wait_until
@@ -24,9 +25,15 @@ class Cluster:
         *,
         pythonpath: list[str] | None = None,
         restart_backoff: tuple[float, float] = (10.0, 300.0),
+        node_monitor_grace_seconds: int | None = None,
+        crds: Sequence[Path] = (),
     ) -> None:
         self.root = root
-        self.plane = ControlPlane(root / "control-plane")
+        self.plane = ControlPlane(
+            root / "control-plane",
+            node_monitor_grace_seconds=node_monitor_grace_seconds,
+            crds=crds,
+        )
         self.pythonpath = pythonpath or []
         self.restart_backoff = restart_backoff
         self.kubelets: Kubelets | None = None

@@ -21,7 +21,11 @@ _running: list[Cluster] = []
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     examples = sorted(str(p) for p in (REPO / "examples").iterdir() if p.is_dir())
-    cluster = Cluster(tmp_path_factory.mktemp("control-plane"), pythonpath=examples)
+    # The chart's CRDs exist before the controllers start, as on a cluster where the operator
+    # was installed before (Helm then skips them): the garbage collector watches StreamApps
+    # from its start instead of from its next 30 s discovery (see ControlPlane).
+    crds = sorted((REPO / "charts" / "eddyline-operator" / "crds").glob("*.yaml"))
+    cluster = Cluster(tmp_path_factory.mktemp("control-plane"), pythonpath=examples, crds=crds)
     cluster.start()
     print(f"control plane started in {cluster.startup_seconds:.1f} s")
     _running.append(cluster)

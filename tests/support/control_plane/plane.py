@@ -16,7 +16,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from tests.support.control_plane.client import ApiError, Client, wait_until
 from tests.support.control_plane.pki import Pki
@@ -61,9 +64,25 @@ def build_binaries() -> Path:
 class ControlPlane:
     """The four processes, their certificates and kubeconfigs under ``root``."""
 
-    def __init__(self, root: Path, *, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        bin_dir: Path | None = None,
+        node_monitor_grace_seconds: int | None = None,
+        crds: Sequence[Path] = (),
+    ) -> None:
         self.root = root
         self.bin_dir = bin_dir
+        # CustomResourceDefinitions created before the controller manager starts: its garbage
+        # collector discovers resource types at start and then only every 30 s, so objects
+        # owned by a custom resource of a CRD created later outlive their owner's deletion
+        # by up to that long (the first operator e2e module waited on it).
+        self.crds = tuple(crds)
+        # None: the controller manager's own default (50 s in 1.33), which the node-loss e2e
+        # relies on (the operator must act on a dead node's Lease well before it). A cluster
+        # of a test's own may shorten it to see the node lifecycle controller act sooner.
+        self.node_monitor_grace_seconds = node_monitor_grace_seconds
         self.pki = Pki(root / "pki")
         self.logs = root / "logs"
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -116,6 +135,7 @@ class ControlPlane:
         )
         self._admin_files()
         wait_until(self._ready, "kube-apiserver /readyz", START_TIMEOUT)
+        self._create_crds()
         manager = self._kubeconfig("kube-controller-manager", "system:kube-controller-manager", [])
         self._spawn(
             "kube-controller-manager",
@@ -132,6 +152,7 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--controllers=*," + ",".join(f"-{name}" for name in DISABLED_CONTROLLERS),
             "--profiling=false",
+            *self._node_monitor_flags(),
         )
         scheduler = self._kubeconfig("kube-scheduler", "system:kube-scheduler", [])
         scheduler_port = free_port()
@@ -172,6 +193,35 @@ class ControlPlane:
                     process.kill()
                     process.wait(10)
         self.processes.clear()
+
+    def _create_crds(self) -> None:
+        admin = self.admin()
+        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        names = []
+        for crd_file in self.crds:
+            for document in yaml.safe_load_all(crd_file.read_text(encoding="utf-8")):
+                if document:
+                    admin.ensure(path, document)
+                    names.append(document["metadata"]["name"])
+
+        def established(name: str) -> bool:
+            found = admin.get(f"{path}/{name}") or {}
+            conditions = (found.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        for name in names:
+            wait_until(lambda name=name: established(name), f"CRD {name} Established", 60)
+
+    def _node_monitor_flags(self) -> list[str]:
+        grace = self.node_monitor_grace_seconds
+        if grace is None:
+            return []
+        # The kubelet stand-in renews its Lease every 10 s: a grace under 3 renewals would
+        # mark a merely slow (loaded) node lost.
+        if grace < 30:
+            raise ValueError(f"node_monitor_grace_seconds={grace}: use 30 or more")
+        # The controller looks at the Leases every node-monitor period (5 s by default).
+        return [f"--node-monitor-grace-period={grace}s", "--node-monitor-period=1s"]
 
     # ----------------------------------------------------------------- identities
     def admin(self) -> Client:
