@@ -70,7 +70,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -781,33 +780,6 @@ class Bench:
             time.sleep(0.5)
 
 
-def isolate_pod_addresses(cluster: Cluster) -> None:
-    """Give this cluster's pods loopback addresses no other test cluster on the machine uses.
-
-    The kubelet stand-in hands out ``127.10.<node>.<n>`` in order, so two control planes on
-    one machine (other agents' e2e runs) give their pods the same addresses: a pod then cannot
-    bind its port, and the bench would scrape the other cluster's pods. A second octet of this
-    run's own, checked free, avoids that (before any pod is admitted)."""
-    assert cluster.kubelets is not None
-    rng = random.Random(os.getpid())
-    for _ in range(50):
-        octet = rng.randint(20, 250)
-        if octet == 96:  # the Service proxy's range
-            continue
-        taken = False
-        for node in cluster.kubelets.nodes.values():
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection((f"127.{octet}.{node.index}.2", 7070), timeout=0.2),
-            ):
-                taken = True
-        if not taken:
-            break
-    for node in cluster.kubelets.nodes.values():
-        with node.lock:
-            node.free_ips = [f"127.{octet}.{node.index}.{n}" for n in range(2, 255)]
-
-
 def _event_time(event: Mapping[str, Any]) -> float:
     stamp = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
     if not stamp:
@@ -834,7 +806,6 @@ def main() -> int:
     examples = sorted(str(p) for p in (REPO / "examples").iterdir() if p.is_dir())
     cluster = Cluster(root / "cluster", pythonpath=examples).start()
     print(f"control plane started in {cluster.startup_seconds:.1f} s", flush=True)
-    isolate_pod_addresses(cluster)
     bench = Bench(cluster, root, args)
     summary: dict[str, Any] = {"benchmark": "scale", "keys": args.keys, "rate_words_s": args.rate}
     try:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.control_plane.client import Client, wait_until
-from tests.support.control_plane.kubelet import Kubelets, Node
+from tests.support.control_plane.kubelet import Kubelets, Node, free_address_octet
 from tests.support.control_plane.plane import ControlPlane
 from tests.support.control_plane.provisioner import LocalProvisioner
 from tests.support.control_plane.proxy import ServiceProxy
@@ -57,6 +57,7 @@ class Cluster:
             # The proxy reads pods as well as Services, which kube-proxy's role does not grant.
             self.proxy = ServiceProxy(admin).start()
             nodes = []
+            address_octet = free_address_octet(len(ZONES))
             for index, zone in enumerate(ZONES):
                 name = f"node-{chr(ord('a') + index)}"
                 client = self.plane.client_as(
@@ -74,6 +75,7 @@ class Cluster:
                         path=[str(Path(sys.executable).parent)],
                         pythonpath=self.pythonpath,
                         restart_backoff=self.restart_backoff,
+                        address_octet=address_octet,
                     )
                 )
             self.kubelets = Kubelets(nodes).start()

@@ -8,7 +8,8 @@ NodeRestriction admission plugin hold it to what a kubelet may do. A node:
   ``kube-node-lease`` every 10 s, as a kubelet does; the real node lifecycle controller
   judges it by that Lease;
 - watches the pods the real scheduler bound to it (``spec.nodeName``) and runs each container
-  as a process on the pod's own loopback address (``127.10.<node>.<n>``, the pod IP);
+  as a process on the pod's own loopback address (``127.<cluster>.<node>.<n>``, the pod IP;
+  ``<cluster>`` from :func:`free_address_octet`);
 - prepares volumes: claims on the PersistentVolume's directory (from the local provisioner),
   ConfigMaps, Secrets, downward API, and the projected service-account token from the
   TokenRequest API with the cluster CA (``kube-root-ca.crt``), so pods reach the API server over
@@ -30,7 +31,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -93,6 +96,7 @@ class Node:
         path: list[str],
         pythonpath: list[str],
         restart_backoff: tuple[float, float] = (10.0, 300.0),
+        address_octet: int = 10,
     ) -> None:
         self.client = client
         self.name = name
@@ -104,7 +108,8 @@ class Node:
         self.pythonpath = pythonpath
         self.restart_backoff = restart_backoff
         self.pods: dict[str, PodRuntime] = {}
-        self.free_ips = [f"127.10.{index}.{n}" for n in range(2, 255)]
+        self.address_octet = address_octet
+        self.free_ips = [f"127.{address_octet}.{index}.{n}" for n in range(2, 255)]
         self.lock = threading.RLock()
         self.alive = True
         self._wake = threading.Event()
@@ -149,6 +154,7 @@ class Node:
             self.client, self.name, self.zone, self.index, self.root,
             api_host=self.api_host, api_port=self.api_port, path=self.path,
             pythonpath=self.pythonpath, restart_backoff=self.restart_backoff,
+            address_octet=self.address_octet,
         )  # fmt: skip
 
     # --------------------------------------------------------------------- node
@@ -801,3 +807,29 @@ class Kubelets:
 
     def errors(self) -> list[str]:
         return [e for node in self.nodes.values() for e in node.errors]
+
+
+def free_address_octet(node_count: int, port: int = 7070) -> int:
+    """A second octet for one cluster's pod addresses (``127.<octet>.<node>.<n>``) that no
+    other cluster on this machine uses now.
+
+    Pods bind fixed ports (the query port, 7070) on their own address, so two clusters
+    handing out the same addresses (two test sessions, or a bench beside them) would have one
+    pod fail to bind and the other's clients read the wrong pod. A random octet, checked
+    free on every node's first address, keeps each cluster apart."""
+    rng = random.SystemRandom()
+    for _ in range(100):
+        octet = rng.randint(20, 250)
+        if octet == 96:  # the Service proxy's range (plane.SERVICE_CIDR)
+            continue
+        if not any(_listening(f"127.{octet}.{index}.2", port) for index in range(node_count)):
+            return octet
+    raise RuntimeError("no free 127.<octet>.x.x range for the kubelet stand-in's pod addresses")
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False

@@ -26,7 +26,7 @@ from tests.support.control_plane.pki import Pki
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO / "scripts" / "build-control-plane"
-# Pods get loopback addresses (127.10.<node>.<n>, docs/operator.md); Service VIPs come from a
+# Pods get loopback addresses (127.<cluster>.<node>.<n>, docs/operator.md); Service VIPs come from a
 # loopback range of their own so the stand-in proxy can listen on them without namespaces.
 SERVICE_CIDR = "127.96.0.0/16"
 KUBERNETES_SERVICE_IP = "127.96.0.1"

@@ -4,7 +4,7 @@ Shared by ``tests/e2e/test_operator_kafka.py`` and ``tests/bench/bench_operator_
 the manifest (every topic on the broker, pods spread over the zones, client settings from a
 Secret the operator mounts), deploying it through the real ``kubectl`` until Ready, and the
 output topic read ``read_committed``. Pods are processes on their own loopback addresses
-(``127.10.<node>.<n>``); the broker's ``127.0.0.1`` listener is the host side all of them
+(``127.<cluster>.<node>.<n>``); the broker's ``127.0.0.1`` listener is the host side all of them
 reach.
 """
 

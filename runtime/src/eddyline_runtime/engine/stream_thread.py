@@ -227,7 +227,7 @@ class StreamThread:
         except BaseException as exc:  # reported by the instance, never swallowed
             self.error = exc
             self.state = ThreadState.FAILED
-            logger.error("stream thread %s failed: %s", self.name, exc)
+            logger.error("stream thread %s failed: %s", self.name, exc, exc_info=exc)
             for task in self.active.values():
                 task.abort_transaction()
         finally:
