@@ -268,9 +268,14 @@ def test_with_neither_copy_up_the_router_fails_listing_each_host(cluster: Cluste
     with pytest.raises(QueryFailedError) as failure:
         QueryRouter([other.address], timeout=1).get(STORE, word)
     attempts = failure.value.attempts
-    assert len(attempts) == 2, attempts
+    assert len(attempts) == 3, attempts
     assert attempts[0].startswith(f"active {active.address}: unreachable")
     assert attempts[1].startswith(f"standby {standby.address}: unreachable")
+    # The one member still up was asked too, and holds no copy.
+    assert (
+        attempts[2]
+        == f"none of the 1 members that answered (2 asked) holds partition {partition} of the store"
+    )
     assert f'key "{word}" of store "{STORE}"' in str(failure.value)
 
 

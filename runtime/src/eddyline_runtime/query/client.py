@@ -257,6 +257,7 @@ class QueryRouter:
             if h not in unreachable
         ]
         found: dict[str, StoreCopyInfo] = {}  # by member id: the Service is a pod too
+        answered, held = 0, 0
         for host, (status, body) in zip(hosts, self._layouts(hosts), strict=True):
             named = host == active or host in standbys
             label = f"{'active' if host == active else 'standby'} {host}"
@@ -266,14 +267,16 @@ class QueryRouter:
                 if named and host not in reported:
                     attempts.append(f"{label}: {_describe(status, body)}")
                 continue
+            answered += 1
             address = str(body.get("address") or host)
             self._remember([address])
-            held = body.get("stores", {}).get(store, {}).get(str(partition))
-            if held is None:
+            copy = body.get("stores", {}).get(store, {}).get(str(partition))
+            if copy is None:
                 if named and host not in reported:
                     attempts.append(f"{label}: does not hold partition {partition} yet")
                 continue
-            role, lag = str(held.get("role")), int(held.get("lag", 0))
+            held += 1
+            role, lag = str(copy.get("role")), int(copy.get("lag", 0))
             who = label if named else f"{role} copy on {address}"
             if role not in QUERYABLE_ROLES:
                 attempts.append(f"{who}: holds no data yet ({role})")
@@ -283,6 +286,13 @@ class QueryRouter:
                 continue
             member = str(body.get("member") or address)
             found.setdefault(member, StoreCopyInfo(address, role, lag, address == active))
+        if not held:
+            # Say so: no copy is open anywhere (a task between its old owner closing it and
+            # its new owner opening it), which no routing can help.
+            attempts.append(
+                f"none of the {answered} members that answered ({len(hosts)} asked) holds "
+                f"partition {partition} of the store"
+            )
         return sorted(found.values(), key=lambda c: (c.lag, not c.assigned_active, c.host))
 
     def _layouts(self, hosts: list[str]) -> list[tuple[int, dict[str, Any]]]:
