@@ -392,8 +392,8 @@ def test_router_prefers_the_freshest_copy_while_promoting() -> None:
     """The moment after a failover's reassignment, as the replicas' servers answer it.
 
     The standby holder was promoted and restores its (empty) tail: without
-    ``allow_stale`` it answers 503, with it the count, and ``/v1/lags`` says
-    lag 0. The new assignment put the task's standby on a member that never
+    ``allow_stale`` it answers 503, with it the count, and ``/v1/layout`` says
+    it restores with lag 0. The new assignment put the task's standby on a member that never
     had it: lag = the whole changelog, so the key is not there yet. KIP-535's
     ``includeStaleStores`` covers the restoring active copy too; the freshest
     copy (lag 0) should answer, not "not found".
@@ -421,16 +421,12 @@ def test_router_prefers_the_freshest_copy_while_promoting() -> None:
                 "partition": 0,
             },
         ),
-        "/v1/lags": (
+        "/v1/layout": (
             200,
             {
-                STORE: {
-                    "0": {
-                        "current_offset_position": 516,
-                        "end_offset_position": 516,
-                        "offset_lag": 0,
-                    }
-                }
+                "member": "0",
+                "address": promoted.address,
+                "stores": {STORE: {"0": {"role": "restoring", "lag": 0}}},
             },
         ),
     }
@@ -446,16 +442,12 @@ def test_router_prefers_the_freshest_copy_while_promoting() -> None:
                 "partition": 0,
             },
         ),
-        "/v1/lags": (
+        "/v1/layout": (
             200,
             {
-                STORE: {
-                    "0": {
-                        "current_offset_position": 0,
-                        "end_offset_position": 516,
-                        "offset_lag": 516,
-                    }
-                }
+                "member": "1",
+                "address": fresh_standby.address,
+                "stores": {STORE: {"0": {"role": "standby", "lag": 516}}},
             },
         ),
     }

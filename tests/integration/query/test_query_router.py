@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +25,14 @@ from typing import Any, TypeAlias
 
 import pytest
 
+from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
 from tests.support.http_client import http_get
 from tests.support.logs import PausableLog
 from tests.support.ports import free_port
 from tests.support.query_cluster import (
+    COUNTS_SUBTOPOLOGY,
     PARTITIONS,
     STORE,
     partition_of,
@@ -119,6 +123,7 @@ def test_the_router_metadata_matches_the_assignment(steady: Cluster) -> None:
         "active_host": steady.active_node(2).address,
         "standby_hosts": [steady.standby_node(2).address],
         "partition": 2,
+        "member_hosts": sorted(node.address for node in steady.nodes),
     }
 
 
@@ -263,9 +268,14 @@ def test_with_neither_copy_up_the_router_fails_listing_each_host(cluster: Cluste
     with pytest.raises(QueryFailedError) as failure:
         QueryRouter([other.address], timeout=1).get(STORE, word)
     attempts = failure.value.attempts
-    assert len(attempts) == 2, attempts
+    assert len(attempts) == 3, attempts
     assert attempts[0].startswith(f"active {active.address}: unreachable")
     assert attempts[1].startswith(f"standby {standby.address}: unreachable")
+    # The one member still up was asked too, and holds no copy.
+    assert (
+        attempts[2]
+        == f"none of the 1 members that answered (2 asked) holds partition {partition} of the store"
+    )
     assert f'key "{word}" of store "{STORE}"' in str(failure.value)
 
 
@@ -346,3 +356,122 @@ def test_a_standby_behind_by_more_than_the_acceptable_lag_is_refused(cluster: Cl
     wait_for(lambda: standby_lag()["offset_lag"] == 0, "the standby caught up")
     result = QueryRouter([other.address], acceptable_lag=0, timeout=1).get(STORE, word)
     assert (result.value, result.lag, result.role) == (EXPECTED[word] + 12, 0, "standby")
+
+
+# ---------------------------------------------------------------------------------------
+# While a task moves (a new generation that not every member has acted on yet)
+# ---------------------------------------------------------------------------------------
+
+
+def reassigned(
+    assignment: Assignment, partition: int, *, active: str, standbys: list[str]
+) -> Assignment:
+    """``assignment`` with the counting task of ``partition`` active on ``active`` and its
+    standbys on ``standbys`` only: the next generation an authority would publish."""
+    task = TaskId(COUNTS_SUBTOPOLOGY, partition)
+    actives = {m: set(tasks) - {task} for m, tasks in assignment.active.items()}
+    standby = {m: set(tasks) - {task} for m, tasks in assignment.standby.items()}
+    actives[active].add(task)
+    for member in standbys:
+        standby[member].add(task)
+    return Assignment(
+        active={m: frozenset(tasks) for m, tasks in actives.items()},
+        standby={m: frozenset(tasks) for m, tasks in standby.items()},
+        members=assignment.members,
+    )
+
+
+def key_path(word: str) -> str:
+    return f"/v1/stores/{STORE}/keys/{urllib.parse.quote(word, safe='')}"
+
+
+def holds(address: str, partition: int) -> bool:
+    status, body = http_json(address, "/v1/layout")
+    return status == 200 and str(partition) in body["stores"].get(STORE, {})
+
+
+def test_the_previous_owner_answers_stale_queries_until_the_new_active_opens_its_copy(
+    cluster: Cluster,
+) -> None:
+    partition = 1
+    word = a_word_in(partition)
+    old, standby, new = (
+        cluster.active_node(partition),
+        cluster.standby_node(partition),
+        cluster.other_node(partition),
+    )
+    moved = reassigned(cluster.assignment, partition, active=new.member.id, standbys=[])
+    # The standby's member acts on the new generation: it drops its copy.
+    standby.instance.apply_assignment(moved)
+    wait_for(lambda: not holds(standby.address, partition), "the standby dropped its copy")
+    # The previous owner has heard of it but its stream thread has not closed the task yet
+    # (what apply_assignment does first, without handing the threads their share), and
+    # the new owner has not heard of it: it does not host the partition (421).
+    old.instance.assignment = moved
+    assert http_json(new.address, key_path(word))[0] == 421
+    # The previous owner's copy is no longer fresh, but answers stale queries.
+    status, body = http_json(old.address, key_path(word))
+    assert status == 503 and "moving to another member" in body["error"], body
+    assert body["active_host"] == new.address
+    router = QueryRouter([standby.address], timeout=1)
+    assert router.metadata(STORE, word)["active_host"] == new.address
+    assert router.get(STORE, word) == QueryResult(
+        found=True,
+        value=EXPECTED[word],
+        host=old.address,
+        role="active",
+        stale=True,
+        lag=0,
+        partition=partition,
+    )
+    # A fresh query goes to the assigned active only, and says why it got no answer.
+    with pytest.raises(QueryFailedError) as refused:
+        router.get(STORE, word, allow_stale=False)
+    (attempt,) = refused.value.attempts
+    assert attempt.startswith(f"active {new.address}: 421 ")
+    assert "allow stale answers" in str(refused.value)
+
+
+@pytest.mark.usefixtures("pausable_standby_replay")
+def test_a_copy_restoring_from_empty_is_not_preferred_over_a_caught_up_one(
+    cluster: Cluster,
+) -> None:
+    partition = 0
+    word = a_word_in(partition)
+    active, standby, other = (
+        cluster.active_node(partition),
+        cluster.standby_node(partition),
+        cluster.other_node(partition),
+    )
+    active.stop()
+    # The next generation moves the standby to a member that starts it from empty and
+    # (its replay held back) stays there; the old standby's member has not acted on it
+    # yet and still holds its caught-up copy, which the metadata no longer names.
+    moved = reassigned(
+        cluster.assignment, partition, active=active.member.id, standbys=[other.member.id]
+    )
+    other.log.standby_replay_paused.set()
+    other.instance.apply_assignment(moved)
+    end = cluster.log.end_offset(cluster.changelog(partition))
+
+    def empty_copy_lag() -> int | None:
+        status, body = http_json(other.address, "/v1/lags")
+        held = body.get(STORE, {}).get(str(partition)) if status == 200 else None
+        return None if held is None else int(held["offset_lag"])
+
+    wait_for(lambda: empty_copy_lag() == end, "the new standby sees the changelog's end")
+    # Asked directly, the empty copy answers that the word is not there...
+    status, body = http_json(other.address, key_path(word), allow_stale="true")
+    assert (status, body["found"], body["lag"]) == (200, False, end), body
+    # ...so the router asks the freshest copy first.
+    router = QueryRouter([other.address], timeout=1)
+    assert router.metadata(STORE, word)["standby_hosts"] == [other.address]
+    assert router.get(STORE, word) == QueryResult(
+        found=True,
+        value=EXPECTED[word],
+        host=standby.address,
+        role="standby",
+        stale=True,
+        lag=0,
+        partition=partition,
+    )

@@ -305,6 +305,8 @@ def test_key_metadata_matches_the_assignment_on_every_host(cluster: Cluster) -> 
             "active_host": cluster.active_node(partition).address,
             "standby_hosts": [cluster.standby_node(partition).address],
             "partition": partition,
+            # Every member's host: where a router looks for other copies.
+            "member_hosts": sorted(node.address for node in cluster.nodes),
         }
         for node in cluster.nodes:
             path = f"/v1/stores/{STORE}/metadata/{urllib.parse.quote(word, safe='')}"

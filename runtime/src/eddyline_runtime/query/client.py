@@ -1,15 +1,26 @@
-"""The client router of KIP-535: query the active copy, else the freshest acceptable standby.
+"""The client router of KIP-535: query the active copy, else the freshest copy that answers.
 
 ``QueryRouter.get(store, key)``:
 
-1. asks any reachable instance for the key's ``KeyQueryMetadata``;
-2. queries the active host (fresh data only);
-3. if the active host is unreachable, restoring or gone, asks each standby
-   host (and a restoring active host) for its lag on that store partition
-   and queries, with ``allow_stale``, the most caught-up copy whose lag is
-   within ``acceptable_lag``;
+1. asks any reachable instance for the key's ``KeyQueryMetadata`` (its
+   partition, the assigned active and standby hosts, and every member's host);
+2. queries the active host for fresh data;
+3. if the active host is unreachable, restoring, has not opened the partition
+   yet (421), or is gone, and the query allows stale answers (the default):
+   asks every member it knows of for its ``/v1/layout`` (the store partitions
+   it holds: active, restoring, standby, warm-up, and copies a previous owner
+   still has open after a new assignment) and queries, with ``allow_stale``,
+   each copy within ``acceptable_lag`` in turn, the freshest first (least
+   reported lag; the assigned active first among equals);
 4. otherwise fails with :class:`QueryFailedError`, saying what each host
    answered.
+
+A copy that trails its changelog and has not got the key (a copy restoring
+from empty answers "not found" for every key) is not the last word while a
+fresher copy might have it: the router asks the remaining copies, and answers
+"not found" only when none has the key. A fresh query (``allow_stale=False``)
+goes to the assigned active host only, as KIP-535's default, and fails saying
+so when that copy is not ready.
 
 Plain ``urllib``: the router is a few blocking calls, run from the CLI or
 from user code that may have no event loop.
@@ -21,7 +32,8 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,17 +49,30 @@ from eddyline_runtime.query.position import (
 )
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
+# The roles a member's /v1/layout names for a copy that can answer a stale query; a copy
+# waiting for a Spark build ("restorePending") holds nothing yet.
+QUERYABLE_ROLES = frozenset({"active", "restoring", "standby"})
+# Hosts the router remembers beyond its bootstrap list: a member that left the assignment
+# (scaled in, evicted) may still hold a copy for a moment. One that stops answering is
+# forgotten, so a long-lived router does not keep asking pods long gone.
+REMEMBERED_HOSTS = 64
+# Layout requests in flight at once when the router looks for copies.
+LAYOUT_FAN_OUT = 8
+STALE_HINT = "Retry later, or accept staler answers (a larger acceptable lag)"
+FRESH_HINT = "A fresh answer comes only from the active copy: retry shortly, or allow stale answers"
 
 
 class QueryFailedError(EddylineError):
     """No host could answer acceptably; ``attempts`` says what each one did."""
 
-    def __init__(self, store: str, key: str, attempts: Sequence[str]) -> None:
+    def __init__(
+        self, store: str, key: str, attempts: Sequence[str], hint: str = STALE_HINT
+    ) -> None:
         self.attempts = list(attempts)
         super().__init__(
             f'no host answered for key "{key}" of store "{store}": '
             + "; ".join(attempts)
-            + ". Retry later, or accept staler answers (a larger acceptable lag)"
+            + f". {hint}"
         )
 
 
@@ -56,10 +81,20 @@ class QueryResult:
     found: bool
     value: Any
     host: str
-    role: str  # "active" or "standby"
+    role: str  # "active" or "standby" (a copy its host no longer owns: "active", stale)
     stale: bool
     lag: int
     partition: int
+
+
+@dataclass(frozen=True)
+class StoreCopyInfo:
+    """A copy of a store partition a member reports in its ``/v1/layout``."""
+
+    host: str
+    role: str  # active, restoring or standby (warm-ups are standbys to their member)
+    lag: int
+    assigned_active: bool  # the host the key's metadata names active
 
 
 @dataclass(frozen=True)
@@ -98,6 +133,8 @@ class QueryRouter:
         self.bootstrap = list(bootstrap)
         self.acceptable_lag = acceptable_lag
         self.timeout = timeout
+        # Member hosts seen in metadata and layouts, oldest first (see REMEMBERED_HOSTS).
+        self._remembered: dict[str, None] = {}
 
     def metadata(self, store: str, key: str) -> dict[str, Any]:
         attempts: list[str] = []
@@ -118,8 +155,12 @@ class QueryRouter:
         *,
         isolation: IsolationLevel | str | None = None,
         position_bound: Position | None = None,
+        allow_stale: bool = True,
     ) -> QueryResult:
         """The key's value from the best copy; see the module docstring.
+
+        ``allow_stale=False``: only the assigned active copy may answer (KIP-535's
+        default ``StoreQueryParameters``); the router fails when it is not ready.
 
         With ``position_bound`` (KIP-796) every copy is asked in turn, active
         first, and the first that reached the bound answers; when none has,
@@ -132,7 +173,7 @@ class QueryRouter:
         path = f"/v1/stores/{_quote(store)}/keys/{_quote(key)}"
         if position_bound is not None:
             return self._get_bounded(store, key, path, metadata, query=query, bound=position_bound)
-        host, body = self._routed(store, key, path, metadata, query)
+        host, body = self._routed(store, key, path, metadata, query, allow_stale=allow_stale)
         return _result(host, body)
 
     def _routed(
@@ -142,28 +183,132 @@ class QueryRouter:
         path: str,
         metadata: dict[str, Any],
         query: dict[str, str],
+        *,
+        allow_stale: bool,
     ) -> tuple[str, dict[str, Any]]:
         """Steps 2 to 4 of the module docstring for one key's ``path``: (host, body)."""
         partition = int(metadata["partition"])
+        self._remember(_named_hosts(metadata))
         attempts: list[str] = []
+        # Hosts whose failure is in ``attempts`` already: one line each.
+        reported: set[str] = set()
+        unreachable: set[str] = set()
         active = metadata.get("active_host")
-        stale_candidates = list(metadata.get("standby_hosts", []))
         if active:
             status, body = self._get(active, path, query)
             if status == 200:
                 return active, body
             attempts.append(f"active {active}: {_describe(status, body)}")
-            if status == 503:
-                # Restoring (a promotion in progress): it may well be the freshest copy.
-                stale_candidates.append(active)
+            reported.add(active)
+            if status == 0:
+                unreachable.add(active)
         else:
             attempts.append("no active host (the task is being reassigned)")
-        for lag, host in self._copies_by_lag(store, partition, stale_candidates, attempts):
-            status, body = self._get(host, path, {**query, "allow_stale": "true"})
-            if status == 200:
-                return host, body
-            attempts.append(f"copy on {host} (lag {lag}): {_describe(status, body)}")
+        if not allow_stale:
+            raise QueryFailedError(store, key, attempts, FRESH_HINT)
+        # The freshest copy that has the key answers; a lagging copy without it (one that
+        # restores from empty has no key yet) answers only when no other copy has it.
+        without_key: tuple[str, dict[str, Any]] | None = None
+        copies = self._copies(
+            store,
+            partition,
+            metadata,
+            attempts=attempts,
+            reported=reported,
+            unreachable=unreachable,
+        )
+        for copy in copies:
+            status, body = self._get(copy.host, path, {**query, "allow_stale": "true"})
+            if status != 200:
+                attempts.append(
+                    f"{copy.role} copy on {copy.host} (lag {copy.lag}): {_describe(status, body)}"
+                )
+                continue
+            if int(body.get("lag", 0)) > 0 and _without_key(body):
+                without_key = without_key or (copy.host, body)
+                continue
+            return copy.host, body
+        if without_key is not None:
+            return without_key
         raise QueryFailedError(store, key, attempts)
+
+    def _copies(
+        self,
+        store: str,
+        partition: int,
+        metadata: dict[str, Any],
+        *,
+        attempts: list[str],
+        reported: set[str],
+        unreachable: set[str],
+    ) -> list[StoreCopyInfo]:
+        """Every copy of the store partition the members report holding, within the
+        acceptable lag: least lag first, the assigned active first among equals.
+
+        Asks each known host (the metadata's, those remembered, the bootstrap ones) for
+        its ``/v1/layout``. Hosts the metadata names get a line in ``attempts`` when they
+        hold no usable copy; other members are only asked.
+        """
+        active = metadata.get("active_host")
+        standbys = set(metadata.get("standby_hosts", []))
+        hosts = [
+            h
+            for h in dict.fromkeys([*_named_hosts(metadata), *self._remembered, *self.bootstrap])
+            if h not in unreachable
+        ]
+        found: dict[str, StoreCopyInfo] = {}  # by member id: the Service is a pod too
+        answered, held = 0, 0
+        for host, (status, body) in zip(hosts, self._layouts(hosts), strict=True):
+            named = host == active or host in standbys
+            label = f"{'active' if host == active else 'standby'} {host}"
+            if status != 200:
+                if status == 0:
+                    self._remembered.pop(host, None)
+                if named and host not in reported:
+                    attempts.append(f"{label}: {_describe(status, body)}")
+                continue
+            answered += 1
+            address = str(body.get("address") or host)
+            self._remember([address])
+            copy = body.get("stores", {}).get(store, {}).get(str(partition))
+            if copy is None:
+                if named and host not in reported:
+                    attempts.append(f"{label}: does not hold partition {partition} yet")
+                continue
+            held += 1
+            role, lag = str(copy.get("role")), int(copy.get("lag", 0))
+            who = label if named else f"{role} copy on {address}"
+            if role not in QUERYABLE_ROLES:
+                attempts.append(f"{who}: holds no data yet ({role})")
+                continue
+            if self.acceptable_lag is not None and lag > self.acceptable_lag:
+                attempts.append(f"{who}: lag {lag} exceeds the acceptable {self.acceptable_lag}")
+                continue
+            member = str(body.get("member") or address)
+            found.setdefault(member, StoreCopyInfo(address, role, lag, address == active))
+        if not held:
+            # Say so: no copy is open anywhere (a task between its old owner closing it and
+            # its new owner opening it), which no routing can help.
+            attempts.append(
+                f"none of the {answered} members that answered ({len(hosts)} asked) holds "
+                f"partition {partition} of the store"
+            )
+        return sorted(found.values(), key=lambda c: (c.lag, not c.assigned_active, c.host))
+
+    def _layouts(self, hosts: list[str]) -> list[tuple[int, dict[str, Any]]]:
+        """Each host's ``/v1/layout`` (status, body), asked in parallel: a pod that went
+        away costs one timeout, not one per host."""
+        if not hosts:
+            return []
+        with ThreadPoolExecutor(max_workers=min(LAYOUT_FAN_OUT, len(hosts))) as pool:
+            return list(pool.map(lambda host: self._get(host, "/v1/layout"), hosts))
+
+    def _remember(self, hosts: Iterable[str]) -> None:
+        for host in hosts:
+            self._remembered.pop(host, None)
+            self._remembered[host] = None  # the newest last
+        while len(self._remembered) > REMEMBERED_HOSTS:
+            del self._remembered[next(iter(self._remembered))]
 
     # -- window and session stores ----------------------------------------------------
 
@@ -175,11 +320,12 @@ class QueryRouter:
         time_to: int | None = None,
         *,
         isolation: IsolationLevel | str | None = None,
+        allow_stale: bool = True,
     ) -> WindowedResult:
         """``key``'s windows starting in [time_from, time_to] (Kafka's
         ``ReadOnlyWindowStore.fetch(key, from, to)``) from the best copy, every page."""
         query = _bounds("from", time_from, "to", time_to)
-        return self._key_entries(store, key, "windows", query, isolation)
+        return self._key_entries(store, key, "windows", query, isolation, allow_stale=allow_stale)
 
     def fetch_sessions(
         self,
@@ -189,11 +335,12 @@ class QueryRouter:
         latest_start: int | None = None,
         *,
         isolation: IsolationLevel | str | None = None,
+        allow_stale: bool = True,
     ) -> WindowedResult:
         """``key``'s sessions ending at or after ``earliest_end`` and starting at or before
         ``latest_start`` (Kafka's ``findSessions``; no bounds: ``fetch(key)``)."""
         query = _bounds("earliest_end", earliest_end, "latest_start", latest_start)
-        return self._key_entries(store, key, "sessions", query, isolation)
+        return self._key_entries(store, key, "sessions", query, isolation, allow_stale=allow_stale)
 
     def fetch_all_windows(
         self,
@@ -231,12 +378,14 @@ class QueryRouter:
         what: str,
         query: dict[str, str],
         isolation: IsolationLevel | str | None,
+        *,
+        allow_stale: bool,
     ) -> WindowedResult:
         if isolation is not None:
             query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
         metadata = self.metadata(store, key)
         path = f"/v1/stores/{_quote(store)}/{what}/{_quote(key)}"
-        host, body = self._routed(store, key, path, metadata, query)
+        host, body = self._routed(store, key, path, metadata, query, allow_stale=allow_stale)
         entries = _entries(body)
         while body.get("next_cursor"):
             # Later pages from the copy that served the first: one consistent source.
@@ -320,29 +469,6 @@ class QueryRouter:
             raise PositionNotReachedError(store, bound, best)
         raise QueryFailedError(store, key, attempts)
 
-    def _copies_by_lag(
-        self, store: str, partition: int, hosts: list[str], attempts: list[str]
-    ) -> list[tuple[int, str]]:
-        """The hosts whose copy is within the acceptable lag, freshest first."""
-        candidates: list[tuple[int, str]] = []
-        for host in hosts:
-            status, body = self._get(host, "/v1/lags")
-            if status != 200:
-                attempts.append(f"standby {host}: {_describe(status, body)}")
-                continue
-            lag_info = body.get(store, {}).get(str(partition))
-            if lag_info is None:
-                attempts.append(f"standby {host}: does not hold partition {partition} yet")
-                continue
-            lag = int(lag_info["offset_lag"])
-            if self.acceptable_lag is not None and lag > self.acceptable_lag:
-                attempts.append(
-                    f"standby {host}: lag {lag} exceeds the acceptable {self.acceptable_lag}"
-                )
-                continue
-            candidates.append((lag, host))
-        return sorted(candidates)
-
     def _get(
         self, host: str, path: str, query: dict[str, str] | None = None
     ) -> tuple[int, dict[str, Any]]:
@@ -373,6 +499,17 @@ def _result(host: str, body: dict[str, Any]) -> QueryResult:
         lag=int(body["lag"]),
         partition=int(body["partition"]),
     )
+
+
+def _named_hosts(metadata: dict[str, Any]) -> list[str]:
+    """The hosts a key's metadata names: active, standbys, then every member's."""
+    named = [metadata.get("active_host"), *metadata.get("standby_hosts", [])]
+    return [str(h) for h in [*named, *metadata.get("member_hosts", [])] if h]
+
+
+def _without_key(body: dict[str, Any]) -> bool:
+    """An answer that has nothing for the key: "not found", or no windows or sessions."""
+    return body.get("found") is False or body.get("entries") == []
 
 
 def _entries(body: dict[str, Any]) -> list[WindowedEntry]:

@@ -13,7 +13,8 @@ Endpoints (JSON unless noted)::
     GET /v1/stores/{store}/range?from=&to=      keys from..to (inclusive; either may be omitted)
     GET /v1/stores/{store}/all                  every key this instance holds
                                                 (both paginated: ``limit`` and ``cursor``)
-    GET /v1/stores/{store}/metadata/{key}       KeyQueryMetadata: active, standby hosts, partition
+    GET /v1/stores/{store}/metadata/{key}       KeyQueryMetadata: active, standby hosts, partition,
+                                                and every member's host (member_hosts)
     GET /v1/stores/{store}/windows/{key}?from=&to=
                                                 a window store: the key's windows starting
                                                 from..to (ms, inclusive; either may be omitted)
@@ -26,7 +27,8 @@ Endpoints (JSON unless noted)::
                                                 every key's sessions so bounded
                                                 (all four paginated as /range is)
     GET /v1/lags                                all_local_store_partition_lags()
-    GET /v1/layout                              task layout and store roles (query/layout.py)
+    GET /v1/layout                              task layout and store roles (query/layout.py),
+                                                and this instance's query address
     GET /healthz   /readyz   /metrics (Prometheus text)
 
 Store reads take ``isolation=READ_COMMITTED|READ_UNCOMMITTED`` (default:
@@ -39,8 +41,9 @@ not, and one that has not answers 409. Errors a client can act on:
 * 404: no such store (the body lists the stores);
 * 421: this instance does not hold the key's partition (the body names the
   hosts that do);
-* 503 with ``Retry-After``: the local copy is a standby or still restoring
-  and ``allow_stale`` is false (the body names the active host);
+* 503 with ``Retry-After``: the local copy is a standby, still restoring, or
+  a copy a new assignment moved to another member that this instance has not
+  closed yet, and ``allow_stale`` is false (the body names the active host);
 * 409 with ``Retry-After``: the copy has not reached the query's position
   bound yet (the body holds the position it reached);
 * 400: a bad parameter (the body names the accepted values), or a serde that
@@ -57,6 +60,12 @@ READ_UNCOMMITTED), as Kafka Streams' range queries are per call.
 Serdes a request may name (``key_serde``, ``value_serde``) are the built-in
 ones and the store's own, never ``module:attribute``: a request must not
 choose code to import and run.
+
+A copy is fresh (answers without ``allow_stale``) only while it is the
+running active copy of a task the assignment this instance knows gives it.
+After a new assignment moves the task away, the copy still answers stale
+queries, with its lag, until the stream thread closes it: routers fall back
+on it while the new owner opens its own (query/client.py).
 """
 
 from __future__ import annotations
@@ -268,7 +277,7 @@ class _Handlers:
                     },
                 )
             if bound is None:
-                _check_fresh(local, allow_stale, metadata)
+                _check_fresh(self.instance, local, allow_stale, metadata)
             reader = local.open_reader(isolation)
             if bound is not None:
                 # A bound says what is fresh enough: any copy that reached it will do.
@@ -315,7 +324,7 @@ class _Handlers:
             return error.response()
         served, skipped, scans = [], [], []
         for local in sorted(self.instance.local_store_partitions(store), key=lambda p: p.partition):
-            if not (local.current or allow_stale):
+            if not (_fresh(self.instance, local) or allow_stale):
                 skipped.append(local.partition)
                 continue
             served.append(local.partition)
@@ -356,7 +365,9 @@ class _Handlers:
             metadata = _metadata(self.instance, store, key)
         except _QueryError as error:
             return error.response()
-        return web.json_response(_metadata_body(metadata))
+        return web.json_response(
+            {**_metadata_body(metadata), "member_hosts": _member_hosts(self.instance)}
+        )
 
     async def lags(self, request: web.Request) -> web.Response:
         lags = self.instance.all_local_store_partition_lags()
@@ -392,7 +403,9 @@ class _Handlers:
                 status=503,
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
-        return web.json_response(report.to_json())
+        # The address lets a router that reached this member through a Service (or any
+        # alias) query it directly.
+        return web.json_response({**report.to_json(), "address": self.instance.member.address})
 
     # -- window and session stores ----------------------------------------------------
 
@@ -444,7 +457,7 @@ class _Handlers:
                             **_metadata_body(metadata),
                         },
                     )
-                _check_fresh(local, allow_stale, metadata)
+                _check_fresh(self.instance, local, allow_stale, metadata)
                 copies = [local]
                 served_by = _served_by(local, isolation, self.instance)
             else:
@@ -452,7 +465,7 @@ class _Handlers:
                 for local in sorted(
                     self.instance.local_store_partitions(store), key=lambda p: p.partition
                 ):
-                    if local.current or allow_stale:
+                    if _fresh(self.instance, local) or allow_stale:
                         copies.append(local)
                     else:
                         skipped.append(local.partition)
@@ -756,10 +769,35 @@ def _windowed_entries(
         yield raw, entry_key, start, None if size is None else start + size, data
 
 
-def _check_fresh(local: LocalStorePartition, allow_stale: bool, metadata: KeyQueryMetadata) -> None:
-    if local.current or allow_stale:
+def _fresh(instance: StreamsInstance, local: LocalStorePartition) -> bool:
+    """The running active copy of a task this instance's assignment gives it.
+
+    Between a new assignment and the stream thread closing a task that moved
+    away, the copy still runs here but the new owner may already process: its
+    answers are stale from then on.
+    """
+    if not local.current:
+        return False
+    assignment = instance.assignment
+    if assignment is None or local.task not in assignment.tasks:
+        return True  # no assignment to compare with: the thread's own view stands
+    return assignment.active_owner(local.task) == instance.member.id
+
+
+def _check_fresh(
+    instance: StreamsInstance,
+    local: LocalStorePartition,
+    allow_stale: bool,
+    metadata: KeyQueryMetadata,
+) -> None:
+    if allow_stale or _fresh(instance, local):
         return
-    why = "a standby copy" if local.role.value == "standby" else "still restoring"
+    if local.role.value == "standby":
+        why = "a standby copy"
+    elif local.current:
+        why = "a copy moving to another member (not closed yet)"
+    else:
+        why = "still restoring"
     raise _QueryError(
         503,
         {
@@ -812,6 +850,15 @@ def _metadata_body(metadata: KeyQueryMetadata) -> dict[str, Any]:
     }
 
 
+def _member_hosts(instance: StreamsInstance) -> list[str]:
+    """Every member's query address in the assignment this instance knows: the hosts a
+    router asks for copies (warm-ups, restoring ones) the key's metadata does not name."""
+    assignment = instance.assignment
+    if assignment is None:
+        return []
+    return sorted({m.address for m in assignment.members if m.address})
+
+
 def _served_by(
     local: LocalStorePartition, isolation: IsolationLevel | None, instance: StreamsInstance
 ) -> dict[str, Any]:
@@ -819,7 +866,7 @@ def _served_by(
         "partition": local.partition,
         "task": str(local.task),
         "role": local.role.value,
-        "stale": not local.current,
+        "stale": not _fresh(instance, local),
         "lag": local.lag.offset_lag,
         "isolation": (isolation or instance.config.effective_isolation_level).value,
     }
