@@ -249,9 +249,12 @@ class StreamThread:
             for task_id in leaving:
                 if task_id in tasks.active:  # the commit may have dropped it as migrated
                     tasks.close_active(task_id)
-        # standby_ids: a standby still waiting for a Spark build is dropped the same way.
-        for task_id in [t for t in tasks.standby_ids if t not in standby or t in active]:
-            tasks.close_standby(task_id)
+        # standby_ids: a standby still waiting for a Spark build is dropped the same way. An
+        # open standby that becomes active is not closed: create_active takes its stores.
+        dropped = [t for t in tasks.standby_ids if t not in standby or t in active]
+        for task_id in dropped:
+            if task_id not in active or task_id not in tasks.standbys:
+                tasks.close_standby(task_id)
         self.state = ThreadState.RESTORING
         new_tasks = sorted(t for t in active if t not in tasks.active)
         # Every missing store that will wait for a build is reported at once, so one Spark

@@ -105,7 +105,12 @@ class TaskManager:
     # -- active tasks ---------------------------------------------------------------
 
     def create_active(self, task_id: TaskId) -> StreamTask:
-        """Fence the previous owner, open and restore the stores, then read the input offsets."""
+        """Fence the previous owner, open and restore the stores, then read the input offsets.
+
+        A standby of the task this thread holds becomes the active task on its open stores
+        (Kafka Streams recycles them too): they are not closed and opened again, and the
+        standby stays visible to queries until the active task is, so a promotion leaves
+        no moment in which this member holds no readable copy."""
         layout, log, config = self._layout, self._log, self._config
         subtopology = layout.subtopology(task_id)
         # First: from here on the previous owner of the task can commit nothing.
@@ -114,6 +119,8 @@ class TaskManager:
             if self._exactly_once
             else None
         )
+        standby = self.standbys.get(task_id)
+        recycled: dict[str, StateStore] = {} if standby is None else dict(standby.stores)
         stores: dict[str, TaskStore] = {}
         verdicts: dict[str, tuple[TopicPartition, ReplayStart]] = {}
         try:
@@ -124,7 +131,7 @@ class TaskManager:
                 else:
                     # A store whose offsets do not fit its changelog is rebuilt, never trusted.
                     store, verdict = open_trusted(
-                        partial(self._opener.open, name, task_id, active=True),
+                        partial(self._recycled_or_open, recycled, name, task_id),
                         log,
                         changelog,
                         copy=f"task {task_id}",
@@ -138,6 +145,11 @@ class TaskManager:
         except BaseException:
             for opened in stores.values():
                 opened.close()
+            if standby is not None:
+                # Its stores are this task's now (closed above) or closed here: never twice.
+                for left in recycled.values():
+                    left.close()
+                self._drop_standby(task_id)
             if producer is not None:
                 producer.close()
             raise
@@ -156,8 +168,13 @@ class TaskManager:
             logical_topics={physical: logical for logical, physical in layout.physical.items()},
             producer=producer,
         )
-        # Visible (as restoring) to queries and lag reports from now on.
+        # Visible (as restoring) to queries and lag reports from now on; a recycled standby
+        # goes only now (the same open stores: a moment of two entries, never of none).
         self.active = {**self.active, task_id: task}
+        if standby is not None:
+            for left in recycled.values():  # a store the active task no longer has
+                left.close()
+            self._drop_standby(task_id)
         for name, (changelog, verdict) in verdicts.items():
             task.restoring(name, LagInfo(verdict.first_offset, verdict.log_end))
             self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
@@ -247,11 +264,27 @@ class TaskManager:
         if task_id not in self.standbys:
             self._opener.forget_standby(task_id)  # still waiting for a build
             return
+        standby = self.standbys[task_id]
+        self._drop_standby(task_id)
+        standby.close()
+
+    def _drop_standby(self, task_id: TaskId) -> None:
+        """Forget a standby without closing its stores (closed, or now an active task's)."""
         standbys = dict(self.standbys)
-        standby = standbys.pop(task_id)
+        del standbys[task_id]
         self.standbys = standbys
         self._metrics.task_closed(task_id)
-        standby.close()
+
+    def _recycled_or_open(
+        self, recycled: dict[str, StateStore], name: str, task_id: TaskId
+    ) -> StateStore:
+        """The standby's open copy of store ``name`` the first time (a copy judged untrusted
+        is set aside and opened again: then from disk), else the store opened as for any
+        active task."""
+        store = recycled.pop(name, None)
+        if store is not None:
+            return store
+        return self._opener.open(name, task_id, active=True)
 
     def replay_standbys(self) -> int:
         """Replay every standby; one whose changelog was truncated or recreated is rebuilt.
