@@ -152,6 +152,9 @@ def eddyline_worker(location: str, state_dir: str, kind: str, prefix: str = "") 
         }
     )
     log = open_log(location, prefix)
+    profile_to = os.environ.get("EDDYLINE_BENCH_PROFILE")
+    if profile_to:
+        profile_stream_threads(f"{profile_to}.{kind}{'.kafka' if prefix else ''}")
     instance = StreamsInstance(eddyline_topology(kind), config, log)
     cpu_started, started = time.process_time(), time.perf_counter()
     instance.start()
@@ -172,6 +175,29 @@ def eddyline_worker(location: str, state_dir: str, kind: str, prefix: str = "") 
             {"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_rss_bytes": peak_rss_bytes()}
         )
     )
+
+
+def profile_stream_threads(path: str) -> None:
+    """cProfile over the stream threads' loops (a profiler sees only its own thread),
+    stats written to ``path`` when each ends: ``EDDYLINE_BENCH_PROFILE=/tmp/p`` looks
+    at where a run's time goes (read with ``pstats``); the figures then include the
+    profiler's cost, so they are not the benchmark's."""
+    import cProfile
+
+    from eddyline_runtime.engine import stream_thread
+
+    original = stream_thread.StreamThread._run
+
+    def profiled(self: Any) -> None:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            original(self)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(path)
+
+    stream_thread.StreamThread._run = profiled  # type: ignore[method-assign]
 
 
 def consumed_anything(instance: Any) -> bool:
