@@ -18,7 +18,9 @@ in the past, so every key with an open window was woken on every activation.
 Here ``now_getter`` returns one fixed instant (the watermark of a key is then
 its newest event minus WAIT_MS) and ``to_system_utc`` returns None (windows
 close on items and at the end of the input, never on a timer), both documented
-parameters of bytewax 0.21's ``EventClock``. It runs with bytewax's SQLite recovery (an epoch of 100 ms, as
+parameters of bytewax 0.21's ``EventClock``.
+
+It runs with bytewax's SQLite recovery (an epoch of 100 ms, as
 ``make bench-runtime``), one worker in this process.
 
 Prints one JSON line: wall and CPU seconds of the dataflow, peak RSS, the events

@@ -158,21 +158,36 @@ def eddyline_worker(location: str, state_dir: str, kind: str, prefix: str = "") 
     instance = StreamsInstance(eddyline_topology(kind), config, log)
     cpu_started, started = time.process_time(), time.perf_counter()
     instance.start()
+    first_read: float | None = None
     try:
         # On Kafka the group's first assignment comes after start(): a thread with no task
         # yet is "caught up" on nothing, so wait until the input has been read from too.
         deadline = time.monotonic() + 3_600
         while not (instance.caught_up() and consumed_anything(instance)):
+            if first_read is None and consumed_anything(instance):
+                first_read = time.perf_counter() - started
             if time.monotonic() > deadline:
                 raise TimeoutError(f"eddyline {kind}: not caught up after an hour")
             time.sleep(0.05)
+        caught_up = time.perf_counter() - started
     finally:
         instance.close()
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     log.close()
     print(
         json.dumps(
-            {"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_rss_bytes": peak_rss_bytes()}
+            {
+                "seconds": seconds,
+                "cpu_seconds": cpu_seconds,
+                "peak_rss_bytes": peak_rss_bytes(),
+                # Where the wall time went: start until the first input was read (topics,
+                # stores, the assignment), the rest until caught up, then the close.
+                "phases_s": [
+                    round(first_read or caught_up, 2),
+                    round(caught_up - (first_read or caught_up), 2),
+                    round(seconds - caught_up, 2),
+                ],
+            }
         )
     )
 
@@ -311,6 +326,7 @@ def eddyline_run(
          str(work / f"state-{name}"), kind, prefix]
     )  # fmt: skip
     measured(result, name, int(result["events"]), run)
+    result[f"{name}_phases_s"] = run["phases_s"]
     log = open_log(location, prefix)
     try:
         return eddyline_results(log, kind)
