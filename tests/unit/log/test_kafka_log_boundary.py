@@ -136,11 +136,9 @@ def test_producing_to_an_unknown_partition_names_the_existing_topics(broker: Fak
 # Transaction bookkeeping
 
 
-def test_a_transaction_sends_records_and_offsets_with_group_metadata_then_commits(
+def test_a_transaction_sends_records_then_offsets_with_group_metadata_then_commits(
     broker: FakeBroker,
 ) -> None:
-    """The offsets go before the deliveries are awaited (flush), as Kafka Streams sends
-    them before commitTransaction: their round trips overlap the records'."""
     log = fake_log(broker)
     producer = log.transactional_producer("app-0_0")
     producer.begin()
@@ -155,8 +153,8 @@ def test_a_transaction_sends_records_and_offsets_with_group_metadata_then_commit
         "new producer",
         "init_transactions",
         "begin_transaction",
-        "send_offsets_to_transaction",
         "flush",
+        "send_offsets_to_transaction",
         "commit_transaction",
     ]
     assert broker.called("send_offsets_to_transaction") == [("metadata of app", [("in", 0, 7)])]

@@ -329,21 +329,6 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._require_open("commit")
         log = self._log
         try:
-            # The offsets first, as Kafka Streams' commit does: their two round trips to
-            # the group coordinator (AddOffsetsToTxn, TxnOffsetCommit) then overlap the
-            # records' deliveries instead of following them. Nothing of either is
-            # visible before commit_transaction, so the order changes no outcome.
-            for group, offsets in self._offsets.items():
-                positions = [
-                    KafkaPartition(log.real_topic(tp.topic), tp.partition, offset)
-                    for tp, offset in offsets.items()
-                ]
-                try:
-                    self._producer.send_offsets_to_transaction(
-                        positions, log.group_metadata(group), log.transaction_timeout_s
-                    )
-                except KafkaException as exc:
-                    raise self._failed(exc, "committing", group=group) from None
             if self._flush(log.transaction_timeout_s):
                 raise self._fence(
                     TransactionTimeoutError(
@@ -355,6 +340,17 @@ class KafkaTransactionalProducer(TransactionalProducer):
                 )
             # A record that failed delivery makes commit_transaction fail with an
             # abortable error; librdkafka then knows the state, so let it report.
+            for group, offsets in self._offsets.items():
+                positions = [
+                    KafkaPartition(log.real_topic(tp.topic), tp.partition, offset)
+                    for tp, offset in offsets.items()
+                ]
+                try:
+                    self._producer.send_offsets_to_transaction(
+                        positions, log.group_metadata(group), log.transaction_timeout_s
+                    )
+                except KafkaException as exc:
+                    raise self._failed(exc, "committing", group=group) from None
             self._retrying("commit_transaction", "Committing")
         except KafkaException as exc:
             raise self._failed(exc, "committing") from None
