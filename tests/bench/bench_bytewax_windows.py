@@ -3,14 +3,28 @@
 Run by ``bench_windows.py`` as a subprocess of ``.venv-bytewax`` (never imported
 by it): ``bench_bytewax_windows.py EVENTS_FILE {tumbling,session} WORK_DIR
 WAIT_MS``. EVENTS_FILE holds ``key,timestamp_ms`` lines. The dataflow keys
-each event, windows it on an event clock waiting WAIT_MS
-(``EventClock(wait_for_system_duration=WAIT_MS)``) with a 1-minute
-``TumblingWindower`` aligned to the epoch, or a ``SessionWindower`` with a
-30-minute gap, and folds each window into (first timestamp, last timestamp,
-count). It runs with bytewax's SQLite recovery (an epoch of 100 ms, as
+each event, windows it on an event clock waiting WAIT_MS (the grace) with a
+1-minute ``TumblingWindower`` aligned to the epoch, or a ``SessionWindower``
+with a 30-minute gap, and folds each window into (first timestamp, last
+timestamp, count).
+
+The clock is purely event-time, as eddyline's stream time is: bytewax's
+``EventClock`` advances its watermark by the system time elapsed since a key's
+newest event (``now_getter``), and wakes each key at the system time of its
+next window close (``to_system_utc``). On a replay of 2023's clicks both are
+wrong: the elapsed time made the watermark overtake events (with a wait of the
+grace alone, about half of them came out ``late``), and every close time lies
+in the past, so every key with an open window was woken on every activation.
+Here ``now_getter`` returns one fixed instant (the watermark of a key is then
+its newest event minus WAIT_MS) and ``to_system_utc`` returns None (windows
+close on items and at the end of the input, never on a timer), both documented
+parameters of bytewax 0.21's ``EventClock``.
+
+It runs with bytewax's SQLite recovery (an epoch of 100 ms, as
 ``make bench-runtime``), one worker in this process.
 
-Prints one JSON line: wall and CPU seconds of the dataflow, peak RSS, and the
+Prints one JSON line: wall and CPU seconds of the dataflow, peak RSS, the events
+its clock found late (the parent fails on any), and the
 windows as ``{"<key>@<start>": [end, count]}`` (tumbling: end = start + 1 min;
 session: the last event's time), which the parent compares with eddyline's.
 """
@@ -63,6 +77,24 @@ class WindowsSink(DynamicSink[Any]):
         return _Windows(self.found, self._tumbling)
 
 
+class _Late(StatelessSinkPartition[Any]):
+    def __init__(self, late: list[int]) -> None:
+        self._late = late
+
+    def write_batch(self, items: list[Any]) -> None:
+        self._late[0] += len(items)
+
+
+class LateSink(DynamicSink[Any]):
+    """Counts the events bytewax's clock found late (its ``late`` stream): none expected."""
+
+    def __init__(self) -> None:
+        self.late = [0]
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _Late:
+        return _Late(self.late)
+
+
 def parse(line: str) -> tuple[str, int]:
     key, timestamp = line.split(",")
     return key, int(timestamp)
@@ -76,6 +108,16 @@ def fold(acc: Acc, event: tuple[str, int]) -> Acc:
     first, last, count = acc
     timestamp = event[1]
     return min(first, timestamp), max(last, timestamp), count + 1
+
+
+def fixed_now() -> datetime:
+    """The clock's "system time": one instant, so only events move the watermark."""
+    return EPOCH
+
+
+def no_wake_up(_close: datetime) -> datetime | None:
+    """No timer wakes a key to close its windows: items and the input's end do."""
+    return None
 
 
 def merge(a: Acc, b: Acc) -> Acc:
@@ -97,7 +139,9 @@ def main() -> None:
     flow = Dataflow(f"windows-{kind}")
     lines = op.input("lines", flow, FileSource(events_file))
     keyed = op.key_on("key", op.map("parse", lines, parse), lambda event: event[0])
-    clock = EventClock(event_time, wait_for_system_duration=wait)
+    clock = EventClock(
+        event_time, wait_for_system_duration=wait, now_getter=fixed_now, to_system_utc=no_wake_up
+    )
     windower: Any = (
         TumblingWindower(length=timedelta(minutes=1), align_to=EPOCH)
         if tumbling
@@ -105,6 +149,8 @@ def main() -> None:
     )
     windows = win.fold_window("fold", keyed, clock, windower, lambda: (2**62, -1, 0), fold, merge)
     op.output("out", windows.down, sink)
+    late = LateSink()
+    op.output("late", windows.late, late)
     db_dir = work_dir / "recovery"
     db_dir.mkdir(parents=True)
     init_db_dir(db_dir, 1)
@@ -117,6 +163,7 @@ def main() -> None:
                 "seconds": seconds,
                 "cpu_seconds": cpu_seconds,
                 "peak_rss_bytes": peak_rss_bytes(),
+                "late_events": late.late[0],
                 "windows": sink.found,
             }
         )

@@ -122,6 +122,29 @@ def test_a_stream_stream_join_survives_sigkills_under_exactly_once(tmp_path: Pat
         found = committed_output(log)
     finally:
         log.close()
-    assert sum(found.values()) == sum(expected.values())
-    missing, repeated = expected - found, found - expected
-    assert not missing and not repeated, f"missing {dict(missing)}, repeated {dict(repeated)}"
+    assert_exactly_once(found, expected)
+
+
+def assert_exactly_once(
+    found: Counter[tuple[str, str]], expected: Counter[tuple[str, str]]
+) -> None:
+    """Each expected join result committed exactly once, and nothing else."""
+    assert set(expected.values()) == {1}, "the generator makes each join result unique"
+    repeated = {result: n for result, n in found.items() if n > 1}
+    missing = sorted(expected.keys() - found.keys())
+    unexpected = sorted(found.keys() - expected.keys())
+    assert not repeated, f"{len(repeated)} join results committed more than once: {repeated}"
+    assert not missing, f"{len(missing)} join results never committed: {missing[:10]}"
+    assert not unexpected, f"{len(unexpected)} results no join makes: {unexpected[:10]}"
+
+
+def test_the_exactly_once_check_fails_on_a_repeated_result() -> None:
+    expected = Counter({("ad-0", "imp0+click0.0"): 1, ("ad-3", "imp3+click3.0"): 1})
+    assert_exactly_once(Counter(expected), expected)
+    for wrong in (
+        expected + Counter({("ad-0", "imp0+click0.0"): 1}),  # a result repeated
+        Counter({("ad-0", "imp0+click0.0"): 1}),  # one missing
+        expected + Counter({("ad-1", "imp1+null"): 1}),  # one no join makes
+    ):
+        with pytest.raises(AssertionError):
+            assert_exactly_once(wrong, expected)

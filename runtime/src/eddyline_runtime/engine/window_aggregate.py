@@ -67,32 +67,79 @@ from eddyline_runtime.state.window_layout import (
 logger = logging.getLogger(__name__)
 
 
-def _skip_null_key(context: ProcessorContext, value: Any, dropped: Callable[[], None]) -> None:
+_NO_KEY: Any = object()  # a skip logged without the record's key (sliding windows)
+
+
+def _skip_null(
+    context: ProcessorContext,
+    dropped: Callable[[], None],
+    value: Any = _NO_KEY,
+) -> None:
     """A record without a key has no window or session to go to: logged (in Kafka Streams'
-    words) and counted as dropped."""
+    words) and counted as dropped. Without ``value``: the sliding aggregation's rule, which
+    also drops a null value."""
+    if value is _NO_KEY:
+        logger.warning(
+            "Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
+            context.topic,
+            context.partition,
+            context.offset,
+        )
+    else:
+        logger.warning(
+            "Skipping record due to null key. value=[%s] topic=[%s] partition=[%d] offset=[%d]",
+            value,
+            context.topic,
+            context.partition,
+            context.offset,
+        )
+    dropped()
+
+
+def _skip_expired(
+    context: ProcessorContext,
+    dropped: Callable[[], None],
+    window: str,
+    times: tuple[int, int],
+    key: Any = _NO_KEY,
+) -> None:
+    """A record for a closed window (or session): logged as Kafka Streams logs it (with
+    the key, except for sliding windows) and counted as dropped. ``times``: the close
+    time and the stream time."""
+    close_time, stream_time = times
+    keyed = "" if key is _NO_KEY else f"key=[{key}] "
     logger.warning(
-        "Skipping record due to null key. value=[%s] topic=[%s] partition=[%d] offset=[%d]",
-        value,
+        "Skipping record for expired window. %stopic=[%s] partition=[%d] offset=[%d] "
+        "timestamp=[%d] window=%s expiration=[%d] streamTime=[%d]",
+        keyed,
         context.topic,
         context.partition,
         context.offset,
+        context.timestamp,
+        window,
+        close_time,
+        stream_time,
     )
     dropped()
 
 
-class WindowAggregateProcessor(Processor):
+class _WindowedAggregate(Processor):
+    """What the time and sliding window aggregations share: their store and serdes,
+    stream time never behind the store's newest record, and their results (forwarded on
+    every write without a record cache, on the cache's flush with one)."""
+
     def __init__(
         self,
-        spec: WindowedAggregation,
+        spec: WindowedAggregation | SlidingWindowedAggregation,
         store: WindowStore,
         task_store: TaskStore,
         dropped: Callable[[], None],
+        window_ms: int,
     ) -> None:
-        self._spec = spec
-        self._windows = spec.windows
         self._store = store
         self._task_store = task_store
         self._dropped = dropped
+        self._window_ms = window_ms  # a window's end - start
         # The newest record timestamp the store holds (None: not read yet).
         self._recovered_time: int | None = None
         self._keys: Any = serde_for(spec.key_serde)
@@ -102,16 +149,57 @@ class WindowAggregateProcessor(Processor):
         super().init(context)
         self._forwards_on_flush = self._task_store.set_flush_listener(self._flushed)
 
+    def _stream_time(self) -> int:
+        """The task's stream time, or the newest record in the store when later: a window
+        that closed before a restart stays closed."""
+        recovered = self._recovered_time
+        if recovered is None:
+            recovered = self._recovered_time = _newest_stored_timestamp(self._store)
+        return max(self.context.stream_time, recovered)
+
+    def _put(self, key: Any, stored_key: bytes, start: int, newest: int, aggregate: Any) -> bool:
+        """Write the window at ``start``; forwarded now unless the cache's flush will.
+        False: the store's retention already let the window go."""
+        written = self._store.put(
+            stored_key, start, timestamped_value(newest, self._values.serialize(aggregate))
+        )
+        if written and not self._forwards_on_flush:
+            window = TimeWindow(start, start + self._window_ms)
+            self.context.forward(Windowed(key, window), aggregate, timestamp=newest)
+        return written
+
+    def _flushed(self, raw_key: bytes, change: Change) -> None:
+        if change.new is None:
+            return  # an expired window's segment dropped: not a result
+        stored_key, start, _ = decode_window_key(raw_key)
+        newest, data = split_timestamped(change.new)
+        window = TimeWindow(start, start + self._window_ms)
+        self.context.forward(
+            Windowed(self._keys.deserialize(stored_key), window),
+            self._values.deserialize(data),
+            timestamp=newest,
+        )
+
+
+class WindowAggregateProcessor(_WindowedAggregate):
+    def __init__(
+        self,
+        spec: WindowedAggregation,
+        store: WindowStore,
+        task_store: TaskStore,
+        dropped: Callable[[], None],
+    ) -> None:
+        super().__init__(spec, store, task_store, dropped, spec.windows.size_ms)
+        self._spec = spec
+        self._windows = spec.windows
+
     def process(self, key: Any, value: Any) -> None:
         context = self.context
         if key is None:
-            _skip_null_key(context, value, self._dropped)
+            _skip_null(context, self._dropped, value)
             return
         timestamp = context.timestamp
-        recovered = self._recovered_time
-        if recovered is None:
-            recovered = self._recovered_time = self._newest_stored_timestamp()
-        stream_time = max(context.stream_time, recovered)
+        stream_time = self._stream_time()
         close_time = stream_time - self._windows.grace_ms
         stored_key = self._keys.serialize(key)
         for window in self._windows.windows_for(timestamp):
@@ -126,59 +214,14 @@ class WindowAggregateProcessor(Processor):
                 aggregate = self._values.deserialize(data)
                 newest = max(newest, timestamp)
             aggregate = self._spec.aggregator(key, value, aggregate)
-            written = self._store.put(
-                stored_key,
-                window.start,
-                timestamped_value(newest, self._values.serialize(aggregate)),
-            )
-            if not written:
+            if not self._put(key, stored_key, window.start, newest, aggregate):
                 # The store's retention already let this window go (after a restart,
                 # before stream time caught up): it is closed all the same.
                 self._skip(key, window, close_time, stream_time)
-            elif not self._forwards_on_flush:
-                context.forward(Windowed(key, window), aggregate, timestamp=newest)
-
-    def _newest_stored_timestamp(self) -> int:
-        """The newest record timestamp in the store: it lies in the newest windows."""
-        newest_start = self._store.observed_stream_time
-        if newest_start < 0:
-            return -1
-        return max(
-            (
-                split_timestamped(value)[0]
-                for _, _, value in self._store.fetch_all(newest_start, newest_start)
-            ),
-            default=-1,
-        )
 
     def _skip(self, key: Any, window: TimeWindow, close_time: int, stream_time: int) -> None:
-        context = self.context
-        logger.warning(
-            "Skipping record for expired window. key=[%s] topic=[%s] partition=[%d] "
-            "offset=[%d] timestamp=[%d] window=[%d,%d) expiration=[%d] streamTime=[%d]",
-            key,
-            context.topic,
-            context.partition,
-            context.offset,
-            context.timestamp,
-            window.start,
-            window.end,
-            close_time,
-            stream_time,
-        )
-        self._dropped()
-
-    def _flushed(self, raw_key: bytes, change: Change) -> None:
-        if change.new is None:
-            return  # an expired window's segment dropped: not a result
-        stored_key, start, _ = decode_window_key(raw_key)
-        newest, data = split_timestamped(change.new)
-        window = TimeWindow(start, start + self._windows.size_ms)
-        self.context.forward(
-            Windowed(self._keys.deserialize(stored_key), window),
-            self._values.deserialize(data),
-            timestamp=newest,
-        )
+        window_text = f"[{window.start},{window.end})"
+        _skip_expired(self.context, self._dropped, window_text, (close_time, stream_time), key)
 
 
 class SessionAggregateProcessor(Processor):
@@ -204,7 +247,7 @@ class SessionAggregateProcessor(Processor):
     def process(self, key: Any, value: Any) -> None:
         context = self.context
         if key is None:
-            _skip_null_key(context, value, self._dropped)
+            _skip_null(context, self._dropped, value)
             return
         spec, gap = self._spec, self._windows.gap_ms
         timestamp = context.timestamp
@@ -237,21 +280,8 @@ class SessionAggregateProcessor(Processor):
             context.forward(Windowed(key, SessionWindow(start, end)), aggregate, timestamp=end)
 
     def _skip(self, key: Any, start: int, end: int, close_time: int, stream_time: int) -> None:
-        context = self.context
-        logger.warning(
-            "Skipping record for expired window. key=[%s] topic=[%s] partition=[%d] "
-            "offset=[%d] timestamp=[%d] window=[%d,%d] expiration=[%d] streamTime=[%d]",
-            key,
-            context.topic,
-            context.partition,
-            context.offset,
-            context.timestamp,
-            start,
-            end,
-            close_time,
-            stream_time,
-        )
-        self._dropped()
+        times = (close_time, stream_time)
+        _skip_expired(self.context, self._dropped, f"[{start},{end}]", times, key)
 
     def _flushed(self, raw_key: bytes, change: Change) -> None:
         stored_key, start, end = decode_session_key(raw_key)
@@ -272,7 +302,7 @@ class SessionAggregateProcessor(Processor):
 _Pair = tuple[int, Any]  # (newest record timestamp folded in, aggregate)
 
 
-class SlidingWindowAggregateProcessor(Processor):
+class SlidingWindowAggregateProcessor(_WindowedAggregate):
     """Kafka Streams' ``KStreamSlidingWindowAggregate`` (its in-order store walk).
 
     For a record at ``t`` with time difference ``d``, the key's windows starting in
@@ -294,35 +324,18 @@ class SlidingWindowAggregateProcessor(Processor):
         task_store: TaskStore,
         dropped: Callable[[], None],
     ) -> None:
+        super().__init__(spec, store, task_store, dropped, spec.windows.time_difference_ms)
         self._spec = spec
         self._diff = spec.windows.time_difference_ms
         self._grace = spec.windows.grace_ms
-        self._store = store
-        self._task_store = task_store
-        self._dropped = dropped
-        self._recovered_time: int | None = None
-        self._keys: Any = serde_for(spec.key_serde)
-        self._values: Any = serde_for(spec.value_serde)
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self._forwards_on_flush = self._task_store.set_flush_listener(self._flushed)
 
     def process(self, key: Any, value: Any) -> None:
         context = self.context
         if key is None or value is None:
-            logger.warning(
-                "Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
-                context.topic,
-                context.partition,
-                context.offset,
-            )
-            self._dropped()
+            _skip_null(context, self._dropped)
             return
         timestamp, diff = context.timestamp, self._diff
-        if self._recovered_time is None:
-            self._recovered_time = _newest_stored_timestamp(self._store)
-        stream_time = max(context.stream_time, self._recovered_time)
+        stream_time = self._stream_time()
         close_time = stream_time - self._grace
         if timestamp + diff < close_time:
             self._skip(timestamp, timestamp + diff, close_time, stream_time)
@@ -344,42 +357,8 @@ class SlidingWindowAggregateProcessor(Processor):
             found.append((start, (newest, self._values.deserialize(data))))
         return found
 
-    def _put(self, key: Any, stored_key: bytes, start: int, pair: _Pair) -> bool:
-        newest, aggregate = pair
-        written = self._store.put(
-            stored_key, start, timestamped_value(newest, self._values.serialize(aggregate))
-        )
-        if written and not self._forwards_on_flush:
-            window = TimeWindow(start, start + self._diff)
-            self.context.forward(Windowed(key, window), aggregate, timestamp=newest)
-        return written
-
     def _skip(self, start: int, end: int, close_time: int, stream_time: int) -> None:
-        context = self.context
-        logger.warning(
-            "Skipping record for expired window. topic=[%s] partition=[%d] offset=[%d] "
-            "timestamp=[%d] window=[%d,%d] expiration=[%d] streamTime=[%d]",
-            context.topic,
-            context.partition,
-            context.offset,
-            context.timestamp,
-            start,
-            end,
-            close_time,
-            stream_time,
-        )
-        self._dropped()
-
-    def _flushed(self, raw_key: bytes, change: Change) -> None:
-        if change.new is None:
-            return  # an expired window's segment dropped: not a result
-        stored_key, start, _ = decode_window_key(raw_key)
-        newest, data = split_timestamped(change.new)
-        self.context.forward(
-            Windowed(self._keys.deserialize(stored_key), TimeWindow(start, start + self._diff)),
-            self._values.deserialize(data),
-            timestamp=newest,
-        )
+        _skip_expired(self.context, self._dropped, f"[{start},{end}]", (close_time, stream_time))
 
 
 class _SlidingUpdate:
@@ -412,7 +391,7 @@ class _SlidingUpdate:
         newest, aggregate = pair
         folded = owner._spec.aggregator(self.key, self.value, aggregate)
         newest = self.timestamp if aggregate is None else max(self.timestamp, newest)
-        if not owner._put(self.key, self.stored_key, start, (newest, folded)):
+        if not owner._put(self.key, self.stored_key, start, newest, folded):
             owner._skip(start, end, self.close_time, self.stream_time)
 
     def _fresh(self) -> _Pair:
@@ -494,7 +473,7 @@ class _SlidingUpdate:
     def _create_right(self, right: _Pair | None, exists: bool) -> None:
         """The record's right window: the later records' aggregate, without this record."""
         if not exists and right is not None and right[0] > self.timestamp:
-            self.owner._put(self.key, self.stored_key, self.timestamp + 1, right)
+            self.owner._put(self.key, self.stored_key, self.timestamp + 1, *right)
 
 
 def _newest_stored_timestamp(store: WindowStore) -> int:

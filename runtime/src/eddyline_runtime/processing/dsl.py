@@ -800,9 +800,9 @@ class KTable:
         """Inner table-table join on the key; results are table changes. ``store_name``
         names the stores each side keeps its table in (``<store_name>-left-store``,
         ``-right-store``); ``materialized`` keeps the result in a store too."""
-        joined = _table_table_join(self, other, joiner, store_name, ("inner", "inner"))
-        joined.value_serde = value_serde  # how results serialize, stored or joined again
-        return joined._materialize(materialized, value_serde)
+        return _table_table_join(
+            self, other, joiner, store_name, ("inner", "inner"), materialized, value_serde
+        )
 
     def left_join(
         self,
@@ -814,9 +814,9 @@ class KTable:
         value_serde: str = "json",
     ) -> KTable:
         """Every row of this table, joined with ``other``'s row or None."""
-        joined = _table_table_join(self, other, joiner, store_name, ("left", "right"))
-        joined.value_serde = value_serde  # how results serialize, stored or joined again
-        return joined._materialize(materialized, value_serde)
+        return _table_table_join(
+            self, other, joiner, store_name, ("left", "right"), materialized, value_serde
+        )
 
     def outer_join(
         self,
@@ -828,9 +828,9 @@ class KTable:
         value_serde: str = "json",
     ) -> KTable:
         """Every row of either table, joined with the other's row or None."""
-        joined = _table_table_join(self, other, joiner, store_name, ("outer", "outer"))
-        joined.value_serde = value_serde  # how results serialize, stored or joined again
-        return joined._materialize(materialized, value_serde)
+        return _table_table_join(
+            self, other, joiner, store_name, ("outer", "outer"), materialized, value_serde
+        )
 
     def _materialize(self, store: str | None, value_serde: str | None) -> KTable:
         if store is None:
@@ -1105,10 +1105,17 @@ def _stream_stream_join(  # noqa: PLR0917 - the public join methods' parameters,
     return KStream(builder, merge, key_serde)
 
 
-def _table_table_join(
-    this: KTable, other: KTable, joiner: ValueJoiner, store_name: str, kinds: tuple[str, str]
+def _table_table_join(  # noqa: PLR0917 (the three join methods' arguments, passed on)
+    this: KTable,
+    other: KTable,
+    joiner: ValueJoiner,
+    store_name: str,
+    kinds: tuple[str, str],
+    materialized: str | None,
+    value_serde: str,
 ) -> KTable:
-    """Each side keeps its own timestamped copy of its table, then joins against the other's."""
+    """Each side keeps its own timestamped copy of its table, then joins against the other's;
+    results serialize with ``value_serde`` (stored in ``materialized``, or joined again)."""
     if not store_name:
         raise TopologyError(
             "a table-table join needs store_name: it names the stores both sides keep their "
@@ -1153,7 +1160,9 @@ def _table_table_join(
         )
     merge = builder._name("KTABLE-MERGE")
     topology.add_processor(merge, _PassThrough, joins[0][1], joins[1][1])
-    return KTable(builder, merge, this.key_serde, old_values=result)
+    joined = KTable(builder, merge, this.key_serde, old_values=result)
+    joined.value_serde = value_serde  # how results serialize, stored or joined again
+    return joined._materialize(materialized, value_serde)
 
 
 _Step = Callable[[Any, Any, Callable[[Any, Any], None]], None]

@@ -382,6 +382,25 @@ class _SegmentedOwner:
             logger.debug('state store "%s": dropped expired segment %d', self.name, segment)
 
 
+class _OwnedReader(_SegmentedReads):
+    """Another thread's view of an owner's store: the owner's observed stream time (an
+    int read, safe across threads; the owner loaded it at its first use), the segments
+    as the reader's snapshot holds them."""
+
+    def __init__(self, owner: _SegmentedOwner, inner: StoreReader) -> None:
+        self._owner = owner
+        self._readable = inner
+        self.name = owner.name
+        self.retention = owner.retention
+        self.isolation = inner.isolation
+
+    def _observed(self) -> int:
+        return self._owner._observed_time
+
+    def _segments(self) -> list[int]:
+        return _discover_segments(self._readable, self.retention)
+
+
 class WindowStore(_SegmentedOwner, _WindowReads):
     """Windows of keys (key, window start -> value) over a transactional key-value store.
 
@@ -425,22 +444,8 @@ class WindowStore(_SegmentedOwner, _WindowReads):
         return WindowStoreReader(self, self._backing.reader(isolation))
 
 
-class WindowStoreReader(_WindowReads):
+class WindowStoreReader(_OwnedReader, _WindowReads):
     """A window store as another thread (an interactive query) reads it."""
-
-    def __init__(self, owner: WindowStore, inner: StoreReader) -> None:
-        self._owner = owner
-        self._readable = inner
-        self.name = owner.name
-        self.retention = owner.retention
-        self.isolation = inner.isolation
-
-    def _observed(self) -> int:
-        # An int read, safe across threads; the owner loaded it at its first use.
-        return self._owner._observed_time
-
-    def _segments(self) -> list[int]:
-        return _discover_segments(self._readable, self.retention)
 
 
 class SessionStore(_SegmentedOwner, _SessionReads):
@@ -486,21 +491,8 @@ class SessionStore(_SegmentedOwner, _SessionReads):
         return SessionStoreReader(self, self._backing.reader(isolation))
 
 
-class SessionStoreReader(_SessionReads):
+class SessionStoreReader(_OwnedReader, _SessionReads):
     """A session store as another thread reads it."""
-
-    def __init__(self, owner: SessionStore, inner: StoreReader) -> None:
-        self._owner = owner
-        self._readable = inner
-        self.name = owner.name
-        self.retention = owner.retention
-        self.isolation = inner.isolation
-
-    def _observed(self) -> int:
-        return self._owner._observed_time
-
-    def _segments(self) -> list[int]:
-        return _discover_segments(self._readable, self.retention)
 
 
 def _observed_from_data(
@@ -518,21 +510,24 @@ def _observed_from_data(
     )
 
 
-class DetachedWindowReader(_WindowReads):
-    """A window store read through a plain key-value reader, without its owner: an
-    interactive query of any copy (active or standby; a standby has no owner view).
+class _DetachedReader(_SegmentedReads):
+    """A store read through a plain key-value reader, without its owner: an interactive
+    query of any copy (active or standby; a standby has no owner view).
 
     Expiry follows the observed stream time the data implies (read once, when the
     reader is made), so expired windows not yet dropped stay hidden as they do
     from the owner.
     """
 
+    # Where a raw key's segment-time is: a window's start, or a session's end.
+    _time_of_raw: Callable[[bytes], int]
+
     def __init__(self, inner: StoreReader, retention: Retention) -> None:
         self._readable = inner
         self.name = inner.name
         self.retention = retention
         self.isolation = inner.isolation
-        self._observed_time = _observed_from_data(inner, retention, window_start_of_raw)
+        self._observed_time = _observed_from_data(inner, retention, type(self)._time_of_raw)
 
     def _observed(self) -> int:
         return self._observed_time
@@ -541,18 +536,13 @@ class DetachedWindowReader(_WindowReads):
         return _discover_segments(self._readable, self.retention)
 
 
-class DetachedSessionReader(_SessionReads):
-    """A session store read through a plain key-value reader: see :class:`DetachedWindowReader`."""
+class DetachedWindowReader(_DetachedReader, _WindowReads):
+    """A window store read without its owner: see :class:`_DetachedReader`."""
 
-    def __init__(self, inner: StoreReader, retention: Retention) -> None:
-        self._readable = inner
-        self.name = inner.name
-        self.retention = retention
-        self.isolation = inner.isolation
-        self._observed_time = _observed_from_data(inner, retention, session_end_of_raw)
+    _time_of_raw = staticmethod(window_start_of_raw)
 
-    def _observed(self) -> int:
-        return self._observed_time
 
-    def _segments(self) -> list[int]:
-        return _discover_segments(self._readable, self.retention)
+class DetachedSessionReader(_DetachedReader, _SessionReads):
+    """A session store read without its owner: see :class:`_DetachedReader`."""
+
+    _time_of_raw = staticmethod(session_end_of_raw)

@@ -55,6 +55,7 @@ from eddyline_runtime.log.kafka.reader import (
 from eddyline_runtime.log.kafka_settings import KafkaLogSettings, kafka_log_settings
 from eddyline_runtime.log.port import (
     ChangeBatch,
+    FetchedColumns,
     FetchResult,
     Log,
     Record,
@@ -127,6 +128,7 @@ class KafkaLog(Log):
         self._last_client_error: str | None = None
         self.topic_admin = KafkaTopics(self)
         self._group_consumers: dict[str, Consumer] = {}
+        self._group_metadata: dict[str, Any] = {}
         # Each thread's clients, for close(): a threading.local shows each thread only
         # its own attributes, so close() keeps the objects the locals point to.
         self._threads: list[_ThreadClients] = []
@@ -244,8 +246,16 @@ class KafkaLog(Log):
         return consumer
 
     def group_metadata(self, group: str) -> Any:
-        """The consumer group metadata ``send_offsets_to_transaction`` needs."""
-        return self._group_consumer(group).consumer_group_metadata()
+        """The consumer group metadata ``send_offsets_to_transaction`` needs.
+
+        Kept per group: the group's consumer never joins it (no member id, no generation),
+        so its metadata never changes, and each commit need not ask librdkafka again."""
+        metadata = self._group_metadata.get(group)
+        if metadata is None:
+            metadata = self._group_metadata[group] = self._group_consumer(
+                group
+            ).consumer_group_metadata()
+        return metadata
 
     # -- names -----------------------------------------------------------------------
 
@@ -320,6 +330,25 @@ class KafkaLog(Log):
             for m in messages
         ]
         return FetchResult(records, end)
+
+    def fetch_columns(
+        self, tp: TopicPartition, offset: int, max_records: int = 10_000
+    ) -> FetchedColumns:
+        """The processing loop's fetch: columns straight from librdkafka's messages, no
+        Record per message (the stream thread reads a million of them per catch-up)."""
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, got {max_records}")
+        real = self.check_partition(tp)
+        messages, end = self._reader().fetch(tp, real, offset, max_records)
+        headers = [m.headers() for m in messages]
+        return FetchedColumns(
+            [m.offset() for m in messages],  # type: ignore[misc]
+            [m.key() for m in messages],
+            [m.value() for m in messages],
+            [m.timestamp()[1] for m in messages],
+            end,
+            [message_headers(h) if h else () for h in headers] if any(headers) else None,
+        )
 
     def fetch_changes(
         self, tp: TopicPartition, offset: int, max_records: int = 10_000
@@ -433,6 +462,7 @@ class KafkaLog(Log):
         with self._lock:
             threads, self._threads = self._threads, []
             groups, self._group_consumers = self._group_consumers, {}
+            self._group_metadata = {}
         for state in threads:
             if state.reader is not None:
                 state.reader.close()

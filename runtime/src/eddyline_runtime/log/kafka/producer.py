@@ -41,9 +41,11 @@ from eddyline_runtime.log.kafka.errors import FENCED_CODES, describe, kafka_erro
 from eddyline_runtime.log.kafka.reader import message_offset
 from eddyline_runtime.log.port import (
     CommittedTransaction,
+    Headers,
     OffsetsInSendOrder,
     Record,
     TransactionalProducer,
+    check_columns,
 )
 from eddyline_runtime.partitions import TopicPartition
 
@@ -128,7 +130,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._unusable: LogError | None = None
         self._open = False
         self._order: list[TopicPartition] = []
-        self._delivered: dict[tuple[str, int], list[int]] = {}
+        self._reports: list[Message] = []  # this transaction's delivered records
         self._delivery_error: KafkaError | None = None
         self._fatal_error: KafkaError | None = None
         self._offsets: dict[str, dict[TopicPartition, int]] = {}
@@ -167,15 +169,27 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._log.report_client_error(error)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            if self._delivery_error is None:
-                self._delivery_error = error
-            return
-        key = (cast(str, message.topic()), cast(int, message.partition()))
-        offsets = self._delivered.get(key)
-        if offsets is None:
-            offsets = self._delivered[key] = []
-        offsets.append(message_offset(message))
+        # Called once per record: only kept here, read at commit (_delivered_offsets).
+        if error is None:
+            self._reports.append(message)
+        elif self._delivery_error is None:
+            self._delivery_error = error
+
+    def _delivered_offsets(self) -> dict[TopicPartition, list[int]]:
+        """Each partition's offsets from this transaction's delivery reports, ascending."""
+        reports = self._reports
+        found: dict[tuple[str, int], list[int]] = {}
+        keys = zip([m.topic() for m in reports], [m.partition() for m in reports], strict=True)
+        for key, offset in zip(keys, [m.offset() for m in reports], strict=True):
+            offsets = found.get(key)  # type: ignore[arg-type]
+            if offsets is None:
+                offsets = found[key] = []  # type: ignore[index]
+            offsets.append(offset)  # type: ignore[arg-type]
+        port_topic = self._log.port_topic
+        return {
+            TopicPartition(port_topic(topic), partition): sorted(offsets)
+            for (topic, partition), offsets in found.items()
+        }
 
     def serve(self) -> None:
         """Serve queued callbacks (statistics) of an idle producer.
@@ -247,7 +261,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
             raise self._error(exc, "beginning a transaction") from None
         self._open = True
         self._order = []
-        self._delivered = {}
+        self._reports = []
         self._delivery_error = None
         self._offsets = {}
 
@@ -270,6 +284,40 @@ class KafkaTransactionalProducer(TransactionalProducer):
         except KafkaException as exc:
             raise self._error(exc, f"sending to {tp}", acl=f'WRITE on topic "{real}"') from None
         self._order.extend([tp] * len(records))
+
+    def send_columns(
+        self,
+        tp: TopicPartition,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+    ) -> None:
+        """:meth:`send_batch` from columns, without a Record per row: a commit hands over
+        every output and changelog record of its interval this way."""
+        self._require_open("send")
+        check_columns(keys, values, timestamps)
+        real = self._log.check_partition(tp)
+        producer, partition = self._producer, tp.partition
+        produce = producer.produce
+        rows = zip(keys, values, timestamps, headers or [()] * len(keys), strict=True)
+        try:
+            for key, value, timestamp, row_headers in rows:
+                try:
+                    produce(
+                        real,
+                        value,
+                        key,
+                        partition=partition,
+                        timestamp=timestamp,
+                        headers=cast(_Headers, list(row_headers)) if row_headers else None,
+                    )
+                except BufferError:  # the queue is full: produce_record waits for room
+                    record = Record(key, value, timestamp, row_headers)
+                    produce_record(producer, real, partition, record)
+        except KafkaException as exc:
+            raise self._error(exc, f"sending to {tp}", acl=f'WRITE on topic "{real}"') from None
+        self._order.extend([tp] * len(keys))
 
     def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         self._require_open("send offsets")
@@ -312,10 +360,8 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._open = False
         if self._delivery_error is not None:  # librdkafka committed regardless: never expected
             raise self._log.error(self._delivery_error, action="a record of the transaction")
-        delivered = {
-            TopicPartition(log.port_topic(topic), partition): sorted(offsets)
-            for (topic, partition), offsets in self._delivered.items()
-        }
+        delivered = self._delivered_offsets()
+        self._reports = []
         last = {tp: offsets[-1] for tp, offsets in delivered.items()}
         return CommittedTransaction(OffsetsInSendOrder(self._order, delivered), last)
 

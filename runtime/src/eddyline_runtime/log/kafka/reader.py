@@ -47,6 +47,10 @@ _BUFFER_PAUSE = 20_000
 # A partition not read for this long is unassigned, so librdkafka stops
 # fetching it (a restored changelog, a task handed over).
 _IDLE_UNASSIGN_S = 60.0
+# How long a last stable offset a query returned stands in for the end offset of
+# fetches that stay below it: a reader catching up learns nothing new from asking
+# before each fetch (a round trip per 5,000 records), only its lag is as old as this.
+_KNOWN_END_S = 1.0
 # Client defaults the log settings may override (librdkafka's names).
 READER_TUNING = {
     # Bounds how late data is seen after a seek or on an idle partition.
@@ -100,6 +104,8 @@ class PartitionReader:
         self._paused: set[tuple[str, int]] = set()
         self._read_at: dict[tuple[str, int], float] = {}
         self._swept_at = time.monotonic()
+        # Per partition, the last stable offset the latest query returned, and when.
+        self._known_ends: dict[tuple[str, int], tuple[int, float]] = {}
         # An error met while draining belongs to its partition's next fetch.
         self._errors: dict[tuple[str, int], LogError] = {}
 
@@ -127,6 +133,7 @@ class PartitionReader:
                 self._refresh_metadata(real)
                 time.sleep(0.05)
                 continue
+            self._known_ends[(real, tp.partition)] = (high, time.monotonic())
             return low, high
 
     def _refresh_metadata(self, real: str) -> None:
@@ -188,12 +195,18 @@ class PartitionReader:
 
     def _end_after(self, tp: TopicPartition, real: str, last: int) -> int:
         """The end offset after delivering ``last``: the cached high watermark when it
-        says nothing follows (then it is the last stable offset too), else a round trip."""
+        says nothing follows (then it is the last stable offset too); a last stable
+        offset queried less than ``_KNOWN_END_S`` ago when the reader is still below it
+        (the end is at least that: the reader is not caught up, and its lag is that
+        query's); else a round trip."""
         _, high = self._consumer.get_watermark_offsets(
             KafkaPartition(real, tp.partition), cached=True
         )
         if high == last + 1:
             return high
+        known = self._known_ends.get((real, tp.partition))
+        if known is not None and known[0] > last + 1 and time.monotonic() - known[1] < _KNOWN_END_S:
+            return known[0]
         return max(self.bounds(tp, real)[1], last + 1)
 
     def _raise_pending(self, key: tuple[str, int]) -> None:
@@ -208,7 +221,13 @@ class PartitionReader:
         if idle:
             self._consumer.incremental_unassign([KafkaPartition(*key) for key in idle])
             for key in idle:
-                for state in (self._read_at, self._next, self._buffers, self._errors):
+                for state in (
+                    self._read_at,
+                    self._next,
+                    self._buffers,
+                    self._errors,
+                    self._known_ends,
+                ):
                     state.pop(key, None)
                 self._assigned.discard(key)
                 self._paused.discard(key)
