@@ -3,6 +3,7 @@ the stabilization windows, waiting for settled pods, and the pods' metrics parse
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -366,7 +367,7 @@ def test_no_flapping_within_the_windows(
             changes.append((now, current, outcome.desired))
             current = outcome.desired
         now += step
-    for (t1, a1, b1), (t2, a2, b2) in zip(changes, changes[1:], strict=False):
+    for (t1, a1, b1), (t2, a2, b2) in itertools.pairwise(changes):
         if b1 > a1 and b2 < a2:  # out, then in
             assert t2 - t1 >= autoscaling.scale_down_stabilization_seconds
         if b1 < a1 and b2 > a2:  # in, then out

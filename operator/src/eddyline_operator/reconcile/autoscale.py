@@ -42,6 +42,8 @@ from eddyline_runtime.spec import AutoscalingSpec
 
 Obj = dict[str, Any]
 
+# spec.replicas' maximum: no recommendation goes above it.
+_MOST_REPLICAS = 1000
 # HPA's default tolerance: a figure within 10 % of its target asks for no change.
 TOLERANCE = 0.1
 # Samples older than this are not used (a few scrapes' worth: one slow scrape is smoothed).
@@ -231,7 +233,10 @@ def _proportional(current: int, value: float, target: float) -> int:
     if abs(usage - 1.0) <= TOLERANCE:
         return current
     # The tiny epsilon keeps float noise (0.7 / 0.7 * 3 = 3.0000000000000004) from adding a pod.
-    return max(0, math.ceil(current * usage - 1e-9))
+    wanted = current * usage - 1e-9
+    # A figure far above its target (a tiny rate) asks for the most there can be, not for
+    # an integer too large to hold; the bounds clamp it anyway.
+    return max(0, math.ceil(min(wanted, float(_MOST_REPLICAS))))
 
 
 def _total_lag(recent: Mapping[str, Sequence[PodSample]]) -> float:
