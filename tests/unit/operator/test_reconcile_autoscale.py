@@ -135,6 +135,10 @@ def test_the_busy_share_waits_for_the_pods_metric_window_lag_does_not() -> None:
     )
     assert outcome.desired == 6  # from lag alone: ceil(2 * 3)
     assert "process-ratio not used for 30 s more" in outcome.reason
+    # Lag alone never scales in while the busy share is unknown: it may want these pods.
+    quiet = decide(given_input(autoscaling, 2, samples(2, ratio=0.0, lag=0, time=now), now=now))
+    assert quiet.desired == 2 and quiet.recommendation == Recommendation(now, 2)
+    assert "no scale in until every target's figure is known" in quiet.reason
 
 
 def test_the_down_window_holds_the_highest_recommendation() -> None:

@@ -125,10 +125,15 @@ def decide(given: AutoscaleInput) -> Outcome:
         return Outcome(
             current, f"waiting: {len(recent)} of {current} pods reported metrics since settling"
         )
-    figures, recommendations = _recommendations(given, recent)
+    figures, recommendations, complete = _recommendations(given, recent)
     if not recommendations:
         return Outcome(current, "waiting: " + "; ".join(figures))
     raw = max(recommendations)
+    if not complete and raw < current:
+        # A target whose figure is not known yet may still want these pods: scale in only
+        # on every figure (scaling out on lag alone is safe).
+        raw = current
+        figures.append(f"no scale in until every target's figure is known: holding {current}")
     clamped = min(max(raw, low), high)
     recommendation = Recommendation(given.now, clamped)
     desired = stabilize(spec, current, recommendation, given.history)
@@ -177,9 +182,9 @@ def prune(
 
 def _recommendations(
     given: AutoscaleInput, recent: Mapping[str, Sequence[PodSample]]
-) -> tuple[list[str], list[int]]:
-    """The figures (words) and each target's recommendation; a target whose figure is not
-    known yet gives none."""
+) -> tuple[list[str], list[int], bool]:
+    """The figures (words), each target's recommendation (a target whose figure is not known
+    yet gives none) and whether every target gave one."""
     spec, current = given.spec, given.current
     figures: list[str] = []
     found: list[int] = []
@@ -223,7 +228,8 @@ def _recommendations(
             )
         else:
             figures.append(f"lag in seconds unknown: {lag:.0f} records and no processing yet")
-    return figures, found
+    targets = [spec.target_process_ratio, spec.max_lag_records, spec.max_lag_seconds]
+    return figures, found, len(found) == sum(t is not None for t in targets)
 
 
 def _proportional(current: int, value: float, target: float) -> int:
