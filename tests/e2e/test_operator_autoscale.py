@@ -1,0 +1,248 @@
+"""Issue 25, lag-driven autoscaling: the operator scales a word count out under a load step
+and back in when the load returns, through the scale subresource, with exact counts.
+
+On the real control plane (kube-apiserver, controllers, scheduler) with the kubelet stand-in,
+the word count runs on Kafka with one pod. A producer writes lines at a steady base rate;
+the test reads the pod's own busy share (``process-ratio`` on its ``/metrics``) at that rate
+and sets ``targetProcessRatio`` to twice it, so that the figures hold on a loaded machine
+whatever its speed: three times the rate asks for two pods, the base rate on two pods for
+one. Then the rate triples: the operator scales out (status.autoscaling, a ScaledOut event,
+the StatefulSet's replicas); the rate goes back: it scales in after the down window. Exactly
+two decisions, and the counts are exact.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eddyline_operator.reconcile.autoscale import parse_metrics
+from eddyline_runtime.log import Record, open_log
+from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from tests.support.control_plane.client import wait_until
+from tests.support.control_plane.cluster import Cluster
+from tests.support.control_plane.operator import Operator
+from tests.support.kafka.broker import KafkaCluster
+from tests.support.kafka.plugin import use_cluster
+from tests.support.kafka.streamapp import ready
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+APP = "autoscale"
+NAMESPACE = "autoscale"
+MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
+STORE = "word-counts"
+TOPIC = "text-lines"
+PARTITIONS = 4
+WORDS = [f"a{index:02d}" for index in range(40)]
+BASE_RATE = 100  # lines per second
+DOWN_WINDOW_SECONDS = 15
+# The pod's process-ratio is a windowed rate (two samples of 30 s): read after this long
+# at the base rate, it says what the base rate costs.
+WARM_SECONDS = 45
+# Bounds for a broken run on a loaded 2-core machine, not expectations.
+READY_TIMEOUT = 300
+SCALE_TIMEOUT = 420
+COUNT_TIMEOUT = 180
+
+
+@pytest.fixture(scope="module")
+def operator(
+    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    running = Operator(control_plane, tmp_path_factory.mktemp("operator-autoscale"), NAMESPACE)
+    running.install()  # the release is named after the namespace: no collision
+    running.start()
+    yield running
+    running.stop()
+
+
+class Load(threading.Thread):
+    """Lines at ``rate`` per second, in batches every 0.2 s; counts what it produced."""
+
+    def __init__(self, log_url: str) -> None:
+        super().__init__(daemon=True)
+        self.log_url = log_url
+        self.rate = BASE_RATE
+        self.expected: collections.Counter[str] = collections.Counter()
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        rng = random.Random(25)
+        log = open_log(self.log_url)
+        try:
+            turn = 0
+            while not self.stopped.wait(0.2):
+                lines = []
+                for _ in range(max(1, self.rate // 5)):
+                    words = rng.choices(WORDS, k=rng.randint(1, 5))
+                    self.expected.update(words)
+                    lines.append(" ".join(words))
+                now = int(time.time() * 1000)
+                partition = turn % PARTITIONS
+                turn += 1
+                for offset in range(PARTITIONS):
+                    batch = lines[offset::PARTITIONS]
+                    if batch:
+                        tp = TopicPartition(TOPIC, (partition + offset) % PARTITIONS)
+                        log.produce(tp, [Record(None, line.encode(), now) for line in batch])
+        except BaseException as error:  # the test reports it
+            self.error = error
+        finally:
+            log.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(30)
+        if self.error is not None:
+            raise AssertionError(f"the producer failed: {self.error!r}")
+
+
+def busy_share(operator: Operator) -> float:
+    """The app's pods' mean process-ratio, read from their /metrics."""
+    ratios = []
+    for pod in operator.pods(APP).values():
+        ip = pod["status"]["podIP"]
+        with urllib.request.urlopen(f"http://{ip}:7070/metrics", timeout=5) as response:
+            ratios.append(parse_metrics(response.read().decode(), 0.0).process_ratio)
+    return sum(ratios) / len(ratios)
+
+
+def autoscaling(operator: Operator) -> dict[str, Any]:
+    found: dict[str, Any] = operator.app(APP).get("status", {}).get("autoscaling") or {}
+    return found
+
+
+def scaling_events(operator: Operator) -> list[tuple[str, str]]:
+    return [
+        (e["reason"], e.get("message", ""))
+        for e in sorted(
+            operator.objects("", "events"),
+            key=lambda e: e.get("firstTimestamp") or e.get("eventTime") or "",
+        )
+        if e["involvedObject"].get("name") == APP and e["reason"] in ("ScaledOut", "ScaledIn")
+    ]
+
+
+def stateful_set_replicas(operator: Operator) -> int:
+    found = operator.get("apps", "statefulsets", APP)
+    assert found is not None
+    return int(found["spec"]["replicas"])
+
+
+def wait_exact(operator: Operator, expected: collections.Counter[str]) -> None:
+    """Until the query Service answers every word's count exactly."""
+    service = operator.get("", "services", f"{APP}-query")
+    assert service is not None
+    address = f"{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
+    last: list[str] = [""]
+
+    def exact() -> bool:
+        router = QueryRouter([address], timeout=2)
+        for word, count in expected.items():
+            try:
+                result = router.get(STORE, word)
+            except QueryFailedError as error:
+                last[0] = f"{word}: {error}"
+                return False
+            if not result.found or int(result.value) != count:
+                last[0] = f"{word}: {result} (expected {count})"
+                return False
+        return True
+
+    try:
+        wait_until(exact, "exact counts after scaling out and in", COUNT_TIMEOUT)
+    except TimeoutError as error:
+        print(operator.describe_failure(APP))
+        raise AssertionError(f"{error}; last answer {last[0]}") from None
+
+
+def deploy(operator: Operator, log_url: str) -> None:
+    """The word count on Kafka with one pod and no autoscaling yet."""
+    log = open_log(log_url)
+    try:
+        log.create_topic(TOPIC, PARTITIONS)
+    finally:
+        log.close()
+    document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    document["metadata"]["name"] = APP
+    document["spec"]["log"] = {"url": log_url}
+    document["spec"]["replicas"] = 1
+    operator.wait_watching()
+    operator.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
+
+
+def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
+    operator: Operator,
+    control_plane: Cluster,
+    request: pytest.FixtureRequest,
+    kafka_broker: KafkaCluster,
+) -> None:
+    use_cluster(request, kafka_broker)
+    log_url = f"kafka://{kafka_broker.bootstrap}"
+    deploy(operator, log_url)
+    load = Load(log_url)
+    try:
+        wait_until(lambda: ready(operator, APP, 1), "1 ready pod and Ready=True", READY_TIMEOUT)
+        load.start()
+        time.sleep(WARM_SECONDS)  # the pod's metric window fills at the base rate
+        base = busy_share(operator)
+        target = round(min(0.9, max(2 * base, 0.0001)), 4)
+        print(f"base rate {BASE_RATE} lines/s: process-ratio {base:.4f}; target {target}")
+        policy = {
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "targetProcessRatio": target,
+            "scaleUpStabilizationSeconds": 0,
+            "scaleDownStabilizationSeconds": DOWN_WINDOW_SECONDS,
+        }
+        patch = json.dumps({"spec": {"autoscaling": policy}})
+        operator.kubectl("patch", "sapp", APP, "--type", "merge", "-p", patch)
+        stepped_at = time.monotonic()
+        load.rate = 3 * BASE_RATE
+
+        def scaled_to(replicas: int) -> bool:
+            decision = autoscaling(operator).get("lastDecision") or {}
+            return decision.get("toReplicas") == replicas
+
+        wait_until(lambda: scaled_to(2), "a scale out to 2 pods", SCALE_TIMEOUT)
+        out_s = time.monotonic() - stepped_at
+        decision = autoscaling(operator)["lastDecision"]
+        assert decision["fromReplicas"] == 1 and "process-ratio" in decision["reason"], decision
+        assert operator.app(APP)["spec"]["replicas"] == 2  # through the scale subresource
+        wait_until(lambda: stateful_set_replicas(operator) == 2, "2 StatefulSet replicas", 60)
+        load.rate = BASE_RATE
+        back_at = time.monotonic()
+        wait_until(lambda: scaled_to(1), "a scale in to 1 pod", SCALE_TIMEOUT)
+        in_s = time.monotonic() - back_at
+        print(f"autoscale_out_s={out_s:.1f} autoscale_in_s={in_s:.1f}")
+        wait_until(lambda: stateful_set_replicas(operator) == 1, "1 StatefulSet replica", 60)
+        status = autoscaling(operator)
+        assert status["currentReplicas"] in (1, 2) and status["desiredReplicas"] in (1, 2)
+        events = scaling_events(operator)
+        # One decision each way: the windows held every other recommendation.
+        assert [reason for reason, _ in events] == ["ScaledOut", "ScaledIn"], events
+        assert "1 -> 2 replicas: process-ratio" in events[0][1], events
+        assert "2 -> 1 replicas: process-ratio" in events[1][1], events
+    except (AssertionError, TimeoutError):
+        print(operator.describe_failure(APP))
+        raise
+    finally:
+        load.stop()
+    try:
+        wait_exact(operator, load.expected)
+    finally:
+        operator.kubectl("delete", "sapp", APP, "--wait=false")
