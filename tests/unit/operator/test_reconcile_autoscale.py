@@ -63,7 +63,7 @@ def test_the_busy_share_scales_as_hpa_computes_it() -> None:
     autoscaling = spec(targetProcessRatio=0.5)
     outcome = decide(given_input(autoscaling, 2, samples(2, ratio=0.9)))
     assert outcome.desired == math.ceil(2 * 0.9 / 0.5) == 4
-    assert "process-ratio 0.90 over 2 pods (target 0.50) asks for 4" in outcome.reason
+    assert "process-ratio 0.9 over 2 pods (target 0.5) asks for 4" in outcome.reason
     assert outcome.recommendation == Recommendation(NOW, 4)
 
 

@@ -206,8 +206,8 @@ def _recommendations(
             wanted = _proportional(current, ratio, spec.target_process_ratio)
             found.append(wanted)
             figures.append(
-                f"process-ratio {ratio:.2f} over {len(known)} pods "
-                f"(target {spec.target_process_ratio:.2f}) asks for {wanted}"
+                f"process-ratio {ratio:.3g} over {len(known)} pods "
+                f"(target {spec.target_process_ratio:.3g}) asks for {wanted}"
             )
     lag = _total_lag(recent)
     if spec.max_lag_records is not None:
