@@ -2,14 +2,14 @@
 and back in when the load returns, through the scale subresource, with exact counts.
 
 On the real control plane (kube-apiserver, controllers, scheduler) with the kubelet stand-in,
-the word count runs on Kafka with one pod. The test first measures what one pod drains (a
-burst of lines, timed to exact counts), so that the figures hold on a loaded machine
-whatever its speed: the base rate is half of it, three times the base rate is more than one
-pod processes. The policy is a lag bound (``maxLagRecords``): a pod that keeps up reports
-next to no lag (records-lag is the fetched end offset minus the position), one that falls
-behind reports a growing lag. The rate triples: the operator scales out (status.autoscaling,
-a ScaledOut event, the StatefulSet's replicas); the rate goes back: it scales in after the
-down window. Exactly two decisions, and the counts are exact.
+the word count runs on Kafka with one pod. The test first finds what one pod keeps up with
+(the rate raised by half every few seconds until its lag grows), so that the figures hold
+on a loaded machine whatever its speed: the base rate is half of it, three times the base
+rate the rate it fell behind at. The policy is a lag bound (``maxLagRecords``): a pod that
+keeps up reports next to no lag (records-lag is the fetched end offset minus the
+position), one that falls behind a growing lag. The rate triples: the operator scales out
+(status.autoscaling, a ScaledOut event, the StatefulSet's replicas); the rate goes back: it
+scales in after the down window. Exactly two decisions, and the counts are exact.
 
 (``targetProcessRatio`` is not the driver here: at the rates a shared 2-core machine
 sustains, the pods' busy share is a fraction of a percent, dominated by each loop's fixed
@@ -23,6 +23,7 @@ import json
 import random
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
+from eddyline_operator.reconcile.autoscale import parse_metrics
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
@@ -50,8 +52,11 @@ STORE = "word-counts"
 TOPIC = "text-lines"
 PARTITIONS = 4
 WORDS = [f"a{index:02d}" for index in range(40)]
-# Lines in the burst that measures one pod's capacity.
-BURST_LINES = 20_000
+# The ramp that finds what one pod keeps up with: lines/s at the start, seconds per step
+# (x1.5 each), and the rate beyond which the test's own producer is the limit.
+RAMP_START = 200
+RAMP_SECONDS = 6
+RAMP_MOST = 20_000
 DOWN_WINDOW_SECONDS = 15
 # Bounds for a broken run on a loaded 2-core machine, not expectations.
 READY_TIMEOUT = 300
@@ -102,25 +107,6 @@ class Load(threading.Thread):
                         log.produce(tp, [Record(None, line.encode(), now) for line in batch])
         except BaseException as error:  # the test reports it
             self.error = error
-        finally:
-            log.close()
-
-    def burst(self, count: int) -> None:
-        """``count`` lines at once (before the thread starts)."""
-        rng = random.Random(26)
-        log = open_log(self.log_url)
-        try:
-            now = int(time.time() * 1000)
-            lines = []
-            for _ in range(count):
-                words = rng.choices(WORDS, k=rng.randint(1, 5))
-                self.expected.update(words)
-                lines.append(" ".join(words))
-            for partition in range(PARTITIONS):
-                records = [
-                    Record(None, line.encode(), now) for line in lines[partition::PARTITIONS]
-                ]
-                log.produce(TopicPartition(TOPIC, partition), records)
         finally:
             log.close()
 
@@ -198,28 +184,62 @@ def deploy(operator: Operator, log_url: str) -> None:
     operator.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
 
 
-def enable_autoscaling(operator: Operator, load: Load) -> int:
-    """Measure what one pod drains, set spec.autoscaling from it; returns the base rate."""
-    burst_at = time.monotonic()
-    load.burst(BURST_LINES)
-    wait_exact(operator, load.expected, "the burst counted")
-    capacity = BURST_LINES / (time.monotonic() - burst_at)  # lines/s, a lower bound
-    base = max(10, int(capacity / 2))
-    print(f"one pod drained {capacity:.0f} lines/s: base rate {base}, step {3 * base}")
+def total_lag(operator: Operator) -> float:
+    """The app's input lag in records: records-lag summed over its pods' partitions."""
+    lag = 0.0
+    for pod in operator.pods(APP).values():
+        ip = pod["status"].get("podIP")
+        if not ip:
+            continue
+        with urllib.request.urlopen(f"http://{ip}:7070/metrics", timeout=5) as response:
+            lag += sum(parse_metrics(response.read().decode(), 0.0).records_lag.values())
+    return lag
+
+
+def falling_behind(operator: Operator, rate: int) -> bool:
+    """The lag holds more than two seconds of input at ``rate`` over three readings."""
+    readings = []
+    for _ in range(3):
+        readings.append(total_lag(operator))
+        time.sleep(1)
+    return min(readings) > 2 * rate
+
+
+def find_capacity(operator: Operator, load: Load) -> int:
+    """Raise the rate by half every few seconds until the one pod falls behind: the last
+    rate it kept up with (lines/s), whatever the machine's speed and load."""
+    rate = RAMP_START
+    load.rate = rate
+    load.start()
+    while True:
+        time.sleep(RAMP_SECONDS)
+        if falling_behind(operator, rate):
+            kept_up = int(rate / 1.5)
+            break
+        if rate > RAMP_MOST:
+            raise AssertionError(f"one pod kept up with {rate} lines/s: the producer is the limit")
+        rate = int(rate * 1.5)
+        load.rate = rate
+    load.rate = kept_up // 2
+    wait_until(lambda: not falling_behind(operator, kept_up // 2), "the backlog drained", 120)
+    return kept_up
+
+
+def enable_autoscaling(operator: Operator, kept_up: int) -> None:
     policy = {
         "minReplicas": 1,
         "maxReplicas": 2,
-        # Two seconds of what one pod processes: never reached while it keeps up.
-        "maxLagRecords": max(1000, int(2 * capacity)),
+        # A second of input at the rate the pod kept up with: never reached while it keeps
+        # up (its lag is then a few records), soon once it falls behind.
+        "maxLagRecords": max(500, kept_up),
         "scaleUpStabilizationSeconds": 0,
         "scaleDownStabilizationSeconds": DOWN_WINDOW_SECONDS,
     }
     patch = json.dumps({"spec": {"autoscaling": policy}})
     operator.kubectl("patch", "sapp", APP, "--type", "merge", "-p", patch)
-    return base
 
 
-# A burst, a scale out, a settle and the down window, each step on a loaded machine:
+# A ramp, a scale out, a settle and the down window, each step on a loaded machine:
 # minutes, not the default 300 s.
 @pytest.mark.timeout(900)
 def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
@@ -234,9 +254,10 @@ def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
     load = Load(log_url)
     try:
         wait_until(lambda: ready(operator, APP, 1), "1 ready pod and Ready=True", READY_TIMEOUT)
-        base = enable_autoscaling(operator, load)
-        load.rate = base
-        load.start()
+        kept_up = find_capacity(operator, load)
+        base = kept_up // 2
+        print(f"one pod kept up with {kept_up} lines/s: base rate {base}, step {3 * base}")
+        enable_autoscaling(operator, kept_up)
         time.sleep(DOWN_WINDOW_SECONDS)  # the base rate alone: no decision
         assert not scaling_events(operator), scaling_events(operator)
         stepped_at = time.monotonic()
