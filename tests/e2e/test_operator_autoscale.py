@@ -58,6 +58,8 @@ RAMP_START = 200
 RAMP_SECONDS = 6
 RAMP_MOST = 20_000
 DOWN_WINDOW_SECONDS = 15
+# How long the test watches for a further decision after the scale in.
+QUIET_SECONDS = 30
 # Bounds for a broken run on a loaded 2-core machine, not expectations.
 READY_TIMEOUT = 300
 SCALE_TIMEOUT = 420
@@ -281,6 +283,9 @@ def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
         wait_until(lambda: stateful_set_replicas(operator) == 1, "1 StatefulSet replica", 60)
         status = autoscaling(operator)
         assert status["currentReplicas"] in (1, 2) and status["desiredReplicas"] in (1, 2)
+        # At the base rate one pod keeps up: nothing more is decided (the lag the moved tasks
+        # gathered while moving is not read as load).
+        time.sleep(QUIET_SECONDS)
         events = scaling_events(operator)
         # One decision each way: the windows held every other recommendation.
         assert [reason for reason, _ in events] == ["ScaledOut", "ScaledIn"], events

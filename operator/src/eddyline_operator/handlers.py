@@ -414,6 +414,8 @@ def run_cycle(
 SCRAPE_SECONDS = 2.0
 # Samples kept per pod (the decision reads METRIC_WINDOW_SECONDS of them).
 MAX_SAMPLES = 32
+# The autoscaler's clock (a test moves it on).
+_clock = time.monotonic
 
 
 def _autoscale(
@@ -449,7 +451,7 @@ def _autoscale(
             update={"autoscaling": kept.model_copy(update={"current_replicas": current})}
         )
         return
-    clock = time.monotonic()
+    clock = _clock()
     why = (
         "the membership is changing"
         if result.membership is not None

@@ -13,7 +13,7 @@ import pytest
 
 from eddyline_operator import handlers
 from eddyline_operator.client import ApiError
-from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile import autoscale, names
 from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
 from tests.support.k8s_objects import body, node, pod, three_zones
@@ -365,6 +365,8 @@ def test_the_autoscaler_scales_out_through_the_scale_subresource_once_settled(
     monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
     monkeypatch.setattr(handlers, "fetch_metrics", lagging_metrics)
     monkeypatch.setattr(handlers, "SCRAPE_SECONDS", 0.0)
+    clock = [1000.0]
+    monkeypatch.setattr(handlers, "_clock", lambda: clock[0])
     policy = {"minReplicas": 1, "maxReplicas": 6, "maxLagRecords": 10_000}
     kube.put(body(autoscaling=policy))
     for each in three_zones():
@@ -379,8 +381,11 @@ def test_the_autoscaler_scales_out_through_the_scale_subresource_once_settled(
     assert not getattr(kube, "scaled", [])
     status = kube.objects["StreamApp", "apps", "wc"]["status"]["autoscaling"]
     assert status["currentReplicas"] == 3 and status["desiredReplicas"] == 3
-    # Settled: 15,000 records of lag against 10,000 ask for ceil(3 * 1.5) = 5; the app has
-    # 4 tasks (layout_reports), so 4.
+    # Settled, and a whole metric window later: 15,000 records of lag against 10,000 ask for
+    # ceil(3 * 1.5) = 5; the app has 4 tasks (layout_reports), so 4.
+    handlers.refresh_app(operator(memo), "apps", "wc")  # settles
+    assert not getattr(kube, "scaled", [])
+    clock[0] += autoscale.METRIC_WINDOW_SECONDS
     handlers.refresh_app(operator(memo), "apps", "wc")
     assert kube.scaled == [4]  # type: ignore[attr-defined]
     app = kube.objects["StreamApp", "apps", "wc"]
@@ -392,6 +397,7 @@ def test_the_autoscaler_scales_out_through_the_scale_subresource_once_settled(
     scaled = [(t, m) for t, r, m in kube.events if r == "ScaledOut"]  # type: ignore[attr-defined]
     assert scaled == [("Normal", f"3 -> 4 replicas: {decision['reason']}")]
     # The step has not settled (3 pods of 4): no further decision, the record stays.
+    clock[0] += autoscale.METRIC_WINDOW_SECONDS
     handlers.refresh_app(operator(memo), "apps", "wc")
     assert kube.scaled == [4]  # type: ignore[attr-defined]
     assert kube.objects["StreamApp", "apps", "wc"]["status"]["autoscaling"]["lastDecision"] == (
@@ -411,12 +417,16 @@ def test_a_suspended_or_paused_app_is_not_autoscaled(
         kube.put({"kind": "Node", **each})
     for i in range(3):
         kube.put({"kind": "Pod", **pod(i)})
+    clock = [1000.0]
+    monkeypatch.setattr(handlers, "_clock", lambda: clock[0])
     for _ in range(3):
         handlers.refresh_app(operator(memo), "apps", "wc")
+        clock[0] += autoscale.METRIC_WINDOW_SECONDS
     assert not getattr(kube, "scaled", [])
     app = body(autoscaling=policy)
     app["metadata"]["annotations"] = {names.ANNOTATION_PAUSE: "true"}
     kube.put(app)
     for _ in range(3):
         handlers.refresh_app(operator(memo), "apps", "wc")
+        clock[0] += autoscale.METRIC_WINDOW_SECONDS
     assert not getattr(kube, "scaled", [])

@@ -122,8 +122,13 @@ def test_no_decision_until_settled_and_every_pod_reports() -> None:
     two_of_three = samples(2, ratio=1.0)
     outcome = decide(given_input(hot, 3, two_of_three))
     assert outcome.desired == 3 and "2 of 3 pods reported" in outcome.reason
-    # Samples from before the app settled do not count.
-    stale = decide(given_input(hot, 3, samples(3, ratio=1.0, time=9.0), now=12.0, settled_since=10))
+    # Not within a metric window of settling (the moved tasks' lag drains then) ...
+    early = decide(given_input(hot, 3, samples(3, ratio=1.0, time=12.0), now=12.0, settled_since=0))
+    assert early.recommendation is None and "settled 12 s ago" in early.reason
+    # ... and samples from before the app settled do not count.
+    stale = decide(
+        given_input(hot, 3, samples(3, ratio=1.0, time=19.0), now=30.0, settled_since=20)
+    )
     assert stale.desired == 3 and stale.recommendation is None
 
 

@@ -18,8 +18,9 @@ As the HorizontalPodAutoscaler computes it:
   ``scaleDownStabilizationSeconds``, so a load that comes and goes within the windows
   moves nothing (no flapping);
 * no decision while the pods are not all reporting, or while the previous step has not
-  settled (every pod ready, a member, no warm-up pending): metrics from a moving app say
-  little about the next size.
+  settled (every pod ready, a member, no warm-up pending) for a whole metric window
+  (``METRIC_WINDOW_SECONDS``): metrics from a moving app, and the lag its moved tasks
+  gathered while moving, say little about the next size.
 
 ``process-ratio`` is a windowed rate in the pods (Kafka's two samples of 30 s), so after a
 step it still counts busy time from before it: the busy share is read only from samples
@@ -115,6 +116,16 @@ def decide(given: AutoscaleInput) -> Outcome:
         return Outcome(desired, f"{current} replicas is outside {bounds}: set to {desired}")
     if given.settled_since is None:
         return Outcome(current, f"waiting: {given.unsettled_reason or 'not settled'}")
+    settled_for = given.now - given.settled_since
+    if settled_for < METRIC_WINDOW_SECONDS:
+        # A step moves tasks: the lag they gathered while moving drains in the first moments
+        # after it settles, and must not read as load (it scaled out again right after a
+        # scale in on the real control plane). Decide on a whole window after the step.
+        return Outcome(
+            current,
+            f"waiting: settled {settled_for:.0f} s ago; deciding on a whole "
+            f"{METRIC_WINDOW_SECONDS:.0f} s metric window after the step",
+        )
     since = max(given.now - METRIC_WINDOW_SECONDS, given.settled_since)
     recent = {
         pod: [s for s in samples if since <= s.time <= given.now]
