@@ -52,10 +52,12 @@ STORE = "word-counts"
 TOPIC = "text-lines"
 PARTITIONS = 4
 WORDS = [f"a{index:02d}" for index in range(40)]
-# The ramp that finds what one pod keeps up with: lines/s at the start, seconds per step
-# (x1.5 each).
-RAMP_START = 200
+# The ramp that finds what one pod keeps up with: lines/s at the start, seconds per step.
+RAMP_START = 500
 RAMP_SECONDS = 6
+# Each step's rise: the pod keeps up at the last step and falls behind 1.25 times above it,
+# so three times half of it (the load step) is 1.2 times the rate it fell behind at.
+RAMP_FACTOR = 1.25
 # The producer's prepared lines, and its schedule's tick.
 POOL = 1000
 TICK_SECONDS = 0.1
@@ -228,7 +230,7 @@ def falling_behind(operator: Operator, rate: int) -> bool:
 
 
 def find_capacity(operator: Operator, load: Load) -> int:
-    """Raise the rate by half every few seconds while the one pod clearly keeps up (its lag
+    """Raise the rate by a quarter every few seconds while the one pod clearly keeps up (its lag
     under half a second of input at every reading): the rate actually produced at the last
     such step (lines/s), whatever the machine's speed and load."""
     rate = RAMP_START
@@ -249,7 +251,7 @@ def find_capacity(operator: Operator, load: Load) -> int:
                 "the producer is the limit on this machine"
             )
         kept_up = int(actual)
-        rate = int(rate * 1.5)
+        rate = int(rate * RAMP_FACTOR)
         load.rate = rate
     assert kept_up, f"the pod fell behind at the first rate, {RAMP_START} lines/s"
     load.rate = kept_up // 2
