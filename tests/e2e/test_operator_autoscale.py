@@ -1,15 +1,16 @@
-"""Issue 25, lag-driven autoscaling: the operator scales a word count out under a load step
-and back in when the load returns, through the scale subresource, with exact counts.
+"""Issue 25, lag-driven autoscaling: the operator scales a word count out under a load step and
+back in when the load returns, through the scale subresource, with exact counts.
 
-On the real control plane (kube-apiserver, controllers, scheduler) with the kubelet stand-in,
-the word count runs on Kafka with one pod. The test first finds what one pod keeps up with
-(the rate raised by half every few seconds until its lag grows), so that the figures hold
-on a loaded machine whatever its speed: the base rate is half of it, three times the base
-rate the rate it fell behind at. The policy is a lag bound (``maxLagRecords``): a pod that
-keeps up reports next to no lag (records-lag is the fetched end offset minus the
-position), one that falls behind a growing lag. The rate triples: the operator scales out
-(status.autoscaling, a ScaledOut event, the StatefulSet's replicas); the rate goes back: it
-scales in after the down window. Exactly two decisions, and the counts are exact.
+On the real control plane (kube-apiserver, controllers, scheduler) with the kubelet stand-
+in, the word count runs on Kafka with one pod. The test first finds what one pod keeps up
+with (the rate raised by a quarter every few seconds until its lag grows), so that the
+figures hold on a loaded machine whatever its speed: the base rate is half of it, three
+times the base rate 1.2 times the rate it fell behind at. The policy is a lag bound
+(``maxLagRecords``): a pod that keeps up reports next to no lag (records-lag is the fetched
+end offset minus the position), one that falls behind a growing lag. The rate triples: the
+operator scales out (status.autoscaling, a ScaledOut event, the StatefulSet's replicas); the
+rate goes back: it scales in after the down window. Exactly two decisions, and the counts
+are exact.
 
 (``targetProcessRatio`` is not the driver here: at the rates a shared 2-core machine
 sustains, the pods' busy share is a fraction of a percent, dominated by each loop's fixed
