@@ -1,8 +1,8 @@
 """Issue 25, lag-driven autoscaling: the operator scales a word count out under a load step and
 back in when the load returns, through the scale subresource, with exact counts.
 
-On the real control plane (kube-apiserver, controllers, scheduler) with the kubelet stand-
-in, the word count runs on Kafka with one pod. The test first finds what one pod keeps up
+On the real control plane (kube-apiserver, controllers, scheduler) with the kubelet
+stand-in, the word count runs on Kafka with one pod. The test first finds what one pod keeps up
 with (the rate raised by a quarter every few seconds until its lag grows), so that the
 figures hold on a loaded machine whatever its speed: the base rate is half of it, three
 times the base rate 1.2 times the rate it fell behind at. The policy is a lag bound
