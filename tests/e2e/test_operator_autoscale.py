@@ -1,16 +1,15 @@
-"""Issue 25, lag-driven autoscaling: the operator scales a word count out under a load step and
-back in when the load returns, through the scale subresource, with exact counts.
+"""Issue 25, lag-driven autoscaling: the operator scales a word count out under a load step
+and back in when the load returns, through the scale subresource, with exact counts.
 
-On the real control plane (kube-apiserver, controllers, scheduler) with the kubelet
-stand-in, the word count runs on Kafka with one pod. The test first finds what one pod keeps up
-with (the rate raised by a quarter every few seconds until its lag grows), so that the
-figures hold on a loaded machine whatever its speed: the base rate is half of it, three
-times the base rate 1.2 times the rate it fell behind at. The policy is a lag bound
-(``maxLagRecords``): a pod that keeps up reports next to no lag (records-lag is the fetched
-end offset minus the position), one that falls behind a growing lag. The rate triples: the
-operator scales out (status.autoscaling, a ScaledOut event, the StatefulSet's replicas); the
-rate goes back: it scales in after the down window. Exactly two decisions, and the counts
-are exact.
+On the real control plane (kube-apiserver, controllers, scheduler) with the kubelet stand-in,
+the word count runs on Kafka with one pod. The test first finds what one pod keeps up with
+(the rate raised by half every few seconds until its lag grows), so that the figures hold
+on a loaded machine whatever its speed: the base rate is half of it, three times the base
+rate the rate it first fell behind at. The policy is a lag bound (``maxLagRecords``): a pod that
+keeps up reports next to no lag (records-lag is the fetched end offset minus the
+position), one that falls behind a growing lag. The rate triples: the operator scales out
+(status.autoscaling, a ScaledOut event, the StatefulSet's replicas); the rate goes back: it
+scales in after the down window. Exactly two decisions, and the counts are exact.
 
 (``targetProcessRatio`` is not the driver here: at the rates a shared 2-core machine
 sustains, the pods' busy share is a fraction of a percent, dominated by each loop's fixed
@@ -53,12 +52,10 @@ STORE = "word-counts"
 TOPIC = "text-lines"
 PARTITIONS = 4
 WORDS = [f"a{index:02d}" for index in range(40)]
-# The ramp that finds what one pod keeps up with: lines/s at the start, seconds per step.
-RAMP_START = 500
+# The ramp that finds what one pod keeps up with: lines/s at the start, seconds per step
+# (x1.5 each).
+RAMP_START = 200
 RAMP_SECONDS = 6
-# Each step's rise: the pod keeps up at the last step and falls behind 1.25 times above it,
-# so three times half of it (the load step) is 1.2 times the rate it fell behind at.
-RAMP_FACTOR = 1.25
 # The producer's prepared lines, and its schedule's tick.
 POOL = 1000
 TICK_SECONDS = 0.1
@@ -231,7 +228,7 @@ def falling_behind(operator: Operator, rate: int) -> bool:
 
 
 def find_capacity(operator: Operator, load: Load) -> int:
-    """Raise the rate by a quarter every few seconds while the one pod clearly keeps up (its lag
+    """Raise the rate by half every few seconds while the one pod clearly keeps up (its lag
     under half a second of input at every reading): the rate actually produced at the last
     such step (lines/s), whatever the machine's speed and load."""
     rate = RAMP_START
@@ -252,7 +249,7 @@ def find_capacity(operator: Operator, load: Load) -> int:
                 "the producer is the limit on this machine"
             )
         kept_up = int(actual)
-        rate = int(rate * RAMP_FACTOR)
+        rate = int(rate * 1.5)
         load.rate = rate
     assert kept_up, f"the pod fell behind at the first rate, {RAMP_START} lines/s"
     load.rate = kept_up // 2
