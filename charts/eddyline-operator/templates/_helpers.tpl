@@ -45,6 +45,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["eddyline.dev"]
   resources: ["streamapps/status"]
   verbs: ["get", "patch", "update"]
+# spec.autoscaling: the autoscaler sets replicas through the scale subresource.
+- apiGroups: ["eddyline.dev"]
+  resources: ["streamapps/scale"]
+  verbs: ["get", "patch", "update"]
 - apiGroups: [""]
   resources: ["configmaps", "services", "serviceaccounts", "persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete", "deletecollection"]

@@ -259,6 +259,24 @@ def fetch_reports(pods: Sequence[Obj], port: int) -> dict[str, MemberReport]:
     return reports
 
 
+def fetch_metrics(pods: Sequence[Obj], port: int) -> dict[str, str]:
+    """Each pod's ``/metrics`` (Prometheus text), by pod name, over the same path as
+    :func:`fetch_reports`; silent or starting pods are left out."""
+    texts = {}
+    for pod in pods:
+        ip = pod.get("status", {}).get("podIP")
+        if not ip:
+            continue
+        host = f"[{ip}]" if ":" in ip else ip
+        url = f"http://{host}:{port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=_POD_TIMEOUT_SECONDS) as response:
+                texts[pod["metadata"]["name"]] = response.read().decode("utf-8", errors="replace")
+        except (OSError, ValueError) as error:
+            logger.debug("no metrics from %s: %s", url, error)
+    return texts
+
+
 def _status_message(method: str, path: str, status: int, body: Any) -> str:
     """The API server's own message (a Status object's ``message``), which names the field
     and the problem; the raw body when it sent none."""
@@ -314,4 +332,4 @@ def _contains(existing: Any, wanted: Any) -> bool:
     return bool(existing == wanted)
 
 
-__all__ = ["ApiError", "Kube", "fetch_reports"]
+__all__ = ["ApiError", "Kube", "fetch_metrics", "fetch_reports"]

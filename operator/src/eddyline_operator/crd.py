@@ -77,6 +77,12 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
         node.pop("default")
     if "const" in node:
         node["enum"] = [node.pop("const")]
+    # JSON Schema's numeric exclusive bounds (pydantic's gt/lt) are OpenAPI v3's boolean
+    # flags beside minimum/maximum.
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = node.get(exclusive)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            node[bound], node[exclusive] = value, True
     if node.get("additionalProperties") is False:
         node.pop("additionalProperties")
     elif isinstance(node.get("additionalProperties"), dict):

@@ -46,14 +46,22 @@ from typing import Any
 import kopf
 
 from eddyline_operator import metrics
-from eddyline_operator.client import ApiError, Kube, fetch_reports
-from eddyline_operator.reconcile import names, objects, ownership, restore_job
+from eddyline_operator.client import ApiError, Kube, fetch_metrics, fetch_reports
+from eddyline_operator.reconcile import autoscale, names, objects, ownership, restore_job
 from eddyline_operator.reconcile.conditions import with_refusals
 from eddyline_operator.reconcile.membership import NODE_GRACE_SECONDS, is_member, lost_nodes
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
-from eddyline_runtime.membership import MemberReport
-from eddyline_runtime.spec import GROUP, PLURAL, VERSION, Phase, StreamAppStatus
+from eddyline_runtime.membership import MemberReport, Membership
+from eddyline_runtime.spec import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    AutoscalingStatus,
+    Phase,
+    ScalingDecision,
+    StreamAppStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +103,18 @@ MEMO_KEY = "eddyline"
 
 
 @dataclass
+class AutoscaleState:
+    """The autoscaler's memory of one app (spec.autoscaling): the pods' metric samples, the
+    recommendations the stabilization windows read, and since when the app is settled.
+    In memory only: a restarted operator waits one settle and one metric window again."""
+
+    samples: dict[str, list[autoscale.PodSample]] = field(default_factory=dict)
+    history: list[autoscale.Recommendation] = field(default_factory=list)
+    settled_since: float | None = None
+    scraped_at: float = float("-inf")
+
+
+@dataclass
 class AppState:
     """What the operator remembers about one StreamApp between cycles (in memory only:
     after a restart everything is observed again)."""
@@ -103,6 +123,7 @@ class AppState:
     applied_hash: str | None = None
     applied_at: float = 0.0
     reports: dict[str, MemberReport] = field(default_factory=dict)
+    autoscale: AutoscaleState = field(default_factory=AutoscaleState)
 
 
 class Operator:
@@ -390,8 +411,132 @@ def run_cycle(
             node_grace_seconds=grace,
         )
         result = plan(observed)
+        if not result.paused:
+            _autoscale(
+                kube, state, body, result,
+                pods=pods, members=members, membership=observed.membership, fetch=fetch,
+            )  # fmt: skip
         _carry_out(kube, state, body, result, force_apply=force_apply)
         return result
+
+
+# The pods' /metrics are read at most this often (on the daemon's cycles, which ask for
+# reports anyway).
+SCRAPE_SECONDS = 2.0
+# Samples kept per pod (the decision reads METRIC_WINDOW_SECONDS of them).
+MAX_SAMPLES = 32
+# The autoscaler's clock (a test moves it on).
+_clock = time.monotonic
+
+
+def _autoscale(
+    kube: Kube,
+    state: AppState,
+    body: Any,
+    result: Plan,
+    *,
+    pods: list[Any],
+    members: list[Any],
+    membership: Membership | None,
+    fetch: bool,
+) -> None:
+    """spec.autoscaling: scrape the member pods, decide (reconcile/autoscale.py), and carry
+    a decision out through the scale subresource; status.autoscaling in the plan's status.
+    Not while paused (the caller), suspended, mid-upgrade, or with an invalid spec."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    memory = state.autoscale
+    app = result.app
+    spec = None if app is None else app.spec.autoscaling
+    if app is None or spec is None:
+        if app is not None:  # autoscaling removed: forget it
+            state.autoscale = AutoscaleState()
+            result.status = result.status.model_copy(update={"autoscaling": None})
+        return
+    previous, _ = read_status(body.get("status"))
+    kept = previous.autoscaling or AutoscalingStatus()
+    current = app.spec.replicas
+    if app.spec.suspended or result.status.upgrade is not None:
+        memory.settled_since = None
+        result.status = result.status.model_copy(
+            update={"autoscaling": kept.model_copy(update={"current_replicas": current})}
+        )
+        return
+    clock = _clock()
+    why = (
+        "the membership is changing"
+        if result.membership is not None
+        else autoscale.settled(current, pods, membership)
+    )
+    if why is not None:
+        memory.settled_since = None
+    elif memory.settled_since is None:
+        memory.settled_since = clock
+    if fetch and clock - memory.scraped_at >= SCRAPE_SECONDS:
+        memory.scraped_at = clock
+        texts = fetch_metrics(members, names.QUERY_PORT)
+        for pod, text in texts.items():
+            try:
+                sample = autoscale.parse_metrics(text, clock)
+            except ValueError as error:
+                logger.debug("StreamApp %s/%s: %s: %s", namespace, name, pod, error)
+                continue
+            memory.samples[pod] = [*memory.samples.get(pod, []), sample][-MAX_SAMPLES:]
+        alive = {p["metadata"]["name"] for p in members}
+        memory.samples = {pod: s for pod, s in memory.samples.items() if pod in alive}
+    outcome = autoscale.decide(
+        autoscale.AutoscaleInput(
+            spec=spec,
+            current=current,
+            tasks=autoscale.tasks_of(state.reports),
+            samples=memory.samples,
+            history=memory.history,
+            now=clock,
+            settled_since=memory.settled_since,
+            unsettled_reason=why or "",
+        )
+    )
+    if outcome.recommendation is not None:
+        memory.history = autoscale.prune(spec, [*memory.history, outcome.recommendation], clock)
+    status = kept.model_copy(
+        update={"current_replicas": current, "desired_replicas": outcome.desired}
+    )
+    if outcome.scales(current):
+        decision = ScalingDecision(
+            time=_now(), fromReplicas=current, toReplicas=outcome.desired, reason=outcome.reason
+        )
+        if _scale(kube, body, decision):
+            memory.settled_since = None  # the step starts: nothing more until it settles
+            status = status.model_copy(update={"last_decision": decision})
+    result.status = result.status.model_copy(update={"autoscaling": status})
+
+
+def _scale(kube: Kube, body: Any, decision: ScalingDecision) -> bool:
+    """The one place a scaling decision is carried out: spec.replicas through the scale
+    subresource (what `kubectl scale` and an HPA write), an event, a log line. False when
+    the API server refused it (a Warning event says why; the next cycle decides again)."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    try:
+        kube.merge_patch(
+            "StreamApp", namespace, name, {"spec": {"replicas": decision.to_replicas}}, sub="scale"
+        )
+    except ApiError as error:
+        if not 400 <= error.status < 500:
+            raise
+        message = (
+            f"{decision.from_replicas} -> {decision.to_replicas} replicas refused: {error}; "
+            "the operator needs patch on streamapps/scale (the chart's role grants it)"
+        )
+        logger.warning("StreamApp %s/%s: %s", namespace, name, message)
+        post_event(body, "Warning", "ScaleFailed", message)
+        return False
+    out = decision.to_replicas > decision.from_replicas
+    message = f"{decision.from_replicas} -> {decision.to_replicas} replicas: {decision.reason}"
+    logger.info("StreamApp %s/%s: %s", namespace, name, message)
+    post_event(body, "Normal", "ScaledOut" if out else "ScaledIn", message)
+    metrics.record_scaling_decision(namespace, name, "up" if out else "down")
+    return True
 
 
 def _carry_out(kube: Kube, state: AppState, body: Any, result: Plan, *, force_apply: bool) -> None:

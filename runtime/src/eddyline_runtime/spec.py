@@ -489,6 +489,95 @@ class RestoreSpec(_Strict):
         return self.lag_above or 0
 
 
+class AutoscalingSpec(_Strict):
+    """Lag-driven autoscaling: the operator sets spec.replicas (through the scale
+    subresource) from the pods' busy share and input lag, within [minReplicas, maxReplicas]
+    and never above the tasks the app can use."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                # has(): the API server checks rules on the object as written.
+                "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+                "minReplicas must be at most maxReplicas",
+            ),
+            (
+                "has(self.targetProcessRatio) || has(self.maxLagRecords) || "
+                "has(self.maxLagSeconds)",
+                "autoscaling needs at least one target: targetProcessRatio (0 to 1], "
+                "maxLagRecords or maxLagSeconds",
+            ),
+        )
+    )
+    min_replicas: int = Field(
+        default=1,
+        alias="minReplicas",
+        ge=1,
+        le=1000,
+        description="the fewest pods the autoscaler sets, at least 1 (it never scales to "
+        "zero: that is spec.suspend)",
+    )
+    max_replicas: int = Field(
+        alias="maxReplicas",
+        ge=1,
+        le=1000,
+        description="the most pods the autoscaler sets (never more than the app's tasks)",
+    )
+    target_process_ratio: float | None = Field(
+        default=None,
+        alias="targetProcessRatio",
+        gt=0,
+        le=1,
+        description="the mean busy share of the pods' stream threads (process-ratio) to aim "
+        "at, above 0 and at most 1",
+    )
+    max_lag_records: int | None = Field(
+        default=None,
+        alias="maxLagRecords",
+        ge=1,
+        description="total input lag in records (records-lag summed over partitions) above "
+        "which to scale out",
+    )
+    max_lag_seconds: float | None = Field(
+        default=None,
+        alias="maxLagSeconds",
+        gt=0,
+        description="input lag in seconds (lag records / process-rate) above which to scale out",
+    )
+    scale_up_stabilization_seconds: int = Field(
+        default=0,
+        alias="scaleUpStabilizationSeconds",
+        ge=0,
+        le=3600,
+        description="scale out only to the lowest recommendation of this many seconds",
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300,
+        alias="scaleDownStabilizationSeconds",
+        ge=0,
+        le=3600,
+        description="scale in only to the highest recommendation of this many seconds",
+    )
+
+    @model_validator(mode="after")
+    def _bounds_and_target(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}: "
+                "minReplicas must be at most maxReplicas"
+            )
+        if (
+            self.target_process_ratio is None
+            and self.max_lag_records is None
+            and self.max_lag_seconds is None
+        ):
+            raise ValueError(
+                "autoscaling needs at least one target: targetProcessRatio (0 to 1], "
+                "maxLagRecords or maxLagSeconds"
+            )
+        return self
+
+
 def _setting(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {**schema, "description": description}
 
@@ -677,6 +766,10 @@ class StreamAppSpec(_Strict):
         default_factory=RestoreSpec,
         description="Spark restore Jobs for missing stores with long changelogs",
     )
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None,
+        description="lag-driven autoscaling of replicas (absent: no automatic scaling)",
+    )
 
     @field_validator("topology", mode="before")
     @classmethod
@@ -826,6 +919,23 @@ class LastUpgrade(_Strict):
     rollback: UpgradeFailure | None = None
 
 
+class ScalingDecision(_Strict):
+    """One replica change the autoscaler made."""
+
+    time: str = Field(json_schema_extra={"format": "date-time"})
+    from_replicas: int = Field(alias="fromReplicas")
+    to_replicas: int = Field(alias="toReplicas")
+    reason: str = Field(description="why, with the figures")
+
+
+class AutoscalingStatus(_Strict):
+    """What the autoscaler last saw and did (spec.autoscaling)."""
+
+    current_replicas: int | None = Field(default=None, alias="currentReplicas")
+    desired_replicas: int | None = Field(default=None, alias="desiredReplicas")
+    last_decision: ScalingDecision | None = Field(default=None, alias="lastDecision")
+
+
 class StreamAppStatus(_Strict):
     observed_generation: int | None = Field(
         default=None,
@@ -867,6 +977,9 @@ class StreamAppStatus(_Strict):
         default=None,
         alias="failedTopology",
         description="a topology that was rolled back; not tried again until spec.topology changes",
+    )
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None, description="the autoscaler's view (spec.autoscaling)"
     )
 
 

@@ -159,3 +159,27 @@ def test_each_setting_is_checked_by_its_typed_property(config: Obj, field: str) 
 def test_known_settings_pass() -> None:
     config = {"processing.guarantee": "exactly_once_v2", "num.standby.replicas": 1}
     assert crd_errors(document(config=config)) == []
+
+
+@pytest.mark.parametrize(
+    ("autoscaling", "words"),
+    [
+        ({"minReplicas": 4, "maxReplicas": 2, "maxLagRecords": 10}, "at most maxReplicas"),
+        ({"maxReplicas": 2}, "at least one target: targetProcessRatio (0 to 1]"),
+    ],
+)
+def test_autoscaling_bounds_and_targets_are_refused_by_both(autoscaling: Obj, words: str) -> None:
+    obj = document(autoscaling=autoscaling)
+    errors = crd_errors(obj)
+    assert any(words in error for error in errors), errors
+    refused = model_error(obj)
+    assert refused.field.startswith("spec.autoscaling"), refused
+    assert words in str(refused), refused
+
+
+def test_a_complete_autoscaling_policy_passes_both() -> None:
+    policy = {"minReplicas": 1, "maxReplicas": 6, "targetProcessRatio": 0.7, "maxLagSeconds": 30}
+    assert crd_errors(document(autoscaling=policy)) == []
+    parse_app(document(autoscaling=policy))
+    too_busy = document(autoscaling={**policy, "targetProcessRatio": 1.5})
+    assert crd_errors(too_busy), "targetProcessRatio above 1"

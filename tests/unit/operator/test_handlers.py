@@ -11,9 +11,9 @@ from typing import Any
 import kopf
 import pytest
 
-from eddyline_operator import handlers
+from eddyline_operator import handlers, metrics
 from eddyline_operator.client import ApiError
-from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile import autoscale, names
 from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
 from tests.support.k8s_objects import body, node, pod, three_zones
@@ -91,6 +91,17 @@ class MemoryKube:
     def patch_streamapp_status(self, namespace: str, name: str, status: Obj) -> None:
         self.status_patches.append(status)
         self.objects["StreamApp", namespace, name]["status"] = copy.deepcopy(status)
+
+    def merge_patch(
+        self, kind: str, namespace: str | None, name: str, patch: Obj, sub: str = ""
+    ) -> Obj | None:
+        """Only the scale subresource (the autoscaler's write) is needed here."""
+        assert (kind, sub) == ("StreamApp", "scale"), (kind, sub)
+        found = self.objects[kind, namespace, name]
+        found["spec"]["replicas"] = patch["spec"]["replicas"]
+        found["metadata"]["generation"] = found["metadata"].get("generation", 0) + 1
+        self.scaled = [*getattr(self, "scaled", []), patch["spec"]["replicas"]]
+        return copy.deepcopy(found)
 
 
 @pytest.fixture
@@ -332,3 +343,106 @@ def test_a_paused_app_gets_no_children_only_its_paused_status_at_the_settled_bea
     kube.put(app)
     assert handlers.refresh_app(operator(memo), "apps", "wc", 7.0) == handlers.SETTLING_SECONDS
     assert "StatefulSet" in {k for k, _, _ in kube.objects}
+
+
+def lagging_metrics(pods: list[Obj], port: int) -> dict[str, str]:
+    """Each pod busy 50 % of the time with 5,000 records of lag on one partition of its own."""
+    return {
+        p["metadata"]["name"]: (
+            "# TYPE eddyline_stream_thread_metrics_process_ratio gauge\n"
+            'eddyline_stream_thread_metrics_process_ratio{thread_id="t"} 0.5\n'
+            'eddyline_stream_thread_metrics_process_rate{thread_id="t"} 100.0\n'
+            'eddyline_consumer_fetch_manager_metrics_records_lag{partition="'
+            f'{i}",task_id="0_{i}",thread_id="t",topic="in"}} 5000.0\n'
+        )
+        for i, p in enumerate(pods)
+    }
+
+
+def test_the_autoscaler_scales_out_through_the_scale_subresource_once_settled(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
+    monkeypatch.setattr(handlers, "fetch_metrics", lagging_metrics)
+    monkeypatch.setattr(handlers, "SCRAPE_SECONDS", 0.0)
+    clock = [1000.0]
+    monkeypatch.setattr(handlers, "_clock", lambda: clock[0])
+    policy = {"minReplicas": 1, "maxReplicas": 6, "maxLagRecords": 10_000}
+    decisions_before = _scaling_decisions("apps", "wc", "up")
+    kube.put(body(autoscaling=policy))
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
+    template = kube.objects["StatefulSet", "apps", "wc"]["spec"]["template"]
+    config_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
+    for i in range(3):
+        kube.put({"kind": "Pod", **pod(i, config_hash=config_hash)})
+    # This cycle publishes the first membership: not settled, no decision.
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert not getattr(kube, "scaled", [])
+    status = kube.objects["StreamApp", "apps", "wc"]["status"]["autoscaling"]
+    assert status["currentReplicas"] == 3 and status["desiredReplicas"] == 3
+    # Settled, and a whole metric window later: 15,000 records of lag against 10,000 ask for
+    # ceil(3 * 1.5) = 5; the app has 4 tasks (layout_reports), so 4.
+    handlers.refresh_app(operator(memo), "apps", "wc")  # settles
+    assert not getattr(kube, "scaled", [])
+    clock[0] += autoscale.METRIC_WINDOW_SECONDS
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert kube.scaled == [4]  # type: ignore[attr-defined]
+    app = kube.objects["StreamApp", "apps", "wc"]
+    assert app["spec"]["replicas"] == 4
+    decision = app["status"]["autoscaling"]["lastDecision"]
+    assert (decision["fromReplicas"], decision["toReplicas"]) == (3, 4)
+    assert "input lag 15000 records (max 10000) asks for 5" in decision["reason"]
+    assert "clamped to 4 by [1 (minReplicas), 4 (the app's 4 tasks)]" in decision["reason"]
+    scaled = [(t, m) for t, r, m in kube.events if r == "ScaledOut"]  # type: ignore[attr-defined]
+    assert scaled == [("Normal", f"3 -> 4 replicas: {decision['reason']}")]
+    # ... and the operator's metrics count it (the dashboard's scaling-decisions panel).
+    counted = 'eddyline_operator_scaling_decisions_total{namespace="apps",app="wc",direction="up"}'
+    assert f"{counted} {decisions_before + 1}" in metrics.METRICS.render()
+    # The step has not settled (3 pods of 4): no further decision, the record stays.
+    clock[0] += autoscale.METRIC_WINDOW_SECONDS
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert kube.scaled == [4]  # type: ignore[attr-defined]
+    assert kube.objects["StreamApp", "apps", "wc"]["status"]["autoscaling"]["lastDecision"] == (
+        decision
+    )
+
+
+def test_a_suspended_or_paused_app_is_not_autoscaled(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
+    monkeypatch.setattr(handlers, "fetch_metrics", lagging_metrics)
+    monkeypatch.setattr(handlers, "SCRAPE_SECONDS", 0.0)
+    policy = {"minReplicas": 1, "maxReplicas": 6, "maxLagRecords": 10}
+    kube.put(body(autoscaling=policy, suspend=True))
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
+    for i in range(3):
+        kube.put({"kind": "Pod", **pod(i)})
+    clock = [1000.0]
+    monkeypatch.setattr(handlers, "_clock", lambda: clock[0])
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+        clock[0] += autoscale.METRIC_WINDOW_SECONDS
+    assert not getattr(kube, "scaled", [])
+    app = body(autoscaling=policy)
+    app["metadata"]["annotations"] = {names.ANNOTATION_PAUSE: "true"}
+    kube.put(app)
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+        clock[0] += autoscale.METRIC_WINDOW_SECONDS
+    assert not getattr(kube, "scaled", [])
+
+
+def _scaling_decisions(namespace: str, app: str, direction: str) -> int:
+    """The operator's scaling-decision counter now (the registry is one per process)."""
+    series = (
+        "eddyline_operator_scaling_decisions_total"
+        f'{{namespace="{namespace}",app="{app}",direction="{direction}"}} '
+    )
+    for line in metrics.METRICS.render().splitlines():
+        if line.startswith(series):
+            return int(float(line[len(series) :]))
+    return 0
