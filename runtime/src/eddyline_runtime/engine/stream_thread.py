@@ -74,6 +74,7 @@ from eddyline_runtime.engine.task import StreamTask
 from eddyline_runtime.engine.task_manager import RestoreListener, TaskManager
 from eddyline_runtime.engine.thread_metrics import ThreadMetrics
 from eddyline_runtime.engine.topics import TopicLayout
+from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import LagTracker, Log, ProducerFencedError
 from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.metrics import MetricName, MetricsRegistry
@@ -227,7 +228,10 @@ class StreamThread:
         except BaseException as exc:  # reported by the instance, never swallowed
             self.error = exc
             self.state = ThreadState.FAILED
-            logger.error("stream thread %s failed: %s", self.name, exc, exc_info=exc)
+            # An error eddyline raises on purpose says what happened and the way out; any
+            # other is a bug, whose traceback is what finds it.
+            trace = None if isinstance(exc, EddylineError) else exc
+            logger.error("stream thread %s failed: %s", self.name, exc, exc_info=trace)
             for task in self.active.values():
                 task.abort_transaction()
         finally:
