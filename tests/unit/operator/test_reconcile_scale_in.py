@@ -145,7 +145,7 @@ def test_spec_replicas_lowered_keeps_the_stateful_set_until_the_top_pod_handed_o
     )
     assert replicas(done) == 1
     scaled = condition(done, "ScalingIn")
-    assert scaled is not None and scaled["status"] == "False" and scaled["reason"] == "ScaledIn"
+    assert scaled is not None and scaled["status"] == "False" and scaled["reason"] == "ScaleInDone"
 
 
 def test_a_task_without_a_caught_up_copy_stays_on_the_leaving_pod_and_warms_up_elsewhere() -> None:

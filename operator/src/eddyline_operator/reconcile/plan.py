@@ -502,7 +502,7 @@ class _Cycle:
             self.notes.append(scale.message)
         else:
             done = f"scaled in to {desired} pods: every pod removed had handed its tasks over"
-            condition = self.conditions.make(SCALING_IN, False, "ScaledIn", done)
+            condition = self.conditions.make(SCALING_IN, False, "ScaleInDone", done)
         conditions.append(condition)
         if self.conditions.changed(condition):
             self.events.append(Event("Normal", condition.reason, condition.message))
