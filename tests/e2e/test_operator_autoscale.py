@@ -278,10 +278,12 @@ def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
     operator: Operator,
     control_plane: Cluster,
     request: pytest.FixtureRequest,
-    kafka_broker: KafkaCluster,
+    kafka_broker_of_module: KafkaCluster,
 ) -> None:
-    use_cluster(request, kafka_broker)
-    log_url = f"kafka://{kafka_broker.bootstrap}"
+    # A broker of its own: the load step writes millions of lines into text-lines, which
+    # every later module's word count on the session's broker would otherwise read first.
+    use_cluster(request, kafka_broker_of_module)
+    log_url = f"kafka://{kafka_broker_of_module.bootstrap}"
     deploy(operator, log_url)
     load = Load(log_url)
     try:

@@ -226,6 +226,17 @@ class KafkaTransactionalProducer(TransactionalProducer):
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, KafkaException):
             return cause
+        if self._fatal_error is None:
+            # The error callback may still be queued (seen in CI: librdkafka logged the
+            # fatal fencing, flush failed, the callback had not run): serve it once.
+            try:
+                self._producer.poll(0)
+            except KafkaException as raised:
+                return raised
+            except SystemError as again:
+                again_cause = again.__cause__ or again.__context__
+                if isinstance(again_cause, KafkaException):
+                    return again_cause
         if self._fatal_error is not None:
             return KafkaException(self._fatal_error)
         return exc
