@@ -38,14 +38,6 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClus
     yield from _start(tmp_path_factory, 1)
 
 
-@pytest.fixture(scope="module")
-def kafka_broker_of_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """One KRaft node for one test module: for a module that writes so much into the
-    examples' topics (``text-lines``) that the modules after it on the session's broker
-    would first have to read it all (the autoscaler's load step: millions of lines)."""
-    yield from _start(tmp_path_factory, 1)
-
-
 @pytest.fixture(scope="session")
 def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """Three KRaft nodes, for replication, leader changes and broker restarts."""
