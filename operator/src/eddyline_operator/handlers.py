@@ -49,7 +49,12 @@ from eddyline_operator import metrics
 from eddyline_operator.client import ApiError, Kube, fetch_metrics, fetch_reports
 from eddyline_operator.reconcile import autoscale, names, objects, ownership, restore_job
 from eddyline_operator.reconcile.conditions import with_refusals
-from eddyline_operator.reconcile.membership import NODE_GRACE_SECONDS, is_member, lost_nodes
+from eddyline_operator.reconcile.membership import (
+    NODE_GRACE_SECONDS,
+    is_leaving,
+    is_member,
+    lost_nodes,
+)
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
 from eddyline_runtime.membership import MemberReport, Membership
@@ -389,10 +394,15 @@ def run_cycle(
         # timeout each); the plan leaves them out of the membership.
         lost = lost_nodes(nodes, leases, now=now, grace=grace)
         members = [p for p in pods if is_member(p, lost)]
+        # Leaving pods (deleted, container still running) report too: they are members
+        # until they exit, and when every pod is leaving (a suspend, replicas 0) their
+        # reports are the only layout there is to publish "nobody takes over" from;
+        # without it each would wait out its hand-over bound.
+        reporting = members + [p for p in pods if is_leaving(p, lost)]
         if fetch or not state.reports:
-            state.reports = fetch_reports(members, names.QUERY_PORT)
+            state.reports = fetch_reports(reporting, names.QUERY_PORT)
         else:
-            alive = {p["metadata"]["name"] for p in members}
+            alive = {p["metadata"]["name"] for p in reporting}
             state.reports = {m: r for m, r in state.reports.items() if m in alive}
         observed = Observed(
             body=body,

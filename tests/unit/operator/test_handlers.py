@@ -180,6 +180,35 @@ def test_pods_reporting_a_layout_get_a_published_membership(
     assert kube.deleted == []
 
 
+def test_a_suspend_tells_every_stopping_pod_at_once_that_nobody_takes_over(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Suspending deletes every pod at once; each, leaving, waits until the membership
+    hands its tasks over or says nobody will. Only the leaving pods can report the layout
+    that membership is computed from: without their reports each waited its whole bound."""
+    monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
+    kube.put(body())
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
+    template = kube.objects["StatefulSet", "apps", "wc"]["spec"]["template"]
+    config_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
+    for i in range(3):
+        kube.put({"kind": "Pod", **pod(i, config_hash=config_hash)})
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    kube.put(body(suspend=True))
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert kube.objects["StatefulSet", "apps", "wc"]["spec"]["replicas"] == 0
+    # The StatefulSet controller deletes the pods; their containers still run.
+    for i in range(3):
+        kube.put({"kind": "Pod", **pod(i, deleting=True, config_hash=config_hash)})
+    for i in range(3):
+        handlers.pod_changed(body=kube.get("Pod", "apps", f"wc-{i}"), memo=copy.copy(memo))
+    told = kube.read_membership("apps", "wc-membership")
+    assert told is not None and told.assignment.leaving == {"wc-0", "wc-1", "wc-2"}
+    assert all(told.assignment.handed_over(f"wc-{i}") for i in range(3))
+
+
 def test_a_deleted_app_is_left_alone(kube: MemoryKube, memo: kopf.Memo) -> None:
     assert handlers.run_cycle(operator(memo), "apps", "gone", fetch=True, force_apply=True) is None
     assert kube.objects == {}
