@@ -70,7 +70,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -89,7 +88,7 @@ from eddyline_runtime.partitions import TopicPartition, partition_for_key
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from tests.support.control_plane.client import ApiError, wait_until
 from tests.support.control_plane.cluster import Cluster
-from tests.support.control_plane.operator import BIN, REPO, Operator
+from tests.support.control_plane.operator import REPO, Operator
 
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
@@ -232,25 +231,12 @@ def targets_met(summary: Mapping[str, float]) -> bool:
 class ColdOperator(Operator):
     """The same operator without warm-ups (``bench_scale_cold_operator``'s docstring)."""
 
-    def spawn(self, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        kubeconfig = self.cluster.plane.token_kubeconfig(
-            self.root / "operator.kubeconfig", self.token
-        )
-        environment = {
-            **self.env,
-            "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")]),
-            "HOME": str(self.root),
-            "KUBECONFIG": str(kubeconfig),
-            "PYTHONPATH": str(REPO),
-            **self.extra_env,
-            **env,
-        }
-        with log_path.open("ab") as log:
-            return subprocess.Popen(
-                [sys.executable, "-m", "tests.bench.bench_scale_cold_operator"],
-                cwd=self.root, env=environment,
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+    def __init__(self, cluster: Cluster, root: Path, namespace: str) -> None:
+        # The entry point is a module of this repository's tests/, not an installed script.
+        super().__init__(cluster, root, namespace, extra_env={"PYTHONPATH": str(REPO)})
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "tests.bench.bench_scale_cold_operator"]
 
 
 class Producer(threading.Thread):

@@ -199,9 +199,13 @@ class Operator:
         }
         with log_path.open("ab") as log:
             return subprocess.Popen(
-                [str(BIN / "eddyline-operator")], cwd=self.root, env=environment,
+                self.command(), cwd=self.root, env=environment,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
+
+    def command(self) -> list[str]:
+        """The operator's argv (a benchmark runs a variant of it the same way)."""
+        return [str(BIN / "eddyline-operator")]
 
     def kill(self) -> None:
         """SIGKILL: a crash, no goodbye in the peering, nothing flushed."""
