@@ -28,7 +28,7 @@ def random_lines(rng: random.Random, words: Sequence[str], count: int, most: int
 
 def create_input_topic(log_url: str) -> None:
     """The input topic (``text-lines``, four partitions) on the log at ``log_url``, before
-    the app starts (as it already exists, on a broker other modules share)."""
+    the app starts; one already there (a broker other modules share) is kept as it is."""
     log = open_log(log_url)
     try:
         log.create_topic(INPUT, PARTITIONS)
