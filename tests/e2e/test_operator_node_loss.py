@@ -12,94 +12,44 @@ that the session's cluster keeps its three nodes.
 
 from __future__ import annotations
 
-import collections
 import random
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from eddyline_runtime.log import Record, open_log
-from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from tests.support.cluster_word_count import produce_lines, random_lines
 from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
 from tests.support.control_plane.operator_fixture import operator_fixture
 from tests.support.kafka.broker import KafkaCluster
 from tests.support.kafka.plugin import use_cluster
-from tests.support.kafka.streamapp import ready
+from tests.support.kafka.streamapp import READY_TIMEOUT, ready
 from tests.support.node_loss import members, membership, survivor_addresses, wait_dropped
+from tests.support.wordcount_app import ExpectedCounts, word_count_on
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 APP = "nodeloss"
 NAMESPACE = "node-loss"
-MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
-STORE = "word-counts"
-TOPIC = "text-lines"
 WORDS = [f"n{index:02d}" for index in range(30)]
 # The chart's nodeLossGraceSeconds (values.yaml), and what may come on top of it: the
 # operator lists Leases every 2 s and its clock has whole seconds; then a cycle publishes.
 GRACE_SECONDS = 15.0
 TAKEOVER_SLACK_SECONDS = 10.0
-# Bounds for a broken run on a loaded 2-core machine, not expectations.
-READY_TIMEOUT = 300
-COUNT_TIMEOUT = 120
 
 
 operator = operator_fixture(NAMESPACE, directory="operator-node-loss", watching=False)
 
 
-class Counts:
+class Counts(ExpectedCounts):
     """The lines produced so far and the counts the query Service must answer."""
 
-    def __init__(self, log_url: str, query_service: str) -> None:
-        self.log_url = log_url
-        # Where queries start: the query Service, or chosen pods' addresses.
-        self.query_addresses = [query_service]
-        self.expected: collections.Counter[str] = collections.Counter()
-        self.last_mismatch = ""
-
     def produce(self, lines: int, seed: int) -> None:
-        rng = random.Random(seed)
-        batch = []
-        for _ in range(lines):
-            words = rng.choices(WORDS, k=rng.randint(1, 5))
-            self.expected.update(words)
-            batch.append(" ".join(words))
-        log = open_log(self.log_url)
-        try:
-            now = int(time.time() * 1000)
-            for partition in range(4):
-                records = [Record(None, line.encode(), now) for line in batch[partition::4]]
-                log.produce(TopicPartition(TOPIC, partition), records)
-        finally:
-            log.close()
-
-    def exact(self) -> bool:
-        router = QueryRouter(self.query_addresses, timeout=2)
-        for word, count in self.expected.items():
-            try:
-                result = router.get(STORE, word)
-            except QueryFailedError as error:
-                self.last_mismatch = f"{word}: {error}"
-                return False
-            if not result.found or int(result.value) != count:
-                self.last_mismatch = f"{word}: {result} (expected {count})"
-                return False
-        return True
-
-    def wait_exact(self, operator: Operator, what: str) -> None:
-        try:
-            wait_until(self.exact, what, COUNT_TIMEOUT)
-        except TimeoutError as error:
-            print(operator.describe_failure(APP))
-            raise AssertionError(f"{error}; last answer {self.last_mismatch}") from None
+        batch = random_lines(random.Random(seed), WORDS, lines, most=5)
+        self.expected.update(word for line in batch for word in line.split())
+        produce_lines(self.log_url, batch)
 
 
 @pytest.fixture(scope="module")
@@ -107,26 +57,8 @@ def counts(
     operator: Operator, control_plane: Cluster, kafka_broker: KafkaCluster
 ) -> Iterator[Counts]:
     log_url = f"kafka://{kafka_broker.bootstrap}"
-    log = open_log(log_url)
-    try:
-        log.create_topic(TOPIC, 4)
-    finally:
-        log.close()
-    document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
-    document["metadata"]["name"] = APP
-    document["spec"]["log"] = {"url": log_url}
-    operator.wait_watching()
-    operator.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
-    try:
-        wait_until(lambda: ready(operator, APP), "3 ready pods and Ready=True", READY_TIMEOUT)
-    except TimeoutError:
-        print(operator.describe_failure(APP))
-        raise
-    service = operator.get("", "services", f"{APP}-query")
-    assert service is not None
-    yield Counts(log_url, f"{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}")
-    # Nothing of this app keeps running (and using the 2 cores) for the modules after it.
-    operator.kubectl("delete", "sapp", APP, "--wait=false")
+    with word_count_on(operator, APP, log_url) as query_service:
+        yield Counts(APP, log_url, query_service)
 
 
 def test_a_dead_nodes_pod_leaves_the_membership_within_the_grace_and_counts_stay_exact(

@@ -16,73 +16,37 @@ from __future__ import annotations
 
 import collections
 import json
-import random
-import re
 import shutil
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from eddyline_runtime.log import open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.restore.manifest import read_manifest
-from tests.support.cluster_word_count import counts_exact, produce_lines, random_lines
+from tests.support.cluster_word_count import counts_exact
+from tests.support.control_plane import restore_app
 from tests.support.control_plane.operator import Operator
 from tests.support.control_plane.operator_fixture import operator_fixture
+from tests.support.control_plane.restore_app import APP, STORE
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "restore-real"
-
-APP = "wordcount"
-STORE = "word-counts"
-MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
-WORDS = [f"w{index:02d}" for index in range(40)]
 # Changelog records above which a missing store waits for a build instead of replaying: each
 # round of input adds about 10 records (one per word) to each changelog partition.
 LAG_ABOVE = 30
 ROUNDS = 5
 
 
-def require_java() -> None:
-    if shutil.which("java") is None:
-        raise RuntimeError("the Spark build needs Java: install a JDK 17 (`make setup` says how)")
-
-
-harness = operator_fixture(NAMESPACE, directory="restore", watching=False, before=require_java)
-
-
-def claim_dir(harness: Operator, claim: str) -> Path:
-    assert harness.cluster.provisioner is not None
-    return harness.cluster.provisioner.directory(NAMESPACE, claim)
-
-
-def produce(log_url: str, expected: collections.Counter[str], lines: int, seed: int) -> None:
-    batch = random_lines(random.Random(seed), WORDS, lines, most=6)
-    expected.update(word for line in batch for word in line.split())
-    produce_lines(log_url, batch)
-
-
-def metrics(pod_ip: str) -> dict[tuple[str, str], float]:
-    """(metric family, partition of the task) -> value, for the store's restore metrics."""
-    with urllib.request.urlopen(f"http://{pod_ip}:7070/metrics", timeout=5) as response:
-        text = response.read().decode()
-    found: dict[tuple[str, str], float] = {}
-    for line in text.splitlines():
-        match = re.match(r"(eddyline_stream_state_metrics_restore_\w+)\{(.*)\} (\S+)$", line)
-        if match and f'store="{STORE}"' in match.group(2):
-            task = re.search(r'task_id="(\d+)_(\d+)"', match.group(2))
-            assert task is not None
-            found[(match.group(1), task.group(2))] = float(match.group(3))
-    return found
+harness = operator_fixture(
+    NAMESPACE, directory="restore", watching=False, before=restore_app.require_java
+)
 
 
 def condition(harness: Operator, kind: str) -> dict[str, Any] | None:
@@ -91,42 +55,17 @@ def condition(harness: Operator, kind: str) -> dict[str, Any] | None:
 
 def start_app(harness: Operator, tmp_path: Path) -> tuple[str, QueryRouter]:
     """The word count, one pod, spec.restore set; returns its log URL and a query router."""
-    log_claim = claim_dir(harness, f"{APP}-log")
-    log_claim.mkdir(parents=True)
-    log_url = f"sqlite:///{log_claim}/log.db"
-    log = open_log(log_url)
-    log.create_topic("text-lines", 4)
-    log.close()
-    document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
-    document["spec"]["replicas"] = 1
-    document["spec"]["config"]["num.standby.replicas"] = 0
-    document["spec"]["restore"] = {
+    restore = {
         "when": "WhenLagAbove",
         "lagAbove": LAG_ABOVE,
         "master": "local[2]",
         "waitSeconds": 240,
     }
-    manifest = tmp_path / "streamapp.yaml"
-    manifest.write_text(yaml.safe_dump(document), encoding="utf-8")
-    harness.wait_watching()
-    harness.kubectl("apply", "-f", str(manifest))
-    try:
-        wait_for(lambda: ready(harness), "the pod ready", 180)
-    except (AssertionError, TimeoutError):
-        print(harness.describe_failure(APP))
-        raise
+    log_url, router = restore_app.start_one_pod(harness, tmp_path, restore)
     claim = harness.get("", "persistentvolumeclaims", f"{APP}-restore")
     assert claim is not None
     kubernetes_validate.validate(claim, "1.32", strict=True)
-    service = harness.get("", "services", f"{APP}-query")
-    assert service is not None
-    return log_url, QueryRouter([f"{service['spec']['clusterIP']}:7070"], timeout=2)
-
-
-def ready(harness: Operator) -> bool:
-    status = harness.app(APP).get("status", {})
-    found = condition(harness, "Ready")
-    return status.get("readyReplicas") == 1 and found is not None and found["status"] == "True"
+    return log_url, router
 
 
 def lose_the_volume(harness: Operator) -> None:
@@ -146,7 +85,7 @@ def lose_the_volume(harness: Operator) -> None:
     wait_for(lambda: restarts() > before, f"{pod} restarted", 60)
     wait_for(lambda: _running(harness, pod), f"{pod} running again", 60)
     kubelets.kill_container(NAMESPACE, pod)
-    state = claim_dir(harness, f"state-{APP}-0")
+    state = restore_app.claim_dir(harness, f"state-{APP}-0")
     time.sleep(0.5)
     for entry in state.iterdir():
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
@@ -165,36 +104,29 @@ def _running(harness: Operator, name: str) -> bool:
         return process is not None and process.poll() is None
 
 
-def print_failure(harness: Operator) -> None:
-    print(harness.describe_failure(APP))
-    kubelets = harness.cluster.kubelets
-    assert kubelets is not None
-    for pod in harness.objects("", "pods"):
-        print(kubelets.pod_log(NAMESPACE, pod["metadata"]["name"])[-4000:])
-
-
 def assert_only_the_tail_was_replayed(harness: Operator, log_url: str) -> Path:
     """Each store partition: ingested at its manifest's offset, then replayed what follows."""
-    builds = sorted((claim_dir(harness, f"{APP}-restore") / APP / STORE).glob("2*"))
-    assert len(builds) == 1, builds
+    found = restore_app.builds(harness)
+    assert len(found) == 1, found
     pod_ip = harness.pods(APP)[f"{APP}-0"]["status"]["podIP"]
-    restored = metrics(pod_ip)
-    family = "eddyline_stream_state_metrics_restore_"
+    # By partition: the store's tasks are those of one sub-topology.
+    restored = {
+        (m, task.partition): v for (m, task), v in restore_app.restore_metrics(pod_ip).items()
+    }
     log = open_log(log_url, read_only=True)
     try:
         for partition in range(4):
-            built = read_manifest(builds[0] / f"partition-{partition}.manifest.json")
+            built = read_manifest(found[0] / f"partition-{partition}.manifest.json")
             changelog = TopicPartition(f"{APP}-{STORE}-changelog", partition)
             records = log.fetch(changelog, built.offset + 1, 1_000_000).records
             tail = [r for r in records if r.key is not None]
-            key = str(partition)
-            assert restored[(family + "ingested_offset", key)] == built.offset
-            assert restored[(family + "ingested_keys", key)] == built.keys
-            assert restored[(family + "total", key)] == len(tail)
+            assert restored[("restore_ingested_offset", partition)] == built.offset
+            assert restored[("restore_ingested_keys", partition)] == built.keys
+            assert restored[("restore_total", partition)] == len(tail)
             assert built.records_read > built.keys  # many versions per key collapsed
     finally:
         log.close()
-    return builds[0]
+    return found[0]
 
 
 def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
@@ -205,19 +137,14 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
     # Rounds with a commit between them: every round writes each word's count again, so
     # the changelog holds many versions per key (what a build collapses).
     for round_ in range(ROUNDS):
-        produce(log_url, expected, 200, seed=round_)
+        restore_app.produce_round(log_url, expected, seed=round_)
         wait_for(lambda: counts_exact(router, expected), "exact counts", 60)
     lose_the_volume(harness)
     lost_at = time.monotonic()
-
-    def job() -> dict[str, Any] | None:
-        jobs = harness.objects("batch", "jobs")
-        return jobs[0] if jobs else None
-
     try:
-        launched = wait_for(job, "a restore Job", 120)
+        launched = wait_for(lambda: restore_app.restore_job(harness), "a restore Job", 120)
     except (AssertionError, TimeoutError):
-        print_failure(harness)
+        restore_app.print_failure(harness)
         raise
     # A single GET carries apiVersion and kind (a list's items do not).
     stored = harness.get("batch", "jobs", launched["metadata"]["name"])
@@ -228,9 +155,13 @@ def test_a_pod_whose_volume_was_lost_is_restored_through_a_spark_job(
     args = launched["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--partitions") + 1] == "0,1,2,3"
     try:
-        wait_for(lambda: ready(harness) and counts_exact(router, expected), "restored, exact", 360)
+        wait_for(
+            lambda: restore_app.ready(harness, 1) and counts_exact(router, expected),
+            "restored, exact",
+            360,
+        )
     except (AssertionError, TimeoutError):
-        print_failure(harness)
+        restore_app.print_failure(harness)
         raise
     restored_after = time.monotonic() - lost_at
 

@@ -17,70 +17,51 @@ within a caught-up copy's tail):
 
 from __future__ import annotations
 
-import collections
 import random
 import re
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
 
 import pytest
-import yaml
 
 from eddyline_operator.reconcile.names import QUERY_PORT
 from eddyline_runtime.assignor import DEFAULT_ACCEPTABLE_RECOVERY_LAG
-from eddyline_runtime.log import Record, open_log
-from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.client import QueryFailedError, QueryRouter
+from eddyline_runtime.log import open_log
+from tests.support.cluster_word_count import random_lines, write_lines
 from tests.support.control_plane.client import ApiError, wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
+from tests.support.control_plane.operator_fixture import operator_fixture
 from tests.support.kafka.broker import KafkaCluster
 from tests.support.kafka.plugin import use_cluster
-from tests.support.kafka.streamapp import ready
+from tests.support.kafka.streamapp import READY_TIMEOUT, ready
 from tests.support.node_loss import membership
+from tests.support.wordcount_app import ExpectedCounts, word_count_on
 
 # Three pods start, leave and come back per test: minutes on a loaded 2-core machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parents[2]
 APP = "scalein"
 NAMESPACE = "scale-in"
-MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
-STORE = "word-counts"
-TOPIC = "text-lines"
 # Words no other module counts (they share the session's broker and its input topic).
 WORDS = [f"s{index:02d}" for index in range(30)]
-# Bounds for a broken run on a loaded 2-core machine, not expectations.
-READY_TIMEOUT = 300
-COUNT_TIMEOUT = 120
+# A bound for a broken run on a loaded 2-core machine, not an expectation.
 HAND_OVER_TIMEOUT = 90
 _RESTORED = re.compile(r"^eddyline_stream_state_metrics_restore_total\{([^}]*)\} (\S+)$", re.M)
 _HANDED_OVER = re.compile(r"tasks handed over after ([0-9.]+) s")
 
 
-@pytest.fixture(scope="module")
-def operator(
-    control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    running = Operator(control_plane, tmp_path_factory.mktemp("operator-scale-in"), NAMESPACE)
-    running.install()  # the release is named after the namespace: no collision
-    running.start()
-    yield running
-    running.stop()
+operator = operator_fixture(NAMESPACE, directory="operator-scale-in", watching=False)
 
 
-class SteadyInput:
+class SteadyInput(ExpectedCounts):
     """Lines at a steady rate from a thread, and the counts they must add up to."""
 
-    def __init__(self, log_url: str, query_service: str) -> None:
-        self.log_url = log_url
-        self.query_addresses = [query_service]
-        self.expected: collections.Counter[str] = collections.Counter()
-        self.last_mismatch = ""
+    def __init__(self, app: str, log_url: str, query_service: str) -> None:
+        super().__init__(app, log_url, query_service)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._seed = 0
@@ -101,40 +82,16 @@ class SteadyInput:
         log = open_log(self.log_url)
         try:
             while not self._stop.wait(0.2):  # about 50 lines a second
-                batch = []
-                words: collections.Counter[str] = collections.Counter()
-                for _ in range(10):
-                    line = rng.choices(WORDS, k=rng.randint(1, 5))
-                    words.update(line)
-                    batch.append(" ".join(line))
-                now = int(time.time() * 1000)
-                for partition in range(4):
-                    records = [Record(None, text.encode(), now) for text in batch[partition::4]]
-                    log.produce(TopicPartition(TOPIC, partition), records)
-                self.expected.update(words)  # produced (acknowledged): it must be counted
+                batch = random_lines(rng, WORDS, 10, most=5)
+                write_lines(log, batch)
+                # Produced (acknowledged): it must be counted.
+                self.expected.update(word for line in batch for word in line.split())
         finally:
             log.close()
 
-    def exact(self) -> bool:
-        router = QueryRouter(self.query_addresses, timeout=2)
-        for word, count in sorted(self.expected.items()):
-            try:
-                result = router.get(STORE, word)
-            except QueryFailedError as error:
-                self.last_mismatch = f"{word}: {error}"
-                return False
-            if not result.found or int(result.value) != count:
-                self.last_mismatch = f"{word}: {result} (expected {count})"
-                return False
-        return True
-
     def stop_and_check(self, operator: Operator, what: str) -> None:
         self.stop()
-        try:
-            wait_until(self.exact, what, COUNT_TIMEOUT)
-        except TimeoutError as error:
-            print(operator.describe_failure(APP))
-            raise AssertionError(f"{error}; last answer {self.last_mismatch}") from None
+        self.wait_exact(operator, what)
 
 
 @pytest.fixture(scope="module")
@@ -142,27 +99,8 @@ def steady(
     operator: Operator, control_plane: Cluster, kafka_broker: KafkaCluster
 ) -> Iterator[SteadyInput]:
     log_url = f"kafka://{kafka_broker.bootstrap}"
-    log = open_log(log_url)
-    try:
-        log.create_topic(TOPIC, 4)
-    finally:
-        log.close()
-    document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
-    document["metadata"]["name"] = APP
-    document["spec"]["log"] = {"url": log_url}
-    operator.wait_watching()
-    operator.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
-    try:
-        wait_until(lambda: ready(operator, APP), "3 ready pods and Ready=True", READY_TIMEOUT)
-    except TimeoutError:
-        print(operator.describe_failure(APP))
-        raise
-    service = operator.get("", "services", f"{APP}-query")
-    assert service is not None
-    yield SteadyInput(
-        log_url, f"{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
-    )
-    operator.kubectl("delete", "sapp", APP, "--wait=false")
+    with word_count_on(operator, APP, log_url) as query_service:
+        yield SteadyInput(APP, log_url, query_service)
 
 
 def restored(operator: Operator, pods: list[str]) -> dict[tuple[str, str], float]:
@@ -237,6 +175,24 @@ def handed_over(operator: Operator, control_plane: Cluster, pod: str, since: flo
     return seconds
 
 
+@contextmanager
+def handing_over(
+    operator: Operator, control_plane: Cluster, step: str, pods: list[str], leaving: str
+) -> Iterator[list[str]]:
+    """Around the request that makes ``leaving`` go (its body): waits for the hand-over, then
+    prints ``<step>_critical_path_restored`` (the records the survivors' active copies
+    replayed meanwhile) and asserts it stays within a caught-up copy's tail. Yields the
+    survivors."""
+    survivors = [p for p in pods if p != leaving]
+    before = restored(operator, survivors)
+    started = time.monotonic()
+    yield survivors
+    handed_over(operator, control_plane, leaving, started)
+    replayed = restored_since(before, restored(operator, survivors))
+    print(f"{step}_critical_path_restored={replayed:.0f}")
+    assert replayed <= DEFAULT_ACCEPTABLE_RECOVERY_LAG, "a task restored more than a tail"
+
+
 def evict(operator: Operator, pod: str) -> None:
     operator.admin.request(
         f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/eviction",
@@ -261,21 +217,14 @@ def test_an_evicted_pod_hands_over_and_the_pdb_refuses_a_second_eviction(
     victim, other = f"{APP}-1", f"{APP}-0"
     steady.start()
     settled(operator, pods)
-    survivors = [p for p in pods if p != victim]
-    before = restored(operator, survivors)
 
-    started = time.monotonic()
-    evict(operator, victim)
-    # The PDB (maxUnavailable 1) counted that one: a second eviction is refused meanwhile.
-    with pytest.raises(ApiError) as refused:
-        evict(operator, other)
-    assert refused.value.code == 429, refused.value
-    assert "disruption budget" in str(refused.value)
-
-    handed_over(operator, control_plane, victim, started)
-    replayed = restored_since(before, restored(operator, survivors))
-    print(f"evict_critical_path_restored={replayed:.0f}")
-    assert replayed <= DEFAULT_ACCEPTABLE_RECOVERY_LAG, "a task restored more than a tail"
+    with handing_over(operator, control_plane, "evict", pods, victim):
+        evict(operator, victim)
+        # The PDB (maxUnavailable 1) counted that one: a second eviction is refused meanwhile.
+        with pytest.raises(ApiError) as refused:
+            evict(operator, other)
+        assert refused.value.code == 429, refused.value
+        assert "disruption budget" in str(refused.value)
     reasons = [e["reason"] for e in operator.objects("", "events")]
     assert "MembershipChanged" in reasons
 
@@ -296,21 +245,15 @@ def test_a_drained_nodes_pod_hands_over_before_it_goes(
     steady.start()
     settled(operator, pods)
     node = operator.pods(APP)[victim]["spec"]["nodeName"]
-    survivors = [p for p in pods if p != victim]
-    before = restored(operator, survivors)
     service = steady.query_addresses
-    started = time.monotonic()
     try:
-        # Only this app's pods: other modules' pods may share the node.
-        operator.kubectl(
-            "drain", node, f"--pod-selector=app.kubernetes.io/instance={APP}",
-            "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s",
-            timeout=180,
-        )  # fmt: skip
-        handed_over(operator, control_plane, victim, started)
-        replayed = restored_since(before, restored(operator, survivors))
-        print(f"drain_critical_path_restored={replayed:.0f}")
-        assert replayed <= DEFAULT_ACCEPTABLE_RECOVERY_LAG
+        with handing_over(operator, control_plane, "drain", pods, victim) as survivors:
+            # Only this app's pods: other modules' pods may share the node.
+            operator.kubectl(
+                "drain", node, f"--pod-selector=app.kubernetes.io/instance={APP}",
+                "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s",
+                timeout=180,
+            )  # fmt: skip
         # Its replacement waits: the node is cordoned and its local volume is there.
         steady.query_addresses = [
             f"{operator.pods(APP)[p]['status']['podIP']}:{QUERY_PORT}" for p in survivors
@@ -336,11 +279,7 @@ def test_scaling_in_lowers_the_stateful_set_only_after_the_hand_over(
     leaving = f"{APP}-2"
     steady.start()
     settled(operator, pods)
-    survivors = pods[:2]
-    before = restored(operator, survivors)
     sts_path = f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets/{APP}"
-    started = time.monotonic()
-    operator.kubectl("scale", "sapp", APP, "--replicas=2")
     # While the StatefulSet still has 3 replicas the pod is draining; it drops to 2 only once
     # the membership gives the pod no active task (sampled: every look must agree).
     lowered_while_busy: list[str] = []
@@ -355,12 +294,10 @@ def test_scaling_in_lowers_the_stateful_set_only_after_the_hand_over(
             return True
         return False
 
-    wait_until(lowered, "the StatefulSet lowered to 2", HAND_OVER_TIMEOUT)
-    assert not lowered_while_busy, lowered_while_busy
-    handed_over(operator, control_plane, leaving, started)
-    replayed = restored_since(before, restored(operator, survivors))
-    print(f"scale_in_critical_path_restored={replayed:.0f}")
-    assert replayed <= DEFAULT_ACCEPTABLE_RECOVERY_LAG
+    with handing_over(operator, control_plane, "scale_in", pods, leaving):
+        operator.kubectl("scale", "sapp", APP, "--replicas=2")
+        wait_until(lowered, "the StatefulSet lowered to 2", HAND_OVER_TIMEOUT)
+        assert not lowered_while_busy, lowered_while_busy
     events = {
         e["reason"]: e["message"]
         for e in operator.objects("", "events")

@@ -14,7 +14,12 @@
   pod and node bodies for the operator's unit tests; ``crd_schema``: a custom resource's
   structural-schema and CEL admission, in-process, for the CRD's unit tests;
 * ``cluster_word_count``: input lines for the word count on a cluster, and the check that
-  its counts through the query Service are exact;
+  its counts through the query Service are exact; ``wordcount_app``: ``examples/wordcount``
+  as it ships, deployed on the control plane with its log on a broker, and the counts it
+  must answer (node-loss and scale-in e2e tests); ``control_plane.restore_app``: the word
+  count on one pod with ``spec.restore`` (the restore-Job e2e tests);
+* ``assignor_groups``: the hypothesis strategies (groups, histories, reported lags) and the
+  checks the assignor's property tests share;
 * ``kafka_fake``, ``librdkafka_mock``: the Kafka adapter's fake clients and the hooks
   into librdkafka's mock cluster.
 

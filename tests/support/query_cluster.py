@@ -8,7 +8,7 @@ assignment with a standby for every stateful task.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -130,6 +130,10 @@ class Cluster(Generic[LogT]):
         holders = {self.active_node(partition).member.id, self.standby_node(partition).member.id}
         return next(n for n in self.nodes if n.member.id not in holders)
 
+    def copies(self, partition: int) -> tuple[Node[LogT], Node[LogT], Node[LogT]]:
+        """The members holding ``partition``'s active copy, its standby, and neither."""
+        return self.active_node(partition), self.standby_node(partition), self.other_node(partition)
+
     def changelog(self, partition: int) -> TopicPartition:
         return TopicPartition(self.layout.changelogs[STORE], partition)
 
@@ -172,6 +176,17 @@ def started_cluster(
         group.close()
         raise
     return group
+
+
+def running_cluster(
+    root: Path, lines: list[str], log_factory: Callable[[Path], LogT]
+) -> Iterator[Cluster[LogT]]:
+    """:func:`started_cluster` for a fixture to ``yield from``: closed once it is done."""
+    group = started_cluster(root, lines, log_factory)
+    try:
+        yield group
+    finally:
+        group.close()
 
 
 def produce_lines(log: SqliteLog, lines: list[str]) -> None:

@@ -13,9 +13,7 @@ import math
 import os
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from random import Random
 
 import pytest
@@ -34,123 +32,11 @@ from eddyline_runtime.assignor import (
 )
 from eddyline_runtime.errors import ConfigError, EddylineError
 from eddyline_runtime.partitions import TaskId
+from tests.support.assignor_groups import ZONES, Group, assert_rules_hold, groups, histories, spread
 
-ZONES = (None, "eu-west-1a", "eu-west-1b", "eu-west-1c")
 # Enough examples to meet the corner cases (one member, no tasks, one zone,
 # more standbys than members) while the file stays within seconds.
 EXAMPLES = 150
-
-
-@dataclass(frozen=True)
-class Group:
-    """One application's tasks and the members that run them."""
-
-    tasks: tuple[TaskId, ...]
-    stateful: frozenset[TaskId] | None
-    members: tuple[Member, ...]
-    standbys: int
-
-    @property
-    def stateful_tasks(self) -> frozenset[TaskId]:
-        return frozenset(self.tasks) if self.stateful is None else self.stateful
-
-    def assign(
-        self, members: Sequence[Member] | None = None, previous: Assignment | None = None
-    ) -> Assignment:
-        return assign(
-            self.tasks,
-            self.members if members is None else members,
-            self.standbys,
-            previous=previous,
-            stateful=self.stateful,
-        )
-
-
-def member_lists(
-    min_size: int = 1, max_size: int = 12, zones: int = 4
-) -> st.SearchStrategy[list[Member]]:
-    """Members with unique pod names, their zones drawn from a few of ZONES."""
-
-    @st.composite
-    def build(draw: st.DrawFn) -> list[Member]:
-        palette = draw(st.lists(st.sampled_from(ZONES), min_size=1, max_size=zones, unique=True))
-        ordinals = draw(
-            st.lists(st.integers(0, 99), min_size=min_size, max_size=max_size, unique=True)
-        )
-        return [
-            Member(f"pod-{n}", draw(st.sampled_from(palette)), f"pod-{n}.app:8080")
-            for n in ordinals
-        ]
-
-    return build()
-
-
-@st.composite
-def groups(draw: st.DrawFn, min_members: int = 1, zones: int = 4) -> Group:
-    subtopologies = draw(st.integers(1, 4))
-    tasks = tuple(
-        TaskId(s, p) for s in range(subtopologies) for p in range(draw(st.integers(0, 8)))
-    )
-    kind = draw(st.sampled_from(["all stateful", "stateful sub-topologies", "mixed"]))
-    stateful: frozenset[TaskId] | None = None
-    if kind == "stateful sub-topologies":
-        chosen = draw(st.sets(st.integers(0, subtopologies - 1)))
-        stateful = frozenset(t for t in tasks if t.subtopology in chosen)
-    elif kind == "mixed":
-        stateful = frozenset(t for t in tasks if draw(st.booleans()))
-    members = draw(member_lists(min_size=min_members, zones=zones))
-    return Group(tasks, stateful, tuple(members), draw(st.integers(0, 3)))
-
-
-@st.composite
-def histories(draw: st.DrawFn) -> tuple[Group, list[tuple[list[Member], Assignment]]]:
-    """A group and the assignments of up to four membership changes, each from the last."""
-    group = draw(groups())
-    members = list(group.members)
-    steps = [(members, group.assign())]
-    for _ in range(draw(st.integers(1, 4))):
-        change = draw(st.sampled_from(["join", "leave", "replace"]))
-        members = list(members)
-        if change in ("leave", "replace") and len(members) > 1:
-            members.remove(draw(st.sampled_from(members)))
-        if change in ("join", "replace") and len(members) < 12:
-            free = sorted({f"pod-{n}" for n in range(100, 112)} - {m.id for m in members})
-            members.append(Member(draw(st.sampled_from(free)), draw(st.sampled_from(ZONES))))
-        steps.append((members, group.assign(members, previous=steps[-1][1])))
-    return group, steps
-
-
-def zones_of(members: Sequence[Member]) -> int:
-    return len({m.zone for m in members})
-
-
-def spread(counts: Sequence[int]) -> int:
-    return max(counts) - min(counts)
-
-
-def assert_rules_hold(group: Group, members: Sequence[Member], result: Assignment) -> None:
-    """Guarantees 1 to 4 of the module docstring, and 5 where no zones constrain."""
-    ids = sorted(m.id for m in members)
-    zone = {m.id: m.zone for m in members}
-    assert sorted(result.active) == sorted(result.standby) == ids
-    owners = Counter(t for m in ids for t in result.active[m])
-    assert sorted(owners) == sorted(group.tasks)
-    assert set(owners.values()) <= {1}
-    assert spread([len(result.active[m]) for m in ids]) <= 1
-    assert spread([len(result.active[m] & group.stateful_tasks) for m in ids]) <= 1
-    replicas = min(group.standbys, len(ids) - 1)
-    for task in group.tasks:
-        holders = result.standby_owners(task)
-        if task not in group.stateful_tasks:
-            assert holders == []
-            continue
-        active = result.active_owner(task)
-        assert len(set(holders)) == len(holders) == replicas
-        assert active not in holders
-        copies = [active, *holders]
-        assert len({zone[m] for m in copies}) == min(replicas + 1, zones_of(members))
-    if zones_of(members) == 1:
-        assert spread([len(result.standby[m]) for m in ids]) <= 1
 
 
 def moved(before: Assignment, after: Assignment, tasks: Sequence[TaskId]) -> list[TaskId]:

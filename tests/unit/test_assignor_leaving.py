@@ -14,30 +14,19 @@ from hypothesis import strategies as st
 
 from eddyline_runtime.assignor import Assignment, Member, WarmupPolicy, assign
 from eddyline_runtime.partitions import TaskId
-from tests.unit.test_assignor import Group, assert_rules_hold, histories
-from tests.unit.test_assignor_warmups import ACCEPTABLE, Lags, caught_up, reported_lags
+from tests.support.assignor_groups import (
+    ACCEPTABLE,
+    Group,
+    Lags,
+    Probing,
+    assert_rules_hold,
+    assign_warm,
+    caught_up,
+    histories,
+    reported_lags,
+)
 
 EXAMPLES = 60
-
-
-def leave(
-    group: Group,
-    members: Sequence[Member],
-    previous: Assignment,
-    lags: Lags,
-    leaving: set[str],
-    *,
-    max_warmups: int,
-) -> Assignment:
-    return assign(
-        group.tasks,
-        members,
-        group.standbys,
-        previous=previous,
-        stateful=group.stateful,
-        warmups=WarmupPolicy(lags, ACCEPTABLE, max_warmups),
-        leaving=leaving,
-    )
 
 
 def check_hand_over(  # noqa: PLR0917 (the scenario, then what came of it)
@@ -98,7 +87,7 @@ def test_a_leaving_member_hands_over_only_to_caught_up_copies_and_gets_nothing_n
     leaving = data.draw(leavers(members))
     lags = data.draw(reported_lags(group, members))
 
-    result = leave(group, members, previous, lags, leaving, max_warmups=max_warmups)
+    result = assign_warm(group, members, previous, lags, max_warmups, leaving=leaving)
 
     check_hand_over(group, members, previous, lags, leaving, result, max_warmups)
 
@@ -115,26 +104,14 @@ def test_leaving_members_end_with_nothing_and_the_rest_is_balanced(
     members, previous = steps[-1]
     leaving = data.draw(leavers(members))
     ids = {m.id for m in members}
-    age: dict[tuple[str, TaskId], int] = {}
+    probing = Probing(data, ids)
     rounds = 3 * (len(group.stateful_tasks) + 2)
     result = previous
     for _ in range(rounds):
-        lags: Lags = {}
-        for member_id in ids:
-            for task in previous.standby.get(member_id, ()):
-                lags.setdefault(member_id, {})[task] = 0
-            for task in previous.warmup.get(member_id, ()):
-                ready_after = data.draw(st.integers(1, 2), label="rebalances to catch up")
-                caught = age.get((member_id, task), 0) + 1 >= ready_after
-                lags.setdefault(member_id, {})[task] = 0 if caught else 10 * ACCEPTABLE
-        result = leave(group, members, previous, lags, leaving, max_warmups=max_warmups)
+        lags = probing.lags(previous)
+        result = assign_warm(group, members, previous, lags, max_warmups, leaving=leaving)
         check_hand_over(group, members, previous, lags, leaving, result, max_warmups)
-        age = {
-            (m, t): age.get((m, t), 0) + 1
-            for m in ids
-            for t in result.warmup.get(m, ())
-            if t in previous.warmup.get(m, ())
-        }
+        probing.rebalanced(previous, result)
         if result.warmup_count == 0 and result == previous:
             break
         previous = result

@@ -8,7 +8,7 @@ assignment starts from the last.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -23,53 +23,21 @@ from eddyline_runtime.assignor import (
 )
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.partitions import TaskId
-from tests.unit.test_assignor import ZONES, Group, assert_rules_hold, groups, histories
+from tests.support.assignor_groups import (
+    ACCEPTABLE,
+    ZONES,
+    Group,
+    Lags,
+    Probing,
+    assert_rules_hold,
+    assign_warm,
+    caught_up,
+    groups,
+    histories,
+    reported_lags,
+)
 
 EXAMPLES = 120
-ACCEPTABLE = 100
-
-Lags = dict[str, dict[TaskId, int]]
-
-
-def caught_up(
-    member_id: str, task: TaskId, lags: Mapping[str, Mapping[TaskId, int]], previous: Assignment
-) -> bool:
-    """The assignor's rule: the previous owner is caught up; others by their reported lag."""
-    if task in previous.active.get(member_id, ()):
-        return True
-    lag = lags.get(member_id, {}).get(task)
-    return lag is not None and lag <= ACCEPTABLE
-
-
-def run(
-    group: Group,
-    members: Sequence[Member],
-    previous: Assignment,
-    lags: Lags,
-    max_warmups: int,
-) -> Assignment:
-    return assign(
-        group.tasks,
-        members,
-        group.standbys,
-        previous=previous,
-        stateful=group.stateful,
-        warmups=WarmupPolicy(lags, ACCEPTABLE, max_warmups),
-    )
-
-
-@st.composite
-def reported_lags(draw: st.DrawFn, group: Group, members: Sequence[Member]) -> Lags:
-    """Per member, a lag for some stateful tasks: caught up, just behind, or far behind."""
-    lags: Lags = {}
-    for member in members:
-        for task in sorted(group.stateful_tasks):
-            kind = draw(st.sampled_from(["none", "none", "caught up", "behind"]))
-            if kind == "caught up":
-                lags.setdefault(member.id, {})[task] = draw(st.integers(0, ACCEPTABLE))
-            elif kind == "behind":
-                lags.setdefault(member.id, {})[task] = draw(st.integers(ACCEPTABLE + 1, 10**6))
-    return lags
 
 
 def check_invariants(  # noqa: PLR0917 (the scenario, then what came of it)
@@ -112,7 +80,7 @@ def test_no_task_is_active_on_a_copy_behind_while_a_caught_up_one_exists(
     (_, previous), (members, _) = steps[-2], steps[-1]
     lags = data.draw(reported_lags(group, members))
 
-    result = run(group, members, previous, lags, max_warmups)
+    result = assign_warm(group, members, previous, lags, max_warmups)
 
     check_invariants(group, members, previous, lags, result, max_warmups)
 
@@ -145,31 +113,18 @@ def test_warm_ups_become_active_or_standbys_or_go_and_balance_is_reached(
     if change in ("join", "replace"):
         members.append(Member("pod-new", zone))
     ids = {m.id for m in members}
-    # Rebalances each warm-up has run for.
-    age: dict[tuple[str, TaskId], int] = {}
+    probing = Probing(data, ids)
     stateful_count = len(group.stateful_tasks)
     # Each round with warm-ups promotes or drops at least one once they are caught up
     # (two rounds at most); the bound is generous on top.
     rounds = 3 * (stateful_count + 2)
     for _ in range(rounds):
-        lags: Lags = {}
-        for member_id in ids:
-            for task in previous.standby.get(member_id, ()):
-                lags.setdefault(member_id, {})[task] = 0
-            for task in previous.warmup.get(member_id, ()):
-                ready_after = data.draw(st.integers(1, 2), label="rebalances to catch up")
-                caught = age.get((member_id, task), 0) + 1 >= ready_after
-                lags.setdefault(member_id, {})[task] = 0 if caught else 10 * ACCEPTABLE
-        result = run(group, members, previous, lags, max_warmups)
+        lags = probing.lags(previous)
+        result = assign_warm(group, members, previous, lags, max_warmups)
         check_invariants(group, members, previous, lags, result, max_warmups)
         # Point 11: a warm-up of the last round is now active, a standby, still
         # warming (not yet caught up), or gone; no copy is ever left in two roles.
-        age = {
-            (m, t): age.get((m, t), 0) + 1
-            for m in ids
-            for t in result.warmup.get(m, ())
-            if t in previous.warmup.get(m, ())
-        } | {(m, t): 0 for m in ids for t in result.warmup.get(m, ()) if (m, t) not in age}
+        probing.rebalanced(previous, result)
         if result.warmup_count == 0 and result == previous:
             break
         previous = result

@@ -37,7 +37,7 @@ from tests.support.query_cluster import (
     STORE,
     partition_of,
     produce_lines,
-    started_cluster,
+    running_cluster,
 )
 from tests.support.query_cluster import Cluster as HarnessCluster
 from tests.support.waiting import wait_for
@@ -67,21 +67,13 @@ def a_word_in(partition: int) -> str:
 @pytest.fixture(scope="module")
 def steady(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A group nobody stops: for the tests that only read."""
-    group = started_cluster(tmp_path_factory.mktemp("router-steady"), LINES, PausableLog)
-    try:
-        yield group
-    finally:
-        group.close()
+    yield from running_cluster(tmp_path_factory.mktemp("router-steady"), LINES, PausableLog)
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """A group of the test's own, which it may stop members of."""
-    group = started_cluster(tmp_path, LINES, PausableLog)
-    try:
-        yield group
-    finally:
-        group.close()
+    yield from running_cluster(tmp_path, LINES, PausableLog)
 
 
 # ---------------------------------------------------------------------------------------
@@ -220,11 +212,7 @@ def test_eddyline_query_fails_with_exit_code_1_and_the_reason(steady: Cluster) -
 def test_without_its_active_host_the_router_answers_from_the_standby(cluster: Cluster) -> None:
     partition = 0
     word = a_word_in(partition)
-    active, standby, other = (
-        cluster.active_node(partition),
-        cluster.standby_node(partition),
-        cluster.other_node(partition),
-    )
+    active, standby, other = cluster.copies(partition)
     active.stop()
     # Ask the dead member first, as a client with a stale host list would.
     router = QueryRouter([active.address, other.address], timeout=1)
@@ -258,11 +246,7 @@ def test_without_its_active_host_the_router_answers_from_the_standby(cluster: Cl
 def test_with_neither_copy_up_the_router_fails_listing_each_host(cluster: Cluster) -> None:
     partition = 1
     word = a_word_in(partition)
-    active, standby, other = (
-        cluster.active_node(partition),
-        cluster.standby_node(partition),
-        cluster.other_node(partition),
-    )
+    active, standby, other = cluster.copies(partition)
     active.stop()
     standby.stop()
     with pytest.raises(QueryFailedError) as failure:
@@ -296,11 +280,7 @@ def test_a_closed_instance_whose_server_still_runs_sends_the_router_to_the_stand
 def test_a_standby_behind_by_more_than_the_acceptable_lag_is_refused(cluster: Cluster) -> None:
     partition = 0
     word = a_word_in(partition)
-    active, standby, other = (
-        cluster.active_node(partition),
-        cluster.standby_node(partition),
-        cluster.other_node(partition),
-    )
+    active, standby, other = cluster.copies(partition)
     changelog = cluster.changelog(partition)
     replicated_up_to = cluster.log.end_offset(changelog)
     # The standby stops replaying; the active keeps counting.
@@ -395,11 +375,7 @@ def test_the_previous_owner_answers_stale_queries_until_the_new_active_opens_its
 ) -> None:
     partition = 1
     word = a_word_in(partition)
-    old, standby, new = (
-        cluster.active_node(partition),
-        cluster.standby_node(partition),
-        cluster.other_node(partition),
-    )
+    old, standby, new = cluster.copies(partition)
     moved = reassigned(cluster.assignment, partition, active=new.member.id, standbys=[])
     # The standby's member acts on the new generation: it drops its copy.
     standby.instance.apply_assignment(moved)
@@ -438,11 +414,7 @@ def test_a_copy_restoring_from_empty_is_not_preferred_over_a_caught_up_one(
 ) -> None:
     partition = 0
     word = a_word_in(partition)
-    active, standby, other = (
-        cluster.active_node(partition),
-        cluster.standby_node(partition),
-        cluster.other_node(partition),
-    )
+    active, standby, other = cluster.copies(partition)
     active.stop()
     # The next generation moves the standby to a member that starts it from empty and
     # (its replay held back) stays there; the old standby's member has not acted on it

@@ -85,6 +85,12 @@ def deploy(operator: Operator, app: str, bootstrap: str, secret: str) -> str:
         "apply", "-f", "-", stdin=yaml.safe_dump(manifest(app, bootstrap, secret))
     )
     assert applied.strip() == f"streamapp.eddyline.dev/{app} created", applied
+    return query_service_when_ready(operator, app)
+
+
+def query_service_when_ready(operator: Operator, app: str) -> str:
+    """Waits until the app has 3 ready pods and Ready=True (printing the operator's view if
+    not); the address of its query Service."""
     try:
         wait_until(lambda: ready(operator, app), "3 ready pods and Ready=True", READY_TIMEOUT)
     except TimeoutError:
