@@ -66,10 +66,12 @@ WORDS = [f"w{index:02d}" for index in range(20)]
 # fetches _FETCH_RECORDS (5,000) whenever fewer than _FETCH_LOW_WATER (2,500) are buffered.
 BUFFERED = 7_500
 # The backlog, in lines: beyond what the pod buffers, enough for LAG_SECONDS of its fastest
-# processing, so the lag it reports stays far above MAX_LAG for longer than the autoscaler
-# waits after the app settled (a whole metric window, then the beats that scrape and decide),
-# and is gone soon after the scale out, so that the scale in follows the next window.
-LAG_SECONDS = METRIC_WINDOW_SECONDS + 2 * SCRAPE_SECONDS + 5
+# processing. The first decision comes a metric window after the app settled (the test writes
+# the backlog once it sees it settled, the operator sees it within a beat) and reads the mean
+# lag of that window: with the lag tens of times MAX_LAG through most of the window, the mean
+# is far above it. And the lag is gone soon after the scale out, so the window after that
+# step's settling finds none and the scale in follows it.
+LAG_SECONDS = METRIC_WINDOW_SECONDS + SCRAPE_SECONDS
 BACKLOG = BUFFERED + round(LAG_SECONDS / LINE_SECONDS)
 # Bounds for a broken run on a loaded 2-core machine, not expectations.
 READY_TIMEOUT = 300
@@ -93,7 +95,7 @@ class Peaks(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self.stopped.wait(0.2):
+            while not self.stopped.wait(0.5):
                 self.pods = max(self.pods, len(self.operator.pods(APP)))
                 self.replicas = max(self.replicas, stateful_set_replicas(self.operator))
         except BaseException as error:  # the test reports it
@@ -225,6 +227,28 @@ def wait_exact(operator: Operator, expected: collections.Counter[str]) -> None:
 _LAG = re.compile(r"input lag (\d+) records")
 
 
+def check_scale_out(operator: Operator, decision: dict[str, Any]) -> None:
+    assert decision["fromReplicas"] == 1, decision
+    # The lag asked for more pods than the app has tasks: clamped to its 2 tasks, below
+    # maxReplicas (a third pod would get no task).
+    reason = decision["reason"]
+    bound = f"clamped to {TASKS} by [1 (minReplicas), {TASKS} (the app's {TASKS} tasks)]"
+    assert bound in reason, reason
+    lag = _LAG.search(reason)
+    assert lag is not None and int(lag.group(1)) > MAX_LAG, reason
+    assert app_replicas(operator) == 2  # through the StreamApp's scale subresource
+
+
+def check_decisions(operator: Operator) -> None:
+    """One decision each way: the windows held every other recommendation."""
+    events = scaling_events(operator)
+    assert [reason for reason, _ in events] == ["ScaledOut", "ScaledIn"], events
+    assert events[0][1].startswith("1 -> 2 replicas: input lag"), events
+    assert events[1][1].startswith("2 -> 1 replicas: input lag"), events
+    status = autoscaling(operator)
+    assert status["currentReplicas"] == 1 and status["desiredReplicas"] == 1, status
+
+
 def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
     operator: Operator,
 ) -> None:
@@ -233,6 +257,12 @@ def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
     claim.mkdir(parents=True)
     log_url = f"sqlite:///{claim}/log.db"
     lines, expected = backlog()
+    began = time.monotonic()
+    marks: list[str] = []
+
+    def mark(what: str) -> None:
+        marks.append(f"{what} at {time.monotonic() - began:.1f} s")
+
     deploy(operator, log_url)
     peaks = Peaks(operator)
     peaks.start()
@@ -240,50 +270,39 @@ def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
         wait_until(lambda: settled(operator, 1), "1 ready pod running its tasks", READY_TIMEOUT)
         # Idle, one pod keeps up: nothing to decide.
         assert scaling_events(operator) == []
+        mark("settled on 1 pod")
 
         # The load step: the backlog at once.
         produce(log_url, lines)
-        stepped = time.monotonic()
+        mark(f"{BACKLOG} lines written")
         out = wait_until(lambda: decided(operator, 2), "a scale out to 2 pods", SCALE_TIMEOUT)
-        out_s = time.monotonic() - stepped
-        assert out["fromReplicas"] == 1, out
-        # The lag asked for more pods than the app has tasks: clamped to its 2 tasks, below
-        # maxReplicas (a third pod would get no task).
-        reason = out["reason"]
-        assert f"clamped to {TASKS} by [1 (minReplicas), {TASKS} (the app's {TASKS} tasks)]" in (
-            reason
-        ), reason
-        lag = _LAG.search(reason)
-        assert lag is not None and int(lag.group(1)) > MAX_LAG, reason
-        assert app_replicas(operator) == 2  # through the StreamApp's scale subresource
+        mark("scaled out")
+        check_scale_out(operator, out)
         wait_until(lambda: settled(operator, 2), "2 ready pods running tasks", READY_TIMEOUT)
+        mark("settled on 2 pods")
 
         # The backlog worked off, the lag gone: back to minReplicas after the down window.
         back = wait_until(lambda: decided(operator, 1), "a scale in to 1 pod", SCALE_TIMEOUT)
-        in_s = time.monotonic() - stepped - out_s
+        mark("scaled in")
         assert back["fromReplicas"] == 2 and "input lag" in back["reason"], back
         assert app_replicas(operator) == 1
         wait_until(lambda: settled(operator, 1), "1 ready pod again", READY_TIMEOUT)
         assert stateful_set_replicas(operator) == 1
         scaled_in = time.monotonic()
-        print(f"backlog {BACKLOG} lines; scale out after {out_s:.1f} s, in {in_s:.1f} s later")
+        mark("settled on 1 pod again")
 
         wait_exact(operator, expected)
+        mark("counts exact")
         # A whole metric window after the step settled, and the cycles that read it: the
         # autoscaler has decided on the figures after the scale in, and held.
         quiet_until = scaled_in + METRIC_WINDOW_SECONDS + 3 * SCRAPE_SECONDS
         time.sleep(max(0.0, quiet_until - time.monotonic()))
-        events = scaling_events(operator)
-        # One decision each way: the windows held every other recommendation.
-        assert [reason for reason, _ in events] == ["ScaledOut", "ScaledIn"], events
-        assert events[0][1].startswith("1 -> 2 replicas: input lag"), events
-        assert events[1][1].startswith("2 -> 1 replicas: input lag"), events
-        status = autoscaling(operator)
-        assert status["currentReplicas"] == 1 and status["desiredReplicas"] == 1, status
+        check_decisions(operator)
     except (AssertionError, TimeoutError):
         print(operator.describe_failure(APP))
         raise
     finally:
         peaks.stop()
+        print("; ".join(marks))  # where the time went (-s, or with a failure)
     # Never more pods than maxReplicas, nor than the app's tasks can use.
     assert peaks.pods == 2 and peaks.replicas == 2, (peaks.pods, peaks.replicas)
