@@ -126,10 +126,16 @@ def autoscaling(operator: Operator) -> dict[str, Any]:
     return found
 
 
-def decided(operator: Operator, replicas: int) -> dict[str, Any] | None:
-    """status.autoscaling.lastDecision once it is the step to ``replicas``."""
-    decision: dict[str, Any] | None = autoscaling(operator).get("lastDecision")
-    return decision if decision and decision.get("toReplicas") == replicas else None
+def next_decision(operator: Operator, after: dict[str, Any] | None, what: str) -> dict[str, Any]:
+    """The first status.autoscaling.lastDecision other than ``after``, whatever its step (a
+    wrong one fails at once, naming itself, instead of timing out)."""
+
+    def changed() -> dict[str, Any] | None:
+        decision: dict[str, Any] | None = autoscaling(operator).get("lastDecision")
+        return decision if decision and decision != after else None
+
+    found: dict[str, Any] = wait_until(changed, what, SCALE_TIMEOUT)
+    return found
 
 
 def scaling_events(operator: Operator) -> list[tuple[str, str]]:
@@ -228,7 +234,7 @@ _LAG = re.compile(r"input lag (\d+) records")
 
 
 def check_scale_out(operator: Operator, decision: dict[str, Any]) -> None:
-    assert decision["fromReplicas"] == 1, decision
+    assert decision["fromReplicas"] == 1 and decision["toReplicas"] == 2, decision
     # The lag asked for more pods than the app has tasks: clamped to its 2 tasks, below
     # maxReplicas (a third pod would get no task).
     reason = decision["reason"]
@@ -275,16 +281,17 @@ def test_the_operator_scales_out_under_a_load_step_and_back_in_after_it(
         # The load step: the backlog at once.
         produce(log_url, lines)
         mark(f"{BACKLOG} lines written")
-        out = wait_until(lambda: decided(operator, 2), "a scale out to 2 pods", SCALE_TIMEOUT)
+        out = next_decision(operator, None, "a scale out")
         mark("scaled out")
         check_scale_out(operator, out)
         wait_until(lambda: settled(operator, 2), "2 ready pods running tasks", READY_TIMEOUT)
         mark("settled on 2 pods")
 
         # The backlog worked off, the lag gone: back to minReplicas after the down window.
-        back = wait_until(lambda: decided(operator, 1), "a scale in to 1 pod", SCALE_TIMEOUT)
+        back = next_decision(operator, out, "a scale in")
         mark("scaled in")
-        assert back["fromReplicas"] == 2 and "input lag" in back["reason"], back
+        assert back["fromReplicas"] == 2 and back["toReplicas"] == 1, back
+        assert "input lag" in back["reason"], back
         assert app_replicas(operator) == 1
         wait_until(lambda: settled(operator, 1), "1 ready pod again", READY_TIMEOUT)
         assert stateful_set_replicas(operator) == 1
