@@ -43,7 +43,7 @@ from tests.support.kafka.streamapp import ready
 from tests.support.node_loss import membership
 from tests.support.topologies.throttled_wordcount import LINE_SECONDS
 
-# Its pods start, scale out and scale in on the control plane: tens of seconds.
+# Its pods start, scale out and scale in on the control plane: about a minute.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
