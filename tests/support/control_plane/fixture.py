@@ -21,6 +21,8 @@ _running: list[Cluster] = []
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     examples = sorted(str(p) for p in (REPO / "examples").iterdir() if p.is_dir())
+    # Topologies only the tests run (tests/support/topologies says why each exists).
+    examples.append(str(REPO / "tests" / "support" / "topologies"))
     # The chart's CRDs exist before the controllers start, as on a cluster where the operator
     # was installed before (Helm then skips them): the garbage collector watches StreamApps
     # from its start instead of from its next 30 s discovery (see ControlPlane).
