@@ -39,6 +39,11 @@ class FakeBroker:
     # a fatal error the next flush reports as confluent-kafka sometimes does: through
     # the error callback, then a SystemError with no cause
     fatal_in_flush: KafkaError | None = None
+    # topic -> metadata requests that do not list it yet: a topic another client created
+    # a moment ago, which the controller knows but this broker's metadata does not
+    unlisted: dict[str, int] = field(default_factory=dict)
+    # topic -> (partitions, config, unlisted_for): see created_elsewhere
+    _races: dict[str, tuple[int, dict[str, str], int]] = field(default_factory=dict)
 
     def fail(self, method: str, *errors: KafkaException) -> None:
         self.failures.setdefault(method, []).extend(errors)
@@ -48,6 +53,14 @@ class FakeBroker:
         pending = self.failures.get(method)
         if pending:
             raise pending.pop(0)
+
+    def created_elsewhere(
+        self, name: str, partitions: int, policy: str = "delete", *, unlisted_for: int
+    ) -> None:
+        """Our creation of ``name`` will lose a race: another client creates it first (with
+        ``partitions`` and cleanup ``policy``), and the metadata lists it only after
+        ``unlisted_for`` more requests (a real KRaft broker does so for a moment)."""
+        self._races[name] = (partitions, {"cleanup.policy": policy}, unlisted_for)
 
     def called(self, method: str) -> list[Any]:
         return [argument for name, argument in self.calls if name == method]
@@ -102,10 +115,15 @@ class FakeAdmin:
 
     def list_topics(self, timeout: float = -1) -> _Metadata:
         self.broker.check("list_topics")
+        unlisted = self.broker.unlisted
+        hidden = {name for name, requests in unlisted.items() if requests > 0}
+        for name in hidden:
+            unlisted[name] -= 1
         return _Metadata(
             {
                 name: _TopicMetadata(dict.fromkeys(range(count)))
                 for name, (count, _) in self.broker.topics.items()
+                if name not in hidden
             }
         )
 
@@ -116,6 +134,13 @@ class FakeAdmin:
                 self.broker.check("create_topics", topic)
             except KafkaException as exc:
                 futures[topic.topic] = _Future(error=exc)
+                continue
+            race = self.broker._races.pop(topic.topic, None)
+            if race is not None:
+                partitions, config, unlisted_for = race
+                self.broker.topics[topic.topic] = (partitions, config)
+                self.broker.unlisted[topic.topic] = unlisted_for
+                futures[topic.topic] = _Future(error=kafka_error(KafkaError.TOPIC_ALREADY_EXISTS))
                 continue
             self.broker.topics[topic.topic] = (topic.num_partitions, dict(topic.config))
             futures[topic.topic] = _Future()

@@ -13,10 +13,12 @@ are Kafka's own.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -249,3 +251,33 @@ def test_topic_retention_is_the_topics_retention_ms_and_compact_delete_policy(
     log.set_topic_retention("windows-changelog", None)
     assert broker_config() == ("compact", "-1")
     assert log.topics()["windows-changelog"] == TopicSpec("windows-changelog", 1, True)
+
+
+def test_members_racing_to_create_a_topic_all_list_it_as_soon_as_they_return(
+    log: KafkaLog,
+) -> None:
+    """Pods starting together race to create their internal and output topics. The broker's
+    controller refuses all but one with TOPIC_ALREADY_EXISTS a moment before its metadata
+    lists the topic: a loser that returned then listed the topics without it, and a stream
+    thread failed on the missing output topic (``KeyError: 'word-counts'``)."""
+    prefix = log.topic_prefix
+    members = [log, *(KafkaLog.open(log.url, {}, topic_prefix=prefix) for _ in range(2))]
+    missing: list[str] = []
+
+    def create_then_list(member: KafkaLog, topic: str, start: threading.Barrier) -> None:
+        start.wait()
+        assert member.create_topic(topic, 4) == TopicSpec(topic, 4)
+        if member.topics().get(topic) != TopicSpec(topic, 4):
+            missing.append(topic)
+
+    try:
+        for _ in range(10):
+            topic = f"raced-{uuid.uuid4().hex[:8]}"
+            start = threading.Barrier(len(members))
+            with ThreadPoolExecutor(len(members)) as pool:
+                for done in [pool.submit(create_then_list, m, topic, start) for m in members]:
+                    done.result()
+    finally:
+        for member in members[1:]:
+            member.close()
+    assert missing == []

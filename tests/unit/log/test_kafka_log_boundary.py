@@ -108,6 +108,33 @@ def test_a_topic_created_meanwhile_by_someone_else_is_checked_like_an_existing_o
     assert log.create_topic("late", 1, compacted=True) == TopicSpec("late", 1, compacted=True)
 
 
+def test_a_topic_created_meanwhile_that_metadata_lists_late_is_awaited_then_listed(
+    broker: FakeBroker,
+) -> None:
+    log = fake_log(broker)
+    broker.created_elsewhere("late", 4, unlisted_for=3)
+    assert log.create_topic("late", 4) == TopicSpec("late", 4)
+    # Without waiting, the caller's next listing lacked it (resolve_topics' layout did).
+    assert log.topics()["late"] == TopicSpec("late", 4)
+
+
+def test_a_topic_created_meanwhile_in_another_shape_is_a_conflict_though_listed_late(
+    broker: FakeBroker,
+) -> None:
+    broker.created_elsewhere("late", 3, unlisted_for=3)
+    with pytest.raises(TopicConflictError, match=r'"late".*3 partitions'):
+        fake_log(broker).create_topic("late", 4)
+
+
+def test_a_topic_created_meanwhile_that_never_shows_names_the_topic(
+    broker: FakeBroker,
+) -> None:
+    broker.created_elsewhere("late", 4, unlisted_for=1_000_000)
+    log = fake_log(broker, request_timeout_s=0.2)
+    with pytest.raises(BrokerUnreachableError, match='topic "late" never appeared'):
+        log.create_topic("late", 4)
+
+
 def test_topics_lists_partition_counts_and_cleanup_policy_without_internal_topics(
     broker: FakeBroker,
 ) -> None:

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from eddyline_runtime.engine.record_collector import RecordCollector
 from eddyline_runtime.engine.topics import TopologyLayoutError, resolve_topics
-from eddyline_runtime.log import SqliteLog, TopicConflictError
+from eddyline_runtime.log import Record, SqliteLog, TopicConflictError
+from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing import StreamsBuilder
+from tests.support.kafka_fake import FakeBroker, fake_log
 from tests.support.word_count import word_count_builder as word_count
 
 
@@ -66,3 +69,39 @@ def test_task_ids_read_and_print_as_kafka_streams_names_them() -> None:
     assert TaskId.parse("1_12") == TaskId(1, 12)
     with pytest.raises(ValueError, match="<sub-topology>_<partition>"):
         TaskId.parse("one")
+
+
+class _CountingTask:
+    """What the record collector asks of a task: the outputs its sinks produced."""
+
+    def __init__(self, topic: str, words: list[bytes]) -> None:
+        self._outputs = {topic: RecordColumns.of([Record(w, b"1", 0) for w in words])}
+
+    def drain_output_columns(self) -> dict[str, RecordColumns]:
+        outputs, self._outputs = self._outputs, {}
+        return outputs
+
+
+def test_topics_other_members_created_a_moment_ago_are_in_the_layout() -> None:
+    """Pods starting together race to create the internal and output topics. On Kafka the
+    loser's metadata may not list the winner's topic yet; a layout without it failed the
+    stream thread at its first output with only ``KeyError: 'word-counts'``."""
+    broker = FakeBroker()
+    broker.topics["lines"] = (4, {"cleanup.policy": "delete"})
+    broker.created_elsewhere("word-counts", 4, unlisted_for=5)
+    builder = word_count()
+    layout = resolve_topics(builder.build(), "wc", fake_log(broker))
+    # The commit's first step for the counting task (it raised the KeyError).
+    batches: dict[TopicPartition, RecordColumns] = {}
+    words = [b"alpha", b"beta", b"gamma", b"delta"]
+    collector = RecordCollector(fake_log(broker), layout)
+    assert collector.collect(_CountingTask("word-counts", words), batches) == 4  # type: ignore[arg-type]
+    assert {tp.topic for tp in batches} == {"word-counts"}
+    assert sum(len(columns) for columns in batches.values()) == 4
+    repartition = f"wc-{builder.internal_topics[0]}"
+    assert layout.topic_partitions == {
+        "lines": 4,
+        repartition: 4,
+        "word-counts": 4,
+        "wc-counts-changelog": 4,
+    }

@@ -101,18 +101,24 @@ def resolve_topics(
     existing = dict(log.topics())
     counts = _partition_counts(subtopologies, physical, internal, existing, log.url)
 
+    # Each topic's partition count as read or created here, never listed again afterwards: a
+    # Kafka cluster's metadata is eventually consistent (a topic another member created a
+    # moment ago may be missing from the next listing), and a topic missing from the layout
+    # fails the stream thread at its first output to it.
+    topic_partitions = {name: spec.partitions for name, spec in existing.items()}
     writer_of = {topic: sub for sub in subtopologies for topic in sub.sink_topics}
     for topic, sub in writer_of.items():
         name = physical[topic]
         if name not in existing:
-            log.create_topic(name, counts[sub.id])
+            topic_partitions[name] = log.create_topic(name, counts[sub.id]).partitions
     changelogs: dict[str, str] = {}
     for sub in subtopologies:
         for store in sub.stores:
             spec = topology.stores[store]
             if spec.logged:
                 changelogs[store] = spec.changelog_topic(application_id)
-                log.create_topic(changelogs[store], counts[sub.id], compacted=True)
+                created = log.create_topic(changelogs[store], counts[sub.id], compacted=True)
+                topic_partitions[changelogs[store]] = created.partitions
                 if spec.retention_ms is not None:
                     log.set_topic_retention(
                         changelogs[store],
@@ -120,13 +126,12 @@ def resolve_topics(
                             spec.retention_ms, window_changelog_additional_retention_ms
                         ),
                     )
-    topics = log.topics()
     return TopicLayout(
         application_id=application_id,
         physical=physical,
         partitions=counts,
         changelogs=changelogs,
-        topic_partitions={name: spec.partitions for name, spec in topics.items()},
+        topic_partitions=topic_partitions,
         subtopologies=subtopologies,
     )
 

@@ -221,8 +221,9 @@ class KafkaTopics:
 
     def existing(self, real: str) -> TopicSpec | None:
         count = self.refresh().get(real)
-        if count is None:
-            return None
+        return None if count is None else self._spec(real, count)
+
+    def _spec(self, real: str, count: int) -> TopicSpec:
         compacted = self.cleanup_compacted([real])[real]
         return TopicSpec(self._log.port_topic(real), count, compacted)
 
@@ -258,22 +259,32 @@ class KafkaTopics:
                         action=f'creating topic "{name}"',
                         acl=f'CREATE on topic "{real}" (or on the cluster)',
                     ) from None
-                existing = self.existing(real)  # someone else created it meanwhile
+                # Someone else created it meanwhile. The controller that refused ours knows
+                # it, but the broker answering our metadata may not list it yet (a real
+                # KRaft broker: 48 of 300 losers of a creation race read it missing at
+                # once): wait for it, so its shape is checked and the caller's next listing
+                # has it (pods racing to create the word count's output topic once left one
+                # without it, and its stream thread failed with KeyError: 'word-counts').
+                existing = self._spec(real, self._await_topic(real))
             else:
                 self.compacted[real] = compacted
                 self._await_topic(real, partitions)
                 return requested
-        if existing is None or existing == requested:
+        if existing == requested:
             return requested
         raise TopicConflictError(
             name, _describe(existing), _describe(requested), _conflict_fix(real, requested)
         )
 
-    def _await_topic(self, real: str, partitions: int) -> None:
-        """Topic creation propagates to the brokers' metadata asynchronously."""
+    def _await_topic(self, real: str, partitions: int | None = None) -> int:
+        """Topic creation propagates to the brokers' metadata asynchronously: wait until the
+        topic is listed (with ``partitions``, when given); returns its partition count."""
         log = self._log
         deadline = time.monotonic() + log.request_timeout_s
-        while self.refresh().get(real) != partitions:
+        while True:
+            count = self.refresh().get(real)
+            if count is not None and (partitions is None or count == partitions):
+                return count
             if time.monotonic() > deadline:
                 raise BrokerUnreachableError(
                     log.settings.bootstrap, log.request_timeout_s, f'topic "{real}" never appeared'
