@@ -61,7 +61,9 @@ def test_children_exit_as_the_script_would(server: ForkServer, tmp_path: Path) -
 def test_a_child_is_a_real_process_a_sigkill_ends(server: ForkServer, tmp_path: Path) -> None:
     errors = tmp_path / "child.stderr"
     child = server.start(["sleep"], stderr=errors)
-    wait_for(lambda: "sleep" in errors.read_text(), "the child to start", timeout=30)
+    wait_for(
+        lambda: errors.exists() and "sleep" in errors.read_text(), "the child to start", timeout=30
+    )
     assert child.poll() is None
     os.kill(child.pid, 0)  # a process the test can signal directly
     child.send_signal(signal.SIGKILL)
