@@ -128,10 +128,12 @@ class ForkedProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.001  # a killed child is seen at once; a long run costs few polls
         while (returncode := self.poll()) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(f"forked pid {self.pid}", timeout or 0.0)
-            time.sleep(0.005)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
         return returncode
 
     def send_signal(self, sig: int) -> None:
