@@ -1,8 +1,9 @@
 """pytest fixtures for real Kafka brokers (registered by tests/conftest.py).
 
 ``kafka_broker`` starts one combined broker/controller the first time a test
-asks for it and stops it when the run ends; ``kafka_cluster3`` does the same
-with three nodes, only for the tests that need replication or leader changes.
+asks for it and stops it when the run ends; ``kafka_cluster3`` starts three
+nodes for a module whose tests need replication or leader changes, and stops
+them after that module.
 ``EDDYLINE_TEST_KAFKA_BOOTSTRAP`` points ``kafka_bootstrap`` at an outside
 broker instead. When a test that used a broker fails, its report ends with
 the tail of each node's log and where the whole log is.
@@ -38,9 +39,12 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClus
     yield from _start(tmp_path_factory, 1)
 
 
-@pytest.fixture(scope="session")
+# Module scope: one module uses it (test_kafka_cluster_faults.py), and three idle
+# nodes kept to the session's end took about a tenth of a core for the rest of the suite.
+@pytest.fixture(scope="module")
 def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """Three KRaft nodes, for replication, leader changes and broker restarts."""
+    """Three KRaft nodes, for replication, leader changes and broker restarts; started
+    per module that asks (each start takes ~20 s)."""
     yield from _start(tmp_path_factory, 3)
 
 
