@@ -39,6 +39,9 @@ class FakeBroker:
     # a fatal error the next flush reports as confluent-kafka sometimes does: through
     # the error callback, then a SystemError with no cause
     fatal_in_flush: KafkaError | None = None
+    # the next flush fails as confluent-kafka also did (CI, zombie test): a SystemError with
+    # no cause, the error callback never called, librdkafka in whatever state it is
+    lost_in_flush: bool = False
     # topic -> metadata requests that do not list it yet: a topic another client created
     # a moment ago, which the controller knows but this broker's metadata does not
     unlisted: dict[str, int] = field(default_factory=dict)
@@ -184,6 +187,9 @@ class FakeProducer:
         fatal, self.broker.fatal_in_flush = self.broker.fatal_in_flush, None
         if fatal is not None:
             self.config["error_cb"](fatal)
+            raise SystemError("<method 'flush'> returned NULL without setting an exception")
+        if self.broker.lost_in_flush:
+            self.broker.lost_in_flush = False
             raise SystemError("<method 'flush'> returned NULL without setting an exception")
         for message, callback in self.pending:
             error = self.broker.delivery_errors.pop(0) if self.broker.delivery_errors else None

@@ -283,6 +283,37 @@ def test_a_fatal_error_flush_lost_to_a_system_error_is_fencing(broker: FakeBroke
     assert broker.called("commit_transaction") == []
 
 
+def test_a_fencing_flush_lost_without_a_callback_is_found_by_aborting(broker: FakeBroker) -> None:
+    """The same SystemError with the error callback never called (CI, zombie test, after
+    the test above's mend): librdkafka, in its fatal state, names the fencing to the abort
+    the failed transaction needs anyway."""
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"zombie"))
+    broker.lost_in_flush = True
+    broker.fail("abort_transaction", kafka_error(KafkaError._FENCED, fatal=True))
+    with pytest.raises(ProducerFencedError):
+        producer.commit()
+    assert broker.called("commit_transaction") == []
+
+
+def test_a_flush_lost_to_a_system_error_without_fencing_aborts_and_says_so(
+    broker: FakeBroker,
+) -> None:
+    """Not fenced: the transaction is aborted (nothing of it committed) and the error is the
+    SystemError itself, a failure of the client library the thread reports."""
+    producer = fake_log(broker).transactional_producer("app-0_0")
+    producer.begin()
+    producer.send(OUT, rec(b"a"))
+    broker.lost_in_flush = True
+    with pytest.raises(SystemError, match="returned NULL"):
+        producer.commit()
+    assert broker.called("abort_transaction") == [None]
+    assert broker.called("commit_transaction") == []
+    producer.begin()  # aborted, not fenced: the next transaction can begin
+    producer.commit()
+
+
 def test_an_abortable_commit_error_aborts_and_is_handled_like_fencing(broker: FakeBroker) -> None:
     producer = fake_log(broker).transactional_producer("app-0_0")
     producer.begin()

@@ -215,7 +215,23 @@ class KafkaTransactionalProducer(TransactionalProducer):
         try:
             return self._producer.flush(timeout)
         except SystemError as exc:
-            raise self._callback_failure(exc) from None
+            failure = self._callback_failure(exc)
+            if isinstance(failure, SystemError) and self._open:
+                failure = self._abort_lost(failure)
+            raise failure from None
+
+    def _abort_lost(self, failure: SystemError) -> KafkaException | SystemError:
+        """A flush failed with nothing to say why (no cause, no error callback: seen in CI on
+        a fenced zombie): the transaction cannot commit, so abort it. librdkafka, if fatal
+        (fenced), refuses the abort with the error the flush lost, which then says what
+        happened; otherwise the transaction is aborted, nothing of it committed, and the
+        SystemError is a failure of the client library itself."""
+        try:
+            self._producer.abort_transaction(self._log.transaction_timeout_s)
+        except KafkaException as raised:
+            return raised
+        self._open = False
+        return failure
 
     def _callback_failure(self, exc: SystemError) -> KafkaException | SystemError:
         """What a SystemError out of poll/flush means. confluent-kafka raises librdkafka's
