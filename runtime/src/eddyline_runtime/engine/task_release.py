@@ -17,10 +17,13 @@ membership authority:
   task leaves its thread's task map only then);
 * once L no longer runs T, S waits for its copy to read T's changelogs to
   their end (one more replay round), then promotes it: nothing to restore;
-* S gives up waiting, and promotes as it would have at once, when L cannot be
-  reached (refused or timed out: a crashed pod), when L is not a member of a
-  newer assignment, or after ``RELEASE_WAIT_SECONDS``. Safety never rests on
-  the wait: the log's fencing still keeps T from running twice.
+* S stops asking L when L cannot be reached (refused or timed out: a pod that
+  exited after handing over, or crashed; it commits nothing more either way)
+  and only lets its copy finish reading, and promotes at once when L is not a
+  member of a newer assignment. It never waits longer than
+  ``RELEASE_WAIT_SECONDS`` in all: a copy that is not there by then is promoted
+  as before. Safety never rests on the wait: the log's fencing still keeps T
+  from running twice.
 
 The waiting is done by a small watcher thread; the instance hands each stream
 thread its share with the held tasks as standbys, and again without them once
@@ -103,6 +106,7 @@ class _Held:
     address: str
     since: float
     released_at: float | None = None
+    unreachable: bool = False
 
 
 class TaskRelease:
@@ -221,16 +225,16 @@ class TaskRelease:
                     timeout = min(_REQUEST_TIMEOUT_SECONDS, left)
                     answers[entry.address] = self._probe(entry.address, timeout)
                 running = answers[entry.address]
-                if running is None:
-                    let_go[task] = "unreachable"
-                    continue
-                if task in running:
+                if running is not None and task in running:
                     continue
                 entry.released_at = time.monotonic()
-            # Released: once the copy read what the old owner's final commit wrote (the end
-            # offsets are read now, after the release was seen), it promotes with 0 to restore.
+                entry.unreachable = running is None
+            # Released, or its owner gone (a pod that exited after handing over, or crashed:
+            # either way it commits nothing more): once the copy read what the owner's last
+            # commit wrote (the end offsets are read now, after that was seen), it promotes
+            # with nothing to restore. A copy slow to get there is promoted at the bound.
             if self._caught_up(task):
-                let_go[task] = "released"
+                let_go[task] = "unreachable" if entry.unreachable else "released"
         return let_go
 
     def _ended(self, task: TaskId, held: _Held, how: str, now: float) -> None:
@@ -255,7 +259,7 @@ class TaskRelease:
             )
         elif how == "unreachable":
             logger.info(
-                "task %s: %s cannot be reached (gone?) after %.0f ms; promoting at once",
+                "task %s: %s cannot be reached (gone); copy caught up after %.0f ms: promoting",
                 task,
                 held.owner,
                 waited * 1000,
