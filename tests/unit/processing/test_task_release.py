@@ -160,7 +160,7 @@ def test_a_newer_assignment_keeps_a_hold_that_still_applies(still_running: Watch
 )
 def test_what_is_not_held(previous: Assignment | None, why: str, still_running: Watched) -> None:
     assert still_running.release.hold(previous, MOVED) == frozenset(), why
-    assert still_running.release.outcomes == []
+    assert not still_running.release.outcomes
 
 
 def test_an_old_owner_without_a_query_address_is_not_waited_for(still_running: Watched) -> None:

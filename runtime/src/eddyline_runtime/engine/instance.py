@@ -165,14 +165,15 @@ class StreamsInstance:
             )
             # Tasks moved here: how many their previous owner released (promoted with
             # nothing to restore), how many waited the whole bound, and the last wait.
-            outcomes = self.release.outcomes
+            release = self.release
+            outcomes = release.outcomes
             self.metrics.register(
                 MetricName.of("stream-metrics", "task-released-total"),
-                lambda: float(sum(1 for o in outcomes if o.how == "released")),
+                lambda: float(release.counts["released"]),
             )
             self.metrics.register(
                 MetricName.of("stream-metrics", "task-release-bound-reached-total"),
-                lambda: float(sum(1 for o in outcomes if o.how == "bound")),
+                lambda: float(release.counts["bound"]),
             )
             self.metrics.register(
                 MetricName.of("stream-metrics", "task-release-last-wait-ms"),

@@ -38,6 +38,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,6 +54,8 @@ _POLL_SECONDS = 0.05
 # One layout request at most this long (a pod that does not answer in a second is treated as
 # gone: a live one answers in milliseconds, its layout is a memory read).
 _REQUEST_TIMEOUT_SECONDS = 1.0
+# Outcomes kept for inspection (tests, a debugger); the metrics count all of them.
+_OUTCOMES_KEPT = 256
 # The copies of a task its owner reports while it runs it.
 _RUNNING_ROLES = frozenset({StoreRole.ACTIVE, StoreRole.RESTORING})
 
@@ -135,7 +138,10 @@ class TaskRelease:
         self._held: dict[TaskId, _Held] = {}
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
-        self.outcomes: list[ReleaseOutcome] = []
+        # The latest outcomes (a bounded record: a pod lives through many rebalances), and
+        # counts by how each ended, for the metrics.
+        self.outcomes: deque[ReleaseOutcome] = deque(maxlen=_OUTCOMES_KEPT)
+        self.counts: Counter[str] = Counter()
 
     def held(self) -> frozenset[TaskId]:
         with self._lock:
@@ -240,6 +246,7 @@ class TaskRelease:
     def _ended(self, task: TaskId, held: _Held, how: str, now: float) -> None:
         waited = now - held.since
         self.outcomes.append(ReleaseOutcome(task, held.owner, how, waited))
+        self.counts[how] += 1
         if how == "released":
             released = (held.released_at or now) - held.since
             logger.info(
