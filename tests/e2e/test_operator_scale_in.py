@@ -218,16 +218,17 @@ def handing_over(
     replayed meanwhile) and asserts it is 0. Yields the survivors."""
     survivors = [p for p in pods if p != leaving]
     before = restored(operator, survivors)
+    kubelets = control_plane.kubelets
+    assert kubelets is not None
+    logged = {pod: len(kubelets.pod_log(NAMESPACE, pod)) for pod in survivors}
     started = time.monotonic()
     yield survivors
     handed_over(operator, control_plane, leaving, started)
     promoted(operator, survivors)
     replayed = restored_since(before, restored(operator, survivors))
     print(f"{step}_critical_path_restored={replayed:.0f}")
-    kubelets = control_plane.kubelets
-    assert kubelets is not None
     for pod in survivors:  # how each moved task's release went (engine/task_release.py)
-        for line in _RELEASE.findall(kubelets.pod_log(NAMESPACE, pod)):
+        for line in _RELEASE.findall(kubelets.pod_log(NAMESPACE, pod)[logged[pod] :]):
             print(f"{pod}: {line}")
     # A copy is promoted only once the leaving pod committed and closed the task, and once
     # it read that commit: nothing is left to restore on the critical path.
