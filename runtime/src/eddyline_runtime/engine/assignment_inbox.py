@@ -21,6 +21,15 @@ from eddyline_runtime.partitions import TaskId
 
 # Longer than a membership update takes to arrive, so an old assignment is replaced first.
 RECLAIM_FENCED_SECONDS = 1.0
+# The longest a member given a task waits for its previous owner to release it before
+# promoting its copy anyway (engine/task_release.py). A release costs the old owner one
+# membership delivery (a ConfigMap watch event: well under a second) plus its final commit
+# and closing the task (a flushed cache: a second at most on a loaded node), and the new
+# owner's copy one more replay round. 5 s covers that with room on a busy node, and stays
+# far inside a leaving pod's hand-over time (its termination grace period, 30 s by default)
+# and short against the lag a task's inputs gather meanwhile: a release slower than that is
+# a stuck owner, which the log's fencing handles as before.
+RELEASE_WAIT_SECONDS = 5.0
 
 TaskSets = tuple[frozenset[TaskId], frozenset[TaskId]]  # (active, standby)
 

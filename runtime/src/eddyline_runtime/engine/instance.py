@@ -30,6 +30,7 @@ from eddyline_runtime.engine.stream_thread import (
     ThreadState,
 )
 from eddyline_runtime.engine.task_manager import RestoreListener
+from eddyline_runtime.engine.task_release import LayoutProbe, TaskRelease, probe_layout
 from eddyline_runtime.engine.topics import TopicLayout, resolve_topics, store_homes
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log
@@ -82,10 +83,13 @@ class StreamsInstance:
         assignment: Assignment | None = None,
         on_commit: Sequence[CommitListener] = (),
         on_restore: Sequence[RestoreListener] = (),
+        release_probe: LayoutProbe = probe_layout,
     ) -> None:
         """``member``: this instance in the group (default: ``instance_id`` at
         ``application.server``); ``assignment``: who runs what (default: this
-        instance alone, running every task). Change it with :meth:`apply_assignment`."""
+        instance alone, running every task). Change it with :meth:`apply_assignment`.
+        ``release_probe``: how a task's previous owner is asked whether it still runs it
+        (:mod:`~eddyline_runtime.engine.task_release`; its ``/v1/layout`` by default)."""
         self.topology = topology
         self.config = config
         self.log = log
@@ -108,6 +112,13 @@ class StreamsInstance:
         # authority hands its active tasks over and gives it nothing new.
         self.leaving = False
         self._lock = threading.Lock()
+        # Tasks moving here wait for their previous owner to commit and close them first.
+        self.release = TaskRelease(
+            self.member.id,
+            caught_up=self._copy_caught_up,
+            deliver=self._redeliver,
+            probe=release_probe,
+        )
 
     def start(self) -> None:
         with self._lock:
@@ -151,6 +162,22 @@ class StreamsInstance:
             self.metrics.register(
                 MetricName.of("stream-metrics", "state-set-aside-stores-total"),
                 lambda: float(len(self.stores_set_aside)),
+            )
+            # Tasks moved here: how many their previous owner released (promoted with
+            # nothing to restore), how many waited the whole bound, and the last wait.
+            release = self.release
+            outcomes = release.outcomes
+            self.metrics.register(
+                MetricName.of("stream-metrics", "task-released-total"),
+                lambda: float(release.counts["released"]),
+            )
+            self.metrics.register(
+                MetricName.of("stream-metrics", "task-release-bound-reached-total"),
+                lambda: float(release.counts["bound"]),
+            )
+            self.metrics.register(
+                MetricName.of("stream-metrics", "task-release-last-wait-ms"),
+                lambda: outcomes[-1].waited_seconds * 1000 if outcomes else 0.0,
             )
             self.state = InstanceState.REBALANCING
             self.layout = layout
@@ -199,13 +226,50 @@ class StreamsInstance:
         tail), and open new standbys.
         """
         with self._lock:
-            self.assignment = assignment
+            previous, self.assignment = self.assignment, assignment
             if not self.threads:
                 return
+            # A task moving here from a member still in the group stays a standby until
+            # that member committed and closed it (engine/task_release.py).
+            held = self.release.hold(previous, assignment)
             for thread, (active, standby) in zip(
-                self.threads, self._thread_shares(assignment), strict=True
+                self.threads, self._thread_shares(assignment, held), strict=True
             ):
                 thread.assign(active, standby)
+
+    def _redeliver(self) -> None:
+        """The release watcher let some held task go: hand the threads the assignment in
+        force again, now with it active (a thread promotes its standby copy in place)."""
+        with self._lock:
+            assignment = self.assignment
+            if (
+                assignment is None
+                or not self.threads
+                or self.state
+                in (
+                    InstanceState.PENDING_SHUTDOWN,
+                    InstanceState.NOT_RUNNING,
+                )
+            ):
+                return
+            held = self.release.held()
+            for thread, (active, standby) in zip(
+                self.threads, self._thread_shares(assignment, held), strict=True
+            ):
+                thread.assign(active, standby)
+
+    def _copy_caught_up(self, task: TaskId) -> bool:
+        """This member's standby copy of ``task`` read its changelogs up to their current
+        end (a copy not open, waiting for a Spark build, has nothing to wait for)."""
+        for thread in self.threads:
+            standby = thread.standbys.get(task)
+            if standby is None:
+                continue
+            return all(
+                standby.lag(store).current_offset_position >= self.log.end_offset(changelog)
+                for store, changelog in standby.changelogs.items()
+            )
+        return True
 
     def handed_over(self) -> bool:
         """Whether a leaving member may exit: the assignment in force gives it no active
@@ -216,14 +280,17 @@ class StreamsInstance:
         return assignment is None or assignment.handed_over(self.member.id)
 
     def _thread_shares(
-        self, assignment: Assignment
+        self, assignment: Assignment, held: frozenset[TaskId] = frozenset()
     ) -> list[tuple[frozenset[TaskId], frozenset[TaskId]]]:
-        """Split this member's tasks over the threads; a task always lands on the same one."""
+        """Split this member's tasks over the threads; a task always lands on the same one.
+        ``held`` active tasks run as standbys for now (waiting for their release)."""
         mine = (
             assignment.tasks_of(self.member.id)
             if self.member.id in assignment.active
             else MemberTasks(frozenset(), frozenset())
         )
+        if held:
+            mine = MemberTasks(mine.active - held, mine.standby | held, mine.warmup)
         count = self._thread_count
 
         def thread_of(task: TaskId) -> int:
@@ -253,6 +320,7 @@ class StreamsInstance:
                 self.state = InstanceState.NOT_RUNNING
                 return
             self.state = InstanceState.PENDING_SHUTDOWN
+        self.release.close()
         for thread in self.threads:
             thread.request_stop()
         for thread in self.threads:

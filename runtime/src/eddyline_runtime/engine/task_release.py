@@ -1,0 +1,281 @@
+"""Cooperative hand-over: a moved task's new owner waits for the old one to release it.
+
+When a new assignment moves a stateful task T from member L to this member S,
+both act on it independently. Promoting S's standby (or warm-up) copy at once
+would make S replay whatever L committed since the copy last read its
+changelog (a restore on the critical path), and S's producer, opened before
+L's final commit lands, would fence that commit so L's last work is redone.
+Kafka Streams avoids both with cooperative rebalancing (KIP-429): a task is
+revoked from its old owner, which commits and closes it, before it is given to
+the new one. Here it is done pod to pod, with no round trip through the
+membership authority:
+
+* S keeps T as a standby (its copy keeps replaying and answering stale
+  queries) while L's ``/v1/layout`` still reports T's stores active or
+  restoring. L drops T from that report only after its final commit of T (the
+  stream thread commits the tasks it loses before it closes them, and a closed
+  task leaves its thread's task map only then);
+* once L no longer runs T, S waits for its copy to read T's changelogs to
+  their end (one more replay round), then promotes it: nothing to restore;
+* S stops asking L when L cannot be reached (refused or timed out: a pod that
+  exited after handing over, or crashed; it commits nothing more either way)
+  and only lets its copy finish reading, and promotes at once when L is not a
+  member of a newer assignment. It never waits longer than
+  ``RELEASE_WAIT_SECONDS`` in all: a copy that is not there by then is promoted
+  as before. Safety never rests on the wait: the log's fencing still keeps T
+  from running twice.
+
+The waiting is done by a small watcher thread; the instance hands each stream
+thread its share with the held tasks as standbys, and again without them once
+released (the thread promotes a standby in place).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.engine.assignment_inbox import RELEASE_WAIT_SECONDS
+from eddyline_runtime.membership import MemberReport, StoreRole
+from eddyline_runtime.partitions import TaskId
+
+logger = logging.getLogger(__name__)
+
+# How often the watcher asks the old owners: a release is seen within this.
+_POLL_SECONDS = 0.05
+# One layout request at most this long (a pod that does not answer in a second is treated as
+# gone: a live one answers in milliseconds, its layout is a memory read).
+_REQUEST_TIMEOUT_SECONDS = 1.0
+# Outcomes kept for inspection (tests, a debugger); the metrics count all of them.
+_OUTCOMES_KEPT = 256
+# The copies of a task its owner reports while it runs it.
+_RUNNING_ROLES = frozenset({StoreRole.ACTIVE, StoreRole.RESTORING})
+
+# Asks a member (by its query address) which tasks it runs actively, within a timeout;
+# None when it cannot be reached.
+LayoutProbe = Callable[[str, float], frozenset[TaskId] | None]
+
+
+def running_tasks(report: MemberReport) -> frozenset[TaskId]:
+    """The tasks whose stores ``report`` names active or restoring."""
+    tasks: set[TaskId] = set()
+    for store, partitions in report.stores.items():
+        subtopology = report.store_owners.get(store)
+        if subtopology is None:
+            continue
+        for partition, copy in partitions.items():
+            if copy.role in _RUNNING_ROLES:
+                tasks.add(TaskId(subtopology, partition))
+    return frozenset(tasks)
+
+
+def probe_layout(address: str, timeout: float) -> frozenset[TaskId] | None:
+    """The tasks the member at ``address`` (``host:port`` of its query server) runs, from its
+    ``GET /v1/layout``; None when it refuses, times out or answers something else."""
+    base = address if "://" in address else f"http://{address}"
+    try:
+        with urllib.request.urlopen(base.rstrip("/") + "/v1/layout", timeout=timeout) as response:
+            return running_tasks(MemberReport.from_json(json.load(response)))
+    except urllib.error.HTTPError as error:
+        if error.code == 503:
+            return frozenset()  # it has not started its instance: it runs nothing
+        return None
+    except (OSError, ValueError):  # refused, timed out, reset, not a layout
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseOutcome:
+    """How one held task ended: ``how`` is released, unreachable, bound, owner left (not a
+    member of a newer assignment) or dropped (no longer moving here)."""
+
+    task: TaskId
+    owner: str
+    how: str
+    waited_seconds: float
+
+
+@dataclass(slots=True)
+class _Held:
+    owner: str
+    address: str
+    since: float
+    released_at: float | None = None
+    unreachable: bool = False
+
+
+class TaskRelease:
+    """The tasks this member holds back until their previous owner released them."""
+
+    def __init__(
+        self,
+        member_id: str,
+        *,
+        caught_up: Callable[[TaskId], bool],
+        deliver: Callable[[], None],
+        probe: LayoutProbe = probe_layout,
+        wait_seconds: float = RELEASE_WAIT_SECONDS,
+        poll_seconds: float = _POLL_SECONDS,
+    ) -> None:
+        """``caught_up(task)``: this member's copy of ``task`` read its changelogs to their
+        end; ``deliver()``: hand the threads the assignment again (some task was let go).
+        Both are called from the watcher thread, never under this object's lock."""
+        self.member_id = member_id
+        self._caught_up = caught_up
+        self._deliver = deliver
+        self._probe = probe
+        self._wait_seconds = wait_seconds
+        self._poll_seconds = poll_seconds
+        self._lock = threading.Lock()
+        self._held: dict[TaskId, _Held] = {}
+        self._watcher: threading.Thread | None = None
+        self._stop = threading.Event()
+        # The latest outcomes (a bounded record: a pod lives through many rebalances), and
+        # counts by how each ended, for the metrics.
+        self.outcomes: deque[ReleaseOutcome] = deque(maxlen=_OUTCOMES_KEPT)
+        self.counts: Counter[str] = Counter()
+
+    def held(self) -> frozenset[TaskId]:
+        with self._lock:
+            return frozenset(self._held)
+
+    def hold(self, previous: Assignment | None, assignment: Assignment) -> frozenset[TaskId]:
+        """The tasks of ``assignment`` to keep as standbys for now: those moving here from a
+        member that is still in ``assignment``, whose copy this member kept (a standby or a
+        warm-up in ``previous``); holds of earlier assignments that still apply go on."""
+        me = self.member_id
+        mine = assignment.active.get(me, frozenset())
+        now = time.monotonic()
+        with self._lock:
+            kept: dict[TaskId, _Held] = {}
+            for task, held in self._held.items():
+                if task in mine and held.owner in assignment.active:
+                    kept[task] = held
+                else:
+                    self._ended(task, held, "owner left" if task in mine else "dropped", now)
+            if previous is not None and me in previous.active:
+                copies = previous.standby[me] | previous.warmup[me]
+                for task in sorted(mine - kept.keys()):
+                    if task not in copies or task not in previous.tasks:
+                        continue
+                    owner = previous.active_owner(task)
+                    if owner == me or owner not in assignment.active:
+                        continue
+                    address = assignment.member(owner).address
+                    if address is None:
+                        continue  # nobody to ask: promote as before
+                    kept[task] = _Held(owner, address, now)
+                    logger.info(
+                        "task %s moves here from %s: kept as a standby until %s releases it "
+                        "(at most %.1f s)",
+                        task,
+                        owner,
+                        owner,
+                        self._wait_seconds,
+                    )
+            self._held = kept
+            if kept and (self._watcher is None or not self._watcher.is_alive()):
+                self._watcher = threading.Thread(
+                    target=self._watch, name=f"eddyline-task-release-{me}", daemon=True
+                )
+                self._watcher.start()
+            return frozenset(kept)
+
+    def close(self) -> None:
+        self._stop.set()
+        watcher = self._watcher
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(_REQUEST_TIMEOUT_SECONDS + 1)
+
+    # -- the watcher ----------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                if not self._held:
+                    self._watcher = None
+                    return
+                held = dict(self._held)
+            let_go = self._round(held)
+            if let_go:
+                with self._lock:
+                    now = time.monotonic()
+                    for task, how in let_go.items():
+                        current = self._held.get(task)
+                        if current is held[task]:  # not replaced by a newer hold meanwhile
+                            del self._held[task]
+                            self._ended(task, current, how, now)
+                self._deliver()
+            self._stop.wait(self._poll_seconds)
+
+    def _round(self, held: dict[TaskId, _Held]) -> dict[TaskId, str]:
+        """One look at every held task; returns those to let go and why."""
+        let_go: dict[TaskId, str] = {}
+        answers: dict[str, frozenset[TaskId] | None] = {}
+        for task, entry in sorted(held.items()):
+            now = time.monotonic()
+            left = self._wait_seconds - (now - entry.since)
+            if left <= 0:
+                let_go[task] = "bound"
+                continue
+            if entry.released_at is None:
+                if entry.address not in answers:
+                    timeout = min(_REQUEST_TIMEOUT_SECONDS, left)
+                    answers[entry.address] = self._probe(entry.address, timeout)
+                running = answers[entry.address]
+                if running is not None and task in running:
+                    continue
+                entry.released_at = time.monotonic()
+                entry.unreachable = running is None
+            # Released, or its owner gone (a pod that exited after handing over, or crashed:
+            # either way it commits nothing more): once the copy read what the owner's last
+            # commit wrote (the end offsets are read now, after that was seen), it promotes
+            # with nothing to restore. A copy slow to get there is promoted at the bound.
+            if self._caught_up(task):
+                let_go[task] = "unreachable" if entry.unreachable else "released"
+        return let_go
+
+    def _ended(self, task: TaskId, held: _Held, how: str, now: float) -> None:
+        waited = now - held.since
+        self.outcomes.append(ReleaseOutcome(task, held.owner, how, waited))
+        self.counts[how] += 1
+        if how == "released":
+            released = (held.released_at or now) - held.since
+            logger.info(
+                "task %s released by %s after %.0f ms; copy caught up after %.0f ms: promoting",
+                task,
+                held.owner,
+                released * 1000,
+                waited * 1000,
+            )
+        elif how == "bound":
+            logger.warning(
+                "task %s: %s did not release it within %.1f s; promoting anyway (its final "
+                "commit may be fenced and redone here)",
+                task,
+                held.owner,
+                self._wait_seconds,
+            )
+        elif how == "unreachable":
+            logger.info(
+                "task %s: %s cannot be reached (gone); copy caught up after %.0f ms: promoting",
+                task,
+                held.owner,
+                waited * 1000,
+            )
+        else:
+            logger.info(
+                "task %s: no longer held for %s (%s in a newer assignment) after %.0f ms",
+                task,
+                held.owner,
+                how,
+                waited * 1000,
+            )

@@ -1,0 +1,222 @@
+"""Cooperative hand-over (engine/task_release.py): a moved task waits for its old owner.
+
+Two instances share one log file (each its own SqliteLog object, state
+directory and query server, as two pods): member "a" runs every task while
+input keeps arriving, member "b" keeps a standby of each stateful one. The
+stateful tasks then move to "b", which learns of it first (the order that
+made the old owner's final commit fenced): "b" keeps them as standbys until
+"a" commits and closes them, then promotes copies with nothing to restore.
+An old owner that cannot be reached does not hold the move up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.assignor import Assignment, Member
+from eddyline_runtime.engine.assignment_inbox import RELEASE_WAIT_SECONDS
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.task_manager import RestoreReport
+from eddyline_runtime.engine.topics import resolve_topics
+from eddyline_runtime.log import SqliteLog
+from eddyline_runtime.membership import StoreRole
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.query.server import QueryServer
+from eddyline_runtime.serde import serde_for
+from eddyline_runtime.state import KeyRange
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
+from tests.support.word_count import APP, streams_config, word_count
+from tests.support.word_count import produce_lines as produce_input
+
+STORE = "counts"
+PARTITIONS = 2
+LONGS = serde_for("long")
+BATCHES = 60
+BATCH = ["a b a", "b a c", "d e f g"]
+
+
+class Group:
+    """Members "a" (every task, served or not) and "b" (standbys of the stateful tasks)."""
+
+    def __init__(self, root: Path, *, serve_a: bool) -> None:
+        self.root = root
+        self.log = SqliteLog(root / "log.db")
+        self.log.create_topic("lines", PARTITIONS)
+        layout = resolve_topics(word_count(), APP, self.log)
+        self.changelogs = [TopicPartition(layout.changelogs[STORE], p) for p in range(PARTITIONS)]
+        self.tasks = frozenset(layout.tasks())
+        self.stateful = frozenset(layout.stateful_tasks())
+        # "a" not served: its address answers nothing (refused), as a crashed pod's.
+        self.members = (
+            Member("a", address=f"127.0.0.1:{free_port()}"),
+            Member("b", address=f"127.0.0.1:{free_port()}"),
+        )
+        self.before = Assignment(
+            active={"a": self.tasks, "b": frozenset()},
+            standby={"a": frozenset(), "b": self.stateful},
+            members=self.members,
+        )
+        self.after = Assignment(
+            active={"a": self.tasks - self.stateful, "b": self.stateful},
+            standby={"a": frozenset(), "b": frozenset()},
+            members=self.members,
+        )
+        self.logs: list[SqliteLog] = []
+        self.servers: list[QueryServer] = []
+        self.restores: dict[str, list[RestoreReport]] = {"a": [], "b": []}
+        self.a = self.instance(self.members[0], serve=serve_a)
+        self.b = self.instance(self.members[1], serve=True)
+        self.produced: Counter[str] = Counter()
+
+    def instance(self, member: Member, *, serve: bool) -> StreamsInstance:
+        log = SqliteLog(self.root / "log.db")
+        self.logs.append(log)
+        instance = StreamsInstance(
+            word_count(),
+            streams_config(self.root / f"state-{member.id}"),
+            log,
+            instance_id=member.id,
+            member=member,
+            assignment=self.before,
+            on_restore=[self.restores[member.id].append],
+        )
+        instance.start()
+        if serve:
+            assert member.address is not None
+            server = QueryServer(instance, "127.0.0.1", int(member.address.rpartition(":")[2]))
+            server.start()
+            self.servers.append(server)
+        return instance
+
+    def produce(self, batches: int, *, pause: float = 0.0) -> None:
+        """``batches`` batches of lines, each its own log transaction, ``pause`` s apart."""
+        log = SqliteLog(self.root / "log.db")  # this thread's own client
+        try:
+            for _ in range(batches):
+                produce_input(log, BATCH, PARTITIONS)
+                self.produced.update(" ".join(BATCH).split())
+                time.sleep(pause)
+        finally:
+            log.close()
+
+    def at_changelog_end(self, instance: StreamsInstance) -> bool:
+        instance.check()  # raises if a stream thread failed
+        lags = instance.all_local_store_partition_lags().get(STORE, {})
+        return all(
+            p in lags and lags[p].current_offset_position == self.log.end_offset(tp)
+            for p, tp in enumerate(self.changelogs)
+        )
+
+    def counts(self, instance: StreamsInstance, role: StoreRole) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for local in instance.local_store_partitions(STORE):
+            if local.role is role:
+                for key, value in local.open_reader(None).scan(KeyRange()):
+                    found[key.decode()] = LONGS.deserialize(value)
+        return found
+
+    def roles(self, instance: StreamsInstance) -> dict[TaskId, StoreRole]:
+        return {local.task: local.role for local in instance.local_store_partitions(STORE)}
+
+    def fenced(self, instance: StreamsInstance) -> int:
+        """Tasks the member dropped because another one's producer fenced it."""
+        return sum(thread.migrated for thread in instance.threads)
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.stop()
+        errors: list[BaseException] = []
+        for instance in (self.a, self.b):
+            try:
+                instance.close(30)
+            except BaseException as error:  # close the other regardless
+                errors.append(error)
+        for log in self.logs:
+            log.close()
+        self.log.close()
+        if errors:
+            raise errors[0]
+
+
+def _started(root: Path, *, serve_a: bool) -> Iterator[Group]:
+    group = Group(root, serve_a=serve_a)
+    try:
+        group.produce(5)
+        wait_for(
+            lambda: group.at_changelog_end(group.a) and group.at_changelog_end(group.b),
+            "a counted the first lines and b's standbys replayed them",
+        )
+        yield group
+    finally:
+        group.close()
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Group]:
+    yield from _started(tmp_path, serve_a=True)
+
+
+@pytest.fixture
+def group_a_unreachable(tmp_path: Path) -> Iterator[Group]:
+    yield from _started(tmp_path, serve_a=False)
+
+
+def _move_under_load(group: Group, *, tell_a: bool) -> threading.Thread:
+    """Input keeps arriving while the stateful tasks move to "b", told first."""
+    producer = threading.Thread(target=group.produce, args=(BATCHES,), kwargs={"pause": 0.01})
+    producer.start()
+    wait_for(lambda: group.produced.total() > 20, "input arriving")
+    group.b.apply_assignment(group.after)
+    if tell_a:
+        # "a" still runs the tasks: "b" must not have promoted its copies meanwhile.
+        time.sleep(0.3)
+        assert group.b.release.held() == group.stateful
+        assert set(group.roles(group.b).values()) == {StoreRole.STANDBY}
+        group.a.apply_assignment(group.after)
+    return producer
+
+
+def test_a_moved_task_waits_for_its_old_owner_and_restores_nothing(group: Group) -> None:
+    restores_before = len(group.restores["b"])
+    producer = _move_under_load(group, tell_a=True)
+    wait_for(lambda: group.b.check() is not None and group.b.ready(), "b runs the moved tasks")
+    producer.join(60)
+    wait_for(
+        lambda: group.at_changelog_end(group.b) and group.b.caught_up(),
+        "b counted every line",
+    )
+    outcomes = {o.task: o.how for o in group.b.release.outcomes}
+    assert outcomes == dict.fromkeys(group.stateful, "released")
+    promoted = group.restores["b"][restores_before:]
+    assert {r.task for r in promoted} == group.stateful
+    assert [r.result.records for r in promoted] == [0] * len(group.stateful)
+    # The old owner's final commit of each task landed: nothing was fenced, nor redone.
+    assert group.fenced(group.a) == 0
+    assert group.a.check() is not None
+    assert group.counts(group.b, StoreRole.ACTIVE) == group.produced
+    assert group.b.metrics.value("stream-metrics", "task-released-total") == len(group.stateful)
+    assert group.b.metrics.value("stream-metrics", "task-release-bound-reached-total") == 0
+
+
+def test_an_unreachable_old_owner_does_not_hold_the_move_up(group_a_unreachable: Group) -> None:
+    group = group_a_unreachable
+    producer = _move_under_load(group, tell_a=False)
+    wait_for(lambda: group.b.check() is not None and group.b.ready(), "b runs the moved tasks")
+    outcomes = group.b.release.outcomes
+    assert {o.task: o.how for o in outcomes} == dict.fromkeys(group.stateful, "unreachable")
+    assert all(o.waited_seconds < RELEASE_WAIT_SECONDS for o in outcomes)
+    # As before this change: "b" fenced "a", which drops the tasks once it commits.
+    group.a.apply_assignment(group.after)
+    producer.join(60)
+    wait_for(
+        lambda: group.at_changelog_end(group.b) and group.b.caught_up(),
+        "b counted every line",
+    )
+    assert group.counts(group.b, StoreRole.ACTIVE) == group.produced
