@@ -159,17 +159,22 @@ def promoted(operator: Operator, pods: list[str]) -> None:
 
 
 def settled(operator: Operator, pods: list[str]) -> None:
-    """Every pod runs active tasks and standbys are caught up: the state before a step."""
+    """Every pod runs active tasks, standbys are caught up and the PDB allows one pod to
+    go: the state before a step."""
 
     def check() -> bool:
         published = membership(operator, APP)
         status = operator.app(APP).get("status", {})
+        # The disruption controller counts the pods Ready on its own time: until it has,
+        # the PDB refuses even the first eviction (seen in CI: 429 right after settling).
+        pdb = operator.get("policy", "poddisruptionbudgets", APP) or {}
         return (
             ready(operator, APP, len(pods))
             and published is not None
             and all(published.assignment.active.get(p) for p in pods)
             and published.assignment.warmup_count == 0
             and (status.get("maxStandbyLag") or 0) <= 1_000
+            and (pdb.get("status", {}).get("disruptionsAllowed") or 0) >= 1
         )
 
     try:
