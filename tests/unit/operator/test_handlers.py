@@ -154,19 +154,26 @@ def test_a_cycle_creates_the_owned_objects_and_writes_status(
     assert ("Normal", "Created", "created StatefulSet wc") in kube.events  # type: ignore[attr-defined]
 
 
-def test_pods_reporting_a_layout_get_a_published_membership(
-    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
+def three_running_pods(kube: MemoryKube, memo: kopf.Memo) -> str:
+    """The app's first cycle, then its three pods running the rendered template and one
+    cycle that asks them for reports; returns the template's config hash."""
     kube.put(body())
     for each in three_zones():
         kube.put({"kind": "Node", **each})
     handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
     template = kube.objects["StatefulSet", "apps", "wc"]["spec"]["template"]
-    config_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
+    config_hash: str = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
     for i in range(3):
         kube.put({"kind": "Pod", **pod(i, config_hash=config_hash)})
     handlers.refresh_app(operator(memo), "apps", "wc")
+    return config_hash
+
+
+def test_pods_reporting_a_layout_get_a_published_membership(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
+    config_hash = three_running_pods(kube, memo)
     membership = kube.read_membership("apps", "wc-membership")
     assert membership is not None and membership.generation == 1
     assert sorted(membership.assignment.active) == ["wc-0", "wc-1", "wc-2"]
@@ -187,15 +194,7 @@ def test_a_suspend_tells_every_stopping_pod_at_once_that_nobody_takes_over(
     hands its tasks over or says nobody will. Only the leaving pods can report the layout
     that membership is computed from: without their reports each waited its whole bound."""
     monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
-    kube.put(body())
-    for each in three_zones():
-        kube.put({"kind": "Node", **each})
-    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
-    template = kube.objects["StatefulSet", "apps", "wc"]["spec"]["template"]
-    config_hash = template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
-    for i in range(3):
-        kube.put({"kind": "Pod", **pod(i, config_hash=config_hash)})
-    handlers.refresh_app(operator(memo), "apps", "wc")
+    config_hash = three_running_pods(kube, memo)
     kube.put(body(suspend=True))
     handlers.refresh_app(operator(memo), "apps", "wc")
     assert kube.objects["StatefulSet", "apps", "wc"]["spec"]["replicas"] == 0
