@@ -42,6 +42,11 @@ class FakeBroker:
     # the next flush fails as confluent-kafka also did (CI, zombie test): a SystemError with
     # no cause, the error callback never called, librdkafka in whatever state it is
     lost_in_flush: bool = False
+    # the producer's fatal state (a fencing): every produce() is then refused with _FATAL
+    # ("Local: Fatal error", not flagged fatal) as librdkafka does, and the error callback
+    # reports this error, at once or (``fatal_queued``) on the next poll
+    fatal_on_produce: KafkaError | None = None
+    fatal_queued: bool = False
     # topic -> metadata requests that do not list it yet: a topic another client created
     # a moment ago, which the controller knows but this broker's metadata does not
     unlisted: dict[str, int] = field(default_factory=dict)
@@ -165,6 +170,7 @@ class FakeProducer:
         self.config = dict(config)
         self.pending: list[tuple[FakeMessage, Callable[..., None] | None]] = []
         self.transaction: list[FakeMessage] = []
+        self.fatal_reported = False
 
     def init_transactions(self, timeout: float = -1) -> None:
         self.broker.check("init_transactions", self.config["transactional.id"])
@@ -174,12 +180,24 @@ class FakeProducer:
 
     def produce(self, topic: str, value: Any, key: Any, *, partition: int, **kwargs: Any) -> None:
         self.broker.check("produce", (topic, partition, value))
+        fatal = self.broker.fatal_on_produce
+        if fatal is not None:
+            if not self.broker.fatal_queued and not self.fatal_reported:
+                self.fatal_reported = True
+                self.config["error_cb"](fatal)
+            raise KafkaException(
+                KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error")
+            )
         offset = self.broker.next_offsets.get((topic, partition), 0)
         self.broker.next_offsets[(topic, partition)] = offset + 1
         message = FakeMessage(topic, partition, offset)
         self.pending.append((message, kwargs.get("on_delivery") or self.config.get("on_delivery")))
 
     def poll(self, timeout: float = 0) -> int:
+        fatal = self.broker.fatal_on_produce
+        if fatal is not None and not self.fatal_reported:
+            self.fatal_reported = True
+            self.config["error_cb"](fatal)
         return 0
 
     def flush(self, timeout: float = -1) -> int:

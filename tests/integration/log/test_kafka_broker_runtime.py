@@ -168,6 +168,85 @@ def test_a_zombie_instance_is_fenced_by_the_tasks_transactional_ids(
         assert counts == sorted(set(counts)), f"{word}: {counts}"
 
 
+# Each line of the burst becomes this many output records: one commit then sends thousands,
+# and librdkafka, told of the fencing by the first of them, refuses the rest (issue 38 saw
+# it after ~1,400 to ~2,300 produce calls on this broker).
+FAN_OUT = 50
+BURST_LINES = 1_000
+
+
+def fan_out() -> Topology:
+    builder = StreamsBuilder()
+    (
+        builder.stream("burst", value_serde="string")
+        .flat_map_values(lambda line: [line] * FAN_OUT)
+        .to("copies", value_serde="string")
+    )
+    return builder.build()
+
+
+@pytest.mark.slow
+def test_a_member_fenced_while_sending_hands_its_task_over_and_keeps_running(
+    tmp_path: Path, log: KafkaLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A newer member's producer fences this one's while it is idle; its next commit is a
+    burst, and librdkafka refuses the burst's produce() calls with ``_FATAL`` once it knows
+    (issue 38: the stream thread failed and its pod exited with code 1, the message naming no
+    fence). The member drops the task as fenced instead, keeps running (and, still assigned
+    the task here, takes it back), and every output is published exactly once."""
+    log.create_topic("burst", 1)
+    source = TopicPartition("burst", 0)
+    log.produce(source, [Record(None, b"first", 1)])
+    settings = {
+        "application.id": "fb",
+        "state.dir": str(tmp_path / "state"),
+        "processing.guarantee": "exactly_once_v2",
+        # One commit for the whole burst, once the member ran out of input.
+        "commit.interval.ms": 60_000,
+    }
+    member = StreamsInstance(fan_out(), StreamsConfig.from_properties(settings), log)
+    member.start()
+    try:
+        member.wait_until_caught_up(120)
+        log.transactional_producer("fb-0_0").close()  # the task's newer owner fences it
+        log.produce(source, [Record(None, b"line %d" % i, 2) for i in range(BURST_LINES)])
+        deadline = time.monotonic() + 120
+        while not sum(thread.migrated for thread in member.threads):
+            member.check()  # raises what failed a thread (today's code: the _FATAL)
+            assert time.monotonic() < deadline, "the burst's commit never met the fencing"
+            time.sleep(0.05)
+        # Still assigned here, it takes the task back (a new producer) and redoes the burst.
+        end = log.end_offset(source)
+        while log.committed_offsets("fb", [source]).get(source) != end:
+            member.check()
+            assert time.monotonic() < deadline, "the burst was never committed after the fence"
+            time.sleep(0.05)
+        assert member.healthy()
+    finally:
+        member.close()
+    dropped = [m for m in caplog.messages if "taken over by another member" in m]
+    assert dropped and "sending to" in dropped[0] and "fenced" in dropped[0], caplog.messages
+    out = TopicPartition("copies", 0)
+    expected = Counter({b"line %d" % i: FAN_OUT for i in range(BURST_LINES)})
+    expected[b"first"] = FAN_OUT
+
+    def published() -> Counter[bytes | None]:
+        values: Counter[bytes | None] = Counter()
+        position, end = log.beginning_offset(out), log.end_offset(out)
+        while position < end:  # a fetch returns one batch of what the broker holds
+            records = log.fetch(out, position, max_records=100_000).records
+            if not records:
+                break
+            values.update(record.value for record in records)
+            position = records[-1].offset + 1
+        return values
+
+    deadline = time.monotonic() + 20  # commit markers are written after a commit returns
+    while published() != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert published() == expected  # the fenced commit's records are never read
+
+
 def test_partition_epoch_is_the_topic_id_and_changes_when_the_topic_is_recreated(
     log: KafkaLog,
 ) -> None:

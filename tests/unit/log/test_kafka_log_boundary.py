@@ -8,7 +8,7 @@ errors, not Kafka's semantics: the contract suite does that against a broker.
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import (
@@ -281,6 +281,50 @@ def test_a_fatal_error_flush_lost_to_a_system_error_is_fencing(broker: FakeBroke
     with pytest.raises(ProducerFencedError):
         producer.begin()
     assert broker.called("commit_transaction") == []
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["reported", "callback-queued"])
+@pytest.mark.parametrize("how", ["send", "send_columns"])
+def test_a_fencing_met_while_sending_is_fencing_not_a_plain_log_error(
+    broker: FakeBroker, queued: bool, how: str
+) -> None:
+    """librdkafka refuses produce() after a fencing with _FATAL ("Local: Fatal error", not
+    flagged fatal); the fencing itself only comes through the error callback (maybe still
+    queued then). A real broker did this (issue 38): the stream thread, told a plain
+    LogError, failed and its pod exited instead of handing the task over."""
+    producer = fake_log(broker).transactional_producer("app-0_1")
+    producer.begin()
+    broker.fatal_on_produce = KafkaError(
+        KafkaError._FENCED, "This instance has been fenced by a newer instance", fatal=True
+    )
+    broker.fatal_queued = queued
+    with pytest.raises(ProducerFencedError) as raised:
+        if how == "send":
+            producer.send(OUT, rec(b"zombie"))
+        else:
+            producer.send_columns(OUT, [b"k"], [b"zombie"], [1_000])
+    message = str(raised.value)
+    assert "fenced by a newer one" in message
+    assert "_FENCED" in message and f"sending to {OUT}" in message, message
+    with pytest.raises(ProducerFencedError):  # unusable from now on
+        producer.begin()
+    producer.close()  # a fenced producer is not asked to abort
+    assert broker.called("abort_transaction") == []
+
+
+def test_a_refused_send_without_a_recorded_fatal_error_is_still_a_fatal_state(
+    broker: FakeBroker,
+) -> None:
+    """_FATAL with no fatal error reported at all: librdkafka still says the producer can no
+    longer be used, so the task is dropped and its producer made anew (as for fencing)."""
+    producer = fake_log(broker).transactional_producer("app-0_1")
+    producer.begin()
+    broker.fail(
+        "produce",
+        KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Fatal error")),
+    )
+    with pytest.raises(ProducerFencedError, match="_FATAL"):
+        producer.send(OUT, rec(b"a"))
 
 
 def test_a_fencing_flush_lost_without_a_callback_is_found_by_aborting(broker: FakeBroker) -> None:

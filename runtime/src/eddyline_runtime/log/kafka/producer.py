@@ -10,7 +10,11 @@ offset, which commit returns.
 Fencing, and transactions the broker aborted or that got no answer, are all
 :class:`~eddyline_runtime.log.errors.ProducerFencedError` (the stream thread
 drops the task uncommitted, keeps its stores, and rejoins: under KIP-892 no
-state is wiped, restore reads only the changelog tail).
+state is wiped, restore reads only the changelog tail). Wherever it is met: a
+fencing found while *sending* makes librdkafka refuse every later ``produce()``
+with ``_FATAL`` ("Local: Fatal error", not flagged fatal) and report the fencing
+only through the error callback, so a call refused with ``_FATAL`` is read as
+the fatal error the producer recorded, as a failed flush is.
 
 librdkafka does not expose the producer epoch, except in its statistics
 (``eos.producer_epoch``), so a transactional producer emits statistics every
@@ -242,20 +246,28 @@ class KafkaTransactionalProducer(TransactionalProducer):
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, KafkaException):
             return cause
+        recorded = self._recorded_fatal()
+        return exc if recorded is None else KafkaException(recorded)
+
+    def _recorded_fatal(self) -> KafkaError | None:
+        """The fatal error librdkafka reported for this producer (the error callback keeps
+        it), or None. A call refused because of it does not carry it: ``produce()`` after a
+        fencing raises ``_FATAL`` ("Local: Fatal error", ``fatal()`` False), a flush a
+        SystemError; the callback may still be queued then (seen in CI: librdkafka logged
+        the fencing, the call failed, the callback had not run), so it is served once."""
         if self._fatal_error is None:
-            # The error callback may still be queued (seen in CI: librdkafka logged the
-            # fatal fencing, flush failed, the callback had not run): serve it once.
             try:
                 self._producer.poll(0)
             except KafkaException as raised:
-                return raised
+                error = kafka_error(raised)
+                if error is not None and error.fatal():
+                    self._fatal_error = error
             except SystemError as again:
-                again_cause = again.__cause__ or again.__context__
-                if isinstance(again_cause, KafkaException):
-                    return again_cause
-        if self._fatal_error is not None:
-            return KafkaException(self._fatal_error)
-        return exc
+                cause = again.__cause__ or again.__context__
+                error = kafka_error(cause) if isinstance(cause, KafkaException) else None
+                if error is not None and error.fatal():
+                    self._fatal_error = error
+        return self._fatal_error
 
     @property
     def epoch(self) -> int:
@@ -469,6 +481,16 @@ class KafkaTransactionalProducer(TransactionalProducer):
         group: str | None = None,
     ) -> LogError:
         error = kafka_error(exc)
+        if error is not None and error.code() == KafkaError._FATAL:
+            # Refused because the producer is in a fatal state (produce() after a fencing):
+            # the fatal error it recorded says why, and decides what this is. Without one,
+            # librdkafka still says the producer is unusable: a fatal error of its own.
+            recorded = self._recorded_fatal()
+            if recorded is not None:
+                exc = KafkaException(recorded)
+            else:
+                exc = KafkaException(KafkaError(KafkaError._FATAL, error.str(), fatal=True))
+            error = kafka_error(exc)
         # librdkafka's error travels in the message: several codes (and any fatal error)
         # become this one fencing, and an unexpected one should say which it was.
         cause = describe(error, action) if error is not None else f"{action}: {exc}"
