@@ -22,10 +22,13 @@ from eddyline_runtime.cluster_membership import (
     hand_over_seconds,
 )
 from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.task_release import probe_layout
 from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.membership import NOTHING_ASSIGNED, Membership
+from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.runner import HandOver, run_member
 from eddyline_runtime.spec import StreamApp, parse_manifest
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -62,6 +65,11 @@ def app(tmp_path: Path) -> Iterator[tuple[StreamApp, SqliteLog]]:
         yield parse_manifest(document, source=str(manifest)), log
     finally:
         log.close()
+
+
+def configured(app: StreamApp, settings: dict[str, str]) -> StreamApp:
+    spec = app.spec.model_copy(update={"config": {**app.spec.config, **settings}})
+    return app.model_copy(update={"spec": spec})
 
 
 def member_run(
@@ -136,6 +144,42 @@ def test_a_leaving_member_processes_until_its_tasks_are_handed_over(
     assert "leaving: handing tasks over" in out
     assert "tasks handed over after" in out
     assert started[0].state.name == "NOT_RUNNING"
+
+
+def test_a_leaving_members_layout_answers_until_its_final_commits_are_made(
+    app: tuple[StreamApp, SqliteLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's new owner asks the old one's /v1/layout until it no longer names the task,
+    and takes a member it cannot reach for one gone for good (engine/task_release.py). So
+    the query server stops only after close() made the final commits: asked right after
+    them, the member answers, naming no task (issue 38: it stopped first, and a new owner
+    promoted its copy before the last commit was readable)."""
+    address = f"127.0.0.1:{free_port()}"
+    app = (configured(app[0], {"application.server": address}), app[1])
+    after_close: list[frozenset[TaskId] | None] = []
+    close = StreamsInstance.close
+
+    def close_then_ask(instance: StreamsInstance, timeout: float | None = None) -> None:
+        close(instance, timeout)
+        after_close.append(probe_layout(address, 5.0))
+
+    monkeypatch.setattr(StreamsInstance, "close", close_then_ask)
+    source = Published()
+    started: list[StreamsInstance] = []
+
+    def script() -> None:
+        instance = started[0]
+        source.latest = Membership(1, everything_on(instance, [ME, "1"], ME))
+        wait_for(lambda: probe_layout(address, 5.0), "the member to report its tasks", 30)
+        os.kill(os.getpid(), signal.SIGTERM)
+        wait_for(lambda: instance.leaving, "the member to be leaving", 30)
+        handed = everything_on(instance, [ME, "1"], "1")
+        source.latest = Membership(2, replace(handed, leaving=frozenset({ME})))
+
+    thread = threading.Thread(target=script, daemon=True)
+    _, out = member_run(app, source, HandOver(30.0), thread, started)
+    assert "tasks handed over after" in out
+    assert after_close == [frozenset()], "unreachable before its final commits were made"
 
 
 def test_a_hand_over_that_does_not_come_ends_when_the_grace_period_is_nearly_up(

@@ -343,9 +343,15 @@ def _serve(
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"{app.metadata.name} still running after {timeout} s")
         finally:
-            if server is not None:
-                server.stop()
-            instance.close()
+            # The final commits first, then the query server: a task's new owner asks this
+            # member's /v1/layout until it no longer names the task (engine/task_release.py),
+            # so the layout must answer until every commit is made and readable; an
+            # unreachable member is taken for one that is gone for good.
+            try:
+                instance.close()
+            finally:
+                if server is not None:
+                    server.stop()
         progress.print_line(final=True)
 
 
@@ -392,7 +398,8 @@ class _Leaving:
             return True
         if self.instance.handed_over():
             print(
-                f"{self.prefix}tasks handed over after {waited:.1f} s: committing and exiting",
+                f"{self.prefix}tasks handed over after {waited:.1f} s (committed and closed): "
+                "exiting",
                 file=self.out,
                 flush=True,
             )

@@ -24,9 +24,10 @@ from eddyline_runtime.engine.assignment_inbox import RELEASE_WAIT_SECONDS
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.engine.topics import resolve_topics
-from eddyline_runtime.log import SqliteLog
+from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing import StreamsBuilder
 from eddyline_runtime.query.server import QueryServer
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import KeyRange
@@ -220,3 +221,65 @@ def test_an_unreachable_old_owner_does_not_hold_the_move_up(group_a_unreachable:
         "b counted every line",
     )
     assert group.counts(group.b, StoreRole.ACTIVE) == group.produced
+
+
+def test_a_leaving_member_is_handed_over_only_once_its_threads_committed_the_revoke(
+    tmp_path: Path,
+) -> None:
+    """The old owner's side: a member given no active task any more may exit only once its
+    stream threads committed the tasks they lose and closed them, never on the assignment
+    alone (issue 38: the runner then stopped it with that commit still to make, its layout
+    already unreachable to the new owner)."""
+    entered, gate = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def held_up(line: str) -> str:
+        seen.append(line)
+        entered.set()
+        gate.wait(30)  # the stream thread sits inside processing until the test lets it go
+        return line
+
+    builder = StreamsBuilder()
+    builder.stream("held", value_serde="string").map_values(held_up).to("out", value_serde="string")
+    topology = builder.build()
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("held", 1)
+    source = TopicPartition("held", 0)
+    tasks = frozenset(resolve_topics(topology, APP, log).tasks())
+    members = (Member("a"), Member("b"))
+    mine = Assignment(
+        active={"a": tasks, "b": frozenset()}, standby={"a": frozenset()}, members=members
+    )
+    moved = Assignment(
+        active={"a": frozenset(), "b": tasks},
+        standby={"a": frozenset()},
+        members=members,
+        leaving=frozenset({"a"}),
+    )
+    instance = StreamsInstance(
+        topology,
+        streams_config(tmp_path / "state"),
+        SqliteLog(tmp_path / "log.db"),
+        instance_id="a",
+        member=members[0],
+        assignment=mine,
+    )
+    instance.start()
+    try:
+        log.produce(source, [Record(None, b"one", 1)])
+        assert entered.wait(30), "the record never reached the processor"
+        instance.apply_assignment(moved)
+        # Reassigned, not committed: the thread has not even taken the new assignment.
+        assert not instance.handed_over()
+        assert log.committed_offsets(APP, [source]) == {}
+        gate.set()
+        wait_for(instance.handed_over, "the member to hand its task over")
+        # Handed over means the final commit is in the log and the task is closed.
+        assert log.committed_offsets(APP, [source]) == {source: 1}
+        assert not any(thread.active for thread in instance.threads)
+        assert seen == ["one"]
+    finally:
+        gate.set()
+        instance.close(30)
+        instance.log.close()
+        log.close()

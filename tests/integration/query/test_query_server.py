@@ -566,3 +566,38 @@ def test_a_key_no_assignment_covers_yet_is_503_with_retry_after(tmp_path: Path) 
         server.stop()
         instance.close(30)
         log.close()
+
+
+def test_a_closing_instance_refuses_store_reads_with_503_and_its_layout_names_no_task(
+    tmp_path: Path,
+) -> None:
+    """A member's query server stops only after its final commits (runner.py), so it answers
+    while the instance closes and after: store reads are 503 with Retry-After (its copies
+    are committed and closed; a router asks another member), and ``/v1/layout`` names no
+    task it runs, which a new owner's release watcher reads as released."""
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 1)
+    log.produce(TopicPartition("lines", 0), [Record(None, b"apple apple", 1)])
+    instance = StreamsInstance(word_count(), streams_config(tmp_path / "state"), log)
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        instance.start()
+        address = str(server.start())
+        instance.wait_until_caught_up(DEADLINE_SECONDS)
+        assert http_get(address, key_path("apple")).json()["value"] == 2
+        before = http_get(address, "/v1/layout").json()
+        assert before["stores"][STORE], before
+        instance.close(30)
+        for path in (key_path("apple"), f"/v1/stores/{STORE}/all", f"/v1/stores/{STORE}/range"):
+            response = http_get(address, path)
+            assert response.status == 503, (path, response.status, response.text)
+            assert "Retry-After" in response.headers
+            assert "shutting down" in response.json()["error"]
+        layout = http_get(address, "/v1/layout")
+        assert layout.status == 200
+        assert layout.json()["stores"] == {}
+        assert http_get(address, "/readyz").status == 503
+    finally:
+        server.stop()
+        instance.close(30)
+        log.close()

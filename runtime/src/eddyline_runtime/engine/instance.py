@@ -273,11 +273,31 @@ class StreamsInstance:
 
     def handed_over(self) -> bool:
         """Whether a leaving member may exit: the assignment in force gives it no active
-        task (they were handed over), or nobody is left to take them
-        (:meth:`Assignment.handed_over`)."""
+        task and its threads committed and closed every one they ran (or dropped it, fenced
+        by its new owner), or nobody is left to take them (:meth:`Assignment.handed_over`).
+
+        Committed, not only reassigned: until a thread takes the new assignment, commits
+        the tasks it loses and closes them, their new owners wait for this member's
+        ``/v1/layout`` to stop naming them (engine/task_release.py). Exiting before that
+        left the last commit to ``close()`` while the layout could no longer be asked, and
+        a new owner promoted its copy before that commit was readable (a tail replayed on
+        the critical path)."""
         with self._lock:
             assignment = self.assignment
-        return assignment is None or assignment.handed_over(self.member.id)
+        if assignment is None:
+            return True
+        if assignment.active.get(self.member.id):
+            # Still given tasks: done only when every member is leaving (nobody takes over;
+            # close() makes the final commits).
+            return assignment.handed_over(self.member.id)
+        # A thread drops a task from its map only after its final commit (or its fencing).
+        return not any(thread.active for thread in self.threads)
+
+    @property
+    def closing(self) -> bool:
+        """close() was called: the stores are being (or were) committed and closed, so they
+        answer no more queries; the layout still says which tasks are not closed yet."""
+        return self.state in (InstanceState.PENDING_SHUTDOWN, InstanceState.NOT_RUNNING)
 
     def _thread_shares(
         self, assignment: Assignment, held: frozenset[TaskId] = frozenset()

@@ -44,6 +44,10 @@ not, and one that has not answers 409. Errors a client can act on:
 * 503 with ``Retry-After``: the local copy is a standby, still restoring, or
   a copy a new assignment moved to another member that this instance has not
   closed yet, and ``allow_stale`` is false (the body names the active host);
+* 503 with ``Retry-After`` for every store read once the instance is closing
+  (its final commits, then its stores close; the query server stops only after
+  them, so ``/v1/layout`` keeps saying which tasks are not closed yet); the
+  router then asks the other members' copies;
 * 409 with ``Retry-After``: the copy has not reached the query's position
   bound yet (the body holds the position it reached);
 * 400: a bad parameter (the body names the accepted values), or a serde that
@@ -260,7 +264,7 @@ class _Handlers:
 
     async def get_key(self, request: web.Request) -> web.Response:
         try:
-            store = self._store(request)
+            store = self._readable_store(request)
             isolation, allow_stale = _read_options(request)
             bound = _position_bound(request)
             keys, values = _serdes(self.instance, store, request)
@@ -307,7 +311,7 @@ class _Handlers:
 
     def _scan(self, request: web.Request, frm: str | None, to: str | None) -> web.Response:
         try:
-            store = self._store(request)
+            store = self._readable_store(request)
             isolation, allow_stale = _read_options(request)
             keys, values = _serdes(self.instance, store, request)
             limit, after = _page_options(request)
@@ -426,7 +430,7 @@ class _Handlers:
         /all), in raw-key order (segment, key, time), paginated by the last raw key."""
         served_by: dict[str, Any] = {}
         try:
-            store = self._store(request)
+            store = self._readable_store(request)
             shape = windowed_store_shape(self.instance.topology, store)
             if shape is None or shape.kind != kind:
                 what = "a key-value" if shape is None else f"a {shape.kind}"
@@ -520,6 +524,21 @@ class _Handlers:
         )
 
     # -- helpers --------------------------------------------------------------------
+
+    def _readable_store(self, request: web.Request) -> str:
+        """:meth:`_store`, for a read of its data: refused while the instance closes."""
+        store = self._store(request)
+        if self.instance.closing:
+            raise _QueryError(
+                503,
+                {
+                    "error": f'instance "{self.instance.member.id}" is shutting down: its copies '
+                    f'of store "{store}" are being committed and closed; query another '
+                    "member, or retry once the membership moved them"
+                },
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        return store
 
     def _store(self, request: web.Request) -> str:
         store = request.match_info["store"]
