@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows image clean
+.PHONY: help setup run demo-store test test-fast soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +48,10 @@ test: $(STAMP) kafka-jars spark-kafka-jars control-plane ## Run every test, slow
 
 test-fast: $(STAMP) ## Run the tests not marked slow
 	$(BIN)/pytest -m "not slow"
+
+# SOAK_ARGS: e.g. "--rounds 1" or "--modules scale_in --no-hog" (tests/soak/soak_e2e.py --help).
+soak-e2e: $(STAMP) kafka-jars control-plane ## The scale-in, quickstart, autoscale and upgrade e2e modules 10 rounds in a row beside a CPU hog; passes and failures per module (hours; SOAK_ARGS="--rounds 1")
+	$(BIN)/python -m tests.soak.soak_e2e $(SOAK_ARGS)
 
 kafka-jars: ## Fetch the pinned Apache Kafka release (tools/kafka/pom.xml) into .cache/kafka, once
 	@scripts/kafka-jars >/dev/null
