@@ -259,15 +259,16 @@ class KafkaTransactionalProducer(TransactionalProducer):
             try:
                 self._producer.poll(0)
             except KafkaException as raised:
-                error = kafka_error(raised)
-                if error is not None and error.fatal():
-                    self._fatal_error = error
+                self._keep_if_fatal(kafka_error(raised))
             except SystemError as again:
                 cause = again.__cause__ or again.__context__
-                error = kafka_error(cause) if isinstance(cause, KafkaException) else None
-                if error is not None and error.fatal():
-                    self._fatal_error = error
+                if isinstance(cause, KafkaException):
+                    self._keep_if_fatal(kafka_error(cause))
         return self._fatal_error
+
+    def _keep_if_fatal(self, error: KafkaError | None) -> None:
+        if error is not None and (error.fatal() or error.code() in FENCED_CODES):
+            self._fatal_error = error
 
     @property
     def epoch(self) -> int:
