@@ -30,7 +30,9 @@ left to do: an instance fenced out of its tasks holds nothing and would look
 done.
 
 Every instance closes cleanly on SIGINT/SIGTERM: a final commit, stores closed (a
-leaving pod after its hand-over; a second signal ends the hand-over at once).
+leaving pod after its hand-over, once its threads committed and closed the tasks
+they lost; a second signal ends the hand-over at once), and only then its query
+server stops, so that the tasks' new owners can ask it until its last commit.
 """
 
 from __future__ import annotations

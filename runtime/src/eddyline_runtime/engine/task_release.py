@@ -18,7 +18,8 @@ membership authority:
 * once L no longer runs T, S waits for its copy to read T's changelogs to
   their end (one more replay round), then promotes it: nothing to restore;
 * S stops asking L when L cannot be reached (refused or timed out: a pod that
-  exited after handing over, or crashed; it commits nothing more either way)
+  exited after handing over, or crashed; it commits nothing more either way, as
+  a pod's query server stops only after its final commits, runner.py)
   and only lets its copy finish reading, and promotes at once when L is not a
   member of a newer assignment. It never waits longer than
   ``RELEASE_WAIT_SECONDS`` in all: a copy that is not there by then is promoted
