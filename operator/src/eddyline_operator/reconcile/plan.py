@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import log_node, names, objects, restore_job
+from eddyline_operator.reconcile import log_node, names, objects, prune, restore_job
 from eddyline_operator.reconcile.conditions import Conditions, PodCounts, summarize
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import (
@@ -114,6 +114,9 @@ class Plan:
     recheck_seconds: float | None = None
     # eddyline.dev/pause-reconciliation: nothing above is set, status only says so.
     paused: bool = False
+    # The kinds whose every wanted child ``objects`` holds: the app's others of these kinds
+    # are pruned (prune.py). Empty while paused or with an invalid spec.
+    prune_kinds: tuple[str, ...] = ()
 
 
 def parse_app(body: Obj) -> StreamApp:
@@ -488,6 +491,7 @@ class _Cycle:
             write_ahead=upgrade.write_ahead,
             create_jobs=restores.create,
             recheck_seconds=self.recheck,
+            prune_kinds=prune.kinds(app),
         )
 
     def scaling_in(self, conditions: list[Condition], desired: int) -> None:
