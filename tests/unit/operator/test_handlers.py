@@ -5,8 +5,6 @@ and writes status."""
 from __future__ import annotations
 
 import copy
-import json
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import kopf
@@ -15,7 +13,7 @@ import pytest
 from eddyline_operator import handlers, metrics
 from eddyline_operator.client import ApiError
 from eddyline_operator.reconcile import autoscale, names
-from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership, StoreCopy
+from eddyline_runtime.membership import MemberReport, StoreCopy
 from eddyline_runtime.partitions import TaskId
 from tests.support.k8s_objects import body, node, pod, three_zones
 from tests.unit.operator.conftest import MemoryKube
