@@ -1,5 +1,6 @@
 """Carry a plan's children out through the client: apply them, withhold those that name a
-foreign object, prune those no longer wanted. The decisions are the pure ``reconcile``
+foreign object, prune those no longer wanted; and read what the StatefulSet controller says
+about the pods it makes (``stateful_set_events``). The decisions are the pure ``reconcile``
 modules' (``ownership``, ``references``, ``prune``); this module only sequences the calls.
 
 Children are applied in the order ``objects.owned_objects`` lists them, every one after the
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eddyline_operator.client import ApiError, Kube
-from eddyline_operator.reconcile import names, ownership, prune, references
+from eddyline_operator.reconcile import names, ownership, pod_creation, prune, references
 from eddyline_operator.reconcile.references import Ref
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,34 @@ class Outcome:
     refusals: list[Refusal] = field(default_factory=list)
     # Objects no child may name this cycle, ref -> why (a conflict, or withheld in turn).
     unavailable: dict[Ref, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Running:
+    """The app's pods and restore Jobs as this cycle observed them."""
+
+    pods: Sequence[Any] = ()
+    jobs: Sequence[Any] = ()
+
+
+def stateful_set_events(kube: Kube, body: Any, pods: list[Any]) -> list[Any]:
+    """The Events about the app's StatefulSet, listed only while fewer pods exist than the
+    spec wants (pod_creation.py reads a FailedCreate from them)."""
+    spec = body.get("spec") or {}
+    wanted = 0 if spec.get("suspend") else int(spec.get("replicas", 1))
+    if sum(1 for p in pods if not p["metadata"].get("deletionTimestamp")) >= wanted:
+        return []
+    meta = body["metadata"]
+    try:
+        found = kube.list(
+            "Event", meta["namespace"], fields=pod_creation.field_selector(meta["name"])
+        )
+    except ApiError as error:
+        if error.status != 403:
+            raise
+        logger.warning("cannot list Events (RBAC): a pod the StatefulSet cannot create goes unseen")
+        return []
+    return found
 
 
 def refused(what: str, error: ApiError) -> str:

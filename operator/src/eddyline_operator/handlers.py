@@ -39,14 +39,22 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
 from eddyline_operator import metrics
-from eddyline_operator.children import APPLY_FAILED, NAME_CONFLICT, Children, Outcome, refused
+from eddyline_operator.children import (
+    APPLY_FAILED,
+    NAME_CONFLICT,
+    Children,
+    Outcome,
+    Running,
+    refused,
+    stateful_set_events,
+)
 from eddyline_operator.client import ApiError, Kube, fetch_metrics, fetch_reports
 from eddyline_operator.reconcile import autoscale, names, objects, ownership, restore_job
 from eddyline_operator.reconcile.conditions import with_refusals
@@ -421,6 +429,7 @@ def run_cycle(
             **_restore_jobs(kube, body, namespace, name),
             leases=leases,
             node_grace_seconds=grace,
+            stateful_set_events=stateful_set_events(kube, body, pods),
         )
         result = plan(observed)
         if not result.paused:
@@ -552,14 +561,6 @@ def _scale(kube: Kube, body: Any, decision: ScalingDecision) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Running:
-    """The app's pods and restore Jobs as this cycle observed them."""
-
-    pods: Sequence[Any] = ()
-    jobs: Sequence[Any] = ()
-
-
 def _carry_out(
     kube: Kube,
     state: AppState,
@@ -567,7 +568,7 @@ def _carry_out(
     result: Plan,
     *,
     force_apply: bool,
-    running: Running = Running(),
+    running: Running,
 ) -> None:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]

@@ -116,10 +116,10 @@ def test_nodes_are_listed_again_only_for_a_node_not_seen_yet(
     listed = []
     original = kube.list
 
-    def counting(kind: str, namespace: str | None, *, selector: str | None = None) -> list[Obj]:
+    def counting(kind: str, namespace: str | None, **query: str | None) -> list[Obj]:
         if kind == "Node":
             listed.append(kind)
-        return original(kind, namespace, selector=selector)
+        return original(kind, namespace, **query)
 
     kube.list = counting  # type: ignore[method-assign]
     for each in three_zones():
