@@ -230,3 +230,40 @@ def test_restore_back_to_never_prunes_the_account_binding_and_claim(
     events = [e["message"] for e in operator.objects("", "events") if e.get("reason") == "Pruned"]
     assert "deleted RoleBinding shed-restore: the spec no longer asks for it" in events
     kubectl("delete", "sapp", "shed")
+
+
+def test_pods_a_quota_refuses_make_the_app_degraded_with_the_controllers_message(
+    operator: Operator, kubectl: Kubectl
+) -> None:
+    """Issue 38: a quota that needs requests refused every pod, and the app said
+    Progressing with Degraded=False while the controller recorded FailedCreate."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "needs-requests"},
+        "spec": {"hard": {"requests.cpu": "8"}},
+    }
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(quota))
+    try:
+        kubectl("apply", "-f", "-", stdin=manifest("quota", replicas=1))
+
+        def refused() -> dict[str, Any] | None:
+            found = degraded(operator, "quota")
+            return found if (found or {}).get("reason") == "PodCreateFailed" else None
+
+        condition = wait_until(refused, "Degraded, PodCreateFailed", 90)
+        assert condition["message"].startswith("the StatefulSet controller cannot create pods:")
+        assert "must specify requests.cpu" in condition["message"], condition["message"]
+        assert operator.app("quota")["status"]["phase"] == "Degraded"
+        assert not operator.pods("quota")
+        warnings = [
+            e
+            for e in operator.objects("", "events")
+            if e.get("reason") == "PodCreateFailed"
+            and e["involvedObject"].get("kind") == "StreamApp"
+        ]
+        assert warnings and warnings[0]["type"] == "Warning"
+        assert "must specify requests.cpu" in warnings[0]["message"]
+    finally:
+        kubectl("delete", "resourcequota", "needs-requests", "--ignore-not-found")
+    kubectl("delete", "sapp", "quota")
