@@ -267,3 +267,23 @@ def test_pods_a_quota_refuses_make_the_app_degraded_with_the_controllers_message
     finally:
         kubectl("delete", "resourcequota", "needs-requests", "--ignore-not-found")
     kubectl("delete", "sapp", "quota")
+
+
+@pytest.mark.parametrize(
+    ("resources", "words"),
+    [
+        ({"requests": {"nvidia.com/gpu": "1"}}, "needs a limit equal to it"),
+        ({"limits": {"example.com/fpga": "500m"}}, "takes a whole number such as 1"),
+        ({"limits": {"hugepages-2Mi": "64Mi"}}, "hugepages-<size> needs a cpu or memory"),
+    ],
+)
+def test_resources_no_pod_can_have_are_refused_at_admission(
+    operator: Operator, kubectl: Kubectl, resources: dict[str, Any], words: str
+) -> None:
+    """Issue 38: the real API server's CEL (with its quantity() library) refuses them, naming
+    the field, before any StatefulSet meets them."""
+    result = kubectl.run("apply", "-f", "-", stdin=manifest("sized", resources=resources))
+    assert result.returncode != 0, result.stdout
+    assert "spec.resources" in result.stderr and words in result.stderr, result.stderr
+    fine = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1", "cpu": "1"}}
+    kubectl("apply", "--dry-run=server", "-f", "-", stdin=manifest("sized", resources=fine))
