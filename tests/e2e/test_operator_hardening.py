@@ -287,3 +287,52 @@ def test_resources_no_pod_can_have_are_refused_at_admission(
     assert "spec.resources" in result.stderr and words in result.stderr, result.stderr
     fine = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1", "cpu": "1"}}
     kubectl("apply", "--dry-run=server", "-f", "-", stdin=manifest("sized", resources=fine))
+
+
+def executor_binding(name: str, subject: str, owner: str | None, role: str) -> str:
+    binding: dict[str, Any] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": subject, "namespace": NAMESPACE}],
+    }
+    if owner is not None:
+        binding["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "eddyline.dev/v1alpha1",
+                "kind": "StreamApp",
+                "name": owner,
+                "uid": "0b7d6c1e-0000-4000-8000-000000000000",
+                "controller": True,
+            }
+        ]
+    return yaml.safe_dump(binding)
+
+
+def test_the_operator_binds_the_executor_role_only_to_an_apps_restore_account(
+    operator: Operator, kubectl: Kubectl
+) -> None:
+    """Issue 38, option (a): the chart's ValidatingAdmissionPolicy. Server-side dry runs as
+    the operator's ServiceAccount: before it, binding the executor role to the operator's
+    own account was allowed (it could then create pods)."""
+    role = next(
+        o["metadata"]["name"]
+        for o in operator.rendered
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-restore-executor")
+    )
+    as_operator = f"--as=system:serviceaccount:{NAMESPACE}:{operator.service_account}"
+
+    def dry_run(document: str) -> str:
+        result = kubectl.run("create", "--dry-run=server", as_operator, "-f", "-", stdin=document)
+        return "allowed" if result.returncode == 0 else result.stderr
+
+    own = executor_binding("grab", operator.service_account, None, role)
+    refused = dry_run(own)
+    assert "ValidatingAdmissionPolicy" in refused and "named <app>-restore" in refused, refused
+    assert dry_run(executor_binding("app-restore", "app-restore", "app", role)) == "allowed"
+    other = executor_binding("app-restore", "someone", "app", role)
+    assert "only to the app's restore ServiceAccount" in dry_run(other)
+    # Only the executor role is looked at: a binding of another role is RBAC's business.
+    edit = executor_binding("grab", operator.service_account, None, "edit")
+    assert "ValidatingAdmissionPolicy" not in dry_run(edit)
