@@ -149,6 +149,8 @@ class Children:
         """Delete the app's pods or restore Jobs (``kind``) that name an unavailable object:
         a pod already running as a foreign ServiceAccount, a Job running as one."""
         for obj in found:
+            if obj["metadata"].get("deletionTimestamp"):
+                continue  # on its way out already
             if references.withheld({**obj, "kind": kind}, unavailable) is None:
                 continue
             name = obj["metadata"]["name"]

@@ -78,14 +78,17 @@ def test_every_child_comes_after_the_children_it_names() -> None:
         seen.add(references.ref(obj))
 
 
-def test_withholding_carries_through_what_names_a_withheld_child() -> None:
-    made = rendered().values()
-    found = references.withheld_all(made, {("ConfigMap", "wc-membership"): "belongs to Helm"})
-    assert set(found) == {("Role", "wc-membership"), ("RoleBinding", "wc-membership")} | {
-        ("StatefulSet", "wc")
-    }
-    assert found["RoleBinding", "wc-membership"].names == ("Role", "wc-membership")
-    assert "which is withheld itself" in found["RoleBinding", "wc-membership"].message
+def test_what_names_a_withheld_child_is_withheld_and_says_through_what() -> None:
+    made = rendered()
+    unavailable = {("ConfigMap", "wc-membership"): "belongs to Helm"}
+    role = references.withheld(made["Role", "wc-membership"], unavailable)
+    assert role is not None and role.names == ("ConfigMap", "wc-membership")
+    assert role.message.endswith("it names ConfigMap wc-membership, which belongs to Helm")
+    assert references.withheld(made["RoleBinding", "wc-membership"], unavailable) is None
+    unavailable[role.ref] = "is withheld itself"
+    binding = references.withheld(made["RoleBinding", "wc-membership"], unavailable)
+    assert binding is not None and binding.names == ("Role", "wc-membership")
+    assert "which is withheld itself" in binding.message
 
 
 def test_only_children_controlled_by_the_app_and_unwanted_are_pruned() -> None:

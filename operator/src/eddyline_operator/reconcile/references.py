@@ -22,12 +22,13 @@ Role                   ``resourceNames`` of the kinds its rules name
 ====================  ============================================================
 
 Withholding is transitive: what names a withheld child is withheld as well (it would
-point at an object the app does not keep).
+point at an object the app does not keep). ``children.py`` applies the children in an order
+where each comes after those it names, so one pass carries it through.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,23 +147,3 @@ def withheld(obj: Obj, unavailable: Mapping[Ref, str]) -> Withheld | None:
     for reference in sorted(refers_to(obj) & unavailable.keys()):
         return Withheld(ref(obj), reference, unavailable[reference])
     return None
-
-
-def withheld_all(objects: Iterable[Obj], conflicts: Mapping[Ref, str]) -> dict[Ref, Withheld]:
-    """Every object of ``objects`` withheld, directly or through another withheld one, by
-    the name conflicts ``conflicts`` (ref -> why)."""
-    unavailable = dict(conflicts)
-    found: dict[Ref, Withheld] = {}
-    pending = [o for o in objects if ref(o) not in unavailable]
-    changed = True
-    while changed:
-        changed = False
-        for obj in pending:
-            if ref(obj) in found:
-                continue
-            stopped = withheld(obj, unavailable)
-            if stopped is not None:
-                found[stopped.ref] = stopped
-                unavailable[stopped.ref] = "is withheld itself"
-                changed = True
-    return found
