@@ -19,6 +19,7 @@ unavailable object.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,13 +57,30 @@ class Running:
     jobs: Sequence[Any] = ()
 
 
-def stateful_set_events(kube: Kube, body: Any, pods: list[Any]) -> list[Any]:
+# A starting app's cycles come every SETTLING_SECONDS (a quarter second): its StatefulSet's
+# Events are listed at most this often, so that many apps starting at once cost the API
+# server little; a FailedCreate shows within this long.
+EVENTS_SECONDS = 2.0
+
+
+@dataclass
+class EventsSeen:
+    """The StatefulSet's Events as last listed for one app: (time.monotonic(), events)."""
+
+    listed_at: float = float("-inf")
+    events: list[Obj] = field(default_factory=list)
+
+
+def stateful_set_events(kube: Kube, body: Any, pods: Sequence[Obj], seen: EventsSeen) -> list[Obj]:
     """The Events about the app's StatefulSet, listed only while fewer pods exist than the
-    spec wants (pod_creation.py reads a FailedCreate from them)."""
+    spec wants, and at most every EVENTS_SECONDS (pod_creation.py reads a FailedCreate)."""
     spec = body.get("spec") or {}
     wanted = 0 if spec.get("suspend") else int(spec.get("replicas", 1))
     if sum(1 for p in pods if not p["metadata"].get("deletionTimestamp")) >= wanted:
+        seen.listed_at, seen.events = float("-inf"), []
         return []
+    if time.monotonic() - seen.listed_at < EVENTS_SECONDS:
+        return seen.events
     meta = body["metadata"]
     try:
         found = kube.list(
@@ -72,7 +90,8 @@ def stateful_set_events(kube: Kube, body: Any, pods: list[Any]) -> list[Any]:
         if error.status != 403:
             raise
         logger.warning("cannot list Events (RBAC): a pod the StatefulSet cannot create goes unseen")
-        return []
+        found = []
+    seen.listed_at, seen.events = time.monotonic(), found
     return found
 
 

@@ -50,6 +50,7 @@ from eddyline_operator.children import (
     APPLY_FAILED,
     NAME_CONFLICT,
     Children,
+    EventsSeen,
     Outcome,
     Running,
     refused,
@@ -139,6 +140,7 @@ class AppState:
     applied_at: float = 0.0
     reports: dict[str, MemberReport] = field(default_factory=dict)
     autoscale: AutoscaleState = field(default_factory=AutoscaleState)
+    events: EventsSeen = field(default_factory=EventsSeen)
 
 
 class Operator:
@@ -429,7 +431,7 @@ def run_cycle(
             **_restore_jobs(kube, body, namespace, name),
             leases=leases,
             node_grace_seconds=grace,
-            stateful_set_events=stateful_set_events(kube, body, pods),
+            stateful_set_events=stateful_set_events(kube, body, pods, state.events),
         )
         result = plan(observed)
         if not result.paused:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
+import pytest
 
-from eddyline_operator import handlers
+from eddyline_operator import children, handlers
 from eddyline_operator.reconcile import pod_creation
 from eddyline_operator.reconcile.plan import Observed, plan
 from tests.support.k8s_objects import body, pod, three_zones
@@ -66,9 +67,10 @@ def test_a_failed_create_while_pods_are_missing_degrades_the_app_with_its_messag
     assert next(c for c in full.status.conditions if c.type == "Degraded").status == "False"
 
 
-def test_the_events_are_listed_only_while_pods_are_missing(
-    kube: MemoryKube, memo: kopf.Memo
+def test_the_events_are_listed_only_while_pods_are_missing_and_not_every_cycle(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(children, "EVENTS_SECONDS", 3600.0)  # no clock in the test
     listed: list[str | None] = []
     original = kube.list
 
@@ -90,6 +92,11 @@ def test_the_events_are_listed_only_while_pods_are_missing(
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "PodCreateFailed" and QUOTA in degraded["message"]
     assert ("Warning", "PodCreateFailed") in [(t, r) for t, r, _ in kube.events]  # type: ignore[attr-defined]
+    # A starting app's cycles come four a second: the list is reused for EVENTS_SECONDS.
+    handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
+    assert len(listed) == 1
+    status = kube.objects["StreamApp", "apps", "wc"]["status"]
+    assert next(c for c in status["conditions"] if c["type"] == "Degraded")["status"] == "True"
     for i in range(3):
         kube.put({"kind": "Pod", **pod(i)})
     handlers.reconcile_app(namespace="apps", name="wc", memo=memo)
