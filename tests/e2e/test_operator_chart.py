@@ -42,6 +42,12 @@ PATHS = {
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
     "KopfPeering": "/apis/kopf.dev/v1/namespaces/{ns}/kopfpeerings/{name}",
     "ClusterKopfPeering": "/apis/kopf.dev/v1/clusterkopfpeerings/{name}",
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}"
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{name}"
+    ),
 }
 
 
@@ -85,7 +91,10 @@ def test_helm_installs_the_chart_and_the_real_server_takes_every_object(
     objects = rendered(result)
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
-                            "Role", "RoleBinding", "Deployment", "KopfPeering"])  # fmt: skip
+                            "Role", "RoleBinding", "Deployment", "KopfPeering",
+                            # the executor role's bind stays narrow (templates/admission.yaml)
+                            "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding"])  # fmt: skip
     for obj in objects:
         found = stored(admin, obj, ns)
         assert found is not None, f"{obj['kind']} {obj['metadata']['name']} was not created"

@@ -41,6 +41,7 @@ _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Pod": ("/api/v1", "pods", True),
     "Node": ("/api/v1", "nodes", False),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
+    "Event": ("/api/v1", "events", True),
     "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
@@ -152,9 +153,19 @@ class Kube:
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         return self.request("GET", self.path(kind, namespace, name))
 
-    def list(self, kind: str, namespace: str | None, *, selector: str | None = None) -> list[Obj]:
-        query = {"labelSelector": selector} if selector else None
-        found = self.request("GET", self.path(kind, namespace), query=query) or {}
+    def list(
+        self,
+        kind: str,
+        namespace: str | None,
+        *,
+        selector: str | None = None,
+        fields: str | None = None,
+    ) -> list[Obj]:
+        """Objects of ``kind`` by label ``selector`` and field selector ``fields``."""
+        query = {"labelSelector": selector} if selector else {}
+        if fields:
+            query["fieldSelector"] = fields
+        found = self.request("GET", self.path(kind, namespace), query=query or None) or {}
         items: list[Obj] = found.get("items") or []
         return items
 
@@ -173,12 +184,15 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
-    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
-        """Delete (background propagation); False when it was already gone."""
+    def delete(
+        self, kind: str, namespace: str | None, name: str, *, propagation: str = "Background"
+    ) -> bool:
+        """Delete (``propagation``: Background, or Orphan to keep the dependents); False when
+        it was already gone."""
         gone = self.request(
             "DELETE",
             self.path(kind, namespace, name),
-            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
         )
         return gone is not None
 

@@ -46,6 +46,16 @@ from typing import Any
 import kopf
 
 from eddyline_operator import metrics
+from eddyline_operator.children import (
+    APPLY_FAILED,
+    NAME_CONFLICT,
+    Children,
+    EventsSeen,
+    Outcome,
+    Running,
+    refused,
+    stateful_set_events,
+)
 from eddyline_operator.client import ApiError, Kube, fetch_metrics, fetch_reports
 from eddyline_operator.reconcile import autoscale, names, objects, ownership, restore_job
 from eddyline_operator.reconcile.conditions import with_refusals
@@ -56,6 +66,7 @@ from eddyline_operator.reconcile.membership import (
     lost_nodes,
 )
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
+from eddyline_operator.reconcile.references import withheld
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
@@ -129,6 +140,7 @@ class AppState:
     applied_at: float = 0.0
     reports: dict[str, MemberReport] = field(default_factory=dict)
     autoscale: AutoscaleState = field(default_factory=AutoscaleState)
+    events: EventsSeen = field(default_factory=EventsSeen)
 
 
 class Operator:
@@ -419,6 +431,7 @@ def run_cycle(
             **_restore_jobs(kube, body, namespace, name),
             leases=leases,
             node_grace_seconds=grace,
+            stateful_set_events=stateful_set_events(kube, body, pods, state.events),
         )
         result = plan(observed)
         if not result.paused:
@@ -426,7 +439,8 @@ def run_cycle(
                 kube, state, body, result,
                 pods=pods, members=members, membership=observed.membership, fetch=fetch,
             )  # fmt: skip
-        _carry_out(kube, state, body, result, force_apply=force_apply)
+        running = Running(pods, observed.jobs)
+        _carry_out(kube, state, body, result, force_apply=force_apply, running=running)
         return result
 
 
@@ -549,7 +563,15 @@ def _scale(kube: Kube, body: Any, decision: ScalingDecision) -> bool:
     return True
 
 
-def _carry_out(kube: Kube, state: AppState, body: Any, result: Plan, *, force_apply: bool) -> None:
+def _carry_out(
+    kube: Kube,
+    state: AppState,
+    body: Any,
+    result: Plan,
+    *,
+    force_apply: bool,
+    running: Running,
+) -> None:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     stored = body.get("status")
@@ -562,10 +584,15 @@ def _carry_out(kube: Kube, state: AppState, body: Any, result: Plan, *, force_ap
     # Children that could not be applied, (reason, message): each object is tried on its
     # own, and status still says what happened (a refused child must never stop the cycle
     # before status is written).
-    refusals = _apply_children(kube, state, body, result, force_apply=force_apply)
+    outcome = _apply_children(kube, state, body, result, force_apply=force_apply, running=running)
+    refusals = outcome.refusals
     for pod in result.delete_pods:
         kube.delete("Pod", namespace, pod)
     for job in result.create_jobs:
+        stopped = withheld(job, outcome.unavailable)
+        if stopped is not None:
+            refusals.append((NAME_CONFLICT, stopped.message))
+            continue
         try:
             kube.create(job)
         except ApiError as error:
@@ -573,7 +600,7 @@ def _carry_out(kube: Kube, state: AppState, body: Any, result: Plan, *, force_ap
                 continue
             if not 400 <= error.status < 500:
                 raise
-            refusals.append(("ApplyFailed", _refused(f"Job {job['metadata']['name']}", error)))
+            refusals.append((APPLY_FAILED, refused(f"Job {job['metadata']['name']}", error)))
     for event in result.events:
         post_event(body, event.type, event.reason, event.message)
     status = result.status
@@ -596,36 +623,30 @@ def _carry_out(kube: Kube, state: AppState, body: Any, result: Plan, *, force_ap
 
 
 def _apply_children(
-    kube: Kube, state: AppState, body: Any, result: Plan, *, force_apply: bool
-) -> list[tuple[str, str]]:
-    """Apply the owned objects and publish the membership, each on its own; returns the
-    refusals, (reason, message). A server or network failure (5xx, no answer) raises: the
-    whole cycle is retried."""
+    kube: Kube, state: AppState, body: Any, result: Plan, *, force_apply: bool, running: Running
+) -> Outcome:
+    """Apply the owned objects (withholding those that name another owner's object), prune
+    the ones no longer wanted, publish the membership, each on its own (children.py);
+    returns the refusals and what no child may name. A server or network failure (5xx, no
+    answer) raises: the whole cycle is retried."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-
-    def ours(kind: str) -> ownership.Check:
-        return ownership.checker(kind=kind, app=name, app_uid=meta["uid"])
-
-    refusals: list[tuple[str, str]] = []
+    children = Children(
+        kube,
+        namespace=namespace,
+        app=name,
+        uid=meta["uid"],
+        announce=lambda reason, message: post_event(body, "Normal", reason, message),
+    )
+    outcome = Outcome()
     digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
-    due = time.monotonic() - state.applied_at > REAPPLY_SECONDS
-    if result.objects and (force_apply or due or digest != state.applied_hash):
-        for obj in result.objects:
-            what = f"{obj['kind']} {obj['metadata']['name']}"
-            try:
-                outcome = kube.apply(obj, check=ours(obj["kind"]))
-            except ownership.NameConflictError as conflict:
-                refusals.append(("NameConflict", str(conflict)))
-                continue
-            except ApiError as error:
-                if not 400 <= error.status < 500:
-                    raise
-                refusals.append(("ApplyFailed", _refused(what, error)))
-                continue
-            if outcome != "unchanged":
-                post_event(body, "Normal", outcome.capitalize(), f"{outcome} {what}")
-        if not refusals:  # otherwise every object is tried again next cycle
+    changed = force_apply or digest != state.applied_hash
+    if result.objects and (changed or time.monotonic() - state.applied_at > REAPPLY_SECONDS):
+        children.membership_conflict(outcome)
+        children.apply(result.objects, outcome)
+        if changed and result.prune_kinds:  # what is wanted changes only with the spec
+            children.prune(result.objects, result.prune_kinds)
+        if not outcome.refusals:  # otherwise every object is tried again next cycle
             state.applied_hash, state.applied_at = digest, time.monotonic()
     if result.membership is not None:
         owner = objects.owner_reference(name=name, uid=meta["uid"])
@@ -633,15 +654,14 @@ def _apply_children(
         try:
             kube.publish_membership(
                 objects.membership_config_map(name, namespace, owner, data),
-                check=ours("ConfigMap"),
+                check=children.check("ConfigMap"),
             )
         except ownership.NameConflictError as conflict:
-            refusals.append(("NameConflict", str(conflict)))
-    return refusals
-
-
-def _refused(what: str, error: ApiError) -> str:
-    return f"{what} was refused by the API server: {error}"
+            children.conflict(outcome, conflict)
+    if outcome.unavailable:  # nothing running may go on naming another owner's object
+        children.remove_naming(running.pods, "Pod", outcome.unavailable)
+        children.remove_naming(running.jobs, "Job", outcome.unavailable)
+    return outcome
 
 
 def _record_status(kube: Kube, namespace: str, name: str, status: StreamAppStatus) -> Any:

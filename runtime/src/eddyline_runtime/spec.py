@@ -312,6 +312,17 @@ _QUANTITY_MAP = Annotated[
 ]
 
 
+_NOT_OVERCOMMITTED = (
+    "an extended resource (such as nvidia.com/gpu) or hugepages-<size> request needs a "
+    "limit equal to it (limits.<name>): these cannot be overcommitted"
+)
+_WHOLE_EXTENDED = (
+    "an extended resource (a domain-qualified name such as nvidia.com/gpu) takes a whole "
+    "number such as 1, not a fraction"
+)
+_HUGEPAGES_NEED = "hugepages-<size> needs a cpu or memory request or limit beside it"
+
+
 class ResourcesSpec(_Strict):
     model_config = ConfigDict(
         json_schema_extra=_rules(
@@ -322,6 +333,31 @@ class ResourcesSpec(_Strict):
                 "!(k in self.limits) || "
                 "quantity(self.requests[k]).compareTo(quantity(self.limits[k])) <= 0)",
                 "each request must be at most its limit (requests.cpu <= limits.cpu, ...)",
+            ),
+            # What the API server refuses in a pod, refused here instead of by the
+            # StatefulSet controller for every pod (issue 38): extended resources and
+            # hugepages cannot be overcommitted, extended resources come whole, and
+            # hugepages need a cpu or memory request or limit beside them.
+            (
+                "!has(self.requests) || self.requests.all(k, "
+                "!(k.contains('/') || k.startsWith('hugepages-')) || "
+                "(has(self.limits) && k in self.limits && "
+                "quantity(self.requests[k]).compareTo(quantity(self.limits[k])) == 0))",
+                _NOT_OVERCOMMITTED,
+            ),
+            (
+                "(!has(self.requests) || self.requests.all(k, "
+                "!k.contains('/') || quantity(self.requests[k]).isInteger())) && "
+                "(!has(self.limits) || self.limits.all(k, "
+                "!k.contains('/') || quantity(self.limits[k]).isInteger()))",
+                _WHOLE_EXTENDED,
+            ),
+            (
+                "!((has(self.requests) && self.requests.exists(k, k.startsWith('hugepages-')))"
+                " || (has(self.limits) && self.limits.exists(k, k.startsWith('hugepages-'))))"
+                " || (has(self.requests) && ('cpu' in self.requests || 'memory' in self.requests))"
+                " || (has(self.limits) && ('cpu' in self.limits || 'memory' in self.limits))",
+                _HUGEPAGES_NEED,
             ),
         )
     )
@@ -351,7 +387,25 @@ class ResourcesSpec(_Strict):
                     f"requests.{name} {request} is above limits.{name} {limit}: a request "
                     "must be at most its limit"
                 )
+            if _not_overcommittable(name) and (
+                limit is None or quantity_value(limit) != quantity_value(request)
+            ):
+                raise ValueError(f"requests.{name} {request}: {_NOT_OVERCOMMITTED}")
+        for where, values in (("requests", self.requests), ("limits", self.limits)):
+            for name, amount in values.items():
+                value = quantity_value(amount)
+                if "/" in name and value != value.to_integral_value():
+                    raise ValueError(f"{where}.{name} {amount}: {_WHOLE_EXTENDED}")
+        named = {*self.requests, *self.limits}
+        if any(n.startswith("hugepages-") for n in named) and not named & {"cpu", "memory"}:
+            raise ValueError(_HUGEPAGES_NEED)
         return self
+
+
+def _not_overcommittable(name: str) -> bool:
+    """Extended resources (a domain-qualified name) and hugepages: Kubernetes wants their
+    request equal to their limit."""
+    return "/" in name or name.startswith("hugepages-")
 
 
 # Spark masters a restore Job may use: local threads in the Job's pod, or executors on the

@@ -183,3 +183,37 @@ def test_a_complete_autoscaling_policy_passes_both() -> None:
     parse_app(document(autoscaling=policy))
     too_busy = document(autoscaling={**policy, "targetProcessRatio": 1.5})
     assert crd_errors(too_busy), "targetProcessRatio above 1"
+
+
+@pytest.mark.parametrize(
+    ("resources", "words"),
+    [
+        ({"requests": {"nvidia.com/gpu": "1"}}, "requests.nvidia.com/gpu 1: an extended resource"),
+        (
+            {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+            "needs a limit equal to it",
+        ),
+        ({"limits": {"example.com/fpga": "500m"}}, "limits.example.com/fpga 500m: an extended"),
+        ({"requests": {"hugepages-2Mi": "64Mi", "memory": "1Gi"}}, "needs a limit equal to it"),
+        ({"limits": {"hugepages-2Mi": "64Mi"}}, "hugepages-<size> needs a cpu or memory"),
+    ],
+)
+def test_resources_no_pod_can_have_are_refused_naming_the_field(resources: Obj, words: str) -> None:
+    """Issue 38: the StatefulSet controller met these in every pod it tried to create."""
+    refused = model_error(document(resources=resources))
+    assert refused.field.startswith("spec.resources"), refused
+    assert words in str(refused), refused
+
+
+def test_resources_a_pod_can_have_pass_and_the_crd_holds_the_same_rules() -> None:
+    parse_app(
+        document(resources={"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}})
+    )
+    parse_app(
+        document(resources={"limits": {"nvidia.com/gpu": "2", "hugepages-2Mi": "64Mi", "cpu": "1"}})
+    )
+    parse_app(document(resources={"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}}))
+    rules = schema()["properties"]["spec"]["properties"]["resources"]["x-kubernetes-validations"]
+    messages = " ".join(rule["message"] for rule in rules)
+    for words in ("needs a limit equal to it", "takes a whole number", "needs a cpu or memory"):
+        assert words in messages

@@ -139,3 +139,26 @@ def test_the_grace_comes_from_the_environment_and_a_bad_one_is_refused() -> None
     assert node_grace_seconds({"EDDYLINE_OPERATOR_NODE_GRACE_SECONDS": "20"}) == 20.0
     with pytest.raises(ValueError, match="EDDYLINE_OPERATOR_NODE_GRACE_SECONDS='0'"):
         node_grace_seconds({"EDDYLINE_OPERATOR_NODE_GRACE_SECONDS": "0"})
+
+
+def test_when_every_pod_is_on_a_lost_node_nobody_is_published_and_status_says_so() -> None:
+    """Issue 38: the message said the tasks ran on the other pods when there were none, and
+    the published membership still listed the three lost pods."""
+    pods, membership = settled()
+    stale = [lease(f"node-{i}", "2026-11-23T09:59:40.000000Z") for i in range(3)]
+    result = run(pods, reports=reports(), membership=membership, leases=stale)
+    assert result.membership is not None and result.membership.generation == 2
+    assert not result.membership.assignment.active
+    assert not result.membership.assignment.members
+    degraded = next(c for c in result.status.conditions if c.type == "Degraded")
+    assert degraded.reason == "NodeLost"
+    assert "no pod is left to run their tasks" in degraded.message
+    assert "run on the other pods" not in degraded.message
+    warnings = [e.message for e in result.events if e.reason == "NodeLost"]
+    assert len(warnings) == 3
+    assert all("no pod is left to take its tasks over" in w for w in warnings)
+    assert result.status.membership_generation == 2
+    # The nodes return: the pods are members again, assigned from where their stores are.
+    back = run(pods, reports=reports(), membership=result.membership, leases=fresh_leases())
+    assert back.membership is not None and back.membership.generation == 3
+    assert {m.id for m in back.membership.assignment.members} == {"wc-0", "wc-1", "wc-2"}

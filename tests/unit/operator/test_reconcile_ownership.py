@@ -82,12 +82,17 @@ def test_an_object_controlled_by_another_owner_is_a_conflict_naming_it() -> None
         ownership.check(owned("uid-2"), kind="ConfigMap", app="wc", app_uid="uid-1")
 
 
-def test_an_orphan_is_taken_back_only_with_this_apps_labels() -> None:
+def test_an_orphan_is_taken_back_only_when_a_claim_with_this_apps_labels() -> None:
+    """The log claim has no owner under whenDeleted: Retain; no other kind is ever left
+    without one, so labels alone never make another kind the app's (issue 38)."""
     ours = names.labels("wc", "log")
-    ownership.check(owned(None, labels=ours), kind="ConfigMap", app="wc", app_uid="uid-1")
+    claim = "PersistentVolumeClaim"
+    ownership.check(owned(None, labels=ours), kind=claim, app="wc", app_uid="uid-1")
+    with pytest.raises(ownership.NameConflictError, match="it has no owner reference"):
+        ownership.check(owned(None, labels=ours), kind="ServiceAccount", app="wc", app_uid="u")
     helm = {names.LABEL_MANAGED_BY: "Helm"}
     with pytest.raises(ownership.NameConflictError, match="managed by Helm"):
         ownership.check(owned(None, labels=helm), kind="ServiceAccount", app="wc", app_uid="u")
     theirs = names.labels("other", "log")
     with pytest.raises(ownership.NameConflictError):
-        ownership.check(owned(None, labels=theirs), kind="ConfigMap", app="wc", app_uid="uid-1")
+        ownership.check(owned(None, labels=theirs), kind=claim, app="wc", app_uid="uid-1")

@@ -80,10 +80,17 @@ def summarize(
     upgrade: Decision,
     set_aside: Sequence[str] = (),
     lost: Sequence[str] = (),
+    members_left: int = 0,
+    create_failure: str | None = None,
 ) -> Summary:
     """Ready, Progressing, Degraded and Upgrading, and the phase they add up to; read top to
-    bottom. ``lost`` says which pods left the membership because their node is lost."""
+    bottom. ``lost`` says which pods left the membership because their node is lost, and
+    ``members_left`` how many members are on live nodes; ``create_failure`` is the
+    StatefulSet controller's FailedCreate message (pod_creation.py), which counts only while
+    pods are missing."""
     live, ready_count = pods.live, pods.ready
+    if len(live) >= desired_replicas:
+        create_failure = None
     events: list[Event] = []
     members_now = {str(p["metadata"]["name"]) for p in live if is_member(p)}
     assigned = set(published.assignment.active) if published is not None else set()
@@ -132,11 +139,13 @@ def summarize(
         upgrade=upgrade,
         set_aside=set_aside,
         lost=lost,
+        members_left=members_left,
+        create_failure=create_failure,
         events=events,
     )
     if app.spec.suspended:
         phase = Phase.SUSPENDED
-    elif looping or off_node or lost:
+    elif looping or off_node or lost or create_failure:
         # Degraded, not Progressing: nothing will progress until the node or the pod is gone,
         # so the app is looked at on the settled beat (and when a Lease may expire).
         phase = Phase.DEGRADED
@@ -187,9 +196,12 @@ def _degraded(
     set_aside: Sequence[str],
     events: list[Event],
     lost: Sequence[str] = (),
+    members_left: int = 0,
+    create_failure: str | None = None,
 ) -> Condition:
-    """Degraded: the first of the log shared across nodes, crash loops, a failed upgrade,
-    stores a pod rebuilt because their changelog no longer fitted them."""
+    """Degraded: the first of the log shared across nodes, crash loops, pods the StatefulSet
+    controller cannot create, pods on lost nodes, a failed upgrade, stores a pod rebuilt
+    because their changelog no longer fitted them."""
     if off_node:
         degraded = conditions.make(
             "Degraded",
@@ -208,14 +220,28 @@ def _degraded(
         )
         if conditions.changed(degraded):
             events.append(Event("Warning", "CrashLoopBackOff", degraded.message))
+    elif create_failure is not None:
+        degraded = conditions.make(
+            "Degraded",
+            True,
+            "PodCreateFailed",
+            f"the StatefulSet controller cannot create pods: {create_failure}",
+        )
+        if conditions.changed(degraded):
+            events.append(Event("Warning", "PodCreateFailed", degraded.message))
     elif lost:
         # The plan posts the NodeLost warning itself (once per pod and node).
+        where = (
+            "their tasks run on the other pods"
+            if members_left
+            else "no pod is left to run their tasks: they wait until pods are rescheduled "
+            "or the nodes return"
+        )
         degraded = conditions.make(
             "Degraded",
             True,
             "NodeLost",
-            f"pods on lost nodes left the membership: {'; '.join(lost)}; their tasks run on "
-            "the other pods",
+            f"pods on lost nodes left the membership: {'; '.join(lost)}; {where}",
         )
     elif upgrade.degraded is not None:
         degraded = conditions.make("Degraded", True, *upgrade.degraded)

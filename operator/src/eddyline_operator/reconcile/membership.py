@@ -270,7 +270,9 @@ def next_membership(
     keep = previous.assignment if previous is not None else None
     if keep is not None and keep.tasks != layout.tasks:
         keep = None  # the topology or partition count changed: assign afresh
-    if previous is None and reports:
+    if (previous is None or not previous.assignment.active) and reports:
+        # Nothing to stay with (a deleted ConfigMap, or nobody left after node loss): start
+        # from where the members' stores are.
         keep = assignment_from_reports(reports, layout)
     assignment = assign(
         layout.tasks,
@@ -326,6 +328,17 @@ def nobody_takes_over(previous: Membership | None, pods: Iterable[Obj]) -> Membe
     return Membership(
         previous.generation + 1, dataclasses.replace(assignment, leaving=frozenset(named))
     )
+
+
+def without_lost(previous: Membership | None, lost_pods: Collection[str]) -> Membership | None:
+    """When every member is gone because its node is lost, the membership to publish: nobody,
+    rather than the previous assignment naming pods that no longer run anywhere (queries were
+    routed to them, and a status reader took them for members). None when nobody was lost,
+    or the previous one names none of them. Pods that come back are assigned from their
+    reports (``next_membership`` seeds from them when the previous names nobody)."""
+    if previous is None or not lost_pods or not set(previous.assignment.active) & set(lost_pods):
+        return None
+    return Membership(previous.generation + 1, Assignment(active={}, standby={}))
 
 
 def effective_standbys(requested: int, replicas: int) -> int:

@@ -27,6 +27,8 @@ ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 # changes nothing) until the annotation is removed or set to anything else.
 ANNOTATION_PAUSE = f"{GROUP}/pause-reconciliation"
 NODE_HOSTNAME = "kubernetes.io/hostname"
+# The pods' argument that names the membership ConfigMap they watch (references.py reads it).
+MEMBERSHIP_FLAG = "--membership-configmap"
 
 
 # Every child's name is the app's name and a suffix that no other child of the same kind

@@ -274,7 +274,7 @@ def pod_template(app: StreamApp, *, default_image: str, log_node: str | None) ->
             manifest_path,
             "--instance-id",
             "$(POD_NAME)",
-            "--membership-configmap",
+            names.MEMBERSHIP_FLAG,
             names.membership_map(name),
             "--log-url",
             pod_log_url(app),

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import log_node, names, objects, restore_job
+from eddyline_operator.reconcile import log_node, names, objects, pod_creation, prune, restore_job
 from eddyline_operator.reconcile.conditions import Conditions, PodCounts, summarize
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import (
@@ -37,6 +37,7 @@ from eddyline_operator.reconcile.membership import (
     next_node_check,
     nobody_takes_over,
     warmup_policy,
+    without_lost,
 )
 from eddyline_operator.reconcile.rollout import plan_rollout
 from eddyline_operator.reconcile.scale_in import SCALING_IN, ScaleIn, plan_scale_in
@@ -96,6 +97,9 @@ class Observed:
     # may go unrenewed before the node's pods leave the membership.
     leases: Sequence[Obj] = ()
     node_grace_seconds: float = NODE_GRACE_SECONDS
+    # The Events about the app's StatefulSet (pod_creation.field_selector), listed only while
+    # pods are missing: FailedCreate says why the controller makes none.
+    stateful_set_events: Sequence[Obj] = ()
 
 
 @dataclass
@@ -114,6 +118,9 @@ class Plan:
     recheck_seconds: float | None = None
     # eddyline.dev/pause-reconciliation: nothing above is set, status only says so.
     paused: bool = False
+    # The kinds whose every wanted child ``objects`` holds: the app's others of these kinds
+    # are pruned (prune.py). Empty while paused or with an invalid spec.
+    prune_kinds: tuple[str, ...] = ()
 
 
 def parse_app(body: Obj) -> StreamApp:
@@ -240,6 +247,7 @@ class _Cycle:
         self.events: list[Event] = []
         self.notes: list[str] = []  # status.message, joined
         self.lost_pods: list[str] = []  # pods out of the membership: their node is lost
+        self.lost_names: list[str] = []  # the same, by name
         self.capped: str | None = None  # the note on standbys capped by replicas, if any
         # Pods above spec.replicas and the StatefulSet's size while they hand over (None:
         # the StatefulSet is not rendered from spec.replicas this cycle, an upgrade is).
@@ -314,12 +322,17 @@ class _Cycle:
             warmups=warmup_policy(config, observed.reports, current),
             leaving=leaving,
         )
+        if membership is None and not current:
+            membership = without_lost(observed.membership, self.lost_names)
         if membership is not None:
-            ids = ", ".join(
-                f"{m.id} ({m.zone or 'no zone'}"
-                + (", leaving" if m.id in membership.assignment.leaving else "")
-                + ")"
-                for m in current
+            ids = (
+                ", ".join(
+                    f"{m.id} ({m.zone or 'no zone'}"
+                    + (", leaving" if m.id in membership.assignment.leaving else "")
+                    + ")"
+                    for m in current
+                )
+                or "nobody (every pod is on a lost node)"
             )
             warming = membership.assignment.warmup_count
             self.events.append(
@@ -340,9 +353,19 @@ class _Cycle:
             self.notes.append(self.capped)
         return membership
 
+    @property
+    def members_left(self) -> int:
+        """Members on nodes that are not lost."""
+        return sum(1 for p in self.live_pods if is_member(p, self.lost))
+
     def note_lost_pods(self) -> None:
         """Say which pods left the membership because their node is lost (status message;
         a Warning event when the previous status did not say it yet)."""
+        moved = (
+            "its tasks move to the other pods"
+            if self.members_left
+            else "no pod is left to take its tasks over"
+        )
         for pod in self.live_pods:
             node = pod.get("spec", {}).get("nodeName")
             if node not in self.lost or not is_member(pod):
@@ -350,12 +373,13 @@ class _Cycle:
             note = f"pod {pod['metadata']['name']} left the membership: node {node} is lost"
             self.notes.append(f"{note} ({self.lost[node]})")
             self.lost_pods.append(f"{pod['metadata']['name']} (node {node})")
+            self.lost_names.append(str(pod["metadata"]["name"]))
             if note not in (self.old_status.message or ""):
                 self.events.append(
                     Event(
                         "Warning",
                         "NodeLost",
-                        f"{note} ({self.lost[node]}); its tasks move to the other pods",
+                        f"{note} ({self.lost[node]}); {moved}",
                     )
                 )
 
@@ -451,6 +475,8 @@ class _Cycle:
                 for path in report.stores_set_aside
             ],
             lost=self.lost_pods,
+            members_left=self.members_left,
+            create_failure=pod_creation.failure(observed.stateful_set_events),
         )
         self.events.extend(summary.events)
         self.scaling_in(summary.conditions, spec.replicas)
@@ -488,6 +514,7 @@ class _Cycle:
             write_ahead=upgrade.write_ahead,
             create_jobs=restores.create,
             recheck_seconds=self.recheck,
+            prune_kinds=prune.kinds(app),
         )
 
     def scaling_in(self, conditions: list[Condition], desired: int) -> None:
