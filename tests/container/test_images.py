@@ -16,6 +16,7 @@ import collections
 import json
 import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.serde import serde_for
 from tests.support.control_plane.cluster import Cluster
 from tests.support.http_client import http_get
-from tests.support.images import IMAGE_UID, REPO, Images
+from tests.support.images import DOCKER_TIMEOUT, IMAGE_UID, REPO, Images
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
@@ -48,6 +49,8 @@ SIGKILLED = 137
 # What a pod's securityContext asks of the runtime (the chart and the operator write it).
 RESTRICTED = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
 PROGRESS = re.compile(r"processed ([\d,]+) records")
+# The host's local CA directory, which scripts/base-images copies into the stand-ins.
+CA_DIR = Path("/usr/local/share/ca-certificates")
 
 
 def text(count: int, seed: int = 1) -> list[str]:
@@ -341,3 +344,31 @@ def test_the_restore_image_builds_a_store_with_its_jvm(
     manifests = list((volume / "restore").glob("wordcount/word-counts/*/*.manifest.json"))
     assert len(manifests) == 2, manifests
     assert owners(volume) == {IMAGE_UID}
+
+
+@pytest.mark.parametrize(
+    ("kind", "stands_in_for"),
+    [("python", "python:3.11-slim"), ("maven", "maven:3.9-eclipse-temurin-17")],
+)
+def test_a_stand_in_base_is_built_once_per_content_and_says_what_it_stands_in_for(
+    images: Images, kind: str, stands_in_for: str
+) -> None:
+    again = subprocess.run(
+        [REPO / "scripts" / "base-images", kind],
+        capture_output=True,
+        text=True,
+        timeout=DOCKER_TIMEOUT,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "built" not in again.stderr  # the images fixture built it; its inputs are unchanged
+    reference = again.stdout.strip()
+    labels = json.loads(
+        images.docker("image", "inspect", "-f", "{{json .Config.Labels}}", reference).stdout
+    )
+    assert labels["dev.eddyline.content-hash"] == reference.rpartition(":")[2]
+    assert labels["dev.eddyline.stands-in-for"].startswith(f"{stands_in_for}: ")
+    # The machine's egress CA is in the stand-in's trust store (and only the stand-ins').
+    local_cas = sorted(p.name for p in CA_DIR.glob("*.crt")) if CA_DIR.is_dir() else []
+    listed = images.run(reference, "ls", "/usr/local/share/ca-certificates")
+    assert sorted(listed.stdout.split()) == local_cas
