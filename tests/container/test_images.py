@@ -146,7 +146,7 @@ def detached(images: Images) -> Iterator[list[str]]:
     ids: list[str] = []
     yield ids
     for container in ids:
-        images.docker("rm", "--force", container)
+        images.docker("rm", "--force", "--volumes", container)
 
 
 def start(images: Images, detached: list[str], *run_args: str) -> str:
