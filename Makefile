@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows image clean
+.PHONY: help setup run demo-store test test-fast soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,7 +42,7 @@ run: $(STAMP) ## The main job: word count on the embedded log (generate, process
 demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query at both isolation levels
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
-test: $(STAMP) kafka-jars spark-kafka-jars control-plane ## Run every test, slow ones included (what CI runs)
+test: $(STAMP) kafka-jars spark-kafka-jars control-plane test-images ## Run every test, slow ones included (what CI runs)
 	@scripts/check-prerequisites --java
 	$(BIN)/pytest
 
@@ -118,13 +118,29 @@ bench-kafka: $(STAMP) kafka-jars ## Kafka benchmark: word count in eddyline vs K
 	javac -d $(KSTREAMS_CLASSES) -cp "$$(scripts/kafka-jars)/*" tests/bench/kstreams/WordCount.java
 	$(BIN)/python -m tests.bench.bench_kafka --classes $(KSTREAMS_CLASSES) $(BENCH_KAFKA_ARGS)
 
-image: ## Build the one image of the operator and the runtime (needs a Docker engine)
-	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine reachable; start one (or build on a machine that has one)" >&2; exit 1; }
-	docker build -t eddyline:dev .
+# Images: built by the project's own container engine (scripts/container-engine: Debian's
+# docker.io, installed and started on first use, as root), tagged under the names the chart
+# and the examples' manifests use; docs/containers.md. IMAGE_BASES=standin builds on the
+# test-only stand-ins for python:3.11-slim and the Maven stage (scripts/base-images), which
+# is how `make test` builds them where no image registry is reachable.
+IMAGE_BASES ?= upstream
+BUILD_IMAGES := scripts/build-images --bases $(IMAGE_BASES)
 
-.PHONY: examples-image
-examples-image: image ## Build the examples' image the examples' cluster manifests run (needs a Docker engine)
-	docker build -f examples.Dockerfile --build-arg BASE=eddyline:dev -t ghcr.io/eddyline/examples:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml) .
+.PHONY: image examples-image restore-image test-images container-engine
+container-engine: ## Install (once) and start the project's container engine; prints its DOCKER_HOST
+	@scripts/container-engine
+
+image: ## Build the one image of the operator and the runtime: eddyline:dev, ghcr.io/eddyline/eddyline:<appVersion>
+	@$(BUILD_IMAGES) eddyline >/dev/null
+
+examples-image: image ## Build the examples' image the examples' cluster manifests run: ghcr.io/eddyline/examples:<version>
+	@$(BUILD_IMAGES) examples >/dev/null
+
+restore-image: image ## Build the Spark restore-job image: eddyline-restore:dev, ghcr.io/eddyline/eddyline-restore:<appVersion>
+	@$(BUILD_IMAGES) restore >/dev/null
+
+test-images: ## The three images on the test-only stand-in bases, as `make test` builds them (sizes, times)
+	@scripts/build-images --bases standin --quiet eddyline examples restore >/dev/null
 
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) $(BYTEWAX_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)

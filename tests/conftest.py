@@ -9,4 +9,7 @@ pytest_plugins = [
     # The real control plane (tests/support/control_plane): its session-scoped
     # `control_plane` fixture, for any test that requests it.
     "tests.support.control_plane.fixture",
+    # The project's images on the test-only stand-in bases (tests/support/images.py): built
+    # once per run by the session-scoped `images` fixture, for the container tests.
+    "tests.support.images",
 ]

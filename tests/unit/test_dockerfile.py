@@ -3,11 +3,16 @@ stage it copies from is defined, and every command it or the manifests run resol
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import json
 import re
 import tomllib
 from pathlib import Path
+
+import yaml
+
+from tests.support.images import build_images_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -94,3 +99,74 @@ def test_every_command_the_image_and_the_manifests_run_resolves() -> None:
 def test_the_image_installs_the_operator_extra() -> None:
     runs = " ".join(rest for keyword, rest in instructions() if keyword == "RUN")
     assert "'.[operator]'" in runs
+
+
+def test_the_base_is_an_argument_defaulting_to_what_users_pull() -> None:
+    found = instructions()
+    assert found[0] == ("ARG", "PYTHON_BASE=python:3.11-slim")
+    assert [rest for keyword, rest in found if keyword == "FROM"] == [
+        "${PYTHON_BASE} AS build",
+        "${PYTHON_BASE}",
+    ]
+    assert build_images_script().IMAGES["eddyline"].bases == {"PYTHON_BASE": "python"}
+
+
+# What giving a build the machine's egress CA, or switching verification off, would look like.
+TRUST_WORDS = re.compile(
+    r"ca-certificates|update-ca-certificates|cacerts|PIP_CERT|SSL_CERT|REQUESTS_CA_BUNDLE"
+    r"|trusted-host|insecure|verify|ssl\.insecure|COPY ca/",
+    re.IGNORECASE,
+)
+
+
+def test_no_project_dockerfile_touches_certificates_or_verification() -> None:
+    """The trust rule: only the test-only stand-in bases (tools/base-images) trust this
+    machine's egress CA; an image users build or pull never does (docs/containers.md)."""
+    for dockerfile in ("Dockerfile", "examples.Dockerfile", "restore.Dockerfile"):
+        steps = [
+            line
+            for line in (ROOT / dockerfile).read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
+        assert not [line for line in steps if TRUST_WORDS.search(line)], dockerfile
+    trust = (ROOT / "tools" / "base-images" / "trust.Dockerfile").read_text()
+    assert "update-ca-certificates" in trust  # the one place it happens
+    assert "trust.Dockerfile" in (ROOT / "scripts" / "base-images").read_text()
+
+
+def test_the_build_context_leaves_out_caches_environments_and_state() -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for path in (".cache", ".venv", ".venv-bench", ".venv-bytewax", ".eddyline-state", ".git"):
+        assert any(fnmatch.fnmatchcase(path, p) for p in patterns), f"{path} is in the context"
+    for kept in ("runtime", "operator", "examples", "tools", "pyproject.toml", "README.md"):
+        assert not any(fnmatch.fnmatchcase(kept, p) for p in patterns), kept
+
+
+def test_the_images_are_tagged_as_the_chart_names_them() -> None:
+    chart = yaml.safe_load((ROOT / "charts/eddyline-operator/Chart.yaml").read_text())
+    values = yaml.safe_load((ROOT / "charts/eddyline-operator/values.yaml").read_text())
+    assert values["image"]["tag"] == ""  # so the chart's default is its appVersion
+    images = build_images_script().IMAGES
+    assert f"{values['image']['repository']}:{chart['appVersion']}" in images["eddyline"].tags
+    assert "eddyline:dev" in images["eddyline"].tags
+    for name, image in images.items():
+        assert (ROOT / image.dockerfile).is_file(), name
+        text = (ROOT / image.dockerfile).read_text()
+        for arg in (*image.args, *image.bases):
+            assert re.search(rf"^ARG {arg}=", text, re.MULTILINE), f"{image.dockerfile}: {arg}"
+    makefile = (ROOT / "Makefile").read_text()
+    for target, name in (("image", "eddyline"), ("restore-image", "restore")):
+        recipe = re.search(rf"^{target}:.*\n\t(.+)$", makefile, re.MULTILINE)
+        assert recipe is not None and f"$(BUILD_IMAGES) {name}" in recipe.group(1), target
+
+
+def test_nothing_imports_the_kubernetes_client_parts_the_image_drops() -> None:
+    # The Dockerfile removes kubernetes.aio (68 MB) from the image's environment.
+    assert "site-packages/kubernetes/aio" in DOCKERFILE.read_text()
+    for source in (ROOT / "operator" / "src").rglob("*.py"):
+        text = source.read_text()
+        assert not re.search(r"kubernetes\.aio|from kubernetes import .*\baio\b", text), source

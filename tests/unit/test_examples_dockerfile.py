@@ -12,6 +12,8 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from tests.support.images import build_images_script
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "examples.Dockerfile"
 
@@ -81,16 +83,19 @@ def test_every_topology_ref_of_the_cluster_manifests_resolves_in_the_image() -> 
 
 def test_the_manifests_name_the_image_the_makefile_builds() -> None:
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    examples = build_images_script().IMAGES["examples"]
+    assert examples.dockerfile == "examples.Dockerfile"
+    assert f"ghcr.io/eddyline/examples:{version}" in examples.tags
     for manifest in cluster_manifests():
         image = yaml.safe_load(manifest.read_text())["spec"]["image"]
-        assert image == f"ghcr.io/eddyline/examples:{version}", manifest
+        assert image in examples.tags, manifest
+    # Built on what `make image` tags, after it.
+    assert examples.args == {"BASE": "eddyline:dev"}
+    assert "eddyline:dev" in build_images_script().IMAGES["eddyline"].tags
     makefile = (ROOT / "Makefile").read_text()
     target = re.search(r"^examples-image: image .*\n\t(.+)$", makefile, re.MULTILINE)
     assert target is not None, "Makefile: no examples-image target after image"
-    assert "-f examples.Dockerfile" in target.group(1)
-    assert "--build-arg BASE=eddyline:dev" in target.group(1)  # what `make image` tags
-    assert "-t ghcr.io/eddyline/examples:" in target.group(1)
-    assert "docker build -t eddyline:dev ." in makefile
+    assert "$(BUILD_IMAGES) examples" in target.group(1)
 
 
 def test_the_image_keeps_the_non_root_user_of_its_base() -> None:

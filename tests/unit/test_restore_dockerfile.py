@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 from eddyline_runtime.restore.spark.kafka_source import JARS_ENV
+from tests.support.images import build_images_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "restore.Dockerfile"
@@ -74,29 +75,41 @@ def test_the_connector_is_fetched_with_the_projects_pom_at_the_pinned_spark_vers
     script = (ROOT / "scripts" / "spark-kafka-jars").read_text()
     assert "-DincludeScope=runtime" in script and "-DincludeScope=runtime" in mvn
     assert "-DoutputDirectory=/build/jars" in mvn
-    final = stages()["final"]
-    assert ("ARG", "SPARK_VERSION") in final
+    spark = stages()["spark"]
+    assert ("ARG", "SPARK_VERSION") in spark
     assert any(
-        keyword == "RUN" and '"pyspark==${SPARK_VERSION}"' in rest for keyword, rest in final
+        keyword == "RUN" and '"pyspark==${SPARK_VERSION}"' in rest for keyword, rest in spark
     ), "the image's PySpark must be the connector's version"
 
 
-def test_the_jars_land_where_the_env_var_points_and_are_pruned_there() -> None:
-    final = stages()["final"]
+def test_the_build_stage_base_is_an_argument_defaulting_to_the_maven_temurin_image() -> None:
+    args = [rest for keyword, rest in stages()["preamble"] if keyword == "ARG"]
+    assert "MAVEN_BASE=maven:3.9-eclipse-temurin-17" in args
+    assert stages()["spark-kafka"][0] == ("FROM", "${MAVEN_BASE} AS spark-kafka")
+    assert build_images_script().IMAGES["restore"].bases == {"MAVEN_BASE": "maven"}
+
+
+def test_the_jars_are_pruned_in_a_stage_and_land_where_the_env_var_points() -> None:
+    # Pruned on top of the image's PySpark (prune_jars.py compares with PySpark's own jars),
+    # as root, in a stage of its own so the dropped jars never become a layer of the image.
+    pruned = stages()["spark-kafka-pruned"]
+    assert pruned[0] == ("FROM", "spark AS spark-kafka-pruned")
+    assert stages()["spark"][0] == ("FROM", "${BASE} AS spark")
+    assert ("USER", "root") in stages()["spark"]
     (copied,) = [
         rest.split()[-1]
-        for keyword, rest in final
+        for keyword, rest in pruned
         if keyword == "COPY" and rest.startswith("--from=spark-kafka /build/jars ")
     ]
-    envs = dict(rest.split("=", 1) for keyword, rest in final if keyword == "ENV" and "=" in rest)
-    assert envs.get(JARS_ENV) == copied, f"{JARS_ENV} must name {copied}"
-    prune = [rest for keyword, rest in final if keyword == "RUN" and "prune_jars.py" in rest]
+    prune = [rest for keyword, rest in pruned if keyword == "RUN" and "prune_jars.py" in rest]
     assert prune and prune[0].endswith(f"prune_jars.py {copied}")
     assert "tools/spark-kafka/prune_jars.py" in (ROOT / "scripts" / "spark-kafka-jars").read_text()
-    # Pruned after PySpark is installed (it compares with PySpark's own jars), as root.
+
+    final = stages()["final"]
+    assert final[0] == ("FROM", "spark")
+    assert ("COPY", f"--from=spark-kafka-pruned {copied} {copied}") in final
+    envs = dict(rest.split("=", 1) for keyword, rest in final if keyword == "ENV" and "=" in rest)
+    assert envs.get(JARS_ENV) == copied, f"{JARS_ENV} must name {copied}"
     order = [f"{keyword} {rest}" for keyword, rest in final]
-    pip = next(i for i, line in enumerate(order) if "pip install" in line)
-    pruned = next(i for i, line in enumerate(order) if "prune_jars.py /opt" in line)
-    user = next(i for i, line in enumerate(order) if line.startswith("USER 10001"))
-    assert pip < pruned < user
+    assert order[-2] == "USER 10001"
     assert re.fullmatch(r'ENTRYPOINT \["eddyline", "restore"\]', order[-1])
