@@ -9,4 +9,7 @@ pytest_plugins = [
     # The real control plane (tests/support/control_plane): its session-scoped
     # `control_plane` fixture, for any test that requests it.
     "tests.support.control_plane.fixture",
+    # Real kubelets on containerd (tests/support/realnode): the `real_cluster` fixture of the
+    # `realnode` tier, started only when a test requests it.
+    "tests.support.realnode.fixture",
 ]

@@ -1,0 +1,274 @@
+"""Pods on real kubelets: what the kubelet stand-in cannot show (the ``realnode`` tier).
+
+Three kubelets built from the pinned release, each on a containerd of its own with runc and
+the CNI bridge (``tests/support/realnode``), are registered with the real API server, which
+listens on a bridge address the pods reach. The real scheduler spreads three pods over the
+three zones; each is checked from the host, through its container's first process: its user,
+its seccomp mode, its read-only root, its memory cgroup's limit, its address in its node's
+subnet, and (through its readiness probe, run in the pod by the kubelet) that it reaches the
+API server. Deleting a pod stops its container and removes its sandbox.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.control_plane.client import wait_until
+from tests.support.realnode.cluster import API_ADDRESS, ZONES, RealCluster
+
+pytestmark = [pytest.mark.realnode, pytest.mark.slow]
+
+NAMESPACE = "realnode-pods"
+APP = "probe"
+MEMORY_LIMIT = 48 * 1024 * 1024
+# The nobody user of Debian: any non-root uid the image does not name.
+UID = 65534
+# busybox's wget; the probe shows reachability, the certificate is not what it checks.
+FETCH = ("wget", "-q", "-O", "/dev/null", "--no-check-certificate")
+# Bounds for a broken run on a loaded 2-core machine, not expectations.
+RUNNING_TIMEOUT = 180
+GONE_TIMEOUT = 120
+
+
+def pod(name: str, image: str, api_port: int) -> dict[str, Any]:
+    readyz = f"https://{API_ADDRESS}:{api_port}/readyz"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": APP}},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": UID,
+                "runAsGroup": UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            # One pod per zone, by the scheduler's own spreading.
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": APP}},
+                }
+            ],
+            "containers": [
+                {
+                    "name": APP,
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    # PID 1 ignores SIGTERM unless it traps it: exit at once on delete.
+                    "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": str(MEMORY_LIMIT)},
+                        "limits": {"cpu": "100m", "memory": str(MEMORY_LIMIT)},
+                    },
+                    # Run inside the pod's network namespace by the kubelet (CRI ExecSync):
+                    # Ready means the pod reached the API server's bridge address.
+                    "readinessProbe": {
+                        "exec": {"command": [*FETCH, readyz]},
+                        "periodSeconds": 2,
+                        "timeoutSeconds": 5,
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def pods(real_cluster: RealCluster) -> Iterator[list[dict[str, Any]]]:
+    admin = real_cluster.admin()
+    admin.create(
+        "/api/v1/namespaces",
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": NAMESPACE,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            },
+        },
+    )
+    wait_until(
+        lambda: admin.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"),
+        "the default ServiceAccount",
+        60,
+    )
+    image = real_cluster.images[0].reference
+    for index in range(len(ZONES)):
+        admin.create(
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            pod(f"{APP}-{index}", image, real_cluster.plane.port),
+        )
+
+    def all_ready() -> list[dict[str, Any]] | None:
+        found = admin.request(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        ready = [
+            p
+            for p in found
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p.get("status", {}).get("conditions", [])
+            )
+        ]
+        return ready if len(ready) == len(ZONES) else None
+
+    found: list[dict[str, Any]] = wait_until(all_ready, "three pods Ready", RUNNING_TIMEOUT)
+    yield found
+    admin.delete(f"/api/v1/namespaces/{NAMESPACE}")
+
+
+def test_nodes_register_with_the_api_server_in_three_zones(real_cluster: RealCluster) -> None:
+    nodes = real_cluster.admin().request("/api/v1/nodes")["items"]
+    zones = {n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes}
+    assert zones == set(ZONES)
+    for node in nodes:
+        info = node["status"]["nodeInfo"]
+        assert info["kubeletVersion"] == "v1.33.13"
+        assert info["containerRuntimeVersion"].startswith("containerd://1.6")
+        addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+        assert addresses["InternalIP"] == API_ADDRESS
+
+
+def test_the_kubernetes_service_endpoint_follows_the_bridge_address(
+    real_cluster: RealCluster,
+) -> None:
+    endpoints = real_cluster.admin().request("/api/v1/namespaces/default/endpoints/kubernetes")
+    [subset] = endpoints["subsets"]
+    assert [a["ip"] for a in subset["addresses"]] == [API_ADDRESS]
+    assert [p["port"] for p in subset["ports"]] == [real_cluster.plane.port]
+
+
+def test_the_scheduler_spreads_pods_over_the_zones(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    nodes = sorted(p["spec"]["nodeName"] for p in pods)
+    assert nodes == sorted(real_cluster.nodes)
+
+
+def test_each_pod_gets_an_address_of_its_nodes_subnet(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    for found in pods:
+        node = real_cluster.nodes[found["spec"]["nodeName"]]
+        assert ipaddress.ip_address(found["status"]["podIP"]) in node.spec.pod_subnet
+
+
+def test_each_container_runs_confined_as_its_spec_says(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    for found in pods:
+        node = real_cluster.nodes[found["spec"]["nodeName"]]
+        pid = node.task_pid(container_id(found))
+        assert pid is not None, f"no running task for {found['metadata']['name']}"
+        status = dict(
+            line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        assert status["Uid"].split() == [str(UID)] * 4
+        # 2: a seccomp filter is installed (RuntimeDefault); 0 would mean none.
+        assert status["Seccomp"].strip() == "2"
+        assert status["CapEff"].strip() == "0000000000000000"
+        root = next(
+            line.split()
+            for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+            if line.split()[4] == "/"
+        )
+        assert "ro" in root[5].split(","), f"root mounted {root[5]}"
+        assert memory_limit(pid) == MEMORY_LIMIT
+        cgroup = memory_cgroup(pid)
+        assert cgroup.startswith(f"{node.spec.cgroup_root}/kubepods/"), cgroup
+
+
+def test_a_probe_that_cannot_reach_its_target_keeps_the_pod_unready(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    """The control for the Ready pods above: the probe runs, and fails when it cannot reach."""
+    admin = real_cluster.admin()
+    # Port 1 on the API server's address: reachable host, nothing listening.
+    unready = pod("unreachable", real_cluster.images[0].reference, 1)
+    unready["metadata"]["labels"] = {"app": "unreachable"}
+    del unready["spec"]["topologySpreadConstraints"]
+    admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", unready)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/unreachable"
+
+    def probed_and_failed() -> bool:
+        found = admin.get(path) or {}
+        statuses = found.get("status", {}).get("containerStatuses") or []
+        running = bool(statuses) and "running" in statuses[0]["state"]
+        events = admin.request(
+            f"/api/v1/namespaces/{NAMESPACE}/events"
+            "?fieldSelector=involvedObject.name=unreachable,reason=Unhealthy"
+        )["items"]
+        return running and bool(events)
+
+    wait_until(probed_and_failed, "the unreachable pod's probe to fail", RUNNING_TIMEOUT)
+    found = admin.get(path)
+    assert found is not None
+    conditions = {c["type"]: c["status"] for c in found["status"]["conditions"]}
+    assert conditions["Ready"] == "False"
+    admin.delete(path)
+
+
+def test_deleting_a_pod_stops_its_container_and_sandbox(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    victim = pods[0]
+    name = victim["metadata"]["name"]
+    node = real_cluster.nodes[victim["spec"]["nodeName"]]
+    container = container_id(victim)
+    pid = node.task_pid(container)
+    assert pid is not None
+    cgroup = Path("/sys/fs/cgroup/memory") / memory_cgroup(pid).lstrip("/")
+    # The pod's sandbox (the pause container) and its app container, both running.
+    containers = node.pod_containers(NAMESPACE, name)
+    assert len(containers) == 2
+    assert all(node.task_pid(c) for c in containers)
+    admin = real_cluster.admin()
+    admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+    # The kubelet confirms the deletion only once the containers are stopped.
+    wait_until(
+        lambda: admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}") is None,
+        f"pod {name} gone from the API",
+        GONE_TIMEOUT,
+    )
+    assert not Path(f"/proc/{pid}").exists()
+    wait_until(
+        lambda: not any(node.task_pid(c) for c in containers),
+        f"{name}'s sandbox stopped on {node.spec.name}",
+        GONE_TIMEOUT,
+    )
+    # The pod's cgroup goes on the kubelet's next housekeeping (every 2 s); the stopped
+    # containers themselves wait for its garbage collection (every minute).
+    wait_until(lambda: not cgroup.exists(), f"{name}'s cgroup {cgroup} removed", GONE_TIMEOUT)
+
+
+def container_id(found: dict[str, Any]) -> str:
+    [status] = found["status"]["containerStatuses"]
+    runtime, _, identifier = str(status["containerID"]).partition("://")
+    assert runtime == "containerd"
+    return identifier
+
+
+def memory_cgroup(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path
+    raise AssertionError(f"process {pid} has no memory cgroup")
+
+
+def memory_limit(pid: int) -> int:
+    limit = Path("/sys/fs/cgroup/memory") / memory_cgroup(pid).lstrip("/") / "memory.limit_in_bytes"
+    return int(limit.read_text())

@@ -1,0 +1,132 @@
+"""The real control plane on a bridge address and real nodes in three zones: the whole cluster.
+
+:meth:`RealCluster.start` holds the machine-wide lock, clears what a crashed run left
+(:func:`host.purge`), installs missing Debian packages, builds (or reuses) the binaries and
+images, puts the API server on :data:`API_ADDRESS` (a bridge of the run's own, which pods and
+the host both reach), then starts every node's containerd and kubelet and waits until each
+Node is Ready. :meth:`RealCluster.stop` stops them and purges again, so the next run starts
+clean. Every step's duration lands in :attr:`RealCluster.timings`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from tests.support.control_plane.client import Client
+from tests.support.control_plane.plane import ControlPlane, build_binaries
+from tests.support.realnode import host
+from tests.support.realnode.images import Image, busybox_image, pause_image
+from tests.support.realnode.node import NodeSpec, RealNode
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+# The API server's address for real nodes, on the bridge API_BRIDGE: a documentation-free
+# private range no interface of this machine uses, and one this run creates and deletes.
+API_ADDRESS = "10.243.0.1"
+API_BRIDGE = f"{host.BRIDGE_PREFIX}api"
+# A cold kubelet registers, reports its runtime and CNI ready within tens of seconds on a
+# loaded 2-core machine; this only bounds a hang.
+REGISTER_SECONDS = 180.0
+# etcd and the Kubernetes components, found again by a purge after a crash as the nodes are.
+CONTROL_PLANE_CGROUP = f"{host.CGROUP_PARENT}/control-plane"
+
+T = TypeVar("T")
+
+
+class RealCluster:
+    """Start with :meth:`start`; tests reach the API through :meth:`admin`, nodes by name."""
+
+    def __init__(self, root: Path, *, zones: tuple[str, ...] = ZONES) -> None:
+        self.root = root
+        self.specs = [
+            NodeSpec(name=f"realnode-{zone.removeprefix('zone-')}", zone=zone, index=index)
+            for index, zone in enumerate(zones)
+        ]
+        self.plane = ControlPlane(
+            root / "control-plane",
+            address=API_ADDRESS,
+            on_spawn=lambda pid: host.move_into_cgroup(pid, CONTROL_PLANE_CGROUP),
+        )
+        self.nodes: dict[str, RealNode] = {}
+        self.images: list[Image] = []
+        self.timings: dict[str, float] = {}
+        self._held = contextlib.ExitStack()
+
+    def admin(self) -> Client:
+        return self.plane.admin()
+
+    def start(self) -> RealCluster:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        host.check_host()
+        self._held.enter_context(host.exclusive())
+        self._timed("purge stale state", host.purge)
+        self._timed("install packages", host.install_missing_packages)
+        plane_bin = self._timed("control-plane binaries", build_binaries)
+        node_bin = self._timed("kubelet binaries", lambda: build_binaries("--node"))
+        pause = self._timed("pause image", pause_image)
+        self.images = [self._timed("busybox image", busybox_image)]
+        host.create_bridge(API_BRIDGE, f"{API_ADDRESS}/24")
+        host.create_cgroup(CONTROL_PLANE_CGROUP)
+        self.plane.bin_dir = plane_bin
+        self._timed("control plane start", self.plane.start)
+        for spec in self.specs:
+            node = RealNode(
+                spec, bin_dir=node_bin, plane=self.plane, pause=pause, images=self.images
+            )
+            self.nodes[spec.name] = node
+            self._timed(f"containerd start {spec.name}", node.start_runtime)
+        started = time.monotonic()
+        for node in self.nodes.values():
+            node.start_kubelet()
+        for node in self.nodes.values():
+            node.wait_registered(REGISTER_SECONDS)
+            self.timings[f"node Ready {node.spec.name}"] = time.monotonic() - started
+
+    def stop(self) -> None:
+        """Stop every node and the control plane, keep their logs, and purge the host."""
+        try:
+            for node in self.nodes.values():
+                node.stop()
+            self.plane.stop()
+            self._keep_node_logs()
+            host.purge()
+        finally:
+            self._held.close()
+
+    def node_of(self, address: str) -> RealNode:
+        """The node whose pod subnet holds ``address``."""
+        for node in self.nodes.values():
+            if node.owns(address):
+                return node
+        raise LookupError(f"no real node's pod subnet holds {address}")
+
+    def failure_report(self) -> str:
+        parts = [self.plane.log_report()]
+        for node in self.nodes.values():
+            for name in ("kubelet", "containerd"):
+                parts.append(f"----- {node.spec.name} {name} -----\n{node.log_tail(name, 3000)}")
+        return "\n".join(parts)
+
+    def _keep_node_logs(self) -> None:
+        # The purge deletes the nodes' directories; their logs stay with the run's own files.
+        for node in self.nodes.values():
+            if node.logs.is_dir():
+                shutil.copytree(node.logs, self.root / "node-logs" / node.spec.name,
+                                dirs_exist_ok=True)  # fmt: skip
+
+    def _timed(self, step: str, action: Callable[[], T]) -> T:
+        started = time.monotonic()
+        result = action()
+        self.timings[step] = time.monotonic() - started
+        return result
