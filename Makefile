@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows image clean
+.PHONY: help setup run demo-store test test-fast test-realnode kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows image clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,12 +42,15 @@ run: $(STAMP) ## The main job: word count on the embedded log (generate, process
 demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query at both isolation levels
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
-test: $(STAMP) kafka-jars spark-kafka-jars control-plane ## Run every test, slow ones included (what CI runs)
+test: $(STAMP) kafka-jars spark-kafka-jars control-plane node-components ## Run every test, slow ones included (what CI runs)
 	@scripts/check-prerequisites --java
 	$(BIN)/pytest
 
 test-fast: $(STAMP) ## Run the tests not marked slow
 	$(BIN)/pytest -m "not slow"
+
+test-realnode: $(STAMP) control-plane node-components ## Run only the real-node tier: pods on real kubelets and containerd (root; docs/nodes.md)
+	$(BIN)/pytest -m realnode
 
 kafka-jars: ## Fetch the pinned Apache Kafka release (tools/kafka/pom.xml) into .cache/kafka, once
 	@scripts/kafka-jars >/dev/null
@@ -125,9 +128,12 @@ examples-image: image ## Build the examples' image the examples' cluster manifes
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) $(BYTEWAX_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)
 
-.PHONY: control-plane cluster
+.PHONY: control-plane node-components cluster
 control-plane: ## Build (or reuse) kube-apiserver, controller manager, scheduler and etcd (.cache/kubernetes)
 	@scripts/build-control-plane >/dev/null
+
+node-components: ## Build (or reuse) kubelet and kube-proxy of the same release, for the real-node tier (.cache/kubernetes)
+	@scripts/build-control-plane --node >/dev/null
 
 cluster: $(STAMP) control-plane ## Start the tests' real control plane and kubelet stand-in for your own kubectl (Ctrl-C stops)
 	$(BIN)/python -m tests.support.control_plane
