@@ -6,7 +6,8 @@ listens on a bridge address the pods reach. The real scheduler spreads three pod
 three zones; each is checked from the host, through its container's first process: its user,
 its seccomp mode, its read-only root, its memory cgroup's limit, its address in its node's
 subnet, and (through its readiness probe, run in the pod by the kubelet) that it reaches the
-API server. Deleting a pod stops its container and removes its sandbox.
+API server, by its bridge address and through the ``kubernetes`` Service (kube-proxy's
+rules). Deleting a pod stops its container and removes its sandbox.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.control_plane.client import wait_until
+from tests.support.realnode import host
 from tests.support.realnode.cluster import API_ADDRESS, ZONES, RealCluster
 
 pytestmark = [pytest.mark.realnode, pytest.mark.slow]
@@ -115,15 +117,8 @@ def pods(real_cluster: RealCluster) -> Iterator[list[dict[str, Any]]]:
 
     def all_ready() -> list[dict[str, Any]] | None:
         found = admin.request(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
-        ready = [
-            p
-            for p in found
-            if any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in p.get("status", {}).get("conditions", [])
-            )
-        ]
-        return ready if len(ready) == len(ZONES) else None
+        ready_pods = [p for p in found if ready(p)]
+        return ready_pods if len(ready_pods) == len(ZONES) else None
 
     found: list[dict[str, Any]] = wait_until(all_ready, "three pods Ready", RUNNING_TIMEOUT)
     yield found
@@ -191,6 +186,29 @@ def test_each_container_runs_confined_as_its_spec_says(
         assert cgroup.startswith(f"{node.spec.cgroup_root}/kubepods/"), cgroup
 
 
+def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    """As in-cluster clients do: the kubelet's service environment, kube-proxy's rules."""
+    admin = real_cluster.admin()
+    client = pod("in-cluster", real_cluster.images[0].reference, real_cluster.plane.port)
+    client["metadata"]["labels"] = {"app": "in-cluster"}
+    del client["spec"]["topologySpreadConstraints"]
+    service = "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/readyz"
+    [container] = client["spec"]["containers"]
+    container["readinessProbe"]["exec"]["command"] = ["sh", "-c", " ".join([*FETCH, service])]
+    admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", client)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/in-cluster"
+    found = wait_until(lambda: ready(admin.get(path)), "in-cluster pod Ready", RUNNING_TIMEOUT)
+    node = real_cluster.nodes[found["spec"]["nodeName"]]
+    pid = node.task_pid(container_id(found))
+    assert pid is not None
+    environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    service_ip = next(host.SERVICE_NETWORK.hosts())
+    assert f"KUBERNETES_SERVICE_HOST={service_ip}".encode() in environment
+    admin.delete(path)
+
+
 def test_a_probe_that_cannot_reach_its_target_keeps_the_pod_unready(
     real_cluster: RealCluster, pods: list[dict[str, Any]]
 ) -> None:
@@ -252,6 +270,13 @@ def test_deleting_a_pod_stops_its_container_and_sandbox(
     # The pod's cgroup goes on the kubelet's next housekeeping (every 2 s); the stopped
     # containers themselves wait for its garbage collection (every minute).
     wait_until(lambda: not cgroup.exists(), f"{name}'s cgroup {cgroup} removed", GONE_TIMEOUT)
+
+
+def ready(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod when its Ready condition is True, else None."""
+    conditions = ((found or {}).get("status") or {}).get("conditions") or []
+    is_ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return found if is_ready else None
 
 
 def container_id(found: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ run creates (``address=``), which their pods reach too.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import socket
@@ -31,7 +32,6 @@ BUILD_SCRIPT = REPO / "scripts" / "build-control-plane"
 # Pods get loopback addresses (127.<cluster>.<node>.<n>, docs/operator.md); Service VIPs come from a
 # loopback range of their own so the stand-in proxy can listen on them without namespaces.
 SERVICE_CIDR = "127.96.0.0/16"
-KUBERNETES_SERVICE_IP = "127.96.0.1"
 # Controllers left out of `--controllers=*`, each with its reason (docs/operator.md):
 # endpoints and EndpointSlices would hold loopback pod IPs, which the API server refuses; the
 # cloud ones need a cloud provider (without one they would only log that they cannot run).
@@ -82,6 +82,7 @@ class ControlPlane:
         crds: Sequence[Path] = (),
         address: str = LOOPBACK,
         on_spawn: Callable[[int], None] | None = None,
+        service_cidr: str = SERVICE_CIDR,
     ) -> None:
         self.root = root
         # Where kube-apiserver binds and what it advertises. Loopback (the default) serves the
@@ -92,6 +93,9 @@ class ControlPlane:
         # Called with each component's PID as it starts: real nodes put the control plane
         # into a cgroup of theirs, so a run after a crash finds and ends it.
         self.on_spawn = on_spawn
+        # Real nodes need a Service range pods can route to (a real kube-proxy rewrites it on
+        # the host); loopback addresses never leave a pod's own network namespace.
+        self.service_cidr = service_cidr
         self.bin_dir = bin_dir
         # CustomResourceDefinitions created before the controller manager starts: its garbage
         # collector discovers resource types at start and then only every 30 s, so objects
@@ -114,7 +118,8 @@ class ControlPlane:
         started = time.monotonic()
         self.bin_dir = self.bin_dir or build_binaries()
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.pki.create(server_addresses=sorted({LOOPBACK, self.address, KUBERNETES_SERVICE_IP}))
+        service_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
+        self.pki.create(server_addresses=sorted({LOOPBACK, self.address, service_ip}))
         etcd_client, etcd_peer = free_port(), free_port()
         self.port = free_port()
         self.url = f"https://{self.address}:{self.port}"
@@ -137,7 +142,7 @@ class ControlPlane:
             f"--bind-address={self.address} --secure-port={self.port}",
             f"--advertise-address={self.address}",
             *self._address_flags(),
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={self.pki.ca_cert}",
@@ -169,7 +174,7 @@ class ControlPlane:
             f"--root-ca-file={self.pki.ca_cert}",
             f"--cluster-signing-cert-file={self.pki.ca_cert}",
             f"--cluster-signing-key-file={self.pki.ca_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--controllers=*," + ",".join(f"-{name}" for name in DISABLED_CONTROLLERS),
             "--profiling=false",
             *self._node_monitor_flags(),

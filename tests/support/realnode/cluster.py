@@ -19,8 +19,9 @@ from typing import TypeVar
 
 from tests.support.control_plane.client import Client
 from tests.support.control_plane.plane import ControlPlane, build_binaries
-from tests.support.realnode import host
+from tests.support.realnode import host, kube_proxy
 from tests.support.realnode.images import Image, busybox_image, pause_image
+from tests.support.realnode.kube_proxy import KubeProxy
 from tests.support.realnode.node import NodeSpec, RealNode
 
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -49,9 +50,12 @@ class RealCluster:
         self.plane = ControlPlane(
             root / "control-plane",
             address=API_ADDRESS,
+            service_cidr=str(host.SERVICE_NETWORK),
             on_spawn=lambda pid: host.move_into_cgroup(pid, CONTROL_PLANE_CGROUP),
         )
         self.nodes: dict[str, RealNode] = {}
+        self.kube_proxy: KubeProxy | None = None
+        self.node_bin: Path | None = None
         self.images: list[Image] = []
         self.timings: dict[str, float] = {}
         self._held = contextlib.ExitStack()
@@ -70,13 +74,14 @@ class RealCluster:
     def _start(self) -> None:
         host.check_host()
         self._held.enter_context(host.exclusive())
-        self._timed("purge stale state", host.purge)
         self._timed("install packages", host.install_missing_packages)
         plane_bin = self._timed("control-plane binaries", build_binaries)
-        node_bin = self._timed("kubelet binaries", lambda: build_binaries("--node"))
+        node_bin = self.node_bin = self._timed("kubelet binaries", lambda: build_binaries("--node"))
+        self._timed("purge stale state", self._purge)
         pause = self._timed("pause image", pause_image)
         self.images = [self._timed("busybox image", busybox_image)]
         host.create_bridge(API_BRIDGE, f"{API_ADDRESS}/24")
+        host.blackhole_services()
         host.create_cgroup(CONTROL_PLANE_CGROUP)
         self.plane.bin_dir = plane_bin
         self._timed("control plane start", self.plane.start)
@@ -92,17 +97,28 @@ class RealCluster:
         for node in self.nodes.values():
             node.wait_registered(REGISTER_SECONDS)
             self.timings[f"node Ready {node.spec.name}"] = time.monotonic() - started
+        self.kube_proxy = KubeProxy(
+            binary=node_bin / "kube-proxy", plane=self.plane, node_name=self.specs[0].name
+        )
+        self._timed("kube-proxy first sync", self.kube_proxy.start)
 
     def stop(self) -> None:
         """Stop every node and the control plane, keep their logs, and purge the host."""
         try:
+            if self.kube_proxy is not None:
+                self.kube_proxy.stop()
             for node in self.nodes.values():
                 node.stop()
             self.plane.stop()
             self._keep_node_logs()
-            host.purge()
+            self._purge()
         finally:
             self._held.close()
+
+    def _purge(self) -> None:
+        host.purge()
+        if self.node_bin is not None:
+            kube_proxy.cleanup(self.node_bin / "kube-proxy")
 
     def node_of(self, address: str) -> RealNode:
         """The node whose pod subnet holds ``address``."""
@@ -113,6 +129,8 @@ class RealCluster:
 
     def failure_report(self) -> str:
         parts = [self.plane.log_report()]
+        if self.kube_proxy is not None:
+            parts.append(f"----- kube-proxy -----\n{self.kube_proxy.tail(3000)}")
         for node in self.nodes.values():
             for name in ("kubelet", "containerd"):
                 parts.append(f"----- {node.spec.name} {name} -----\n{node.log_tail(name, 3000)}")
@@ -124,6 +142,9 @@ class RealCluster:
             if node.logs.is_dir():
                 shutil.copytree(node.logs, self.root / "node-logs" / node.spec.name,
                                 dirs_exist_ok=True)  # fmt: skip
+        if self.kube_proxy is not None and self.kube_proxy.log.exists():
+            (self.root / "node-logs").mkdir(exist_ok=True)
+            shutil.copy(self.kube_proxy.log, self.root / "node-logs" / "kube-proxy.log")
 
     def _timed(self, step: str, action: Callable[[], T]) -> T:
         started = time.monotonic()

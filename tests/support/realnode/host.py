@@ -8,6 +8,7 @@ later run can find again even after a crash (SIGKILLed pytest, power loss):
 - files and mounts (overlay root file systems, sandbox ``/dev/shm``, network namespaces,
   kubelet volumes): under :data:`STATE` and :data:`DATA`;
 - links: bridges named ``edlrn-*`` (:data:`BRIDGE_PREFIX`);
+- a blackhole route for :data:`SERVICE_NETWORK`, and kube-proxy's iptables rules;
 - CNI's result cache: files named after the networks (``eddyline-realnode-*``) or after the
   nodes' sandboxes (containerd's loopback network).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import os
 import shutil
 import signal
@@ -38,6 +40,10 @@ CGROUP_MOUNTS = Path("/sys/fs/cgroup")
 BRIDGE_PREFIX = "edlrn-"
 CNI_NETWORK_PREFIX = "eddyline-realnode-"
 CNI_RESULTS = Path("/var/lib/cni/results")
+# Every node's pod subnet is a /24 of this; Services take addresses from the next range.
+# Neither is used by any interface of this machine, and both exist only while a run does.
+POD_NETWORK = ipaddress.IPv4Network("10.244.0.0/16")
+SERVICE_NETWORK = ipaddress.IPv4Network("10.245.0.0/16")
 # The Debian packages a node needs, by the command that shows each is installed.
 PACKAGES = {
     "containerd": "containerd",
@@ -46,6 +52,9 @@ PACKAGES = {
     "/bin/busybox": "busybox-static",
     "gcc": "gcc",
     "ip": "iproute2",
+    # kube-proxy --cleanup removes IPVS ipsets too, and fails without the command.
+    "ipset": "ipset",
+    "iptables": "iptables",
 }
 # Killed processes leave their cgroups a moment after SIGKILL is delivered.
 _CGROUP_EMPTY_SECONDS = 30.0
@@ -225,6 +234,15 @@ def create_bridge(name: str, address_with_prefix: str) -> None:
     run_ip("link", "set", name, "up")
 
 
+def blackhole_services() -> None:
+    """Service addresses the host itself sends to go nowhere, never out by the default route.
+
+    Pods' packets to a Service are rewritten by kube-proxy before routing (nat PREROUTING),
+    so they never meet this route; it only stops a packet to an unproxied Service address.
+    """
+    run_ip("route", "replace", "blackhole", str(SERVICE_NETWORK))
+
+
 def bridges() -> list[str]:
     return sorted(
         path.name
@@ -236,6 +254,9 @@ def bridges() -> list[str]:
 # --------------------------------------------------------------------------- everything
 def purge() -> None:
     """Take down every trace of real nodes on this host (a no-op when there is none).
+
+    kube-proxy's rules are its own to remove (``kube_proxy.cleanup``, which the cluster runs
+    right after).
 
     Order matters: processes first (they hold mounts and namespaces), then mounts (a network
     namespace goes with its last mount, and with it the pod's veth pair), then files,
@@ -251,6 +272,12 @@ def purge() -> None:
     remove_cgroup(CGROUP_PARENT)
     for name in bridges():
         run_ip("link", "del", name)
+    routes = subprocess.run(
+        ["ip", "route", "show", "type", "blackhole", str(SERVICE_NETWORK)],
+        capture_output=True, text=True, check=False, timeout=30,
+    ).stdout  # fmt: skip
+    if routes.strip():
+        run_ip("route", "del", "blackhole", str(SERVICE_NETWORK))
     if CNI_RESULTS.is_dir():
         for cached in CNI_RESULTS.iterdir():
             # <network>-<sandbox>-<interface>: the nodes' own networks, and the loopback

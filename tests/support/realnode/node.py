@@ -42,9 +42,9 @@ class NodeSpec:
 
     @property
     def pod_subnet(self) -> ipaddress.IPv4Network:
-        # 10.244.<index + 1>.0/24, on a bridge only this run makes; the host does not forward
-        # (ip_forward stays as it is), so pod traffic ends on this machine.
-        return ipaddress.IPv4Network(f"10.244.{self.index + 1}.0/24")
+        # The (index + 1)th /24 of the pod network, on a bridge only this run makes; the host
+        # does not forward (ip_forward stays as it is), so pod traffic ends on this machine.
+        return list(host.POD_NETWORK.subnets(new_prefix=24))[self.index + 1]
 
     @property
     def bridge(self) -> str:
