@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.control_plane.client import wait_until
+from tests.support.control_plane.client import ApiError, wait_until
 from tests.support.realnode import host
 from tests.support.realnode.cluster import API_ADDRESS, ZONES, RealCluster
 
@@ -30,6 +30,8 @@ APP = "probe"
 MEMORY_LIMIT = 48 * 1024 * 1024
 # The nobody user of Debian: any non-root uid the image does not name.
 UID = 65534
+SERVE = "httpd -p 8080 -h /"
+IDLE = "while :; do sleep 1; done"
 # busybox's wget; the probe shows reachability, the certificate is not what it checks.
 FETCH = ("wget", "-q", "-O", "/dev/null", "--no-check-certificate")
 # Bounds for a broken run on a loaded 2-core machine, not expectations.
@@ -65,8 +67,9 @@ def pod(name: str, image: str, api_port: int) -> dict[str, Any]:
                     "name": APP,
                     "image": image,
                     "imagePullPolicy": "Never",
-                    # PID 1 ignores SIGTERM unless it traps it: exit at once on delete.
-                    "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"],
+                    # Serves its root file system read-only on 8080 (/etc/hostname names the
+                    # pod). PID 1 ignores SIGTERM unless it traps it: exit at once on delete.
+                    "command": ["/bin/sh", "-c", f"trap 'exit 0' TERM; {SERVE}; {IDLE}"],
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "readOnlyRootFilesystem": True,
@@ -207,6 +210,49 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
     service_ip = next(host.SERVICE_NETWORK.hosts())
     assert f"KUBERNETES_SERVICE_HOST={service_ip}".encode() in environment
     admin.delete(path)
+
+
+def test_a_service_spreads_requests_over_pods_on_every_node(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    """kube-proxy's rules and the EndpointSlice controller, across the nodes' bridges."""
+    admin = real_cluster.admin()
+    service = admin.create(
+        f"/api/v1/namespaces/{NAMESPACE}/services",
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": APP},
+            "spec": {"selector": {"app": APP}, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+    )
+    address = service["spec"]["clusterIP"]
+    assert ipaddress.ip_address(address) in host.SERVICE_NETWORK
+    # A client asking over and over which pod answers; its log is read through the API
+    # server, which fetches it from the client's kubelet.
+    client = pod("client", real_cluster.images[0].reference, real_cluster.plane.port)
+    client["metadata"]["labels"] = {"app": "client"}
+    del client["spec"]["topologySpreadConstraints"]
+    # (Without -T: busybox 1.35's wget crashes with a timeout set.)
+    fetch = f"wget -q -O - http://{address}/etc/hostname"
+    [container] = client["spec"]["containers"]
+    container["command"] = [
+        "/bin/sh",
+        "-c",
+        f"trap 'exit 0' TERM; while :; do {fetch}; sleep 0.2; done",
+    ]
+    admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", client)
+    names = {p["metadata"]["name"] for p in pods}
+
+    def answered() -> bool:
+        try:
+            log = admin.request(f"/api/v1/namespaces/{NAMESPACE}/pods/client/log")
+        except ApiError:
+            return False  # not running yet
+        return names <= set(str(log).split())
+
+    wait_until(answered, f"answers from each of {sorted(names)} through {address}", RUNNING_TIMEOUT)
+    admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/client")
 
 
 def test_a_probe_that_cannot_reach_its_target_keeps_the_pod_unready(

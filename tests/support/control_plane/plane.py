@@ -32,16 +32,20 @@ BUILD_SCRIPT = REPO / "scripts" / "build-control-plane"
 # Pods get loopback addresses (127.<cluster>.<node>.<n>, docs/operator.md); Service VIPs come from a
 # loopback range of their own so the stand-in proxy can listen on them without namespaces.
 SERVICE_CIDR = "127.96.0.0/16"
-# Controllers left out of `--controllers=*`, each with its reason (docs/operator.md):
-# endpoints and EndpointSlices would hold loopback pod IPs, which the API server refuses; the
-# cloud ones need a cloud provider (without one they would only log that they cannot run).
+# Controllers left out of `--controllers=*`, each with its reason (docs/operator.md): the
+# cloud ones need a cloud provider (without one they would only log that they cannot run);
+CLOUD_CONTROLLERS = (
+    "service-lb-controller",
+    "node-route-controller",
+    "cloud-node-lifecycle-controller",
+)
+# endpoints and EndpointSlices would hold the kubelet stand-in's loopback pod IPs, which the API
+# server refuses (real nodes' pods have real addresses, and keep these controllers).
 DISABLED_CONTROLLERS = (
     "endpoints-controller",
     "endpointslice-controller",
     "endpointslice-mirroring-controller",
-    "service-lb-controller",
-    "node-route-controller",
-    "cloud-node-lifecycle-controller",
+    *CLOUD_CONTROLLERS,
 )
 LOOPBACK = "127.0.0.1"
 # A loaded 2-core machine starts the API server in tens of seconds; this only bounds a hang.
@@ -83,6 +87,7 @@ class ControlPlane:
         address: str = LOOPBACK,
         on_spawn: Callable[[int], None] | None = None,
         service_cidr: str = SERVICE_CIDR,
+        disabled_controllers: Sequence[str] = DISABLED_CONTROLLERS,
     ) -> None:
         self.root = root
         # Where kube-apiserver binds and what it advertises. Loopback (the default) serves the
@@ -96,6 +101,7 @@ class ControlPlane:
         # Real nodes need a Service range pods can route to (a real kube-proxy rewrites it on
         # the host); loopback addresses never leave a pod's own network namespace.
         self.service_cidr = service_cidr
+        self.disabled_controllers = tuple(disabled_controllers)
         self.bin_dir = bin_dir
         # CustomResourceDefinitions created before the controller manager starts: its garbage
         # collector discovers resource types at start and then only every 30 s, so objects
@@ -175,7 +181,7 @@ class ControlPlane:
             f"--cluster-signing-cert-file={self.pki.ca_cert}",
             f"--cluster-signing-key-file={self.pki.ca_key}",
             f"--service-cluster-ip-range={self.service_cidr}",
-            "--controllers=*," + ",".join(f"-{name}" for name in DISABLED_CONTROLLERS),
+            "--controllers=*," + ",".join(f"-{name}" for name in self.disabled_controllers),
             "--profiling=false",
             *self._node_monitor_flags(),
         )

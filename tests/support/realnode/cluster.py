@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from tests.support.control_plane.client import Client
-from tests.support.control_plane.plane import ControlPlane, build_binaries
+from tests.support.control_plane.plane import CLOUD_CONTROLLERS, ControlPlane, build_binaries
 from tests.support.realnode import host, kube_proxy
 from tests.support.realnode.images import Image, busybox_image, pause_image
 from tests.support.realnode.kube_proxy import KubeProxy
@@ -51,6 +51,8 @@ class RealCluster:
             root / "control-plane",
             address=API_ADDRESS,
             service_cidr=str(host.SERVICE_NETWORK),
+            # Pods have real addresses here: EndpointSlices for kube-proxy.
+            disabled_controllers=CLOUD_CONTROLLERS,
             on_spawn=lambda pid: host.move_into_cgroup(pid, CONTROL_PLANE_CGROUP),
         )
         self.nodes: dict[str, RealNode] = {}
@@ -82,6 +84,7 @@ class RealCluster:
         self.images = [self._timed("busybox image", busybox_image)]
         host.create_bridge(API_BRIDGE, f"{API_ADDRESS}/24")
         host.blackhole_services()
+        host.open_forwarding()
         host.create_cgroup(CONTROL_PLANE_CGROUP)
         self.plane.bin_dir = plane_bin
         self._timed("control plane start", self.plane.start)

@@ -9,6 +9,9 @@ later run can find again even after a crash (SIGKILLed pytest, power loss):
   kubelet volumes): under :data:`STATE` and :data:`DATA`;
 - links: bridges named ``edlrn-*`` (:data:`BRIDGE_PREFIX`);
 - a blackhole route for :data:`SERVICE_NETWORK`, and kube-proxy's iptables rules;
+- IPv4 forwarding, on while a run lasts (pods of different nodes reach each other through the
+  host), with :data:`GUARD_CHAIN` letting nothing be forwarded between the run's bridges and
+  any other interface; the value found before is kept in :data:`FORWARD_BEFORE` and restored;
 - CNI's result cache: files named after the networks (``eddyline-realnode-*``) or after the
   nodes' sandboxes (containerd's loopback network).
 
@@ -40,6 +43,11 @@ CGROUP_MOUNTS = Path("/sys/fs/cgroup")
 BRIDGE_PREFIX = "edlrn-"
 CNI_NETWORK_PREFIX = "eddyline-realnode-"
 CNI_RESULTS = Path("/var/lib/cni/results")
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+FORWARD_BEFORE = Path("/run/eddyline-realnode.ip_forward")
+# In the mangle table's FORWARD chain, which the kernel walks before the filter table's, where
+# kube-proxy's own forwarding rules go: nothing a Service rewrites gets past it either.
+GUARD_CHAIN = "EDLRN-GUARD"
 # Every node's pod subnet is a /24 of this; Services take addresses from the next range.
 # Neither is used by any interface of this machine, and both exist only while a run does.
 POD_NETWORK = ipaddress.IPv4Network("10.244.0.0/16")
@@ -243,6 +251,44 @@ def blackhole_services() -> None:
     run_ip("route", "replace", "blackhole", str(SERVICE_NETWORK))
 
 
+def open_forwarding() -> None:
+    """Forward between the run's bridges only: the guard first, then ``ip_forward`` on.
+
+    The CNI bridge plugin turns ``ip_forward`` on by itself for a gateway bridge; doing it
+    here, behind the guard, makes that explicit and undoable.
+    """
+    if not FORWARD_BEFORE.exists():
+        FORWARD_BEFORE.write_text(IP_FORWARD.read_text())
+    _iptables("-N", GUARD_CHAIN)
+    ours = f"{BRIDGE_PREFIX}+"
+    _iptables("-A", GUARD_CHAIN, "-i", ours, "!", "-o", ours, "-j", "DROP")
+    _iptables("-A", GUARD_CHAIN, "!", "-i", ours, "-o", ours, "-j", "DROP")
+    _iptables("-I", "FORWARD", "1", "-j", GUARD_CHAIN)
+    IP_FORWARD.write_text("1")
+
+
+def close_forwarding() -> None:
+    """Restore ``ip_forward`` as found before the first run, then drop the guard."""
+    if FORWARD_BEFORE.exists():
+        IP_FORWARD.write_text(FORWARD_BEFORE.read_text())
+        FORWARD_BEFORE.unlink()
+    while _iptables("-C", "FORWARD", "-j", GUARD_CHAIN, check=False) == 0:
+        _iptables("-D", "FORWARD", "-j", GUARD_CHAIN)
+    if _iptables("-L", GUARD_CHAIN, check=False) == 0:
+        _iptables("-F", GUARD_CHAIN)
+        _iptables("-X", GUARD_CHAIN)
+
+
+def _iptables(*args: str, check: bool = True) -> int:
+    completed = subprocess.run(
+        ["iptables", "-w", "-t", "mangle", *args],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    if check and completed.returncode != 0:
+        raise HostError(f"iptables -t mangle {' '.join(args)}: {completed.stderr.strip()}")
+    return completed.returncode
+
+
 def bridges() -> list[str]:
     return sorted(
         path.name
@@ -263,6 +309,7 @@ def purge() -> None:
     cgroups, bridges and CNI's cache.
     """
     kill_cgroup_processes(CGROUP_PARENT)
+    close_forwarding()
     unmount_below(STATE, DATA)
     sandboxes = {
         path.name for path in STATE.glob("*/containerd/io.containerd.grpc.v1.cri/sandboxes/*")
