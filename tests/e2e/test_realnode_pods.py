@@ -13,13 +13,14 @@ rules). Deleting a pod stops its container and removes its sandbox.
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.control_plane.client import ApiError, wait_until
+from tests.support.control_plane.client import ApiError, Client, wait_until
 from tests.support.realnode import host
 from tests.support.realnode.cluster import API_ADDRESS, ZONES, RealCluster
 
@@ -255,6 +256,43 @@ def test_a_service_spreads_requests_over_pods_on_every_node(
     admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/client")
 
 
+def test_nothing_a_pod_sends_is_forwarded_beyond_the_runs_bridges(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    """The CNI bridge plugin turns the host's ip_forward on; the run's guard keeps it inside.
+
+    The "outside" is a namespace of the host's own that the host reaches; a pod's request to
+    it would be forwarded there but for the guard, so its probe fails and the guard counts.
+    """
+    port = 9000
+    outside = host.start_outside_server(port)
+    wait_until(
+        lambda: subprocess.run(
+            ["busybox", "wget", "-q", "-O", "/dev/null", f"http://{outside}:{port}/status"],
+            capture_output=True, check=False, timeout=30,
+        ).returncode == 0,
+        f"the host to reach the outside server {outside}:{port}",
+        60,
+    )  # fmt: skip
+    before = host.guard_drops()
+    admin = real_cluster.admin()
+    prober = pod("outside", real_cluster.images[0].reference, real_cluster.plane.port)
+    prober["metadata"]["labels"] = {"app": "outside"}
+    del prober["spec"]["topologySpreadConstraints"]
+    [container] = prober["spec"]["containers"]
+    container["readinessProbe"]["exec"]["command"] = [*FETCH, f"http://{outside}:{port}/status"]
+    container["readinessProbe"]["timeoutSeconds"] = 2
+    admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", prober)
+    wait_until(
+        lambda: unhealthy(admin, "outside") and host.guard_drops() > before,
+        "the outside probe to fail with the guard dropping its packets",
+        RUNNING_TIMEOUT,
+    )
+    found = admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods/outside")
+    assert ready(found) is None
+    admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/outside")
+
+
 def test_a_probe_that_cannot_reach_its_target_keeps_the_pod_unready(
     real_cluster: RealCluster, pods: list[dict[str, Any]]
 ) -> None:
@@ -267,17 +305,7 @@ def test_a_probe_that_cannot_reach_its_target_keeps_the_pod_unready(
     admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", unready)
     path = f"/api/v1/namespaces/{NAMESPACE}/pods/unreachable"
 
-    def probed_and_failed() -> bool:
-        found = admin.get(path) or {}
-        statuses = found.get("status", {}).get("containerStatuses") or []
-        running = bool(statuses) and "running" in statuses[0]["state"]
-        events = admin.request(
-            f"/api/v1/namespaces/{NAMESPACE}/events"
-            "?fieldSelector=involvedObject.name=unreachable,reason=Unhealthy"
-        )["items"]
-        return running and bool(events)
-
-    wait_until(probed_and_failed, "the unreachable pod's probe to fail", RUNNING_TIMEOUT)
+    wait_until(lambda: unhealthy(admin, "unreachable"), "the probe to fail", RUNNING_TIMEOUT)
     found = admin.get(path)
     assert found is not None
     conditions = {c["type"]: c["status"] for c in found["status"]["conditions"]}
@@ -316,6 +344,18 @@ def test_deleting_a_pod_stops_its_container_and_sandbox(
     # The pod's cgroup goes on the kubelet's next housekeeping (every 2 s); the stopped
     # containers themselves wait for its garbage collection (every minute).
     wait_until(lambda: not cgroup.exists(), f"{name}'s cgroup {cgroup} removed", GONE_TIMEOUT)
+
+
+def unhealthy(admin: Client, name: str) -> bool:
+    """The pod's container runs and the kubelet has reported a failed probe for it."""
+    found = admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}") or {}
+    statuses = found.get("status", {}).get("containerStatuses") or []
+    running = bool(statuses) and "running" in statuses[0]["state"]
+    events = admin.request(
+        f"/api/v1/namespaces/{NAMESPACE}/events"
+        f"?fieldSelector=involvedObject.name={name},reason=Unhealthy"
+    )["items"]
+    return running and bool(events)
 
 
 def ready(found: dict[str, Any] | None) -> dict[str, Any] | None:

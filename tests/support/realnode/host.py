@@ -48,6 +48,14 @@ FORWARD_BEFORE = Path("/run/eddyline-realnode.ip_forward")
 # In the mangle table's FORWARD chain, which the kernel walks before the filter table's, where
 # kube-proxy's own forwarding rules go: nothing a Service rewrites gets past it either.
 GUARD_CHAIN = "EDLRN-GUARD"
+# A stand-in for "outside": a network namespace behind a veth whose host end is not a bridge of
+# the run's (no dash after the prefix, so the guard treats it as any other interface).
+OUTSIDE_NAMESPACE = f"{BRIDGE_PREFIX}outside"
+OUTSIDE_LINK = "edlrnout"
+OUTSIDE_NETWORK = ipaddress.IPv4Network("10.246.0.0/24")
+NETNS_DIR = Path("/var/run/netns")
+# Outside servers this process started; the purge kills them with the rest and reaps them.
+_servers: list[subprocess.Popen[bytes]] = []
 # Every node's pod subnet is a /24 of this; Services take addresses from the next range.
 # Neither is used by any interface of this machine, and both exist only while a run does.
 POD_NETWORK = ipaddress.IPv4Network("10.244.0.0/16")
@@ -289,6 +297,48 @@ def _iptables(*args: str, check: bool = True) -> int:
     return completed.returncode
 
 
+def start_outside_server(port: int) -> str:
+    """An HTTP server in a namespace of its own that the host routes to like any network.
+
+    It stands for an address outside the run's bridges: the host reaches it, pods must not
+    (the guard drops what would be forwarded to it). Returns its address; the purge ends it.
+    """
+    host_end, far_end = list(OUTSIDE_NETWORK.hosts())[:2]
+    run_ip("netns", "add", OUTSIDE_NAMESPACE)
+    run_ip("link", "add", OUTSIDE_LINK, "type", "veth", "peer", "name", "eth0",
+           "netns", OUTSIDE_NAMESPACE)  # fmt: skip
+    run_ip("addr", "add", f"{host_end}/{OUTSIDE_NETWORK.prefixlen}", "dev", OUTSIDE_LINK)
+    run_ip("link", "set", OUTSIDE_LINK, "up")
+    inside = ("ip", "-n", OUTSIDE_NAMESPACE)
+    for args in (
+        ("addr", "add", f"{far_end}/{OUTSIDE_NETWORK.prefixlen}", "dev", "eth0"),
+        ("link", "set", "eth0", "up"),
+        ("link", "set", "lo", "up"),
+        # Back to anything, pods included: only the guard stands between them.
+        ("route", "add", "default", "via", str(host_end)),
+    ):
+        run_ip(*inside[1:], *args)
+    create_cgroup(f"{CGROUP_PARENT}/outside")
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", OUTSIDE_NAMESPACE, "busybox", "httpd", "-f",
+         "-p", f"{far_end}:{port}", "-h", "/proc/self"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    move_into_cgroup(server.pid, f"{CGROUP_PARENT}/outside")
+    _servers.append(server)
+    return str(far_end)
+
+
+def guard_drops() -> int:
+    """Packets the guard has dropped since it was set up."""
+    listing = subprocess.run(
+        ["iptables", "-w", "-t", "mangle", "-L", GUARD_CHAIN, "-v", "-x", "-n"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    return sum(int(line.split()[0]) for line in listing.splitlines()[2:] if line.strip())
+
+
 def bridges() -> list[str]:
     return sorted(
         path.name
@@ -309,6 +359,8 @@ def purge() -> None:
     cgroups, bridges and CNI's cache.
     """
     kill_cgroup_processes(CGROUP_PARENT)
+    while _servers:
+        _servers.pop().wait(timeout=30)
     close_forwarding()
     unmount_below(STATE, DATA)
     sandboxes = {
@@ -319,6 +371,9 @@ def purge() -> None:
     remove_cgroup(CGROUP_PARENT)
     for name in bridges():
         run_ip("link", "del", name)
+    if (NETNS_DIR / OUTSIDE_NAMESPACE).exists():
+        # Its veth pair goes with it.
+        run_ip("netns", "del", OUTSIDE_NAMESPACE)
     routes = subprocess.run(
         ["ip", "route", "show", "type", "blackhole", str(SERVICE_NETWORK)],
         capture_output=True, text=True, check=False, timeout=30,
