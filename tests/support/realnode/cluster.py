@@ -3,9 +3,10 @@
 :meth:`RealCluster.start` holds the machine-wide lock, clears what a crashed run left
 (:func:`host.purge`), installs missing Debian packages, builds (or reuses) the binaries and
 images, puts the API server on :data:`API_ADDRESS` (a bridge of the run's own, which pods and
-the host both reach), then starts every node's containerd and kubelet and waits until each
-Node is Ready. :meth:`RealCluster.stop` stops them and purges again, so the next run starts
-clean. Every step's duration lands in :attr:`RealCluster.timings`.
+the host both reach) with a Service range pods can route to, then starts every node's
+containerd and kubelet, waits until each Node is Ready, and starts one kube-proxy for all of
+them (:mod:`.kube_proxy`). :meth:`RealCluster.stop` stops them and purges again, so the next
+run starts clean. Every step's duration lands in :attr:`RealCluster.timings`.
 """
 
 from __future__ import annotations
