@@ -24,7 +24,9 @@ from tests.support.control_plane.client import ApiError, Client, wait_until
 from tests.support.realnode import host
 from tests.support.realnode.cluster import API_ADDRESS, ZONES, RealCluster
 
-pytestmark = [pytest.mark.realnode, pytest.mark.slow]
+# The first test's setup may build kubelet and kube-proxy (minutes, cold) when the tier runs
+# without `make test` or `make test-realnode`, which build them first.
+pytestmark = [pytest.mark.realnode, pytest.mark.slow, pytest.mark.timeout(900)]
 
 NAMESPACE = "realnode-pods"
 APP = "probe"

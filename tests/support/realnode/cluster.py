@@ -26,8 +26,8 @@ from tests.support.realnode.kube_proxy import KubeProxy
 from tests.support.realnode.node import NodeSpec, RealNode
 
 ZONES = ("zone-a", "zone-b", "zone-c")
-# The API server's address for real nodes, on the bridge API_BRIDGE: a documentation-free
-# private range no interface of this machine uses, and one this run creates and deletes.
+# The API server's address for real nodes, on the bridge API_BRIDGE: from a private range no
+# interface of this machine uses, on a bridge the run creates and deletes.
 API_ADDRESS = "10.243.0.1"
 API_BRIDGE = f"{host.BRIDGE_PREFIX}api"
 # A cold kubelet registers, reports its runtime and CNI ready within tens of seconds on a
@@ -62,6 +62,9 @@ class RealCluster:
         self.images: list[Image] = []
         self.timings: dict[str, float] = {}
         self._held = contextlib.ExitStack()
+        # Only the holder of the machine-wide lock may purge: a run that failed to take it must
+        # not take down the nodes of the run that holds it.
+        self._locked = False
 
     def admin(self) -> Client:
         return self.plane.admin()
@@ -77,6 +80,7 @@ class RealCluster:
     def _start(self) -> None:
         host.check_host()
         self._held.enter_context(host.exclusive())
+        self._locked = True
         self._timed("install packages", host.install_missing_packages)
         plane_bin = self._timed("control-plane binaries", build_binaries)
         node_bin = self.node_bin = self._timed("kubelet binaries", lambda: build_binaries("--node"))
@@ -115,21 +119,16 @@ class RealCluster:
                 node.stop()
             self.plane.stop()
             self._keep_node_logs()
-            self._purge()
+            if self._locked:
+                self._purge()
         finally:
+            self._locked = False
             self._held.close()
 
     def _purge(self) -> None:
         host.purge()
         if self.node_bin is not None:
             kube_proxy.cleanup(self.node_bin / "kube-proxy")
-
-    def node_of(self, address: str) -> RealNode:
-        """The node whose pod subnet holds ``address``."""
-        for node in self.nodes.values():
-            if node.owns(address):
-                return node
-        raise LookupError(f"no real node's pod subnet holds {address}")
 
     def failure_report(self) -> str:
         parts = [self.plane.log_report()]

@@ -4,7 +4,9 @@ Several kubelets share this machine, so everything a run makes has a name of its
 later run can find again even after a crash (SIGKILLed pytest, power loss):
 
 - processes: each node's containerd (with the shims it starts and their containers) and
-  kubelet live in cgroups under ``/eddyline-realnode/<node>`` in every mounted hierarchy;
+  kubelet live in cgroups under ``/eddyline-realnode/<node>`` in every mounted hierarchy; the
+  control plane, kube-proxy and the outside server in ``/eddyline-realnode/<what>``;
+- the "outside" network namespace (:data:`OUTSIDE_NAMESPACE`) and its veth pair;
 - files and mounts (overlay root file systems, sandbox ``/dev/shm``, network namespaces,
   kubelet volumes): under :data:`STATE` and :data:`DATA`;
 - links: bridges named ``edlrn-*`` (:data:`BRIDGE_PREFIX`);

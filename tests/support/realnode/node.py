@@ -295,9 +295,6 @@ state = "{self.state / "containerd"}"
         name = f'labels."io.kubernetes.pod.name"=={pod}'
         return set(self.ctr("containers", "ls", "--quiet", f"{labels},{name}").stdout.split())
 
-    def owns(self, address: str) -> bool:
-        return ipaddress.ip_address(address) in self.spec.pod_subnet
-
     def wait_registered(self, timeout: float) -> float:
         """Seconds until the Node reports Ready (the kubelet registered, CNI ready)."""
         started = time.monotonic()
