@@ -295,6 +295,32 @@ def test_nothing_a_pod_sends_is_forwarded_beyond_the_runs_bridges(
     admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/outside")
 
 
+def test_a_container_over_its_memory_limit_is_oom_killed_by_the_kernel(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    """The limit is enforced, not only written: the cgroup's OOM killer ends the container."""
+    admin = real_cluster.admin()
+    hungry = pod("hungry", real_cluster.images[0].reference, real_cluster.plane.port)
+    hungry["metadata"]["labels"] = {"app": "hungry"}
+    del hungry["spec"]["topologySpreadConstraints"]
+    hungry["spec"]["restartPolicy"] = "Never"
+    [container] = hungry["spec"]["containers"]
+    container["command"] = ["tail", "/dev/zero"]
+    del container["readinessProbe"]
+    admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", hungry)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/hungry"
+
+    def terminated() -> dict[str, Any] | None:
+        statuses = ((admin.get(path) or {}).get("status") or {}).get("containerStatuses") or []
+        state: dict[str, Any] | None = statuses[0]["state"].get("terminated") if statuses else None
+        return state
+
+    state = wait_until(terminated, "the hungry container to end", RUNNING_TIMEOUT)
+    assert state["reason"] == "OOMKilled"
+    assert state["exitCode"] == 137  # 128 + SIGKILL
+    admin.delete(path)
+
+
 def test_a_probe_that_cannot_reach_its_target_keeps_the_pod_unready(
     real_cluster: RealCluster, pods: list[dict[str, Any]]
 ) -> None:

@@ -28,8 +28,9 @@ CACHE = REPO / ".cache" / "realnode"
 PAUSE_SOURCE = REPO / "tools" / "pause" / "pause.c"
 BUSYBOX = Path("/bin/busybox")
 # The applets the tests' pods run: sh for commands and exec probes, wget (with ssl_client for
-# HTTPS) to reach the API server and Services, httpd to serve behind a Service.
-BUSYBOX_APPLETS = ("sh", "sleep", "cat", "wget", "ssl_client", "httpd", "ls", "id", "true")
+# HTTPS) to reach the API server and Services, httpd to serve behind a Service, tail to fill
+# memory (`tail /dev/zero` buffers a line that never ends).
+BUSYBOX_APPLETS = ("sh", "sleep", "cat", "wget", "ssl_client", "httpd", "tail", "ls", "id", "true")
 # Bumped when the layout of an archive changes, so cached archives of the old layout go.
 _FORMAT = "1"
 
