@@ -128,7 +128,7 @@ examples-image: image ## Build the examples' image the examples' cluster manifes
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) $(BYTEWAX_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)
 
-.PHONY: control-plane node-components cluster
+.PHONY: control-plane node-components cluster real-cluster
 control-plane: ## Build (or reuse) kube-apiserver, controller manager, scheduler and etcd (.cache/kubernetes)
 	@scripts/build-control-plane >/dev/null
 
@@ -137,6 +137,9 @@ node-components: ## Build (or reuse) kubelet and kube-proxy of the same release,
 
 cluster: $(STAMP) control-plane ## Start the tests' real control plane and kubelet stand-in for your own kubectl (Ctrl-C stops)
 	$(BIN)/python -m tests.support.control_plane
+
+real-cluster: $(STAMP) control-plane node-components ## Start the control plane with three real kubelets on containerd for your own kubectl (root; Ctrl-C stops and cleans up)
+	$(BIN)/python -m tests.support.realnode
 
 .PHONY: monitoring-crds
 monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor CRDs (Go module, pinned in the script) into .cache/prometheus-operator, once
