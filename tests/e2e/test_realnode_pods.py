@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.control_plane.client import ApiError, Client, wait_until
-from tests.support.realnode import host
+from tests.support.realnode import cluster_dns, host
 from tests.support.realnode.cluster import API_ADDRESS, ZONES, RealCluster
 
 # The first test's setup may build kubelet and kube-proxy (minutes, cold) when the tier runs
@@ -35,6 +35,7 @@ MEMORY_LIMIT = 48 * 1024 * 1024
 UID = 65534
 SERVE = "httpd -p 8080 -h /"
 IDLE = "while :; do sleep 1; done"
+IDLE_LOOKING = "while :; do {}; sleep 1; done"
 # busybox's wget; the probe shows reachability, the certificate is not what it checks.
 FETCH = ("wget", "-q", "-O", "/dev/null", "--no-check-certificate")
 # Bounds for a broken run on a loaded 2-core machine, not expectations.
@@ -114,11 +115,10 @@ def pods(real_cluster: RealCluster) -> Iterator[list[dict[str, Any]]]:
         "the default ServiceAccount",
         60,
     )
-    image = real_cluster.images[0].reference
     for index in range(len(ZONES)):
         admin.create(
             f"/api/v1/namespaces/{NAMESPACE}/pods",
-            pod(f"{APP}-{index}", image, real_cluster.plane.port),
+            pod(f"{APP}-{index}", image(real_cluster), real_cluster.plane.port),
         )
 
     def all_ready() -> list[dict[str, Any]] | None:
@@ -197,7 +197,7 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
 ) -> None:
     """As in-cluster clients do: the kubelet's service environment, kube-proxy's rules."""
     admin = real_cluster.admin()
-    client = pod("in-cluster", real_cluster.images[0].reference, real_cluster.plane.port)
+    client = pod("in-cluster", image(real_cluster), real_cluster.plane.port)
     client["metadata"]["labels"] = {"app": "in-cluster"}
     del client["spec"]["topologySpreadConstraints"]
     service = "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/readyz"
@@ -233,7 +233,7 @@ def test_a_service_spreads_requests_over_pods_on_every_node(
     assert ipaddress.ip_address(address) in host.SERVICE_NETWORK
     # A client asking over and over which pod answers; its log is read through the API
     # server, which fetches it from the client's kubelet.
-    client = pod("client", real_cluster.images[0].reference, real_cluster.plane.port)
+    client = pod("client", image(real_cluster), real_cluster.plane.port)
     client["metadata"]["labels"] = {"app": "client"}
     del client["spec"]["topologySpreadConstraints"]
     # (Without -T: busybox 1.35's wget crashes with a timeout set.)
@@ -278,7 +278,7 @@ def test_nothing_a_pod_sends_is_forwarded_beyond_the_runs_bridges(
     )  # fmt: skip
     before = host.guard_drops()
     admin = real_cluster.admin()
-    prober = pod("outside", real_cluster.images[0].reference, real_cluster.plane.port)
+    prober = pod("outside", image(real_cluster), real_cluster.plane.port)
     prober["metadata"]["labels"] = {"app": "outside"}
     del prober["spec"]["topologySpreadConstraints"]
     [container] = prober["spec"]["containers"]
@@ -300,7 +300,7 @@ def test_a_container_over_its_memory_limit_is_oom_killed_by_the_kernel(
 ) -> None:
     """The limit is enforced, not only written: the cgroup's OOM killer ends the container."""
     admin = real_cluster.admin()
-    hungry = pod("hungry", real_cluster.images[0].reference, real_cluster.plane.port)
+    hungry = pod("hungry", image(real_cluster), real_cluster.plane.port)
     hungry["metadata"]["labels"] = {"app": "hungry"}
     del hungry["spec"]["topologySpreadConstraints"]
     hungry["spec"]["restartPolicy"] = "Never"
@@ -321,13 +321,53 @@ def test_a_container_over_its_memory_limit_is_oom_killed_by_the_kernel(
     admin.delete(path)
 
 
+def test_cluster_dns_answers_for_services_and_headless_pods(
+    real_cluster: RealCluster, pods: list[dict[str, Any]]
+) -> None:
+    """CoreDNS behind kube-dns, named in every pod's resolv.conf by its kubelet."""
+    admin = real_cluster.admin()
+    admin.create(
+        f"/api/v1/namespaces/{NAMESPACE}/services",
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "headless"},
+            "spec": {"clusterIP": "None", "selector": {"app": APP}, "ports": [{"port": 8080}]},
+        },
+    )
+    resolver = pod("resolver", image(real_cluster), real_cluster.plane.port)
+    resolver["metadata"]["labels"] = {"app": "resolver"}
+    del resolver["spec"]["topologySpreadConstraints"]
+    names = ["kubernetes.default.svc.cluster.local", f"headless.{NAMESPACE}.svc.cluster.local"]
+    lookups = "; ".join(f"nslookup {name}" for name in names)
+    [container] = resolver["spec"]["containers"]
+    container["command"] = [
+        "/bin/sh",
+        "-c",
+        f"trap 'exit 0' TERM; cat /etc/resolv.conf; {IDLE_LOOKING.format(lookups)}",
+    ]
+    admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", resolver)
+    expected = {str(next(host.SERVICE_NETWORK.hosts()))} | {p["status"]["podIP"] for p in pods}
+
+    def resolved() -> str | None:
+        try:
+            log = str(admin.request(f"/api/v1/namespaces/{NAMESPACE}/pods/resolver/log"))
+        except ApiError:
+            return None  # not running yet
+        return log if expected <= set(log.replace(":", " ").split()) else None
+
+    log = wait_until(resolved, f"the resolver pod to resolve {expected}", RUNNING_TIMEOUT)
+    assert f"nameserver {cluster_dns.DNS_ADDRESS}" in log
+    admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/resolver")
+
+
 def test_a_probe_that_cannot_reach_its_target_keeps_the_pod_unready(
     real_cluster: RealCluster, pods: list[dict[str, Any]]
 ) -> None:
     """The control for the Ready pods above: the probe runs, and fails when it cannot reach."""
     admin = real_cluster.admin()
     # Port 1 on the API server's address: reachable host, nothing listening.
-    unready = pod("unreachable", real_cluster.images[0].reference, 1)
+    unready = pod("unreachable", image(real_cluster), 1)
     unready["metadata"]["labels"] = {"app": "unreachable"}
     del unready["spec"]["topologySpreadConstraints"]
     admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", unready)
@@ -372,6 +412,12 @@ def test_deleting_a_pod_stops_its_container_and_sandbox(
     # The pod's cgroup goes on the kubelet's next housekeeping (every 2 s); the stopped
     # containers themselves wait for its garbage collection (every minute).
     wait_until(lambda: not cgroup.exists(), f"{name}'s cgroup {cgroup} removed", GONE_TIMEOUT)
+
+
+def image(cluster: RealCluster) -> str:
+    """The busybox image every node holds."""
+    assert cluster.busybox is not None
+    return cluster.busybox.reference
 
 
 def unhealthy(admin: Client, name: str) -> bool:

@@ -5,8 +5,9 @@
 images, puts the API server on :data:`API_ADDRESS` (a bridge of the run's own, which pods and
 the host both reach) with a Service range pods can route to, then starts every node's
 containerd and kubelet, waits until each Node is Ready, and starts one kube-proxy for all of
-them (:mod:`.kube_proxy`). :meth:`RealCluster.stop` stops them and purges again, so the next
-run starts clean. Every step's duration lands in :attr:`RealCluster.timings`.
+them (:mod:`.kube_proxy`) and CoreDNS behind ``kube-dns`` (:mod:`.cluster_dns`).
+:meth:`RealCluster.stop` stops them and purges again, so the next run starts clean. Every
+step's duration lands in :attr:`RealCluster.timings`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import TypeVar
 
 from tests.support.control_plane.client import Client
 from tests.support.control_plane.plane import CLOUD_CONTROLLERS, ControlPlane, build_binaries
-from tests.support.realnode import host, kube_proxy
-from tests.support.realnode.images import Image, busybox_image, pause_image
+from tests.support.realnode import cluster_dns, host, kube_proxy
+from tests.support.realnode.images import Image, busybox_image, coredns_image, pause_image
 from tests.support.realnode.kube_proxy import KubeProxy
 from tests.support.realnode.node import NodeSpec, RealNode
 
@@ -59,6 +60,8 @@ class RealCluster:
         self.nodes: dict[str, RealNode] = {}
         self.kube_proxy: KubeProxy | None = None
         self.node_bin: Path | None = None
+        # What the tests' own pods run; every image the nodes hold is in ``images``.
+        self.busybox: Image | None = None
         self.images: list[Image] = []
         self.timings: dict[str, float] = {}
         self._held = contextlib.ExitStack()
@@ -86,7 +89,9 @@ class RealCluster:
         node_bin = self.node_bin = self._timed("kubelet binaries", lambda: build_binaries("--node"))
         self._timed("purge stale state", self._purge)
         pause = self._timed("pause image", pause_image)
-        self.images = [self._timed("busybox image", busybox_image)]
+        self.busybox = self._timed("busybox image", busybox_image)
+        coredns = self._timed("CoreDNS image", lambda: coredns_image(node_bin / "coredns"))
+        self.images = [self.busybox, coredns]
         host.create_bridge(API_BRIDGE, f"{API_ADDRESS}/24")
         host.blackhole_services()
         host.open_forwarding()
@@ -109,6 +114,7 @@ class RealCluster:
             binary=node_bin / "kube-proxy", plane=self.plane, node_name=self.specs[0].name
         )
         self._timed("kube-proxy first sync", self.kube_proxy.start)
+        self._timed("CoreDNS Ready", lambda: cluster_dns.deploy(self.admin(), coredns.reference))
 
     def stop(self) -> None:
         """Stop every node and the control plane, keep their logs, and purge the host."""

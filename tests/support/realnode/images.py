@@ -1,12 +1,13 @@
-"""The images the real nodes need before any eddyline image exists: pause and busybox.
+"""The images the real nodes need before any eddyline image exists: pause, busybox, CoreDNS.
 
-No registry is reachable from the project's machines, so both are built here, without a
+No registry is reachable from the project's machines, so all are built here, without a
 container engine: an image is a Docker image archive (``manifest.json``, a config, one
 uncompressed layer) written by :func:`write_archive` and imported into each node's
 containerd with ``ctr images import``. The pause image holds the project's own
 ``tools/pause/pause.c`` compiled with ``gcc -static``; the busybox image holds Debian's
-``busybox-static`` and the links the tests' pods call. Archives are cached under
-``.cache/realnode/`` by a hash of what went into them, so a second run only imports.
+``busybox-static`` and the links the tests' pods call; the CoreDNS image its static binary.
+Archives are cached under ``.cache/realnode/`` by a hash of what went into them, so a second
+run only imports.
 
 Names start with ``localhost/``: a node asked to pull one (a missing import) looks on this
 machine only, never on a registry outside it.
@@ -29,8 +30,10 @@ PAUSE_SOURCE = REPO / "tools" / "pause" / "pause.c"
 BUSYBOX = Path("/bin/busybox")
 # The applets the tests' pods run: sh for commands and exec probes, wget (with ssl_client for
 # HTTPS) to reach the API server and Services, httpd to serve behind a Service, tail to fill
-# memory (`tail /dev/zero` buffers a line that never ends).
-BUSYBOX_APPLETS = ("sh", "sleep", "cat", "wget", "ssl_client", "httpd", "tail", "ls", "id", "true")
+# memory (`tail /dev/zero` buffers a line that never ends), nslookup to ask the cluster DNS.
+BUSYBOX_APPLETS = (
+    "sh", "sleep", "cat", "wget", "ssl_client", "httpd", "tail", "nslookup", "ls", "id", "true",
+)  # fmt: skip
 # Bumped when the layout of an archive changes, so cached archives of the old layout go.
 _FORMAT = "1"
 
@@ -96,6 +99,23 @@ def busybox_image() -> Image:
             executables={"bin/busybox"},
             links={f"bin/{applet}": "busybox" for applet in BUSYBOX_APPLETS},
             entrypoint=["/bin/sh"],
+        )
+    return Image(reference, archive)
+
+
+def coredns_image(binary: Path) -> Image:
+    """CoreDNS (built static by ``scripts/build-control-plane --node``), ``FROM scratch``."""
+    content = binary.read_bytes()
+    digest = _digest(content)
+    reference = f"localhost/eddyline-test/coredns:{digest}"
+    archive = CACHE / f"coredns-{digest}.tar"
+    if not archive.exists():
+        write_archive(
+            archive,
+            reference,
+            files={"coredns": content},
+            executables={"coredns"},
+            entrypoint=["/coredns"],
         )
     return Image(reference, archive)
 

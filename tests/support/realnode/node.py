@@ -23,7 +23,7 @@ import yaml
 
 from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.plane import ControlPlane, free_port
-from tests.support.realnode import host
+from tests.support.realnode import cluster_dns, host
 from tests.support.realnode.images import Image
 
 CNI_BIN = Path("/usr/lib/cni")
@@ -224,7 +224,8 @@ state = "{self.state / "containerd"}"
             "podLogsDir": str(self.data / "pod-logs"),
             # No resolver for pods: the host's would point outside this machine.
             "resolvConf": "",
-            "clusterDomain": "cluster.local",
+            "clusterDNS": [cluster_dns.DNS_ADDRESS],
+            "clusterDomain": cluster_dns.CLUSTER_DOMAIN,
             "failSwapOn": False,
             # Evictions for disk and memory the machine's other tenants use, not this node:
             # only a near-empty disk should evict the tests' pods.
