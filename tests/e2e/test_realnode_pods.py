@@ -6,8 +6,11 @@ listens on a bridge address the pods reach. The real scheduler spreads three pod
 three zones; each is checked from the host, through its container's first process: its user,
 its seccomp mode, its read-only root, its memory cgroup's limit, its address in its node's
 subnet, and (through its readiness probe, run in the pod by the kubelet) that it reaches the
-API server, by its bridge address and through the ``kubernetes`` Service (kube-proxy's
-rules). Deleting a pod stops its container and removes its sandbox.
+API server. Then what a cluster gives pods: the API server through the ``kubernetes``
+Service, a Service over pods on all three nodes (kube-proxy), names from the cluster DNS
+(CoreDNS); and what it holds them to: the kernel's OOM killer at the memory limit, no packet
+forwarded beyond the run's bridges, a failing probe that keeps a pod unready. Deleting a pod
+stops its container and removes its sandbox.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ MEMORY_LIMIT = 48 * 1024 * 1024
 UID = 65534
 SERVE = "httpd -p 8080 -h /"
 IDLE = "while :; do sleep 1; done"
-IDLE_LOOKING = "while :; do {}; sleep 1; done"
+# A command run over and over, for tests that read a pod's log.
+REPEAT = "trap 'exit 0' TERM; while :; do {}; sleep 0.5; done"
 # busybox's wget; the probe shows reachability, the certificate is not what it checks.
 FETCH = ("wget", "-q", "-O", "/dev/null", "--no-check-certificate")
 # Bounds for a broken run on a loaded 2-core machine, not expectations.
@@ -197,9 +201,7 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
 ) -> None:
     """As in-cluster clients do: the kubelet's service environment, kube-proxy's rules."""
     admin = real_cluster.admin()
-    client = pod("in-cluster", image(real_cluster), real_cluster.plane.port)
-    client["metadata"]["labels"] = {"app": "in-cluster"}
-    del client["spec"]["topologySpreadConstraints"]
+    client = lone_pod("in-cluster", real_cluster)
     service = "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/readyz"
     [container] = client["spec"]["containers"]
     container["readinessProbe"]["exec"]["command"] = ["sh", "-c", " ".join([*FETCH, service])]
@@ -233,17 +235,11 @@ def test_a_service_spreads_requests_over_pods_on_every_node(
     assert ipaddress.ip_address(address) in host.SERVICE_NETWORK
     # A client asking over and over which pod answers; its log is read through the API
     # server, which fetches it from the client's kubelet.
-    client = pod("client", image(real_cluster), real_cluster.plane.port)
-    client["metadata"]["labels"] = {"app": "client"}
-    del client["spec"]["topologySpreadConstraints"]
+    client = lone_pod("client", real_cluster)
     # (Without -T: busybox 1.35's wget crashes with a timeout set.)
     fetch = f"wget -q -O - http://{address}/etc/hostname"
     [container] = client["spec"]["containers"]
-    container["command"] = [
-        "/bin/sh",
-        "-c",
-        f"trap 'exit 0' TERM; while :; do {fetch}; sleep 0.2; done",
-    ]
+    container["command"] = ["/bin/sh", "-c", REPEAT.format(fetch)]
     admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", client)
     names = {p["metadata"]["name"] for p in pods}
 
@@ -278,9 +274,7 @@ def test_nothing_a_pod_sends_is_forwarded_beyond_the_runs_bridges(
     )  # fmt: skip
     before = host.guard_drops()
     admin = real_cluster.admin()
-    prober = pod("outside", image(real_cluster), real_cluster.plane.port)
-    prober["metadata"]["labels"] = {"app": "outside"}
-    del prober["spec"]["topologySpreadConstraints"]
+    prober = lone_pod("outside", real_cluster)
     [container] = prober["spec"]["containers"]
     container["readinessProbe"]["exec"]["command"] = [*FETCH, f"http://{outside}:{port}/status"]
     container["readinessProbe"]["timeoutSeconds"] = 2
@@ -300,9 +294,7 @@ def test_a_container_over_its_memory_limit_is_oom_killed_by_the_kernel(
 ) -> None:
     """The limit is enforced, not only written: the cgroup's OOM killer ends the container."""
     admin = real_cluster.admin()
-    hungry = pod("hungry", image(real_cluster), real_cluster.plane.port)
-    hungry["metadata"]["labels"] = {"app": "hungry"}
-    del hungry["spec"]["topologySpreadConstraints"]
+    hungry = lone_pod("hungry", real_cluster)
     hungry["spec"]["restartPolicy"] = "Never"
     [container] = hungry["spec"]["containers"]
     container["command"] = ["tail", "/dev/zero"]
@@ -335,17 +327,12 @@ def test_cluster_dns_answers_for_services_and_headless_pods(
             "spec": {"clusterIP": "None", "selector": {"app": APP}, "ports": [{"port": 8080}]},
         },
     )
-    resolver = pod("resolver", image(real_cluster), real_cluster.plane.port)
-    resolver["metadata"]["labels"] = {"app": "resolver"}
-    del resolver["spec"]["topologySpreadConstraints"]
+    resolver = lone_pod("resolver", real_cluster)
     names = ["kubernetes.default.svc.cluster.local", f"headless.{NAMESPACE}.svc.cluster.local"]
     lookups = "; ".join(f"nslookup {name}" for name in names)
     [container] = resolver["spec"]["containers"]
-    container["command"] = [
-        "/bin/sh",
-        "-c",
-        f"trap 'exit 0' TERM; cat /etc/resolv.conf; {IDLE_LOOKING.format(lookups)}",
-    ]
+    # resolv.conf first: the kubelet's clusterDNS in it.
+    container["command"] = ["/bin/sh", "-c", f"cat /etc/resolv.conf; {REPEAT.format(lookups)}"]
     admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", resolver)
     expected = {str(next(host.SERVICE_NETWORK.hosts()))} | {p["status"]["podIP"] for p in pods}
 
@@ -367,9 +354,7 @@ def test_a_probe_that_cannot_reach_its_target_keeps_the_pod_unready(
     """The control for the Ready pods above: the probe runs, and fails when it cannot reach."""
     admin = real_cluster.admin()
     # Port 1 on the API server's address: reachable host, nothing listening.
-    unready = pod("unreachable", image(real_cluster), 1)
-    unready["metadata"]["labels"] = {"app": "unreachable"}
-    del unready["spec"]["topologySpreadConstraints"]
+    unready = lone_pod("unreachable", real_cluster, api_port=1)
     admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", unready)
     path = f"/api/v1/namespaces/{NAMESPACE}/pods/unreachable"
 
@@ -412,6 +397,14 @@ def test_deleting_a_pod_stops_its_container_and_sandbox(
     # The pod's cgroup goes on the kubelet's next housekeeping (every 2 s); the stopped
     # containers themselves wait for its garbage collection (every minute).
     wait_until(lambda: not cgroup.exists(), f"{name}'s cgroup {cgroup} removed", GONE_TIMEOUT)
+
+
+def lone_pod(name: str, cluster: RealCluster, *, api_port: int | None = None) -> dict[str, Any]:
+    """A pod like the spread ones, with a label of its own and placed anywhere."""
+    found = pod(name, image(cluster), api_port or cluster.plane.port)
+    found["metadata"]["labels"] = {"app": name}
+    del found["spec"]["topologySpreadConstraints"]
+    return found
 
 
 def image(cluster: RealCluster) -> str:
