@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows clean
+.PHONY: help setup run demo-store test test-fast test-realnode soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,7 +42,7 @@ run: $(STAMP) ## The main job: word count on the embedded log (generate, process
 demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query at both isolation levels
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
-test: $(STAMP) kafka-jars spark-kafka-jars control-plane test-images ## Run every test, slow ones included (what CI runs)
+test: $(STAMP) kafka-jars spark-kafka-jars control-plane test-images node-components ## Run every test, slow ones included (what CI runs)
 	@scripts/check-prerequisites --java
 	$(BIN)/pytest
 
@@ -52,6 +52,9 @@ test-fast: $(STAMP) ## Run the tests not marked slow
 # SOAK_ARGS: e.g. "--rounds 1" or "--modules scale_in --no-hog" (tests/soak/soak_e2e.py --help).
 soak-e2e: $(STAMP) kafka-jars control-plane ## The scale-in, quickstart, autoscale and upgrade e2e modules 10 rounds in a row beside a CPU hog; passes and failures per module (hours; SOAK_ARGS="--rounds 1")
 	$(BIN)/python -m tests.soak.soak_e2e $(SOAK_ARGS)
+
+test-realnode: $(STAMP) control-plane node-components ## Run only the real-node tier: pods on real kubelets and containerd (root; docs/nodes.md)
+	$(BIN)/pytest -m realnode
 
 kafka-jars: ## Fetch the pinned Apache Kafka release (tools/kafka/pom.xml) into .cache/kafka, once
 	@scripts/kafka-jars >/dev/null
@@ -145,12 +148,18 @@ test-images: ## The three images on the test-only stand-in bases, as `make test`
 clean: ## Remove virtual environments, caches and demo state
 	rm -rf $(VENV) $(BENCH_VENV) $(BYTEWAX_VENV) .pytest_cache .mypy_cache .ruff_cache $(STATE_DIR)
 
-.PHONY: control-plane cluster
+.PHONY: control-plane node-components cluster real-cluster
 control-plane: ## Build (or reuse) kube-apiserver, controller manager, scheduler and etcd (.cache/kubernetes)
 	@scripts/build-control-plane >/dev/null
 
+node-components: ## Build (or reuse) kubelet and kube-proxy of the same release, for the real-node tier (.cache/kubernetes)
+	@scripts/build-control-plane --node >/dev/null
+
 cluster: $(STAMP) control-plane ## Start the tests' real control plane and kubelet stand-in for your own kubectl (Ctrl-C stops)
 	$(BIN)/python -m tests.support.control_plane
+
+real-cluster: $(STAMP) control-plane node-components ## Start the control plane with three real kubelets on containerd for your own kubectl (root; Ctrl-C stops and cleans up)
+	$(BIN)/python -m tests.support.realnode
 
 .PHONY: monitoring-crds
 monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor CRDs (Go module, pinned in the script) into .cache/prometheus-operator, once

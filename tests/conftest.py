@@ -12,4 +12,7 @@ pytest_plugins = [
     # The project's images on the test-only stand-in bases (tests/support/images.py): built
     # once per run by the session-scoped `images` fixture, for the container tests.
     "tests.support.images",
+    # Real kubelets on containerd (tests/support/realnode): the `real_cluster` fixture of the
+    # `realnode` tier, started only when a test requests it.
+    "tests.support.realnode.fixture",
 ]

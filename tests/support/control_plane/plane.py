@@ -4,10 +4,13 @@ The binaries come from ``scripts/build-control-plane`` (built once from the pinn
 modules, then reused). Everything listens on loopback on free ports; each component logs to
 ``<root>/logs/<component>.log``. :meth:`ControlPlane.start` returns once ``/readyz`` answers,
 the controller manager has created the ``default`` ServiceAccount and the scheduler is healthy.
+Real nodes (``tests/support/realnode``) opt into an API server on an address of a bridge the
+run creates (``address=``), which their pods reach too.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import socket
@@ -16,7 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -29,18 +32,22 @@ BUILD_SCRIPT = REPO / "scripts" / "build-control-plane"
 # Pods get loopback addresses (127.<cluster>.<node>.<n>, docs/operator.md); Service VIPs come from a
 # loopback range of their own so the stand-in proxy can listen on them without namespaces.
 SERVICE_CIDR = "127.96.0.0/16"
-KUBERNETES_SERVICE_IP = "127.96.0.1"
-# Controllers left out of `--controllers=*`, each with its reason (docs/operator.md):
-# endpoints and EndpointSlices would hold loopback pod IPs, which the API server refuses; the
-# cloud ones need a cloud provider (without one they would only log that they cannot run).
-DISABLED_CONTROLLERS = (
-    "endpoints-controller",
-    "endpointslice-controller",
-    "endpointslice-mirroring-controller",
+# Controllers left out of `--controllers=*`, each with its reason (docs/operator.md): the
+# cloud ones need a cloud provider (without one they would only log that they cannot run);
+CLOUD_CONTROLLERS = (
     "service-lb-controller",
     "node-route-controller",
     "cloud-node-lifecycle-controller",
 )
+# endpoints and EndpointSlices would hold the kubelet stand-in's loopback pod IPs, which the API
+# server refuses (real nodes' pods have real addresses, and keep these controllers).
+DISABLED_CONTROLLERS = (
+    "endpoints-controller",
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+    *CLOUD_CONTROLLERS,
+)
+LOOPBACK = "127.0.0.1"
 # A loaded 2-core machine starts the API server in tens of seconds; this only bounds a hang.
 START_TIMEOUT = 240.0
 
@@ -51,13 +58,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def build_binaries() -> Path:
-    """The directory of the four binaries, building them first if absent (slow: minutes)."""
+def build_binaries(*arguments: str) -> Path:
+    """The directory of the four binaries, building them first if absent (slow: minutes).
+
+    ``build_binaries("--node")`` builds kubelet and kube-proxy instead, into the same directory.
+    """
     completed = subprocess.run(
-        [str(BUILD_SCRIPT)], capture_output=True, text=True, check=False, timeout=3600
-    )
+        [str(BUILD_SCRIPT), *arguments], capture_output=True, text=True, check=False,
+        timeout=3600,
+    )  # fmt: skip
     if completed.returncode != 0:
-        raise RuntimeError(f"scripts/build-control-plane failed:\n{completed.stderr[-4000:]}")
+        raise RuntimeError(
+            f"scripts/build-control-plane {' '.join(arguments)} failed:\n{completed.stderr[-4000:]}"
+        )
     return Path(completed.stdout.strip().splitlines()[-1])
 
 
@@ -71,8 +84,24 @@ class ControlPlane:
         bin_dir: Path | None = None,
         node_monitor_grace_seconds: int | None = None,
         crds: Sequence[Path] = (),
+        address: str = LOOPBACK,
+        on_spawn: Callable[[int], None] | None = None,
+        service_cidr: str = SERVICE_CIDR,
+        disabled_controllers: Sequence[str] = DISABLED_CONTROLLERS,
     ) -> None:
         self.root = root
+        # Where kube-apiserver binds and what it advertises. Loopback (the default) serves the
+        # kubelet stand-in's pods, which share the host's network; pods in network namespaces
+        # of their own reach only an address of a bridge the run creates, which the caller
+        # sets up before start (tests/support/realnode).
+        self.address = address
+        # Called with each component's PID as it starts: real nodes put the control plane
+        # into a cgroup of theirs, so a run after a crash finds and ends it.
+        self.on_spawn = on_spawn
+        # Real nodes need a Service range pods can route to (a real kube-proxy rewrites it on
+        # the host); loopback addresses never leave a pod's own network namespace.
+        self.service_cidr = service_cidr
+        self.disabled_controllers = tuple(disabled_controllers)
         self.bin_dir = bin_dir
         # CustomResourceDefinitions created before the controller manager starts: its garbage
         # collector discovers resource types at start and then only every 30 s, so objects
@@ -95,10 +124,11 @@ class ControlPlane:
         started = time.monotonic()
         self.bin_dir = self.bin_dir or build_binaries()
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.pki.create(server_addresses=["127.0.0.1", KUBERNETES_SERVICE_IP])
+        service_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
+        self.pki.create(server_addresses=sorted({LOOPBACK, self.address, service_ip}))
         etcd_client, etcd_peer = free_port(), free_port()
         self.port = free_port()
-        self.url = f"https://127.0.0.1:{self.port}"
+        self.url = f"https://{self.address}:{self.port}"
         self._spawn(
             "etcd",
             f"--name=default --data-dir={self.root / 'etcd'}",
@@ -115,11 +145,10 @@ class ControlPlane:
         self._spawn(
             "kube-apiserver",
             f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-            f"--bind-address=127.0.0.1 --secure-port={self.port}",
-            "--advertise-address=127.0.0.1",
-            # Its own `kubernetes` endpoints would be loopback addresses, which it refuses.
-            "--endpoint-reconciler-type=none",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--bind-address={self.address} --secure-port={self.port}",
+            f"--advertise-address={self.address}",
+            *self._address_flags(),
+            f"--service-cluster-ip-range={self.service_cidr}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={self.pki.ca_cert}",
@@ -136,7 +165,9 @@ class ControlPlane:
         self._admin_files()
         wait_until(self._ready, "kube-apiserver /readyz", START_TIMEOUT)
         self._create_crds()
-        manager = self._kubeconfig("kube-controller-manager", "system:kube-controller-manager", [])
+        manager = self.certificate_kubeconfig(
+            "kube-controller-manager", "system:kube-controller-manager", []
+        )
         self._spawn(
             "kube-controller-manager",
             f"--kubeconfig={manager}",
@@ -149,12 +180,12 @@ class ControlPlane:
             f"--root-ca-file={self.pki.ca_cert}",
             f"--cluster-signing-cert-file={self.pki.ca_cert}",
             f"--cluster-signing-key-file={self.pki.ca_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--controllers=*," + ",".join(f"-{name}" for name in DISABLED_CONTROLLERS),
+            f"--service-cluster-ip-range={self.service_cidr}",
+            "--controllers=*," + ",".join(f"-{name}" for name in self.disabled_controllers),
             "--profiling=false",
             *self._node_monitor_flags(),
         )
-        scheduler = self._kubeconfig("kube-scheduler", "system:kube-scheduler", [])
+        scheduler = self.certificate_kubeconfig("kube-scheduler", "system:kube-scheduler", [])
         scheduler_port = free_port()
         self._spawn(
             "kube-scheduler",
@@ -212,6 +243,23 @@ class ControlPlane:
         for name in names:
             wait_until(lambda name=name: established(name), f"CRD {name} Established", 60)
 
+    def _address_flags(self) -> list[str]:
+        if self.address == LOOPBACK:
+            # Its own `kubernetes` endpoints would be loopback addresses, which it refuses.
+            return ["--endpoint-reconciler-type=none"]
+        # On a bridge address the `kubernetes` Service's endpoints follow the advertised
+        # address (the default lease reconciler), and real kubelets serve logs and exec: the
+        # API server calls them with a client certificate of its own, by the InternalIP they
+        # register (the same bridge address, each kubelet on a port of its own).
+        cert, key = self.pki.certificate(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ["system:masters"]
+        )
+        return [
+            f"--kubelet-client-certificate={cert}",
+            f"--kubelet-client-key={key}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
+
     def _node_monitor_flags(self) -> list[str]:
         grace = self.node_monitor_grace_seconds
         if grace is None:
@@ -248,7 +296,8 @@ class ControlPlane:
         )  # fmt: skip
         return str(answer["status"]["token"])
 
-    def _kubeconfig(self, name: str, user: str, groups: list[str]) -> Path:
+    def certificate_kubeconfig(self, name: str, user: str, groups: list[str]) -> Path:
+        """A kubeconfig at ``<root>/<name>.kubeconfig`` with a client certificate for ``user``."""
         cert, key = self.pki.certificate(name, user, groups)
         path = self.root / f"{name}.kubeconfig"
         credentials = f"client-certificate: {cert}\n    client-key: {key}"
@@ -256,7 +305,7 @@ class ControlPlane:
         return path
 
     def _admin_files(self) -> None:
-        written = self._kubeconfig("admin", "kubernetes-admin", ["system:masters"])
+        written = self.certificate_kubeconfig("admin", "kubernetes-admin", ["system:masters"])
         if written != self.admin_kubeconfig:
             os.replace(written, self.admin_kubeconfig)
 
@@ -272,6 +321,8 @@ class ControlPlane:
             start_new_session=True,
         )  # fmt: skip
         log.close()
+        if self.on_spawn is not None:
+            self.on_spawn(self.processes[name].pid)
 
     def _alive(self) -> bool:
         for name, process in self.processes.items():
