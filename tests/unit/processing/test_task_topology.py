@@ -18,7 +18,8 @@ from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
 from eddyline_runtime.processing import Processor
-from eddyline_runtime.processing.dsl import StreamsBuilder, _first_and_last_index
+from eddyline_runtime.processing.dsl import StreamsBuilder
+from eddyline_runtime.processing.operators.aggregations import _first_and_last_index
 from eddyline_runtime.processing.topology import PunctuationType, RecordFailedError, Topology
 from eddyline_runtime.serde import SerdeError, serde_for
 from tests.support.stores import StoreFactory
