@@ -33,11 +33,13 @@ class TaskWindowStore(SegmentedWindowStore):
         super().__init__(task_store, retention, before_drop=task_store.flush)
         self._task_store = task_store
 
-    def set_flush_listener(self, listener: WindowChangeListener) -> bool:
-        """``listener(key, window start, change)`` for each entry the cache flushes;
-        False when the task store has no cache."""
+    def set_flush_listener(self, listener: WindowChangeListener, *, deletes: bool = True) -> bool:
+        """``listener(key, window start, change)`` for each entry the cache flushes
+        (without ``deletes``: each write only); False when the task store has no cache."""
 
         def flushed(raw: bytes, change: Change) -> None:
+            if change.new is None and not deletes:
+                return  # before decoding: most deletes are whole expired segments
             key, start, _ = decode_window_key(raw)
             listener(key, start, change)
 

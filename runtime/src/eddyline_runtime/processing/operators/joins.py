@@ -31,7 +31,11 @@ Stream-stream (``KStreamJoinWindow`` + ``KStreamKStreamJoin{Left,Right}Side``):
 
 Every store is a task store: transactional, changelogged, restored and relocated
 like any other, so a crash under exactly-once neither loses nor repeats a join
-result.
+result. Each processor is built from its frozen description (``JoinWindowBuffer``,
+``StreamStreamJoin``, ``StreamTableJoin``, ``TableTableJoin``) by the supplier
+the DSL attaches to its node, and reaches its stores through the interfaces of
+:mod:`~eddyline_runtime.processing.operators.stores` (a table-table side's rows
+through ``TimestampedKeyValueStore``: each row with its update's timestamp).
 """
 
 from __future__ import annotations

@@ -116,8 +116,10 @@ class WindowStore(Protocol):
         """The newest window start written (recovered at reopen); -1 before any."""
         ...
 
-    def set_flush_listener(self, listener: WindowChangeListener) -> bool:
-        """Forward what the record cache flushes to ``listener``; False: no cache."""
+    def set_flush_listener(self, listener: WindowChangeListener, *, deletes: bool = True) -> bool:
+        """Forward what the record cache flushes to ``listener`` (without ``deletes``:
+        writes only, as the cache's deletes of expired segments are no results);
+        False: no cache."""
         ...
 
 

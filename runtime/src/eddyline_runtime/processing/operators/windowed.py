@@ -188,7 +188,8 @@ class _WindowedAggregate(Processor):
         super().init(context)
         self._store = window_store(context, self._store_name)
         self._dropped = context.record_dropped
-        self._forwards_on_flush = self._store.set_flush_listener(self._flushed)
+        # The cache's deletes are expired segments being dropped: not results.
+        self._forwards_on_flush = self._store.set_flush_listener(self._flushed, deletes=False)
 
     def _stream_time(self) -> int:
         """The task's stream time, or the newest record in the store when later: a window
@@ -210,8 +211,8 @@ class _WindowedAggregate(Processor):
         return written
 
     def _flushed(self, stored_key: bytes, start: int, change: Change) -> None:
-        if change.new is None:
-            return  # an expired window's segment dropped: not a result
+        if change.new is None:  # never: the listener takes no deletes (see init)
+            return
         newest, data = split_timestamped(change.new)
         window = TimeWindow(start, start + self._window_ms)
         self.context.forward(
