@@ -27,6 +27,9 @@ from eddyline_runtime.processing.operators.aggregations import (
     add_counts,
     count_one_less,
     count_one_more,
+    merging,
+    reducing,
+    subtracting,
 )
 from eddyline_runtime.processing.operators.joins import (
     JoinSideStoreProcessor,
@@ -414,7 +417,7 @@ class KGroupedStream:
         """Combine each key's values with ``reducer(aggregate, value)``; the first value seeds."""
         return self.aggregate(
             lambda: NO_VALUE,
-            lambda _, value, current: value if current is NO_VALUE else reducer(current, value),
+            reducing(reducer, empty=NO_VALUE),
             store,
             value_serde,
         )
@@ -499,11 +502,7 @@ class TimeWindowedKStream:
         self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
     ) -> KTable:
         """Combine a window's values with ``reducer(aggregate, value)``; the first value seeds."""
-
-        def fold(_key: Any, value: Any, current: Any) -> Any:
-            return value if current is None else reducer(current, value)
-
-        return self.aggregate(lambda: None, fold, store, value_serde)
+        return self.aggregate(lambda: None, reducing(reducer), store, value_serde)
 
     def aggregate(
         self,
@@ -574,14 +573,8 @@ class SessionWindowedKStream:
     ) -> KTable:
         """Combine a session's values with ``reducer(aggregate, value)``; merging two
         sessions reduces the second into the first."""
-
-        def fold(_key: Any, value: Any, current: Any) -> Any:
-            return value if current is None else reducer(current, value)
-
-        def merge(key: Any, aggregate: Any, other: Any) -> Any:
-            return fold(key, other, aggregate)
-
-        return self.aggregate(lambda: None, fold, merge, store, value_serde)
+        fold = reducing(reducer)
+        return self.aggregate(lambda: None, fold, merging(fold), store, value_serde)
 
     def aggregate(
         self,
@@ -831,8 +824,8 @@ class KGroupedTable:
         ``subtractor(aggregate, value)`` for each replaced one."""
         return self.aggregate(
             lambda: None,
-            lambda _k, value, current: value if current is None else adder(current, value),
-            lambda _k, value, current: subtractor(current, value),
+            reducing(adder),
+            subtracting(subtractor),
             store,
             value_serde,
         )

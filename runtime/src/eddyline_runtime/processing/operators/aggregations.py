@@ -31,6 +31,9 @@ from eddyline_runtime.processing.topology import (
 )
 from eddyline_runtime.serde import serialize_all
 
+# (key, value, aggregate) -> the new aggregate; also a merger's (key, aggregate, other).
+Aggregator = Callable[[Any, Any, Any], Any]
+# What a batch step forwards when it forwards nothing.
 NO_ITEMS = Items((), (), ())
 
 
@@ -268,3 +271,32 @@ def count_one_less(_key: Any, _value: Any, count: int) -> int:
 def add_counts(_key: Any, aggregate: Any, other: Any) -> Any:
     """A session ``count``'s merger: two sessions' counts add up."""
     return aggregate + other
+
+
+def reducing(reducer: Callable[[Any, Any], Any], *, empty: Any = None) -> Aggregator:
+    """``reduce`` as an aggregator: the first value seeds the aggregate (``empty``, what
+    the initializer gives, marks a key or window without one yet), each next one is
+    ``reducer(aggregate, value)``."""
+
+    def aggregate(_key: Any, value: Any, current: Any) -> Any:
+        return value if current is empty else reducer(current, value)
+
+    return aggregate
+
+
+def merging(aggregator: Aggregator) -> Aggregator:
+    """A session ``reduce``'s merger: the second session's aggregate folded into the first."""
+
+    def merge(key: Any, aggregate: Any, other: Any) -> Any:
+        return aggregator(key, other, aggregate)
+
+    return merge
+
+
+def subtracting(subtractor: Callable[[Any, Any], Any]) -> Aggregator:
+    """A table ``reduce``'s subtractor as an aggregator: ``subtractor(aggregate, value)``."""
+
+    def subtract(_key: Any, value: Any, current: Any) -> Any:
+        return subtractor(current, value)
+
+    return subtract
