@@ -2,7 +2,8 @@
 
 * ``ports``: free local ports (one, or a run of consecutive ones);
 * ``waiting``: ``wait_for(condition, what, timeout)``, the one poll-until-true;
-* ``word_count``: the word-count topology the runtime tests run, and its config;
+* ``word_count``: the word-count topology every in-process test runs (one definition), its
+  config and input;
 * ``logs``: :class:`~tests.support.logs.PausableLog`, whose standby replay can be held;
 * ``stores``: the ``store_factory`` fixture (real RocksDB stores under ``tmp_path``);
 * ``http_client``: a plain HTTP GET that reports a refused connection as status 0;
@@ -20,8 +21,8 @@
   count on one pod with ``spec.restore`` (the restore-Job e2e tests);
 * ``assignor_groups``: the hypothesis strategies (groups, histories, reported lags) and the
   checks the assignor's property tests share;
-* ``kafka_fake``, ``librdkafka_mock``: the Kafka adapter's fake clients and the hooks
-  into librdkafka's mock cluster.
+* ``kafka``: every Kafka stand-in: real brokers, librdkafka's mock cluster with its
+  C-API hooks (``kafka.mock_cluster``), the adapter's fake clients (``kafka.fake_clients``).
 
 Fixtures are registered once, by ``pytest_plugins`` in ``tests/conftest.py``. A test
 module defines no ``wait_for`` or free-port helper of its own

@@ -6,11 +6,14 @@ The packages inside follow one layering, highest first (checked by ``make lint``
     query                                      the instance's HTTP server and the router
     engine                                     runs topologies: instance, threads, tasks, cache
     processing                                 topology authoring (DSL, Processor API, loader)
+                                               and every DSL operator (processing.operators)
     restore                                    replay (the one replay-start rule), spark, ingest
     state | log                                stores and state on disk | the log port, adapters
     membership > spec | assignor               the published membership, the StreamApp model,
                                                the pure assignor
-    config | metrics | partitions | serde      leaves
+    config | metrics | partitions | serde      leaves; also key_ranges and
+                                               value_and_timestamp, below the stores
+                                               and the operators both
 
 Topology authors import from :mod:`eddyline_runtime.processing`; the operator
 imports only ``spec``, ``config``, ``assignor`` and ``membership``.

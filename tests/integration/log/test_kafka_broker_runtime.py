@@ -32,8 +32,8 @@ from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import ProducerFencedError, Record, TopicSpec
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StreamsBuilder, Topology
 from eddyline_runtime.serde import serde_for
+from tests.support.word_count import word_count
 
 LONGS = serde_for("long")
 LINES = [f"w{i % 7} w{i % 3} w{i % 11}" for i in range(300)]
@@ -48,19 +48,6 @@ def log(kafka_bootstrap: str) -> Iterator[KafkaLog]:
     )
     yield log
     log.close()
-
-
-def word_count() -> Topology:
-    builder = StreamsBuilder()
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count("counts")
-        .to_stream()
-        .to("word-counts", key_serde="string", value_serde="long")
-    )
-    return builder.build()
 
 
 def config(tmp_path: Path, application_id: str, name: str = "state") -> StreamsConfig:

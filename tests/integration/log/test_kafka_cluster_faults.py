@@ -30,29 +30,16 @@ from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StreamsBuilder, Topology
 from eddyline_runtime.serde import serde_for
 from tests.support.kafka.broker import KafkaCluster
 from tests.support.waiting import wait_for
+from tests.support.word_count import word_count
 
 LONGS = serde_for("long")
 PARTITIONS = 2
 LINES_PER_BATCH = 10
 APPLICATION = "wc3"
 TASKS = [f"{sub}_{partition}" for sub in (0, 1) for partition in range(PARTITIONS)]
-
-
-def word_count() -> Topology:
-    builder = StreamsBuilder()
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count("counts")
-        .to_stream()
-        .to("word-counts", key_serde="string", value_serde="long")
-    )
-    return builder.build()
 
 
 def batch_lines(batch: int) -> list[str]:

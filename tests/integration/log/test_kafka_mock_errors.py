@@ -24,13 +24,13 @@ from eddyline_runtime.log import (
 )
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
-from tests.support.kafka.mock_cluster import MockCluster
-from tests.support.librdkafka_mock import (
+from tests.support.kafka.mock_cluster import (
     ADD_OFFSETS_TO_TXN,
     END_TXN,
     FETCH,
     INIT_PRODUCER_ID,
     PRODUCE,
+    MockCluster,
     MockControl,
 )
 

@@ -28,10 +28,9 @@ from eddyline_runtime.log import Record, TopicSpec
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.log.kafka_settings import kafka_log_settings
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import StreamsBuilder, Topology
 from eddyline_runtime.serde import serde_for
-from tests.support.kafka.mock_cluster import MockCluster
-from tests.support.librdkafka_mock import MockControl
+from tests.support.kafka.mock_cluster import MockCluster, MockControl
+from tests.support.word_count import word_count
 
 LONGS = serde_for("long")
 LINES = ["a b a", "b a c", "a a a", "c b"]
@@ -72,19 +71,6 @@ def log(cluster: tuple[MockCluster, MockControl]) -> Iterator[MockClusterLog]:
     log = MockClusterLog(*cluster, prefix=f"runtime{next(_runs)}.")
     yield log
     log.close()
-
-
-def word_count() -> Topology:
-    builder = StreamsBuilder()
-    (
-        builder.stream("lines", value_serde="string")
-        .flat_map_values(str.split)
-        .group_by(lambda _, word: word, value_serde="string")
-        .count("counts")
-        .to_stream()
-        .to("word-counts", key_serde="string", value_serde="long")
-    )
-    return builder.build()
 
 
 def config(tmp_path: Path, guarantee: str = "at_least_once") -> StreamsConfig:

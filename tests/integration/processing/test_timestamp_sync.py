@@ -1,6 +1,6 @@
 """KIP-695 through the runtime: a StreamsInstance's task over two co-partitioned inputs.
 
-The unit tests (tests/unit/processing/test_partition_group.py) drive a
+The unit tests (tests/unit/engine/test_partition_group.py) drive a
 PartitionGroup by hand. Here a real instance fetches, processes and commits
 on its stream thread, and each ``max.task.idle.ms`` regime shows in what an
 application can observe: the order of the outputs, when they appear, and the

@@ -1,1 +1,3 @@
-"""Kafka for the tests: real brokers (broker.py, plugin.py) and librdkafka's mock cluster."""
+"""Kafka for the tests, every stand-in in one place: real brokers (broker.py, plugin.py),
+librdkafka's mock cluster and its C-API hooks (mock_cluster.py), and fake confluent-kafka
+clients at the adapter's boundary (fake_clients.py)."""

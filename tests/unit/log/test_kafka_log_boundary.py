@@ -25,7 +25,7 @@ from eddyline_runtime.log import (
     UnknownTopicError,
 )
 from eddyline_runtime.partitions import TopicPartition
-from tests.support.kafka_fake import FakeBroker, fake_log, kafka_error
+from tests.support.kafka.fake_clients import FakeBroker, fake_log, kafka_error
 
 OUT = TopicPartition("out", 0)
 OUT_1 = TopicPartition("out", 1)

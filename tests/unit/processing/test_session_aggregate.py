@@ -230,3 +230,37 @@ def test_a_cached_scan_merges_dirty_entries_without_flushing(
     store.flush()
     assert forwarded == [b"b", b"c", b"a"]
     assert list(store.scan(KeyRange())) == [(b"b", b"dirty"), (b"c", b"dirty")]
+
+
+def test_session_reduce_folds_values_and_a_bridging_record_merges_two_sessions(
+    store_factory: StoreFactory,
+) -> None:
+    builder = StreamsBuilder()
+    (
+        builder.stream("topic", key_serde="string", value_serde="string")
+        .group_by_key()
+        # A day of grace keeps the first session in the store until the bridge comes.
+        .windowed_by(SessionWindows.of_inactivity_gap_with_grace(GAP, DAY))
+        .reduce(lambda joined, word: f"{joined}+{word}", STORE, value_serde="string")
+        .to_stream()
+        .map(lambda key, value: (str(key), value))
+        .to("output", key_serde="string", value_serde="string")
+    )
+    topology = builder.build()
+    (sub,) = topology.subtopologies()
+    task = TaskTopology(topology, sub, 0, {STORE: store_factory(STORE)})
+    for timestamp, word in ((0, "a"), (GAP * 2, "b"), (GAP, "bridge")):
+        task.process("topic", b"k", word.encode(), timestamp, partition=0)
+    outputs = [
+        (o.key.decode() if o.key else None, o.value.decode() if o.value else None, o.timestamp)
+        for o in task.drain_outputs()
+    ]
+    assert outputs == [
+        ("[k@0/0]", "a", 0),
+        (f"[k@{GAP * 2}/{GAP * 2}]", "b", GAP * 2),
+        # The bridge removes both sessions, then writes the merged one: the first
+        # session's value, the second's reduced into it, then the bridging record.
+        ("[k@0/0]", None, 0),
+        (f"[k@{GAP * 2}/{GAP * 2}]", None, GAP * 2),
+        (f"[k@0/{GAP * 2}]", "a+b+bridge", GAP * 2),
+    ]

@@ -31,7 +31,7 @@ from eddyline_runtime.state.window_layout import (
     session_key,
     window_key,
 )
-from eddyline_runtime.state.window_store import SessionStore, WindowStore
+from eddyline_runtime.state.window_store import SegmentedSessionStore, SegmentedWindowStore
 from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-windows-changelog", 0)
@@ -39,7 +39,7 @@ CHANGELOG = TopicPartition("app-windows-changelog", 0)
 RETENTION = Retention.of(1000, 500)
 
 
-def windows(store: WindowStore, key: bytes, lo: int, hi: int) -> list[tuple[int, bytes]]:
+def windows(store: SegmentedWindowStore, key: bytes, lo: int, hi: int) -> list[tuple[int, bytes]]:
     return list(store.fetch_range(key, lo, hi))
 
 
@@ -76,7 +76,7 @@ def test_retention_as_kafka_streams_computes_it() -> None:
 
 
 def test_several_windows_per_key_fetch_bounds_inclusive(store_factory: StoreFactory) -> None:
-    store = WindowStore(store_factory(), Retention.of(10_000, 500))
+    store = SegmentedWindowStore(store_factory(), Retention.of(10_000, 500))
     for start in (0, 100, 200, 600, 1100):
         store.put(b"a", start, f"a@{start}".encode())
     store.put(b"b", 100, b"b@100")
@@ -101,7 +101,7 @@ def test_several_windows_per_key_fetch_bounds_inclusive(store_factory: StoreFact
 
 
 def test_keys_sharing_a_prefix_do_not_mix(store_factory: StoreFactory) -> None:
-    store = WindowStore(store_factory(), RETENTION)
+    store = SegmentedWindowStore(store_factory(), RETENTION)
     # b"a" + 8 bytes of a start sorts inside b"a"'s own range of windows.
     longer = b"a" + (150).to_bytes(8, "big")
     store.put(b"a", 100, b"short")
@@ -112,7 +112,7 @@ def test_keys_sharing_a_prefix_do_not_mix(store_factory: StoreFactory) -> None:
 
 
 def test_put_none_deletes_a_window(store_factory: StoreFactory) -> None:
-    store = WindowStore(store_factory(), RETENTION)
+    store = SegmentedWindowStore(store_factory(), RETENTION)
     store.put(b"a", 100, b"1")
     store.put(b"a", 100, None)
     assert store.fetch(b"a", 100) is None
@@ -123,7 +123,7 @@ def test_retention_drops_whole_segments_and_hides_expired_windows(
     store_factory: StoreFactory,
 ) -> None:
     backing = store_factory()
-    store = WindowStore(backing, RETENTION)
+    store = SegmentedWindowStore(backing, RETENTION)
     for start in (0, 400, 600, 999):
         store.put(b"k", start, b"v")
     assert store.observed_stream_time == 999
@@ -150,7 +150,7 @@ def test_retention_drops_whole_segments_and_hides_expired_windows(
 
 def test_uncommitted_windows_isolation_and_budget(store_factory: StoreFactory) -> None:
     backing = store_factory()
-    store = WindowStore(backing, RETENTION)
+    store = SegmentedWindowStore(backing, RETENTION)
     committed = store.reader(IsolationLevel.READ_COMMITTED)
     uncommitted = store.reader(IsolationLevel.READ_UNCOMMITTED)
     store.put(b"k", 100, b"one")
@@ -176,7 +176,7 @@ def test_crash_keeps_committed_windows_drops_the_open_transaction(
 ) -> None:
     directory = tmp_path / "windows"
     backing = store_factory("windows", directory=directory)
-    store = WindowStore(backing, RETENTION)
+    store = SegmentedWindowStore(backing, RETENTION)
     for start in (600, 999, 1600):
         store.put(b"k", start, b"c")
     backing.commit({CHANGELOG: 2})
@@ -186,7 +186,7 @@ def test_crash_keeps_committed_windows_drops_the_open_transaction(
 
     reopened_backing = store_factory("windows", directory=directory)
     assert reopened_backing.committed_offset(CHANGELOG) == 2
-    reopened = WindowStore(reopened_backing, RETENTION)
+    reopened = SegmentedWindowStore(reopened_backing, RETENTION)
     # Observed stream time comes back from the newest segment: 600 stays expired.
     assert reopened.observed_stream_time == 1600
     assert list(reopened.fetch_range(b"k", 0, 5000)) == [(999, b"c"), (1600, b"c")]
@@ -199,13 +199,13 @@ def test_reopen_with_another_segment_interval_is_refused(
 ) -> None:
     directory = tmp_path / "windows"
     backing = store_factory("windows", directory=directory)
-    store = WindowStore(backing, Retention.of(1000, 500))
+    store = SegmentedWindowStore(backing, Retention.of(1000, 500))
     store.put(b"k", 700, b"v")
     store.put(b"k", 900, b"v")
     backing.commit({})
     backing.close()
     for other in (Retention.of(1000, 300), Retention.of(1000, 250)):
-        reopened = WindowStore(store_factory("windows", directory=directory), other)
+        reopened = SegmentedWindowStore(store_factory("windows", directory=directory), other)
         with pytest.raises(StateStoreError, match="written with another retention"):
             reopened.fetch(b"k", 700)
         reopened._backing.close()  # type: ignore[attr-defined]
@@ -215,11 +215,11 @@ def test_a_key_value_store_is_not_read_as_windows(store_factory: StoreFactory) -
     backing = store_factory()
     backing.put(b"word", b"3")
     with pytest.raises(StateStoreError, match="not a window or session store key"):
-        WindowStore(backing, RETENTION).fetch(b"word", 0)
+        SegmentedWindowStore(backing, RETENTION).fetch(b"word", 0)
 
 
 def test_negative_timestamps_are_refused_with_the_store_named(store_factory: StoreFactory) -> None:
-    store = WindowStore(store_factory("w"), RETENTION)
+    store = SegmentedWindowStore(store_factory("w"), RETENTION)
     with pytest.raises(InvalidArgumentError, match='"w": window start -1'):
         store.put(b"k", -1, b"v")
 
@@ -254,7 +254,7 @@ def test_changelog_replayed_into_a_plain_store_is_byte_for_byte(
     store_factory: StoreFactory,
 ) -> None:
     logged = _Logged(store_factory("active"))
-    store = WindowStore(logged, RETENTION)
+    store = SegmentedWindowStore(logged, RETENTION)
     for start, key in ((0, b"a"), (300, b"b"), (700, b"a"), (1200, b"c"), (1900, b"a")):
         store.put(key, start, f"{key!r}{start}".encode())
     store.put(b"c", 1200, None)
@@ -263,14 +263,14 @@ def test_changelog_replayed_into_a_plain_store_is_byte_for_byte(
     replica.restore_batch(logged.changelog, {CHANGELOG: len(logged.changelog) - 1})
     assert list(replica.all()) == list(logged.store.all())
     # The replayed bytes read back as the same windows.
-    assert list(WindowStore(replica, RETENTION).all()) == list(store.all())
+    assert list(SegmentedWindowStore(replica, RETENTION).all()) == list(store.all())
 
 
 # -- session store ---------------------------------------------------------------------
 
 
 def test_sessions_found_by_overlap_for_merging(store_factory: StoreFactory) -> None:
-    store = SessionStore(store_factory(), Retention.of(10_000, 500))
+    store = SegmentedSessionStore(store_factory(), Retention.of(10_000, 500))
     store.put(b"u", 0, 100, b"s1")
     store.put(b"u", 300, 450, b"s2")
     store.put(b"u", 700, 700, b"s3")
@@ -299,7 +299,7 @@ def test_sessions_found_by_overlap_for_merging(store_factory: StoreFactory) -> N
 
 def test_sessions_expire_by_their_end(store_factory: StoreFactory) -> None:
     backing = store_factory()
-    store = SessionStore(backing, RETENTION)
+    store = SegmentedSessionStore(backing, RETENTION)
     store.put(b"u", 0, 450, b"old")
     store.put(b"u", 100, 700, b"long")
     store.put(b"u", 1500, 1600, b"new")  # min live 601
@@ -313,7 +313,7 @@ def test_sessions_expire_by_their_end(store_factory: StoreFactory) -> None:
 def test_session_isolation_and_reopen(store_factory: StoreFactory, tmp_path: Path) -> None:
     directory = tmp_path / "sessions"
     backing = store_factory("sessions", directory=directory)
-    store = SessionStore(backing, RETENTION)
+    store = SegmentedSessionStore(backing, RETENTION)
     committed = store.reader(IsolationLevel.READ_COMMITTED)
     store.put(b"u", 10, 20, b"a")
     assert list(committed.fetch(b"u")) == []
@@ -323,6 +323,6 @@ def test_session_isolation_and_reopen(store_factory: StoreFactory, tmp_path: Pat
     store.remove(b"u", 10, 20)
     store.put(b"u", 10, 40, b"merged")
     backing.close()
-    reopened = SessionStore(store_factory("sessions", directory=directory), RETENTION)
+    reopened = SegmentedSessionStore(store_factory("sessions", directory=directory), RETENTION)
     assert list(reopened.fetch(b"u")) == [(b"u", 10, 20, b"a")]
     assert reopened.observed_stream_time == 20

@@ -11,7 +11,9 @@ From the top down (an import contract layers these modules):
   wait), ``record_collector`` (outputs to partitions, at-least-once sends) and
   ``thread_metrics``;
 * ``task`` (an active task and its commit), ``task_topology`` (a sub-topology
-  on one partition), ``task_store`` and ``record_cache`` (KIP-63),
+  on one partition: it runs the processors its nodes' suppliers give and never
+  asks what kind of operation one is), ``task_windows`` (a task's window and
+  session stores), ``task_store`` and ``record_cache`` (KIP-63),
   ``partition_group`` (KIP-695), ``topics`` (physical topics and changelogs),
   ``queryable`` (what the instance tells interactive queries, KIP-535).
 

@@ -19,7 +19,6 @@ from eddyline_runtime.errors import InvalidArgumentError
 from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.processing.topology import Topology
-from eddyline_runtime.processing.windows import SlidingWindowedAggregation, WindowedAggregation
 from eddyline_runtime.restore.replay.lag import LagInfo
 from eddyline_runtime.state import (
     DetachedSessionReader,
@@ -121,11 +120,4 @@ def windowed_store_shape(topology: Topology, store: str) -> WindowedStoreShape |
     retention = Retention.of(spec.retention_ms)
     if spec.session_retention_ms is not None:
         return WindowedStoreShape(store, "session", retention, None, False)
-    for node in topology.nodes.values():
-        operator = node.operator
-        if (
-            isinstance(operator, WindowedAggregation | SlidingWindowedAggregation)
-            and operator.store == store
-        ):
-            return WindowedStoreShape(store, "window", retention, operator.windows.size_ms, True)
-    return WindowedStoreShape(store, "window", retention, None, False)
+    return WindowedStoreShape(store, "window", retention, spec.window_size_ms, spec.timestamped)

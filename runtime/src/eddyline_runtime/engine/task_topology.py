@@ -44,7 +44,7 @@ from itertools import repeat
 from typing import Any, Final
 
 from eddyline_runtime.engine.task_store import TaskStore
-from eddyline_runtime.engine.window_aggregate import build_operator
+from eddyline_runtime.engine.task_windows import TaskSessionStore, TaskWindowStore
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.metrics import Sensor
@@ -63,7 +63,7 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.serde import deserialize_all, serde_for, serialize_all
-from eddyline_runtime.state import Retention, SessionStore, StateStore, WindowStore
+from eddyline_runtime.state import Retention, StateStore
 
 # Stream time before the task has processed a record (Kafka's RecordQueue.UNKNOWN).
 UNKNOWN_STREAM_TIME: Final = -1
@@ -155,7 +155,7 @@ class _Context:
         finally:
             task.record_context = saved
 
-    def get_state_store(self, name: str) -> TaskStore | WindowStore | SessionStore:
+    def get_state_store(self, name: str) -> TaskStore | TaskWindowStore | TaskSessionStore:
         if name not in self._node.stores:
             attached = ", ".join(self._node.stores) or "none"
             raise TopologyError(
@@ -176,6 +176,9 @@ class _Context:
 
     def commit(self) -> None:
         self._task.commit_requested = True
+
+    def record_dropped(self) -> None:
+        self._task.record_dropped()
 
     @property
     def timestamp(self) -> int:
@@ -231,23 +234,14 @@ class TaskTopology:
             else TaskStore(store, changelog=None, cache=None, cache_name=name)
             for name, store in stores.items()
         }
-        # Window and session stores are views over their task store (state.window_store);
-        # expired segments are dropped through the record cache, so it is flushed first.
+        # Window and session stores are views over their task store (engine.task_windows).
         self.window_stores = {
-            name: WindowStore(
-                self.stores[name],
-                Retention.of(spec.window_retention_ms),
-                before_drop=self.stores[name].flush,
-            )
+            name: TaskWindowStore(self.stores[name], Retention.of(spec.window_retention_ms))
             for name, spec in topology.stores.items()
             if name in self.stores and spec.window_retention_ms is not None
         }
         self.session_stores = {
-            name: SessionStore(
-                self.stores[name],
-                Retention.of(spec.session_retention_ms),
-                before_drop=self.stores[name].flush,
-            )
+            name: TaskSessionStore(self.stores[name], Retention.of(spec.session_retention_ms))
             for name, spec in topology.stores.items()
             if name in self.stores and spec.session_retention_ms is not None
         }
@@ -283,17 +277,9 @@ class TaskTopology:
             store.bind(self)  # cached writes keep the context of the record that made them
         self._processors: dict[str, Processor] = {}
         for node in self._nodes.values():
-            if node.kind == "processor" and node.supplier is not None:
-                processor = node.supplier()
-            elif node.kind == "processor" and node.operator is not None:
-                processor = build_operator(
-                    node.operator,
-                    {**self.window_stores, **self.session_stores},
-                    self.stores,
-                    self.record_dropped,
-                )
-            else:
+            if node.kind != "processor" or node.supplier is None:
                 continue
+            processor = node.supplier()
             processor.init(_Context(self, node))
             self._processors[node.name] = processor
         # Source topic -> its batch path, for the sources whose whole subtree is one chain

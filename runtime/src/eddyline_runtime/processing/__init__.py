@@ -9,7 +9,8 @@ A topology author imports from here and nowhere else: build a
 The engine that runs a topology is :mod:`eddyline_runtime.engine`; restoration
 is :mod:`eddyline_runtime.restore`. This package imports neither, nor the
 stores or the log (an import contract holds it), so what authors see never
-depends on how it is run.
+depends on how it is run. Every processor the DSL builds is in
+:mod:`.operators`, by kind; :mod:`.dsl` only builds nodes.
 """
 
 from eddyline_runtime.processing.dsl import (
@@ -25,7 +26,13 @@ from eddyline_runtime.processing.dsl import (
     WindowedKTable,
 )
 from eddyline_runtime.processing.joins import JoinWindows
-from eddyline_runtime.processing.tables import TableChange
+from eddyline_runtime.processing.operators.stores import (
+    KeyValueStore,
+    SessionStore,
+    TimestampedKeyValueStore,
+    WindowStore,
+)
+from eddyline_runtime.processing.operators.tables import TableChange
 from eddyline_runtime.processing.topology import (
     Cancellable,
     Change,
@@ -40,7 +47,6 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.processing.windows import (
-    SessionStore,
     SessionWindow,
     SessionWindowedSerde,
     SessionWindows,
@@ -50,7 +56,6 @@ from eddyline_runtime.processing.windows import (
     TimeWindowedSerde,
     TimeWindows,
     Windowed,
-    WindowStore,
 )
 from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, Serde, StringSerde
 
@@ -67,6 +72,7 @@ __all__ = [
     "KGroupedTable",
     "KStream",
     "KTable",
+    "KeyValueStore",
     "LongSerde",
     "Processor",
     "ProcessorContext",
@@ -90,6 +96,7 @@ __all__ = [
     "TimeWindowedKStream",
     "TimeWindowedSerde",
     "TimeWindows",
+    "TimestampedKeyValueStore",
     "Topology",
     "TopologyError",
     "WindowStore",

@@ -15,24 +15,50 @@ as Kafka longs).
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from itertools import chain, compress, repeat
-from operator import is_, length_hint
+from functools import partial
 from typing import Any, overload
 
-from eddyline_runtime.processing.joins import (
+from eddyline_runtime.processing.joins import JoinWindows, ValueJoiner
+from eddyline_runtime.processing.operators.aggregations import (
+    NO_VALUE,
+    AggregateProcessor,
+    add_counts,
+    count_one_less,
+    count_one_more,
+    merging,
+    reducing,
+    subtracting,
+)
+from eddyline_runtime.processing.operators.joins import (
+    JoinSideStoreProcessor,
     JoinWindowBuffer,
-    JoinWindows,
+    JoinWindowBufferProcessor,
     StreamStreamJoin,
+    StreamStreamJoinProcessor,
     StreamTableJoin,
+    StreamTableJoinProcessor,
     TableTableJoin,
-    ValueJoiner,
+    TableTableJoinProcessor,
     join_store_names,
 )
-from eddyline_runtime.processing.tables import (
-    JoinSideStoreProcessor,
+from eddyline_runtime.processing.operators.stream_steps import (
+    FORWARD_STEP,
+    PassThrough,
+    SplitProcessor,
+    Step,
+    StepProcessor,
+    filter_step,
+    flat_map_step,
+    flat_map_values_step,
+    map_step,
+    map_values_step,
+    peek_step,
+    select_key_step,
+)
+from eddyline_runtime.processing.operators.suppress import FinalResults, FinalResultsProcessor
+from eddyline_runtime.processing.operators.tables import (
     OldValues,
     TableAggregateProcessor,
     TableFilterProcessor,
@@ -42,35 +68,27 @@ from eddyline_runtime.processing.tables import (
     TableSourceProcessor,
     TableToStreamProcessor,
 )
+from eddyline_runtime.processing.operators.windowed import (
+    SessionAggregateProcessor,
+    SessionWindowedAggregation,
+    SlidingWindowAggregateProcessor,
+    SlidingWindowedAggregation,
+    WindowAggregateProcessor,
+    WindowedAggregation,
+)
 from eddyline_runtime.processing.topology import (
-    BatchProcessor,
-    Change,
-    Items,
     Processor,
-    ProcessorContext,
-    RecordFailedError,
     StoreSpec,
     Topology,
     TopologyError,
 )
 from eddyline_runtime.processing.windows import (
-    FinalResults,
-    SessionWindowedAggregation,
     SessionWindows,
-    SlidingWindowedAggregation,
     SlidingWindows,
     Suppressed,
     TimeWindows,
-    WindowedAggregation,
 )
-from eddyline_runtime.serde import serde_for, serialize_all
-
-
-def _failed_index(items: Items, source: Iterator[Any]) -> int:
-    """The input record index of the item a user function failed on, while
-    ``source`` (an iterator over one of the columns) fed it: the last one taken."""
-    taken = len(items.keys) - length_hint(source)
-    return items.indices[taken - 1] if taken else -1
+from eddyline_runtime.serde import serde_for
 
 
 class StreamsBuilder:
@@ -134,103 +152,22 @@ class KStream:
         self._rekeyed = False
 
     def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
-        def batch(items: Items) -> Items:
-            # The user's function is called from C, once per item; no Python frame besides.
-            source = iter(items.values)
-            try:
-                values = list(map(mapper, source))
-            except Exception as exc:
-                raise RecordFailedError(_failed_index(items, source), exc) from exc
-            return Items(items.keys, values, items.indices)
-
-        return self._then("KSTREAM-MAPVALUES", lambda k, v, emit: emit(k, mapper(v)), batch)
+        return self._then("KSTREAM-MAPVALUES", map_values_step(mapper))
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
-        def batch(items: Items) -> Items:
-            keys: list[Any] = []
-            values: list[Any] = []
-            add_key, add_value, i = keys.append, values.append, -1
-            try:
-                for k, v, i in zip(*items, strict=True):  # noqa: B007 - i names a failure
-                    new_key, new_value = mapper(k, v)
-                    add_key(new_key)
-                    add_value(new_value)
-            except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
-            return Items(keys, values, items.indices)
-
-        return self._then("KSTREAM-MAP", lambda k, v, emit: emit(*mapper(k, v)), batch)._rekey()
+        return self._then("KSTREAM-MAP", map_step(mapper))._rekey()
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
-        def batch(items: Items) -> Items:
-            source = iter(items.keys)
-            try:
-                kept = list(map(bool, map(predicate, source, items.values)))
-            except Exception as exc:
-                raise RecordFailedError(_failed_index(items, source), exc) from exc
-            return Items(*(list(compress(column, kept)) for column in items))
-
-        return self._then(
-            "KSTREAM-FILTER", lambda k, v, emit: emit(k, v) if predicate(k, v) else None, batch
-        )
+        return self._then("KSTREAM-FILTER", filter_step(predicate))
 
     def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> KStream:
-        def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
-            for new_key, new_value in mapper(k, v):
-                emit(new_key, new_value)
-
-        def batch(items: Items) -> Items:
-            keys: list[Any] = []
-            values: list[Any] = []
-            indices: list[int] = []
-            add_key, add_value, add_index, i = keys.append, values.append, indices.append, -1
-            try:
-                for k, v, i in zip(*items, strict=True):
-                    for new_key, new_value in mapper(k, v):
-                        add_key(new_key)
-                        add_value(new_value)
-                        add_index(i)
-            except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
-            return Items(keys, values, indices)
-
-        return self._then("KSTREAM-FLATMAP", each, batch)._rekey()
+        return self._then("KSTREAM-FLATMAP", flat_map_step(mapper))._rekey()
 
     def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
-        def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
-            for new_value in mapper(v):
-                emit(k, new_value)
-
-        def batch(items: Items) -> Items:
-            source = iter(items.values)
-            try:
-                # Each record's values (a list, whatever iterable the mapper returned).
-                parts = list(map(list, map(mapper, source)))
-            except Exception as exc:
-                raise RecordFailedError(_failed_index(items, source), exc) from exc
-            sizes = list(map(len, parts))
-            return Items(
-                list(chain.from_iterable(map(repeat, items.keys, sizes))),
-                list(chain.from_iterable(parts)),
-                list(chain.from_iterable(map(repeat, items.indices, sizes))),
-            )
-
-        return self._then("KSTREAM-FLATMAPVALUES", each, batch)
+        return self._then("KSTREAM-FLATMAPVALUES", flat_map_values_step(mapper))
 
     def peek(self, action: Callable[[Any, Any], None]) -> KStream:
-        def each(k: Any, v: Any, emit: Callable[[Any, Any], None]) -> None:
-            action(k, v)
-            emit(k, v)
-
-        def batch(items: Items) -> Items:
-            source = iter(items.keys)
-            try:
-                deque(map(action, source, items.values), maxlen=0)  # run it, keep nothing
-            except Exception as exc:
-                raise RecordFailedError(_failed_index(items, source), exc) from exc
-            return items
-
-        return self._then("KSTREAM-PEEK", each, batch)
+        return self._then("KSTREAM-PEEK", peek_step(action))
 
     def to(
         self, topic: str, *, key_serde: str | None = None, value_serde: str | None = None
@@ -353,23 +290,12 @@ class KStream:
     def select_key(self, mapper: Callable[[Any, Any], Any]) -> KStream:
         """Re-key each record with ``mapper(key, value)`` (no repartition: call
         ``repartition`` before a join or aggregation that needs the new key's partition)."""
-
-        def batch(items: Items) -> Items:
-            source = iter(items.keys)
-            try:
-                keys = list(map(mapper, source, items.values))
-            except Exception as exc:
-                raise RecordFailedError(_failed_index(items, source), exc) from exc
-            return Items(keys, items.values, items.indices)
-
-        return self._then(
-            "KSTREAM-KEY-SELECT", lambda k, v, emit: emit(mapper(k, v), v), batch
-        )._rekey()
+        return self._then("KSTREAM-KEY-SELECT", select_key_step(mapper))._rekey()
 
     def merge(self, other: KStream) -> KStream:
         """Both streams' records in one stream, in the order the task processes them."""
         name = self._builder._name("KSTREAM-MERGE")
-        self._builder.topology.add_processor(name, _PassThrough, self._node, other._node)
+        self._builder.topology.add_processor(name, PassThrough, self._node, other._node)
         merged = KStream(self._builder, name, self._key_serde)
         merged._rekeyed = self._rekeyed or other._rekeyed
         return merged
@@ -447,18 +373,7 @@ class KStream:
         The topic is ``<repartition_name>-repartition`` (Kafka Streams' ``Grouped.as``), else
         named after a generated node name, which shifts when a topology change adds nodes
         before it: records still in the old topic at such an upgrade would never be read."""
-
-        def batch(items: Items) -> Items:
-            source = iter(items.keys)
-            try:
-                keys = list(map(selector, source, items.values))
-            except Exception as exc:
-                raise RecordFailedError(_failed_index(items, source), exc) from exc
-            return Items(keys, items.values, items.indices)
-
-        rekeyed = self._then(
-            "KSTREAM-KEY-SELECT", lambda k, v, emit: emit(selector(k, v), v), batch
-        )
+        rekeyed = self._then("KSTREAM-KEY-SELECT", select_key_step(selector))
         builder = self._builder
         generated = builder._name("KSTREAM-AGGREGATE-STATE-STORE")
         topic = f"{repartition_name or generated}-repartition"
@@ -474,9 +389,9 @@ class KStream:
         builder.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
         return KGroupedStream(builder, source, key_serde)
 
-    def _then(self, prefix: str, step: _Step, batch: _BatchStep | None = None) -> KStream:
+    def _then(self, prefix: str, step: Step) -> KStream:
         name = self._builder._name(prefix)
-        self._builder.topology.add_processor(name, lambda: _StepProcessor(step, batch), self._node)
+        self._builder.topology.add_processor(name, partial(StepProcessor, step), self._node)
         stream = KStream(self._builder, name, self._key_serde)
         stream._rekeyed = self._rekeyed
         return stream
@@ -494,15 +409,15 @@ class KGroupedStream:
 
     def count(self, store: str) -> KTable:
         """Count records per key in ``store`` (as Kafka longs); forwards each new count."""
-        return self.aggregate(lambda: 0, _count_one_more, store, "long")
+        return self.aggregate(lambda: 0, count_one_more, store, "long")
 
     def reduce(
         self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
     ) -> KTable:
         """Combine each key's values with ``reducer(aggregate, value)``; the first value seeds."""
         return self.aggregate(
-            lambda: _NO_VALUE,
-            lambda _, value, current: value if current is _NO_VALUE else reducer(current, value),
+            lambda: NO_VALUE,
+            reducing(reducer, empty=NO_VALUE),
             store,
             value_serde,
         )
@@ -519,7 +434,7 @@ class KGroupedStream:
         keys, values = serde_for(self._key_serde), serde_for(value_serde)
         self._builder.topology.add_processor(
             name,
-            lambda: _AggregateProcessor(store, keys, values, initializer, aggregator),
+            lambda: AggregateProcessor(store, keys, values, initializer, aggregator),
             self._node,
         )
         self._builder.topology.add_state_store(
@@ -581,17 +496,13 @@ class TimeWindowedKStream:
 
     def count(self, store: str) -> KTable:
         """Records per key and window (Kafka longs)."""
-        return self.aggregate(lambda: 0, _count_one_more, store, "long")
+        return self.aggregate(lambda: 0, count_one_more, store, "long")
 
     def reduce(
         self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
     ) -> KTable:
         """Combine a window's values with ``reducer(aggregate, value)``; the first value seeds."""
-
-        def fold(_key: Any, value: Any, current: Any) -> Any:
-            return value if current is None else reducer(current, value)
-
-        return self.aggregate(lambda: None, fold, store, value_serde)
+        return self.aggregate(lambda: None, reducing(reducer), store, value_serde)
 
     def aggregate(
         self,
@@ -611,13 +522,17 @@ class TimeWindowedKStream:
         operation = WindowedAggregation(
             store, self._windows, initializer, aggregator, self._key_serde, value_serde
         )
-        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_processor(
+            name, partial(WindowAggregateProcessor, operation), self._node
+        )
         builder.topology.add_state_store(
             StoreSpec(
                 store,
                 key_serde=self._key_serde,
                 value_serde=value_serde,
                 window_retention_ms=self._windows.retention_ms,
+                window_size_ms=self._windows.size_ms,
+                timestamped=True,
             ),
             name,
         )
@@ -651,21 +566,15 @@ class SessionWindowedKStream:
 
     def count(self, store: str) -> KTable:
         """Records per key and session (Kafka longs)."""
-        return self.aggregate(lambda: 0, _count_one_more, _add, store, "long")
+        return self.aggregate(lambda: 0, count_one_more, add_counts, store, "long")
 
     def reduce(
         self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
     ) -> KTable:
         """Combine a session's values with ``reducer(aggregate, value)``; merging two
         sessions reduces the second into the first."""
-
-        def fold(_key: Any, value: Any, current: Any) -> Any:
-            return value if current is None else reducer(current, value)
-
-        def merge(key: Any, aggregate: Any, other: Any) -> Any:
-            return fold(key, other, aggregate)
-
-        return self.aggregate(lambda: None, fold, merge, store, value_serde)
+        fold = reducing(reducer)
+        return self.aggregate(lambda: None, fold, merging(fold), store, value_serde)
 
     def aggregate(
         self,
@@ -687,7 +596,9 @@ class SessionWindowedKStream:
         operation = SessionWindowedAggregation(
             store, self._windows, initializer, aggregator, merger, self._key_serde, value_serde
         )
-        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_processor(
+            name, partial(SessionAggregateProcessor, operation), self._node
+        )
         builder.topology.add_state_store(
             StoreSpec(
                 store,
@@ -704,11 +615,6 @@ class SessionWindowedKStream:
             close_after_ms=wait,
         )  # fmt: skip
         return table._final_results(store) if self._emit_final else table
-
-
-def _add(_key: Any, aggregate: Any, other: Any) -> Any:
-    """``count``'s merger: two sessions' counts add up."""
-    return aggregate + other
 
 
 class KTable:
@@ -738,9 +644,7 @@ class KTable:
         if self._old_values is not None:  # a table forwarding changes: their new values
             self._builder.topology.add_processor(name, TableToStreamProcessor, self._node)
             return KStream(self._builder, name, self.key_serde)
-        self._builder.topology.add_processor(
-            name, lambda: _StepProcessor(lambda k, v, emit: emit(k, v), _same), self._node
-        )
+        self._builder.topology.add_processor(name, partial(StepProcessor, FORWARD_STEP), self._node)
         return KStream(self._builder, name, self.key_serde)
 
     def filter(
@@ -907,7 +811,7 @@ class KGroupedTable:
 
     def count(self, store: str) -> KTable:
         """Rows per group (Kafka longs)."""
-        return self.aggregate(lambda: 0, _count_one_more, _count_one_less, store, "long")
+        return self.aggregate(lambda: 0, count_one_more, count_one_less, store, "long")
 
     def reduce(
         self,
@@ -920,8 +824,8 @@ class KGroupedTable:
         ``subtractor(aggregate, value)`` for each replaced one."""
         return self.aggregate(
             lambda: None,
-            lambda _k, value, current: value if current is None else adder(current, value),
-            lambda _k, value, current: subtractor(current, value),
+            reducing(adder),
+            subtracting(subtractor),
             store,
             value_serde,
         )
@@ -977,7 +881,7 @@ class BranchedKStream:
         self._node = self._builder._name("KSTREAM-SPLIT")
         routes = self._routes
         self._builder.topology.add_processor(
-            self._node, lambda: _SplitProcessor(routes), stream._node
+            self._node, lambda: SplitProcessor(routes), stream._node
         )
         self._branches: dict[str, KStream] = {}
 
@@ -997,29 +901,9 @@ class BranchedKStream:
     def _add(self, predicate: Callable[[Any, Any], bool] | None, name: str) -> None:
         if name in self._branches:
             raise TopologyError(f'split: a branch named "{name}" already exists')
-        self._builder.topology.add_processor(name, _PassThrough, self._node)
+        self._builder.topology.add_processor(name, PassThrough, self._node)
         self._routes.append((predicate, name))
         self._branches[name] = KStream(self._builder, name, self._key_serde)
-
-
-class _SplitProcessor(Processor):
-    def __init__(self, routes: list[tuple[Callable[[Any, Any], bool] | None, str]]) -> None:
-        self._routes = routes
-
-    def process(self, key: Any, value: Any) -> None:
-        for predicate, child in self._routes:
-            if predicate is None or predicate(key, value):
-                self.context.forward(key, value, to=child)
-                return
-
-
-class _PassThrough(Processor):
-    def process(self, key: Any, value: Any) -> None:
-        self.context.forward(key, value)
-
-
-def _count_one_less(_key: Any, _value: Any, count: int) -> int:
-    return count - 1
 
 
 def _stream_table_join(
@@ -1033,7 +917,7 @@ def _stream_table_join(
     builder = stream._builder
     name = builder._name("KSTREAM-JOIN")
     operation = StreamTableJoin(table.store, joiner, left, table.key_serde, table.value_serde)
-    builder.topology.add_operator(name, operation, stream._node)
+    builder.topology.add_processor(name, partial(StreamTableJoinProcessor, operation), stream._node)
     builder.topology.add_state_store(builder.topology.stores[table.store], name)
     return KStream(builder, name, stream._key_serde)
 
@@ -1058,13 +942,11 @@ def _stream_stream_join(  # noqa: PLR0917 - the public join methods' parameters,
     key_serde = this._key_serde
     this_window = builder._name("KSTREAM-JOINTHIS")
     other_window = builder._name("KSTREAM-JOINOTHER")
-    topology.add_operator(
-        this_window, JoinWindowBuffer(this_store, windows, key_serde, value_serde), this._node
-    )
-    topology.add_operator(
-        other_window,
-        JoinWindowBuffer(other_store, windows, key_serde, other_value_serde),
-        other._node,
+    this_buffer = JoinWindowBuffer(this_store, windows, key_serde, value_serde)
+    other_buffer = JoinWindowBuffer(other_store, windows, key_serde, other_value_serde)
+    topology.add_processor(this_window, partial(JoinWindowBufferProcessor, this_buffer), this._node)
+    topology.add_processor(
+        other_window, partial(JoinWindowBufferProcessor, other_buffer), other._node
     )
     this_join = builder._name("KSTREAM-OUTERTHIS" if right_outer else "KSTREAM-JOINTHIS")
     other_join = builder._name("KSTREAM-OUTEROTHER" if left_outer else "KSTREAM-JOINOTHER")
@@ -1084,8 +966,8 @@ def _stream_stream_join(  # noqa: PLR0917 - the public join methods' parameters,
     right_side = replace(
         left_side, left=False, this_store=other_store, other_store=this_store, outer=right_outer
     )
-    topology.add_operator(this_join, left_side, this_window)
-    topology.add_operator(other_join, right_side, other_window)
+    topology.add_processor(this_join, partial(StreamStreamJoinProcessor, left_side), this_window)
+    topology.add_processor(other_join, partial(StreamStreamJoinProcessor, right_side), other_window)
     for store, buffer in ((this_store, this_window), (other_store, other_window)):
         topology.add_state_store(
             StoreSpec(
@@ -1101,7 +983,7 @@ def _stream_stream_join(  # noqa: PLR0917 - the public join methods' parameters,
     if shared_store is not None:
         topology.add_state_store(StoreSpec(shared_store), this_join, other_join)
     merge = builder._name("KSTREAM-MERGE")
-    topology.add_processor(merge, _PassThrough, this_join, other_join)
+    topology.add_processor(merge, PassThrough, this_join, other_join)
     return KStream(builder, merge, key_serde)
 
 
@@ -1138,19 +1020,16 @@ def _table_table_join(  # noqa: PLR0917 (the three join methods' arguments, pass
             side._node,
         )
         join = builder._name("KTABLE-JOINTHIS" if index == 0 else "KTABLE-JOINOTHER")
-        topology.add_operator(
-            join,
-            TableTableJoin(
-                left=index == 0,
-                other_store=stores[1 - index],
-                joiner=joiner,
-                kind=kind,
-                key_serde=side.key_serde,
-                other_value_serde=sides[1 - index].value_serde,
-                send_old_values=result,
-            ),
-            keep,
+        spec = TableTableJoin(
+            left=index == 0,
+            other_store=stores[1 - index],
+            joiner=joiner,
+            kind=kind,
+            key_serde=side.key_serde,
+            other_value_serde=sides[1 - index].value_serde,
+            send_old_values=result,
         )
+        topology.add_processor(join, partial(TableTableJoinProcessor, spec), keep)
         joins.append((keep, join))
     for index, store in enumerate(stores):
         topology.add_state_store(
@@ -1159,267 +1038,10 @@ def _table_table_join(  # noqa: PLR0917 (the three join methods' arguments, pass
             joins[1 - index][1],
         )
     merge = builder._name("KTABLE-MERGE")
-    topology.add_processor(merge, _PassThrough, joins[0][1], joins[1][1])
+    topology.add_processor(merge, PassThrough, joins[0][1], joins[1][1])
     joined = KTable(builder, merge, this.key_serde, old_values=result)
     joined.value_serde = value_serde  # how results serialize, stored or joined again
     return joined._materialize(materialized, value_serde)
-
-
-_Step = Callable[[Any, Any, Callable[[Any, Any], None]], None]
-# The same step over a batch: the user's function once per record, the forwards returned.
-_BatchStep = Callable[[Items], Items]
-
-
-class _StepProcessor(BatchProcessor):
-    """A stateless DSL step; ``batch`` (when given) is the same step over a list."""
-
-    def __init__(self, step: _Step, batch: _BatchStep | None = None) -> None:
-        self._step = step
-        self._batch = batch
-
-    @property
-    def batchable(self) -> bool:
-        return self._batch is not None
-
-    def process(self, key: Any, value: Any) -> None:
-        self._step(key, value, self.context.forward)
-
-    def process_batch(
-        self, items: Items, timestamps: Sequence[int], at: Callable[[int], None]
-    ) -> Items:
-        assert self._batch is not None, "the runtime batches only steps that have a batch form"
-        return self._batch(items)
-
-
-def _same(items: Items) -> Items:
-    return items
-
-
-_NO_ITEMS = Items((), (), ())
-
-
-# Up to this many distinct keys, a batch finds each key's first and last record
-# by scanning (list.index: a C loop of identity/bytes compares that stops at the
-# first match), at most 2 * this many passes, cheaper than a dict per record.
-_SCANNED_KEYS = 16
-
-
-def _first_and_last_index(
-    keys: list[bytes | None], indices: Sequence[int], distinct: Collection[bytes | None]
-) -> tuple[dict[bytes | None, int], dict[bytes | None, int]]:
-    """Each distinct key's index (from ``indices``) at its first and last record."""
-    if len(distinct) > _SCANNED_KEYS:
-        return (
-            dict(zip(reversed(keys), reversed(indices), strict=True)),
-            dict(zip(keys, indices, strict=True)),
-        )
-    backwards = keys[::-1]
-    end = len(keys) - 1
-    return (
-        {key: indices[keys.index(key)] for key in distinct},
-        {key: indices[end - backwards.index(key)] for key in distinct},
-    )
-
-
-def _without_nulls(items: Items) -> Items:
-    """The items whose key and value are both set."""
-    keys, values, _ = items
-    if not any(map(is_, keys, repeat(None))) and not any(map(is_, values, repeat(None))):
-        return items
-    kept = [key is not None and value is not None for key, value in zip(keys, values, strict=True)]
-    return Items(*(list(compress(column, kept)) for column in items))
-
-
-def _first_of(write: tuple[int, bytes, bytes | None]) -> int:
-    return write[0]
-
-
-def _count_one_more(_key: Any, _value: Any, count: int) -> int:
-    """``count``'s aggregator; a batch that forwards nothing counts with a Counter instead."""
-    return count + 1
-
-
-# The aggregate of a key that has none yet, for reduce (None may be a real value).
-_NO_VALUE = object()
-# Not read from the store yet in this batch.
-_UNREAD = object()
-# Aggregates no aggregator can change in place: a batch keeps them as objects.
-_IMMUTABLE: frozenset[type] = frozenset({int, float, str, bytes, bool, type(None), frozenset})
-
-
-class _Serialized:
-    """A mutable aggregate kept serialized between records, so each record's
-    aggregator gets a fresh object, as it does when every update goes through
-    the store."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes | None) -> None:
-        self.data = data
-
-
-class _AggregateProcessor(BatchProcessor):
-    def __init__(
-        self,
-        store: str,
-        keys: Any,
-        values: Any,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
-    ) -> None:
-        self._store_name = store
-        self._keys, self._values = keys, values
-        self._initializer, self._aggregator = initializer, aggregator
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self._store = context.get_state_store(self._store_name)
-        # With a record cache, results go downstream when the cache flushes
-        # (once per key per commit, KIP-63); without one, on every update.
-        self._forwards_on_flush: bool = self._store.set_flush_listener(self._flushed)
-
-    def process(self, key: Any, value: Any) -> None:
-        if key is None or value is None:
-            return  # Kafka Streams drops these from aggregations
-        stored_key = self._keys.serialize(key)
-        stored = self._store.get(stored_key)
-        current = self._initializer() if stored is None else self._values.deserialize(stored)
-        updated = self._aggregator(key, value, current)
-        self._store.put(stored_key, self._values.serialize(updated))
-        if not self._forwards_on_flush:
-            self.context.forward(key, updated)
-
-    def process_batch(
-        self, items: Items, timestamps: Sequence[int], at: Callable[[int], None]
-    ) -> Items:
-        """The batch's records, each aggregated in order, with one store read per key.
-
-        Each key's running aggregate stays in this call; the store then gets
-        at most two writes per key, in record order, each with its record's
-        timestamp current: at the key's first record of the batch, the
-        aggregate as of that record, and at its last, the batch's final one.
-        So a record cache in front of the store sees keys become dirty and
-        last written in the same order as record by record, and an eviction
-        mid-batch forwards one of the key's successive aggregates (the cache
-        forwards a subsequence of a key's updates, as it always does, ending
-        with the latest). Nothing else reads the store during the batch: the
-        runtime batches only aggregations whose store no other node uses.
-        """
-        store, values = self._store, self._values
-        initializer, aggregator = self._initializer, self._aggregator
-        forwards = not self._forwards_on_flush
-        live = _without_nulls(items)  # Kafka Streams drops null keys and values here
-        if aggregator is _count_one_more:
-            return self._count_batch(live, at, forwards=forwards)
-        forwarded: list[tuple[Any, Any, int]] = []
-        current: dict[bytes, Any] = {}
-        first: dict[bytes, tuple[int, bytes | None]] = {}  # index, aggregate as of it
-        last: dict[bytes, int] = {}
-        i = -1
-        try:
-            stored_keys = serialize_all(self._keys, live.keys)
-            for key, value, i, stored_key in zip(*live, stored_keys, strict=True):
-                aggregate = current.get(stored_key, _UNREAD)  # type: ignore[arg-type]
-                if aggregate is _UNREAD:
-                    stored = store.get(stored_key)
-                    aggregate = initializer() if stored is None else values.deserialize(stored)
-                    aggregate = aggregator(key, value, aggregate)
-                    data = values.serialize(aggregate)
-                    first[stored_key] = (i, data)  # type: ignore[index]
-                    mutable = type(aggregate) not in _IMMUTABLE
-                    current[stored_key] = _Serialized(data) if mutable else aggregate  # type: ignore[index]
-                else:
-                    if type(aggregate) is _Serialized:
-                        aggregate = values.deserialize(aggregate.data)
-                    aggregate = aggregator(key, value, aggregate)
-                    if type(aggregate) in _IMMUTABLE:
-                        current[stored_key] = aggregate  # type: ignore[index]
-                    else:
-                        current[stored_key] = _Serialized(values.serialize(aggregate))  # type: ignore[index]
-                last[stored_key] = i  # type: ignore[index]
-                if forwards:
-                    forwarded.append((key, aggregate, i))
-            writes: list[tuple[int, bytes, bytes | None]] = []
-            for stored_key, (first_index, data) in first.items():
-                writes.append((first_index, stored_key, data))
-                i = last[stored_key]
-                if i != first_index:
-                    aggregate = current[stored_key]
-                    if type(aggregate) is not _Serialized:
-                        aggregate = _Serialized(values.serialize(aggregate))
-                    writes.append((i, stored_key, aggregate.data))
-            i = -1
-            self._write_folded(writes, at)
-        except RecordFailedError:
-            raise
-        except Exception as exc:
-            raise RecordFailedError(i, exc) from exc
-        if not forwarded:
-            return _NO_ITEMS
-        keys, aggregates, indices = map(list, zip(*forwarded, strict=True))
-        return Items(keys, aggregates, indices)
-
-    def _count_batch(self, live: Items, at: Callable[[int], None], *, forwards: bool) -> Items:
-        """``count``: what ``process_batch`` does, without calling an aggregator per
-        record (the per-key totals are counted in C). Same store reads and writes in
-        the same order; with ``forwards``, every record's new count, in order."""
-        if not live.keys:
-            return _NO_ITEMS
-        store, values = self._store, self._values
-        key_objects, indices = live.keys, live.indices
-        try:
-            stored_keys = serialize_all(self._keys, key_objects)
-        except Exception:  # find the record it was, the slow way
-            for key, index in zip(key_objects, indices, strict=True):
-                try:
-                    self._keys.serialize(key)
-                except Exception as exc:
-                    raise RecordFailedError(index, exc) from exc
-            raise
-        counts = Counter(stored_keys)
-        first, last = _first_and_last_index(stored_keys, indices, counts)
-        running: dict[bytes | None, int] = {}
-        writes: list[tuple[int, bytes, bytes | None]] = []
-        i = -1
-        try:
-            for stored_key, added in counts.items():
-                i = first[stored_key]
-                stored = store.get(stored_key)
-                current = self._initializer() if stored is None else values.deserialize(stored)
-                running[stored_key] = current
-                # The count as of the key's first record, then as of its last.
-                writes.append((i, stored_key, values.serialize(current + 1)))  # type: ignore[arg-type]
-                if added > 1:
-                    final = values.serialize(current + added)
-                    writes.append((last[stored_key], stored_key, final))  # type: ignore[arg-type]
-        except Exception as exc:
-            raise RecordFailedError(i, exc) from exc
-        forwarded: list[int] = []
-        if forwards:
-            append = forwarded.append
-            for stored_key in stored_keys:
-                count = running[stored_key] + 1
-                running[stored_key] = count
-                append(count)
-        self._write_folded(writes, at)
-        return Items(key_objects, forwarded, indices) if forwards else _NO_ITEMS
-
-    def _write_folded(
-        self, writes: list[tuple[int, bytes, bytes | None]], at: Callable[[int], None]
-    ) -> None:
-        """Write (record index, key, value) in record order, each record's timestamp current."""
-        writes.sort(key=_first_of)
-        store = self._store
-        for i, stored_key, data in writes:
-            try:
-                at(i)
-                store.put(stored_key, data)
-            except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
-
-    def _flushed(self, key: bytes, change: Change) -> None:
-        new = None if change.new is None else self._values.deserialize(change.new)
-        self.context.forward(self._keys.deserialize(key), new)
 
 
 class SlidingWindowedKStream(TimeWindowedKStream):
@@ -1460,13 +1082,17 @@ class SlidingWindowedKStream(TimeWindowedKStream):
         operation = SlidingWindowedAggregation(
             store, windows, initializer, aggregator, self._key_serde, value_serde
         )
-        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_processor(
+            name, partial(SlidingWindowAggregateProcessor, operation), self._node
+        )
         builder.topology.add_state_store(
             StoreSpec(
                 store,
                 key_serde=self._key_serde,
                 value_serde=value_serde,
                 window_retention_ms=windows.retention_ms,
+                window_size_ms=windows.size_ms,
+                timestamped=True,
             ),
             name,
         )
@@ -1529,6 +1155,6 @@ class WindowedKTable(KTable):
             key_serde=self._inner_key_serde,
             value_serde=self.value_serde,
         )
-        builder.topology.add_operator(name, operation, self._node)
+        builder.topology.add_processor(name, partial(FinalResultsProcessor, operation), self._node)
         builder.topology.add_state_store(StoreSpec(buffer), name)
         return KTable(builder, name, None, value_serde=self.value_serde)

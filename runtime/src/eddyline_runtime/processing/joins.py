@@ -29,22 +29,19 @@ Semantics are Kafka Streams' (3.1 and later):
   result's tombstone (inner) or ``joiner(left, None)`` (left/outer), timestamped
   with the later of the update and the other side's value.
 
-The engine runs the nodes these descriptions stand for (``engine/join_processors``).
+The processors are in :mod:`~eddyline_runtime.processing.operators.joins`.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from eddyline_runtime.processing.topology import TopologyError
 
 # A joiner: (left value, right value) -> result (a missing side is None).
 ValueJoiner = Callable[[Any, Any], Any]
-
-_LENGTH: Final = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,109 +104,3 @@ class JoinWindows:
             )
         if self.grace_ms < 0:
             raise TopologyError(f"JoinWindows: the grace period must be >= 0, got {self.grace_ms}")
-
-
-def join_store_names(
-    store_name: str, *, left_outer: bool, right_outer: bool
-) -> tuple[str, str, str]:
-    """The left window store, the right one and the shared store of non-joined records,
-    named from the user's ``store_name`` as Kafka Streams names them
-    (``StreamJoined.withStoreName``)."""
-    this = f"{store_name}{'-outer-this-join' if right_outer else '-this-join'}-store"
-    other = f"{store_name}{'-outer-other-join' if left_outer else '-other-join'}-store"
-    shared = f"{store_name}{'-outer-shared-join' if right_outer else '-left-shared-join'}-store"
-    return this, other, shared
-
-
-def pack_values(values: Iterable[bytes]) -> bytes:
-    """Several values under one store key (records of one key at one timestamp, kept
-    in arrival order, as Kafka's duplicate-retaining window store keeps them)."""
-    return b"".join(_LENGTH.pack(len(value)) + value for value in values)
-
-
-def unpack_values(data: bytes) -> list[bytes]:
-    values, offset = [], 0
-    while offset < len(data):
-        (size,) = _LENGTH.unpack_from(data, offset)
-        offset += _LENGTH.size
-        values.append(data[offset : offset + size])
-        offset += size
-    return values
-
-
-@dataclass(frozen=True)
-class JoinWindowBuffer:
-    """A side's buffer node (Kafka's ``KStreamJoinWindow``): forwards each record to the
-    side's join node, then keeps it in the side's window store."""
-
-    store: str
-    windows: JoinWindows
-    key_serde: str | None
-    value_serde: str | None
-
-
-@dataclass(frozen=True)
-class StreamStreamJoin:
-    """One side of a windowed stream-stream join (Kafka's ``KStreamKStreamJoin*Side``).
-
-    ``left`` says which side this node joins for; ``outer`` whether its records
-    without a partner produce a null join; ``shared_store`` holds those until their
-    window closes (None for inner joins). ``time_key`` names the store both sides
-    share a stream time through (the left window store).
-    """
-
-    left: bool
-    this_store: str
-    other_store: str
-    shared_store: str | None
-    time_key: str
-    windows: JoinWindows
-    joiner: ValueJoiner
-    outer: bool
-    key_serde: str | None
-    left_value_serde: str | None
-    right_value_serde: str | None
-
-
-@dataclass(frozen=True)
-class StreamTableJoin:
-    """A KStream-KTable join node: reads the table's store (``KStreamKTableJoin``)."""
-
-    table_store: str
-    joiner: ValueJoiner
-    left: bool
-    key_serde: str | None
-    table_value_serde: str | None
-
-
-@dataclass(frozen=True)
-class TableTableJoin:
-    """One side of a KTable-KTable join: reads the other table's store on each update.
-
-    ``kind`` is Kafka's processor for the side: ``inner`` (both sides of an inner
-    join), ``left`` (this side survives without a partner: the left side of a left
-    join), ``right`` (the other side does: the right side of a left join) or
-    ``outer`` (both sides of an outer join).
-    """
-
-    left: bool
-    other_store: str
-    joiner: ValueJoiner
-    kind: str
-    key_serde: str | None
-    other_value_serde: str | None
-    send_old_values: Callable[[], bool]
-
-
-_TIME: Final = struct.Struct(">q")
-
-
-def timestamped(timestamp: int, data: bytes) -> bytes:
-    """A table-table join side's stored value: the update's timestamp, then the value
-    (Kafka's ``ValueAndTimestamp``), so a result takes the later of two updates' times."""
-    return _TIME.pack(timestamp) + data
-
-
-def split_timestamped(data: bytes) -> tuple[int, bytes]:
-    timestamp: int = _TIME.unpack_from(data)[0]
-    return timestamp, data[_TIME.size :]

@@ -107,6 +107,10 @@ class ProcessorContext(Protocol):
     def commit(self) -> None:
         """Ask for a commit as soon as the current record (or punctuation) is done."""
 
+    def record_dropped(self) -> None:
+        """Count the record being processed as dropped (the task's ``dropped-records``
+        metric, as Kafka's ``droppedRecordsSensor``): late, or without a key."""
+
     @property
     def timestamp(self) -> int:
         """The timestamp of the record being processed (a punctuation's: its time)."""
@@ -211,7 +215,11 @@ class StoreSpec:
     a window store keeping each window that long (size + grace for a windowed
     aggregation), ``session_retention_ms`` a session store keeping each session
     that long after its end (gap + grace); either gives its changelog
-    ``cleanup.policy=compact,delete``.
+    ``cleanup.policy=compact,delete``. A windowed aggregation's window store
+    also says its windows' size (``window_size_ms``: a window ends at start +
+    size) and that its values carry the newest record's timestamp
+    (``timestamped``, :mod:`eddyline_runtime.value_and_timestamp`), so that
+    queries can answer windows and aggregates.
     """
 
     name: str
@@ -221,6 +229,8 @@ class StoreSpec:
     value_serde: str | None = None
     window_retention_ms: int | None = None
     session_retention_ms: int | None = None
+    window_size_ms: int | None = None
+    timestamped: bool = False
 
     @property
     def retention_ms(self) -> int | None:
@@ -241,9 +251,6 @@ class Node:
     children: list[str] = field(default_factory=list)
     topics: tuple[str, ...] = ()  # a source's inputs or a sink's output
     supplier: ProcessorSupplier | None = None
-    # A DSL operation the engine implements (windowed aggregations): a frozen
-    # description instead of a supplier, since this package cannot import the engine.
-    operator: Any = None
     stores: list[str] = field(default_factory=list)
     # Serdes by name (see eddyline_runtime.serde); None: bytes pass through.
     key_serde: str | None = None
@@ -296,11 +303,6 @@ class Topology:
 
     def add_processor(self, name: str, supplier: ProcessorSupplier, *parents: str) -> Topology:
         self._add(Node(name, "processor", supplier=supplier), parents)
-        return self
-
-    def add_operator(self, name: str, operator: Any, *parents: str) -> Topology:
-        """A processor node the engine builds from ``operator`` (a DSL operation's description)."""
-        self._add(Node(name, "processor", operator=operator), parents)
         return self
 
     def add_sink(

@@ -18,17 +18,19 @@ value) and the merged session is written. A session closes once stream time
 passes its end + grace.
 
 A windowed aggregation keeps its windows in a *window store* or *session
-store*; processors reach them through :class:`WindowStore` and
-:class:`SessionStore` (what ``context.get_state_store`` returns), which the
-engine implements on its transactional stores.
+store*; processors reach them through the
+:class:`~eddyline_runtime.processing.operators.stores.WindowStore` and
+:class:`~eddyline_runtime.processing.operators.stores.SessionStore` interfaces
+(what ``context.get_state_store`` returns), which the engine implements on its
+transactional stores. The aggregations themselves are in
+:mod:`~eddyline_runtime.processing.operators.windowed`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Final, Generic, TypeVar
 
 from eddyline_runtime.processing.topology import TopologyError
 from eddyline_runtime.serde import Serde, SerdeError
@@ -150,37 +152,6 @@ class TimeWindowedSerde(Generic[K]):
         return Windowed(key, TimeWindow(start, start + self._size))  # type: ignore[arg-type]
 
 
-class WindowStore(Protocol):
-    """A window store as a processor sees it (``context.get_state_store(name)``).
-
-    Keys and values are bytes (serialized by the processor); a window is named
-    by its start. Reads see the task's own uncommitted writes.
-    """
-
-    name: str
-
-    def fetch(self, key: bytes, window_start: int) -> bytes | None:
-        """The value of ``key``'s window at ``window_start``; None if none or expired."""
-        ...
-
-    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
-        """``key``'s windows with ``time_from <= start <= time_to``, as (start, value)."""
-        ...
-
-    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[bytes, int, bytes]]:
-        """Every key's windows with ``time_from <= start <= time_to``, as (key, start, value)."""
-        ...
-
-    def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
-        """Write (None: delete) ``key``'s window; False when it had expired and was not."""
-        ...
-
-    @property
-    def observed_stream_time(self) -> int:
-        """The newest window start written (recovered at reopen); -1 before any."""
-        ...
-
-
 @dataclass(frozen=True, slots=True, order=True)
 class SessionWindow:
     """A session ``[start, end]``: both ends inclusive (the first and last record's times)."""
@@ -251,65 +222,6 @@ class SessionWindowedSerde(Generic[K]):
         return Windowed(key, SessionWindow(start, end))  # type: ignore[arg-type]
 
 
-class SessionStore(Protocol):
-    """A session store as a processor sees it (``context.get_state_store(name)``)."""
-
-    name: str
-
-    def find_sessions(
-        self, key: bytes, earliest_session_end: int, latest_session_start: int
-    ) -> Iterator[tuple[bytes, int, int, bytes]]:
-        """``key``'s sessions ending at or after ``earliest_session_end`` and starting at
-        or before ``latest_session_start``, as (key, start, end, value)."""
-        ...
-
-    def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
-        """Write (None: remove) ``key``'s session; False when it had expired and was not."""
-        ...
-
-    def remove(self, key: bytes, start: int, end: int) -> None:
-        """Remove ``key``'s session [start, end]."""
-        ...
-
-    @property
-    def observed_stream_time(self) -> int:
-        """The newest session end written (recovered at reopen); -1 before any."""
-        ...
-
-
-@dataclass(frozen=True)
-class SessionWindowedAggregation:
-    """What a session-windowed ``count``/``reduce``/``aggregate`` node does; the engine runs it.
-
-    ``merger(key, aggregate, other)`` combines two sessions' aggregates when a
-    record bridges them.
-    """
-
-    store: str
-    windows: SessionWindows
-    initializer: Any
-    aggregator: Any
-    merger: Any
-    key_serde: str | None
-    value_serde: str | None
-
-
-@dataclass(frozen=True)
-class WindowedAggregation:
-    """What a windowed ``count``/``reduce``/``aggregate`` node does; the engine runs it.
-
-    ``initializer()`` seeds a window, ``aggregator(key, value, aggregate)``
-    folds a record in. Keys and aggregates reach the store through the serdes.
-    """
-
-    store: str
-    windows: TimeWindows
-    initializer: Any
-    aggregator: Any
-    key_serde: str | None
-    value_serde: str | None
-
-
 @dataclass(frozen=True, slots=True)
 class SlidingWindows:
     """Sliding windows (Kafka Streams' ``SlidingWindows``): windows of ``time_difference_ms``
@@ -353,18 +265,6 @@ class SlidingWindows:
         return 2 * self.time_difference_ms + self.grace_ms
 
 
-@dataclass(frozen=True)
-class SlidingWindowedAggregation:
-    """What a sliding-windowed ``count``/``reduce``/``aggregate`` node does; the engine runs it."""
-
-    store: str
-    windows: SlidingWindows
-    initializer: Any
-    aggregator: Any
-    key_serde: str | None
-    value_serde: str | None
-
-
 @dataclass(frozen=True, slots=True)
 class Suppressed:
     """``KTable.suppress`` configuration: Kafka Streams' ``Suppressed.untilWindowCloses``.
@@ -379,27 +279,3 @@ class Suppressed:
     def until_window_closes(cls, name: str | None = None) -> Suppressed:
         """One result per window: its final value, once stream time passes its end + grace."""
         return cls(name)
-
-
-@dataclass(frozen=True)
-class FinalResults:
-    """What a final-results node (``emit_final`` or ``suppress``) does; the engine runs it.
-
-    Buffers the latest update per windowed key in the key-value store ``store``
-    (transactional and changelogged, so final results survive a crash exactly
-    once) and forwards a window's value when the stream time reaches its end +
-    ``wait_ms`` (``strict``: passes it). ``window_kind`` is "time" (windowed keys
-    of ``window_size_ms``) or "session". The clock is the newest timestamp of the
-    updates reaching the node (Kafka's ``suppress``), not the task's stream time:
-    with a record cache, updates reach the node at a flush, in the order of their
-    last write, and a clock that ran ahead of them would close a window before
-    its last update arrived, then emit it a second time.
-    """
-
-    store: str
-    wait_ms: int
-    strict: bool
-    window_kind: str
-    window_size_ms: int
-    key_serde: str | None
-    value_serde: str | None

@@ -116,7 +116,8 @@ from eddyline_runtime.state import (
     KeyRange,
     StateStoreError,
 )
-from eddyline_runtime.state.window_layout import session_key, split_timestamped, window_key
+from eddyline_runtime.state.window_layout import session_key, window_key
+from eddyline_runtime.value_and_timestamp import split_timestamped
 
 logger = logging.getLogger(__name__)
 

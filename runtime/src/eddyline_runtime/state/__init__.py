@@ -2,7 +2,7 @@
 
 Start from :class:`RocksDBStore` (or :class:`InMemoryStore`); both implement
 :class:`StateStore`. Other threads read through ``store.reader(isolation)``.
-Window and session stores (:class:`WindowStore`, :class:`SessionStore`) are
+Window and session stores (:class:`SegmentedWindowStore`, :class:`SegmentedSessionStore`) are
 views over a key-value store in the key layout of
 :mod:`~eddyline_runtime.state.window_layout`. Where stores live on disk
 (``state.dir/<task>/<store>``) is spelled only by
@@ -11,6 +11,7 @@ stores is :mod:`~eddyline_runtime.state.relocation`.
 """
 
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import (
     CheckpointFileError,
@@ -21,7 +22,6 @@ from eddyline_runtime.state.errors import (
     StoreCorruptedError,
     StoreLockedError,
 )
-from eddyline_runtime.state.key_ranges import KeyRange
 from eddyline_runtime.state.memory_store import InMemoryStore
 from eddyline_runtime.state.rocksdb_store import (
     DurabilityBound,
@@ -50,9 +50,9 @@ from eddyline_runtime.state.window_store import (
     DetachedSessionReader,
     DetachedWindowReader,
     KeyValueBytesStore,
-    SessionStore,
+    SegmentedSessionStore,
+    SegmentedWindowStore,
     SessionStoreReader,
-    WindowStore,
     WindowStoreReader,
 )
 
@@ -72,7 +72,8 @@ __all__ = [
     "Retention",
     "RocksDBStore",
     "RocksDBStoreOptions",
-    "SessionStore",
+    "SegmentedSessionStore",
+    "SegmentedWindowStore",
     "SessionStoreReader",
     "StateStore",
     "StateStoreError",
@@ -83,7 +84,6 @@ __all__ = [
     "StoreReader",
     "TopicPartition",
     "UncommittedBytesBudget",
-    "WindowStore",
     "WindowStoreReader",
     "changelog_retention_ms",
     "parse_task_directory",

@@ -19,9 +19,9 @@ import threading
 from collections.abc import Iterator, Mapping
 
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import StoreClosedError
-from eddyline_runtime.state.key_ranges import KeyRange
 from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader, check_key
 
 

@@ -69,6 +69,7 @@ from rocksdict import (
 
 from eddyline_runtime.config import IsolationLevel, StreamsConfig
 from eddyline_runtime.errors import InvalidArgumentError
+from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import (
@@ -79,7 +80,6 @@ from eddyline_runtime.state.errors import (
     StoreCorruptedError,
     StoreLockedError,
 )
-from eddyline_runtime.state.key_ranges import KeyRange
 from eddyline_runtime.state.offset_checkpoint import (
     CHECKPOINT_FILE_NAME,
     POSITION_FILE_NAME,

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Self
 
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state.errors import StoreClosedError
-from eddyline_runtime.state.key_ranges import KeyRange
 
 KeyValue = tuple[bytes, bytes]
 

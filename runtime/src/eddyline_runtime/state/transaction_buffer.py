@@ -31,8 +31,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Final
 
+from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.state.key_ranges import KeyRange
 
 KeyValue = tuple[bytes, bytes]
 

@@ -32,7 +32,8 @@ Session store raw key::
 
 Values of windowed aggregations are *timestamped* (Kafka Streams'
 ``ValueAndTimestamp`` bytes): the 8-byte big-endian timestamp of the newest
-record folded in, then the serialized aggregate (:func:`timestamped_value`).
+record folded in, then the serialized aggregate
+(:mod:`eddyline_runtime.value_and_timestamp`, the one place that layout is spelled).
 
 Timestamps are milliseconds since the epoch and must be >= 0 (Kafka Streams
 windows start at 0 or later).
@@ -208,19 +209,3 @@ def session_end_of_raw(raw: bytes) -> int:
 
 def timestamp_bytes(timestamp: int) -> bytes:
     return _U64.pack(timestamp)
-
-
-# -- timestamped values ---------------------------------------------------------------
-
-_I64: Final = struct.Struct(">q")
-
-
-def timestamped_value(timestamp: int, value: bytes) -> bytes:
-    """Kafka Streams' ``ValueAndTimestamp`` bytes: timestamp, then the value."""
-    return _I64.pack(timestamp) + value
-
-
-def split_timestamped(data: bytes) -> tuple[int, bytes]:
-    """(timestamp, value) of :func:`timestamped_value` bytes."""
-    timestamp: int = _I64.unpack_from(data, 0)[0]
-    return timestamp, data[_I64.size :]

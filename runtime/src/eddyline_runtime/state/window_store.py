@@ -1,6 +1,6 @@
 """Window and session stores: time-segmented views over a transactional key-value store.
 
-A :class:`WindowStore` (key, window start -> value) or :class:`SessionStore`
+A :class:`SegmentedWindowStore` (key, window start -> value) or :class:`SegmentedSessionStore`
 (key, session start, session end -> value) owns no data: it writes and reads
 raw keys in the layout of :mod:`~eddyline_runtime.state.window_layout` through
 a *backing* key-value store, in practice a :class:`~eddyline_runtime.state.RocksDBStore`
@@ -9,7 +9,7 @@ everything KIP-892 gives the key-value store holds here unchanged, with no
 second engine to keep in step:
 
 * the owner reads its own uncommitted writes; other threads read through
-  :meth:`WindowStore.reader` at ``READ_COMMITTED`` or ``READ_UNCOMMITTED``;
+  :meth:`SegmentedWindowStore.reader` at ``READ_COMMITTED`` or ``READ_UNCOMMITTED``;
 * uncommitted writes count against the uncommitted-bytes budget;
 * the backing store's ``commit`` writes data and changelog offsets in one batch,
   and a crash (close without commit) loses the open transaction, never
@@ -19,7 +19,7 @@ second engine to keep in step:
 Retention (Kafka Streams' segmented stores): the *observed stream time* of a
 store is the largest segment-time written (window start, session end).
 Entries older than ``observed - retention + 1`` are expired: a write of one
-is skipped (and counted in :attr:`WindowStore.expired_writes`), reads never
+is skipped (and counted in :attr:`SegmentedWindowStore.expired_writes`), reads never
 return one, and a segment whose every timestamp is expired is dropped whole,
 by deleting its key range through the backing store. The deletes go through
 the open transaction and the changelog like any write, so standbys and
@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.key_ranges import KeyRange, prefix_successor
 from eddyline_runtime.state.errors import StateStoreError
-from eddyline_runtime.state.key_ranges import KeyRange, prefix_successor
 from eddyline_runtime.state.store import KeyValue, StoreReader, check_key
 from eddyline_runtime.state.window_layout import (
     SEGMENT_PREFIX_SIZE,
@@ -401,7 +401,7 @@ class _OwnedReader(_SegmentedReads):
         return _discover_segments(self._readable, self.retention)
 
 
-class WindowStore(_SegmentedOwner, _WindowReads):
+class SegmentedWindowStore(_SegmentedOwner, _WindowReads):
     """Windows of keys (key, window start -> value) over a transactional key-value store.
 
     The owner thread writes and reads; other threads use :meth:`reader`.
@@ -448,7 +448,7 @@ class WindowStoreReader(_OwnedReader, _WindowReads):
     """A window store as another thread (an interactive query) reads it."""
 
 
-class SessionStore(_SegmentedOwner, _SessionReads):
+class SegmentedSessionStore(_SegmentedOwner, _SessionReads):
     """Sessions of keys (key, start, end -> value) over a transactional key-value store."""
 
     def __init__(

@@ -31,7 +31,11 @@ Stream-stream (``KStreamJoinWindow`` + ``KStreamKStreamJoin{Left,Right}Side``):
 
 Every store is a task store: transactional, changelogged, restored and relocated
 like any other, so a crash under exactly-once neither loses nor repeats a join
-result.
+result. Each processor is built from its frozen description (``JoinWindowBuffer``,
+``StreamStreamJoin``, ``StreamTableJoin``, ``TableTableJoin``) by the supplier
+the DSL attaches to its node, and reaches its stores through the interfaces of
+:mod:`~eddyline_runtime.processing.operators.stores` (a table-table side's rows
+through ``TimestampedKeyValueStore``: each row with its update's timestamp).
 """
 
 from __future__ import annotations
@@ -39,25 +43,22 @@ from __future__ import annotations
 import logging
 import struct
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from eddyline_runtime.engine.task_store import TaskStore
-from eddyline_runtime.processing.joins import (
-    JoinWindowBuffer,
-    StreamStreamJoin,
-    StreamTableJoin,
-    TableTableJoin,
-    pack_values,
-    split_timestamped,
-    unpack_values,
+from eddyline_runtime.key_ranges import KeyRange
+from eddyline_runtime.processing.joins import JoinWindows, ValueJoiner
+from eddyline_runtime.processing.operators.stores import (
+    KeyValueStore,
+    TimestampedKeyValueStore,
+    WindowStore,
+    key_value_store,
+    window_store,
 )
-from eddyline_runtime.processing.tables import TableChange
+from eddyline_runtime.processing.operators.tables import TableChange, as_change
 from eddyline_runtime.processing.topology import Processor, ProcessorContext
-from eddyline_runtime.processing.windows import WindowStore
 from eddyline_runtime.serde import serde_for
-from eddyline_runtime.state.key_ranges import KeyRange
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,101 @@ _SHARED_PREFIX = _TIME.size + 1
 _UNKNOWN = -1
 # The shared store is empty: no scan until a record goes into it.
 _NOTHING_WAITS = 1 << 62
+
+
+_LENGTH: Final = struct.Struct(">I")
+
+
+def join_store_names(
+    store_name: str, *, left_outer: bool, right_outer: bool
+) -> tuple[str, str, str]:
+    """The left window store, the right one and the shared store of non-joined records,
+    named from the user's ``store_name`` as Kafka Streams names them
+    (``StreamJoined.withStoreName``)."""
+    this = f"{store_name}{'-outer-this-join' if right_outer else '-this-join'}-store"
+    other = f"{store_name}{'-outer-other-join' if left_outer else '-other-join'}-store"
+    shared = f"{store_name}{'-outer-shared-join' if right_outer else '-left-shared-join'}-store"
+    return this, other, shared
+
+
+def pack_values(values: Iterable[bytes]) -> bytes:
+    """Several values under one store key (records of one key at one timestamp, kept
+    in arrival order, as Kafka's duplicate-retaining window store keeps them)."""
+    return b"".join(_LENGTH.pack(len(value)) + value for value in values)
+
+
+def unpack_values(data: bytes) -> list[bytes]:
+    values, offset = [], 0
+    while offset < len(data):
+        (size,) = _LENGTH.unpack_from(data, offset)
+        offset += _LENGTH.size
+        values.append(data[offset : offset + size])
+        offset += size
+    return values
+
+
+@dataclass(frozen=True)
+class JoinWindowBuffer:
+    """A side's buffer node (Kafka's ``KStreamJoinWindow``): forwards each record to the
+    side's join node, then keeps it in the side's window store."""
+
+    store: str
+    windows: JoinWindows
+    key_serde: str | None
+    value_serde: str | None
+
+
+@dataclass(frozen=True)
+class StreamStreamJoin:
+    """One side of a windowed stream-stream join (Kafka's ``KStreamKStreamJoin*Side``).
+
+    ``left`` says which side this node joins for; ``outer`` whether its records
+    without a partner produce a null join; ``shared_store`` holds those until their
+    window closes (None for inner joins). ``time_key`` names the store both sides
+    share a stream time through (the left window store).
+    """
+
+    left: bool
+    this_store: str
+    other_store: str
+    shared_store: str | None
+    time_key: str
+    windows: JoinWindows
+    joiner: ValueJoiner
+    outer: bool
+    key_serde: str | None
+    left_value_serde: str | None
+    right_value_serde: str | None
+
+
+@dataclass(frozen=True)
+class StreamTableJoin:
+    """A KStream-KTable join node: reads the table's store (``KStreamKTableJoin``)."""
+
+    table_store: str
+    joiner: ValueJoiner
+    left: bool
+    key_serde: str | None
+    table_value_serde: str | None
+
+
+@dataclass(frozen=True)
+class TableTableJoin:
+    """One side of a KTable-KTable join: reads the other table's store on each update.
+
+    ``kind`` is Kafka's processor for the side: ``inner`` (both sides of an inner
+    join), ``left`` (this side survives without a partner: the left side of a left
+    join), ``right`` (the other side does: the right side of a left join) or
+    ``outer`` (both sides of an outer join).
+    """
+
+    left: bool
+    other_store: str
+    joiner: ValueJoiner
+    kind: str
+    key_serde: str | None
+    other_value_serde: str | None
+    send_old_values: Callable[[], bool]
 
 
 def _skip(context: ProcessorContext, what: str, dropped: Callable[[], None]) -> None:
@@ -92,14 +188,18 @@ class _TimeTracker:
 
 # One tracker per join per task: keyed by the task's left window store object,
 # which both join nodes of a task reach and no other task has.
-_TRACKERS: weakref.WeakKeyDictionary[TaskStore, _TimeTracker] = weakref.WeakKeyDictionary()
+_TRACKERS: weakref.WeakKeyDictionary[WindowStore, _TimeTracker] = weakref.WeakKeyDictionary()
 
 
 class JoinWindowBufferProcessor(Processor):
-    def __init__(self, spec: JoinWindowBuffer, store: WindowStore) -> None:
-        self._store = store
+    def __init__(self, spec: JoinWindowBuffer) -> None:
+        self._spec = spec
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.value_serde)
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._store = window_store(context, self._spec.store)
 
     def process(self, key: Any, value: Any) -> None:
         context = self.context
@@ -117,21 +217,10 @@ class JoinWindowBufferProcessor(Processor):
 
 
 class StreamStreamJoinProcessor(Processor):
-    def __init__(
-        self,
-        spec: StreamStreamJoin,
-        *,
-        other: WindowStore,
-        shared: TaskStore | None,
-        this_window: WindowStore,
-        time_key: TaskStore,
-        dropped: Callable[[], None],
-    ) -> None:
+    _shared: KeyValueStore | None
+
+    def __init__(self, spec: StreamStreamJoin) -> None:
         self._spec = spec
-        self._other = other
-        self._this_window = this_window
-        self._shared = shared
-        self._dropped = dropped
         windows = spec.windows
         # Seen from this side: how far back and ahead the other side's records may be.
         self._before = windows.before_ms if spec.left else windows.after_ms
@@ -144,6 +233,17 @@ class StreamStreamJoinProcessor(Processor):
         self._other_values = self._right_values if spec.left else self._left_values
         self._side = _LEFT if spec.left else _RIGHT
         self._other_side = _RIGHT if spec.left else _LEFT
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        spec = self._spec
+        self._other = window_store(context, spec.other_store)
+        self._this_window = window_store(context, spec.this_store)
+        self._shared = (
+            None if spec.shared_store is None else key_value_store(context, spec.shared_store)
+        )
+        self._dropped = context.record_dropped
+        time_key = window_store(context, spec.time_key)
         tracker = _TRACKERS.get(time_key)
         if tracker is None:
             tracker = _TRACKERS[time_key] = _TimeTracker()
@@ -245,12 +345,15 @@ class StreamStreamJoinProcessor(Processor):
 
 
 class StreamTableJoinProcessor(Processor):
-    def __init__(self, spec: StreamTableJoin, table: TaskStore, dropped: Callable[[], None]):
+    def __init__(self, spec: StreamTableJoin) -> None:
         self._spec = spec
-        self._table = table
-        self._dropped = dropped
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.table_value_serde)
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._table = key_value_store(context, self._spec.table_store)
+        self._dropped = context.record_dropped
 
     def process(self, key: Any, value: Any) -> None:
         spec, context = self._spec, self.context
@@ -275,12 +378,15 @@ class TableTableJoinProcessor(Processor):
     other side's store.
     """
 
-    def __init__(self, spec: TableTableJoin, other: TaskStore, dropped: Callable[[], None]):
+    def __init__(self, spec: TableTableJoin) -> None:
         self._spec = spec
-        self._other = other
-        self._dropped = dropped
         self._keys: Any = serde_for(spec.key_serde)
         self._other_values: Any = serde_for(spec.other_value_serde)
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._other = TimestampedKeyValueStore(key_value_store(context, self._spec.other_store))
+        self._dropped = context.record_dropped
 
     def _join(self, this: Any, other: Any) -> Any:
         if self._spec.left:
@@ -292,12 +398,12 @@ class TableTableJoinProcessor(Processor):
         if key is None:
             _skip(context, "key", self._dropped)
             return
-        change = value if isinstance(value, TableChange) else TableChange(value, None)
+        change = as_change(value)
         stored = self._other.get(self._keys.serialize(key))
         if stored is None:
             other_time, other = _UNKNOWN, None
         else:
-            other_time, data = split_timestamped(stored)
+            other_time, data = stored
             other = self._other_values.deserialize(data)
         kind, send_old = spec.kind, spec.send_old_values()
         if other is None:
@@ -325,27 +431,28 @@ class TableTableJoinProcessor(Processor):
         context.forward(key, TableChange(new, old), timestamp=timestamp)
 
 
-def build_join_operator(
-    operator: object,
-    views: dict[str, Any],
-    stores: dict[str, TaskStore],
-    dropped: Callable[[], None],
-) -> Processor | None:
-    """The processor for a join node; None when ``operator`` is not a join's."""
-    if isinstance(operator, JoinWindowBuffer):
-        return JoinWindowBufferProcessor(operator, views[operator.store])
-    if isinstance(operator, StreamStreamJoin):
-        shared = None if operator.shared_store is None else stores[operator.shared_store]
-        return StreamStreamJoinProcessor(
-            operator,
-            other=views[operator.other_store],
-            shared=shared,
-            this_window=views[operator.this_store],
-            time_key=stores[operator.time_key],
-            dropped=dropped,
-        )
-    if isinstance(operator, StreamTableJoin):
-        return StreamTableJoinProcessor(operator, stores[operator.table_store], dropped)
-    if isinstance(operator, TableTableJoin):
-        return TableTableJoinProcessor(operator, stores[operator.other_store], dropped)
-    return None
+class JoinSideStoreProcessor(Processor):
+    """A table-table join side's own copy of its table (timestamped values): written
+    before the side's join node runs, read by the other side's; forwards the change
+    with the old value it replaced."""
+
+    def __init__(self, store: str, keys: Any, values: Any) -> None:
+        self._store_name, self._keys, self._values = store, keys, values
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._store = TimestampedKeyValueStore(key_value_store(context, self._store_name))
+
+    def process(self, key: Any, value: Any) -> None:
+        if key is None:
+            self.context.forward(key, value)  # the join node logs and counts it
+            return
+        new = as_change(value).new
+        stored_key = self._keys.serialize(key)
+        stored = self._store.get(stored_key)
+        old = None if stored is None else self._values.deserialize(stored[1])
+        if new is None:
+            self._store.delete(stored_key)
+        else:
+            self._store.put(stored_key, self._values.serialize(new), self.context.timestamp)
+        self.context.forward(key, TableChange(new, old))

@@ -8,7 +8,6 @@ Each test runs one topology twice, on fresh stores: once record by record
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +17,7 @@ from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
 from eddyline_runtime.processing import Processor
-from eddyline_runtime.processing.dsl import StreamsBuilder, _first_and_last_index
+from eddyline_runtime.processing.dsl import StreamsBuilder
 from eddyline_runtime.processing.topology import PunctuationType, RecordFailedError, Topology
 from eddyline_runtime.serde import SerdeError, serde_for
 from tests.support.stores import StoreFactory
@@ -384,17 +383,3 @@ def test_a_task_batches_only_dsl_chains_without_stream_time_punctuation() -> Non
     )
     task = TaskTopology(topology, topology.subtopologies()[0], 0, {})
     assert not task.batching
-
-
-@pytest.mark.parametrize("distinct", [1, 3, 16, 17, 200])
-def test_each_keys_first_and_last_record_are_found_however_many_keys_a_batch_has(
-    distinct: int,
-) -> None:
-    rng = random.Random(distinct)
-    keys: list[bytes | None] = [b"k%d" % rng.randrange(distinct) for _ in range(2_000)]
-    keys += [b"rare"]  # a key first and last seen at the very end
-    indices = range(5, 5 + len(keys))  # the input records' indices, not positions
-    first, last = _first_and_last_index(keys, indices, Counter(keys))
-    for key in set(keys):
-        positions = [i for i, k in enumerate(keys) if k == key]
-        assert first[key] == indices[positions[0]] and last[key] == indices[positions[-1]], key

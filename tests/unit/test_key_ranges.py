@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eddyline_runtime.state.key_ranges import KeyRange, prefix_successor
+from eddyline_runtime.key_ranges import KeyRange, prefix_successor
 
 
 def test_prefix_successor_skips_trailing_ff_bytes() -> None:

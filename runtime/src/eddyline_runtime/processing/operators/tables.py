@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from eddyline_runtime.processing.joins import split_timestamped, timestamped
+from eddyline_runtime.processing.operators.stores import KeyValueStore, key_value_store
 from eddyline_runtime.processing.topology import Change, Processor, ProcessorContext
 
 
@@ -58,9 +58,9 @@ def as_change(value: Any) -> TableChange:
     return value if isinstance(value, TableChange) else TableChange(value, None)
 
 
-class TableSourceProcessor(Processor):
-    """``builder.table``: keeps the latest value per key in its store and forwards the
-    change (with the old value read from the store when a node below needs it)."""
+class _StoredTable(Processor):
+    """A table node that keeps its table in a key-value store (keys and values
+    serialized with the table's serdes); old values come from that store."""
 
     def __init__(self, store: str, keys: Any, values: Any, old_values: OldValues) -> None:
         self._store_name, self._keys, self._values = store, keys, values
@@ -68,20 +68,30 @@ class TableSourceProcessor(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self._store = context.get_state_store(self._store_name)
+        self._store: KeyValueStore = key_value_store(context, self._store_name)
+
+    def _stored(self, stored_key: bytes) -> Any:
+        stored = self._store.get(stored_key)
+        return None if stored is None else self._values.deserialize(stored)
+
+    def _write(self, stored_key: bytes, value: Any) -> None:
+        """Keep ``value`` for the key; None (a tombstone) deletes it."""
+        if value is None:
+            self._store.delete(stored_key)
+        else:
+            self._store.put(stored_key, self._values.serialize(value))
+
+
+class TableSourceProcessor(_StoredTable):
+    """``builder.table``: keeps the latest value per key in its store and forwards the
+    change (with the old value read from the store when a node below needs it)."""
 
     def process(self, key: Any, value: Any) -> None:
         if key is None:
             return
         stored_key = self._keys.serialize(key)
-        old = None
-        if self._old_values.enabled:
-            stored = self._store.get(stored_key)
-            old = None if stored is None else self._values.deserialize(stored)
-        if value is None:
-            self._store.delete(stored_key)
-        else:
-            self._store.put(stored_key, self._values.serialize(value))
+        old = self._stored(stored_key) if self._old_values.enabled else None
+        self._write(stored_key, value)
         self.context.forward(key, TableChange(value, old))
 
 
@@ -171,7 +181,7 @@ class TableAggregateProcessor(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self._store = context.get_state_store(self._store_name)
+        self._store: KeyValueStore = key_value_store(context, self._store_name)
         # With a record cache, results go downstream when the cache flushes (once per
         # key per commit, as Kafka's cached table aggregations); without one, each update.
         self._forwards_on_flush: bool = self._store.set_flush_listener(self._flushed)
@@ -207,47 +217,10 @@ class TableAggregateProcessor(Processor):
             self.context.forward(key, TableChange(aggregate, old))
 
 
-class JoinSideStoreProcessor(Processor):
-    """A table-table join side's own copy of its table (timestamped values): written
-    before the side's join node runs, read by the other side's; forwards the change
-    with the old value it replaced."""
-
-    def __init__(self, store: str, keys: Any, values: Any) -> None:
-        self._store_name, self._keys, self._values = store, keys, values
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self._store = context.get_state_store(self._store_name)
-
-    def process(self, key: Any, value: Any) -> None:
-        if key is None:
-            self.context.forward(key, value)  # the join node logs and counts it
-            return
-        new = as_change(value).new
-        stored_key = self._keys.serialize(key)
-        stored = self._store.get(stored_key)
-        old = None if stored is None else self._values.deserialize(split_timestamped(stored)[1])
-        if new is None:
-            self._store.delete(stored_key)
-        else:
-            self._store.put(
-                stored_key, timestamped(self.context.timestamp, self._values.serialize(new))
-            )
-        self.context.forward(key, TableChange(new, old))
-
-
-class TableMaterializeProcessor(Processor):
+class TableMaterializeProcessor(_StoredTable):
     """A table operation's result kept in a store (Kafka Streams' ``Materialized.as``), so
     it can be queried and joined: each change is written (a tombstone deletes) and
     passed on, with the old value read from the store when a node below needs it."""
-
-    def __init__(self, store: str, keys: Any, values: Any, old_values: OldValues) -> None:
-        self._store_name, self._keys, self._values = store, keys, values
-        self._old_values = old_values
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self._store = context.get_state_store(self._store_name)
 
     def process(self, key: Any, value: Any) -> None:
         if key is None:
@@ -256,12 +229,8 @@ class TableMaterializeProcessor(Processor):
         stored_key = self._keys.serialize(key)
         old = None
         if self._old_values.enabled:
-            stored = self._store.get(stored_key)
-            old = None if stored is None else self._values.deserialize(stored)
+            old = self._stored(stored_key)
             if new is None and old is None:
                 return  # the key was not in the table and is not now
-        if new is None:
-            self._store.delete(stored_key)
-        else:
-            self._store.put(stored_key, self._values.serialize(new))
+        self._write(stored_key, new)
         self.context.forward(key, TableChange(new, old))

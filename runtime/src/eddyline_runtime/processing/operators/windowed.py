@@ -29,42 +29,86 @@ removal forwarded (a None value, timestamped with its end); the merged session
 is then written and forwarded, timestamped with its end. The stream time is
 never behind the newest session end in the store.
 
-The processors reach their stores through the
-:class:`~eddyline_runtime.processing.windows.WindowStore` protocol; the task
-gives it a :class:`~eddyline_runtime.state.WindowStore` over the task store
-(record cache, changelog, transactional RocksDB store).
+Each processor is built from its frozen description (:class:`WindowedAggregation`,
+:class:`SessionWindowedAggregation`, :class:`SlidingWindowedAggregation`) by the
+supplier the DSL attaches to its node, and reaches its store through the
+:class:`~eddyline_runtime.processing.operators.stores.WindowStore` or
+:class:`~eddyline_runtime.processing.operators.stores.SessionStore` interface
+(the engine gives a view over the task store: record cache, changelog,
+transactional RocksDB store).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from eddyline_runtime.engine.join_processors import build_join_operator
-from eddyline_runtime.engine.suppress import FinalResultsProcessor
-from eddyline_runtime.engine.task_store import TaskStore
+from eddyline_runtime.processing.operators.stores import (
+    SessionStore,
+    WindowStore,
+    session_store,
+    window_store,
+)
 from eddyline_runtime.processing.topology import Change, Processor, ProcessorContext
 from eddyline_runtime.processing.windows import (
-    FinalResults,
-    SessionStore,
     SessionWindow,
-    SessionWindowedAggregation,
-    SlidingWindowedAggregation,
+    SessionWindows,
+    SlidingWindows,
     TimeWindow,
+    TimeWindows,
     Windowed,
-    WindowedAggregation,
-    WindowStore,
 )
 from eddyline_runtime.serde import serde_for
-from eddyline_runtime.state.window_layout import (
-    decode_session_key,
-    decode_window_key,
-    split_timestamped,
-    timestamped_value,
-)
+from eddyline_runtime.value_and_timestamp import split_timestamped, timestamped_value
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WindowedAggregation:
+    """A time-windowed ``count``/``reduce``/``aggregate`` node (Kafka's ``KStreamWindowAggregate``).
+
+    ``initializer()`` seeds a window, ``aggregator(key, value, aggregate)``
+    folds a record in. Keys and aggregates reach the store through the serdes.
+    """
+
+    store: str
+    windows: TimeWindows
+    initializer: Any
+    aggregator: Any
+    key_serde: str | None
+    value_serde: str | None
+
+
+@dataclass(frozen=True)
+class SessionWindowedAggregation:
+    """A session-windowed ``count``/``reduce``/``aggregate`` node.
+
+    ``merger(key, aggregate, other)`` combines two sessions' aggregates when a
+    record bridges them.
+    """
+
+    store: str
+    windows: SessionWindows
+    initializer: Any
+    aggregator: Any
+    merger: Any
+    key_serde: str | None
+    value_serde: str | None
+
+
+@dataclass(frozen=True)
+class SlidingWindowedAggregation:
+    """A sliding-windowed ``count``/``reduce``/``aggregate`` node."""
+
+    store: str
+    windows: SlidingWindows
+    initializer: Any
+    aggregator: Any
+    key_serde: str | None
+    value_serde: str | None
 
 
 _NO_KEY: Any = object()  # a skip logged without the record's key (sliding windows)
@@ -128,17 +172,12 @@ class _WindowedAggregate(Processor):
     stream time never behind the store's newest record, and their results (forwarded on
     every write without a record cache, on the cache's flush with one)."""
 
+    _store: WindowStore
+
     def __init__(
-        self,
-        spec: WindowedAggregation | SlidingWindowedAggregation,
-        store: WindowStore,
-        task_store: TaskStore,
-        dropped: Callable[[], None],
-        window_ms: int,
+        self, spec: WindowedAggregation | SlidingWindowedAggregation, window_ms: int
     ) -> None:
-        self._store = store
-        self._task_store = task_store
-        self._dropped = dropped
+        self._store_name = spec.store
         self._window_ms = window_ms  # a window's end - start
         # The newest record timestamp the store holds (None: not read yet).
         self._recovered_time: int | None = None
@@ -147,7 +186,10 @@ class _WindowedAggregate(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self._forwards_on_flush = self._task_store.set_flush_listener(self._flushed)
+        self._store = window_store(context, self._store_name)
+        self._dropped = context.record_dropped
+        # The cache's deletes are expired segments being dropped: not results.
+        self._forwards_on_flush = self._store.set_flush_listener(self._flushed, deletes=False)
 
     def _stream_time(self) -> int:
         """The task's stream time, or the newest record in the store when later: a window
@@ -168,10 +210,9 @@ class _WindowedAggregate(Processor):
             self.context.forward(Windowed(key, window), aggregate, timestamp=newest)
         return written
 
-    def _flushed(self, raw_key: bytes, change: Change) -> None:
-        if change.new is None:
-            return  # an expired window's segment dropped: not a result
-        stored_key, start, _ = decode_window_key(raw_key)
+    def _flushed(self, stored_key: bytes, start: int, change: Change) -> None:
+        if change.new is None:  # never: the listener takes no deletes (see init)
+            return
         newest, data = split_timestamped(change.new)
         window = TimeWindow(start, start + self._window_ms)
         self.context.forward(
@@ -182,14 +223,8 @@ class _WindowedAggregate(Processor):
 
 
 class WindowAggregateProcessor(_WindowedAggregate):
-    def __init__(
-        self,
-        spec: WindowedAggregation,
-        store: WindowStore,
-        task_store: TaskStore,
-        dropped: Callable[[], None],
-    ) -> None:
-        super().__init__(spec, store, task_store, dropped, spec.windows.size_ms)
+    def __init__(self, spec: WindowedAggregation) -> None:
+        super().__init__(spec, spec.windows.size_ms)
         self._spec = spec
         self._windows = spec.windows
 
@@ -225,24 +260,19 @@ class WindowAggregateProcessor(_WindowedAggregate):
 
 
 class SessionAggregateProcessor(Processor):
-    def __init__(
-        self,
-        spec: SessionWindowedAggregation,
-        store: SessionStore,
-        task_store: TaskStore,
-        dropped: Callable[[], None],
-    ) -> None:
+    _store: SessionStore
+
+    def __init__(self, spec: SessionWindowedAggregation) -> None:
         self._spec = spec
         self._windows = spec.windows
-        self._store = store
-        self._task_store = task_store
-        self._dropped = dropped
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.value_serde)
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self._forwards_on_flush = self._task_store.set_flush_listener(self._flushed)
+        self._store = session_store(context, self._spec.store)
+        self._dropped = context.record_dropped
+        self._forwards_on_flush = self._store.set_flush_listener(self._flushed)
 
     def process(self, key: Any, value: Any) -> None:
         context = self.context
@@ -283,8 +313,7 @@ class SessionAggregateProcessor(Processor):
         times = (close_time, stream_time)
         _skip_expired(self.context, self._dropped, f"[{start},{end}]", times, key)
 
-    def _flushed(self, raw_key: bytes, change: Change) -> None:
-        stored_key, start, end = decode_session_key(raw_key)
+    def _flushed(self, stored_key: bytes, start: int, end: int, change: Change) -> None:
         if change.new is None:
             observed = self._store.observed_stream_time
             if end < observed - self._windows.retention_ms + 1:
@@ -317,14 +346,8 @@ class SlidingWindowAggregateProcessor(_WindowedAggregate):
     record is dropped for them, counted and logged.
     """
 
-    def __init__(
-        self,
-        spec: SlidingWindowedAggregation,
-        store: WindowStore,
-        task_store: TaskStore,
-        dropped: Callable[[], None],
-    ) -> None:
-        super().__init__(spec, store, task_store, dropped, spec.windows.time_difference_ms)
+    def __init__(self, spec: SlidingWindowedAggregation) -> None:
+        super().__init__(spec, spec.windows.time_difference_ms)
         self._spec = spec
         self._diff = spec.windows.time_difference_ms
         self._grace = spec.windows.grace_ms
@@ -483,33 +506,3 @@ def _newest_stored_timestamp(store: WindowStore) -> int:
         return -1
     newest = store.fetch_all(newest_start, newest_start)
     return max((split_timestamped(value)[0] for _, _, value in newest), default=-1)
-
-
-def build_operator(
-    operator: object,
-    views: dict[str, Any],
-    stores: dict[str, TaskStore],
-    dropped: Callable[[], None],
-) -> Processor:
-    """The processor for a DSL operation the engine implements."""
-    if isinstance(operator, WindowedAggregation):
-        return WindowAggregateProcessor(
-            operator, views[operator.store], stores[operator.store], dropped
-        )
-    if isinstance(operator, SessionWindowedAggregation):
-        return SessionAggregateProcessor(
-            operator, views[operator.store], stores[operator.store], dropped
-        )
-    joining = build_join_operator(operator, views, stores, dropped)
-    if joining is not None:
-        return joining
-    if isinstance(operator, SlidingWindowedAggregation):
-        return SlidingWindowAggregateProcessor(
-            operator, views[operator.store], stores[operator.store], dropped
-        )
-    if isinstance(operator, FinalResults):
-        return FinalResultsProcessor(operator, stores[operator.store])
-    raise TypeError(
-        f"the engine has no processor for {type(operator).__name__}; a topology node needs "
-        "a processor supplier or an operator the DSL made"
-    )

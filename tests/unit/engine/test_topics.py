@@ -12,7 +12,7 @@ from eddyline_runtime.log import Record, SqliteLog, TopicConflictError
 from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing import StreamsBuilder
-from tests.support.kafka_fake import FakeBroker, fake_log
+from tests.support.kafka.fake_clients import FakeBroker, fake_log
 from tests.support.word_count import word_count_builder as word_count
 
 

@@ -30,18 +30,18 @@ were already due.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any, Final
 
-from eddyline_runtime.engine.task_store import TaskStore
+from eddyline_runtime.key_ranges import KeyRange
+from eddyline_runtime.processing.operators.stores import key_value_store
 from eddyline_runtime.processing.topology import Processor, ProcessorContext
 from eddyline_runtime.processing.windows import (
-    FinalResults,
     SessionWindowedSerde,
     TimeWindowedSerde,
     Windowed,
 )
 from eddyline_runtime.serde import serde_for
-from eddyline_runtime.state.key_ranges import KeyRange
 
 _TIME: Final = struct.Struct(">q")
 # Sorts after every entry: buffer times are >= 0, so their first byte is <= 0x7f.
@@ -49,10 +49,33 @@ _CLOCK_KEY: Final = b"\xffstream-time"
 _NO_TIME: Final = -1
 
 
+@dataclass(frozen=True)
+class FinalResults:
+    """What a final-results node (``emit_final`` or ``suppress``) does; the engine runs it.
+
+    Buffers the latest update per windowed key in the key-value store ``store``
+    (transactional and changelogged, so final results survive a crash exactly
+    once) and forwards a window's value when the stream time reaches its end +
+    ``wait_ms`` (``strict``: passes it). ``window_kind`` is "time" (windowed keys
+    of ``window_size_ms``) or "session". The clock is the newest timestamp of the
+    updates reaching the node (Kafka's ``suppress``), not the task's stream time:
+    with a record cache, updates reach the node at a flush, in the order of their
+    last write, and a clock that ran ahead of them would close a window before
+    its last update arrived, then emit it a second time.
+    """
+
+    store: str
+    wait_ms: int
+    strict: bool
+    window_kind: str
+    window_size_ms: int
+    key_serde: str | None
+    value_serde: str | None
+
+
 class FinalResultsProcessor(Processor):
-    def __init__(self, spec: FinalResults, buffer: TaskStore) -> None:
+    def __init__(self, spec: FinalResults) -> None:
         self._spec = spec
-        self._buffer = buffer
         inner = serde_for(spec.key_serde)
         self._keys: Any = (
             SessionWindowedSerde(inner)
@@ -67,6 +90,7 @@ class FinalResultsProcessor(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
+        self._buffer = key_value_store(context, self._spec.store)
         stored = self._buffer.get(_CLOCK_KEY)
         if stored is not None:
             self._clock = _TIME.unpack(stored)[0]

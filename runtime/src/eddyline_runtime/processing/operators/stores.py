@@ -1,0 +1,194 @@
+"""The stores a DSL operator reaches, as typed interfaces: each kind defined once.
+
+A processor asks its context for a store by name (``context.get_state_store``);
+what comes back is the engine's store (record cache, changelog, transactional
+RocksDB store), which this package may not import (an import contract holds
+it). The operators therefore see it through these interfaces, as Kafka
+Streams' operators see ``KeyValueStore``, ``TimestampedKeyValueStore``,
+``WindowStore`` and ``SessionStore``:
+
+* :class:`KeyValueStore`: bytes keys to bytes values, with ordered scans over a
+  :class:`~eddyline_runtime.key_ranges.KeyRange`;
+* :class:`TimestampedKeyValueStore`: a key-value store whose values carry the
+  timestamp of their update (:mod:`eddyline_runtime.value_and_timestamp`);
+* :class:`WindowStore`: (key, window start) to value, with retention;
+* :class:`SessionStore`: (key, session start, session end) to value, with retention.
+
+Each store with a record cache in front of it forwards what the cache flushes
+to the one listener ``set_flush_listener`` registers (answering False when
+there is no cache: the operator then forwards each update itself). The
+listener of a window or session store receives the entry's key and window,
+already decoded from the store's byte layout.
+
+:func:`key_value_store`, :func:`window_store` and :func:`session_store` fetch a
+store of the expected kind, or raise naming the store and what it is instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from eddyline_runtime.key_ranges import KeyRange
+from eddyline_runtime.processing.topology import Change, ProcessorContext, TopologyError
+from eddyline_runtime.value_and_timestamp import split_timestamped, timestamped_value
+
+# Receives each update a key-value store's cache flushes: the key and Change(new, old).
+ChangeListener = Callable[[bytes, Change], None]
+# A window store's: the key, the window start and the change.
+WindowChangeListener = Callable[[bytes, int, Change], None]
+# A session store's: the key, the session start and end, and the change.
+SessionChangeListener = Callable[[bytes, int, int, Change], None]
+
+
+class KeyValueStore(Protocol):
+    """A key-value store as an operator sees it; reads see the task's own writes."""
+
+    name: str
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> bytes | None:
+        """Delete ``key``; returns the value it had (None: none)."""
+        ...
+
+    def scan(self, key_range: KeyRange) -> Iterator[tuple[bytes, bytes]]:
+        """The entries in ``key_range``, in byte order of their keys."""
+        ...
+
+    def set_flush_listener(self, listener: ChangeListener) -> bool:
+        """Forward what the record cache flushes to ``listener``; False: no cache."""
+        ...
+
+
+class TimestampedKeyValueStore:
+    """A key-value store whose values carry their update's timestamp (Kafka's
+    ``TimestampedKeyValueStore``): a view over a :class:`KeyValueStore`, writing
+    the one value-and-timestamp format."""
+
+    __slots__ = ("_inner", "name")
+
+    def __init__(self, inner: KeyValueStore) -> None:
+        self._inner = inner
+        self.name = inner.name
+
+    def get(self, key: bytes) -> tuple[int, bytes] | None:
+        """(timestamp, value) of ``key``; None if it has none."""
+        stored = self._inner.get(key)
+        return None if stored is None else split_timestamped(stored)
+
+    def put(self, key: bytes, value: bytes, timestamp: int) -> None:
+        self._inner.put(key, timestamped_value(timestamp, value))
+
+    def delete(self, key: bytes) -> None:
+        self._inner.delete(key)
+
+
+class WindowStore(Protocol):
+    """A window store as a processor sees it (``context.get_state_store(name)``).
+
+    Keys and values are bytes (serialized by the processor); a window is named
+    by its start. Reads see the task's own uncommitted writes.
+    """
+
+    name: str
+
+    def fetch(self, key: bytes, window_start: int) -> bytes | None:
+        """The value of ``key``'s window at ``window_start``; None if none or expired."""
+        ...
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> Iterator[tuple[int, bytes]]:
+        """``key``'s windows with ``time_from <= start <= time_to``, as (start, value)."""
+        ...
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[bytes, int, bytes]]:
+        """Every key's windows with ``time_from <= start <= time_to``, as (key, start, value)."""
+        ...
+
+    def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
+        """Write (None: delete) ``key``'s window; False when it had expired and was not."""
+        ...
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The newest window start written (recovered at reopen); -1 before any."""
+        ...
+
+    def set_flush_listener(self, listener: WindowChangeListener, *, deletes: bool = True) -> bool:
+        """Forward what the record cache flushes to ``listener`` (without ``deletes``:
+        writes only, as the cache's deletes of expired segments are no results);
+        False: no cache."""
+        ...
+
+
+class SessionStore(Protocol):
+    """A session store as a processor sees it (``context.get_state_store(name)``)."""
+
+    name: str
+
+    def find_sessions(
+        self, key: bytes, earliest_session_end: int, latest_session_start: int
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """``key``'s sessions ending at or after ``earliest_session_end`` and starting at
+        or before ``latest_session_start``, as (key, start, end, value)."""
+        ...
+
+    def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
+        """Write (None: remove) ``key``'s session; False when it had expired and was not."""
+        ...
+
+    def remove(self, key: bytes, start: int, end: int) -> None:
+        """Remove ``key``'s session [start, end]."""
+        ...
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The newest session end written (recovered at reopen); -1 before any."""
+        ...
+
+    def set_flush_listener(self, listener: SessionChangeListener) -> bool:
+        """Forward what the record cache flushes to ``listener``; False: no cache."""
+        ...
+
+
+# What tells each kind apart: a method only that kind has (looked up on the type,
+# so no property of the store runs).
+_KINDS = (("window", "fetch_range"), ("session", "find_sessions"), ("key-value", "get"))
+
+
+def _kind_of(store: object) -> str:
+    for kind, method in _KINDS:
+        if callable(getattr(type(store), method, None)):
+            return kind
+    return type(store).__name__
+
+
+def _attached(context: ProcessorContext, name: str, wanted: str) -> Any:
+    store = context.get_state_store(name)
+    found = _kind_of(store)
+    if found != wanted:
+        raise TopologyError(
+            f'store "{name}" is a {found} store, but this operator needs a {wanted} store: '
+            "give each operation its own store name"
+        )
+    return store
+
+
+def key_value_store(context: ProcessorContext, name: str) -> KeyValueStore:
+    """The key-value store ``name`` attached to the processor of ``context``."""
+    store: KeyValueStore = _attached(context, name, "key-value")
+    return store
+
+
+def window_store(context: ProcessorContext, name: str) -> WindowStore:
+    """The window store ``name`` attached to the processor of ``context``."""
+    store: WindowStore = _attached(context, name, "window")
+    return store
+
+
+def session_store(context: ProcessorContext, name: str) -> SessionStore:
+    """The session store ``name`` attached to the processor of ``context``."""
+    store: SessionStore = _attached(context, name, "session")
+    return store
