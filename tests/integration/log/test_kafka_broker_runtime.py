@@ -32,6 +32,7 @@ from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import ProducerFencedError, Record, TopicSpec
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.processing import StreamsBuilder, Topology
 from eddyline_runtime.serde import serde_for
 from tests.support.word_count import word_count
 
