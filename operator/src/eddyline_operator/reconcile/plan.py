@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from eddyline_operator.reconcile import conditions as condition
 from eddyline_operator.reconcile import log_node, names, objects, pod_creation, prune, restore_job
 from eddyline_operator.reconcile.conditions import Conditions, PodCounts, summarize
 from eddyline_operator.reconcile.events import Event
@@ -40,7 +41,7 @@ from eddyline_operator.reconcile.membership import (
     without_lost,
 )
 from eddyline_operator.reconcile.rollout import plan_rollout
-from eddyline_operator.reconcile.scale_in import SCALING_IN, ScaleIn, plan_scale_in
+from eddyline_operator.reconcile.scale_in import ScaleIn, plan_scale_in
 from eddyline_operator.reconcile.status import (
     is_deleting,
     max_standby_lag,
@@ -59,8 +60,7 @@ from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     MAX_NAME_LENGTH,
     MAX_NAME_LENGTH_WITH_RESTORE,
-    Condition,
-    ConditionStatus,
+    ConditionType,
     ManifestError,
     Phase,
     StreamApp,
@@ -71,8 +71,6 @@ from eddyline_runtime.spec import (
 )
 
 Obj = dict[str, Any]
-# The condition type while eddyline.dev/pause-reconciliation is "true".
-PAUSED = "Paused"
 
 
 @dataclass(frozen=True)
@@ -163,8 +161,7 @@ def plan(observed: Observed) -> Plan:
     if is_paused(observed.body):
         return cycle.paused()
     result = _reconcile(cycle, observed)
-    before = next((c for c in cycle.old_status.conditions if c.type == PAUSED), None)
-    if before is not None and before.status == ConditionStatus.TRUE:
+    if cycle.conditions.is_true(ConditionType.PAUSED):
         result.events.append(
             Event(
                 "Normal",
@@ -391,19 +388,18 @@ class _Cycle:
             "is applied, published, restarted or launched; to resume, remove it (kubectl "
             f"annotate streamapp {self.name} {names.ANNOTATION_PAUSE}-)"
         )
-        condition = self.conditions.make(PAUSED, True, "ReconciliationPaused", message)
-        if self.conditions.changed(condition):
+        paused = condition.paused(self.conditions, message)
+        if self.conditions.changed(paused):
             self.events.append(Event("Normal", "ReconciliationPaused", message))
-        kept = [c for c in self.old_status.conditions if c.type != PAUSED]
-        status = self.old_status.model_copy(update={"conditions": [*kept, condition]})
+        kept = [c for c in self.old_status.conditions if c.type != ConditionType.PAUSED]
+        status = self.old_status.model_copy(update={"conditions": [*kept, paused]})
         return Plan(None, [], None, [], status, self.events, paused=True)
 
     def invalid(self, invalid: ManifestError, membership: Membership | None) -> Plan:
         """Degraded, InvalidSpec: nothing applied, no pod restarted."""
         problem = f"{invalid.field}: {invalid.problem}"
-        make = self.conditions.make
-        degraded = make("Degraded", True, "InvalidSpec", problem)
-        if self.conditions.changed(degraded):
+        made = condition.invalid_spec(self.conditions, problem)
+        if self.conditions.changed(made[-1]):
             self.events.append(
                 Event("Warning", "InvalidSpec", f"{problem}; nothing running was changed")
             )
@@ -415,11 +411,7 @@ class _Cycle:
                 "replicas": len(self.live_pods),
                 "ready_replicas": self.ready_count,
                 "selector": names.selector_string(self.name),
-                "conditions": [
-                    make("Ready", False, "InvalidSpec", "the spec is invalid; see Degraded"),
-                    make("Progressing", False, "InvalidSpec", "nothing rolls out until fixed"),
-                    degraded,
-                ],
+                "conditions": made,
                 "message": f"invalid spec: {problem}",
                 "membership_generation": None if published is None else published.generation,
             }
@@ -459,6 +451,8 @@ class _Cycle:
         delete = rollout.delete
         self.events.extend(log_node.restart_off_node(pinned, self.live_pods, delete))
         published = membership or observed.membership
+        scale = self.scale_in
+        restores = self.restores(app, pinned)
         summary = summarize(
             self.conditions,
             app,
@@ -477,12 +471,18 @@ class _Cycle:
             lost=self.lost_pods,
             members_left=self.members_left,
             create_failure=pod_creation.failure(observed.stateful_set_events),
+            scaling_in=None
+            if scale is None
+            else scale.seed(
+                spec.replicas, shown=ConditionType.SCALING_IN in self.conditions.previous
+            ),
+            restoring=restores.condition,
         )
         self.events.extend(summary.events)
-        self.scaling_in(summary.conditions, spec.replicas)
-        restores = self.restores(app, pinned)
-        if restores.condition is not None:
-            summary.conditions.append(self.conditions.make("Restoring", *restores.condition))
+        if scale is not None and scale.active:
+            self.notes.append(scale.message)
+        if scale is not None and scale.lowered:
+            self.events.append(Event("Normal", "PodHandedOver", scale.message))
         self.events.extend(Event(*event) for event in restores.events)
         if self.capped is not None and self.capped not in (self.old_status.message or ""):
             self.events.append(Event("Normal", "StandbysCapped", self.capped))
@@ -516,25 +516,6 @@ class _Cycle:
             recheck_seconds=self.recheck,
             prune_kinds=prune.kinds(app),
         )
-
-    def scaling_in(self, conditions: list[Condition], desired: int) -> None:
-        """The ScalingIn condition (while a scale-in lasts, and False once it is done), its
-        events, and the note saying which pod it drains."""
-        scale = self.scale_in
-        before = next((c for c in self.old_status.conditions if c.type == SCALING_IN), None)
-        if scale is None or (not scale.active and before is None):
-            return
-        if scale.active:
-            condition = self.conditions.make(SCALING_IN, True, "DrainingPod", scale.message)
-            self.notes.append(scale.message)
-        else:
-            done = f"scaled in to {desired} pods: every pod removed had handed its tasks over"
-            condition = self.conditions.make(SCALING_IN, False, "ScaleInDone", done)
-        conditions.append(condition)
-        if self.conditions.changed(condition):
-            self.events.append(Event("Normal", condition.reason, condition.message))
-        if scale.lowered:
-            self.events.append(Event("Normal", "PodHandedOver", scale.message))
 
     def render(
         self, app: StreamApp, pinned: log_node.LogPin, upgrade: Decision
