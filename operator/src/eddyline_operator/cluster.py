@@ -40,15 +40,12 @@ class ClusterView:
             known = {n.get("metadata", {}).get("name") for n in nodes}
             if time.monotonic() - listed_at < NODES_SECONDS and wanted <= known:
                 return nodes
-            try:
-                nodes = kube.list("Node", None)
-            except ApiError as error:
-                if error.status != 403:
-                    raise
-                logger.warning(
-                    "cannot list Nodes (RBAC): zones unknown; grant nodes get/list/watch"
-                )
-                nodes = []
+            nodes = _listed(
+                kube,
+                "Node",
+                None,
+                "cannot list Nodes (RBAC): zones unknown; grant nodes get/list/watch",
+            )
             self._nodes = (time.monotonic(), nodes)
             return nodes
 
@@ -59,16 +56,24 @@ class ClusterView:
             listed_at, leases = self._leases
             if time.monotonic() - listed_at < LEASES_SECONDS:
                 return leases
-            try:
-                leases = kube.list("Lease", NODE_LEASE_NAMESPACE)
-            except ApiError as error:
-                if error.status != 403:
-                    raise
-                logger.warning(
-                    "cannot list Leases in %s (RBAC): a lost node is noticed only from its "
-                    "Ready condition; grant coordination.k8s.io leases get/list/watch",
-                    NODE_LEASE_NAMESPACE,
-                )
-                leases = []
+            leases = _listed(
+                kube,
+                "Lease",
+                NODE_LEASE_NAMESPACE,
+                f"cannot list Leases in {NODE_LEASE_NAMESPACE} (RBAC): a lost node is noticed "
+                "only from its Ready condition; grant coordination.k8s.io leases get/list/watch",
+            )
             self._leases = (time.monotonic(), leases)
             return leases
+
+
+def _listed(kube: Kube, kind: str, namespace: str | None, refused: str) -> list[Any]:
+    """Every ``kind`` (in ``namespace``); none, with the warning ``refused``, when RBAC
+    forbids the list: the cycle goes on with less to go by."""
+    try:
+        return kube.list(kind, namespace)
+    except ApiError as error:
+        if error.status != 403:
+            raise
+        logger.warning("%s", refused)
+        return []
