@@ -301,7 +301,7 @@ def _degraded(
     return degraded
 
 
-def paused(conditions: Conditions, message: str) -> Condition:
+def paused_condition(conditions: Conditions, message: str) -> Condition:
     """Paused, True: reconciliation is paused (``eddyline.dev/pause-reconciliation``)."""
     return conditions.make(ConditionType.PAUSED, True, "ReconciliationPaused", message)
 

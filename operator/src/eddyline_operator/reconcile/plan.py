@@ -21,9 +21,14 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import conditions as condition
 from eddyline_operator.reconcile import log_node, names, objects, pod_creation, prune, restore_job
-from eddyline_operator.reconcile.conditions import Conditions, PodCounts, summarize
+from eddyline_operator.reconcile.conditions import (
+    Conditions,
+    PodCounts,
+    invalid_spec,
+    paused_condition,
+    summarize,
+)
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import (
     NODE_GRACE_SECONDS,
@@ -388,7 +393,7 @@ class _Cycle:
             "is applied, published, restarted or launched; to resume, remove it (kubectl "
             f"annotate streamapp {self.name} {names.ANNOTATION_PAUSE}-)"
         )
-        paused = condition.paused(self.conditions, message)
+        paused = paused_condition(self.conditions, message)
         if self.conditions.changed(paused):
             self.events.append(Event("Normal", "ReconciliationPaused", message))
         kept = [c for c in self.old_status.conditions if c.type != ConditionType.PAUSED]
@@ -398,7 +403,7 @@ class _Cycle:
     def invalid(self, invalid: ManifestError, membership: Membership | None) -> Plan:
         """Degraded, InvalidSpec: nothing applied, no pod restarted."""
         problem = f"{invalid.field}: {invalid.problem}"
-        made = condition.invalid_spec(self.conditions, problem)
+        made = invalid_spec(self.conditions, problem)  # Ready, Progressing, Degraded
         if self.conditions.changed(made[-1]):
             self.events.append(
                 Event("Warning", "InvalidSpec", f"{problem}; nothing running was changed")
@@ -452,6 +457,8 @@ class _Cycle:
         self.events.extend(log_node.restart_off_node(pinned, self.live_pods, delete))
         published = membership or observed.membership
         scale = self.scale_in
+        shown = ConditionType.SCALING_IN in self.conditions.previous
+        scaling = None if scale is None else scale.seed(spec.replicas, shown=shown)
         restores = self.restores(app, pinned)
         summary = summarize(
             self.conditions,
@@ -471,11 +478,7 @@ class _Cycle:
             lost=self.lost_pods,
             members_left=self.members_left,
             create_failure=pod_creation.failure(observed.stateful_set_events),
-            scaling_in=None
-            if scale is None
-            else scale.seed(
-                spec.replicas, shown=ConditionType.SCALING_IN in self.conditions.previous
-            ),
+            scaling_in=scaling,
             restoring=restores.condition,
         )
         self.events.extend(summary.events)
