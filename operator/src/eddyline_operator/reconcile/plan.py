@@ -3,8 +3,10 @@
 Input: the StreamApp object as the API server holds it and what the
 operator observed (pods, nodes, the published membership, the pods'
 reports). Output: a :class:`Plan` - the objects to apply, the membership to
-publish, the pods to restart, the whole status, and the events that say what
-was done and why. The handlers carry it out through the client wrapper.
+publish, the pods to restart, the status, and the events that say what was
+done and why. The handlers carry it out through the client wrapper, and write
+the status :func:`~.conditions.compose_status` makes of the plan's, the
+autoscaler's ``status.autoscaling`` and any children the API server refused.
 
 A spec the CRD schema cannot catch (anything the pydantic model refuses)
 makes the app Degraded with reason InvalidSpec and changes nothing that
@@ -111,7 +113,9 @@ class Plan:
     objects: list[Obj]
     membership: Membership | None
     delete_pods: list[str]
-    status: StreamAppStatus  # the whole status (status_record.dump_status makes the patch)
+    # The status but for what only carrying the plan out knows: conditions.compose_status
+    # adds the autoscaler's status.autoscaling and refused children into the one written.
+    status: StreamAppStatus
     events: list[Event]
     # A new upgrade step: status must be written before anything else is done (write-ahead).
     write_ahead: bool = False
