@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from eddyline_operator.handlers import SCRAPE_SECONDS
+from eddyline_operator.autoscaler import SCRAPE_SECONDS
 from eddyline_operator.reconcile.autoscale import METRIC_WINDOW_SECONDS
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition

@@ -22,11 +22,15 @@ events stopped being handled for every app. The number of apps is now bounded by
 A lock per StreamApp keeps cycles of the same app from interleaving (the
 membership generation must grow by one at a time).
 
-What the operator keeps between cycles (the client, each app's lock, applied hash and
-cached reports, the Node list) is one :class:`Operator`, created by the startup handler
-in kopf's operator-level ``memo``: kopf hands every object's handlers a shallow copy of
-that memo, so the daemon, the create/update handlers and the pod handler of an app all
-reach the same :class:`Operator`, and a test builds its own instead of patching globals.
+What the operator keeps between cycles (the client, each app's lock, applied hash, cached
+reports and autoscaler samples, the Node and Lease lists) is one :class:`Operator`, created
+by the startup handler in kopf's operator-level ``memo``: kopf hands every object's handlers
+a shallow copy of that memo, so the daemon, the create/update handlers and the pod handler
+of an app all reach the same :class:`Operator`, and a test builds its own instead of
+patching globals.
+
+The autoscaler's loop is :mod:`.autoscaler`; the cycle calls it and composes the status it
+writes once (:func:`~.reconcile.conditions.compose_status`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from typing import Any
 
 import kopf
 
-from eddyline_operator import metrics
+from eddyline_operator import autoscaler, metrics
 from eddyline_operator.children import (
     APPLY_FAILED,
     NAME_CONFLICT,
@@ -56,9 +60,10 @@ from eddyline_operator.children import (
     refused,
     stateful_set_events,
 )
-from eddyline_operator.client import ApiError, Kube, fetch_metrics, fetch_reports
-from eddyline_operator.reconcile import autoscale, names, objects, ownership, restore_job
-from eddyline_operator.reconcile.conditions import with_refusals
+from eddyline_operator.client import ApiError, Kube, fetch_reports
+from eddyline_operator.cluster import ClusterView
+from eddyline_operator.reconcile import names, objects, ownership, restore_job
+from eddyline_operator.reconcile.conditions import compose_status
 from eddyline_operator.reconcile.membership import (
     NODE_GRACE_SECONDS,
     is_leaving,
@@ -68,14 +73,13 @@ from eddyline_operator.reconcile.membership import (
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_operator.reconcile.references import withheld
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
-from eddyline_runtime.membership import MemberReport, Membership
+from eddyline_runtime.membership import MemberReport
 from eddyline_runtime.spec import (
     GROUP,
     PLURAL,
     VERSION,
     AutoscalingStatus,
     Phase,
-    ScalingDecision,
     StreamAppStatus,
 )
 
@@ -93,13 +97,6 @@ SETTLING_SECONDS = 0.25
 # Owned objects are re-applied at least this often even when the spec did not change
 # (someone deleted a Service, say); otherwise only when what we would apply changed.
 REAPPLY_SECONDS = 30.0
-# Nodes are listed again at least this often (readiness for the log's pin, new labels).
-NODES_SECONDS = 10.0
-# Node Leases (kube-node-lease) are listed again at least this often: a dead node is
-# noticed within its grace plus this long. One list serves every app.
-LEASES_SECONDS = 2.0
-# The namespace where each kubelet renews its node's Lease.
-NODE_LEASE_NAMESPACE = "kube-node-lease"
 # Overrides NODE_GRACE_SECONDS (seconds, > 0): how long a node's Lease may go unrenewed (or
 # its Ready condition stay other than True) before its pods leave the membership.
 NODE_GRACE_ENV = "EDDYLINE_OPERATOR_NODE_GRACE_SECONDS"
@@ -119,18 +116,6 @@ MEMO_KEY = "eddyline"
 
 
 @dataclass
-class AutoscaleState:
-    """The autoscaler's memory of one app (spec.autoscaling): the pods' metric samples, the
-    recommendations the stabilization windows read, and since when the app is settled.
-    In memory only: a restarted operator waits one settle and one metric window again."""
-
-    samples: dict[str, list[autoscale.PodSample]] = field(default_factory=dict)
-    history: list[autoscale.Recommendation] = field(default_factory=list)
-    settled_since: float | None = None
-    scraped_at: float = float("-inf")
-
-
-@dataclass
 class AppState:
     """What the operator remembers about one StreamApp between cycles (in memory only:
     after a restart everything is observed again)."""
@@ -139,7 +124,9 @@ class AppState:
     applied_hash: str | None = None
     applied_at: float = 0.0
     reports: dict[str, MemberReport] = field(default_factory=dict)
-    autoscale: AutoscaleState = field(default_factory=AutoscaleState)
+    samples: autoscaler.SampleStore = field(
+        default_factory=autoscaler.SampleStore
+    )  # spec.autoscaling
     events: EventsSeen = field(default_factory=EventsSeen)
 
 
@@ -152,12 +139,7 @@ class Operator:
         self._kube = kube
         self._lock = threading.Lock()
         self._apps: dict[tuple[str, str], AppState] = {}
-        # Nodes as last listed: (time.monotonic() of the list, the Node objects).
-        self._nodes: tuple[float, list[Any]] = (float("-inf"), [])
-        self._nodes_lock = threading.Lock()
-        # Node Leases as last listed, as for Nodes.
-        self._leases: tuple[float, list[Any]] = (float("-inf"), [])
-        self._leases_lock = threading.Lock()
+        self.cluster = ClusterView()
 
     @property
     def kube(self) -> Kube:
@@ -169,48 +151,6 @@ class Operator:
     def app(self, namespace: str, name: str) -> AppState:
         with self._lock:
             return self._apps.setdefault((namespace, name), AppState())
-
-    def nodes(self, wanted: set[Any]) -> list[Any]:
-        """The cluster's Nodes, listed again only when a pod runs on one not seen yet, or
-        every NODES_SECONDS: a node's zone label does not change, and a big cluster's Node
-        list is too heavy for every cycle of every app."""
-        with self._nodes_lock:
-            listed_at, nodes = self._nodes
-            known = {n.get("metadata", {}).get("name") for n in nodes}
-            if time.monotonic() - listed_at < NODES_SECONDS and wanted <= known:
-                return nodes
-            try:
-                nodes = self.kube.list("Node", None)
-            except ApiError as error:
-                if error.status != 403:
-                    raise
-                logger.warning(
-                    "cannot list Nodes (RBAC): zones unknown; grant nodes get/list/watch"
-                )
-                nodes = []
-            self._nodes = (time.monotonic(), nodes)
-            return nodes
-
-    def leases(self) -> list[Any]:
-        """The node Leases in kube-node-lease, listed again every LEASES_SECONDS: their
-        renewals are how a dead node is told from a quiet one."""
-        with self._leases_lock:
-            listed_at, leases = self._leases
-            if time.monotonic() - listed_at < LEASES_SECONDS:
-                return leases
-            try:
-                leases = self.kube.list("Lease", NODE_LEASE_NAMESPACE)
-            except ApiError as error:
-                if error.status != 403:
-                    raise
-                logger.warning(
-                    "cannot list Leases in %s (RBAC): a lost node is noticed only from its "
-                    "Ready condition; grant coordination.k8s.io leases get/list/watch",
-                    NODE_LEASE_NAMESPACE,
-                )
-                leases = []
-            self._leases = (time.monotonic(), leases)
-            return leases
 
 
 def operator_of(memo: Any) -> Operator:
@@ -321,35 +261,30 @@ async def follow_app(
 
 def settled_seconds(environ: Mapping[str, str]) -> float:
     """The beat of a settled app: ``EDDYLINE_OPERATOR_RESYNC_SECONDS`` or SETTLED_SECONDS."""
-    raw = environ.get(RESYNC_ENV, "").strip()
-    if not raw:
-        return SETTLED_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise ValueError(
-            f"{RESYNC_ENV}={raw!r}: expected a number of seconds above 0, such as 2 or 60"
-        )
-    return value
+    return _seconds(environ, RESYNC_ENV, SETTLED_SECONDS, "such as 2 or 60")
 
 
 def node_grace_seconds(environ: Mapping[str, str]) -> float:
     """How long a node may be silent before its pods leave the membership:
     ``EDDYLINE_OPERATOR_NODE_GRACE_SECONDS`` or NODE_GRACE_SECONDS."""
-    raw = environ.get(NODE_GRACE_ENV, "").strip()
+    # Kubelets renew their Lease every 10 s: a shorter grace drops healthy pods.
+    example = (
+        "such as 15 (kubelets renew their Lease every 10 s: less than that drops healthy pods)"
+    )
+    return _seconds(environ, NODE_GRACE_ENV, NODE_GRACE_SECONDS, example)
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float, example: str) -> float:
+    """Seconds above 0 from the environment variable ``name``; ``default`` when unset."""
+    raw = environ.get(name, "").strip()
     if not raw:
-        return NODE_GRACE_SECONDS
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = 0.0
     if value <= 0:
-        raise ValueError(
-            f"{NODE_GRACE_ENV}={raw!r}: expected a number of seconds above 0, such as 15 "
-            "(kubelets renew their Lease every 10 s: less than that drops healthy pods)"
-        )
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds above 0, {example}")
     return value
 
 
@@ -399,8 +334,9 @@ def run_cycle(
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return None
         pods = kube.list("Pod", namespace, selector=names.selector_string(name))
-        nodes = operator.nodes({p.get("spec", {}).get("nodeName") for p in pods} - {None})
-        leases = operator.leases()
+        wanted = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
+        nodes = operator.cluster.nodes(kube, wanted)
+        leases = operator.cluster.leases(kube)
         now, grace = _now(), node_grace_seconds(os.environ)
         # Pods on a lost node are not asked for a report (a partitioned one would cost a
         # timeout each); the plan leaves them out of the membership.
@@ -434,133 +370,22 @@ def run_cycle(
             stateful_set_events=stateful_set_events(kube, body, pods, state.events),
         )
         result = plan(observed)
-        if not result.paused:
-            _autoscale(
-                kube, state, body, result,
-                pods=pods, members=members, membership=observed.membership, fetch=fetch,
-            )  # fmt: skip
+        meta = body["metadata"]
+        scaling = autoscaler.autoscale_app(
+            state.samples,
+            autoscaler.ScalingRealizer(
+                kube, meta["namespace"], meta["name"], lambda *event: post_event(body, *event)
+            ),
+            result,
+            autoscaler.Observed(
+                body, pods, members, observed.membership, state.reports, scrape=fetch, now=now
+            ),
+        )
         running = Running(pods, observed.jobs)
-        _carry_out(kube, state, body, result, force_apply=force_apply, running=running)
+        _carry_out(
+            kube, state, body, result, scaling, force_apply=force_apply, running=running
+        )  # fmt: skip
         return result
-
-
-# The pods' /metrics are read at most this often (on the daemon's cycles, which ask for
-# reports anyway).
-SCRAPE_SECONDS = 2.0
-# Samples kept per pod (the decision reads METRIC_WINDOW_SECONDS of them).
-MAX_SAMPLES = 32
-# The autoscaler's clock (a test moves it on).
-_clock = time.monotonic
-
-
-def _autoscale(
-    kube: Kube,
-    state: AppState,
-    body: Any,
-    result: Plan,
-    *,
-    pods: list[Any],
-    members: list[Any],
-    membership: Membership | None,
-    fetch: bool,
-) -> None:
-    """spec.autoscaling: scrape the member pods, decide (reconcile/autoscale.py), and carry
-    a decision out through the scale subresource; status.autoscaling in the plan's status.
-    Not while paused (the caller), suspended, mid-upgrade, or with an invalid spec."""
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    memory = state.autoscale
-    app = result.app
-    spec = None if app is None else app.spec.autoscaling
-    if app is None or spec is None:
-        if app is not None:  # autoscaling removed: forget it
-            state.autoscale = AutoscaleState()
-            result.status = result.status.model_copy(update={"autoscaling": None})
-        return
-    previous, _ = read_status(body.get("status"))
-    kept = previous.autoscaling or AutoscalingStatus()
-    current = app.spec.replicas
-    if app.spec.suspended or result.status.upgrade is not None:
-        memory.settled_since = None
-        result.status = result.status.model_copy(
-            update={"autoscaling": kept.model_copy(update={"current_replicas": current})}
-        )
-        return
-    clock = _clock()
-    why = (
-        "the membership is changing"
-        if result.membership is not None
-        else autoscale.settled(current, pods, membership)
-    )
-    if why is not None:
-        memory.settled_since = None
-    elif memory.settled_since is None:
-        memory.settled_since = clock
-    if fetch and clock - memory.scraped_at >= SCRAPE_SECONDS:
-        memory.scraped_at = clock
-        texts = fetch_metrics(members, names.QUERY_PORT)
-        for pod, text in texts.items():
-            try:
-                sample = autoscale.parse_metrics(text, clock)
-            except ValueError as error:
-                logger.debug("StreamApp %s/%s: %s: %s", namespace, name, pod, error)
-                continue
-            memory.samples[pod] = [*memory.samples.get(pod, []), sample][-MAX_SAMPLES:]
-        alive = {p["metadata"]["name"] for p in members}
-        memory.samples = {pod: s for pod, s in memory.samples.items() if pod in alive}
-    outcome = autoscale.decide(
-        autoscale.AutoscaleInput(
-            spec=spec,
-            current=current,
-            tasks=autoscale.tasks_of(state.reports),
-            samples=memory.samples,
-            history=memory.history,
-            now=clock,
-            settled_since=memory.settled_since,
-            unsettled_reason=why or "",
-        )
-    )
-    if outcome.recommendation is not None:
-        memory.history = autoscale.prune(spec, [*memory.history, outcome.recommendation], clock)
-    status = kept.model_copy(
-        update={"current_replicas": current, "desired_replicas": outcome.desired}
-    )
-    if outcome.scales(current):
-        decision = ScalingDecision(
-            time=_now(), fromReplicas=current, toReplicas=outcome.desired, reason=outcome.reason
-        )
-        if _scale(kube, body, decision):
-            memory.settled_since = None  # the step starts: nothing more until it settles
-            status = status.model_copy(update={"last_decision": decision})
-    result.status = result.status.model_copy(update={"autoscaling": status})
-
-
-def _scale(kube: Kube, body: Any, decision: ScalingDecision) -> bool:
-    """The one place a scaling decision is carried out: spec.replicas through the scale
-    subresource (what `kubectl scale` and an HPA write), an event, a log line. False when
-    the API server refused it (a Warning event says why; the next cycle decides again)."""
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    try:
-        kube.merge_patch(
-            "StreamApp", namespace, name, {"spec": {"replicas": decision.to_replicas}}, sub="scale"
-        )
-    except ApiError as error:
-        if not 400 <= error.status < 500:
-            raise
-        message = (
-            f"{decision.from_replicas} -> {decision.to_replicas} replicas refused: {error}; "
-            "the operator needs patch on streamapps/scale (the chart's role grants it)"
-        )
-        logger.warning("StreamApp %s/%s: %s", namespace, name, message)
-        post_event(body, "Warning", "ScaleFailed", message)
-        return False
-    out = decision.to_replicas > decision.from_replicas
-    message = f"{decision.from_replicas} -> {decision.to_replicas} replicas: {decision.reason}"
-    logger.info("StreamApp %s/%s: %s", namespace, name, message)
-    post_event(body, "Normal", "ScaledOut" if out else "ScaledIn", message)
-    metrics.record_scaling_decision(namespace, name, "up" if out else "down")
-    return True
 
 
 def _carry_out(
@@ -568,10 +393,13 @@ def _carry_out(
     state: AppState,
     body: Any,
     result: Plan,
+    scaling: AutoscalingStatus | None,
     *,
     force_apply: bool,
     running: Running,
 ) -> None:
+    """Carry ``result`` out and write the status composed from it, the autoscaler's
+    ``scaling`` and the children the API server refused."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     stored = body.get("status")
@@ -579,7 +407,8 @@ def _carry_out(
         # An upgrade's new step: status is its write-ahead log, so the step is recorded
         # before anything acts on it. A conflict raises: nothing is done this cycle, and the
         # next one decides again from what status then says.
-        stored = _record_status(kube, namespace, name, result.status)
+        ahead, _ = compose_status(result.status, autoscaling=scaling, now=_now())
+        stored = _record_status(kube, namespace, name, ahead)
         body = {**body, "status": stored}
     # Children that could not be applied, (reason, message): each object is tried on its
     # own, and status still says what happened (a refused child must never stop the cycle
@@ -603,16 +432,17 @@ def _carry_out(
             refusals.append((APPLY_FAILED, refused(f"Job {job['metadata']['name']}", error)))
     for event in result.events:
         post_event(body, event.type, event.reason, event.message)
-    status = result.status
-    if refusals:
-        previous, _ = read_status(stored)
-        status, warning = with_refusals(
-            status, previous.conditions, refusals, now=_now(), generation=meta.get("generation")
-        )
-        for reason, message in refusals:
-            logger.warning("StreamApp %s/%s: %s: %s", namespace, name, reason, message)
-        if warning is not None:
-            post_event(body, warning.type, warning.reason, warning.message)
+    status, warning = compose_status(
+        result.status,
+        autoscaling=scaling,
+        refusals=refusals,
+        previous=read_status(stored)[0].conditions,
+        now=_now(),
+    )
+    for reason, message in refusals:
+        logger.warning("StreamApp %s/%s: %s: %s", namespace, name, reason, message)
+    if warning is not None:
+        post_event(body, warning.type, warning.reason, warning.message)
     if status_differs(stored, status):
         try:
             _record_status(kube, namespace, name, status)

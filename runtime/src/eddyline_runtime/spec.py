@@ -875,6 +875,23 @@ class Phase(enum.StrEnum):
     SUSPENDED = "Suspended"
 
 
+class ConditionType(enum.StrEnum):
+    """The condition types the operator sets on a StreamApp (``status.conditions[].type``).
+    ``Condition.type`` stays a string: a status read back may hold a type another tool wrote,
+    and it must still parse."""
+
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    UPGRADING = "Upgrading"
+    # A Spark restore Job builds state (spec.restore).
+    RESTORING = "Restoring"
+    # Pods above spec.replicas hand their tasks over, one at a time (scale_in.py).
+    SCALING_IN = "ScalingIn"
+    # eddyline.dev/pause-reconciliation is "true".
+    PAUSED = "Paused"
+
+
 class Condition(_Strict):
     """A condition per the Kubernetes API conventions (metav1.Condition)."""
 

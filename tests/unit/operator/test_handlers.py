@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 import pytest
 
-from eddyline_operator import handlers, metrics
+from eddyline_operator import autoscaler, handlers, metrics
 from eddyline_operator.client import ApiError
 from eddyline_operator.reconcile import autoscale, names
 from eddyline_runtime.membership import MemberReport, StoreCopy
@@ -290,10 +290,10 @@ def test_the_autoscaler_scales_out_through_the_scale_subresource_once_settled(
     kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
-    monkeypatch.setattr(handlers, "fetch_metrics", lagging_metrics)
-    monkeypatch.setattr(handlers, "SCRAPE_SECONDS", 0.0)
+    monkeypatch.setattr(autoscaler, "fetch_metrics", lagging_metrics)
+    monkeypatch.setattr(autoscaler, "SCRAPE_SECONDS", 0.0)
     clock = [1000.0]
-    monkeypatch.setattr(handlers, "_clock", lambda: clock[0])
+    monkeypatch.setattr(autoscaler, "_clock", lambda: clock[0])
     policy = {"minReplicas": 1, "maxReplicas": 6, "maxLagRecords": 10_000}
     decisions_before = _scaling_decisions("apps", "wc", "up")
     kube.put(body(autoscaling=policy))
@@ -340,8 +340,8 @@ def test_a_suspended_or_paused_app_is_not_autoscaled(
     kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
-    monkeypatch.setattr(handlers, "fetch_metrics", lagging_metrics)
-    monkeypatch.setattr(handlers, "SCRAPE_SECONDS", 0.0)
+    monkeypatch.setattr(autoscaler, "fetch_metrics", lagging_metrics)
+    monkeypatch.setattr(autoscaler, "SCRAPE_SECONDS", 0.0)
     policy = {"minReplicas": 1, "maxReplicas": 6, "maxLagRecords": 10}
     kube.put(body(autoscaling=policy, suspend=True))
     for each in three_zones():
@@ -349,7 +349,7 @@ def test_a_suspended_or_paused_app_is_not_autoscaled(
     for i in range(3):
         kube.put({"kind": "Pod", **pod(i)})
     clock = [1000.0]
-    monkeypatch.setattr(handlers, "_clock", lambda: clock[0])
+    monkeypatch.setattr(autoscaler, "_clock", lambda: clock[0])
     for _ in range(3):
         handlers.refresh_app(operator(memo), "apps", "wc")
         clock[0] += autoscale.METRIC_WINDOW_SECONDS

@@ -3,6 +3,12 @@
 Conditions carry type, status, reason, message, lastTransitionTime and observedGeneration;
 a condition's lastTransitionTime changes only when its status does. The phase is the
 one-word summary ``kubectl get sapp`` prints.
+
+This module is the only place conditions are built (as Strimzi's ``StatusUtils``): their
+types are :class:`~eddyline_runtime.spec.ConditionType`; the parts that own a condition's
+meaning (upgrade, restore Jobs, scale-in) hand over a :class:`~.seed.Seed`. What the
+handlers write is :func:`compose_status`'s result: the plan's status, the autoscaler's, and
+the children the API server refused, put together once.
 """
 
 from __future__ import annotations
@@ -13,10 +19,23 @@ from typing import Any
 
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import is_member
+from eddyline_operator.reconcile.seed import Seed
 from eddyline_operator.reconcile.status import RolloutStep, crash_looping, crash_message
 from eddyline_operator.reconcile.upgrade import Decision
 from eddyline_runtime.membership import Membership
-from eddyline_runtime.spec import Condition, ConditionStatus, Phase, StreamApp, StreamAppStatus
+from eddyline_runtime.spec import (
+    AutoscalingStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    StreamApp,
+    StreamAppStatus,
+)
+
+READY = ConditionType.READY
+PROGRESSING = ConditionType.PROGRESSING
+DEGRADED = ConditionType.DEGRADED
 
 Obj = dict[str, Any]
 
@@ -29,7 +48,7 @@ class Conditions:
         self.now = now
         self.generation = generation
 
-    def make(self, type_: str, status: bool, reason: str, message: str) -> Condition:
+    def make(self, type_: ConditionType, status: bool, reason: str, message: str) -> Condition:
         """A condition; it keeps the previous lastTransitionTime while its status is the same."""
         value = ConditionStatus.TRUE if status else ConditionStatus.FALSE
         before = self.previous.get(type_)
@@ -44,6 +63,14 @@ class Conditions:
             lastTransitionTime=changed_at,
             observedGeneration=self.generation,
         )
+
+    def seeded(self, seed: Seed) -> Condition:
+        return self.make(seed.type, seed.status, seed.reason, seed.message)
+
+    def is_true(self, type_: ConditionType) -> bool:
+        """Whether the previous status held ``type_`` as True."""
+        before = self.previous.get(type_)
+        return before is not None and before.status == ConditionStatus.TRUE
 
     def changed(self, new: Condition) -> bool:
         """Whether ``new`` differs from the previous condition of its type in status or reason
@@ -82,12 +109,14 @@ def summarize(
     lost: Sequence[str] = (),
     members_left: int = 0,
     create_failure: str | None = None,
+    scaling_in: Seed | None = None,
+    restoring: Seed | None = None,
 ) -> Summary:
-    """Ready, Progressing, Degraded and Upgrading, and the phase they add up to; read top to
-    bottom. ``lost`` says which pods left the membership because their node is lost, and
-    ``members_left`` how many members are on live nodes; ``create_failure`` is the
-    StatefulSet controller's FailedCreate message (pod_creation.py), which counts only while
-    pods are missing."""
+    """Ready, Progressing, Degraded and Upgrading (then ScalingIn and Restoring when seeded),
+    and the phase they add up to; read top to bottom. ``lost`` says which pods left the
+    membership because their node is lost, and ``members_left`` how many members are on
+    live nodes; ``create_failure`` is the StatefulSet controller's FailedCreate message
+    (pod_creation.py), which counts only while pods are missing."""
     live, ready_count = pods.live, pods.ready
     if len(live) >= desired_replicas:
         create_failure = None
@@ -108,27 +137,27 @@ def summarize(
     counted = f"{ready_count}/{desired_replicas} pods ready"
     if app.spec.suspended:
         why = "spec.suspend is true" if app.spec.suspend else "spec.replicas is 0"
-        ready_cond = conditions.make("Ready", False, "Suspended", f"{why}: no pods run")
+        ready_cond = conditions.make(READY, False, "Suspended", f"{why}: no pods run")
     elif ready:
-        ready_cond = conditions.make("Ready", True, "AllReplicasReady", counted)
+        ready_cond = conditions.make(READY, True, "AllReplicasReady", counted)
     else:
         waiting = "" if all_assigned or not members_now else "; waiting for the pods' layout"
         if handing_over and published is not None:
             leaving = ", ".join(sorted(published.assignment.leaving))
             waiting += f"; {leaving} handing over"
-        ready_cond = conditions.make("Ready", False, "ReplicasNotReady", counted + waiting)
+        ready_cond = conditions.make(READY, False, "ReplicasNotReady", counted + waiting)
     if step.reason:
-        progressing = conditions.make("Progressing", True, step.reason, step.message)
+        progressing = conditions.make(PROGRESSING, True, step.reason, step.message)
     elif len(live) != desired_replicas:
         progressing = conditions.make(
-            "Progressing", True, "Scaling", f"{len(live)} pods, {desired_replicas} wanted"
+            PROGRESSING, True, "Scaling", f"{len(live)} pods, {desired_replicas} wanted"
         )
     elif not ready and not app.spec.suspended:
         progressing = conditions.make(
-            "Progressing", True, "Starting", "pods wait for an assignment or restore state"
+            PROGRESSING, True, "Starting", "pods wait for an assignment or restore state"
         )
     else:
-        progressing = conditions.make("Progressing", False, "Complete", "every pod is current")
+        progressing = conditions.make(PROGRESSING, False, "Complete", "every pod is current")
     looping = crash_looping(live)
     degraded = _degraded(
         conditions,
@@ -155,21 +184,28 @@ def summarize(
         phase = Phase.PROGRESSING
     else:
         phase = Phase.PENDING
-    upgrading, reason, message = upgrade.upgrading
-    if upgrading:
+    if upgrade.upgrading.status:
         phase = Phase.PROGRESSING
     elif upgrade.degraded is not None and phase is Phase.RUNNING:
         phase = Phase.DEGRADED
-    return Summary(
-        [
-            ready_cond,
-            progressing,
-            degraded,
-            conditions.make("Upgrading", upgrading, reason, message),
-        ],
-        phase,
-        events,
-    )
+    made = [ready_cond, progressing, degraded, conditions.seeded(upgrade.upgrading)]
+    made.extend(_seeded(conditions, events, scaling_in, restoring))
+    return Summary(made, phase, events)
+
+
+def _seeded(
+    conditions: Conditions, events: list[Event], scaling_in: Seed | None, restoring: Seed | None
+) -> list[Condition]:
+    """ScalingIn (an event when it changes) and Restoring (its Jobs post their own events)."""
+    made = []
+    if scaling_in is not None:
+        scaling = conditions.seeded(scaling_in)
+        made.append(scaling)
+        if conditions.changed(scaling):
+            events.append(Event("Normal", scaling.reason, scaling.message))
+    if restoring is not None:
+        made.append(conditions.seeded(restoring))
+    return made
 
 
 def _crash_text(looping: Sequence[str], messages: Mapping[str, str | None]) -> str:
@@ -204,7 +240,7 @@ def _degraded(
     because their changelog no longer fitted them."""
     if off_node:
         degraded = conditions.make(
-            "Degraded",
+            DEGRADED,
             True,
             "LogSharedAcrossNodes",
             f"pods {', '.join(off_node)} run off the log's node {log_node or '?'}: the "
@@ -213,7 +249,7 @@ def _degraded(
         )
     elif looping:
         degraded = conditions.make(
-            "Degraded",
+            DEGRADED,
             True,
             "CrashLoopBackOff",
             _crash_text(looping, crash_messages),
@@ -222,7 +258,7 @@ def _degraded(
             events.append(Event("Warning", "CrashLoopBackOff", degraded.message))
     elif create_failure is not None:
         degraded = conditions.make(
-            "Degraded",
+            DEGRADED,
             True,
             "PodCreateFailed",
             f"the StatefulSet controller cannot create pods: {create_failure}",
@@ -238,20 +274,20 @@ def _degraded(
             "or the nodes return"
         )
         degraded = conditions.make(
-            "Degraded",
+            DEGRADED,
             True,
             "NodeLost",
             f"pods on lost nodes left the membership: {'; '.join(lost)}; {where}",
         )
     elif upgrade.degraded is not None:
-        degraded = conditions.make("Degraded", True, *upgrade.degraded)
+        degraded = conditions.seeded(upgrade.degraded)
         if conditions.changed(degraded):
             events.append(Event("Warning", degraded.reason, degraded.message))
     elif set_aside:
         # The pods run on, but state was lost from the changelog: an operator must look
         # (the old copies are kept; docs/state.md says how to write one back).
         degraded = conditions.make(
-            "Degraded",
+            DEGRADED,
             True,
             "StateRebuilt",
             "stores were rebuilt from changelogs that no longer held what they applied; the "
@@ -261,30 +297,49 @@ def _degraded(
         if conditions.changed(degraded):
             events.append(Event("Warning", "StateRebuilt", degraded.message))
     else:
-        degraded = conditions.make("Degraded", False, "AsExpected", "")
+        degraded = conditions.make(DEGRADED, False, "AsExpected", "")
     return degraded
 
 
-def with_refusals(
+def paused_condition(conditions: Conditions, message: str) -> Condition:
+    """Paused, True: reconciliation is paused (``eddyline.dev/pause-reconciliation``)."""
+    return conditions.make(ConditionType.PAUSED, True, "ReconciliationPaused", message)
+
+
+def invalid_spec(conditions: Conditions, problem: str) -> list[Condition]:
+    """Ready, Progressing and Degraded for a spec the model refuses (reason InvalidSpec)."""
+    return [
+        conditions.make(READY, False, "InvalidSpec", "the spec is invalid; see Degraded"),
+        conditions.make(PROGRESSING, False, "InvalidSpec", "nothing rolls out until fixed"),
+        conditions.make(DEGRADED, True, "InvalidSpec", problem),
+    ]
+
+
+def compose_status(
     status: StreamAppStatus,
-    previous: Sequence[Condition],
-    refusals: Sequence[tuple[str, str]],
     *,
+    autoscaling: AutoscalingStatus | None,
+    refusals: Sequence[tuple[str, str]] = (),
+    previous: Sequence[Condition] = (),
     now: str,
-    generation: int | None,
 ) -> tuple[StreamAppStatus, Event | None]:
-    """``status`` with Degraded for children that could not be applied: ``refusals`` are
-    (reason, message), reason ``NameConflict`` (an object of that name is not this app's) or
-    ``ApplyFailed`` (the API server refused it). The phase becomes Degraded (Suspended stays:
-    what is wrong is then said by the condition alone); the event is returned when the
-    condition is new or its reason or message changed."""
-    conditions = Conditions(previous, now=now, generation=generation)
+    """The status to write: the plan's ``status`` with the autoscaler's ``autoscaling`` and
+    Degraded for children that could not be applied. ``refusals`` are (reason, message),
+    reason ``NameConflict`` (an object of that name is not this app's) or ``ApplyFailed``
+    (the API server refused it); ``previous`` are the conditions status held (their
+    transition times). With refusals the phase becomes Degraded (Suspended stays: what is
+    wrong is then said by the condition alone); the event is returned when the condition
+    is new or its reason or message changed."""
+    status = status.model_copy(update={"autoscaling": autoscaling})
+    if not refusals:
+        return status, None
+    conditions = Conditions(previous, now=now, generation=status.observed_generation)
     reason = refusals[0][0]
     message = "; ".join(text for _, text in refusals)
-    degraded = conditions.make("Degraded", True, reason, message)
-    before = conditions.previous.get("Degraded")
+    degraded = conditions.make(DEGRADED, True, reason, message)
+    before = conditions.previous.get(DEGRADED)
     changed = conditions.changed(degraded) or (before is not None and before.message != message)
-    replaced = [degraded if c.type == "Degraded" else c for c in status.conditions]
+    replaced = [degraded if c.type == DEGRADED else c for c in status.conditions]
     if degraded not in replaced:
         replaced.append(degraded)
     phase = status.phase if status.phase is Phase.SUSPENDED else Phase.DEGRADED

@@ -3,8 +3,10 @@
 Input: the StreamApp object as the API server holds it and what the
 operator observed (pods, nodes, the published membership, the pods'
 reports). Output: a :class:`Plan` - the objects to apply, the membership to
-publish, the pods to restart, the whole status, and the events that say what
-was done and why. The handlers carry it out through the client wrapper.
+publish, the pods to restart, the status, and the events that say what was
+done and why. The handlers carry it out through the client wrapper, and write
+the status :func:`~.conditions.compose_status` makes of the plan's, the
+autoscaler's ``status.autoscaling`` and any children the API server refused.
 
 A spec the CRD schema cannot catch (anything the pydantic model refuses)
 makes the app Degraded with reason InvalidSpec and changes nothing that
@@ -22,7 +24,13 @@ from typing import Any
 import yaml
 
 from eddyline_operator.reconcile import log_node, names, objects, pod_creation, prune, restore_job
-from eddyline_operator.reconcile.conditions import Conditions, PodCounts, summarize
+from eddyline_operator.reconcile.conditions import (
+    Conditions,
+    PodCounts,
+    invalid_spec,
+    paused_condition,
+    summarize,
+)
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import (
     NODE_GRACE_SECONDS,
@@ -40,7 +48,7 @@ from eddyline_operator.reconcile.membership import (
     without_lost,
 )
 from eddyline_operator.reconcile.rollout import plan_rollout
-from eddyline_operator.reconcile.scale_in import SCALING_IN, ScaleIn, plan_scale_in
+from eddyline_operator.reconcile.scale_in import ScaleIn, plan_scale_in
 from eddyline_operator.reconcile.status import (
     is_deleting,
     max_standby_lag,
@@ -59,8 +67,7 @@ from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     MAX_NAME_LENGTH,
     MAX_NAME_LENGTH_WITH_RESTORE,
-    Condition,
-    ConditionStatus,
+    ConditionType,
     ManifestError,
     Phase,
     StreamApp,
@@ -71,8 +78,6 @@ from eddyline_runtime.spec import (
 )
 
 Obj = dict[str, Any]
-# The condition type while eddyline.dev/pause-reconciliation is "true".
-PAUSED = "Paused"
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,9 @@ class Plan:
     objects: list[Obj]
     membership: Membership | None
     delete_pods: list[str]
-    status: StreamAppStatus  # the whole status (status_record.dump_status makes the patch)
+    # The status but for what only carrying the plan out knows: conditions.compose_status
+    # adds the autoscaler's status.autoscaling and refused children into the one written.
+    status: StreamAppStatus
     events: list[Event]
     # A new upgrade step: status must be written before anything else is done (write-ahead).
     write_ahead: bool = False
@@ -163,8 +170,7 @@ def plan(observed: Observed) -> Plan:
     if is_paused(observed.body):
         return cycle.paused()
     result = _reconcile(cycle, observed)
-    before = next((c for c in cycle.old_status.conditions if c.type == PAUSED), None)
-    if before is not None and before.status == ConditionStatus.TRUE:
+    if cycle.conditions.is_true(ConditionType.PAUSED):
         result.events.append(
             Event(
                 "Normal",
@@ -391,19 +397,18 @@ class _Cycle:
             "is applied, published, restarted or launched; to resume, remove it (kubectl "
             f"annotate streamapp {self.name} {names.ANNOTATION_PAUSE}-)"
         )
-        condition = self.conditions.make(PAUSED, True, "ReconciliationPaused", message)
-        if self.conditions.changed(condition):
+        paused = paused_condition(self.conditions, message)
+        if self.conditions.changed(paused):
             self.events.append(Event("Normal", "ReconciliationPaused", message))
-        kept = [c for c in self.old_status.conditions if c.type != PAUSED]
-        status = self.old_status.model_copy(update={"conditions": [*kept, condition]})
+        kept = [c for c in self.old_status.conditions if c.type != ConditionType.PAUSED]
+        status = self.old_status.model_copy(update={"conditions": [*kept, paused]})
         return Plan(None, [], None, [], status, self.events, paused=True)
 
     def invalid(self, invalid: ManifestError, membership: Membership | None) -> Plan:
         """Degraded, InvalidSpec: nothing applied, no pod restarted."""
         problem = f"{invalid.field}: {invalid.problem}"
-        make = self.conditions.make
-        degraded = make("Degraded", True, "InvalidSpec", problem)
-        if self.conditions.changed(degraded):
+        made = invalid_spec(self.conditions, problem)  # Ready, Progressing, Degraded
+        if self.conditions.changed(made[-1]):
             self.events.append(
                 Event("Warning", "InvalidSpec", f"{problem}; nothing running was changed")
             )
@@ -415,11 +420,7 @@ class _Cycle:
                 "replicas": len(self.live_pods),
                 "ready_replicas": self.ready_count,
                 "selector": names.selector_string(self.name),
-                "conditions": [
-                    make("Ready", False, "InvalidSpec", "the spec is invalid; see Degraded"),
-                    make("Progressing", False, "InvalidSpec", "nothing rolls out until fixed"),
-                    degraded,
-                ],
+                "conditions": made,
                 "message": f"invalid spec: {problem}",
                 "membership_generation": None if published is None else published.generation,
             }
@@ -459,6 +460,10 @@ class _Cycle:
         delete = rollout.delete
         self.events.extend(log_node.restart_off_node(pinned, self.live_pods, delete))
         published = membership or observed.membership
+        scale = self.scale_in
+        shown = ConditionType.SCALING_IN in self.conditions.previous
+        scaling = None if scale is None else scale.seed(spec.replicas, shown=shown)
+        restores = self.restores(app, pinned)
         summary = summarize(
             self.conditions,
             app,
@@ -477,12 +482,14 @@ class _Cycle:
             lost=self.lost_pods,
             members_left=self.members_left,
             create_failure=pod_creation.failure(observed.stateful_set_events),
+            scaling_in=scaling,
+            restoring=restores.condition,
         )
         self.events.extend(summary.events)
-        self.scaling_in(summary.conditions, spec.replicas)
-        restores = self.restores(app, pinned)
-        if restores.condition is not None:
-            summary.conditions.append(self.conditions.make("Restoring", *restores.condition))
+        if scale is not None and scale.active:
+            self.notes.append(scale.message)
+        if scale is not None and scale.lowered:
+            self.events.append(Event("Normal", "PodHandedOver", scale.message))
         self.events.extend(Event(*event) for event in restores.events)
         if self.capped is not None and self.capped not in (self.old_status.message or ""):
             self.events.append(Event("Normal", "StandbysCapped", self.capped))
@@ -516,25 +523,6 @@ class _Cycle:
             recheck_seconds=self.recheck,
             prune_kinds=prune.kinds(app),
         )
-
-    def scaling_in(self, conditions: list[Condition], desired: int) -> None:
-        """The ScalingIn condition (while a scale-in lasts, and False once it is done), its
-        events, and the note saying which pod it drains."""
-        scale = self.scale_in
-        before = next((c for c in self.old_status.conditions if c.type == SCALING_IN), None)
-        if scale is None or (not scale.active and before is None):
-            return
-        if scale.active:
-            condition = self.conditions.make(SCALING_IN, True, "DrainingPod", scale.message)
-            self.notes.append(scale.message)
-        else:
-            done = f"scaled in to {desired} pods: every pod removed had handed its tasks over"
-            condition = self.conditions.make(SCALING_IN, False, "ScaleInDone", done)
-        conditions.append(condition)
-        if self.conditions.changed(condition):
-            self.events.append(Event("Normal", condition.reason, condition.message))
-        if scale.lowered:
-            self.events.append(Event("Normal", "PodHandedOver", scale.message))
 
     def render(
         self, app: StreamApp, pinned: log_node.LogPin, upgrade: Decision

@@ -30,9 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eddyline_operator.reconcile import names, security
+from eddyline_operator.reconcile.seed import Seed
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport
 from eddyline_runtime.restore.job_result import JobResult, JobState
-from eddyline_runtime.spec import GROUP, RestoreJobState, RestoreJobStatus, RestoreWhen, StreamApp
+from eddyline_runtime.spec import (
+    GROUP,
+    ConditionType,
+    RestoreJobState,
+    RestoreJobStatus,
+    RestoreWhen,
+    StreamApp,
+)
 
 Obj = dict[str, Any]
 
@@ -439,7 +447,7 @@ class RestorePlan:
 
     create: list[Obj] = field(default_factory=list)
     jobs: list[RestoreJobStatus] = field(default_factory=list)  # status.restoreJobs
-    condition: tuple[bool, str, str] | None = None  # Restoring: (status, reason, message)
+    condition: Seed | None = None  # Restoring
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
 
@@ -556,8 +564,8 @@ def _restoring(
     reports: Mapping[str, MemberReport],
     jobs: Sequence[RestoreJobStatus],
     now: str,
-) -> tuple[bool, str, str]:
-    """The Restoring condition: (status, reason, message)."""
+) -> Seed:
+    """The Restoring condition."""
     running = [e for e in jobs if e.state is RestoreJobState.RUNNING]
     if running:
         # Progress as the pods see it: how many store partitions still wait, and how many
@@ -569,7 +577,8 @@ def _restoring(
             elapsed = _seconds_between(entry.started_at, now)
             took = f", {elapsed:.0f} s so far" if elapsed != float("inf") else ""
             parts.append(f"{entry.message}{took}")
-        return (
+        return Seed(
+            ConditionType.RESTORING,
             True,
             "BuildRunning",
             "; ".join(parts)
@@ -578,8 +587,8 @@ def _restoring(
     if jobs:
         last = jobs[-1]
         reason = "BuildSucceeded" if last.state is RestoreJobState.SUCCEEDED else "BuildFailed"
-        return (False, reason, last.message)
-    return (False, "NoBuild", "no store waits for a Spark build")
+        return Seed(ConditionType.RESTORING, False, reason, last.message)
+    return Seed(ConditionType.RESTORING, False, "NoBuild", "no store waits for a Spark build")
 
 
 def _seconds_between(earlier: Any, later: str) -> float:

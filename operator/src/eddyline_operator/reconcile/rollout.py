@@ -38,7 +38,7 @@ def plan_rollout(
     or the upgrade step's)."""
     if upgrade.active:
         # The upgrade deletes the pods of its own step and posts its own events.
-        step = RolloutStep(tuple(upgrade.delete_pods), "TopologyUpgrade", upgrade.upgrading[2])
+        step = RolloutStep(tuple(upgrade.delete_pods), "TopologyUpgrade", upgrade.upgrading.message)
         return Rollout(step, list(step.delete))
     spec = app.spec
     step = rollout_step(

@@ -19,13 +19,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eddyline_operator.reconcile.seed import Seed
 from eddyline_operator.reconcile.status import is_deleting, ordinal
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
+from eddyline_runtime.spec import ConditionType
 
 Obj = dict[str, Any]
-
-# The condition a scale-in sets while it lasts (False once every pod it removed is gone).
-SCALING_IN = "ScalingIn"
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,16 @@ class ScaleIn:
     @property
     def active(self) -> bool:
         return self.draining is not None
+
+    def seed(self, desired: int, *, shown: bool) -> Seed | None:
+        """The ScalingIn condition: True while a scale-in lasts, False once it is done; none
+        when status did not show one (``shown``) and none is under way."""
+        if self.active:
+            return Seed(ConditionType.SCALING_IN, True, "DrainingPod", self.message)
+        if not shown:
+            return None
+        done = f"scaled in to {desired} pods: every pod removed had handed its tasks over"
+        return Seed(ConditionType.SCALING_IN, False, "ScaleInDone", done)
 
 
 def plan_scale_in(

@@ -53,11 +53,13 @@ from eddyline_operator.reconcile.membership import (
     is_ready,
     members,
 )
+from eddyline_operator.reconcile.seed import Seed
 from eddyline_operator.reconcile.status import is_deleting
 from eddyline_runtime.assignor import Assignment, assign
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.spec import (
+    ConditionType,
     LastUpgrade,
     StreamApp,
     StreamAppStatus,
@@ -99,6 +101,10 @@ class UpgradeInput:
     now: str
 
 
+# Upgrading while no upgrade is under way.
+NO_UPGRADE = Seed(ConditionType.UPGRADING, False, "NoUpgrade", "")
+
+
 @dataclass
 class Decision:
     """What the rest of the cycle does, and what status records."""
@@ -114,8 +120,8 @@ class Decision:
     hold_membership: bool = False  # publish nothing but ``membership`` this cycle
     delete_pods: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    upgrading: tuple[bool, str, str] = (False, "NoUpgrade", "")
-    degraded: tuple[str, str] | None = None  # reason, message
+    upgrading: Seed = NO_UPGRADE
+    degraded: Seed | None = None  # a Degraded condition the upgrade asks for
 
     @property
     def active(self) -> bool:
@@ -238,11 +244,16 @@ def _act(
         waiting = _starting_message(observed)
     verb = "rolling back" if record.rollback else "upgrading"
     name = _step_name(record, step)
-    base.upgrading = (True, name, f"{verb} {source} -> {target}: {name}; {waiting}")
+    base.upgrading = _upgrading(True, name, f"{verb} {source} -> {target}: {name}; {waiting}")
     if record.rollback is not None:
         # A rollback's record is the upgrade turned round: "from" is the revision that
         # failed, "to" the one that ran before.
-        base.degraded = ("UpgradeRollingBack", _failure_text(source, target, record.rollback))
+        base.degraded = Seed(
+            ConditionType.DEGRADED,
+            True,
+            "UpgradeRollingBack",
+            _failure_text(source, target, record.rollback),
+        )
     return base
 
 
@@ -270,14 +281,14 @@ def _finish(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> De
         base.events.append(
             Event("Warning", "UpgradeRolledBack", f"{ran} runs again; {source} was rolled back")
         )
-        base.upgrading = (False, "RolledBack", f"{source} was rolled back to {ran}")
+        base.upgrading = _upgrading(False, "RolledBack", f"{source} was rolled back to {ran}")
     else:
         base.events.append(
             Event(
                 "Normal", "UpgradeSucceeded", f"{ran} runs on every pod; upgrade from {source} done"
             )
         )
-        base.upgrading = (False, "Succeeded", f"upgraded from {source} to {ran}")
+        base.upgrading = _upgrading(False, "Succeeded", f"upgraded from {source} to {ran}")
     return base
 
 
@@ -341,10 +352,16 @@ def _failure_text(failed: Topology, back_to: Topology, failure: UpgradeFailure) 
     )
 
 
-def _rolled_back_message(last: LastUpgrade | None, failed: Topology) -> tuple[str, str]:
+def _upgrading(status: bool, reason: str, message: str) -> Seed:
+    return Seed(ConditionType.UPGRADING, status, reason, message)
+
+
+def _rolled_back_message(last: LastUpgrade | None, failed: Topology) -> Seed:
     failure = (last.rollback if last is not None else None) or UpgradeFailure(reason="?")
     where = f" in pod {failure.pod}" if failure.pod else ""
-    return (
+    return Seed(
+        ConditionType.DEGRADED,
+        True,
         "UpgradeRolledBack",
         f"topology {failed} was rolled back ({failure.reason}{where}: "
         f"{failure.message}); change spec.topology to try again",
