@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -20,76 +19,67 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.cimpl import NewTopic
 
 from eddyline_runtime.log.errors import (
-    BrokerUnreachableError,
     InvalidTopicError,
     TopicConflictError,
     UnknownTopicError,
 )
+from eddyline_runtime.log.kafka.connection import KafkaConnection
 from eddyline_runtime.log.kafka.errors import kafka_error
 from eddyline_runtime.log.port import TopicSpec
 from eddyline_runtime.partitions import TopicPartition
-
-if TYPE_CHECKING:
-    from eddyline_runtime.log.kafka.log import KafkaLog
-
-# Internal topics (__consumer_offsets, __transaction_state) are not the app's.
-INTERNAL_PREFIX = "__"
 
 
 class KafkaTopics:
     """One log handle's view of the cluster's topics, cached between metadata requests."""
 
-    def __init__(self, log: KafkaLog) -> None:
-        self._log = log
+    def __init__(self, connection: KafkaConnection) -> None:
+        self._connection = connection
         self._lock = threading.Lock()
         self._client: AdminClient | None = None
-        # Real topic name -> partition count, and -> compacted, as last seen.
-        self.partition_counts: dict[str, int] = {}
+        # Real topic name -> compacted, as last seen (partition counts: connection.listed).
         self.compacted: dict[str, bool] = {}
 
     def client(self) -> AdminClient:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    log = self._log
-                    self._client = log.new_client("admin", log.client_config())
+                    self._client = self._connection.admin()
         assert self._client is not None
         return self._client
 
     def close(self) -> None:
         self._client = None
 
-    def visible(self, real: str) -> bool:
-        return real.startswith(self._log.topic_prefix) and not real.startswith(INTERNAL_PREFIX)
-
-    def known(self) -> list[str]:
-        return sorted(self._log.port_topic(real) for real in self.partition_counts)
-
     def refresh(self) -> dict[str, int]:
         """Partition counts of every visible topic (one Metadata request)."""
-        log = self._log
+        connection = self._connection
         try:
-            metadata = self.client().list_topics(timeout=log.request_timeout_s)
+            metadata = self.client().list_topics(timeout=connection.request_timeout_s)
         except KafkaException as exc:
-            raise log.error(exc, action="listing topics", acl="DESCRIBE on the topics") from None
+            raise connection.error(
+                exc, action="listing topics", acl="DESCRIBE on the topics"
+            ) from None
         counts = {
             name: len(topic.partitions)
             for name, topic in metadata.topics.items()
-            if topic.error is None and self.visible(name)
+            if topic.error is None and connection.visible(name)
         }
-        self.partition_counts = counts
+        connection.listed = counts
         return counts
 
     def check_partition(self, tp: TopicPartition) -> str:
         """The partition's real topic name, after checking the partition exists."""
-        real = self._log.real_topic(tp.topic)
-        count = self.partition_counts.get(real)
+        connection = self._connection
+        real = connection.real_topic(tp.topic)
+        count = connection.listed.get(real)
         if count is None or tp.partition >= count:
             count = self.refresh().get(real)
         if count is None:
-            raise UnknownTopicError(f'topic "{tp.topic}"', self.known())
+            raise UnknownTopicError(f'topic "{tp.topic}"', connection.known_topics())
         if not 0 <= tp.partition < count:
-            raise UnknownTopicError(f"partition {tp} (topic has {count} partitions)", self.known())
+            raise UnknownTopicError(
+                f"partition {tp} (topic has {count} partitions)", connection.known_topics()
+            )
         return real
 
     def topic_id(self, tp: TopicPartition) -> str:
@@ -99,11 +89,11 @@ class KafkaTopics:
         real = self.check_partition(tp)
         try:
             futures = self.client().describe_topics(
-                TopicCollection([real]), request_timeout=self._log.request_timeout_s
+                TopicCollection([real]), request_timeout=self._connection.request_timeout_s
             )
             return str(futures[real].result().topic_id)
         except KafkaException as exc:
-            raise self._log.error(
+            raise self._connection.error(
                 exc, action=f'describing topic "{tp.topic}"', acl=f'DESCRIBE on topic "{real}"'
             ) from None
 
@@ -114,14 +104,14 @@ class KafkaTopics:
             resources = [ConfigResource("topic", real) for real in missing]
             try:
                 futures = self.client().describe_configs(
-                    resources, request_timeout=self._log.request_timeout_s
+                    resources, request_timeout=self._connection.request_timeout_s
                 )
                 for resource, future in futures.items():
                     entry = future.result().get("cleanup.policy")
                     policy = entry.value if entry is not None and entry.value else "delete"
                     self.compacted[resource.name] = "compact" in policy.split(",")
             except KafkaException as exc:
-                raise self._log.error(
+                raise self._connection.error(
                     exc,
                     action=f"reading the configuration of {', '.join(missing)}",
                     acl="DESCRIBE_CONFIGS on the topics",
@@ -141,7 +131,7 @@ class KafkaTopics:
             raise InvalidTopicError(
                 name, f"retention.ms must be a number of milliseconds >= 0, got {retention_ms!r}"
             )
-        log = self._log
+        connection = self._connection
         real = self.check_partition(TopicPartition(name, 0))
         compacted = self.cleanup_compacted([real])[real]
         if compacted:
@@ -159,12 +149,12 @@ class KafkaTopics:
         resource = ConfigResource("topic", real, incremental_configs=entries)
         try:
             futures = self.client().incremental_alter_configs(
-                [resource], request_timeout=log.request_timeout_s
+                [resource], request_timeout=connection.request_timeout_s
             )
             for future in futures.values():
                 future.result()
         except KafkaException as exc:
-            raise log.error(
+            raise connection.error(
                 exc,
                 action=f'setting retention.ms={retention_ms} on topic "{name}"',
                 acl=f'ALTER_CONFIGS on topic "{real}"',
@@ -172,14 +162,12 @@ class KafkaTopics:
         # The controller accepts the change, then each broker applies it from the metadata
         # log: until then a DescribeConfigs still answers the old values. Waiting here
         # makes what the call set what topic_retention reports next.
-        deadline = time.monotonic() + log.request_timeout_s
+        deadline = time.monotonic() + connection.request_timeout_s
         while self._described(name, real) != (policy, retention_ms):
             if time.monotonic() > deadline:
-                raise BrokerUnreachableError(
-                    log.settings.bootstrap,
-                    log.request_timeout_s,
+                raise connection.unreachable(
                     f'topic "{real}" never showed cleanup.policy={policy}, '
-                    f"retention.ms={retention_ms}",
+                    f"retention.ms={retention_ms}"
                 )
             time.sleep(0.05)
 
@@ -192,14 +180,14 @@ class KafkaTopics:
 
     def _described(self, name: str, real: str) -> tuple[str, int | None]:
         """(cleanup.policy, retention.ms or None for -1) as a broker describes them."""
-        log = self._log
+        connection = self._connection
         try:
             futures = self.client().describe_configs(
-                [ConfigResource("topic", real)], request_timeout=log.request_timeout_s
+                [ConfigResource("topic", real)], request_timeout=connection.request_timeout_s
             )
             configs = next(iter(futures.values())).result()
         except KafkaException as exc:
-            raise log.error(
+            raise connection.error(
                 exc,
                 action=f'reading the configuration of topic "{name}"',
                 acl=f'DESCRIBE_CONFIGS on topic "{real}"',
@@ -213,7 +201,7 @@ class KafkaTopics:
     def topics(self) -> Mapping[str, TopicSpec]:
         counts = self.refresh()
         compacted = self.cleanup_compacted(sorted(counts))
-        port_topic = self._log.port_topic
+        port_topic = self._connection.port_topic
         return {
             port_topic(real): TopicSpec(port_topic(real), count, compacted[real])
             for real, count in counts.items()
@@ -225,36 +213,36 @@ class KafkaTopics:
 
     def _spec(self, real: str, count: int) -> TopicSpec:
         compacted = self.cleanup_compacted([real])[real]
-        return TopicSpec(self._log.port_topic(real), count, compacted)
+        return TopicSpec(self._connection.port_topic(real), count, compacted)
 
     def create(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         if partitions < 1:
             raise InvalidTopicError(name, f"needs at least 1 partition, got {partitions}")
-        log = self._log
-        real = log.real_topic(name)
+        connection = self._connection
+        real = connection.real_topic(name)
         requested = TopicSpec(name, partitions, compacted)
         existing = self.existing(real)
         if existing is None:
             config = {"cleanup.policy": "compact" if compacted else "delete"}
-            if log.settings.min_insync_replicas is not None:
-                config["min.insync.replicas"] = str(log.settings.min_insync_replicas)
+            if connection.settings.min_insync_replicas is not None:
+                config["min.insync.replicas"] = str(connection.settings.min_insync_replicas)
             topic = NewTopic(
                 real,
                 num_partitions=partitions,
-                replication_factor=log.settings.replication_factor,
+                replication_factor=connection.settings.replication_factor,
                 config=config,
             )
             futures = self.client().create_topics(
                 [topic],
-                request_timeout=log.request_timeout_s,
-                operation_timeout=log.request_timeout_s,
+                request_timeout=connection.request_timeout_s,
+                operation_timeout=connection.request_timeout_s,
             )
             try:
                 futures[real].result()
             except KafkaException as exc:
                 error = kafka_error(exc)
                 if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise log.error(
+                    raise connection.error(
                         exc,
                         action=f'creating topic "{name}"',
                         acl=f'CREATE on topic "{real}" (or on the cluster)',
@@ -279,16 +267,14 @@ class KafkaTopics:
     def _await_topic(self, real: str, partitions: int | None = None) -> int:
         """Topic creation propagates to the brokers' metadata asynchronously: wait until the
         topic is listed (with ``partitions``, when given); returns its partition count."""
-        log = self._log
-        deadline = time.monotonic() + log.request_timeout_s
+        connection = self._connection
+        deadline = time.monotonic() + connection.request_timeout_s
         while True:
             count = self.refresh().get(real)
             if count is not None and (partitions is None or count == partitions):
                 return count
             if time.monotonic() > deadline:
-                raise BrokerUnreachableError(
-                    log.settings.bootstrap, log.request_timeout_s, f'topic "{real}" never appeared'
-                )
+                raise connection.unreachable(f'topic "{real}" never appeared')
             time.sleep(0.05)
 
 
