@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -27,6 +28,8 @@ from eddyline_runtime.log.kafka.connection import KafkaConnection
 from eddyline_runtime.log.kafka.errors import kafka_error
 from eddyline_runtime.log.port import TopicSpec
 from eddyline_runtime.partitions import TopicPartition
+
+_T = TypeVar("_T")
 
 
 class KafkaTopics:
@@ -50,15 +53,23 @@ class KafkaTopics:
     def close(self) -> None:
         self._client = None
 
+    def _ask(self, request: Callable[[AdminClient, float], _T], *, action: str, acl: str) -> _T:
+        """``request`` of the admin client within the request timeout; librdkafka's
+        error, raised by the call or by a future it returned, as the port's."""
+        connection = self._connection
+        try:
+            return request(self.client(), connection.request_timeout_s)
+        except KafkaException as exc:
+            raise connection.error(exc, action=action, acl=acl) from None
+
     def refresh(self) -> dict[str, int]:
         """Partition counts of every visible topic (one Metadata request)."""
         connection = self._connection
-        try:
-            metadata = self.client().list_topics(timeout=connection.request_timeout_s)
-        except KafkaException as exc:
-            raise connection.error(
-                exc, action="listing topics", acl="DESCRIBE on the topics"
-            ) from None
+        metadata = self._ask(
+            lambda admin, timeout: admin.list_topics(timeout=timeout),
+            action="listing topics",
+            acl="DESCRIBE on the topics",
+        )
         counts = {
             name: len(topic.partitions)
             for name, topic in metadata.topics.items()
@@ -87,35 +98,29 @@ class KafkaTopics:
         created again, by anyone, has another id, so a store kept beside the old one's
         offsets is rebuilt (``Log.partition_epoch``)."""
         real = self.check_partition(tp)
-        try:
-            futures = self.client().describe_topics(
-                TopicCollection([real]), request_timeout=self._connection.request_timeout_s
-            )
+
+        def describe(admin: AdminClient, timeout: float) -> str:
+            futures = admin.describe_topics(TopicCollection([real]), request_timeout=timeout)
             return str(futures[real].result().topic_id)
-        except KafkaException as exc:
-            raise self._connection.error(
-                exc, action=f'describing topic "{tp.topic}"', acl=f'DESCRIBE on topic "{real}"'
-            ) from None
+
+        return self._ask(
+            describe, action=f'describing topic "{tp.topic}"', acl=f'DESCRIBE on topic "{real}"'
+        )
 
     def cleanup_compacted(self, reals: Sequence[str]) -> dict[str, bool]:
         """Whether each topic's cleanup.policy includes compact (one DescribeConfigs)."""
         missing = [real for real in reals if real not in self.compacted]
         if missing:
             resources = [ConfigResource("topic", real) for real in missing]
-            try:
-                futures = self.client().describe_configs(
-                    resources, request_timeout=self._connection.request_timeout_s
-                )
-                for resource, future in futures.items():
-                    entry = future.result().get("cleanup.policy")
-                    policy = entry.value if entry is not None and entry.value else "delete"
-                    self.compacted[resource.name] = "compact" in policy.split(",")
-            except KafkaException as exc:
-                raise self._connection.error(
-                    exc,
-                    action=f"reading the configuration of {', '.join(missing)}",
-                    acl="DESCRIBE_CONFIGS on the topics",
-                ) from None
+            described = self._ask(
+                lambda admin, timeout: _results(
+                    admin.describe_configs(resources, request_timeout=timeout)
+                ),
+                action=f"reading the configuration of {', '.join(missing)}",
+                acl="DESCRIBE_CONFIGS on the topics",
+            )
+            for resource, configs in described.items():
+                self.compacted[resource.name] = "compact" in _policy(configs).split(",")
         return {real: self.compacted[real] for real in reals}
 
     def set_retention(self, name: str, retention_ms: int | None) -> None:
@@ -147,18 +152,13 @@ class KafkaTopics:
             ),
         ]
         resource = ConfigResource("topic", real, incremental_configs=entries)
-        try:
-            futures = self.client().incremental_alter_configs(
-                [resource], request_timeout=connection.request_timeout_s
-            )
-            for future in futures.values():
-                future.result()
-        except KafkaException as exc:
-            raise connection.error(
-                exc,
-                action=f'setting retention.ms={retention_ms} on topic "{name}"',
-                acl=f'ALTER_CONFIGS on topic "{real}"',
-            ) from None
+        self._ask(
+            lambda admin, timeout: _results(
+                admin.incremental_alter_configs([resource], request_timeout=timeout)
+            ),
+            action=f'setting retention.ms={retention_ms} on topic "{name}"',
+            acl=f'ALTER_CONFIGS on topic "{real}"',
+        )
         # The controller accepts the change, then each broker applies it from the metadata
         # log: until then a DescribeConfigs still answers the old values. Waiting here
         # makes what the call set what topic_retention reports next.
@@ -180,20 +180,15 @@ class KafkaTopics:
 
     def _described(self, name: str, real: str) -> tuple[str, int | None]:
         """(cleanup.policy, retention.ms or None for -1) as a broker describes them."""
-        connection = self._connection
-        try:
-            futures = self.client().describe_configs(
-                [ConfigResource("topic", real)], request_timeout=connection.request_timeout_s
-            )
-            configs = next(iter(futures.values())).result()
-        except KafkaException as exc:
-            raise connection.error(
-                exc,
-                action=f'reading the configuration of topic "{name}"',
-                acl=f'DESCRIBE_CONFIGS on topic "{real}"',
-            ) from None
-        policy_entry = configs.get("cleanup.policy")
-        policy = policy_entry.value if policy_entry is not None and policy_entry.value else "delete"
+        described = self._ask(
+            lambda admin, timeout: _results(
+                admin.describe_configs([ConfigResource("topic", real)], request_timeout=timeout)
+            ),
+            action=f'reading the configuration of topic "{name}"',
+            acl=f'DESCRIBE_CONFIGS on topic "{real}"',
+        )
+        configs = next(iter(described.values()))
+        policy = _policy(configs)
         retention_entry = configs.get("retention.ms")
         retention = int(retention_entry.value or -1) if retention_entry is not None else -1
         return policy, None if retention < 0 else retention
@@ -276,6 +271,17 @@ class KafkaTopics:
             if time.monotonic() > deadline:
                 raise connection.unreachable(f'topic "{real}" never appeared')
             time.sleep(0.05)
+
+
+def _results(futures: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Each admin future's result, by its key (raising the first failure)."""
+    return {key: future.result() for key, future in futures.items()}
+
+
+def _policy(configs: Mapping[str, Any]) -> str:
+    """A described topic's cleanup.policy (the broker's default when unset: delete)."""
+    entry = configs.get("cleanup.policy")
+    return entry.value if entry is not None and entry.value else "delete"
 
 
 def _describe(spec: TopicSpec) -> str:

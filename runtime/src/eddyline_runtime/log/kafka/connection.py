@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
@@ -83,6 +83,15 @@ class KafkaClients:
 
     def admin(self, config: Mapping[str, Any]) -> AdminClient:
         return AdminClient(dict(config))
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """:class:`KafkaConnection`'s options, as ``KafkaLog`` and ``KafkaLog.open`` take them."""
+
+    topic_prefix: str
+    clients: KafkaClients | None
+    request_timeout_s: float
+    transaction_timeout_s: float
 
 
 class KafkaConnection:

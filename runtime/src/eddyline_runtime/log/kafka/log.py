@@ -33,17 +33,12 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Unpack
 
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from eddyline_runtime.log.kafka.admin import KafkaTopics
-from eddyline_runtime.log.kafka.connection import (
-    REQUEST_TIMEOUT_S,
-    TRANSACTION_TIMEOUT_S,
-    KafkaClients,
-    KafkaConnection,
-)
+from eddyline_runtime.log.kafka.connection import ConnectionOptions, KafkaConnection
 from eddyline_runtime.log.kafka.groups import KafkaGroups
 from eddyline_runtime.log.kafka.producer import KafkaTransactionalProducer, PlainProducer
 from eddyline_runtime.log.kafka.reader import (
@@ -83,27 +78,12 @@ class _ThreadClients:
 class KafkaLog(Log):
     """A :class:`Log` on a Kafka cluster; safe across threads (a consumer per thread).
 
-    ``topic_prefix`` puts every topic of this handle under a prefix (topics
-    without it are invisible), so runs can share a cluster in isolation;
-    group ids and transactional ids are not prefixed.
+    ``options`` are the connection's (:class:`KafkaConnection`: a topic prefix,
+    the clients, the timeouts).
     """
 
-    def __init__(
-        self,
-        settings: KafkaLogSettings,
-        *,
-        topic_prefix: str = "",
-        clients: KafkaClients | None = None,
-        request_timeout_s: float = REQUEST_TIMEOUT_S,
-        transaction_timeout_s: float = TRANSACTION_TIMEOUT_S,
-    ) -> None:
-        self.connection = KafkaConnection(
-            settings,
-            topic_prefix=topic_prefix,
-            clients=clients,
-            request_timeout_s=request_timeout_s,
-            transaction_timeout_s=transaction_timeout_s,
-        )
+    def __init__(self, settings: KafkaLogSettings, **options: Unpack[ConnectionOptions]) -> None:
+        self.connection = KafkaConnection(settings, **options)
         self.topic_admin = KafkaTopics(self.connection)
         self._groups = KafkaGroups(self.connection)
         self._data_ends = DataEnds()
@@ -119,7 +99,7 @@ class KafkaLog(Log):
         cls,
         url: str,
         settings: Mapping[str, object] | None = None,
-        **options: Any,
+        **options: Unpack[ConnectionOptions],
     ) -> KafkaLog:
         """``kafka://host:port,...`` with client settings (librdkafka names; see kafka_settings)."""
         return cls(kafka_log_settings(url, settings or {}), **options)
