@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -20,76 +20,77 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.cimpl import NewTopic
 
 from eddyline_runtime.log.errors import (
-    BrokerUnreachableError,
     InvalidTopicError,
     TopicConflictError,
     UnknownTopicError,
 )
+from eddyline_runtime.log.kafka.connection import KafkaConnection
 from eddyline_runtime.log.kafka.errors import kafka_error
 from eddyline_runtime.log.port import TopicSpec
 from eddyline_runtime.partitions import TopicPartition
 
-if TYPE_CHECKING:
-    from eddyline_runtime.log.kafka.log import KafkaLog
-
-# Internal topics (__consumer_offsets, __transaction_state) are not the app's.
-INTERNAL_PREFIX = "__"
+_T = TypeVar("_T")
 
 
 class KafkaTopics:
     """One log handle's view of the cluster's topics, cached between metadata requests."""
 
-    def __init__(self, log: KafkaLog) -> None:
-        self._log = log
+    def __init__(self, connection: KafkaConnection) -> None:
+        self._connection = connection
         self._lock = threading.Lock()
         self._client: AdminClient | None = None
-        # Real topic name -> partition count, and -> compacted, as last seen.
-        self.partition_counts: dict[str, int] = {}
+        # Real topic name -> compacted, as last seen (partition counts: connection.listed).
         self.compacted: dict[str, bool] = {}
 
     def client(self) -> AdminClient:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    log = self._log
-                    self._client = log.new_client("admin", log.client_config())
+                    self._client = self._connection.admin()
         assert self._client is not None
         return self._client
 
     def close(self) -> None:
         self._client = None
 
-    def visible(self, real: str) -> bool:
-        return real.startswith(self._log.topic_prefix) and not real.startswith(INTERNAL_PREFIX)
-
-    def known(self) -> list[str]:
-        return sorted(self._log.port_topic(real) for real in self.partition_counts)
+    def _ask(self, request: Callable[[AdminClient, float], _T], *, action: str, acl: str) -> _T:
+        """``request`` of the admin client within the request timeout; librdkafka's
+        error, raised by the call or by a future it returned, as the port's."""
+        connection = self._connection
+        try:
+            return request(self.client(), connection.request_timeout_s)
+        except KafkaException as exc:
+            raise connection.error(exc, action=action, acl=acl) from None
 
     def refresh(self) -> dict[str, int]:
         """Partition counts of every visible topic (one Metadata request)."""
-        log = self._log
-        try:
-            metadata = self.client().list_topics(timeout=log.request_timeout_s)
-        except KafkaException as exc:
-            raise log.error(exc, action="listing topics", acl="DESCRIBE on the topics") from None
+        connection = self._connection
+        metadata = self._ask(
+            lambda admin, timeout: admin.list_topics(timeout=timeout),
+            action="listing topics",
+            acl="DESCRIBE on the topics",
+        )
         counts = {
             name: len(topic.partitions)
             for name, topic in metadata.topics.items()
-            if topic.error is None and self.visible(name)
+            if topic.error is None and connection.visible(name)
         }
-        self.partition_counts = counts
+        connection.listed = counts
         return counts
 
     def check_partition(self, tp: TopicPartition) -> str:
         """The partition's real topic name, after checking the partition exists."""
-        real = self._log.real_topic(tp.topic)
-        count = self.partition_counts.get(real)
+        connection = self._connection
+        real = connection.real_topic(tp.topic)
+        count = connection.listed.get(real)
         if count is None or tp.partition >= count:
             count = self.refresh().get(real)
         if count is None:
-            raise UnknownTopicError(f'topic "{tp.topic}"', self.known())
+            raise UnknownTopicError(f'topic "{tp.topic}"', connection.known_topics())
         if not 0 <= tp.partition < count:
-            raise UnknownTopicError(f"partition {tp} (topic has {count} partitions)", self.known())
+            raise UnknownTopicError(
+                f"partition {tp} (topic has {count} partitions)", connection.known_topics()
+            )
         return real
 
     def topic_id(self, tp: TopicPartition) -> str:
@@ -97,35 +98,29 @@ class KafkaTopics:
         created again, by anyone, has another id, so a store kept beside the old one's
         offsets is rebuilt (``Log.partition_epoch``)."""
         real = self.check_partition(tp)
-        try:
-            futures = self.client().describe_topics(
-                TopicCollection([real]), request_timeout=self._log.request_timeout_s
-            )
+
+        def describe(admin: AdminClient, timeout: float) -> str:
+            futures = admin.describe_topics(TopicCollection([real]), request_timeout=timeout)
             return str(futures[real].result().topic_id)
-        except KafkaException as exc:
-            raise self._log.error(
-                exc, action=f'describing topic "{tp.topic}"', acl=f'DESCRIBE on topic "{real}"'
-            ) from None
+
+        return self._ask(
+            describe, action=f'describing topic "{tp.topic}"', acl=f'DESCRIBE on topic "{real}"'
+        )
 
     def cleanup_compacted(self, reals: Sequence[str]) -> dict[str, bool]:
         """Whether each topic's cleanup.policy includes compact (one DescribeConfigs)."""
         missing = [real for real in reals if real not in self.compacted]
         if missing:
             resources = [ConfigResource("topic", real) for real in missing]
-            try:
-                futures = self.client().describe_configs(
-                    resources, request_timeout=self._log.request_timeout_s
-                )
-                for resource, future in futures.items():
-                    entry = future.result().get("cleanup.policy")
-                    policy = entry.value if entry is not None and entry.value else "delete"
-                    self.compacted[resource.name] = "compact" in policy.split(",")
-            except KafkaException as exc:
-                raise self._log.error(
-                    exc,
-                    action=f"reading the configuration of {', '.join(missing)}",
-                    acl="DESCRIBE_CONFIGS on the topics",
-                ) from None
+            described = self._ask(
+                lambda admin, timeout: _results(
+                    admin.describe_configs(resources, request_timeout=timeout)
+                ),
+                action=f"reading the configuration of {', '.join(missing)}",
+                acl="DESCRIBE_CONFIGS on the topics",
+            )
+            for resource, configs in described.items():
+                self.compacted[resource.name] = "compact" in _policy(configs).split(",")
         return {real: self.compacted[real] for real in reals}
 
     def set_retention(self, name: str, retention_ms: int | None) -> None:
@@ -141,7 +136,7 @@ class KafkaTopics:
             raise InvalidTopicError(
                 name, f"retention.ms must be a number of milliseconds >= 0, got {retention_ms!r}"
             )
-        log = self._log
+        connection = self._connection
         real = self.check_partition(TopicPartition(name, 0))
         compacted = self.cleanup_compacted([real])[real]
         if compacted:
@@ -157,29 +152,22 @@ class KafkaTopics:
             ),
         ]
         resource = ConfigResource("topic", real, incremental_configs=entries)
-        try:
-            futures = self.client().incremental_alter_configs(
-                [resource], request_timeout=log.request_timeout_s
-            )
-            for future in futures.values():
-                future.result()
-        except KafkaException as exc:
-            raise log.error(
-                exc,
-                action=f'setting retention.ms={retention_ms} on topic "{name}"',
-                acl=f'ALTER_CONFIGS on topic "{real}"',
-            ) from None
+        self._ask(
+            lambda admin, timeout: _results(
+                admin.incremental_alter_configs([resource], request_timeout=timeout)
+            ),
+            action=f'setting retention.ms={retention_ms} on topic "{name}"',
+            acl=f'ALTER_CONFIGS on topic "{real}"',
+        )
         # The controller accepts the change, then each broker applies it from the metadata
         # log: until then a DescribeConfigs still answers the old values. Waiting here
         # makes what the call set what topic_retention reports next.
-        deadline = time.monotonic() + log.request_timeout_s
+        deadline = time.monotonic() + connection.request_timeout_s
         while self._described(name, real) != (policy, retention_ms):
             if time.monotonic() > deadline:
-                raise BrokerUnreachableError(
-                    log.settings.bootstrap,
-                    log.request_timeout_s,
+                raise connection.unreachable(
                     f'topic "{real}" never showed cleanup.policy={policy}, '
-                    f"retention.ms={retention_ms}",
+                    f"retention.ms={retention_ms}"
                 )
             time.sleep(0.05)
 
@@ -192,20 +180,15 @@ class KafkaTopics:
 
     def _described(self, name: str, real: str) -> tuple[str, int | None]:
         """(cleanup.policy, retention.ms or None for -1) as a broker describes them."""
-        log = self._log
-        try:
-            futures = self.client().describe_configs(
-                [ConfigResource("topic", real)], request_timeout=log.request_timeout_s
-            )
-            configs = next(iter(futures.values())).result()
-        except KafkaException as exc:
-            raise log.error(
-                exc,
-                action=f'reading the configuration of topic "{name}"',
-                acl=f'DESCRIBE_CONFIGS on topic "{real}"',
-            ) from None
-        policy_entry = configs.get("cleanup.policy")
-        policy = policy_entry.value if policy_entry is not None and policy_entry.value else "delete"
+        described = self._ask(
+            lambda admin, timeout: _results(
+                admin.describe_configs([ConfigResource("topic", real)], request_timeout=timeout)
+            ),
+            action=f'reading the configuration of topic "{name}"',
+            acl=f'DESCRIBE_CONFIGS on topic "{real}"',
+        )
+        configs = next(iter(described.values()))
+        policy = _policy(configs)
         retention_entry = configs.get("retention.ms")
         retention = int(retention_entry.value or -1) if retention_entry is not None else -1
         return policy, None if retention < 0 else retention
@@ -213,7 +196,7 @@ class KafkaTopics:
     def topics(self) -> Mapping[str, TopicSpec]:
         counts = self.refresh()
         compacted = self.cleanup_compacted(sorted(counts))
-        port_topic = self._log.port_topic
+        port_topic = self._connection.port_topic
         return {
             port_topic(real): TopicSpec(port_topic(real), count, compacted[real])
             for real, count in counts.items()
@@ -225,36 +208,36 @@ class KafkaTopics:
 
     def _spec(self, real: str, count: int) -> TopicSpec:
         compacted = self.cleanup_compacted([real])[real]
-        return TopicSpec(self._log.port_topic(real), count, compacted)
+        return TopicSpec(self._connection.port_topic(real), count, compacted)
 
     def create(self, name: str, partitions: int, *, compacted: bool = False) -> TopicSpec:
         if partitions < 1:
             raise InvalidTopicError(name, f"needs at least 1 partition, got {partitions}")
-        log = self._log
-        real = log.real_topic(name)
+        connection = self._connection
+        real = connection.real_topic(name)
         requested = TopicSpec(name, partitions, compacted)
         existing = self.existing(real)
         if existing is None:
             config = {"cleanup.policy": "compact" if compacted else "delete"}
-            if log.settings.min_insync_replicas is not None:
-                config["min.insync.replicas"] = str(log.settings.min_insync_replicas)
+            if connection.settings.min_insync_replicas is not None:
+                config["min.insync.replicas"] = str(connection.settings.min_insync_replicas)
             topic = NewTopic(
                 real,
                 num_partitions=partitions,
-                replication_factor=log.settings.replication_factor,
+                replication_factor=connection.settings.replication_factor,
                 config=config,
             )
             futures = self.client().create_topics(
                 [topic],
-                request_timeout=log.request_timeout_s,
-                operation_timeout=log.request_timeout_s,
+                request_timeout=connection.request_timeout_s,
+                operation_timeout=connection.request_timeout_s,
             )
             try:
                 futures[real].result()
             except KafkaException as exc:
                 error = kafka_error(exc)
                 if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise log.error(
+                    raise connection.error(
                         exc,
                         action=f'creating topic "{name}"',
                         acl=f'CREATE on topic "{real}" (or on the cluster)',
@@ -279,17 +262,26 @@ class KafkaTopics:
     def _await_topic(self, real: str, partitions: int | None = None) -> int:
         """Topic creation propagates to the brokers' metadata asynchronously: wait until the
         topic is listed (with ``partitions``, when given); returns its partition count."""
-        log = self._log
-        deadline = time.monotonic() + log.request_timeout_s
+        connection = self._connection
+        deadline = time.monotonic() + connection.request_timeout_s
         while True:
             count = self.refresh().get(real)
             if count is not None and (partitions is None or count == partitions):
                 return count
             if time.monotonic() > deadline:
-                raise BrokerUnreachableError(
-                    log.settings.bootstrap, log.request_timeout_s, f'topic "{real}" never appeared'
-                )
+                raise connection.unreachable(f'topic "{real}" never appeared')
             time.sleep(0.05)
+
+
+def _results(futures: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Each admin future's result, by its key (raising the first failure)."""
+    return {key: future.result() for key, future in futures.items()}
+
+
+def _policy(configs: Mapping[str, Any]) -> str:
+    """A described topic's cleanup.policy (the broker's default when unset: delete)."""
+    entry = configs.get("cleanup.policy")
+    return entry.value if entry is not None and entry.value else "delete"
 
 
 def _describe(spec: TopicSpec) -> str:

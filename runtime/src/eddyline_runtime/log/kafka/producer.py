@@ -1,5 +1,9 @@
 """Writing: plain produce calls, and each task's transactional producer.
 
+Every producer's librdkafka configuration is ``connection.py``'s; what the
+producers do with it is here. A thread's :class:`PlainProducer` serves the
+port's ``produce`` (idempotent, no transaction).
+
 One transactional producer per task, transactional id
 ``<application.id>-<task>``; ``init_transactions`` fences every older producer
 of the id. Records go to librdkafka as they are sent; input offsets are kept
@@ -27,7 +31,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
@@ -41,7 +45,10 @@ from eddyline_runtime.log.errors import (
     TransactionTimeoutError,
     UnknownTopicError,
 )
+from eddyline_runtime.log.kafka.admin import KafkaTopics
+from eddyline_runtime.log.kafka.connection import EPOCH_STATS_INTERVAL_MS, KafkaConnection
 from eddyline_runtime.log.kafka.errors import FENCED_CODES, describe, kafka_error
+from eddyline_runtime.log.kafka.groups import KafkaGroups
 from eddyline_runtime.log.kafka.reader import message_offset
 from eddyline_runtime.log.port import (
     CommittedTransaction,
@@ -53,16 +60,7 @@ from eddyline_runtime.log.port import (
 )
 from eddyline_runtime.partitions import TopicPartition
 
-if TYPE_CHECKING:
-    from eddyline_runtime.log.kafka.log import KafkaLog
-
 logger = logging.getLogger(__name__)
-
-# The statistics interval of transactional producers: the only place librdkafka
-# reports the producer epoch; each report is a small JSON document.
-_EPOCH_STATS_INTERVAL_MS = 1_000
-# Client defaults the log settings may override (librdkafka's names).
-PRODUCER_TUNING = {"linger.ms": 5}
 
 
 class Deliveries:
@@ -123,11 +121,59 @@ def produce_record(
 _Headers = list[tuple[str, str | bytes | None]]
 
 
-class KafkaTransactionalProducer(TransactionalProducer):
-    """A task's transactional producer (see the module docstring)."""
+class PlainProducer:
+    """One thread's idempotent producer for the port's ``produce``: each call sends its
+    records and waits for their delivery reports."""
 
-    def __init__(self, log: KafkaLog, transactional_id: str) -> None:
-        self._log = log
+    def __init__(self, connection: KafkaConnection) -> None:
+        self._connection = connection
+        self._producer: Producer | None = None
+
+    def produce(self, tp: TopicPartition, real: str, records: Sequence[Record]) -> list[int]:
+        """Each record's offset, in order (``real``: the partition's checked topic name)."""
+        connection = self._connection
+        if self._producer is None:
+            self._producer = connection.plain_producer()
+        producer = self._producer
+        deliveries = Deliveries()
+        action, acl = f"producing to {tp}", f'WRITE on topic "{real}"'
+        try:
+            for record in records:
+                produce_record(producer, real, tp.partition, record, deliveries)
+        except KafkaException as exc:
+            self._producer = None  # a refused producer may stay refused
+            raise connection.error(exc, action=action, acl=acl) from None
+        remaining = producer.flush(connection.request_timeout_s)
+        if remaining:
+            raise connection.unreachable(connection.last_client_error)
+        if deliveries.error is not None:
+            # librdkafka keeps a refused topic (or a fatal error) in the producer's
+            # state: the next produce starts a new producer, so a fix takes effect.
+            self._producer = None
+            raise connection.error(deliveries.error, action=action, acl=acl)
+        return deliveries.offsets
+
+    def close(self) -> None:
+        """Deliver what is queued (within the request timeout) and drop the client."""
+        if self._producer is not None:
+            self._producer.flush(self._connection.request_timeout_s)
+            self._producer = None
+
+
+class KafkaTransactionalProducer(TransactionalProducer):
+    """A task's transactional producer (see the module docstring): ``topics`` checks the
+    partitions it sends to, ``groups`` gives the metadata of the groups it commits."""
+
+    def __init__(
+        self,
+        connection: KafkaConnection,
+        topics: KafkaTopics,
+        groups: KafkaGroups,
+        transactional_id: str,
+    ) -> None:
+        self._connection = connection
+        self._topics = topics
+        self._groups = groups
         self.transactional_id = transactional_id
         self._epoch = -1
         self._fenced: ProducerFencedError | None = None
@@ -138,25 +184,14 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._delivery_error: KafkaError | None = None
         self._fatal_error: KafkaError | None = None
         self._offsets: dict[str, dict[TopicPartition, int]] = {}
-        self._producer: Producer = log.new_client(
-            "producer",
-            log.client_config(
-                {
-                    **PRODUCER_TUNING,
-                    "transaction.timeout.ms": int(log.transaction_timeout_s * 1000),
-                },
-                **{
-                    "transactional.id": transactional_id,
-                    "allow.auto.create.topics": False,
-                    "statistics.interval.ms": _EPOCH_STATS_INTERVAL_MS,
-                    "stats_cb": self._on_statistics,
-                    "on_delivery": self._on_delivery,
-                    "error_cb": self._on_client_error,
-                },
-            ),
+        self._producer = connection.transactional_producer(
+            transactional_id,
+            on_statistics=self._on_statistics,
+            on_delivery=self._on_delivery,
+            on_error=self._on_client_error,
         )
         try:
-            self._producer.init_transactions(log.transaction_timeout_s)
+            self._producer.init_transactions(connection.transaction_timeout_s)
         except KafkaException as exc:
             raise self._error(exc, "starting (init_transactions)") from None
 
@@ -170,7 +205,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
     def _on_client_error(self, error: KafkaError) -> None:
         if error.fatal():  # kept: confluent-kafka may lose the exception it raises for it
             self._fatal_error = error
-        self._log.report_client_error(error)
+        self._connection.report_client_error(error)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         # Called once per record: only kept here, read at commit (_delivered_offsets).
@@ -189,7 +224,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
             if offsets is None:
                 offsets = found[key] = []  # type: ignore[index]
             offsets.append(offset)  # type: ignore[arg-type]
-        port_topic = self._log.port_topic
+        port_topic = self._connection.port_topic
         return {
             TopicPartition(port_topic(topic), partition): sorted(offsets)
             for (topic, partition), offsets in found.items()
@@ -231,7 +266,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         happened; otherwise the transaction is aborted, nothing of it committed, and the
         SystemError is a failure of the client library itself."""
         try:
-            self._producer.abort_transaction(self._log.transaction_timeout_s)
+            self._producer.abort_transaction(self._connection.transaction_timeout_s)
         except KafkaException as raised:
             return raised
         self._open = False
@@ -273,7 +308,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
     @property
     def epoch(self) -> int:
         """The producer epoch the broker gave this id (from librdkafka's statistics)."""
-        deadline = time.monotonic() + 3 * _EPOCH_STATS_INTERVAL_MS / 1000
+        deadline = time.monotonic() + 3 * EPOCH_STATS_INTERVAL_MS / 1000
         while self._epoch < 0 and time.monotonic() < deadline:
             try:
                 self._poll(0.05)
@@ -307,7 +342,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
 
     def send(self, tp: TopicPartition, record: Record) -> None:
         self._require_open("send")
-        real = self._log.check_partition(tp)
+        real = self._topics.check_partition(tp)
         try:
             produce_record(self._producer, real, tp.partition, record)
         except KafkaException as exc:
@@ -316,7 +351,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
 
     def send_batch(self, tp: TopicPartition, records: Sequence[Record]) -> None:
         self._require_open("send")
-        real = self._log.check_partition(tp)
+        real = self._topics.check_partition(tp)
         producer = self._producer
         try:
             for record in records:
@@ -337,7 +372,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         every output and changelog record of its interval this way."""
         self._require_open("send")
         check_columns(keys, values, timestamps)
-        real = self._log.check_partition(tp)
+        real = self._topics.check_partition(tp)
         producer, partition = self._producer, tp.partition
         produce = producer.produce
         rows = zip(keys, values, timestamps, headers or [()] * len(keys), strict=True)
@@ -362,32 +397,34 @@ class KafkaTransactionalProducer(TransactionalProducer):
     def send_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         self._require_open("send offsets")
         for tp in offsets:
-            self._log.check_partition(tp)
+            self._topics.check_partition(tp)
         self._offsets.setdefault(group, {}).update(offsets)
 
     def commit(self) -> CommittedTransaction:
         self._require_open("commit")
-        log = self._log
+        connection = self._connection
         try:
-            if self._flush(log.transaction_timeout_s):
+            if self._flush(connection.transaction_timeout_s):
                 raise self._fence(
                     TransactionTimeoutError(
                         self.transactional_id,
                         "Delivering the records",
-                        log.transaction_timeout_s,
-                        log.settings.bootstrap,
+                        connection.transaction_timeout_s,
+                        connection.settings.bootstrap,
                     )
                 )
             # A record that failed delivery makes commit_transaction fail with an
             # abortable error; librdkafka then knows the state, so let it report.
             for group, offsets in self._offsets.items():
                 positions = [
-                    KafkaPartition(log.real_topic(tp.topic), tp.partition, offset)
+                    KafkaPartition(connection.real_topic(tp.topic), tp.partition, offset)
                     for tp, offset in offsets.items()
                 ]
                 try:
                     self._producer.send_offsets_to_transaction(
-                        positions, log.group_metadata(group), log.transaction_timeout_s
+                        positions,
+                        self._groups.metadata(group),
+                        connection.transaction_timeout_s,
                     )
                 except KafkaException as exc:
                     raise self._failed(exc, "committing", group=group) from None
@@ -399,7 +436,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
             raise
         self._open = False
         if self._delivery_error is not None:  # librdkafka committed regardless: never expected
-            raise self._log.error(self._delivery_error, action="a record of the transaction")
+            raise self._connection.error(self._delivery_error, action="a record of the transaction")
         delivered = self._delivered_offsets()
         self._reports = []
         last = {tp: offsets[-1] for tp, offsets in delivered.items()}
@@ -413,7 +450,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
             # partitions are registered is refused as a fatal INVALID_TXN_STATE (the producer
             # would be lost for a plain abort). Delivering what is queued registers them
             # first; an abort is rare, so waiting for the deliveries costs little.
-            self._flush(self._log.transaction_timeout_s)
+            self._flush(self._connection.transaction_timeout_s)
             self._retrying("abort_transaction", "Aborting")
         except KafkaException as exc:
             raise self._error(exc, "aborting") from None
@@ -421,7 +458,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
     def close(self) -> None:
         if self._open and self._fenced is None:
             try:
-                self._producer.abort_transaction(self._log.request_timeout_s)
+                self._producer.abort_transaction(self._connection.request_timeout_s)
             except KafkaException as exc:
                 logger.info(
                     "transactional id %s: abort at close failed: %s", self.transactional_id, exc
@@ -436,10 +473,10 @@ class KafkaTransactionalProducer(TransactionalProducer):
 
     def _retrying(self, method: str, action: str) -> None:
         """commit_transaction/abort_transaction, repeated while librdkafka says it may be."""
-        deadline = time.monotonic() + self._log.transaction_timeout_s
+        deadline = time.monotonic() + self._connection.transaction_timeout_s
         while True:
             try:
-                getattr(self._producer, method)(self._log.transaction_timeout_s)
+                getattr(self._producer, method)(self._connection.transaction_timeout_s)
                 return
             except KafkaException as exc:
                 error = kafka_error(exc)
@@ -450,8 +487,8 @@ class KafkaTransactionalProducer(TransactionalProducer):
                         TransactionTimeoutError(
                             self.transactional_id,
                             action,
-                            self._log.transaction_timeout_s,
-                            self._log.settings.bootstrap,
+                            self._connection.transaction_timeout_s,
+                            self._connection.settings.bootstrap,
                         )
                     ) from None
 
@@ -464,7 +501,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         if isinstance(mapped, ProducerFencedError):
             return mapped
         try:
-            self._producer.abort_transaction(self._log.transaction_timeout_s)
+            self._producer.abort_transaction(self._connection.transaction_timeout_s)
         except KafkaException as abort_exc:
             return self._error(abort_exc, "aborting after a failed commit")
         if isinstance(mapped, (LogAuthorizationError, UnknownTopicError)):
@@ -497,7 +534,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         cause = describe(error, action) if error is not None else f"{action}: {exc}"
         if error is not None and error.code() in FENCED_CODES:
             return self._fence(ProducerFencedError(self.transactional_id, self._epoch, cause=cause))
-        mapped = self._log.error(
+        mapped = self._connection.error(
             exc,
             action=f'{action} for transactional id "{self.transactional_id}"',
             acl=acl,

@@ -19,17 +19,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from eddyline_runtime.log.errors import BrokerUnreachableError, LogError, OffsetOutOfRangeError
+from eddyline_runtime.log.errors import LogError, OffsetOutOfRangeError
+from eddyline_runtime.log.kafka.connection import KafkaConnection
 from eddyline_runtime.log.kafka.errors import kafka_error, leader_moving
 from eddyline_runtime.partitions import TopicPartition
-
-if TYPE_CHECKING:
-    from eddyline_runtime.log.kafka.log import KafkaLog
 
 logger = logging.getLogger(__name__)
 
@@ -51,33 +49,6 @@ _IDLE_UNASSIGN_S = 60.0
 # fetches that stay below it: a reader catching up learns nothing new from asking
 # before each fetch (a round trip per 5,000 records), only its lag is as old as this.
 _KNOWN_END_S = 1.0
-# Client defaults the log settings may override (librdkafka's names).
-READER_TUNING = {
-    # Bounds how late data is seen after a seek or on an idle partition.
-    "fetch.wait.max.ms": 100,
-    # librdkafka's own prefetch queue, on top of the per-partition buffers.
-    "queued.max.messages.kbytes": 32_768,
-}
-# What the reader's semantics rest on (the settings cannot change these).
-READER_CONFIG = {
-    # Required by librdkafka; this consumer never joins or commits.
-    "group.id": "eddyline-reader",
-    "isolation.level": "read_committed",
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": False,
-    "auto.offset.reset": "error",
-    "allow.auto.create.topics": False,
-}
-# Watermark queries go over their own connection: a broker answers one
-# connection's requests in order, so behind the reader's long-polling fetch
-# they would wait up to fetch.wait.max.ms.
-OFFSETS_CONFIG = {
-    "group.id": "eddyline-reader",
-    "isolation.level": "read_committed",
-    "enable.auto.commit": False,
-    "allow.auto.create.topics": False,
-}
 
 
 def message_offset(message: Message) -> int:
@@ -90,13 +61,33 @@ def message_headers(headers: Any) -> tuple[tuple[str, bytes], ...]:
     return tuple((name, value or b"") for name, value in headers)
 
 
+class DataEnds:
+    """Per partition, a last stable offset and where committed data ended below it, when
+    a reader found only transaction markers in between: a ``read_committed`` reader at
+    that data end is at the end (``KafkaLog.end_offset``). Shared by every thread's
+    reader: the thread asking for an end offset need not be the one that fetched."""
+
+    def __init__(self) -> None:
+        self._ends: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def markers_only(self, real: str, partition: int, stable: int, data_end: int) -> None:
+        """A reader found only transaction markers between ``data_end`` and ``stable``."""
+        self._ends[(real, partition)] = (stable, data_end)
+
+    def end(self, real: str, partition: int, stable: int) -> int:
+        """Where committed data ends, given the partition's last stable offset."""
+        seen = self._ends.get((real, partition))
+        return seen[1] if seen is not None and seen[0] == stable else stable
+
+
 class PartitionReader:
     """One thread's read_committed consumer: per-partition buffers over librdkafka's queue."""
 
-    def __init__(self, log: KafkaLog, consumer: Consumer, offsets: Consumer) -> None:
-        self._log = log
-        self._consumer = consumer
-        self._offsets = offsets
+    def __init__(self, connection: KafkaConnection, ends: DataEnds) -> None:
+        self._connection = connection
+        self._ends = ends
+        self._consumer = connection.reader_consumer()
+        self._offsets = connection.offsets_consumer()
         self._assigned: set[tuple[str, int]] = set()
         # Where the caller's next fetch is expected to start, per partition.
         self._next: dict[tuple[str, int], int] = {}
@@ -113,11 +104,11 @@ class PartitionReader:
         """(log start, last stable offset): one ListOffsets round trip, repeated while
         the partition's leadership moves (a broker restart, a leader election) for at
         most the request timeout."""
-        deadline = time.monotonic() + self._log.request_timeout_s
+        deadline = time.monotonic() + self._connection.request_timeout_s
         # Each attempt is short: a query sent to a leader that was just killed waits for
         # it until its timeout (a whole request timeout once, seen on the 3-broker
         # cluster), while a metadata refresh finds the new leader in milliseconds.
-        attempt_s = min(_WATERMARK_ATTEMPT_S, self._log.request_timeout_s)
+        attempt_s = min(_WATERMARK_ATTEMPT_S, self._connection.request_timeout_s)
         while True:
             try:
                 low, high = self._offsets.get_watermark_offsets(
@@ -129,7 +120,8 @@ class PartitionReader:
                     error is not None and error.code() == KafkaError._TIMED_OUT
                 )
                 if not retry or time.monotonic() > deadline:
-                    raise self._log.error(exc, action=f"reading the offsets of {tp}") from None
+                    action = f"reading the offsets of {tp}"
+                    raise self._connection.error(exc, action=action) from None
                 self._refresh_metadata(real)
                 time.sleep(0.05)
                 continue
@@ -144,7 +136,7 @@ class PartitionReader:
         (seen on the three-broker cluster with a broker killed). A metadata response
         updates the client's cache, so the next query goes to the new leader."""
         try:
-            self._offsets.list_topics(real, timeout=min(5.0, self._log.request_timeout_s))
+            self._offsets.list_topics(real, timeout=min(5.0, self._connection.request_timeout_s))
         except KafkaException as exc:  # the next query reports what is wrong
             logger.debug("metadata refresh of %s failed: %s", real, exc)
 
@@ -180,17 +172,16 @@ class PartitionReader:
             # every fetch, and should not pay a poll's wait for it.
             (position,) = self._consumer.position([kafka_tp])
             if position.offset >= end:  # a seek resets it to -1001 (invalid)
-                self._log.markers_only(real, tp.partition, end, offset)
+                self._ends.markers_only(real, tp.partition, end, offset)
                 return [], offset
             self._drain(_POLL_S)
             self._raise_pending(key)
             taken = self._take(key, max_records)
             if taken:
                 return taken, self._end_after(tp, real, message_offset(taken[-1]))
-        raise BrokerUnreachableError(
-            self._log.settings.bootstrap,
-            _FETCH_WAIT_S,
+        raise self._connection.unreachable(
             f"{tp} has committed records up to offset {end} but none arrived from offset {offset}",
+            _FETCH_WAIT_S,
         )
 
     def _end_after(self, tp: TopicPartition, real: str, last: int) -> int:
@@ -292,12 +283,14 @@ class PartitionReader:
             logger.warning("Kafka consumer: %s", error.str())
             return
         key = (topic, partition)
-        tp = TopicPartition(self._log.port_topic(topic), partition)
+        tp = TopicPartition(self._connection.port_topic(topic), partition)
         if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             beginning, end = self.bounds(tp, topic)
             found: LogError = OffsetOutOfRangeError(tp, self._next.get(key, -1), beginning, end)
         else:
-            found = self._log.error(error, action=f"fetching {tp}", acl=f'READ on topic "{topic}"')
+            found = self._connection.error(
+                error, action=f"fetching {tp}", acl=f'READ on topic "{topic}"'
+            )
         self._errors[key] = found
 
     def _take(self, key: tuple[str, int], max_records: int) -> list[Message]:
