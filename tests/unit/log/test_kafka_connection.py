@@ -2,7 +2,7 @@
 
 Each config is the client's defaults, then the log settings, then what the
 adapter's semantics rest on; these check that rule for every kind through the
-factories, with the clients faked (``tests/support/kafka_fake.py``).
+factories, with the clients faked (``tests/support/kafka/fake_clients.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from eddyline_runtime.log.kafka.connection import KafkaConnection
 from eddyline_runtime.log.kafka_settings import kafka_log_settings
-from tests.support.kafka_fake import FakeBroker, FakeClients
+from tests.support.kafka.fake_clients import FakeBroker, FakeClients
 
 BOOTSTRAP = "broker-0:9092,broker-1:9092"
 
