@@ -424,11 +424,12 @@ class PutThenWait(Processor):
             RELEASE.wait(DEADLINE_SECONDS)
 
 
-def holding_topology() -> Topology:
+def holding_topology(*, persistent: bool = True) -> Topology:
     topology = Topology()
     topology.add_source("in", ["events"], key_serde="string", value_serde="string")
     topology.add_processor("put", PutThenWait, "in")
-    topology.add_state_store(StoreSpec("latest", key_serde="string", value_serde="string"), "put")
+    store = StoreSpec("latest", persistent=persistent, key_serde="string", value_serde="string")
+    topology.add_state_store(store, "put")
     return topology
 
 
@@ -598,6 +599,39 @@ def test_a_closing_instance_refuses_store_reads_with_503_and_its_layout_names_no
         assert layout.json()["stores"] == {}
         assert http_get(address, "/readyz").status == 503
     finally:
+        server.stop()
+        instance.close(30)
+        log.close()
+
+
+def test_a_response_names_the_level_its_reader_read_at(tmp_path: Path) -> None:
+    """An in-memory store is not transactional: under exactly_once_v2 its reader sees an
+    open transaction's write, and the response says READ_UNCOMMITTED, not the instance's
+    default level (READ_COMMITTED) it did not read at."""
+    RELEASE.clear()
+    HOLDING.clear()
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("events", 1)
+    tp = TopicPartition("events", 0)
+    instance = StreamsInstance(
+        holding_topology(persistent=False), streams_config(tmp_path / "state"), log
+    )
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        instance.start()
+        address = str(server.start())
+        wait_for(lambda: bool(instance.check() and instance.ready()), "the task runs")
+        log.produce(tp, [Record(b"k", b"hold", 0)])
+        assert HOLDING.wait(DEADLINE_SECONDS)
+        for path in ("/v1/stores/latest/keys/k", "/v1/stores/latest/all"):
+            response = http_get(address, path)
+            assert response.status == 200, response.text
+            assert response.json()["isolation"] == "READ_UNCOMMITTED", response.text
+        assert http_get(address, "/v1/stores/latest/keys/k").json()["value"] == "hold"
+        asked = http_get(address, "/v1/stores/latest/keys/k", isolation="READ_COMMITTED")
+        assert asked.json()["isolation"] == "READ_COMMITTED"
+    finally:
+        RELEASE.set()
         server.stop()
         instance.close(30)
         log.close()
