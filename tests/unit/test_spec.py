@@ -125,3 +125,10 @@ def test_a_config_file_over_the_manifest_is_validated_naming_the_file() -> None:
     assert changed.settings.num_standby_replicas == 2
     with pytest.raises(ManifestError, match=r'extra\.properties: spec\.config\."max\.task'):
         app.with_config({"max.task.idle.ms": -7}, source="extra.properties")
+
+
+def test_a_copy_with_a_new_spec_carries_its_own_settings() -> None:
+    app = parse_manifest(copy.deepcopy(VALID))
+    spec = app.spec.model_copy(update={"config": {"num.standby.replicas": 2}})
+    assert app.model_copy(update={"spec": spec}).settings.num_standby_replicas == 2
+    assert app.settings.num_standby_replicas == 0

@@ -35,7 +35,7 @@ import re
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import (
@@ -936,10 +936,21 @@ class StreamApp(_Strict):
 
     @model_validator(mode="after")
     def _validated_settings(self) -> StreamApp:
+        self._validate_settings()
+        return self
+
+    def _validate_settings(self) -> None:
         self._settings = StreamsConfig.from_properties(
             {"application.id": self.metadata.name, **self.spec.config}, environ={}
         )  # raises ConfigError naming the key
-        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with ``update`` (a new spec, say), its settings validated again from the
+        copy's spec.config, never the original's carried over."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            copied._validate_settings()
+        return copied
 
     @property
     def settings(self) -> StreamsConfig:
