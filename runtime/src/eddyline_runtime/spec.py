@@ -24,7 +24,9 @@ What only a cluster reads (image, storage, standby placement, resources,
 suspend) has defaults, so local manifests need none of it. Constraints that
 the API server must enforce too carry their schema here: ``pattern``/``ge``
 become the CRD's patterns and minimums, and ``x-kubernetes-validations``
-(CEL) hold the cross-field rules.
+(CEL) hold the cross-field rules. ``spec.config``'s schema comes from
+``StreamsConfig``'s fields (config.py), and its settings are validated once per
+parse, as written, never with the environment (:attr:`StreamApp.settings`).
 """
 
 from __future__ import annotations
