@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from eddyline_runtime.config import IsolationLevel, ProcessingGuarantee, StreamsConfig
+from eddyline_runtime.config import (
+    CLUSTER_SETTINGS,
+    IsolationLevel,
+    ProcessingGuarantee,
+    StreamsConfig,
+    cluster_settings_schema,
+)
 from eddyline_runtime.errors import (
     ConfigError,
     InvalidUncommittedBytesLimitError,
@@ -180,3 +186,44 @@ def test_the_memory_limit_comes_from_the_downward_api_variable(
     assert StreamsConfig.from_properties({}).memory_limit_bytes == -1
     monkeypatch.setenv("EDDYLINE_MEMORY_LIMIT_BYTES", str(512 * 1024 * 1024))
     assert StreamsConfig.from_properties({}).memory_limit_bytes == 512 * 1024 * 1024
+
+
+def test_settings_validate_as_written_without_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """environ={}: what the operator uses, so a spec's validity never depends on its pod."""
+    monkeypatch.setenv("EDDYLINE_NUM_STREAM_THREADS", "not a number")
+    monkeypatch.setenv("EDDYLINE_COMMIT_INTERVAL_MS", "50")
+    written = StreamsConfig.from_properties({"commit.interval.ms": 1000}, environ={})
+    assert written.commit_interval_ms == 1000 and written.num_stream_threads == 1
+    with pytest.raises(ConfigError) as refused:
+        StreamsConfig.from_properties({"commit.interval.ms": 1000})
+    assert refused.value.key == "EDDYLINE_NUM_STREAM_THREADS"
+
+
+def test_the_environment_goes_over_validated_settings_once() -> None:
+    written = StreamsConfig.from_properties({"num.standby.replicas": 1}, environ={})
+    assert written.overridden_by({"UNRELATED": "1"}) is written  # nothing to apply: itself
+    pod = written.overridden_by({"EDDYLINE_STATE_DIR": "/var/lib/eddyline/state"})
+    assert pod.state_dir == Path("/var/lib/eddyline/state")
+    assert pod.num_standby_replicas == 1
+    with pytest.raises(ConfigError) as refused:
+        written.overridden_by({"EDDYLINE_MAX_TASK_IDLE_MS": "-5"})
+    message = str(refused.value)
+    assert "EDDYLINE_MAX_TASK_IDLE_MS" in message and "-1 or >= 0" in message
+    assert 'it overrides "max.task.idle.ms"' in message
+
+
+def test_an_empty_state_dir_is_refused_as_the_crd_refuses_it() -> None:
+    with pytest.raises(ConfigError, match=r'"state\.dir".*a directory path'):
+        StreamsConfig.from_properties({"state.dir": ""}, environ={})
+
+
+def test_every_cluster_setting_is_described_and_named_once() -> None:
+    schema = cluster_settings_schema()
+    assert tuple(schema) == CLUSTER_SETTINGS
+    for key, node in schema.items():
+        assert node.get("description"), key
+    # What the operator sets itself, or a StreamApp gives, is not for spec.config.
+    for key in ("application.id", "memory.limit.bytes", "restore.build.dir", "restore.wait.ms"):
+        assert key not in CLUSTER_SETTINGS

@@ -68,8 +68,7 @@ def app(tmp_path: Path) -> Iterator[tuple[StreamApp, SqliteLog]]:
 
 
 def configured(app: StreamApp, settings: dict[str, str]) -> StreamApp:
-    spec = app.spec.model_copy(update={"config": {**app.spec.config, **settings}})
-    return app.model_copy(update={"spec": spec})
+    return app.with_config({**app.spec.config, **settings}, source="test")
 
 
 def member_run(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.spec import ManifestError, load_manifest, parse_manifest
 
 MANIFEST = """
@@ -98,3 +99,36 @@ def test_unreadable_files_say_so(tmp_path: Path) -> None:
         load_manifest(broken)
     with pytest.raises(ManifestError, match="no such file"):
         load_manifest(tmp_path / "missing.yaml")
+
+
+def test_a_spec_is_validated_without_the_environment_and_a_process_applies_it_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator parses a spec whatever its own EDDYLINE_* variables say; a process's
+    config is the parsed settings with its environment over them."""
+    monkeypatch.setenv("EDDYLINE_NUM_STREAM_THREADS", "999")
+    document = copy.deepcopy(VALID)
+    document["spec"]["config"] = {"num.stream.threads": 2}
+    app = parse_manifest(document)
+    assert app.settings.num_stream_threads == 2
+    assert app.settings.application_id == "word-count"
+    with pytest.raises(ConfigError, match="EDDYLINE_NUM_STREAM_THREADS"):
+        app.streams_config()
+    monkeypatch.setenv("EDDYLINE_NUM_STREAM_THREADS", "3")
+    assert app.streams_config().num_stream_threads == 3
+    assert app.streams_config(environ={}) is app.settings
+
+
+def test_a_config_file_over_the_manifest_is_validated_naming_the_file() -> None:
+    app = parse_manifest(copy.deepcopy(VALID))
+    changed = app.with_config({"num.standby.replicas": 2}, source="extra.properties")
+    assert changed.settings.num_standby_replicas == 2
+    with pytest.raises(ManifestError, match=r'extra\.properties: spec\.config\."max\.task'):
+        app.with_config({"max.task.idle.ms": -7}, source="extra.properties")
+
+
+def test_a_copy_with_a_new_spec_carries_its_own_settings() -> None:
+    app = parse_manifest(copy.deepcopy(VALID))
+    spec = app.spec.model_copy(update={"config": {"num.standby.replicas": 2}})
+    assert app.model_copy(update={"spec": spec}).settings.num_standby_replicas == 2
+    assert app.settings.num_standby_replicas == 0

@@ -1,12 +1,19 @@
 """The runtime's configuration, with Kafka Streams' names.
 
-One pydantic-settings model, :class:`StreamsConfig`, holds every setting a pod
+One frozen pydantic model, :class:`StreamsConfig`, holds every setting a pod
 reads once at start. Users write Kafka Streams' dotted names
 (``statestore.uncommitted.max.bytes``); the environment may override any of
 them as ``EDDYLINE_`` + the name upper-cased with dots as underscores
 (``EDDYLINE_STATESTORE_UNCOMMITTED_MAX_BYTES``), and wins over files and
 manifests; :meth:`StreamsConfig.from_file` reads a Java ``.properties`` or a
-YAML file. A bad value raises
+YAML file. The environment is read only where a process builds its own config
+(``from_properties`` without ``environ``, :meth:`StreamsConfig.overridden_by`):
+the operator validates a StreamApp's settings with ``environ={}``, so a spec's
+validity never depends on the operator pod's variables.
+
+The fields are also the CRD's schema of ``spec.config``: those marked
+``cluster=True`` (:data:`CLUSTER_SETTINGS`) become its properties, with their
+bounds, defaults and descriptions (:func:`cluster_settings_schema`). A bad value raises
 :class:`~eddyline_runtime.errors.ConfigError` naming the key, the value and
 what is accepted.
 """
@@ -18,13 +25,12 @@ import difflib
 import enum
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import AliasChoices, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from eddyline_runtime.errors import (
     ConfigError,
@@ -57,6 +63,8 @@ DEFAULT_WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
 DEFAULT_LOG_RETENTION_CHECK_INTERVAL_MS = 5 * 60 * 1000
 # KIP-63's original name for statestore.cache.max.bytes, deprecated by KIP-770.
 DEPRECATED_CACHE_KEY = "cache.max.bytes.buffering"
+# The environment overrides a setting as EDDYLINE_ + its name, dots as underscores.
+ENV_PREFIX = "EDDYLINE_"
 _CACHE_KEYS = ("statestore.cache.max.bytes", "statestore_cache_max_bytes")
 
 
@@ -105,38 +113,110 @@ def validate_uncommitted_max_bytes(
     return value
 
 
-def _setting(kafka_name: str, default: Any, **constraints: Any) -> Any:
+def _setting(
+    kafka_name: str,
+    default: Any,
+    description: str,
+    *,
+    cluster: bool = False,
+    schema: Callable[[dict[str, Any]], None] | None = None,
+    **constraints: Any,
+) -> Any:
     """A field read from its Kafka Streams name or the same with underscores.
 
     The field itself must be named ``kafka_name`` with dots as underscores:
-    that also gives its environment variable, EDDYLINE_<NAME>.
+    that also gives its environment variable, EDDYLINE_<NAME>. ``cluster``: a
+    StreamApp on a cluster may set it in ``spec.config`` (the CRD's schema of
+    spec.config is generated from these fields, descriptions and bounds included);
+    ``schema`` adjusts that schema where the API server needs another form.
     """
+
+    def extra(node: dict[str, Any]) -> None:
+        if cluster:
+            node[CLUSTER_MARK] = True
+        if schema is not None:
+            schema(node)
+
     return Field(
         default=default,
         validation_alias=AliasChoices(kafka_name, kafka_name.replace(".", "_")),
+        description=description,
+        json_schema_extra=extra,
         **constraints,
     )
 
 
-class StreamsConfig(BaseSettings):
-    """Settings a pod reads once at start. Field aliases are Kafka Streams' names."""
+# The JSON-schema key that marks a setting a cluster may set (spec.py reads it).
+CLUSTER_MARK = "x-eddyline-cluster"
 
-    model_config = SettingsConfigDict(
-        env_prefix="EDDYLINE_",
+
+def _share_as_rule(node: dict[str, Any]) -> None:
+    # A CEL rule, not exclusiveMinimum/maximum: its message says the accepted values in
+    # words, and double() takes a whole number (1) as well.
+    node.pop("exclusiveMinimum", None)
+    node.pop("maximum", None)
+    node["x-kubernetes-validations"] = [
+        {
+            "rule": "double(self) > 0.0 && double(self) <= 1.0",
+            "message": "rocksdb.memory.limit.share must be a number above 0 and at most 1 (a "
+            "share of the pod's memory limit, such as 0.5)",
+        }
+    ]
+
+
+def _local_path(node: dict[str, Any]) -> None:
+    # No default on a cluster (the API server would write /tmp/eddyline into every
+    # StreamApp, where the operator sets the pod's volume), and no "path" format (not
+    # OpenAPI's).
+    node.pop("default", None)
+    node.pop("format", None)
+    node["minLength"] = 1
+
+
+class StreamsConfig(BaseModel):
+    """Settings a pod reads once at start. Field aliases are Kafka Streams' names.
+
+    Build it with :meth:`from_properties` (the environment's ``EDDYLINE_<NAME>``
+    variables win) or with ``environ={}`` to validate settings as written.
+    """
+
+    model_config = ConfigDict(
         populate_by_name=True,
         frozen=True,
         extra="forbid",
         use_enum_values=False,
     )
 
-    application_id: str = _setting("application.id", "eddyline-app")
-    state_dir: Path = _setting("state.dir", Path("/tmp/eddyline"))
-    processing_guarantee: ProcessingGuarantee = _setting(
-        "processing.guarantee", ProcessingGuarantee.AT_LEAST_ONCE
+    application_id: str = _setting(
+        "application.id", "eddyline-app", "names the app's topics and group (a StreamApp's name)"
     )
-    num_stream_threads: int = _setting("num.stream.threads", 1, ge=1, le=MAX_STREAM_THREADS)
+    state_dir: Path = _setting(
+        "state.dir",
+        Path("/tmp/eddyline"),
+        "local runs only: on a cluster the operator sets it to the pod's volume",
+        cluster=True,
+        schema=_local_path,
+    )
+    processing_guarantee: ProcessingGuarantee = _setting(
+        "processing.guarantee",
+        ProcessingGuarantee.AT_LEAST_ONCE,
+        "exactly_once_v2 commits outputs, changelogs and input offsets in one transaction",
+        cluster=True,
+    )
+    num_stream_threads: int = _setting(
+        "num.stream.threads",
+        1,
+        "stream threads per pod (no more are started than the pod has tasks)",
+        cluster=True,
+        ge=1,
+        le=MAX_STREAM_THREADS,
+    )
     statestore_uncommitted_max_bytes: int = _setting(
-        "statestore.uncommitted.max.bytes", DEFAULT_UNCOMMITTED_MAX_BYTES
+        "statestore.uncommitted.max.bytes",
+        DEFAULT_UNCOMMITTED_MAX_BYTES,
+        "uncommitted writes buffered per instance before an early commit; -1: no limit",
+        cluster=True,
+        ge=UNLIMITED,
     )
     statestore_cache_max_bytes: int = Field(
         default=DEFAULT_CACHE_MAX_BYTES,
@@ -145,75 +225,167 @@ class StreamsConfig(BaseSettings):
         validation_alias=AliasChoices(
             "statestore.cache.max.bytes", "statestore_cache_max_bytes", "cache.max.bytes.buffering"
         ),
+        description="the record cache per instance (KIP-63); 0 turns it off",
+        json_schema_extra={CLUSTER_MARK: True},
     )
     # None: not set; the effective interval depends on the guarantee (Kafka's rule).
     # 0 commits after every loop of the stream thread, i.e. after each batch of
     # at most 1,000 records per task (never in the middle of a record).
-    commit_interval_ms: int | None = _setting("commit.interval.ms", None, ge=0)
-    # KIP-695: -1 never waits, 0 waits only for data already produced, N > 0 also N ms.
-    max_task_idle_ms: int = _setting("max.task.idle.ms", 0, ge=-1)
-    # Standby replicas per stateful task, placed on other members (other zones first).
-    num_standby_replicas: int = _setting("num.standby.replicas", 0, ge=0)
+    commit_interval_ms: int | None = _setting(
+        "commit.interval.ms",
+        None,
+        "how often tasks commit (default: 100 under exactly-once, 30000 otherwise)",
+        cluster=True,
+        ge=0,
+    )
+    max_task_idle_ms: int = _setting(
+        "max.task.idle.ms",
+        0,
+        "KIP-695: -1 never waits for a lagging input, 0 waits while it has lag, N also N ms "
+        "for data not produced yet",
+        cluster=True,
+        ge=-1,
+    )
+    # Placed on other members (other zones first).
+    num_standby_replicas: int = _setting(
+        "num.standby.replicas",
+        0,
+        "standby copies per stateful task, in other zones; capped at replicas - 1",
+        cluster=True,
+        ge=0,
+    )
     # KIP-441 (Kafka Streams' names and defaults): a stateful task moves only to a member
     # whose copy trails its changelog by at most acceptable.recovery.lag records; until
     # then that member warms up a replica (at most max.warmup.replicas across the group),
     # and the assignment is recomputed when warm-ups report caught up, or at the latest
     # every probing.rebalance.interval.ms.
-    acceptable_recovery_lag: int = _setting("acceptable.recovery.lag", 10_000, ge=0)
-    max_warmup_replicas: int = _setting("max.warmup.replicas", 2, ge=1)
-    probing_rebalance_interval_ms: int = _setting(
-        "probing.rebalance.interval.ms", 10 * 60 * 1000, ge=1
+    acceptable_recovery_lag: int = _setting(
+        "acceptable.recovery.lag",
+        10_000,
+        "KIP-441: a stateful task moves to another pod only once that pod's copy trails its "
+        "changelog by at most this many records; until then it warms up there",
+        cluster=True,
+        ge=0,
     )
-    # The container's memory limit in bytes, as the downward API gives it
-    # (resourceFieldRef limits.memory -> EDDYLINE_MEMORY_LIMIT_BYTES); -1: none known.
-    memory_limit_bytes: int = _setting("memory.limit.bytes", -1, ge=-1)
-    # eddyline's own: the share of that limit all RocksDB stores of the process may use
-    # together (memtables and block cache); without a known limit RocksDB is not capped.
-    rocksdb_memory_limit_share: float = _setting("rocksdb.memory.limit.share", 0.5, gt=0, le=1)
-    # KIP-816: move stores whose sub-topology ordinal changed instead of rebuilding them.
-    automatic_state_relocation: bool = _setting("automatic.state.relocation", True)
+    max_warmup_replicas: int = _setting(
+        "max.warmup.replicas",
+        2,
+        "KIP-441: warm-up replicas across the app at a time (on top of standbys)",
+        cluster=True,
+        ge=1,
+    )
+    probing_rebalance_interval_ms: int = _setting(
+        "probing.rebalance.interval.ms",
+        10 * 60 * 1000,
+        "KIP-441: local runs only; on a cluster the operator assigns again every cycle",
+        cluster=True,
+        ge=1,
+    )
+    memory_limit_bytes: int = _setting(
+        "memory.limit.bytes",
+        -1,
+        "the container's memory limit in bytes, as the downward API gives it (resourceFieldRef "
+        "limits.memory -> EDDYLINE_MEMORY_LIMIT_BYTES); -1: none known",
+        ge=-1,
+    )
+    # eddyline's own; without a known limit RocksDB is not capped.
+    rocksdb_memory_limit_share: float = _setting(
+        "rocksdb.memory.limit.share",
+        0.5,
+        "the share of the pod's memory limit (limits.memory, through the downward API) that "
+        "all its RocksDB stores use together: block cache and write buffers",
+        cluster=True,
+        schema=_share_as_rule,
+        gt=0,
+        le=1,
+    )
+    automatic_state_relocation: bool = _setting(
+        "automatic.state.relocation",
+        True,
+        "KIP-816: move state whose sub-topology ordinal changed instead of rebuilding it",
+        cluster=True,
+    )
     # A store whose changelog no longer fits it is set aside, not deleted (it may be the
-    # best copy of its state left): how many such copies a state directory keeps, and
-    # for how long. Each is a whole store on disk.
+    # best copy of its state left). Each is a whole store on disk.
     state_quarantine_max_stores: int = _setting(
-        "state.quarantine.max.stores", DEFAULT_QUARANTINE_MAX_STORES, ge=0
+        "state.quarantine.max.stores",
+        DEFAULT_QUARANTINE_MAX_STORES,
+        "stores set aside (not deleted) when their changelog no longer fits them: how many "
+        "each pod keeps (see eddyline state republish)",
+        cluster=True,
+        ge=0,
     )
     state_quarantine_retention_ms: int = _setting(
-        "state.quarantine.retention.ms", DEFAULT_QUARANTINE_RETENTION_MS, ge=0
+        "state.quarantine.retention.ms",
+        DEFAULT_QUARANTINE_RETENTION_MS,
+        "how long a store set aside is kept",
+        cluster=True,
+        ge=0,
     )
-    # A changelog topic deleted and created again holds none of a store's state: a
-    # rebuild would start from nothing. Refused unless this is set.
     state_rebuild_after_changelog_recreated: bool = _setting(
-        "state.rebuild.after.changelog.recreated", False
+        "state.rebuild.after.changelog.recreated",
+        False,
+        "rebuild stores whose whole changelog topic was deleted and created again (refused by "
+        "default: the new topic holds none of their state)",
+        cluster=True,
     )
-    # eddyline's own: where Spark restore builds (`eddyline restore build --output`) are
-    # found. A task whose store is missing ingests the newest build that fits, then
-    # replays only the changelog after the build's offset. None: always replay.
-    restore_build_dir: Path | None = _setting("restore.build.dir", None)
-    # eddyline's own, set by the operator from spec.restore: a task whose store is missing
-    # and whose changelog holds more than this many records waits for a Spark build
-    # (restorePending) instead of replaying; -1 never waits. It waits at most
+    # eddyline's own. A task whose store is missing ingests the newest build that fits,
+    # then replays only the changelog after the build's offset.
+    restore_build_dir: Path | None = _setting(
+        "restore.build.dir",
+        None,
+        "where Spark restore builds (eddyline restore build --output) are found; "
+        "unset: always replay changelogs",
+    )
+    # eddyline's own, set by the operator from spec.restore. It waits at most
     # restore.wait.ms, then replays the changelog. A standby's or warm-up's store waits
     # the same way, without holding up the thread's active tasks.
-    restore_wait_lag_above: int = _setting("restore.wait.lag.above", -1, ge=-1)
-    restore_wait_ms: int = _setting("restore.wait.ms", 600_000, ge=0)
+    restore_wait_lag_above: int = _setting(
+        "restore.wait.lag.above",
+        -1,
+        "a task whose store is missing and whose changelog holds more than this many records "
+        "waits for a Spark build (restorePending) instead of replaying; -1 never waits",
+        ge=-1,
+    )
+    restore_wait_ms: int = _setting(
+        "restore.wait.ms", 600_000, "how long a store waits for a Spark build", ge=0
+    )
     windowstore_changelog_additional_retention_ms: int = _setting(
         "windowstore.changelog.additional.retention.ms",
         DEFAULT_WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS,
+        "how much longer a window or session store's changelog keeps records than the store",
         ge=0,
     )
-    # How often stream threads ask the log to delete records past their topic's
-    # retention.ms after a commit (a Kafka broker does it itself; see Log.enforce_retention).
+    # A Kafka broker does it itself; see Log.enforce_retention.
     log_retention_check_interval_ms: int = _setting(
-        "log.retention.check.interval.ms", DEFAULT_LOG_RETENTION_CHECK_INTERVAL_MS, ge=0
+        "log.retention.check.interval.ms",
+        DEFAULT_LOG_RETENTION_CHECK_INTERVAL_MS,
+        "how often stream threads ask the log to delete records past their topic's "
+        "retention.ms after a commit",
+        ge=0,
     )
-    # host:port where this instance answers interactive queries (Kafka's name).
-    application_server: str | None = _setting("application.server", None)
+    application_server: str | None = _setting(
+        "application.server",
+        None,
+        "local runs only: on a cluster each pod answers queries at its pod IP",
+        cluster=True,
+    )
     # None means "not set by the user": the effective level then depends on
     # the processing guarantee (see effective_isolation_level).
     default_state_isolation_level: IsolationLevel | None = _setting(
-        "default.state.isolation.level", None
+        "default.state.isolation.level",
+        None,
+        "what queries see of open transactions (KIP-892; default: READ_COMMITTED under "
+        "exactly-once, READ_UNCOMMITTED otherwise)",
+        cluster=True,
     )
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _nonempty_state_dir(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ConfigError("state.dir", value, "a directory path", hint="or leave it unset")
+        return value
 
     @field_validator("default_state_isolation_level", mode="before")
     @classmethod
@@ -277,24 +449,54 @@ class StreamsConfig(BaseSettings):
         return cls.from_properties({**read_settings_file(Path(path)), **(overrides or {})})
 
     @classmethod
-    def from_properties(cls, properties: Mapping[str, Any]) -> StreamsConfig:
-        """Build from Kafka Streams-style properties; errors name the key and accepted values."""
-        # The environment wins over files and manifests: it is how one pod (or
-        # one run) overrides a setting without editing what everyone shares.
-        overridden = {name for name in _FIELD_KEYS if f"EDDYLINE_{name.upper()}" in os.environ}
+    def from_properties(
+        cls, properties: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+    ) -> StreamsConfig:
+        """Build from Kafka Streams-style properties; errors name the key and accepted values.
+
+        ``environ`` (default: this process's environment) overrides them by
+        ``EDDYLINE_<NAME>``; ``environ={}`` validates the properties as written, as the
+        operator does with a StreamApp's spec.config.
+        """
         if DEPRECATED_CACHE_KEY in properties:
             properties = _without_deprecated_cache_key(properties)
+        return cls._validated(properties, os.environ if environ is None else environ)
+
+    def overridden_by(self, environ: Mapping[str, str]) -> StreamsConfig:
+        """These settings with the environment's ``EDDYLINE_<NAME>`` variables over them
+        (itself when none is set): what one process runs with."""
+        if not _environment_settings(environ):
+            return self
+        return self._validated(self.model_dump(), environ)
+
+    @classmethod
+    def _validated(cls, properties: Mapping[str, Any], environ: Mapping[str, str]) -> StreamsConfig:
+        # The environment wins over files and manifests: it is how one pod (or one run)
+        # overrides a setting without editing what everyone shares.
+        overrides = _environment_settings(environ)
         normalized = {
             field: value
             for key, value in properties.items()
-            if (field := _FIELD_OF_ALIAS.get(key, key)) not in overridden
+            if (field := _FIELD_OF_ALIAS.get(key, key)) not in overrides
         }
         try:
-            return cls(**normalized)
-        except ConfigError:
-            raise
+            return cls.model_validate({**normalized, **overrides})
         except ValidationError as exc:
-            raise _config_error_from(exc, properties) from None
+            raise _config_error_from(exc, properties, environ) from None
+
+
+def _environment_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """Field name -> value of every ``EDDYLINE_<NAME>`` variable naming a setting."""
+    return {
+        name: environ[variable]
+        for name in _FIELD_KEYS
+        if (variable := environment_variable(name)) in environ
+    }
+
+
+def environment_variable(field_name: str) -> str:
+    """The variable that overrides a setting: EDDYLINE_ + its field name upper-cased."""
+    return f"{ENV_PREFIX}{field_name.upper()}"
 
 
 def _without_deprecated_cache_key(properties: Mapping[str, Any]) -> dict[str, Any]:
@@ -359,6 +561,33 @@ _FIELD_OF_ALIAS = {
 }
 
 
+def cluster_settings_schema() -> dict[str, dict[str, Any]]:
+    """The JSON schema of each setting a cluster may set, by its Kafka name, in field order:
+    what the CRD's spec.config is made of (types, bounds, enums, defaults, descriptions)."""
+    schema = StreamsConfig.model_json_schema(by_alias=True, mode="validation")
+    definitions: dict[str, Any] = schema.get("$defs", {})
+    return {
+        key: _inlined(node, definitions)
+        for key, node in schema["properties"].items()
+        if node.pop(CLUSTER_MARK, False)
+    }
+
+
+def _inlined(node: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    """``node`` with its ``$ref`` (an enum's) replaced by the definition; the node's own
+    keys (description, default) win over the definition's."""
+    if "anyOf" in node:
+        node = {**node, "anyOf": [_inlined(option, definitions) for option in node["anyOf"]]}
+    if "$ref" not in node:
+        return node
+    rest = {k: v for k, v in node.items() if k != "$ref"}
+    return {**definitions[node["$ref"].rsplit("/", 1)[-1]], **rest}
+
+
+# The names a StreamApp on a cluster may set in spec.config (the fields marked cluster=True).
+CLUSTER_SETTINGS = tuple(cluster_settings_schema())
+
+
 def unknown_setting_error(key: str, value: object, known: Iterable[str]) -> ConfigError:
     """The one rule for a setting name nobody knows: list the known names, suggest the closest.
 
@@ -371,28 +600,34 @@ def unknown_setting_error(key: str, value: object, known: Iterable[str]) -> Conf
     return ConfigError(key, value, f"the known settings {one_of(names)}", hint=hint)
 
 
-def _config_error_from(exc: ValidationError, properties: Mapping[str, Any]) -> ConfigError:
+def _config_error_from(
+    exc: ValidationError, properties: Mapping[str, Any], environ: Mapping[str, str]
+) -> ConfigError:
     """Turn pydantic's first complaint into our error: the key, the value, what is accepted."""
     first = exc.errors()[0]
     # Our own validators raise ConfigError (a ValueError); pydantic wraps it.
     original = first.get("ctx", {}).get("error")
-    if isinstance(original, ConfigError):
-        return original
     location = str(first["loc"][0]) if first["loc"] else "?"
     # pydantic reports the alias the user wrote, or the field name.
     field_name = _FIELD_OF_KEY.get(location, location)
     key = _FIELD_KEYS.get(field_name, location)
-    value = properties.get(key, properties.get(location, first.get("input")))
-    variable = f"EDDYLINE_{field_name.upper()}"
-    if variable in os.environ:
+    variable = environment_variable(field_name)
+    if variable in environ:
         # The environment overrode the setting: the bad value is the variable's.
-        accepted = first["msg"].removeprefix("Input should be ")
+        accepted = (
+            original.accepted
+            if isinstance(original, ConfigError)
+            else first["msg"].removeprefix("Input should be ")
+        )
         return ConfigError(
             variable,
-            os.environ[variable],
+            environ[variable],
             accepted,
             hint=f'it overrides "{key}" of every manifest and config file; fix or unset it',
         )
+    if isinstance(original, ConfigError):
+        return original
+    value = properties.get(key, properties.get(location, first.get("input")))
     if first["type"] == "extra_forbidden":
         return unknown_setting_error(location, value, _FIELD_KEYS.values())
     if field_name == "processing_guarantee":

@@ -96,8 +96,9 @@ def standby_cap_warning(replicas: int, num_standby_replicas: int) -> str | None:
 
 
 def load_app(manifest: Path, config_file: Path | None = None) -> StreamApp:
-    """The manifest, with ``config_file`` (``.properties`` or YAML) over its ``spec.config``;
-    the environment (``EDDYLINE_<NAME>``) overrides both when the config is built."""
+    """The manifest, with ``config_file`` (``.properties`` or YAML) over its ``spec.config``,
+    validated once; the environment (``EDDYLINE_<NAME>``) overrides both when the process
+    builds its config (:meth:`StreamApp.streams_config`)."""
     if manifest.is_dir():
         raise EddylineError(
             f'manifest "{manifest}" is a directory; pass the StreamApp YAML file in it '
@@ -106,8 +107,7 @@ def load_app(manifest: Path, config_file: Path | None = None) -> StreamApp:
     app = load_manifest(manifest)
     if config_file is not None:
         settings = {**app.spec.config, **read_settings_file(config_file)}
-        StreamsConfig.from_properties(settings)  # a bad value names its key, here
-        app = app.model_copy(update={"spec": app.spec.model_copy(update={"config": settings})})
+        app = app.with_config(settings, source=str(config_file))
     return app
 
 
@@ -129,14 +129,17 @@ def run_manifest(
     """Run until stopped (or caught up); returns the closed instance for its metrics
     (None when it supervised a group of replicas). ``log_url`` overrides ``spec.log.url``."""
     app = load_app(manifest, config_file)
+    # This process's settings, built once (the environment over the manifest) and handed on.
+    config = app.streams_config()
     if member_file is None and membership_configmap is None:
-        capped = standby_cap_warning(app.spec.replicas, app.streams_config().num_standby_replicas)
+        capped = standby_cap_warning(app.spec.replicas, config.num_standby_replicas)
         if capped is not None:
             logger.warning(capped)
     if member_file is None and membership_configmap is None and app.spec.replicas > 1:
         run_group(
             manifest,
             app,
+            config=config,
             config_file=config_file,
             until_caught_up=until_caught_up,
             logs_dir=logs_dir,
@@ -165,6 +168,7 @@ def run_manifest(
             return run_app(
                 app,
                 log,
+                config=config,
                 search_path=[manifest.resolve().parent],
                 instance_id=instance_id,
                 until_caught_up=until_caught_up,
@@ -176,6 +180,7 @@ def run_manifest(
             app,
             log,
             source,
+            config=config,
             search_path=[manifest.resolve().parent],
             instance_id=instance_id,
             out=out,
@@ -190,6 +195,7 @@ def run_app(
     app: StreamApp,
     log: Log,
     *,
+    config: StreamsConfig | None = None,
     search_path: list[Path],
     instance_id: str = "0",
     until_caught_up: bool = False,
@@ -197,8 +203,10 @@ def run_app(
     out: TextIO = sys.stderr,
     on_started: Callable[[StreamsInstance], None] | None = None,
 ) -> StreamsInstance:
-    """A single process running every task, until stopped (or caught up)."""
-    application_id = app.streams_config().application_id
+    """A single process running every task, until stopped (or caught up). ``config``:
+    this process's settings (default: :meth:`StreamApp.streams_config`)."""
+    config = app.streams_config() if config is None else config
+    application_id = config.application_id
 
     def finished(instance: StreamsInstance) -> bool:
         if not until_caught_up:
@@ -221,6 +229,7 @@ def run_app(
         app,
         log,
         SoleMember(),
+        config=config,
         search_path=search_path,
         instance_id=instance_id,
         out=out,
@@ -235,6 +244,7 @@ def run_member(
     log: Log,
     membership_source: MembershipSource,
     *,
+    config: StreamsConfig | None = None,
     search_path: list[Path],
     instance_id: str = "0",
     out: TextIO = sys.stderr,
@@ -255,7 +265,7 @@ def run_member(
     before it holds an assignment, as the operator needs the layout to compute
     one and counts a pod as a member once its container runs, never by readiness.
     """
-    config = app.streams_config()
+    config = app.streams_config() if config is None else config
     topology = load_topology(app.spec.topology.ref, search_path)
     check_state_dir(Path(config.state_dir))
     first = membership_source.start(instance_id)
@@ -422,6 +432,7 @@ def run_group(
     manifest: Path,
     app: StreamApp,
     *,
+    config: StreamsConfig | None = None,
     config_file: Path | None = None,
     base_port: int | None = None,
     until_caught_up: bool = False,
@@ -432,7 +443,13 @@ def run_group(
     """Supervise ``spec.replicas`` local replicas until SIGINT/SIGTERM, or with
     ``until_caught_up`` until the log holds every input record as committed."""
     group = start_group(
-        manifest, app, config_file=config_file, base_port=base_port, logs_dir=logs_dir, out=out
+        manifest,
+        app,
+        config=config,
+        config_file=config_file,
+        base_port=base_port,
+        logs_dir=logs_dir,
+        out=out,
     )
     stop = threading.Event()
     log = open_log(app.spec.log.url)
@@ -469,6 +486,7 @@ def start_group(
     manifest: Path,
     app: StreamApp,
     *,
+    config: StreamsConfig | None = None,
     config_file: Path | None = None,
     base_port: int | None = None,
     logs_dir: Path | None = None,
@@ -478,7 +496,7 @@ def start_group(
 
     Replica i answers queries on ``base_port`` + i: by default the port of
     ``application.server`` when it is set, else :data:`DEFAULT_QUERY_PORT`."""
-    config = app.streams_config()
+    config = app.streams_config() if config is None else config
     host = "127.0.0.1"
     if base_port is None:
         base_port = DEFAULT_QUERY_PORT

@@ -24,23 +24,27 @@ What only a cluster reads (image, storage, standby placement, resources,
 suspend) has defaults, so local manifests need none of it. Constraints that
 the API server must enforce too carry their schema here: ``pattern``/``ge``
 become the CRD's patterns and minimums, and ``x-kubernetes-validations``
-(CEL) hold the cross-field rules.
+(CEL) hold the cross-field rules. ``spec.config``'s schema comes from
+``StreamsConfig``'s fields (config.py), and its settings are validated once per
+parse, as written, never with the environment (:attr:`StreamApp.settings`).
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import re
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -48,14 +52,9 @@ from pydantic import (
 )
 
 from eddyline_runtime.config import (
-    DEFAULT_CACHE_MAX_BYTES,
-    DEFAULT_QUARANTINE_MAX_STORES,
-    DEFAULT_QUARANTINE_RETENTION_MS,
-    DEFAULT_UNCOMMITTED_MAX_BYTES,
-    MAX_STREAM_THREADS,
-    IsolationLevel,
-    ProcessingGuarantee,
+    CLUSTER_SETTINGS,
     StreamsConfig,
+    cluster_settings_schema,
     unknown_setting_error,
 )
 from eddyline_runtime.errors import ConfigError, EddylineError
@@ -632,111 +631,13 @@ class AutoscalingSpec(_Strict):
         return self
 
 
-def _setting(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {**schema, "description": description}
-
-
 # The CRD's schema of spec.config: the settings a cluster may set, by Kafka Streams' names,
-# with the constraints StreamsConfig enforces (a unit test holds the two together).
+# generated from StreamsConfig's fields (config.py: cluster=True, their bounds, defaults and
+# descriptions), so that the API server and the runtime read one definition.
 STREAMS_CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "Kafka Streams settings by their names; each pod loads them once at start",
-    "properties": {
-        "processing.guarantee": _setting(
-            {
-                "type": "string",
-                "enum": [g.value for g in ProcessingGuarantee],
-                "default": ProcessingGuarantee.AT_LEAST_ONCE.value,
-            },
-            "exactly_once_v2 commits outputs, changelogs and input offsets in one transaction",
-        ),
-        "commit.interval.ms": _setting(
-            {"type": "integer", "minimum": 0},
-            "how often tasks commit (default: 100 under exactly-once, 30000 otherwise)",
-        ),
-        "default.state.isolation.level": _setting(
-            {"type": "string", "enum": [level.value for level in IsolationLevel]},
-            "what queries see of open transactions (KIP-892; default: READ_COMMITTED under "
-            "exactly-once, READ_UNCOMMITTED otherwise)",
-        ),
-        "statestore.uncommitted.max.bytes": _setting(
-            {"type": "integer", "minimum": -1, "default": DEFAULT_UNCOMMITTED_MAX_BYTES},
-            "uncommitted writes buffered per instance before an early commit; -1: no limit",
-        ),
-        "statestore.cache.max.bytes": _setting(
-            {"type": "integer", "minimum": 0, "default": DEFAULT_CACHE_MAX_BYTES},
-            "the record cache per instance (KIP-63); 0 turns it off",
-        ),
-        "max.task.idle.ms": _setting(
-            {"type": "integer", "minimum": -1, "default": 0},
-            "KIP-695: -1 never waits for a lagging input, 0 waits while it has lag, N also "
-            "N ms for data not produced yet",
-        ),
-        "num.standby.replicas": _setting(
-            {"type": "integer", "minimum": 0, "default": 0},
-            "standby copies per stateful task, in other zones; capped at replicas - 1",
-        ),
-        "state.quarantine.max.stores": _setting(
-            {"type": "integer", "minimum": 0, "default": DEFAULT_QUARANTINE_MAX_STORES},
-            "stores set aside (not deleted) when their changelog no longer fits them: how "
-            "many each pod keeps (see eddyline state republish)",
-        ),
-        "state.quarantine.retention.ms": _setting(
-            {"type": "integer", "minimum": 0, "default": DEFAULT_QUARANTINE_RETENTION_MS},
-            "how long a store set aside is kept",
-        ),
-        "state.rebuild.after.changelog.recreated": _setting(
-            {"type": "boolean", "default": False},
-            "rebuild stores whose whole changelog topic was deleted and created again "
-            "(refused by default: the new topic holds none of their state)",
-        ),
-        "automatic.state.relocation": _setting(
-            {"type": "boolean", "default": True},
-            "KIP-816: move state whose sub-topology ordinal changed instead of rebuilding it",
-        ),
-        "acceptable.recovery.lag": _setting(
-            {"type": "integer", "minimum": 0, "default": 10_000},
-            "KIP-441: a stateful task moves to another pod only once that pod's copy trails "
-            "its changelog by at most this many records; until then it warms up there",
-        ),
-        "max.warmup.replicas": _setting(
-            {"type": "integer", "minimum": 1, "default": 2},
-            "KIP-441: warm-up replicas across the app at a time (on top of standbys)",
-        ),
-        "probing.rebalance.interval.ms": _setting(
-            {"type": "integer", "minimum": 1, "default": 600_000},
-            "KIP-441: local runs only; on a cluster the operator assigns again every cycle",
-        ),
-        "rocksdb.memory.limit.share": _setting(
-            {
-                "type": "number",
-                "default": 0.5,
-                # A CEL rule, not minimum/exclusiveMinimum/maximum: its message says the
-                # accepted values in words, and double() takes a whole number (1) as well.
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "double(self) > 0.0 && double(self) <= 1.0",
-                        "message": "rocksdb.memory.limit.share must be a number above 0 and "
-                        "at most 1 (a share of the pod's memory limit, such as 0.5)",
-                    }
-                ],
-            },
-            "the share of the pod's memory limit (limits.memory, through the downward API) "
-            "that all its RocksDB stores use together: block cache and write buffers",
-        ),
-        "num.stream.threads": _setting(
-            {"type": "integer", "minimum": 1, "maximum": MAX_STREAM_THREADS, "default": 1},
-            "stream threads per pod (no more are started than the pod has tasks)",
-        ),
-        "state.dir": _setting(
-            {"type": "string", "minLength": 1},
-            "local runs only: on a cluster the operator sets it to the pod's volume",
-        ),
-        "application.server": _setting(
-            {"type": "string"},
-            "local runs only: on a cluster each pod answers queries at its pod IP",
-        ),
-    },
+    "properties": cluster_settings_schema(),
     "additionalProperties": False,
     # The API server keeps keys outside the properties instead of pruning them (the typed
     # properties still apply), so that the operator (refuse_unknown_cluster_settings)
@@ -751,15 +652,15 @@ def refuse_unknown_cluster_settings(
 ) -> None:
     """Raise ManifestError for a ``spec.config`` key a cluster may not set.
 
-    The keys a cluster may set are the CRD's properties (above); a local run reads every
+    The keys a cluster may set are the CRD's properties (config.CLUSTER_SETTINGS); a local
+    run reads every
     StreamsConfig setting (``restore.build.dir``, ``memory.limit.bytes``, ...), some of which
     the operator sets itself on a cluster. The message is StreamsConfig's own for an unknown
     setting: the known names and the closest one.
     """
-    known = STREAMS_CONFIG_SCHEMA["properties"]
     for key, value in config.items():
-        if key not in known:
-            error = unknown_setting_error(key, value, known)
+        if key not in CLUSTER_SETTINGS:
+            error = unknown_setting_error(key, value, CLUSTER_SETTINGS)
             raise ManifestError(source, f'spec.config."{key}"', str(error))
 
 
@@ -831,14 +732,6 @@ class StreamAppSpec(_Strict):
         # Local manifests say `topology: module:function`; the cluster form is an object.
         return {"ref": value} if isinstance(value, str) else value
 
-    @field_validator("config")
-    @classmethod
-    def _known_settings(
-        cls, config: dict[str, str | int | float | bool]
-    ) -> dict[str, str | int | float | bool]:
-        StreamsConfig.from_properties(config)  # raises ConfigError naming the key
-        return config
-
     @model_validator(mode="after")
     def _placement_needs_a_shared_log(self) -> StreamAppSpec:
         if self.log.url.startswith("sqlite:") and (
@@ -849,9 +742,6 @@ class StreamAppSpec(_Strict):
                 "the embedded sqlite log pins every pod to one node"
             )
         return self
-
-    def streams_config(self, *, application_id: str) -> StreamsConfig:
-        return StreamsConfig.from_properties({"application.id": application_id, **self.config})
 
     @property
     def suspended(self) -> bool:
@@ -1059,10 +949,46 @@ class StreamApp(_Strict):
     kind: Literal["StreamApp"]
     metadata: ObjectMeta
     spec: StreamAppSpec
+    # spec.config validated once, as written (never the environment), with application.id
+    # the app's name: what the operator reads, and what each process starts from.
+    _settings: StreamsConfig = PrivateAttr()
 
-    def streams_config(self) -> StreamsConfig:
-        """The runtime config: the spec's settings, with application.id = the app's name."""
-        return self.spec.streams_config(application_id=self.metadata.name)
+    @model_validator(mode="after")
+    def _validated_settings(self) -> StreamApp:
+        self._validate_settings()
+        return self
+
+    def _validate_settings(self) -> None:
+        self._settings = StreamsConfig.from_properties(
+            {"application.id": self.metadata.name, **self.spec.config}, environ={}
+        )  # raises ConfigError naming the key
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with ``update`` (a new spec, say), its settings validated again from the
+        copy's spec.config, never the original's carried over."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            copied._validate_settings()
+        return copied
+
+    @property
+    def settings(self) -> StreamsConfig:
+        """spec.config as validated, without any environment: the operator's view."""
+        return self._settings
+
+    def with_config(self, config: Mapping[str, Any], *, source: str) -> StreamApp:
+        """This app with ``spec.config`` replaced (``eddyline run --config FILE``: ``source``
+        names the file in errors), validated as a manifest is."""
+        document = self.model_dump(by_alias=True, mode="json")
+        return parse_manifest(
+            {**document, "spec": {**document["spec"], "config": dict(config)}}, source=source
+        )
+
+    def streams_config(self, environ: Mapping[str, str] | None = None) -> StreamsConfig:
+        """What this process runs with: :attr:`settings`, overridden by the environment's
+        ``EDDYLINE_<NAME>`` variables (``environ``, default this process's). A process
+        builds it once at start and hands it on."""
+        return self._settings.overridden_by(os.environ if environ is None else environ)
 
 
 def parse_manifest(document: Any, *, source: str = "manifest") -> StreamApp:
@@ -1091,10 +1017,10 @@ def _manifest_error(source: str, exc: ValidationError) -> ManifestError:
     first = exc.errors()[0]
     path = ".".join(_path_part(part) for part in first["loc"]) or "(document)"
     original = first.get("ctx", {}).get("error")
-    if isinstance(original, ConfigError) and original.key.startswith("EDDYLINE_"):
-        return ManifestError("the environment", original.key, str(original))  # not the manifest
     if isinstance(original, ConfigError):
-        return ManifestError(source, f'{path}."{original.key}"', str(original))
+        # Raised once the whole document is valid (StreamApp._validated_settings): always
+        # about a spec.config key.
+        return ManifestError(source, f'spec.config."{original.key}"', str(original))
     if first["type"] == "literal_error":
         return ManifestError(source, path, f"must be {first['ctx']['expected']}")
     if first["type"] == "string_pattern_mismatch":

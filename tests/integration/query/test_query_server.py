@@ -12,6 +12,7 @@ values on the standby, lags against the changelog's end offsets.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import urllib.parse
 from collections import Counter
@@ -22,6 +23,7 @@ from typing import Any, TypeAlias
 import pytest
 
 from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
@@ -424,12 +426,37 @@ class PutThenWait(Processor):
             RELEASE.wait(DEADLINE_SECONDS)
 
 
-def holding_topology() -> Topology:
+def holding_topology(*, persistent: bool = True) -> Topology:
     topology = Topology()
     topology.add_source("in", ["events"], key_serde="string", value_serde="string")
     topology.add_processor("put", PutThenWait, "in")
-    topology.add_state_store(StoreSpec("latest", key_serde="string", value_serde="string"), "put")
+    store = StoreSpec("latest", persistent=persistent, key_serde="string", value_serde="string")
+    topology.add_state_store(store, "put")
     return topology
+
+
+@contextlib.contextmanager
+def holding_app(
+    tmp_path: Path, topology: Topology, config: StreamsConfig
+) -> Iterator[tuple[str, SqliteLog]]:
+    """``topology`` running and served: the server's address and the log (its one input
+    partition: events-0); the held write is released on the way out."""
+    RELEASE.clear()
+    HOLDING.clear()
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("events", 1)
+    instance = StreamsInstance(topology, config, log)
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        instance.start()
+        address = str(server.start())
+        wait_for(lambda: bool(instance.check() and instance.ready()), "the task runs")
+        yield address, log
+    finally:
+        RELEASE.set()
+        server.stop()
+        instance.close(30)
+        log.close()
 
 
 @pytest.mark.parametrize(
@@ -442,20 +469,9 @@ def holding_topology() -> Topology:
 def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(
     tmp_path: Path, cache_bytes: int
 ) -> None:
-    RELEASE.clear()
-    HOLDING.clear()
-    log = SqliteLog(tmp_path / "log.db")
-    log.create_topic("events", 1)
     tp = TopicPartition("events", 0)
-    instance = StreamsInstance(
-        holding_topology(),
-        streams_config(tmp_path / "state", **{"statestore.cache.max.bytes": cache_bytes}),
-        log,
-    )
-    server = QueryServer(instance, "127.0.0.1", 0)
-    try:
-        instance.start()
-        address = str(server.start())
+    config = streams_config(tmp_path / "state", **{"statestore.cache.max.bytes": cache_bytes})
+    with holding_app(tmp_path, holding_topology(), config) as (address, log):
 
         def value(isolation: str | None) -> Any:
             query = {} if isolation is None else {"isolation": isolation}
@@ -463,7 +479,6 @@ def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(
             assert response.status == 200, response.text
             return response.json()["value"]
 
-        wait_for(lambda: bool(instance.check() and instance.ready()), "the task runs")
         log.produce(tp, [Record(b"k", b"v1", 0)])
         # (wait_until_caught_up() right after a produce may not have seen it yet.)
         wait_for(lambda: value("READ_COMMITTED") == "v1", "v1 is committed")
@@ -476,11 +491,6 @@ def test_an_uncommitted_write_is_seen_only_under_read_uncommitted(
         RELEASE.set()
         wait_for(lambda: value("READ_COMMITTED") == "hold", "the held write is committed")
         assert value("READ_UNCOMMITTED") == "hold"
-    finally:
-        RELEASE.set()
-        server.stop()
-        instance.close(30)
-        log.close()
 
 
 def test_readyz_is_503_and_healthz_200_before_the_instance_starts(tmp_path: Path) -> None:
@@ -601,3 +611,20 @@ def test_a_closing_instance_refuses_store_reads_with_503_and_its_layout_names_no
         server.stop()
         instance.close(30)
         log.close()
+
+
+def test_a_response_names_the_level_its_reader_read_at(tmp_path: Path) -> None:
+    """An in-memory store is not transactional: under exactly_once_v2 its reader sees an
+    open transaction's write, and the response says READ_UNCOMMITTED, not the instance's
+    default level (READ_COMMITTED) it did not read at."""
+    config = streams_config(tmp_path / "state")
+    with holding_app(tmp_path, holding_topology(persistent=False), config) as (address, log):
+        log.produce(TopicPartition("events", 0), [Record(b"k", b"hold", 0)])
+        assert HOLDING.wait(DEADLINE_SECONDS)
+        for path in ("/v1/stores/latest/keys/k", "/v1/stores/latest/all"):
+            response = http_get(address, path)
+            assert response.status == 200, response.text
+            assert response.json()["isolation"] == "READ_UNCOMMITTED", response.text
+        assert http_get(address, "/v1/stores/latest/keys/k").json()["value"] == "hold"
+        asked = http_get(address, "/v1/stores/latest/keys/k", isolation="READ_COMMITTED")
+        assert asked.json()["isolation"] == "READ_COMMITTED"

@@ -193,7 +193,9 @@ def test_a_log_secret_is_mounted_for_the_kafka_client() -> None:
     assert env["EDDYLINE_LOG_SETTINGS"] == objects.LOG_SECRET_MOUNT
 
 
-def test_config_is_rendered_with_state_dir_on_the_pods_volume() -> None:
+def test_settings_are_rendered_once_and_pod_paths_only_in_the_env() -> None:
+    """The ConfigMap holds one copy of the settings (the manifest pods run); state.dir and
+    application.server are the pod's env alone, never a local value left in the manifest."""
     built = build(
         config={
             "processing.guarantee": "exactly_once_v2",
@@ -204,12 +206,19 @@ def test_config_is_rendered_with_state_dir_on_the_pods_volume() -> None:
         }
     )
     data = built["ConfigMap/wc-config"]["data"]
+    assert set(data) == {names.MANIFEST_KEY}
     settings = yaml.safe_load(data[names.MANIFEST_KEY])["spec"]["config"]
-    assert settings["state.dir"] == names.STATE_MOUNT
-    assert "application.server" not in settings
+    assert "state.dir" not in settings and "application.server" not in settings
     assert settings["max.task.idle.ms"] == -1
-    assert "processing.guarantee=exactly_once_v2\n" in data[names.PROPERTIES_KEY]
-    assert "statestore.uncommitted.max.bytes=-1\n" in data[names.PROPERTIES_KEY]
+    assert settings["statestore.uncommitted.max.bytes"] == -1
+    assert settings["processing.guarantee"] == "exactly_once_v2"
+    env = {e["name"]: e.get("value") for e in container(built)["env"]}
+    assert env["EDDYLINE_STATE_DIR"] == names.STATE_MOUNT
+    # What a pod builds from the two: the volume, whatever the spec said for local runs.
+    pod_settings = StreamsConfig.from_properties(
+        settings, environ={"EDDYLINE_STATE_DIR": env["EDDYLINE_STATE_DIR"]}
+    )
+    assert str(pod_settings.state_dir) == names.STATE_MOUNT
 
 
 def test_storage_fields_shape_the_claims_and_their_retention() -> None:
@@ -311,4 +320,4 @@ def test_the_runtime_reads_the_limit_the_kubelet_resolves(
         expected // 2**20
     )
     monkeypatch.setenv("EDDYLINE_MEMORY_LIMIT_BYTES", value)
-    assert StreamsConfig().memory_limit_bytes == expected
+    assert StreamsConfig.from_properties({}).memory_limit_bytes == expected

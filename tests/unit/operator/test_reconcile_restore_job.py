@@ -6,6 +6,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from eddyline_operator.reconcile import restore_job
 from eddyline_operator.reconcile.plan import Observed, Plan, parse_app, plan
@@ -103,11 +104,14 @@ def test_with_restore_pods_mount_the_build_claim_and_wait_for_builds() -> None:
     assert ("ServiceAccount", "wc-restore") in by_name
     # A local master never creates a pod: no rights beyond the account (issue 23, item 5).
     assert not any(kind in ("Role", "RoleBinding") and "restore" in name for kind, name in by_name)
-    config = by_name[("ConfigMap", "wc-config")]["data"]["streams.properties"]
-    assert "restore.build.dir=/var/lib/eddyline/restore\n" in config
-    assert "restore.wait.lag.above=1000\n" in config
-    assert "restore.wait.ms=600000\n" in config
+    manifest = yaml.safe_load(by_name[("ConfigMap", "wc-config")]["data"]["streamapp.yaml"])
+    config = manifest["spec"]["config"]
+    assert config["restore.wait.lag.above"] == 1000
+    assert config["restore.wait.ms"] == 600000
+    assert "restore.build.dir" not in config  # the env names it, beside the volume
     template = stateful_set(result.objects)["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in template["containers"][0]["env"]}
+    assert env["EDDYLINE_RESTORE_BUILD_DIR"] == "/var/lib/eddyline/restore"
     assert {"name": "restore", "mountPath": "/var/lib/eddyline/restore"} in template["containers"][
         0
     ]["volumeMounts"]

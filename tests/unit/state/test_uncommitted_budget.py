@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.errors import InvalidUncommittedBytesLimitError
 from eddyline_runtime.state import (
     CommitReason,
@@ -15,25 +16,33 @@ from eddyline_runtime.state import (
 from tests.support.stores import StoreFactory
 
 
+def budget_of(max_bytes: int, num_stream_threads: int = 1) -> UncommittedBytesBudget:
+    settings = {
+        "statestore.uncommitted.max.bytes": max_bytes,
+        "num.stream.threads": num_stream_threads,
+    }
+    return UncommittedBytesBudget(StreamsConfig.from_properties(settings, environ={}))
+
+
 def test_each_thread_gets_an_equal_share() -> None:
-    assert UncommittedBytesBudget(64 * 1024 * 1024, 4).share == 16 * 1024 * 1024
-    assert UncommittedBytesBudget(-1, 4).share is None
+    assert budget_of(64 * 1024 * 1024, 4).share == 16 * 1024 * 1024
+    assert budget_of(-1, 4).share is None
 
 
-def test_a_limit_below_minus_one_is_rejected_with_the_accepted_values() -> None:
+def test_a_limit_below_minus_one_never_reaches_a_budget() -> None:
     with pytest.raises(InvalidUncommittedBytesLimitError) as error:
-        UncommittedBytesBudget(-2, 1)
+        budget_of(-2)
     assert '"statestore.uncommitted.max.bytes"' in str(error.value)
     assert "-1 (no limit) or a number of bytes >= 0" in str(error.value)
 
 
 def test_no_limit_never_asks_for_a_commit() -> None:
-    budget = UncommittedBytesBudget(-1, 1)
+    budget = budget_of(-1)
     assert all(budget.after_iteration(n * 10**9) is None for n in range(5))
 
 
 def test_crossing_the_share_requests_a_commit() -> None:
-    budget = UncommittedBytesBudget(1000, 1)
+    budget = budget_of(1000)
     assert budget.after_iteration(100) is None
     assert budget.after_iteration(1500) is CommitReason.LIMIT_EXCEEDED
 
@@ -41,7 +50,7 @@ def test_crossing_the_share_requests_a_commit() -> None:
 def test_steady_growth_commits_before_the_share_is_crossed(store_factory: StoreFactory) -> None:
     """A thread loop over two real stores never holds more than its share."""
     stores = [store_factory("a"), store_factory("b")]
-    budget = UncommittedBytesBudget(2 * 50_000, num_stream_threads=2)
+    budget = budget_of(2 * 50_000, num_stream_threads=2)
     offsets = dict.fromkeys(range(2), -1)
     peak, commits = 0, 0
     for iteration in range(400):
@@ -66,5 +75,5 @@ def test_steady_growth_commits_before_the_share_is_crossed(store_factory: StoreF
 def test_in_memory_stores_never_force_commits() -> None:
     store = InMemoryStore("m")
     store.put(b"k", b"v" * 1000)
-    budget = UncommittedBytesBudget(10, 1)
+    budget = budget_of(10)
     assert budget.after_iteration(uncommitted_bytes([store])) is None

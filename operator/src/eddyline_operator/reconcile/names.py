@@ -14,7 +14,6 @@ CONFIG_MOUNT = "/etc/eddyline"
 STATE_MOUNT = "/var/lib/eddyline/state"
 LOG_MOUNT = "/var/lib/eddyline/log"
 MANIFEST_KEY = "streamapp.yaml"
-PROPERTIES_KEY = "streams.properties"
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"

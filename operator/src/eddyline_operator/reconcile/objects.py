@@ -85,14 +85,17 @@ def pod_log_url(app: StreamApp) -> str:
     return f"sqlite:///{names.LOG_MOUNT}/{file_name}"
 
 
-def rendered_config(app: StreamApp) -> dict[str, str | int | float | bool]:
-    """The Kafka Streams settings pods load: the spec's, with state.dir on the pod's volume.
+# Settings the pod's environment gives (EDDYLINE_<NAME>, pod_template): state.dir and the
+# restore build dir are paths on the pod's volumes (every path a pod uses is in its env),
+# application.server its own IP. Never in the manifest, so each is set in one place.
+POD_ENV_SETTINGS = ("state.dir", "application.server", "restore.build.dir")
 
-    application.server is not here: each pod sets it to its own IP (env)."""
-    settings = {k: v for k, v in app.spec.config.items() if k != "application.server"}
-    settings["state.dir"] = names.STATE_MOUNT
-    settings.update(restore_job.pod_settings(app))
-    return dict(sorted(settings.items()))
+
+def rendered_config(app: StreamApp) -> dict[str, str | int | float | bool]:
+    """The Kafka Streams settings pods load: the spec's, and the restore waits of
+    spec.restore; what the pod's environment sets is left out (POD_ENV_SETTINGS)."""
+    settings = {**app.spec.config, **restore_job.pod_settings(app)}
+    return dict(sorted((k, v) for k, v in settings.items() if k not in POD_ENV_SETTINGS))
 
 
 def rendered_manifest(app: StreamApp, namespace: str) -> Obj:
@@ -110,19 +113,15 @@ def rendered_manifest(app: StreamApp, namespace: str) -> Obj:
 
 
 def config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
+    """The manifest pods run (``eddyline run /etc/eddyline/streamapp.yaml``): the one copy
+    of their settings."""
     name = app.metadata.name
-    settings = rendered_config(app)
-    properties = "".join(
-        f"{key}={json.dumps(value) if isinstance(value, bool) else value}\n"
-        for key, value in settings.items()
-    )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(names.config_map(name), namespace, name, "config", owner),
         "data": {
             names.MANIFEST_KEY: yaml.safe_dump(rendered_manifest(app, namespace), sort_keys=False),
-            names.PROPERTIES_KEY: properties,
         },
     }
 

@@ -310,8 +310,7 @@ class _Cycle:
             lost=self.lost,
         )
         self.note_lost_pods()
-        config = app.streams_config()
-        requested = config.num_standby_replicas
+        requested = app.settings.num_standby_replicas
         template = objects.pod_template(
             app, default_image=observed.default_image, log_node=self.old_status.log_node
         )
@@ -325,7 +324,7 @@ class _Cycle:
             requested,
             last_generation=self.old_status.membership_generation,
             reports={m: r for m, r in observed.reports.items() if m in {c.id for c in current}},
-            warmups=warmup_policy(config, observed.reports, current),
+            warmups=warmup_policy(app.settings, observed.reports, current),
             leaving=leaving,
         )
         if membership is None and not current:

@@ -79,12 +79,12 @@ def service_account_name(app: str) -> str:
 
 
 def pod_settings(app: StreamApp) -> dict[str, str | int]:
-    """The runtime settings that make pods wait for builds (none when restore is Never)."""
+    """The runtime settings that make pods wait for builds (none when restore is Never); the
+    build dir itself is the pod's env (EDDYLINE_RESTORE_BUILD_DIR, beside its volume)."""
     if not enabled(app):
         return {}
     restore = app.spec.restore
     return {
-        "restore.build.dir": RESTORE_MOUNT,
         "restore.wait.lag.above": restore.wait_threshold(),
         "restore.wait.ms": restore.wait_seconds * 1000,
     }

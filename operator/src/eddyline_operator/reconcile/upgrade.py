@@ -424,7 +424,7 @@ def _first_assignment(observed: UpgradeInput, record: UpgradeStatus) -> Membersh
     for report in reports.values():
         owners.update(report.store_owners)
     previous = translate_placement(record.placement, owners, {m.id for m in current})
-    requested = observed.app.streams_config().num_standby_replicas
+    requested = observed.app.settings.num_standby_replicas
     assignment = assign(
         layout.tasks,
         current,

@@ -152,9 +152,7 @@ class StreamThread:
         config = setup.config
         self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
         self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
-        self._budget = UncommittedBytesBudget(
-            config.statestore_uncommitted_max_bytes, config.num_stream_threads
-        )
+        self._budget = UncommittedBytesBudget(config)
         self._cache = ThreadCache(config.cache_bytes_per_thread)
         self._lag = LagTracker()
         self._stop = threading.Event()

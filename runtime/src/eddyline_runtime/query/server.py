@@ -32,7 +32,8 @@ Endpoints (JSON unless noted)::
     GET /healthz   /readyz   /metrics (Prometheus text)
 
 Store reads take ``isolation=READ_COMMITTED|READ_UNCOMMITTED`` (default:
-``default.state.isolation.level``) and ``allow_stale=true|false`` (KIP-535's
+``default.state.isolation.level``; a response's ``isolation`` is the level its
+readers read at) and ``allow_stale=true|false`` (KIP-535's
 ``includeStaleStores``, default false). A key query may also take
 ``position_bound=TOPIC:PARTITION:OFFSET[,...]`` (KIP-796's ``PositionBound``;
 see query/position.py): then any copy that reached it answers, standby or
@@ -82,7 +83,7 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -299,7 +300,7 @@ class _Handlers:
                 "key": request.match_info["key"],
                 "found": value is not None,
                 "value": rendered,
-                **_served_by(local, isolation, self.instance),
+                **_served_by(local, reader.isolation, self.instance),
             }
         )
 
@@ -327,14 +328,16 @@ class _Handlers:
                 key_range = KeyRange(lower, key_range.upper)
         except _QueryError as error:
             return error.response()
-        served, skipped, scans = [], [], []
+        served, skipped, scans, levels = [], [], [], []
         for local in sorted(self.instance.local_store_partitions(store), key=lambda p: p.partition):
             if not (_fresh(self.instance, local) or allow_stale):
                 skipped.append(local.partition)
                 continue
             served.append(local.partition)
             try:
-                scans.append(local.open_reader(isolation).scan(key_range))
+                reader = local.open_reader(isolation)
+                levels.append(reader.isolation)
+                scans.append(reader.scan(key_range))
             except StateStoreError as error:
                 return _moving(error).response()
         # One entry past the page says whether another page follows.
@@ -354,7 +357,7 @@ class _Handlers:
         return web.json_response(
             {
                 "store": store,
-                "isolation": (isolation or self.instance.config.effective_isolation_level).value,
+                "isolation": _read_at(levels, isolation),
                 "entries": entries,
                 "next_cursor": _cursor(page[-1][0]) if more else None,
                 "partitions": served,
@@ -464,7 +467,6 @@ class _Handlers:
                     )
                 _check_fresh(self.instance, local, allow_stale, metadata)
                 copies = [local]
-                served_by = _served_by(local, isolation, self.instance)
             else:
                 copies = []
                 for local in sorted(
@@ -474,10 +476,10 @@ class _Handlers:
                         copies.append(local)
                     else:
                         skipped.append(local.partition)
-            scans = [
-                _windowed_entries(shape, shape.open_reader(local, isolation), key, lower, upper)
-                for local in copies
-            ]
+            readers = [shape.open_reader(local, isolation) for local in copies]
+            if key_text is not None:
+                served_by = _served_by(copies[0], readers[0].isolation, self.instance)
+            scans = [_windowed_entries(shape, reader, key, lower, upper) for reader in readers]
             merged: Iterator[tuple[bytes, bytes, int, int | None, bytes]] = heapq.merge(*scans)
             if after is not None:
                 merged = itertools.dropwhile(lambda entry: entry[0] <= after, merged)
@@ -499,7 +501,7 @@ class _Handlers:
             return _moving(error).response()
         body: dict[str, Any] = {
             "store": store,
-            "isolation": (isolation or self.instance.config.effective_isolation_level).value,
+            "isolation": _read_at([reader.isolation for reader in readers], isolation),
             "entries": entries,
             "next_cursor": _cursor(page[-1][0]) if more else None,
         }
@@ -879,8 +881,16 @@ def _member_hosts(instance: StreamsInstance) -> list[str]:
     return sorted({m.address for m in assignment.members if m.address})
 
 
+def _read_at(levels: Sequence[IsolationLevel], asked: IsolationLevel | None) -> str | None:
+    """The level the readers opened read at (one store's copies share it; a request without
+    one gets the store's default); with no copy read, the level asked for, else None."""
+    if levels:
+        return levels[0].value
+    return None if asked is None else asked.value
+
+
 def _served_by(
-    local: LocalStorePartition, isolation: IsolationLevel | None, instance: StreamsInstance
+    local: LocalStorePartition, isolation: IsolationLevel, instance: StreamsInstance
 ) -> dict[str, Any]:
     return {
         "partition": local.partition,
@@ -888,5 +898,5 @@ def _served_by(
         "role": local.role.value,
         "stale": not _fresh(instance, local),
         "lag": local.lag.offset_lag,
-        "isolation": (isolation or instance.config.effective_isolation_level).value,
+        "isolation": isolation.value,
     }

@@ -22,8 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from eddyline_runtime.config import UNLIMITED, validate_uncommitted_max_bytes
-from eddyline_runtime.errors import ConfigError
+from eddyline_runtime.config import UNLIMITED, StreamsConfig
 from eddyline_runtime.state.store import StateStore
 
 # Weight of the newest iteration in the smoothed growth estimate: high enough
@@ -37,13 +36,14 @@ class CommitReason(enum.StrEnum):
 
 
 class UncommittedBytesBudget:
-    """One stream thread's share of the uncommitted-bytes limit."""
+    """One stream thread's share of the uncommitted-bytes limit, from settings StreamsConfig
+    has validated (the limit at least -1, at least one thread)."""
 
-    def __init__(self, max_bytes: int, num_stream_threads: int) -> None:
-        validate_uncommitted_max_bytes(max_bytes)
-        if num_stream_threads < 1:
-            raise ConfigError("num.stream.threads", num_stream_threads, "1 or more")
-        self.share: int | None = None if max_bytes == UNLIMITED else max_bytes // num_stream_threads
+    def __init__(self, config: StreamsConfig) -> None:
+        max_bytes = config.statestore_uncommitted_max_bytes
+        self.share: int | None = (
+            None if max_bytes == UNLIMITED else max_bytes // config.num_stream_threads
+        )
         self._previous_bytes = 0
         self._expected_growth = 0.0
 
