@@ -258,31 +258,63 @@ def test_the_quick_start_runs_the_word_count_with_exact_counts(quickstart: Quick
     assert counts == dict(expected), answers
 
 
-def test_kubectl_delete_leaves_nothing_of_the_app(quickstart: QuickStart) -> None:
-    quickstart.kubectl("delete", "-f", str(MANIFEST), "--wait=true", timeout=POD_TIMEOUT)
+def _app_objects(admin: Client) -> list[str]:
+    """The app's pods, StatefulSet, Services and ConfigMaps the API still holds."""
+    names = []
     ns = f"/api/v1/namespaces/{NAMESPACE}"
-
-    def left() -> list[str]:
-        names = []
-        for path in (f"{ns}/pods", f"{ns}/persistentvolumeclaims", f"{ns}/services",
-                     f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets",
-                     f"{ns}/configmaps"):  # fmt: skip
-            listed = quickstart.admin.get(path) or {"items": []}
-            names += [
-                f"{path.rsplit('/', 1)[-1]}/{item['metadata']['name']}"
-                for item in listed["items"]
-                if item["metadata"]["name"].startswith(APP)
-            ]
-        volumes = quickstart.admin.get("/api/v1/persistentvolumes") or {"items": []}
+    for path in (f"{ns}/pods", f"{ns}/services", f"{ns}/configmaps",
+                 f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets"):  # fmt: skip
+        listed = admin.get(path) or {"items": []}
         names += [
-            f"persistentvolumes/{item['metadata']['name']}"
+            f"{path.rsplit('/', 1)[-1]}/{item['metadata']['name']}"
+            for item in listed["items"]
+            if item["metadata"]["name"].startswith(APP)
+        ]
+    return names
+
+
+def _claims_and_volumes(admin: Client) -> tuple[list[str], list[str]]:
+    claims = admin.get(f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims") or {"items": []}
+    volumes = admin.get("/api/v1/persistentvolumes") or {"items": []}
+    return (
+        sorted(item["metadata"]["name"] for item in claims["items"]),
+        sorted(
+            item["metadata"]["name"]
             for item in volumes["items"]
             if item["spec"].get("claimRef", {}).get("namespace") == NAMESPACE
-        ]
-        return names
+        ),
+    )
 
+
+def test_kubectl_delete_leaves_nothing_of_the_app_but_its_retained_claims(
+    quickstart: QuickStart,
+) -> None:
+    """``kubectl delete -f`` of the manifest: its pods stop on the nodes and every child goes;
+    the claims stay, as ``storage.whenDeleted`` (default ``Retain``) documents, until they are
+    deleted too, and then their volumes and directories go."""
+    quickstart.kubectl("delete", "-f", str(MANIFEST), "--wait=true", timeout=READY_TIMEOUT)
     try:
-        wait_until(lambda: not left(), "nothing of the app left", READY_TIMEOUT)
+        wait_until(lambda: not _app_objects(quickstart.admin), "the app's children gone",
+                   READY_TIMEOUT)  # fmt: skip
     except TimeoutError:
-        raise AssertionError(f"left behind: {left()}") from None
-    assert not any((host.DATA / "volumes" / NAMESPACE).glob("*")), "a volume's directory is left"
+        raise AssertionError(f"left behind: {_app_objects(quickstart.admin)}") from None
+    # The kubelets stopped every container of the app's pods, sandboxes included (stopped
+    # containers stay listed until the kubelet's garbage collection, every minute).
+    running = [
+        f"{APP}-{ordinal} on {node.spec.name}"
+        for node in quickstart.cluster.nodes.values()
+        for ordinal in range(3)
+        if any(node.task_pid(c) for c in node.pod_containers(NAMESPACE, f"{APP}-{ordinal}"))
+    ]
+    assert not running, f"containers still running: {running}"
+    claims, volumes = _claims_and_volumes(quickstart.admin)
+    assert claims == [f"{APP}-log", *(f"state-{APP}-{ordinal}" for ordinal in range(3))]
+    assert len(volumes) == len(claims)
+    quickstart.kubectl("delete", "pvc", *claims, "--wait=true", timeout=READY_TIMEOUT)
+    try:
+        wait_until(lambda: _claims_and_volumes(quickstart.admin) == ([], []),
+                   "the claims' volumes gone", READY_TIMEOUT)  # fmt: skip
+    except TimeoutError:
+        raise AssertionError(f"left: {_claims_and_volumes(quickstart.admin)}") from None
+    directories = sorted((host.DATA / "volumes" / NAMESPACE).glob("*"))
+    assert not directories, f"volume directories left: {directories}"
