@@ -308,7 +308,7 @@ def test_kubectl_delete_leaves_nothing_of_the_app_but_its_retained_claims(
     ]
     assert not running, f"containers still running: {running}"
     claims, volumes = _claims_and_volumes(quickstart.admin)
-    assert claims == [f"{APP}-log", *(f"state-{APP}-{ordinal}" for ordinal in range(3))]
+    assert claims == sorted([f"{APP}-log", *(f"state-{APP}-{ordinal}" for ordinal in range(3))])
     assert len(volumes) == len(claims)
     quickstart.kubectl("delete", "pvc", *claims, "--wait=true", timeout=READY_TIMEOUT)
     try:
