@@ -64,7 +64,7 @@ SCRIPT_TIMEOUT = 900
 # Run in a pod of the examples image: ask the query Service for every word until each count
 # is the expected one (a standby may answer stale before it catches up), then print them.
 QUERY_SCRIPT = """python -c '
-import json, sys, time
+import json, time
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 expected = %s
 router = QueryRouter(["wordcount-query:7070"], timeout=2)
