@@ -257,6 +257,15 @@ class FakeConsumer:
             self.broker.group_offsets[(self.config["group.id"], p.topic, p.partition)] = p.offset
         return offsets
 
+    def get_watermark_offsets(
+        self, partition: KafkaPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        self.broker.check("get_watermark_offsets", (partition.topic, partition.partition))
+        return 0, self.broker.next_offsets.get((partition.topic, partition.partition), 0)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+        self.broker.check("consumer list_topics", topic)
+
     def close(self) -> None:
         pass
 

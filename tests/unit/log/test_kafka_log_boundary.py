@@ -554,3 +554,29 @@ def test_a_coordinator_that_never_comes_back_fails_after_the_request_timeout(
     with pytest.raises(LogError, match='reading the offsets of group "app"'):
         log.committed_offsets("app", [IN])
     assert 2 <= len(broker.called("committed")) < 100
+
+
+@pytest.mark.parametrize(
+    "code",
+    [KafkaError._DESTROY_BROKER, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TIMED_OUT],
+    ids=["broker-handle-destroyed", "not-leader", "timed-out"],
+)
+def test_a_watermark_query_met_by_a_restarting_broker_is_asked_again(
+    broker: FakeBroker, code: int
+) -> None:
+    # A restarted broker's handle is destroyed under a queued query (3-broker cluster, a
+    # broker restart ended a stream thread with _DESTROY_BROKER): like a moving leader,
+    # ask the metadata again and repeat the query within the request timeout.
+    broker.next_offsets[("words", 0)] = 42
+    log = fake_log(broker)
+    broker.fail("get_watermark_offsets", kafka_error(code))
+    assert log._reader().bounds(TopicPartition("words", 0), "words") == (0, 42)
+    assert len(broker.called("get_watermark_offsets")) == 2
+    assert broker.called("consumer list_topics") == ["words"]
+
+
+def test_a_watermark_query_refused_for_good_names_the_partition(broker: FakeBroker) -> None:
+    log = fake_log(broker)
+    broker.fail("get_watermark_offsets", kafka_error(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    with pytest.raises(LogError, match="reading the offsets of words-0"):
+        log._reader().bounds(TopicPartition("words", 0), "words")

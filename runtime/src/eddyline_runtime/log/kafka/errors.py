@@ -69,6 +69,12 @@ LEADER_MOVING_CODES = frozenset(
         # caught up with the followers' (KIP-207); librdkafka does not flag it retriable.
         # Seen after a preferred-leader election on the three-broker cluster.
         KafkaError.OFFSET_NOT_AVAILABLE,
+        # A query sent through the handle of a broker that was just restarted: librdkafka
+        # destroys the handle it held for the dead connection and fails what was queued on
+        # it ("Broker handle destroyed without termination"); the metadata refresh that
+        # follows finds the partition's leader again. Seen on the three-broker cluster
+        # while a broker restarted (a reader's watermark query ended its stream thread).
+        KafkaError._DESTROY_BROKER,
     }
 )
 
