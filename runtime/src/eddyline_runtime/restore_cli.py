@@ -16,12 +16,16 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlparse
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.kafka_settings import KAFKA_SCHEME, settings_from_environment
 from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
+
+if TYPE_CHECKING:
+    from eddyline_runtime.config import StreamsConfig
+    from eddyline_runtime.spec import StreamApp
 
 SPARK_MISSING = (
     "restore build needs PySpark and a Java 17+ runtime: pip install 'eddyline[spark]' and "
@@ -111,24 +115,28 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 
 
 def run_restore_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from eddyline_runtime.spec import load_manifest
+
     out = out or sys.stdout
     try:
+        app = load_manifest(args.manifest)
+        # This process's settings, built once (the environment over the manifest) and
+        # handed to the command, as the runner does.
+        config = app.streams_config()
         if args.restore_action == "build":
-            return _build(args, out)
+            return _build(args, app, config, out)
         if args.restore_action == "job":
-            return _job(args, out)
-        return _ingest(args, out)
+            return _job(args, app, config, out)
+        return _ingest(args, app, config, out)
     except EddylineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 
 
-def _build(args: argparse.Namespace, out: TextIO) -> int:
+def _build(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out: TextIO) -> int:
     from eddyline_runtime.log import open_log
-    from eddyline_runtime.spec import load_manifest
 
-    app = load_manifest(args.manifest)
-    application = app.streams_config().application_id
+    application = config.application_id
     topic = changelog_topic(application, args.store)
     output = _local_path(args.output, "--output")
     log_url = args.log_url or app.spec.log.url
@@ -204,12 +212,10 @@ def _build(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _job(args: argparse.Namespace, out: TextIO) -> int:
+def _job(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out: TextIO) -> int:
     from eddyline_runtime.restore.job_result import JobState
     from eddyline_runtime.restore.spark.job_runner import run_restore_job
-    from eddyline_runtime.spec import load_manifest
 
-    app = load_manifest(args.manifest)
     conf = dict(_setting(item) for item in args.conf)
     if (args.log_url or app.spec.log.url).startswith(KAFKA_SCHEME):
         try:
@@ -221,7 +227,7 @@ def _job(args: argparse.Namespace, out: TextIO) -> int:
             conf = with_connector(conf, args.spark_kafka_jars)
     result = run_restore_job(
         manifest=args.manifest,
-        application=app.streams_config().application_id,
+        application=config.application_id,
         store=args.store,
         partitions=_partitions(args.partitions, 1 << 31),
         output=_local_path(args.output, "--output"),
@@ -235,15 +241,12 @@ def _job(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if result.state is JobState.SUCCEEDED else 1
 
 
-def _ingest(args: argparse.Namespace, out: TextIO) -> int:
+def _ingest(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out: TextIO) -> int:
     from eddyline_runtime.log import open_log
     from eddyline_runtime.processing.loader import load_topology
     from eddyline_runtime.restore.ingest.sst_restore import rebuild_store
-    from eddyline_runtime.spec import load_manifest
     from eddyline_runtime.state import RocksDBStoreOptions, store_directory
 
-    app = load_manifest(args.manifest)
-    config = app.streams_config()
     application = config.application_id
     if args.task is not None:
         task = TaskId.parse(args.task)

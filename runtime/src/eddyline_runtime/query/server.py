@@ -272,16 +272,7 @@ class _Handlers:
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
             metadata = _available(_metadata(self.instance, store, key), store)
-            local = self._local(store, metadata.partition)
-            if local is None:
-                raise _QueryError(
-                    421,
-                    {
-                        "error": f"this instance does not host partition {metadata.partition} of "
-                        f'store "{store}"; query one of the hosts that do',
-                        **_metadata_body(metadata),
-                    },
-                )
+            local = self._hosted(store, metadata)
             if bound is None:
                 _check_fresh(self.instance, local, allow_stale, metadata)
             reader = local.open_reader(isolation)
@@ -454,17 +445,7 @@ class _Handlers:
             if key_text is not None:
                 key = keys.serialize_text(key_text)
                 metadata = _available(_metadata(self.instance, store, key), store)
-                local = self._local(store, metadata.partition)
-                if local is None:
-                    raise _QueryError(
-                        421,
-                        {
-                            "error": f"this instance does not host partition "
-                            f'{metadata.partition} of store "{store}"; query one of the hosts '
-                            "that do",
-                            **_metadata_body(metadata),
-                        },
-                    )
+                local = self._hosted(store, metadata)
                 _check_fresh(self.instance, local, allow_stale, metadata)
                 copies = [local]
             else:
@@ -553,11 +534,20 @@ class _Handlers:
             )
         return store
 
-    def _local(self, store: str, partition: int) -> LocalStorePartition | None:
+    def _hosted(self, store: str, metadata: KeyQueryMetadata) -> LocalStorePartition:
+        """This instance's copy of the key's partition; 421 (Misdirected) naming the hosts
+        when it has none."""
         for local in self.instance.local_store_partitions(store):
-            if local.partition == partition:
+            if local.partition == metadata.partition:
                 return local
-        return None
+        raise _QueryError(
+            421,
+            {
+                "error": f"this instance does not host partition {metadata.partition} of "
+                f'store "{store}"; query one of the hosts that do',
+                **_metadata_body(metadata),
+            },
+        )
 
 
 def probe_answer(instance: StreamsInstance, path: str) -> tuple[int, bytes] | None:
