@@ -206,11 +206,6 @@ class ConnectionGuard:
                 self.timed_out += 1
                 self._abort(key)
 
-    def abort_all(self) -> None:
-        """Close every connection still counted (the server is stopping)."""
-        for key in list(self._connections):
-            self._abort(key)
-
     @property
     def open_connections(self) -> int:
         return len(self._connections)

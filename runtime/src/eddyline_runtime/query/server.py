@@ -182,13 +182,7 @@ class QueryServer:
             self._watch.cancel()
         if self._listener is not None:
             self._listener.close()
-            # Sockets accepted just before the close get their transports over
-            # the next loop iterations; let them, so the cleanup closes them too
-            # (one left open leaks its socket: a test saw 118 after a burst).
-            for _ in range(3):
-                await asyncio.sleep(0)
         await runner.cleanup()
-        self.guard.abort_all()
 
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()
