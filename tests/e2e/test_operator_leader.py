@@ -22,7 +22,7 @@ from eddyline_operator.handlers import PEERING_LIFETIME_SECONDS
 from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.operator import Operator
 from tests.support.control_plane.operator_fixture import operator_fixture
-from tests.support.control_plane.plane import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -120,10 +120,18 @@ def test_a_sigkilled_supervisors_replicas_exit_and_a_new_one_runs_until_caught_u
     replicas: set[int] = set()
     try:
         with supervisor(manifest) as (process, output):
-            wait_for(
-                lambda: all(http_get(a, "/readyz", timeout=2).status == 200 for a in addresses),
-                "every replica is ready",
-            )
+            try:
+                wait_for(
+                    lambda: all(http_get(a, "/readyz", timeout=2).status == 200 for a in addresses),
+                    "every replica is ready",
+                )
+            except AssertionError as error:
+                answers = {a: http_get(a, "/readyz", timeout=2) for a in addresses}
+                raise AssertionError(
+                    f"{error}; /readyz answers: "
+                    + ", ".join(f"{a}: {r.status} {r.text[:200]!r}" for a, r in answers.items())
+                    + f"\nthe supervisor's output:\n{output.text()[-5000:]}"
+                ) from None
             replicas = children_of(process.pid)
             assert len(replicas) == REPLICAS
             # Replica output reaches the supervisor's terminal, prefixed.

@@ -1,35 +1,76 @@
 """Free local ports, for servers a test starts (or tells a process to start) a moment later.
 
-A port found free can be taken by someone else before it is bound again; the
-tests accept that small race rather than pass sockets around.
+The ports come from outside the kernel's ephemeral range
+(``/proc/sys/net/ipv4/ip_local_port_range``). A port the kernel picks for
+``bind(0)`` is an ephemeral one, and so is the local port of every outgoing
+connection any process on the machine opens: while the full suite runs
+(brokers, control planes, other test runs), one of them took a replica's port
+between the test choosing it and the replica binding it, and the replica,
+restarted on the same port, never became ready. Outside the ephemeral range
+only an explicit ``bind`` takes a port; the choice is random there, so two
+test runs rarely pick the same one, and it is still checked free.
 """
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
 
 HOST = "127.0.0.1"
-# How many times a run of consecutive ports is looked for before giving up.
+# How many times a run of consecutive free ports is looked for before giving up.
 _ATTEMPTS = 100
+# The lowest port chosen: clear of the well-known and most registered services' ports.
+_LOWEST = 20_000
+# Kubernetes' default NodePort range, which the real-node tests' kube-proxy serves: not chosen.
+_NODE_PORTS = (30_000, 32_767)
+_HIGHEST = 65_535
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Linux's default, where the file cannot be read.
+_DEFAULT_EPHEMERAL = (32_768, 60_999)
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 nobody listens on now (the kernel's choice)."""
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
+    """A port on 127.0.0.1 nobody listens on now, outside the ephemeral range."""
+    return free_port_range(1)
 
 
 def free_port_range(count: int) -> int:
     """A port p with p..p+count-1 free now, for replicas that bind consecutive ports."""
+    starts = _starts(count)
+    if not starts:
+        raise RuntimeError(
+            f"no {count} consecutive ports between {_LOWEST} and {_HIGHEST} lie outside the "
+            f"ephemeral range ({_ephemeral_range()}); narrow net.ipv4.ip_local_port_range"
+        )
     for _ in range(_ATTEMPTS):
-        base = free_port()
-        if base + count <= 65_536 and all(_is_free(base + i) for i in range(1, count)):
+        base = random.choice(starts)
+        if all(_is_free(base + i) for i in range(count)):
             return base
     raise RuntimeError(
-        f"found no {count} consecutive free ports on {HOST} in {_ATTEMPTS} tries; "
-        "free some ports or ask for fewer"
+        f"found no {count} consecutive free ports on {HOST} outside the ephemeral range "
+        f"({_ephemeral_range()}) in {_ATTEMPTS} tries; free some ports or ask for fewer"
     )
+
+
+def _starts(count: int) -> range | list[int]:
+    """First ports of the runs of ``count`` ports that lie outside the ephemeral range."""
+    low, high = _ephemeral_range()
+    below = range(_LOWEST, max(_LOWEST, min(low, _NODE_PORTS[0]) - count + 1))
+    above = range(max(_LOWEST, high + 1, _NODE_PORTS[1] + 1), _HIGHEST - count + 2)
+    if not above:
+        return below
+    if not below:
+        return above
+    return [*below, *above]
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(part) for part in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return _DEFAULT_EPHEMERAL
+    return low, high
 
 
 def _is_free(port: int) -> bool:

@@ -28,7 +28,7 @@ import yaml
 
 from tests.support.control_plane.client import ApiError, Client, wait_until
 from tests.support.control_plane.cluster import Cluster
-from tests.support.control_plane.plane import free_port
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "eddyline-operator"

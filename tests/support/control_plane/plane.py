@@ -13,7 +13,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -26,6 +25,7 @@ import yaml
 
 from tests.support.control_plane.client import ApiError, Client, wait_until
 from tests.support.control_plane.pki import Pki
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO / "scripts" / "build-control-plane"
@@ -50,12 +50,6 @@ DISABLED_CONTROLLERS = (
 LOOPBACK = "127.0.0.1"
 # A loaded 2-core machine starts the API server in tens of seconds; this only bounds a hang.
 START_TIMEOUT = 240.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def build_binaries(*arguments: str) -> Path:

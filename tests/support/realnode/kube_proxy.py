@@ -21,7 +21,8 @@ from pathlib import Path
 import yaml
 
 from tests.support.control_plane.client import wait_until
-from tests.support.control_plane.plane import ControlPlane, free_port
+from tests.support.control_plane.plane import ControlPlane
+from tests.support.ports import free_port
 from tests.support.realnode import host
 
 # Bounds a hang; it writes its first rules within seconds.

@@ -22,7 +22,8 @@ from pathlib import Path
 import yaml
 
 from tests.support.control_plane.client import wait_until
-from tests.support.control_plane.plane import ControlPlane, free_port
+from tests.support.control_plane.plane import ControlPlane
+from tests.support.ports import free_port
 from tests.support.realnode import cluster_dns, host
 from tests.support.realnode.images import Image
 

@@ -9,7 +9,9 @@ pod) and asyncio logged 427,639 tracebacks. So:
   keep-alive connection costs its client one reconnect; a refused probe
   costs a pod), and is refused with 503 only when every connection is in the
   middle of a request. The server never holds more sockets than the cap,
-  so probes keep being accepted and answered;
+  so probes keep being accepted and answered. A connection whose request
+  has arrived but is not handled yet is not idle: a burst accepted right
+  after a probe would otherwise evict the probe, request and all;
 * **an idle timeout**: a connection that has not sent a complete request
   within ``idle_timeout_seconds`` of opening or of its last answer is closed.
   That covers idle keep-alive connections and clients that trickle their
@@ -30,6 +32,7 @@ import asyncio
 import errno
 import logging
 import resource
+import select
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -83,6 +86,8 @@ class _Connection:
     handler: Any  # aiohttp's RequestHandler
     since: float  # when it connected, or when its last request ended
     busy_since: float | None = None
+    # A complete request head arrived and its handler has not run yet: not idle.
+    request_arrived: bool = False
 
 
 # What a probe path answers: (HTTP status, JSON body), or None for any other path.
@@ -136,15 +141,29 @@ class ConnectionGuard:
         if len(self._connections) > self._cap:
             self._enforce_cap()
 
+    def _request_arrived(self, handler: Any) -> None:
+        connection = self._connections.get(handler)
+        if connection is not None:
+            connection.request_arrived = True
+
     def _closed(self, handler: Any) -> None:
         self._connections.pop(handler, None)
 
     def _enforce_cap(self) -> None:
-        while len(self._connections) > self._cap:
-            idle = [(c.since, key) for key, c in self._connections.items() if c.busy_since is None]
-            if not idle:
-                return  # every one is busy: the request timeout will free slots
-            _, key = min(idle)
+        idle = sorted(
+            (c for c in self._connections.values() if c.busy_since is None),
+            key=lambda connection: connection.since,
+        )
+        for connection in idle:
+            key = connection.handler
+            if len(self._connections) <= self._cap:
+                return
+            # A request that arrived but is not read yet is not idle: a flood of
+            # connections accepted after a probe (in the same batch or the next,
+            # before the loop reads the probe's socket) would otherwise evict the
+            # probe with its request in flight, and the kubelet sees a reset.
+            if connection.request_arrived or _has_input(connection.handler.transport):
+                continue
             self.evicted += 1
             _log_limited(
                 logging.INFO,
@@ -166,6 +185,7 @@ class ConnectionGuard:
         finally:
             if connection is not None:
                 connection.busy_since = None
+                connection.request_arrived = False
                 connection.since = time.monotonic()
 
     async def watch(self) -> None:
@@ -198,6 +218,16 @@ class ConnectionGuard:
             transport.abort()
 
 
+def _has_input(transport: asyncio.BaseTransport | None) -> bool:
+    """Whether bytes (or the client's end of file) wait on this socket, not yet read."""
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None or sock.fileno() < 0:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class _Counted(asyncio.Protocol):
     """aiohttp's protocol for one connection, reporting its opening and loss to the guard.
 
@@ -208,6 +238,7 @@ class _Counted(asyncio.Protocol):
     def __init__(self, guard: ConnectionGuard, handler: Any) -> None:
         self._guard = guard
         self._handler = handler
+        self._tail = b""  # the last bytes received, for a head end split across reads
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._handler.connection_made(transport)
@@ -218,6 +249,9 @@ class _Counted(asyncio.Protocol):
         self._handler.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if b"\r\n\r\n" in self._tail + data[:3] or b"\r\n\r\n" in data:
+            self._guard._request_arrived(self._handler)
+        self._tail = data[-3:]
         self._handler.data_received(data)
 
     def eof_received(self) -> bool | None:
