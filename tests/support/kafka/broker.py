@@ -92,10 +92,10 @@ def kafka_version(libs: Path) -> str:
     return libs.parent.name
 
 
-def _listening(port: int) -> bool:
+def _listening(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 def _cluster_id() -> str:
@@ -116,11 +116,13 @@ class KafkaNode:
     directory: Path
     port: int
     controller_port: int
+    # Where clients reach the broker: loopback, or a bridge address pods on real nodes reach.
+    host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_file(self) -> Path:
@@ -143,14 +145,22 @@ class KafkaNode:
 
 
 class KafkaCluster:
-    """``size`` KRaft nodes on loopback, each broker and controller (static voters)."""
+    """``size`` KRaft nodes, each broker and controller (static voters).
 
-    def __init__(self, directory: Path, size: int = 1, libs: Path | None = None) -> None:
+    Clients reach the brokers on ``host``: loopback by default; real nodes' pods live in their
+    own network namespaces, so a cluster for them listens on and advertises an address of a
+    bridge the run created (``tests.support.realnode.cluster.API_ADDRESS``). The controllers
+    stay on loopback: only the brokers talk to them.
+    """
+
+    def __init__(
+        self, directory: Path, size: int = 1, libs: Path | None = None, host: str = "127.0.0.1"
+    ) -> None:
         self.directory = directory
         self.libs = libs or kafka_libs()
         self.version = kafka_version(self.libs)
         self.nodes = [
-            KafkaNode(node_id, directory / f"node-{node_id}", free_port(), free_port())
+            KafkaNode(node_id, directory / f"node-{node_id}", free_port(), free_port(), host)
             for node_id in range(1, size + 1)
         ]
         self._cluster_id = _cluster_id()
@@ -172,9 +182,9 @@ class KafkaCluster:
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:"
+            "listeners": f"PLAINTEXT://{node.address},CONTROLLER://127.0.0.1:"
             f"{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "advertised.listeners": f"PLAINTEXT://{node.address}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -269,7 +279,7 @@ class KafkaCluster:
                     )
             if admin is None:
                 # Until the ports listen, librdkafka would log every refused connection.
-                if not all(_listening(node.port) for node in nodes):
+                if not all(_listening(node.host, node.port) for node in nodes):
                     time.sleep(0.2)
                     continue
                 admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _QUIET})
