@@ -93,11 +93,7 @@ def resolve_topics(
     """Create the internal, changelog and missing output topics; return the layout."""
     subtopologies = tuple(topology.subtopologies())
     internal = set(topology.internal_topics)
-    physical = {
-        topic: f"{application_id}-{topic}" if topic in internal else topic
-        for sub in subtopologies
-        for topic in (*sub.source_topics, *sub.sink_topics)
-    }
+    physical = physical_topics(topology, application_id, subtopologies)
     existing = dict(log.topics())
     counts = _partition_counts(subtopologies, physical, internal, existing, log.url)
 
@@ -111,27 +107,68 @@ def resolve_topics(
         name = physical[topic]
         if name not in existing:
             topic_partitions[name] = log.create_topic(name, counts[sub.id]).partitions
-    changelogs: dict[str, str] = {}
+    changelogs = changelog_topics(topology, application_id, subtopologies)
     for sub in subtopologies:
         for store in sub.stores:
+            if store not in changelogs:
+                continue
             spec = topology.stores[store]
-            if spec.logged:
-                changelogs[store] = spec.changelog_topic(application_id)
-                created = log.create_topic(changelogs[store], counts[sub.id], compacted=True)
-                topic_partitions[changelogs[store]] = created.partitions
-                if spec.retention_ms is not None:
-                    log.set_topic_retention(
-                        changelogs[store],
-                        changelog_retention_ms(
-                            spec.retention_ms, window_changelog_additional_retention_ms
-                        ),
-                    )
+            created = log.create_topic(changelogs[store], counts[sub.id], compacted=True)
+            topic_partitions[changelogs[store]] = created.partitions
+            if spec.retention_ms is not None:
+                log.set_topic_retention(
+                    changelogs[store],
+                    changelog_retention_ms(
+                        spec.retention_ms, window_changelog_additional_retention_ms
+                    ),
+                )
     return TopicLayout(
         application_id=application_id,
         physical=physical,
         partitions=counts,
         changelogs=changelogs,
         topic_partitions=topic_partitions,
+        subtopologies=subtopologies,
+    )
+
+
+def physical_topics(
+    topology: Topology, application_id: str, subtopologies: tuple[SubTopology, ...]
+) -> dict[str, str]:
+    """Topic names as the topology writes them -> topics in the log: internal topics
+    (repartition topics) are prefixed with the application.id, the others are the user's."""
+    internal = set(topology.internal_topics)
+    return {
+        topic: f"{application_id}-{topic}" if topic in internal else topic
+        for sub in subtopologies
+        for topic in (*sub.source_topics, *sub.sink_topics)
+    }
+
+
+def changelog_topics(
+    topology: Topology, application_id: str, subtopologies: tuple[SubTopology, ...]
+) -> dict[str, str]:
+    """Store -> its changelog topic, for every store with logging on."""
+    return {
+        store: topology.stores[store].changelog_topic(application_id)
+        for sub in subtopologies
+        for store in sub.stores
+        if topology.stores[store].logged
+    }
+
+
+def single_partition_layout(topology: Topology, application_id: str) -> TopicLayout:
+    """The layout of a run without a log (:mod:`eddyline_runtime.testing`): every topic
+    named as :func:`resolve_topics` names it, with one partition, and nothing created."""
+    subtopologies = tuple(topology.subtopologies())
+    physical = physical_topics(topology, application_id, subtopologies)
+    changelogs = changelog_topics(topology, application_id, subtopologies)
+    return TopicLayout(
+        application_id=application_id,
+        physical=physical,
+        partitions=dict.fromkeys((sub.id for sub in subtopologies), 1),
+        changelogs=changelogs,
+        topic_partitions=dict.fromkeys([*physical.values(), *changelogs.values()], 1),
         subtopologies=subtopologies,
     )
 

@@ -1,0 +1,162 @@
+"""A topology scenario run two ways: through the test driver, and by a ``StreamsInstance``
+on the embedded log; both give a :class:`ScenarioResult` to compare.
+
+A scenario is steps of input records. The driver processes each record as it
+is piped (Kafka's ``TopologyTestDriver``); the instance gets each step
+produced into its log and is waited for until it caught up before the next
+step is produced, so records of different steps are processed in step order,
+whatever their timestamps, on both sides (within a step, the instance takes
+several inputs in timestamp order: a step that mixes topics keeps their
+timestamps ascending). Outputs are read back with their sinks' serdes, stores
+with theirs: the instance's from its RocksDB directories once it closed (its
+committed data), the driver's through its store views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eddyline_runtime.config import IsolationLevel, StreamsConfig
+from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing import Topology
+from eddyline_runtime.processing.topology import Node
+from eddyline_runtime.serde import serde_for
+from eddyline_runtime.state import (
+    DetachedSessionReader,
+    DetachedWindowReader,
+    Retention,
+    RocksDBStore,
+    StoreReader,
+    store_directory,
+)
+from eddyline_runtime.testing import TopologyTestDriver, read_store
+
+APPLICATION_ID = "scenario"
+# How long a step may take on the instance: it processes a handful of records.
+STEP_TIMEOUT_SECONDS = 60
+
+# (topic, key, value, timestamp), key and value as the topology's source deserializes them.
+Input = tuple[str, Any, Any, int]
+# (key, value, timestamp) as the sink's serdes read them back.
+Output = tuple[Any, Any, int]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    topology: Callable[[], Topology]
+    steps: Sequence[Sequence[Input]]
+    outputs: Sequence[str]
+    stores: Sequence[str] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    outputs: dict[str, list[Output]]
+    stores: dict[str, list[tuple[Any, Any]]]
+
+
+def _properties(scenario: Scenario) -> dict[str, Any]:
+    return {"application.id": APPLICATION_ID, **scenario.config}
+
+
+def run_on_driver(scenario: Scenario) -> ScenarioResult:
+    with TopologyTestDriver(scenario.topology(), _properties(scenario)) as driver:
+        inputs: dict[str, Any] = {}
+        for step in scenario.steps:
+            for topic, key, value, timestamp in step:
+                if topic not in inputs:
+                    inputs[topic] = driver.create_input_topic(topic)
+                inputs[topic].pipe_input(key, value, timestamp)
+        outputs = {
+            topic: [
+                (r.key, r.value, r.timestamp)
+                for r in driver.create_output_topic(topic).read_records_to_list()
+            ]
+            for topic in scenario.outputs
+        }
+        stores = {
+            name: read_store(driver.get_state_store(name), driver.topology.stores[name])  # type: ignore[arg-type]
+            for name in scenario.stores
+        }
+    return ScenarioResult(outputs, stores)
+
+
+def _node(topology: Topology, kind: str, topic: str) -> Node:
+    return next(n for n in topology.nodes.values() if n.kind == kind and topic in n.topics)
+
+
+def run_on_instance(scenario: Scenario, directory: Path) -> ScenarioResult:
+    topology = scenario.topology()
+    state_dir = directory / "state"
+    config = StreamsConfig.from_properties(
+        {**_properties(scenario), "state.dir": str(state_dir)}, environ={}
+    )
+    log = SqliteLog(directory / "log.db")
+    try:
+        for topic in {topic for step in scenario.steps for topic, *_ in step}:
+            log.create_topic(topic, 1)
+        instance = StreamsInstance(topology, config, log)
+        instance.start()
+        try:
+            for step in scenario.steps:
+                for topic, key, value, timestamp in step:
+                    source = _node(topology, "source", topic)
+                    record = Record(
+                        serde_for(source.key_serde).serialize(key),
+                        serde_for(source.value_serde).serialize(value),
+                        timestamp,
+                    )
+                    log.produce(TopicPartition(topic, 0), [record])
+                instance.wait_until_caught_up(STEP_TIMEOUT_SECONDS)
+        finally:
+            instance.close()
+        outputs = {topic: _read_topic(log, topology, topic) for topic in scenario.outputs}
+    finally:
+        log.close()
+    return ScenarioResult(outputs, _read_stores(topology, scenario.stores, state_dir))
+
+
+def _read_topic(log: SqliteLog, topology: Topology, topic: str) -> list[Output]:
+    sink = _node(topology, "sink", topic)
+    keys, values = serde_for(sink.key_serde), serde_for(sink.value_serde)
+    tp = TopicPartition(topic, 0)
+    found: list[Output] = []
+    position = log.beginning_offset(tp)
+    while True:
+        fetched = log.fetch(tp, position)
+        if not fetched.records:
+            return found
+        for record in fetched.records:
+            found.append(
+                (keys.deserialize(record.key), values.deserialize(record.value), record.timestamp)
+            )
+        position = fetched.records[-1].offset + 1
+
+
+def _read_stores(
+    topology: Topology, names: Sequence[str], state_dir: Path
+) -> dict[str, list[tuple[Any, Any]]]:
+    """Each store's committed contents, opened from the instance's state directory."""
+    owner = {name: sub.id for sub in topology.subtopologies() for name in sub.stores}
+    contents: dict[str, list[tuple[Any, Any]]] = {}
+    for name in names:
+        spec = topology.stores[name]
+        store = RocksDBStore(name, store_directory(state_dir, TaskId(owner[name], 0), name))
+        try:
+            reader: StoreReader | DetachedWindowReader | DetachedSessionReader
+            reader = store.reader(IsolationLevel.READ_COMMITTED)
+            if spec.window_retention_ms is not None:
+                reader = DetachedWindowReader(reader, Retention.of(spec.window_retention_ms))
+            elif spec.session_retention_ms is not None:
+                reader = DetachedSessionReader(reader, Retention.of(spec.session_retention_ms))
+            contents[name] = read_store(reader, spec)  # type: ignore[arg-type]
+        finally:
+            store.close()
+    return contents
