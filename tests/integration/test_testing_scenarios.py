@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,7 +97,7 @@ def windowed_counts(windows: TimeWindows | SessionWindows) -> Topology:
     counts = (
         builder.stream("input", key_serde="string", value_serde="string")
         .group_by(lambda key, _value: key, key_serde="string", value_serde="string")
-        .windowed_by(windows)  # type: ignore[arg-type]
+        .windowed_by(windows)
         .count("counts")
     )
     (
@@ -140,7 +141,7 @@ TIME_WINDOWS_LARGE_JUMP = Scenario(
 
 SESSION_WINDOWS = Scenario(
     "session-windows",
-    lambda: windowed_counts(SessionWindows.of_inactivity_gap_with_grace(5, 0)),  # type: ignore[arg-type]
+    lambda: windowed_counts(SessionWindows.of_inactivity_gap_with_grace(5, 0)),
     steps=[
         [
             ("input", "k1", "v1", 0),
@@ -210,7 +211,7 @@ STREAM_TABLE_UPDATES = Scenario(
 
 # -- what Kafka's tests expect -------------------------------------------------------------
 
-KAFKA_EXPECTED = {
+KAFKA_EXPECTED: dict[str, dict[str, Any]] = {
     "word-count": {
         "streams-wordcount-output": {
             "hello": 1,
@@ -288,7 +289,7 @@ KAFKA_EXPECTED = {
 # What the stores hold at the end. Kafka's tests check outputs only; these follow from
 # them and from Kafka's store rules: a window store reads only windows starting after its
 # observed time (the newest window start written, 4) - retention (size + grace, 3).
-EXPECTED_STORES = {
+EXPECTED_STORES: dict[str, dict[str, list[tuple[Any, Any]]]] = {
     "time-windows": {
         "counts": [(Windowed("k1", TimeWindow(2, 4)), 1), (Windowed("k1", TimeWindow(4, 6)), 1)]
     },

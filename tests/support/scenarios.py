@@ -156,7 +156,7 @@ def _read_stores(
                 reader = DetachedWindowReader(reader, Retention.of(spec.window_retention_ms))
             elif spec.session_retention_ms is not None:
                 reader = DetachedSessionReader(reader, Retention.of(spec.session_retention_ms))
-            contents[name] = read_store(reader, spec)  # type: ignore[arg-type]
+            contents[name] = read_store(reader, spec)
         finally:
             store.close()
     return contents

@@ -45,7 +45,7 @@ order:
   both readable as output topics).
 
 A ``StreamsInstance`` on the embedded log gives the same outputs and store
-contents for the same inputs (``tests/unit/test_testing_scenarios.py`` holds
+contents for the same inputs (``tests/integration/test_testing_scenarios.py`` holds
 both to it), except where it commits less often: its record cache then
 holds back (deduplicates) updates the driver's commit after every record
 forwards.
@@ -60,7 +60,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.partition_group import PartitionGroup
@@ -443,6 +443,7 @@ class TopologyTestDriver:
         return topology.stores[name]
 
     def _spec(self, name: str, kind: str) -> StoreSpec:
+        self._task_topology_of(name)  # refuses a name the topology has no store by
         spec = self.topology.stores[name]
         found = (
             "window"
@@ -460,18 +461,18 @@ class TopologyTestDriver:
 
     def get_key_value_store(self, name: str) -> ReadOnlyKeyValueStore[Any, Any]:
         """Key-value store ``name``, its keys and values read with the store's serdes."""
-        store = self.get_state_store(name)
-        return ReadOnlyKeyValueStore(store, self._spec(name, "key-value"))  # type: ignore[arg-type]
+        spec = self._spec(name, "key-value")
+        return ReadOnlyKeyValueStore(self._task_topology_of(name).stores[name], spec)
 
     def get_window_store(self, name: str) -> ReadOnlyWindowStore[Any, Any]:
         """Window store ``name``, its keys and values read with the store's serdes."""
-        store = self.get_state_store(name)
-        return ReadOnlyWindowStore(store, self._spec(name, "window"))  # type: ignore[arg-type]
+        spec = self._spec(name, "window")
+        return ReadOnlyWindowStore(self._task_topology_of(name).window_stores[name], spec)
 
     def get_session_store(self, name: str) -> ReadOnlySessionStore[Any, Any]:
         """Session store ``name``, its keys and values read with the store's serdes."""
-        store = self.get_state_store(name)
-        return ReadOnlySessionStore(store, self._spec(name, "session"))  # type: ignore[arg-type]
+        spec = self._spec(name, "session")
+        return ReadOnlySessionStore(self._task_topology_of(name).session_stores[name], spec)
 
     # -- metrics --------------------------------------------------------------------------
 
@@ -695,7 +696,7 @@ class ReadOnlyKeyValueStore(Generic[K, V]):
 
     def get(self, key: K) -> V | None:
         found = self._store.get(self._keys.serialize(key))
-        return None if found is None else self._values.deserialize(found)  # type: ignore[no-any-return]
+        return None if found is None else self._values.deserialize(found)
 
     def all(self) -> list[tuple[K, V]]:
         """Every entry, in byte order of the serialized keys."""
@@ -807,8 +808,7 @@ def read_store(
     """Every entry of a store of any kind, read with its serdes: what a test compares
     between the driver and a run (``ReadOnly*Store.all()``)."""
     if spec.window_retention_ms is not None:
-        return ReadOnlyWindowStore[Any, Any](reads, spec).all()  # type: ignore[arg-type]
+        return ReadOnlyWindowStore[Any, Any](cast(WindowReads, reads), spec).all()
     if spec.session_retention_ms is not None:
-        return ReadOnlySessionStore[Any, Any](reads, spec).all()  # type: ignore[arg-type]
-    return ReadOnlyKeyValueStore[Any, Any](reads, spec).all()  # type: ignore[arg-type]
-
+        return ReadOnlySessionStore[Any, Any](cast(SessionReads, reads), spec).all()
+    return ReadOnlyKeyValueStore[Any, Any](cast(KeyValueReads, reads), spec).all()
