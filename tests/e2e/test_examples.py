@@ -21,9 +21,11 @@ import yaml
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import FetchedColumns, FetchResult, Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition, partition_for_key
+from eddyline_runtime.processing.loader import load_topology
 from eddyline_runtime.runner import run_app
 from eddyline_runtime.serde import LongSerde
 from eddyline_runtime.spec import StreamApp, parse_manifest
+from eddyline_runtime.testing import TopologyTestDriver
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -46,11 +48,12 @@ def run(app: StreamApp, log: Log, search_path: list[Path]) -> tuple[StreamsInsta
 
 def produce_keyed(log: Log, topic: str, records: Iterable[tuple[str, Any, int]]) -> None:
     """(key, JSON value, timestamp) records, each on the partition Kafka's partitioner gives
-    its key (as the runtime's own outputs are)."""
+    its key (as the runtime's own outputs are); a None value is a tombstone."""
     partitions = log.topics()[topic].partitions
     for key, value, timestamp in records:
         tp = TopicPartition(topic, partition_for_key(key.encode(), partitions))
-        log.produce(tp, [Record(key.encode(), json.dumps(value).encode(), timestamp)])
+        data = None if value is None else json.dumps(value).encode()
+        log.produce(tp, [Record(key.encode(), data, timestamp)])
 
 
 def consume(log: Log, topic: str) -> dict[int, list[Record]]:
@@ -284,31 +287,107 @@ def test_custom_processor_forwards_each_event_id_once_across_restarts(
     assert len(forwarded()) == 5
 
 
-def test_custom_processor_forgets_ids_older_than_its_retention_in_event_time(
-    tmp_path: Path, log: SqliteLog
-) -> None:
-    app, search_path = load_example("custom_processor", tmp_path)
-    log.create_topic("events", 1)
-    day = 24 * 60 * 60 * 1000  # the example's RETENTION_MS
-    produce_keyed(
-        log,
-        "events",
-        [
-            ("e1", {"n": 1}, 10),
-            ("e1", {"n": 1, "retry": True}, 20),  # within retention: suppressed
-            ("e2", {"n": 2}, day + 1_000),  # stream time passes e1's retention
-            ("e2", {"n": 2, "retry": True}, 2 * day),  # e2's first was < a day ago
-            ("e1", {"n": 1, "again": True}, 2 * day + 1),  # e1 was purged: forwarded again
-        ],
-    )
-    run(app, log, search_path)
-    forwarded = [
-        (r.key.decode(), r.timestamp)
-        for records in consume(log, "unique-events").values()
-        for r in records
-        if r.key is not None
-    ]
-    assert forwarded == [("e1", 10), ("e2", day + 1_000), ("e1", 2 * day + 1)]
+# -- the examples whose outputs the test driver computes ---------------------------------------
+#
+# What these examples compute, record by record, is tested through the test driver
+# (tests/unit/test_example_topologies.py); here each runs from its manifest, as
+# `eddyline run --until-caught-up` runs it, and must write what the driver computes
+# for the same records.
+
+MINUTE = 60_000
+DAY = 24 * 60 * MINUTE  # custom_processor's RETENTION_MS
+
+Inputs = dict[str, list[tuple[str, Any, int]]]
+
+EXAMPLE_RUNS: list[tuple[str, Inputs, str, dict[str, str | int]]] = [
+    (
+        "custom_processor",
+        {
+            "events": [
+                ("e1", {"n": 1}, 10),
+                ("e1", {"n": 1, "retry": True}, 20),  # within retention: suppressed
+                ("e2", {"n": 2}, DAY + 1_000),  # stream time passes e1's retention
+                ("e2", {"n": 2, "retry": True}, 2 * DAY),  # e2's first was < a day ago
+                ("e1", {"n": 1, "again": True}, 2 * DAY + 1),  # e1 was purged: forwarded again
+            ]
+        },
+        "unique-events",
+        {},
+    ),
+    (
+        "ad_clicks",
+        {
+            "impressions": [
+                ("imp-1", {"campaign": "a"}, 0),
+                ("imp-2", {"campaign": "b"}, 1 * MINUTE),
+                ("imp-3", {"campaign": "a"}, 2 * MINUTE),
+                ("imp-4", {"campaign": "b"}, 30 * MINUTE),  # closes imp-2's window
+            ],
+            "clicks": [
+                ("imp-1", {"page": "/a"}, MINUTE // 2),
+                ("imp-9", {"page": "/x"}, 100_000),  # no such impression: nothing
+                ("imp-3", {"page": "/a"}, 11 * MINUTE + 40_000),  # 9 min 40 s after imp-3
+            ],
+        },
+        "ad-results",
+        {},
+    ),
+    (
+        "customer_accounts",
+        {
+            "customers": [
+                ("c1", {"name": "Ann"}, 1000),
+                ("c2", {"name": "Bo"}, 2000),
+                ("c1", None, 5000),  # Ann leaves
+            ],
+            "accounts": [
+                ("c1", {"balance": 10}, 1500),
+                ("c2", {"balance": 5}, 3000),
+                ("c1", {"balance": 20}, 4000),
+            ],
+        },
+        "customer-accounts",
+        {},
+    ),
+    (
+        "page_views",
+        {
+            "page-views": [
+                ("alice", {"region": "eu", "page": "/a"}, 1_000),
+                ("bob", {"region": "us", "page": "/b"}, 2_000),
+                ("carol", {"region": "eu", "page": "/c"}, 59_999),  # end exclusive: minute 0
+                ("dave", {"region": "eu", "page": "/d"}, MINUTE),  # minute 1
+                ("erin", {"region": "us", "page": "/e"}, MINUTE + 5_000),
+                ("frank", {"region": "eu", "page": "/f"}, 55_000),  # late, within 10 s grace
+                ("gina", {"region": "eu", "page": "/g"}, 2 * MINUTE + 10_000),  # closes minute 0
+                ("hank", {"region": "us", "page": "/h"}, 20_000),  # beyond grace: dropped
+                ("ivan", {"region": "us", "page": "/i"}, 3 * MINUTE + 10_000),  # closes minute 1
+            ]
+        },
+        "page-views-per-minute",
+        {},
+    ),
+    (
+        "user_sessions",
+        {
+            "clicks": [
+                (user, {"page": "/"}, t)
+                for user, t in [
+                    ("alice", 0),
+                    ("alice", 10 * MINUTE),
+                    ("bob", 5 * MINUTE),
+                    ("alice", 42 * MINUTE),  # 32 min after the last: a new session
+                    ("alice", 25 * MINUTE),  # late, within grace: bridges both sessions
+                    ("bob", 100 * MINUTE),
+                ]
+            ]
+        },
+        "user-sessions",
+        # Without the record cache every change goes out, the merged sessions' removals
+        # too, as the driver's commit after every record sends them.
+        {"statestore.cache.max.bytes": 0},
+    ),
+]
 
 
 def records_of(log: Log, topic: str) -> list[tuple[str, Any, int]]:
@@ -321,152 +400,46 @@ def records_of(log: Log, topic: str) -> list[tuple[str, Any, int]]:
     ]
 
 
-def test_ad_clicks_emits_unclicked_impressions_only_once_their_window_closed(
-    tmp_path: Path, log: SqliteLog
+def in_the_order_a_task_takes_them(inputs: Inputs) -> list[tuple[str, str, Any, int]]:
+    """One input partition per topic, all produced before the run: the task takes the
+    oldest head first (KIP-695), each topic's records in offset order."""
+    heads = {topic: list(records) for topic, records in inputs.items()}
+    merged: list[tuple[str, str, Any, int]] = []
+    while any(heads.values()):
+        topic = min((t for t in heads if heads[t]), key=lambda t: heads[t][0][2])
+        key, value, timestamp = heads[topic].pop(0)
+        merged.append((topic, key, value, timestamp))
+    return merged
+
+
+def through_the_driver(
+    app: StreamApp, search_path: list[Path], inputs: Inputs, output: str
+) -> list[tuple[Any, Any, int]]:
+    topology = load_topology(app.spec.topology.ref, search_path)
+    with TopologyTestDriver(topology, app.streams_config()) as driver:
+        for topic, key, value, timestamp in in_the_order_a_task_takes_them(inputs):
+            driver.create_input_topic(topic).pipe_input(key, value, timestamp)
+        return [
+            (r.key, r.value, r.timestamp)
+            for r in driver.create_output_topic(output).read_records_to_list()
+        ]
+
+
+@pytest.mark.parametrize("example_run", EXAMPLE_RUNS, ids=[run[0] for run in EXAMPLE_RUNS])
+def test_an_example_run_from_its_manifest_writes_what_the_test_driver_computes(
+    tmp_path: Path,
+    log: SqliteLog,
+    example_run: tuple[str, Inputs, str, dict[str, str | int]],
 ) -> None:
-    app, search_path = load_example("ad_clicks", tmp_path)
-    log.create_topic("impressions", 1)
-    log.create_topic("clicks", 1)
-    minute = 60_000
-    produce_keyed(
-        log,
-        "impressions",
-        [
-            ("imp-1", {"campaign": "a"}, 0),
-            ("imp-2", {"campaign": "b"}, 1 * minute),
-            ("imp-3", {"campaign": "a"}, 2 * minute),
-            ("imp-4", {"campaign": "b"}, 30 * minute),  # moves stream time past imp-2's window
-        ],
-    )
-    produce_keyed(
-        log,
-        "clicks",
-        [
-            ("imp-1", {"page": "/a"}, minute // 2),
-            ("imp-9", {"page": "/x"}, 100_000),  # no such impression: nothing
-            ("imp-3", {"page": "/a"}, 11 * minute + 40_000),  # 9 min 40 s after imp-3
-        ],
-    )
-    instance, _ = run(app, log, search_path)
-    assert records_of(log, "ad-results") == [
-        ("imp-1", {"campaign": "a", "clicked": True}, minute // 2),
-        ("imp-3", {"campaign": "a", "clicked": True}, 11 * minute + 40_000),
-        # imp-2's window closed at 1 + 10 + 1 minutes of stream time; imp-4's is still open.
-        ("imp-2", {"campaign": "b", "clicked": False}, 1 * minute),
-    ]
-    assert instance.processed == 7
-
-
-def test_customer_accounts_joins_two_tables_into_a_table(tmp_path: Path, log: SqliteLog) -> None:
-    app, search_path = load_example("customer_accounts", tmp_path)
-    log.create_topic("customers", 1)
-    log.create_topic("accounts", 1)
-    produce_keyed(log, "customers", [("c1", {"name": "Ann"}, 1000), ("c2", {"name": "Bo"}, 2000)])
-    log.produce(TopicPartition("customers", 0), [Record(b"c1", None, 5000)])  # Ann leaves
-    produce_keyed(
-        log,
-        "accounts",
-        [
-            ("c1", {"balance": 10}, 1500),
-            ("c2", {"balance": 5}, 3000),
-            ("c1", {"balance": 20}, 4000),
-        ],
-    )
-    run(app, log, search_path)
-    assert records_of(log, "customer-accounts") == [
-        ("c1", {"name": "Ann", "balance": None}, 1000),
-        ("c1", {"name": "Ann", "balance": 10}, 1500),
-        ("c2", {"name": "Bo", "balance": None}, 2000),
-        ("c2", {"name": "Bo", "balance": 5}, 3000),
-        ("c1", {"name": "Ann", "balance": 20}, 4000),
-        ("c1", None, 5000),  # the customer's tombstone deletes the joined row
-    ]
-
-
-# -- page views per region per minute (final results) -------------------------------------
-
-MINUTE = 60_000
-PAGE_VIEWS = [  # (user, view, timestamp)
-    ("alice", {"region": "eu", "page": "/a"}, 1_000),
-    ("bob", {"region": "us", "page": "/b"}, 2_000),
-    ("carol", {"region": "eu", "page": "/c"}, 59_999),  # end exclusive: still minute 0
-    ("dave", {"region": "eu", "page": "/d"}, MINUTE),  # minute 1
-    ("erin", {"region": "us", "page": "/e"}, MINUTE + 5_000),
-    ("frank", {"region": "eu", "page": "/f"}, 55_000),  # late, within the 10 s grace
-    ("gina", {"region": "eu", "page": "/g"}, 2 * MINUTE + 10_000),  # closes minute 0
-    ("hank", {"region": "us", "page": "/h"}, 20_000),  # beyond grace: dropped
-    ("ivan", {"region": "us", "page": "/i"}, 3 * MINUTE + 10_000),  # closes minute 1
-]
-
-
-def test_page_views_count_each_region_and_minute_once_when_it_closes(
-    tmp_path: Path, log: SqliteLog
-) -> None:
-    app, search_path = load_example("page_views", tmp_path)
-    log.create_topic("page-views", 1)
-    produce_keyed(log, "page-views", PAGE_VIEWS)
-
-    instance, _ = run(app, log, search_path)
-
-    finals = [
-        (record.key.decode(), json.loads(record.value))
-        for record in consume(log, "page-views-per-minute")[0]
-        if record.key is not None and record.value is not None
-    ]
-    # One record per closed window, in the order the windows closed (minute 0's when its
-    # segment expired, flushing the record cache); minute 3 is still open at stream
-    # time 190 s (240 s + 10 s grace).
-    assert finals == [
-        ("eu@0", {"region": "eu", "start": 0, "end": MINUTE, "views": 3}),
-        ("us@0", {"region": "us", "start": 0, "end": MINUTE, "views": 1}),
-        ("eu@60000", {"region": "eu", "start": MINUTE, "end": 2 * MINUTE, "views": 1}),
-        ("us@60000", {"region": "us", "start": MINUTE, "end": 2 * MINUTE, "views": 1}),
-        ("eu@120000", {"region": "eu", "start": 2 * MINUTE, "end": 3 * MINUTE, "views": 1}),
-    ]
-    dropped = sum(
-        value
-        for name, value in instance.final_metrics.items()
-        if (name.group, name.name) == ("stream-task-metrics", "dropped-records-total")
-    )
-    assert dropped == 1
-
-
-# -- user sessions (30-minute gap) ---------------------------------------------------------------
-
-CLICK_TIMES = [  # (user, timestamp)
-    ("alice", 0),
-    ("alice", 10 * MINUTE),
-    ("bob", 5 * MINUTE),
-    ("alice", 42 * MINUTE),  # 32 min after the last: a new session
-    ("alice", 25 * MINUTE),  # late, within grace: bridges both sessions
-    ("bob", 100 * MINUTE),
-]
-
-
-def test_user_sessions_merge_and_leave_the_current_sessions(tmp_path: Path, log: SqliteLog) -> None:
-    # Without the record cache every change goes out, the merged sessions' removals too
-    # (with it, a session merged away before a commit is never published).
-    app, search_path = load_example("user_sessions", tmp_path, **{"statestore.cache.max.bytes": 0})
-    log.create_topic("clicks", 1)
-    produce_keyed(log, "clicks", [(user, {"page": "/"}, t) for user, t in CLICK_TIMES])
+    example, inputs, output, config = example_run
+    app, search_path = load_example(example, tmp_path, **config)
+    for topic, records in inputs.items():
+        log.create_topic(topic, 1)
+        produce_keyed(log, topic, records)
 
     run(app, log, search_path)
 
-    changes = [
-        (record.key.decode(), None if record.value is None else json.loads(record.value))
-        for record in consume(log, "user-sessions")[0]
-        if record.key is not None
-    ]
-    current: dict[str, Any] = {}
-    for key, value in changes:  # what compaction keeps
-        if value is None:
-            current.pop(key, None)
-        else:
-            current[key] = value
-    assert current == {
-        "alice@0": {"user": "alice", "start": 0, "end": 42 * MINUTE, "clicks": 4},
-        "bob@300000": {"user": "bob", "start": 5 * MINUTE, "end": 5 * MINUTE, "clicks": 1},
-        "bob@6000000": {"user": "bob", "start": 100 * MINUTE, "end": 100 * MINUTE, "clicks": 1},
-    }
-    # The bridging click merged [0, 10 min] and [42 min, 42 min]: both were removed.
-    assert ("alice@0", None) in changes and ("alice@2520000", None) in changes
+    assert committed_total(log, app, inputs) == sum(len(records) for records in inputs.values())
+    expected = through_the_driver(app, search_path, inputs, output)
+    assert expected  # each example writes something for these records
+    assert records_of(log, output) == expected
