@@ -6,7 +6,7 @@ from types import ModuleType
 
 import pytest
 
-from eddyline_runtime import engine, log, processing, restore, state
+from eddyline_runtime import engine, log, processing, restore, state, testing
 from eddyline_runtime.restore import ingest, replay, spark
 
 EXPECTED: dict[ModuleType, set[str]] = {
@@ -110,6 +110,18 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "replay_start",
         "restore",
     },
+    testing: {
+        "EmptyTopicError",
+        "ReadOnlyKeyValueStore",
+        "ReadOnlySessionStore",
+        "ReadOnlyWindowStore",
+        "TestDriverError",
+        "TestInputTopic",
+        "TestOutputTopic",
+        "TestRecord",
+        "TopologyTestDriver",
+        "read_store",
+    },
     log: {
         "BrokerUnreachableError",
         "ChangeBatch",
@@ -160,6 +172,11 @@ def test_a_topology_author_finds_everything_in_processing() -> None:
     assert {"StringSerde", "LongSerde", "JsonSerde"} <= set(processing.__all__)
     engine_names = {"StreamsInstance", "StreamTask", "TaskStore", "ThreadCache", "restore"}
     assert not engine_names & set(processing.__all__)
+
+
+def test_a_topology_test_finds_the_driver_in_testing_and_not_in_the_authoring_face() -> None:
+    assert {"TopologyTestDriver", "TestInputTopic", "TestOutputTopic"} <= set(testing.__all__)
+    assert "TopologyTestDriver" not in processing.__all__
 
 
 @pytest.mark.parametrize("package", BY_MODULE, ids=lambda p: p.__name__)

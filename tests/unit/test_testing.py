@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +276,13 @@ def test_dropped_records_are_counted() -> None:
         topic.pipe_input("k", "late", timestamp=5)  # its window closed at 10
         assert driver.dropped_records == 1
         assert driver.get_window_store("c").fetch_range("k", 0, 200) == [(100, 1)]
+
+
+def test_the_example_in_docs_testing_md_passes() -> None:
+    """docs/testing.md's example is a test: run it as written."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+    match = re.search(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
+    assert match is not None
+    namespace: dict[str, Any] = {}
+    exec(compile(match.group(1), str(page), "exec"), namespace)
+    namespace["test_a_minute_is_counted_once_it_closes"]()
