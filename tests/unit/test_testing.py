@@ -286,3 +286,26 @@ def test_the_example_in_docs_testing_md_passes() -> None:
     namespace: dict[str, Any] = {}
     exec(compile(match.group(1), str(page), "exec"), namespace)
     namespace["test_a_minute_is_counted_once_it_closes"]()
+
+
+def test_metrics_are_the_task_metrics_a_stream_thread_keeps() -> None:
+    builder = StreamsBuilder()
+    (
+        builder.stream("in", key_serde="string", value_serde="string")
+        .group_by_key()
+        .windowed_by(TimeWindows.of_size_with_grace(10, 0))
+        .count("c")
+    )
+    with TopologyTestDriver(builder, {"application.id": "m"}) as driver:
+        topic = driver.create_input_topic("in")
+        # 90 is 10 late, 108 is 2 late; their windows closed at 100 and 110: both dropped.
+        for timestamp in (100, 90, 110, 108):
+            topic.pipe_input("k", "v", timestamp)
+        tags = {"thread-id": "m-test-driver", "task-id": "0_0"}
+        assert driver.metric("stream-task-metrics", "record-lateness-max", tags) == 10
+        assert driver.metric("stream-task-metrics", "record-lateness-avg", tags) == 3
+        assert driver.metric("stream-task-metrics", "dropped-records-total", tags) == 2
+        assert driver.metric("stream-task-metrics", "process-total", tags) == 4
+        assert ("stream-thread-metrics", "process-total") in {
+            (name.group, name.name) for name in driver.metrics()
+        }

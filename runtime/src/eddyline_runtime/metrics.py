@@ -62,6 +62,19 @@ class Sensor:
             sample.total += value
             sample.maximum = max(sample.maximum, value)
 
+    def record_many(self, count: int, total: float, maximum: float) -> None:
+        """Record ``count`` values at once, given their sum and largest: what ``count``
+        calls of :meth:`record` would leave (a batch's values, summed in C by the caller)."""
+        if count <= 0:
+            return
+        now = self.clock()
+        with self._lock:
+            self.total_count += count
+            sample = self._current(now)
+            sample.count += count
+            sample.total += total
+            sample.maximum = max(sample.maximum, maximum)
+
     def rate(self) -> float:
         """Events per second over the window (at least one second, so a burst is not inflated)."""
         return self._per_second(lambda sample: sample.count)

@@ -68,11 +68,13 @@ from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.task import StreamTask
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
+from eddyline_runtime.engine.thread_metrics import ThreadMetrics
 from eddyline_runtime.engine.topics import TopicLayout, single_partition_layout
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.key_ranges import KeyRange
-from eddyline_runtime.log import FetchedColumns
+from eddyline_runtime.log import FetchedColumns, LagTracker
 from eddyline_runtime.log.port import RecordColumns
+from eddyline_runtime.metrics import MetricName, MetricsRegistry
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing import StreamsBuilder
 from eddyline_runtime.processing.operators.stores import (
@@ -195,11 +197,18 @@ class TopologyTestDriver:
         # Physical topic -> the task that reads it (one partition: one task per sub-topology).
         self._readers: dict[str, StreamTask] = {}
         self._cache = ThreadCache(self.config.cache_bytes_per_thread)
+        self._metrics = MetricsRegistry()
+        # The thread and task metrics a stream thread keeps, for metrics().
+        self._thread_metrics = ThreadMetrics(
+            self._metrics, f"{config.application_id}-test-driver", self._cache, LagTracker()
+        )
         self._tasks: list[StreamTask] = []
         self._closed = False
         try:
             for sub in self.layout.subtopologies:
-                self._tasks.append(self._create_task(TaskId(sub.id, 0)))
+                task = self._create_task(TaskId(sub.id, 0))
+                self._tasks.append(task)
+                self._thread_metrics.task_created(task)
         except BaseException:
             self.close()
             raise
@@ -380,6 +389,7 @@ class TopologyTestDriver:
         while True:
             for task in self._tasks:
                 if task.partitions.ready_to_process() and task.process(1):
+                    self._thread_metrics.processed(1)
                     self._commit()
                     break
             else:
@@ -398,6 +408,7 @@ class TopologyTestDriver:
             prepared = task.prepare_commit(outputs)
             if prepared is not None:
                 task.complete_commit(self._write(prepared.records))
+                self._thread_metrics.task_committed(task.id)
             task.grant_commit_request()
 
     def advance_wall_clock_time(self, advance_ms: int) -> None:
@@ -475,6 +486,17 @@ class TopologyTestDriver:
         return ReadOnlySessionStore(self._task_topology_of(name).session_stores[name], spec)
 
     # -- metrics --------------------------------------------------------------------------
+
+    def metrics(self) -> dict[MetricName, float]:
+        """Every metric's current value, as a stream thread running these tasks keeps them
+        (Kafka's ``metrics()``): ``stream-task-metrics`` per task (``dropped-records-total``,
+        ``record-lateness-avg``/``-max``, ...) and the thread's, tagged ``thread-id``
+        ``<application.id>-test-driver``."""
+        return self._metrics.snapshot()
+
+    def metric(self, group: str, name: str, tags: Mapping[str, str] | None = None) -> float:
+        """One metric's value; a KeyError names the metrics there are."""
+        return self._metrics.value(group, name, tags)
 
     @property
     def dropped_records(self) -> int:

@@ -193,3 +193,39 @@ def test_the_enforced_processing_rate_counts_records_not_batches(log: Log) -> No
     assert batch is not None and len(batch) == 10
     assert task.group.enforced_processing == 10
     assert task.group.enforced_processing_sensor.total_rate() == 10.0
+
+
+# -- record lateness (Kafka's task metrics record-lateness-avg / -max) ---------------------------
+
+
+def released_lateness(
+    batches: list[tuple[TopicPartition, list[int]]], max_records: int
+) -> tuple[float, float, int]:
+    """Release ``batches`` (timestamps per partition, added in turn) ``max_records`` at a
+    time; returns the lateness sensor's (avg, max, count)."""
+    group = PartitionGroup(
+        [CLICKS, USERS], max_task_idle_ms=-1, current_lag=lambda _tp: 0, clock_ms=lambda: 0
+    )
+    for tp, timestamps in batches:
+        group.add_records(tp, [Record(None, b"", t) for t in timestamps])
+    while group.next_batch(max_records) is not None:
+        pass
+    sensor = group.record_lateness_sensor
+    return sensor.avg(), sensor.max(), sensor.total_count
+
+
+@pytest.mark.parametrize("max_records", [1, 3, 100], ids=lambda n: f"batches-of-{n}")
+def test_each_released_record_counts_its_lateness_behind_the_stream_time_before_it(
+    max_records: int,
+) -> None:
+    batches = [(CLICKS, [5, 10, 7, 20, 15]), (USERS, [12, 3])]
+    avg, maximum, count = released_lateness(batches, max_records)
+    # The oldest head goes first: 5, 10, 7 (late by 3), 12, 3 (late by 9), 20, 15 (by 5).
+    assert count == 7
+    assert maximum == 9
+    assert avg == pytest.approx(17 / 7)
+
+
+def test_records_in_order_are_never_late() -> None:
+    avg, maximum, count = released_lateness([(CLICKS, [1, 2, 2, 3]), (USERS, [])], 100)
+    assert (avg, maximum, count) == (0, 0, 4)

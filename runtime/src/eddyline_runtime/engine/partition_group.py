@@ -16,6 +16,12 @@ The lag is the locally known one (``LagTracker.current_lag``): never a remote
 call per record. Proceeding while a partition is still empty is *enforced
 processing*, counted (per record) in :attr:`PartitionGroup.enforced_processing`.
 
+Each record released counts its *lateness*, how far its timestamp is behind the
+stream time of the records released before it (0 for one that moves stream
+time on), in :attr:`PartitionGroup.record_lateness_sensor`: Kafka's task
+metrics ``record-lateness-avg`` and ``-max``, recorded where Kafka's
+``PartitionGroup.nextRecord`` records them, once per batch.
+
 Records are buffered as the columns a fetch returned (:class:`Chunk`) and
 released in batches (:meth:`PartitionGroup.next_batch`): the longest run of
 one partition's records that taking them one by one, smallest timestamp
@@ -29,6 +35,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import le, sub
 
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import Record
@@ -114,6 +122,10 @@ class PartitionGroup:
         self.enforced_processing_sensor = Sensor()
         # Whether the last ready_to_process() allowed processing only by enforcing it.
         self._enforcing = False
+        # The largest timestamp released so far (Kafka's PartitionGroup.streamTime; -1: none).
+        self.stream_time = -1
+        # Each released record's lateness behind it (record-lateness-avg/-max).
+        self.record_lateness_sensor = Sensor()
 
     def add_records(self, tp: TopicPartition, records: Sequence[Record]) -> None:
         if records:
@@ -214,7 +226,21 @@ class PartitionGroup:
         if self._enforcing:
             self.enforced_processing += taken
             self.enforced_processing_sensor.record(taken)
+        self._record_lateness(batch.timestamps)
         return batch
+
+    def _record_lateness(self, timestamps: Sequence[int]) -> None:
+        """Each record's lateness behind the stream time before it, recorded for the batch
+        at once and computed in C (one pass when the batch is in order, as most are)."""
+        first = timestamps[0]
+        if first >= self.stream_time and all(map(le, timestamps, timestamps[1:])):
+            self.stream_time = timestamps[-1]
+            self.record_lateness_sensor.record_many(len(timestamps), 0, 0)
+            return
+        newest = list(accumulate(timestamps, max, initial=self.stream_time))[1:]
+        lateness = list(map(sub, newest, timestamps))
+        self.stream_time = newest[-1]
+        self.record_lateness_sensor.record_many(len(lateness), sum(lateness), max(lateness))
 
     def _run_end(self, chosen: TopicPartition, chunk: Chunk, end: int) -> int:
         """Where the chosen partition's run stops: before the first record that another

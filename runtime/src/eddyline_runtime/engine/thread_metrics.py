@@ -3,14 +3,15 @@
 Thread level (``stream-thread-metrics``: process and commit rates, totals and
 latencies, and ``process-ratio``, the share of wall-clock time the thread
 spent processing records, KIP-444's busy-time measure that an autoscaler
-reads; ``stream-record-cache-metrics``), task level
-(``stream-task-metrics``, with ``last-commit-timestamp``, the wall-clock time
-in ms of the task's last commit, from which a scaling step's longest pause between
-two commits of a task is read across members; and the consumer's ``records-lag`` per
-input partition), store level (``stream-state-metrics``: restoration, what a Spark
-build gave, a standby's lag). Every metric carries the thread's ``thread-id``
-tag, and a task's also its ``task-id``: closing a task drops its metrics,
-closing the thread drops them all and keeps their last values.
+reads; ``stream-record-cache-metrics``), task level (``stream-task-metrics``,
+with ``record-lateness-avg``/``-max``, each record's lateness behind the stream
+time as its task's inputs release it; ``last-commit-timestamp``, the wall-clock
+time in ms of the task's last commit, from which a scaling step's longest pause
+between two commits of a task is read across members; and the consumer's
+``records-lag`` per input partition), store level (``stream-state-metrics``:
+restoration, what a Spark build gave, a standby's lag). Every metric carries the
+thread's ``thread-id`` tag, and a task's also its ``task-id``: closing a task
+drops its metrics, closing the thread drops them all and keeps their last values.
 """
 
 from __future__ import annotations
@@ -87,6 +88,14 @@ class ThreadMetrics:
         register(
             MetricName.of("stream-task-metrics", "enforced-processing-rate", tags),
             partitions.enforced_processing_sensor.total_rate,  # records/s: one value per batch
+        )
+        register(
+            MetricName.of("stream-task-metrics", "record-lateness-avg", tags),
+            partitions.record_lateness_sensor.avg,
+        )
+        register(
+            MetricName.of("stream-task-metrics", "record-lateness-max", tags),
+            partitions.record_lateness_sensor.max,
         )
         register(
             MetricName.of("stream-task-metrics", "process-total", tags),
