@@ -19,8 +19,9 @@ processing*, counted (per record) in :attr:`PartitionGroup.enforced_processing`.
 Each record released counts its *lateness*, how far its timestamp is behind the
 stream time of the records released before it (0 for one that moves stream
 time on), in :attr:`PartitionGroup.record_lateness_sensor`: Kafka's task
-metrics ``record-lateness-avg`` and ``-max``, recorded where Kafka's
-``PartitionGroup.nextRecord`` records them, once per batch.
+metrics ``record-lateness-avg`` and ``-max``, counted where Kafka's
+``PartitionGroup.nextRecord`` records them and recorded once per turn of the task
+(:meth:`PartitionGroup.flush_lateness`).
 
 Records are buffered as the columns a fetch returned (:class:`Chunk`) and
 released in batches (:meth:`PartitionGroup.next_batch`): the longest run of
@@ -35,8 +36,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
-from operator import le, sub
 
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import Record
@@ -124,8 +123,10 @@ class PartitionGroup:
         self._enforcing = False
         # The largest timestamp released so far (Kafka's PartitionGroup.streamTime; -1: none).
         self.stream_time = -1
-        # Each released record's lateness behind it (record-lateness-avg/-max).
+        # Each released record's lateness behind it (record-lateness-avg/-max), counted
+        # here and recorded by flush_lateness.
         self.record_lateness_sensor = Sensor()
+        self._lateness_count = self._lateness_total = self._lateness_max = 0
 
     def add_records(self, tp: TopicPartition, records: Sequence[Record]) -> None:
         if records:
@@ -226,21 +227,39 @@ class PartitionGroup:
         if self._enforcing:
             self.enforced_processing += taken
             self.enforced_processing_sensor.record(taken)
-        self._record_lateness(batch.timestamps)
+        self._count_lateness(batch.timestamps)
         return batch
 
-    def _record_lateness(self, timestamps: Sequence[int]) -> None:
-        """Each record's lateness behind the stream time before it, recorded for the batch
-        at once and computed in C (one pass when the batch is in order, as most are)."""
-        first = timestamps[0]
-        if first >= self.stream_time and all(map(le, timestamps, timestamps[1:])):
+    def _count_lateness(self, timestamps: Sequence[int]) -> None:
+        """Count each record's lateness behind the stream time before it; the sensor gets
+        them at :meth:`flush_lateness`. A batch in order (most are) costs one sort check
+        in C; an out-of-order one a loop."""
+        newest = self.stream_time
+        self._lateness_count += len(timestamps)
+        if timestamps[0] >= newest and (len(timestamps) == 1 or sorted(timestamps) == timestamps):
             self.stream_time = timestamps[-1]
-            self.record_lateness_sensor.record_many(len(timestamps), 0, 0)
             return
-        newest = list(accumulate(timestamps, max, initial=self.stream_time))[1:]
-        lateness = list(map(sub, newest, timestamps))
-        self.stream_time = newest[-1]
-        self.record_lateness_sensor.record_many(len(lateness), sum(lateness), max(lateness))
+        total = worst = 0
+        for timestamp in timestamps:
+            if timestamp > newest:
+                newest = timestamp
+            else:
+                late = newest - timestamp
+                total += late
+                if late > worst:  # noqa: PLR1730 (a call to max per record costs 4x this)
+                    worst = late
+        self.stream_time = newest
+        self._lateness_total += total
+        self._lateness_max = max(self._lateness_max, worst)
+
+    def flush_lateness(self) -> None:
+        """Record the lateness counted since the last flush (once per turn of the task: a
+        sensor per record would cost about as much as processing the record)."""
+        if self._lateness_count:
+            self.record_lateness_sensor.record_many(
+                self._lateness_count, self._lateness_total, self._lateness_max
+            )
+            self._lateness_count = self._lateness_total = self._lateness_max = 0
 
     def _run_end(self, chosen: TopicPartition, chunk: Chunk, end: int) -> int:
         """Where the chosen partition's run stops: before the first record that another

@@ -215,6 +215,7 @@ class StreamTask:
             ):
                 break
         self.processed += done
+        group.flush_lateness()
         return done
 
     def take_turn(self, max_uncommitted_bytes: int | None) -> int:
