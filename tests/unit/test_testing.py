@@ -16,6 +16,7 @@ from eddyline_runtime.processing import (
     PunctuationType,
     StoreSpec,
     StreamsBuilder,
+    Suppressed,
     TimeWindows,
     Topology,
 )
@@ -309,3 +310,54 @@ def test_metrics_are_the_task_metrics_a_stream_thread_keeps() -> None:
         assert ("stream-thread-metrics", "process-total") in {
             (name.group, name.name) for name in driver.metrics()
         }
+
+
+def final_counts(emit_final: bool) -> StreamsBuilder:
+    builder = StreamsBuilder()
+    windowed = (
+        builder.stream("in", key_serde="string", value_serde="string")
+        .group_by_key()
+        .windowed_by(TimeWindows.of_size_with_grace(10, 0))
+    )
+    counts = windowed.emit_final().count("c") if emit_final else windowed.count("c")
+    if not emit_final:
+        counts = counts.suppress(Suppressed.until_window_closes())  # type: ignore[attr-defined]
+    counts.to_stream().map(lambda window, n: (str(window), n)).to(
+        "out", key_serde="string", value_serde="long"
+    )
+    return builder
+
+
+@pytest.mark.parametrize(
+    ("emit_final", "metric"),
+    [(True, "window-aggregate-final-emit"), (False, "suppression-emit")],
+    ids=["emit-final", "suppress"],
+)
+def test_final_results_count_what_they_emit_as_kafkas_node_metrics(
+    emit_final: bool, metric: str
+) -> None:
+    with TopologyTestDriver(final_counts(emit_final), {"application.id": "f"}) as driver:
+        topic = driver.create_input_topic("in")
+        for key, timestamp in [("a", 1), ("b", 2), ("a", 5), ("c", 12), ("c", 25)]:
+            topic.pipe_input(key, "v", timestamp)
+        assert driver.create_output_topic("out").read_key_values_to_list() == [
+            ("[a@0/10]", 2),
+            ("[b@0/10]", 1),
+            ("[c@10/20]", 1),
+        ]
+        (node,) = {
+            dict(name.tags)["processor-node-id"]
+            for name in driver.metrics()
+            if name.group == "stream-processor-node-metrics"
+        }
+        assert node.startswith("KTABLE-SUPPRESS")
+        tags = {"thread-id": "f-test-driver", "task-id": "0_0", "processor-node-id": node}
+        group = "stream-processor-node-metrics"
+        assert driver.metric(group, f"{metric}-total", tags) == 3
+        assert driver.metric(group, f"{metric}-rate", tags) > 0
+        if emit_final:
+            assert driver.metric(group, f"{metric}-latency-max", tags) > 0
+            assert driver.metric(group, f"{metric}-latency-avg", tags) > 0
+        else:  # Kafka's suppress has no latency metric
+            with pytest.raises(KeyError):
+                driver.metric(group, f"{metric}-latency-max", tags)

@@ -50,6 +50,8 @@ class Sensor:
     samples: int = DEFAULT_SAMPLES
     clock: Callable[[], float] = time.monotonic
     total_count: int = 0
+    # The sum of every value recorded, ever (a "-total" metric of counted things).
+    total_sum: float = 0.0
     _window: list[_Sample] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -57,6 +59,7 @@ class Sensor:
         now = self.clock()
         with self._lock:
             self.total_count += 1
+            self.total_sum += value
             sample = self._current(now)
             sample.count += 1
             sample.total += value
@@ -70,6 +73,7 @@ class Sensor:
         now = self.clock()
         with self._lock:
             self.total_count += count
+            self.total_sum += total
             sample = self._current(now)
             sample.count += count
             sample.total += total

@@ -180,6 +180,9 @@ class _Context:
     def record_dropped(self) -> None:
         self._task.record_dropped()
 
+    def node_sensor(self, name: str) -> Sensor:
+        return self._task.node_sensor(self._node.name, name)
+
     @property
     def timestamp(self) -> int:
         return self._task.record_context.timestamp
@@ -248,6 +251,8 @@ class TaskTopology:
         # Records a processor dropped (Kafka's task metrics dropped-records-total/-rate).
         self.dropped_records = 0
         self.dropped_records_sensor = Sensor()
+        # (node, sensor name) -> the sensor a processor asked for (node-level metrics).
+        self.node_sensors: dict[tuple[str, str], Sensor] = {}
         self.record_context = RecordContext(0)
         self.stream_time = UNKNOWN_STREAM_TIME
         self.record_lateness = 0
@@ -300,6 +305,14 @@ class TaskTopology:
         """A processor dropped the record being processed (late, or without a key)."""
         self.dropped_records += 1
         self.dropped_records_sensor.record()
+
+    def node_sensor(self, node: str, name: str) -> Sensor:
+        """Node ``node``'s sensor ``name``, made at the first ask (see
+        ``ProcessorContext.node_sensor``; the thread's metrics publish it)."""
+        sensor = self.node_sensors.get((node, name))
+        if sensor is None:
+            sensor = self.node_sensors[(node, name)] = Sensor()
+        return sensor
 
     def grant_commit_request(self) -> None:
         """A commit ran (or there was nothing to commit): ``context.commit()`` is answered."""

@@ -116,6 +116,18 @@ class ThreadMetrics:
             MetricName.of("stream-task-metrics", "dropped-records-rate", tags),
             topology.dropped_records_sensor.rate,
         )
+        for (node, name), sensor in topology.node_sensors.items():
+            node_tags = {**tags, "processor-node-id": node}
+            group = "stream-processor-node-metrics"
+            if name.endswith("-latency"):
+                register(MetricName.of(group, f"{name}-avg", node_tags), sensor.avg)
+                register(MetricName.of(group, f"{name}-max", node_tags), sensor.max)
+            else:
+                register(
+                    MetricName.of(group, f"{name}-total", node_tags),
+                    partial(getattr, sensor, "total_sum"),
+                )
+                register(MetricName.of(group, f"{name}-rate", node_tags), sensor.total_rate)
         for tp in task.inputs:
             # Kafka's consumer records-lag: the locally known lag (-1: not fetched yet).
             register(

@@ -1154,6 +1154,7 @@ class WindowedKTable(KTable):
             window_size_ms=self._window_size_ms,
             key_serde=self._inner_key_serde,
             value_serde=self.value_serde,
+            emit_final=emit_final,
         )
         builder.topology.add_processor(name, partial(FinalResultsProcessor, operation), self._node)
         builder.topology.add_state_store(StoreSpec(buffer), name)

@@ -81,6 +81,17 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
+class NodeSensor(Protocol):
+    """What a processor records into one of its node's metrics (see
+    :meth:`ProcessorContext.node_sensor`)."""
+
+    def record(self, value: float = 1.0) -> None: ...
+
+    def record_many(self, count: int, total: float, maximum: float) -> None:
+        """``count`` values at once, given their sum and largest."""
+        ...
+
+
 class ProcessorContext(Protocol):
     """What a processor may do while it processes a record (or punctuates)."""
 
@@ -110,6 +121,13 @@ class ProcessorContext(Protocol):
     def record_dropped(self) -> None:
         """Count the record being processed as dropped (the task's ``dropped-records``
         metric, as Kafka's ``droppedRecordsSensor``): late, or without a key."""
+
+    def node_sensor(self, name: str) -> NodeSensor:
+        """This node's sensor ``name`` (Kafka's ``stream-processor-node-metrics``, tagged
+        ``processor-node-id``): a name ending in ``-latency`` is published as
+        ``<name>-avg`` and ``<name>-max`` of the values recorded (ms), any other as
+        ``<name>-total`` (their sum) and ``<name>-rate`` (per second). Ask in ``init``:
+        a sensor first asked for later is counted but not published."""
 
     @property
     def timestamp(self) -> int:

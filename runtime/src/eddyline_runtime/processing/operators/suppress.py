@@ -30,6 +30,7 @@ were already due.
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -71,6 +72,9 @@ class FinalResults:
     window_size_ms: int
     key_serde: str | None
     value_serde: str | None
+    # emit_final (Kafka's EmitStrategy.onWindowClose) rather than suppress: which of
+    # Kafka's node metrics it keeps (see FinalResultsProcessor.init).
+    emit_final: bool = False
 
 
 class FinalResultsProcessor(Processor):
@@ -90,6 +94,14 @@ class FinalResultsProcessor(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
+        # Kafka's node metrics: emit_final's are its window aggregation's
+        # window-aggregate-final-emit-total/-rate and -latency-avg/-max (ms spent
+        # emitting), suppress's are suppression-emit-total/-rate.
+        emitted = "window-aggregate-final-emit" if self._spec.emit_final else "suppression-emit"
+        self._emitted = context.node_sensor(emitted)
+        self._emit_latency = (
+            context.node_sensor(f"{emitted}-latency") if self._spec.emit_final else None
+        )
         self._buffer = key_value_store(context, self._spec.store)
         stored = self._buffer.get(_CLOCK_KEY)
         if stored is not None:
@@ -128,6 +140,7 @@ class FinalResultsProcessor(Processor):
         """Forward and remove every entry with buffer time <= ``expiry``, oldest first."""
         if self._earliest is None or self._earliest > expiry or expiry < 0:
             return
+        started = time.perf_counter()
         # Collected first: deleting while the scan is open would change what it sees.
         due = list(self._buffer.scan(KeyRange(None, _TIME.pack(expiry + 1))))
         for raw, data in due:
@@ -139,3 +152,6 @@ class FinalResultsProcessor(Processor):
                 timestamp=timestamp,
             )
         self._earliest = self._first_time()
+        self._emitted.record(len(due))
+        if self._emit_latency is not None:
+            self._emit_latency.record((time.perf_counter() - started) * 1000)
