@@ -13,6 +13,9 @@ Streams' tests (apache/kafka; the tests are ours):
   and ``shouldNotJoinOnTableUpdates`` (the table's records at timestamp 0, as
   its ``pushToTableNonRandom``: a plain table's timestamps do not change the
   result, the stream record's timestamp is the output's);
+* hopping windows with ``emit_final()`` (``EmitStrategy.onWindowClose``):
+  ``KStreamWindowAggregateTest.shouldEmitWithInterval0`` (size 10, advance 5,
+  grace 5; emitted as soon as a window closes);
 * session windows, raw and suppressed:
   ``SuppressScenarioTest.shouldSupportFinalResultsForSessionWindows``.
 
@@ -134,6 +137,48 @@ TIME_WINDOWS_LARGE_JUMP = Scenario(
     steps=[k1_at(0, 1, 2, 0, 3, 0, 4, 0, 30)],
     outputs=["output-raw", "output-suppressed"],
     stores=["counts"],
+    config=NO_CACHE,
+)
+
+# -- hopping windows with emit_final (KStreamWindowAggregateTest) -----------------------------
+
+
+def emit_final_strings() -> Topology:
+    builder = StreamsBuilder()
+    (
+        builder.stream("topic1", key_serde="string", value_serde="string")
+        .group_by_key()
+        .windowed_by(TimeWindows.of_size_with_grace(10, 5).advance_by(5))
+        .emit_final()
+        .aggregate(
+            lambda: "0",
+            lambda _key, value, aggregate: f"{aggregate}+{value}",
+            "topic1-Canonized",
+            value_serde="string",
+        )
+        .to_stream()
+        .map(lambda window, value: (str(window), value))
+        .to("output", key_serde="string", value_serde="string")
+    )
+    return builder.build()
+
+
+EMIT_FINAL = Scenario(
+    "emit-final-hopping-windows",
+    emit_final_strings,
+    # A window closes once stream time reaches its end + grace: D@20 closes [0, 10) and
+    # [5, 15); [10, 20) stays open.
+    steps=[
+        [
+            ("topic1", "A", "1", 0),
+            ("topic1", "A", "1", 5),
+            ("topic1", "B", "2", 10),
+            ("topic1", "C", "3", 15),
+            ("topic1", "D", "4", 20),
+        ]
+    ],
+    outputs=["output"],
+    stores=["topic1-Canonized"],
     config=NO_CACHE,
 )
 
@@ -264,6 +309,9 @@ KAFKA_EXPECTED: dict[str, dict[str, Any]] = {
         ],
         "output-suppressed": [("[k1@0/5]", 3, 5), ("[k2@11/11]", 1, 11)],
     },
+    "emit-final-hopping-windows": {
+        "output": [("[A@0/10]", "0+1+1", 5), ("[A@5/15]", "0+1", 5), ("[B@5/15]", "0+2", 10)]
+    },
     "stream-table-join-cleared-by-null": {
         "output": [
             (0, "X0+Y0", 0),
@@ -305,6 +353,7 @@ SCENARIOS = [
     WORD_COUNT,
     TIME_WINDOWS,
     TIME_WINDOWS_LARGE_JUMP,
+    EMIT_FINAL,
     SESSION_WINDOWS,
     STREAM_TABLE_CLEARED,
     STREAM_TABLE_UPDATES,
