@@ -38,8 +38,8 @@ order:
   processed next, before the call returns;
 * stream-time punctuations fire as records advance stream time; wall-clock
   ones only when :meth:`~TopologyTestDriver.advance_wall_clock_time` moves the
-  driver's clock past them (the driver never reads the system clock after
-  it starts);
+  driver's clock past them (punctuations and ``max.task.idle.ms`` never read
+  the system clock: the driver's starts at ``initial_wall_clock_time_ms``);
 * every topic has one partition, named as in a run (repartition topics
   ``<application.id>-<name>``, changelogs ``<application.id>-<store>-changelog``,
   both readable as output topics).
