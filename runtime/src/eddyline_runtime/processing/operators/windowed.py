@@ -197,6 +197,7 @@ class _WindowedAggregate(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self._store = window_store(context, self._store_name)
+        self._observed = None  # read from this store at the first record
         self._dropped = context.record_dropped
         # The cache's deletes are expired segments being dropped: not results.
         self._forwards_on_flush = self._store.set_flush_listener(self._flushed, deletes=False)
@@ -292,6 +293,7 @@ class SessionAggregateProcessor(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self._store = session_store(context, self._spec.store)
+        self._observed = None  # read from this store at the first record
         self._dropped = context.record_dropped
         self._forwards_on_flush = self._store.set_flush_listener(self._flushed)
 
