@@ -1,9 +1,10 @@
 """User sessions: clicks grouped into sessions separated by 30 minutes of inactivity.
 
 ``clicks`` (key: user id, any value) is grouped by user and cut into session
-windows with a 30-minute inactivity gap, accepting clicks up to 5 minutes
-late; the ``user-sessions`` session store counts each session's clicks. Every
-change goes to ``user-sessions`` keyed ``"<user>@<session start>"`` with value
+windows with a 30-minute inactivity gap and 5 minutes of grace (a session takes
+clicks until stream time passes its end + gap + grace, as in Kafka); the
+``user-sessions`` session store counts each session's clicks. Every change goes
+to ``user-sessions`` keyed ``"<user>@<session start>"`` with value
 ``{"user", "start", "end", "clicks"}`` (both ends inclusive: the first and
 last click's times). When a click bridges two sessions they merge: each
 merged session's key gets a tombstone (None), then the merged session is

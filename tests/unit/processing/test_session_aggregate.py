@@ -6,9 +6,10 @@ the record sequences, gaps, expected sessions, forwarded removals, output
 timestamps (a session's end) and the late-record message of
 ``shouldImmediatelyForwardRemovedSessionsWhenMerging``,
 ``shouldHaveMultipleSessionsForSameIdWhenTimestampApartBySessionGap``,
-``shouldHandleMultipleSessionsAndMerging``, ``shouldMergeSessions`` and
-``shouldLogAndMeterWhenSkippingLateRecordWithZeroGrace`` are carried over as
-facts; the tests are ours.
+``shouldHandleMultipleSessionsAndMerging``, ``shouldMergeSessions``,
+``shouldLogAndMeterWhenSkippingLateRecordWithZeroGrace`` and ``...WithNonzeroGrace``
+are carried over as facts (a session closes once stream time passes its end + gap
++ grace); the tests are ours.
 """
 
 from __future__ import annotations
@@ -170,28 +171,41 @@ def test_a_record_between_two_sessions_merges_them(store_factory: StoreFactory) 
 def test_late_records_are_skipped_with_zero_grace(
     store_factory: StoreFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """shouldLogAndMeterWhenSkippingLateRecordWithZeroGrace."""
+    """shouldLogAndMeterWhenSkippingLateRecordWithZeroGrace: gap 10, stream time 11 (the
+    gap plus 1) closes a session ending at 0."""
     caplog.set_level(logging.WARNING)
     sessions = Sessions(SessionWindows.of_inactivity_gap_without_grace(10), store_factory(STORE))
     sessions.send("dummy", 0)
     sessions.send("OnTime1", 0)
-    sessions.send("dummy", 1)
+    sessions.send("dummy", 11)
     sessions.send("Late1", 0)
     assert sessions.task.dropped_records == 1
     assert (
         "Skipping record for expired window. key=[Late1] topic=[topic] partition=[0] "
-        "offset=[3] timestamp=[0] window=[0,0] expiration=[1] streamTime=[1]"
+        "offset=[3] timestamp=[0] window=[0,0] expiration=[1] streamTime=[11]"
     ) in caplog.messages
     assert ("[OnTime1@0/0]", "1", 0) in sessions.outputs()
 
 
-def test_a_late_record_within_grace_is_kept(store_factory: StoreFactory) -> None:
+def test_a_late_record_within_gap_and_grace_is_kept(
+    store_factory: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """shouldLogAndMeterWhenSkippingLateRecordWithNonzeroGrace: gap 10, grace 1."""
+    caplog.set_level(logging.WARNING)
     sessions = Sessions(SessionWindows.of_inactivity_gap_with_grace(10, 1), store_factory(STORE))
     sessions.send("dummy", 0)
-    sessions.send("dummy", 1)
-    sessions.send("OnTime2", 0)  # ends at 0, closes once stream time passes 0 + 1
+    sessions.send("OnTime1", 0)
+    sessions.send("dummy", 11)
+    sessions.send("OnTime2", 0)  # ends at 0: closes once stream time passes 0 + 10 + 1
     assert sessions.task.dropped_records == 0
     assert sessions.outputs()[-1] == ("[OnTime2@0/0]", "1", 0)
+    sessions.send("dummy", 12)
+    sessions.send("Late1", 0)
+    assert sessions.task.dropped_records == 1
+    assert (
+        "Skipping record for expired window. key=[Late1] topic=[topic] partition=[0] "
+        "offset=[5] timestamp=[0] window=[0,0] expiration=[1] streamTime=[12]"
+    ) in caplog.messages
 
 
 def test_a_session_closed_before_a_restart_stays_closed(

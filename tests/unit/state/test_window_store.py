@@ -1,8 +1,10 @@
 """Window and session stores over the transactional RocksDB store (KIP-892).
 
 Boundaries follow Kafka Streams' segmented stores (``AbstractRocksDBSegmentedBytesStore``,
-``WindowKeySchema``, ``SessionKeySchema``): fetch ranges include both ends, an entry is
-expired once its segment-time is older than ``observed stream time - retention + 1``.
+``WindowKeySchema``, ``SessionKeySchema``, ``Segments``): fetch ranges include both ends,
+reads hide an entry whose segment-time is older than ``observed stream time - retention
++ 1``, and a segment older than the one holding ``observed - retention`` takes no writes
+and is dropped.
 """
 
 from __future__ import annotations
@@ -137,15 +139,36 @@ def test_retention_drops_whole_segments_and_hides_expired_windows(
     # Segment [500, 1000) still holds live window 999, so expired 600 waits there, unseen.
     raw_starts = [decode_window_key(raw)[1] for raw, _ in backing.all()]
     assert raw_starts == [600, 999, 1600]
-    # A write of an expired window is skipped and counted.
-    store.put(b"k", 600, b"late")
-    assert store.expired_writes == 1
+    # A write into the live segment [500, 1000) is kept, though reads hide its time;
+    # one into the dropped segment [0, 500) is skipped and counted.
+    assert store.put(b"k", 600, b"late")
     assert store.fetch(b"k", 600) is None
+    assert not store.put(b"k", 499, b"late")
+    assert store.expired_writes == 1
     # The boundary itself is live.
     store.put(b"k", 601, b"edge")
     assert store.fetch(b"k", 601) == b"edge"
     store.put(b"k", 2100, b"v")  # min live 1101: segment [500, 1000) goes
     assert [decode_window_key(raw)[1] for raw, _ in backing.all()] == [1600, 2100]
+
+
+def test_a_segment_stays_live_until_observed_minus_retention_leaves_it(
+    store_factory: StoreFactory,
+) -> None:
+    """Kafka's ``Segments.getOrCreateSegmentIfLive``: live while segment >= the segment of
+    observed - retention; reads start at observed - retention + 1 all the same."""
+    backing = store_factory()
+    store = SegmentedWindowStore(backing, RETENTION)
+    store.put(b"k", 0, b"v")
+    store.put(b"k", 1499, b"v")  # 1499 - 1000 = 499: segment [0, 500) is still live
+    assert [decode_window_key(raw)[1] for raw, _ in backing.all()] == [0, 1499]
+    assert store.put(b"k", 10, b"kept")
+    assert store.fetch(b"k", 10) is None  # older than 1499 - 1000 + 1 = 500
+    assert windows(store, b"k", 0, 2000) == [(1499, b"v")]
+    store.put(b"k", 1500, b"v")  # 500: segment [0, 500) is dropped
+    assert [decode_window_key(raw)[1] for raw, _ in backing.all()] == [1499, 1500]
+    assert not store.put(b"k", 10, b"late")
+    assert store.expired_writes == 1
 
 
 def test_uncommitted_windows_isolation_and_budget(store_factory: StoreFactory) -> None:
@@ -305,9 +328,12 @@ def test_sessions_expire_by_their_end(store_factory: StoreFactory) -> None:
     store.put(b"u", 1500, 1600, b"new")  # min live 601
     assert [s[1:3] for s in store.fetch(b"u")] == [(100, 700), (1500, 1600)]
     assert [decode_session_key(raw)[1:] for raw, _ in backing.all()] == [(100, 700), (1500, 1600)]
-    store.put(b"u", 0, 600, b"late")
-    assert store.expired_writes == 1
+    # Its end's segment [500, 1000) is live: written, though reads hide it (600 < 601).
+    assert store.put(b"u", 0, 600, b"late")
     assert store.fetch_session(b"u", 0, 600) is None
+    assert store.expired_writes == 0
+    assert not store.put(b"u", 0, 499, b"late")  # segment [0, 500) is gone
+    assert store.expired_writes == 1
 
 
 def test_session_isolation_and_reopen(store_factory: StoreFactory, tmp_path: Path) -> None:

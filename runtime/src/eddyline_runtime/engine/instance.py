@@ -468,18 +468,32 @@ class StreamsInstance:
         return lags
 
     def caught_up(self) -> bool:
-        """Running, every input fetched to its end, nothing buffered, everything committed."""
+        """Running, every input fetched to its end, and everything processed committed.
+
+        What the answer covers must be committed when it is given, so a caller may read
+        the outputs (``read_committed`` under exactly-once) and the committed offsets at
+        once. A thread's ``idle`` flag alone cannot say that: it is set at the end of an
+        iteration and stays set while the next one processes and commits, so a record
+        produced meanwhile was processed (its position at the log's end) but not yet
+        committed. Per task, every input position must be committed (nothing left for
+        the next commit) and at the log's end; then each thread's count of records
+        processed since its last commit must be 0, read after the positions: it is
+        cleared only at the end of a commit, once its input offsets are written too
+        (at-least-once writes them after the tasks' stores).
+        """
         if self.check() is not InstanceState.RUNNING:
             return False
         if not all(thread.idle and thread.buffered() == 0 for thread in self.threads):
             return False
-        # Ask the log, not the lag last fetched: a record produced since then counts.
-        return all(
-            position >= self.log.end_offset(tp)
-            for thread in self.threads
-            for task in thread.tasks
-            for tp, position in list(task.consumed.items())
-        )
+        for thread in self.threads:
+            for task in thread.tasks:
+                if task.offsets_to_commit():
+                    return False  # processed, not committed yet
+                # Ask the log, not the lag last fetched: a record produced since counts.
+                for tp, position in list(task.consumed.items()):
+                    if position < self.log.end_offset(tp):
+                        return False
+        return all(thread.processed_since_commit == 0 for thread in self.threads)
 
     def wait_until_caught_up(self, timeout: float, *, poll_seconds: float = 0.05) -> None:
         """Block until :meth:`caught_up` (inputs that keep growing never catch up)."""

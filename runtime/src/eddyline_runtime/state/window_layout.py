@@ -40,9 +40,11 @@ windows start at 0 or later).
 
 Retention follows Kafka Streams: a window store keeps ``max(retention,
 size + grace)``; a session store ``max(retention, gap + grace)``; the segment
-interval is ``max(retention / 2, 60 s)``; an entry whose segment-time (window
-start, session end) is older than ``observed stream time - retention + 1`` is
-expired. The changelog topic is ``cleanup.policy=compact,delete`` with
+interval is ``max(retention / 2, 60 s)``; reads never return an entry whose
+segment-time (window start, session end) is older than ``observed stream time -
+retention + 1``, and a segment older than the one holding ``observed stream time
+- retention`` is expired: it takes no writes and is dropped whole. The changelog
+topic is ``cleanup.policy=compact,delete`` with
 ``retention.ms = retention + windowstore.changelog.additional.retention.ms``
 (1 day by default): :func:`changelog_retention_ms`.
 """
@@ -133,8 +135,15 @@ class Retention:
         return timestamp - timestamp % self.segment_interval_ms
 
     def min_live(self, observed_stream_time: int) -> int:
-        """The oldest segment-time still retained (everything older is expired)."""
+        """The oldest segment-time reads still return (Kafka's ``actualFrom``): every
+        read starts at ``max(from, observed - retention + 1)``."""
         return observed_stream_time - self.retention_ms + 1
+
+    def oldest_live_segment(self, observed_stream_time: int) -> int:
+        """The start of the oldest segment still live (Kafka's ``Segments``: the segment
+        of ``observed - retention``). A write into a live segment is kept, even when
+        reads already hide its time; older segments take no writes and are dropped."""
+        return self.segment_of(observed_stream_time - self.retention_ms)
 
 
 def changelog_retention_ms(

@@ -16,12 +16,19 @@ second engine to keep in step:
   committed data: nothing is wiped;
 * changelog, restoration, standbys and Spark SST builds see plain raw keys.
 
-Retention (Kafka Streams' segmented stores): the *observed stream time* of a
-store is the largest segment-time written (window start, session end).
-Entries older than ``observed - retention + 1`` are expired: a write of one
-is skipped (and counted in :attr:`SegmentedWindowStore.expired_writes`), reads never
-return one, and a segment whose every timestamp is expired is dropped whole,
-by deleting its key range through the backing store. The deletes go through
+Retention (Kafka Streams' segmented stores, ``AbstractRocksDBSegmentedBytesStore``
+and ``Segments``): the *observed stream time* of a store is the largest
+segment-time written (window start, session end). Two rules follow from it, as
+in Kafka:
+
+* reads never return an entry older than ``observed - retention + 1`` (every
+  read starts at ``max(from, observed - retention + 1)``);
+* a segment is *live* while it is at or after the segment of ``observed -
+  retention``. A write into a live segment is kept, even when reads already
+  hide its time (a session aggregation writes a session that closes only a gap
+  after its end); a write into an older segment is skipped (and counted in
+  :attr:`SegmentedWindowStore.expired_writes`), and older segments are dropped
+  whole, by deleting their key range through the backing store. The deletes go through
 the open transaction and the changelog like any write, so standbys and
 restored stores drop the same entries and stay byte-for-byte equal to the
 active store. After a reopen, the observed stream time is recovered from the
@@ -345,18 +352,18 @@ class _SegmentedOwner:
         if timestamp > self._observed_time:
             self._observed_time = timestamp
             self._drop_expired()
-        if timestamp < self.retention.min_live(self._observed_time):
+        segment = self.retention.segment_of(timestamp)
+        if segment < self.retention.oldest_live_segment(self._observed_time):
             self.expired_writes += 1
             logger.debug(
-                'state store "%s": skipping a write at %d ms, expired (observed stream time '
-                "%d ms, retention %d ms)",
+                'state store "%s": skipping a write at %d ms, its segment expired (observed '
+                "stream time %d ms, retention %d ms)",
                 self.name,
                 timestamp,
                 self._observed_time,
                 self.retention.retention_ms,
             )
             return None
-        segment = self.retention.segment_of(timestamp)
         segments.add(segment)
         return segment
 
@@ -364,9 +371,8 @@ class _SegmentedOwner:
         segments = self._segment_set
         if segments is None or self._observed_time == _NO_TIME:
             return
-        min_live = self.retention.min_live(self._observed_time)
-        interval = self.retention.segment_interval_ms
-        expired = sorted(s for s in segments if s + interval <= min_live)
+        oldest_live = self.retention.oldest_live_segment(self._observed_time)
+        expired = sorted(s for s in segments if s < oldest_live)
         if expired and self._before_drop is not None:
             # A record cache above the store may hold the segment's last updates, not yet
             # forwarded: they go out first, or the drop's deletes would overwrite them
@@ -424,8 +430,8 @@ class SegmentedWindowStore(_SegmentedOwner, _WindowReads):
     def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
         """Write ``key``'s window at ``window_start``; a None value deletes it.
 
-        A window already expired (see the module docstring) is not written:
-        the answer is then False.
+        A window whose segment is no longer live (see the module docstring) is not
+        written: the answer is then False.
         """
         check_key(self.name, "put", key)
         check_timestamp(self.name, "window start", window_start)
@@ -465,7 +471,8 @@ class SegmentedSessionStore(_SegmentedOwner, _SessionReads):
     def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
         """Write ``key``'s session [start, end]; a None value removes it.
 
-        A session whose end is already expired is not written (the answer is False).
+        A session whose end's segment is no longer live (see the module docstring) is
+        not written (the answer is False).
         """
         check_key(self.name, "put", key)
         _check_session(self.name, start, end)
@@ -483,9 +490,10 @@ class SegmentedSessionStore(_SegmentedOwner, _SessionReads):
         """Remove ``key``'s session [start, end] (a merged session's old entry)."""
         check_key(self.name, "remove", key)
         _check_session(self.name, start, end)
-        if end < self.retention.min_live(self._observed()):
-            return
-        self._backing.delete(session_key(self.retention.segment_of(end), key, start, end))
+        segment = self.retention.segment_of(end)
+        if segment < self.retention.oldest_live_segment(self._observed()):
+            return  # its segment is dropped (or about to be): nothing to delete
+        self._backing.delete(session_key(segment, key, start, end))
 
     def reader(self, isolation: IsolationLevel | str | None = None) -> SessionStoreReader:
         return SessionStoreReader(self, self._backing.reader(isolation))

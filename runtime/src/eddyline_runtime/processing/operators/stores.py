@@ -108,7 +108,8 @@ class WindowStore(Protocol):
         ...
 
     def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
-        """Write (None: delete) ``key``'s window; False when it had expired and was not."""
+        """Write (None: delete) ``key``'s window; False when its segment had expired
+        and it was not (a live segment takes it, even past what reads show)."""
         ...
 
     @property
@@ -136,7 +137,8 @@ class SessionStore(Protocol):
         ...
 
     def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
-        """Write (None: remove) ``key``'s session; False when it had expired and was not."""
+        """Write (None: remove) ``key``'s session; False when the segment of its end
+        had expired and it was not (a live segment takes it, even past what reads show)."""
         ...
 
     def remove(self, key: bytes, start: int, end: int) -> None:

@@ -24,7 +24,10 @@ Layout (raw keys sort by time, so due entries are one ordered range):
 The buffer time is the window end, plus one when ``strict`` (the window is
 due only once the clock passes end + wait). The clock is kept in the buffer
 so that a restored task does not start it over and hold back results that
-were already due.
+were already due. The processor reads the clock and the earliest entry at its
+first record, not in ``init``: a task initialises its processors before it
+restores their stores, and a buffer restored from its changelog (its state
+wiped) was empty when ``init`` ran.
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ class FinalResultsProcessor(Processor):
         # The smallest buffer time held (None: the buffer is empty), so a record
         # with nothing due costs no ordered read.
         self._earliest: int | None = None
+        # Whether the clock and the earliest entry were read from the buffer (see the
+        # module docstring: at the first record, once the buffer is restored).
+        self._loaded = False
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -103,10 +109,13 @@ class FinalResultsProcessor(Processor):
             context.node_sensor(f"{emitted}-latency") if self._spec.emit_final else None
         )
         self._buffer = key_value_store(context, self._spec.store)
+        self._loaded = False
+
+    def _load(self) -> None:
         stored = self._buffer.get(_CLOCK_KEY)
-        if stored is not None:
-            self._clock = _TIME.unpack(stored)[0]
+        self._clock = _NO_TIME if stored is None else int(_TIME.unpack(stored)[0])
         self._earliest = self._first_time()
+        self._loaded = True
 
     def _first_time(self) -> int | None:
         first = next(iter(self._buffer.scan(KeyRange(None, _CLOCK_KEY))), None)
@@ -119,6 +128,8 @@ class FinalResultsProcessor(Processor):
                 f"keys, got {type(key).__name__} {key!r}: suppress the table of a windowed "
                 "aggregation (windowed_by(...).count(...))"
             )
+        if not self._loaded:
+            self._load()
         context = self.context
         spec = self._spec
         # The updates' own clock (see FinalResults): never ahead of an update in flight.

@@ -2,17 +2,23 @@
 
 Time windows: Kafka Streams' ``KStreamWindowAggregate``, record by record:
 
-* a record with a null key is dropped (logged, counted in ``dropped-records-total``);
-* stream time is never behind what the store already holds: a new task's stream
-  time starts over (Kafka restores it from commit metadata, eddyline does not
-  yet), so at its first record the processor recovers the newest record
-  timestamp folded into the store's newest windows, and a window that closed
-  before a restart stays closed;
+* a record with a null key is dropped (logged, counted once in
+  ``dropped-records-total``) and changes nothing else: it never reaches the
+  aggregation's clock;
+* the clock is the aggregation's own *observed stream time* (Kafka's per-processor
+  ``observedStreamTime``): the largest timestamp of the records that reached it
+  with a key, never the task's stream time, which every record of the task's
+  inputs advances (a null-key record with a late timestamp would otherwise close
+  windows and make later on-time records late);
+* Kafka starts that clock empty when a task is created; eddyline starts it at the
+  newest record timestamp folded into the store (read at the first record, after
+  the store is restored): that is exactly the clock the aggregation had at its
+  last commit, so a window closed before a restart stays closed instead of being
+  reopened with a fresh aggregate (docs/windows.md says why);
 * for each window the record falls in (``TimeWindows.windows_for``), the window
-  is *closed* when its end is at or before ``stream time - grace``, where
-  stream time is the task's (the largest timestamp it has processed, this
-  record included). A record for a closed window is dropped for that window,
-  counted once per window, and logged with the reason; open windows fold it in;
+  is *closed* when its end is at or before ``observed - grace``. A record for a
+  closed window is dropped for that window, counted once per window, and logged
+  with the reason; open windows fold it in;
 * each window's value is timestamped with the newest record folded in, and a
   result carries that timestamp downstream;
 * results go downstream keyed by ``Windowed(key, window)``: on every update
@@ -22,12 +28,15 @@ Time windows: Kafka Streams' ``KStreamWindowAggregate``, record by record:
 
 Session windows: Kafka Streams' ``KStreamSessionWindowAggregate``: a record at
 ``t`` starts the session ``[t, t]``, merges (``merger``) every session of its
-key ending at or after ``t - gap`` and starting at or before ``t + gap``, and
-is dropped when the merged session ends before ``stream time - grace``. Unless
-the merged session is just ``[t, t]``, each merged session is removed and its
-removal forwarded (a None value, timestamped with its end); the merged session
-is then written and forwarded, timestamped with its end. The stream time is
-never behind the newest session end in the store.
+key ending at or after ``t - gap`` and starting at or before ``t + gap`` that
+the store still shows (its reads start at ``store observed - retention + 1``),
+and is dropped when the merged session ends before ``observed - gap - grace``
+(strictly: a session stays open for a gap after its end, then for the grace).
+Unless the merged session is just ``[t, t]``, each merged session is removed
+and its removal forwarded (a None value, timestamped with its end); the merged
+session is then written and forwarded, timestamped with its end. The clock is
+the aggregation's own observed stream time, as for time windows, started at the
+newest session end in the store.
 
 Each processor is built from its frozen description (:class:`WindowedAggregation`,
 :class:`SessionWindowedAggregation`, :class:`SlidingWindowedAggregation`) by the
@@ -169,8 +178,9 @@ def _skip_expired(
 
 class _WindowedAggregate(Processor):
     """What the time and sliding window aggregations share: their store and serdes,
-    stream time never behind the store's newest record, and their results (forwarded on
-    every write without a record cache, on the cache's flush with one)."""
+    their own observed stream time (started at the store's newest record), and their
+    results (forwarded on every write without a record cache, on the cache's flush
+    with one)."""
 
     _store: WindowStore
 
@@ -179,25 +189,31 @@ class _WindowedAggregate(Processor):
     ) -> None:
         self._store_name = spec.store
         self._window_ms = window_ms  # a window's end - start
-        # The newest record timestamp the store holds (None: not read yet).
-        self._recovered_time: int | None = None
+        # The aggregation's observed stream time (None: not started yet, see _observe).
+        self._observed: int | None = None
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.value_serde)
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self._store = window_store(context, self._store_name)
+        self._observed = None  # read from this store at the first record
         self._dropped = context.record_dropped
         # The cache's deletes are expired segments being dropped: not results.
         self._forwards_on_flush = self._store.set_flush_listener(self._flushed, deletes=False)
 
-    def _stream_time(self) -> int:
-        """The task's stream time, or the newest record in the store when later: a window
-        that closed before a restart stays closed."""
-        recovered = self._recovered_time
-        if recovered is None:
-            recovered = self._recovered_time = _newest_stored_timestamp(self._store)
-        return max(self.context.stream_time, recovered)
+    def _observe(self, timestamp: int) -> int:
+        """Advance the aggregation's observed stream time to ``timestamp``; returns it.
+
+        Only records that reach the aggregation with a key call this. It starts at the
+        newest record timestamp in the store, read at the first record rather than in
+        ``init``, which runs before the task's stores are restored."""
+        observed = self._observed
+        if observed is None:
+            observed = _newest_stored_timestamp(self._store)
+        observed = max(observed, timestamp)
+        self._observed = observed
+        return observed
 
     def _put(self, key: Any, stored_key: bytes, start: int, newest: int, aggregate: Any) -> bool:
         """Write the window at ``start``; forwarded now unless the cache's flush will.
@@ -234,7 +250,7 @@ class WindowAggregateProcessor(_WindowedAggregate):
             _skip_null(context, self._dropped, value)
             return
         timestamp = context.timestamp
-        stream_time = self._stream_time()
+        stream_time = self._observe(timestamp)
         close_time = stream_time - self._windows.grace_ms
         stored_key = self._keys.serialize(key)
         for window in self._windows.windows_for(timestamp):
@@ -267,10 +283,17 @@ class SessionAggregateProcessor(Processor):
         self._windows = spec.windows
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.value_serde)
+        # How long a session stays open after its end: the gap (a record that late
+        # still extends it), then the grace.
+        self._open_ms = spec.windows.gap_ms + spec.windows.grace_ms
+        # The aggregation's observed stream time (None: not started yet): as for time
+        # windows, started at the store's newest session end once the store is restored.
+        self._observed: int | None = None
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self._store = session_store(context, self._spec.store)
+        self._observed = None  # read from this store at the first record
         self._dropped = context.record_dropped
         self._forwards_on_flush = self._store.set_flush_listener(self._flushed)
 
@@ -281,8 +304,12 @@ class SessionAggregateProcessor(Processor):
             return
         spec, gap = self._spec, self._windows.gap_ms
         timestamp = context.timestamp
-        stream_time = max(context.stream_time, self._store.observed_stream_time)
-        close_time = stream_time - self._windows.grace_ms
+        stream_time = self._observed
+        if stream_time is None:
+            stream_time = self._store.observed_stream_time
+        stream_time = max(stream_time, timestamp)
+        self._observed = stream_time
+        close_time = stream_time - self._open_ms
         stored_key = self._keys.serialize(key)
         aggregate = spec.initializer()
         start = end = timestamp
@@ -358,7 +385,7 @@ class SlidingWindowAggregateProcessor(_WindowedAggregate):
             _skip_null(context, self._dropped)
             return
         timestamp, diff = context.timestamp, self._diff
-        stream_time = self._stream_time()
+        stream_time = self._observe(timestamp)
         close_time = stream_time - self._grace
         if timestamp + diff < close_time:
             self._skip(timestamp, timestamp + diff, close_time, stream_time)
