@@ -146,7 +146,10 @@ def executor_pod(driver: Obj) -> Obj:
             "args": ["executor"],
             "env": [
                 {"name": "SPARK_EXECUTOR_ID", "value": "1"},
-                {"name": "SPARK_DRIVER_URL", "value": "spark://CoarseGrainedScheduler@10.0.0.1:7078"},
+                {
+                    "name": "SPARK_DRIVER_URL",
+                    "value": "spark://CoarseGrainedScheduler@10.0.0.1:7078",
+                },
             ],
             "ports": [{"name": "blockmanager", "containerPort": 7079}],
             "resources": {"requests": {"cpu": "1", "memory": "1408Mi"}},
@@ -322,7 +325,10 @@ def test_a_restore_job_creates_no_service_configmap_or_claim(setting: Setting, k
         "Service": {"spec": {"ports": [{"port": 80}]}},
         "ConfigMap": {"data": {"a": "b"}},
         "PersistentVolumeClaim": {
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            }
         },
     }
     document = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "grab"}, **spec[kind]}

@@ -67,7 +67,10 @@ def executor_pod_template() -> Obj:
             "automountServiceAccountToken": False,
             "securityContext": security.pod_security_context(),
             "containers": [
-                {"name": EXECUTOR_CONTAINER, "securityContext": security.container_security_context()}
+                {
+                    "name": EXECUTOR_CONTAINER,
+                    "securityContext": security.container_security_context(),
+                }
             ],
         },
     }
