@@ -6,10 +6,10 @@ restore account pod calls only, and the ValidatingAdmissionPolicy
 ``<release>-restore-executors`` (``templates/admission.yaml``) lets it create only executor
 pods of its own Job. Spark 4.2 in client mode (fabric8 7.6) stays inside both only with
 the settings below; ``docs/operator.md`` ("What restore executors may do") lists the calls.
-``reconcile/restore_job.py`` adds :func:`spark_conf` to a ``k8s://`` Job's ``--conf``
-settings, and the executor pod template (:func:`executor_pod_template`) must be a file in
-the driver's container at :data:`POD_TEMPLATE_PATH` (the app's ConfigMap, mounted at
-``names.CONFIG_MOUNT``, carries it under :data:`POD_TEMPLATE_KEY`).
+A ``k8s://`` Job's ``--conf`` settings (``reconcile/restore_job.py``) must include
+:func:`spark_conf`; the executor pod template (:func:`executor_pod_template`) it names is in
+the app's ConfigMap under :data:`POD_TEMPLATE_KEY` (``objects.config_map``), which the Job's
+pod mounts at ``names.CONFIG_MOUNT``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ POD_TEMPLATE_KEY = "executor-pod-template.yaml"
 POD_TEMPLATE_PATH = f"{names.CONFIG_MOUNT}/{POD_TEMPLATE_KEY}"
 # Spark's name for the executor container (BasicExecutorFeatureStep's default).
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+
+
+def uses_executor_pods(master: str) -> bool:
+    """Whether a Spark master runs executors as pods (``k8s://``); a local one runs none."""
+    return master.startswith("k8s://")
 
 
 def spark_conf(service_account: str) -> dict[str, str]:
