@@ -15,6 +15,9 @@ Security enforcement, so every refusal is the policy's and names its rule.
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ import pytest
 import yaml
 
 from eddyline_operator.reconcile import restore_executors
+from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Kubectl, Operator
 
@@ -47,6 +51,7 @@ class Setting:
     operator: Operator
     driver: Obj  # the restore Job's pod, as the API server stored it
     as_driver: Kubectl  # a token bound to that pod, as the driver's projected token is
+    token: str
 
 
 def streamapp(name: str, image: str) -> str:
@@ -98,7 +103,8 @@ def setting(control_plane: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
     stored = admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", driver)
     token = control_plane.plane.service_account_token(NAMESPACE, ACCOUNT, 3600, pod=stored)
     kubeconfig = control_plane.plane.token_kubeconfig(operator.root / "driver.kubeconfig", token)
-    yield Setting(operator, stored, Kubectl(kubeconfig, operator.root / "driver-home", NAMESPACE))
+    as_driver = Kubectl(kubeconfig, operator.root / "driver-home", NAMESPACE)
+    yield Setting(operator, stored, as_driver, token)
     kubectl.run("delete", "sapp", "--all", "--wait=false")
     kubectl.run("delete", "pod", DRIVER, "--wait=false")
 
@@ -351,3 +357,80 @@ def test_accounts_without_the_executor_role_are_not_the_policys(setting: Setting
     as_ = f"--as=system:serviceaccount:{NAMESPACE}:backup-restore"
     result = kubectl.run("create", "--dry-run=server", as_, "-f", "-", stdin=yaml.safe_dump(pod))
     assert result.returncode == 0, result.stderr
+
+
+def test_spark_runs_its_executor_pods_with_the_role_and_the_policy(
+    setting: Setting, control_plane: Cluster, tmp_path: Path
+) -> None:
+    """Spark 4.2 itself, not a pod shaped like its: a client-mode driver (a process here,
+    with the Job pod's bound token) given reconcile/restore_executors.py's settings and the
+    restore Job's, creates its executor pods, watches and lists them, and deletes them when it
+    stops, with no call refused. The executors are never scheduled (no node has the label):
+    only the driver's calls are under test."""
+    token_file = tmp_path / "token"
+    token_file.write_text(setting.token, encoding="utf-8")
+    template = tmp_path / restore_executors.POD_TEMPLATE_KEY
+    template.write_text(yaml.safe_dump(restore_executors.executor_pod_template()), "utf-8")
+    settings = {
+        "spark.master": f"k8s://{control_plane.plane.url}",
+        "spark.submit.deployMode": "client",
+        "spark.app.name": "eddyline-restore-counts",
+        **restore_executors.spark_conf(ACCOUNT),
+        "spark.kubernetes.executor.podTemplateFile": str(template),
+        # What reconcile/restore_job.py sets for a k8s:// master.
+        "spark.kubernetes.namespace": NAMESPACE,
+        "spark.kubernetes.driver.pod.name": DRIVER,
+        "spark.kubernetes.container.image": IMAGE,
+        "spark.kubernetes.authenticate.caCertFile": str(control_plane.plane.pki.ca_cert),
+        "spark.kubernetes.authenticate.oauthTokenFile": str(token_file),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.instances": "2",
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "512m",
+        "spark.local.dir": str(tmp_path / "local"),
+        "spark.ui.enabled": "false",
+        "spark.kubernetes.executor.node.selector.eddyline.dev/test": "never-scheduled",
+    }
+    for volume, claim, path in (
+        ("restore", f"{APP}-restore", "/var/lib/eddyline/restore"),
+        ("log", f"{APP}-log", "/var/lib/eddyline/log"),
+    ):
+        prefix = f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{volume}"
+        settings[f"{prefix}.options.claimName"] = claim
+        settings[f"{prefix}.mount.path"] = path
+    log = tmp_path / "driver.log"
+    selector = "labelSelector=spark-role%3Dexecutor"
+    pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods?{selector}"
+    admin = setting.operator.admin
+    with log.open("wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.control_plane.spark_driver", json.dumps(settings)],
+            stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        try:
+            executors = wait_until(
+                lambda: (admin.get(pods_path) or {}).get("items") or None,
+                "Spark's executor pods created",
+                120,
+            )
+            wait_until(
+                lambda: len((admin.get(pods_path) or {}).get("items") or []) == 2,
+                "both executor pods",
+                60,
+            )
+            driver.communicate(b"stop\n", timeout=120)
+            assert driver.returncode == 0, log.read_text(errors="replace")[-4000:]
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.communicate()
+    text = log.read_text(errors="replace")
+    assert "SPARK-STOPPED" in text, text[-4000:]
+    for refused in ("Forbidden", "forbidden", "ValidatingAdmissionPolicy"):
+        assert refused not in text, text[-4000:]
+    pod = executors[0]
+    assert pod["spec"]["serviceAccountName"] == ACCOUNT
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == setting.driver["metadata"]["uid"]
+    # The driver deleted its executors when it stopped (deletecollection by label).
+    wait_until(lambda: not (admin.get(pods_path) or {}).get("items"), "the executors deleted", 60)
