@@ -404,8 +404,9 @@ def test_spark_runs_its_executor_pods_with_the_role_and_the_policy(
     pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods?{selector}"
     admin = setting.operator.admin
     with log.open("wb") as out:
+        command = [sys.executable, "-m", "tests.support.control_plane.spark_driver"]
         driver = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.control_plane.spark_driver", json.dumps(settings)],
+            [*command, json.dumps(settings)],
             stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
         )  # fmt: skip
         try:
