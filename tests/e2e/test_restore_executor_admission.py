@@ -390,6 +390,8 @@ def test_spark_runs_its_executor_pods_with_the_role_and_the_policy(
         "spark.executor.memory": "512m",
         "spark.local.dir": str(tmp_path / "local"),
         "spark.ui.enabled": "false",
+        # The session starts without waiting 30 s for executors that never register.
+        "spark.scheduler.minRegisteredResourcesRatio": "0",
         "spark.kubernetes.executor.node.selector.eddyline.dev/test": "never-scheduled",
     }
     for volume, claim, path in (
