@@ -94,6 +94,8 @@ def test_helm_installs_the_chart_and_the_real_server_takes_every_object(
                             "Role", "RoleBinding", "Deployment", "KopfPeering",
                             # the executor role's bind stays narrow, and restore accounts
                             # make only their Job's executor pods (templates/admission.yaml)
+                            # (the image rule has params of its own)
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                             "ValidatingAdmissionPolicy",
                             "ValidatingAdmissionPolicyBinding"])  # fmt: skip

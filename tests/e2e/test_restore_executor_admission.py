@@ -437,3 +437,16 @@ def test_spark_runs_its_executor_pods_with_the_role_and_the_policy(
     assert pod["metadata"]["ownerReferences"][0]["uid"] == setting.driver["metadata"]["uid"]
     # The driver deleted its executors when it stopped (deletecollection by label).
     wait_until(lambda: not (admin.get(pods_path) or {}).get("items"), "the executors deleted", 60)
+
+
+def test_pods_of_a_namespace_without_streamapps_are_not_the_policys(setting: Setting) -> None:
+    """The API server resolves a binding's params before its matchConditions: with
+    ``parameterNotFoundAction: Deny`` the image rule refused every pod of a namespace without
+    StreamApps (the ReplicaSet controller's in the chart's own e2e test, for one)."""
+    admin = setting.operator.admin
+    admin.ensure("/api/v1/namespaces", {"metadata": {"name": f"{NAMESPACE}-none"}})
+    pod = restricted_pod()
+    pod["metadata"] = {"name": "anyones"}
+    container(pod)["image"] = "registry.example/anything:1"
+    created = admin.create(f"/api/v1/namespaces/{NAMESPACE}-none/pods?dryRun=All", pod)
+    assert created["metadata"]["name"] == "anyones"
