@@ -92,7 +92,11 @@ def test_helm_installs_the_chart_and_the_real_server_takes_every_object(
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
                             "Role", "RoleBinding", "Deployment", "KopfPeering",
-                            # the executor role's bind stays narrow (templates/admission.yaml)
+                            # the executor role's bind stays narrow, and restore accounts
+                            # make only their Job's executor pods (templates/admission.yaml)
+                            # (the image rule has params of its own)
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                             "ValidatingAdmissionPolicy",
                             "ValidatingAdmissionPolicyBinding"])  # fmt: skip
     for obj in objects:
@@ -135,6 +139,11 @@ def test_helm_installs_the_chart_and_the_real_server_takes_every_object(
     ]
     pod_verbs = {v for r in role_rules if "pods" in r["resources"] for v in r["verbs"]}
     assert "create" not in pod_verbs
+    # The executor role: pod calls only (docs/operator.md lists Spark's), and its marker.
+    granted = {
+        (g, r) for rule in executor["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    assert granted == {("", "pods"), ("eddyline.dev", "restoreexecutors")}
 
     # The real ReplicaSet controller made both pods: Pod Security "restricted" admitted the
     # chart's pod template (a refused pod would leave the ReplicaSet with FailedCreate).

@@ -28,6 +28,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The image StreamApp pods (and restore Jobs) run when the app names none: the operator's
+EDDYLINE_RUNTIME_IMAGE and the restore-executor policy's default image. */}}
+{{- define "eddyline-operator.runtimeImage" -}}
+{{- default (include "eddyline-operator.image" .) .Values.runtimeImage -}}
+{{- end -}}
+
 {{/* The namespaces watched when not cluster-wide: the list, or the release namespace. */}}
 {{- define "eddyline-operator.namespaces" -}}
 {{- if .Values.watchNamespaces -}}

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -28,6 +29,7 @@ from tests.support.control_plane.pki import Pki
 from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
+Obj = dict[str, Any]
 BUILD_SCRIPT = REPO / "scripts" / "build-control-plane"
 # Pods get loopback addresses (127.<cluster>.<node>.<n>, docs/operator.md); Service VIPs come from a
 # loopback range of their own so the stand-in proxy can listen on them without namespaces.
@@ -281,13 +283,22 @@ class ControlPlane:
         )
         return path
 
-    def service_account_token(self, namespace: str, name: str, seconds: int = 86_400) -> str:
-        """A token for a ServiceAccount from the TokenRequest API."""
+    def service_account_token(
+        self, namespace: str, name: str, seconds: int = 86_400, *, pod: Obj | None = None
+    ) -> str:
+        """A token for a ServiceAccount from the TokenRequest API; with ``pod``, bound to that
+        pod as a kubelet's projected token is (the API server then names the pod in the
+        request's user extra, ``authentication.kubernetes.io/pod-name`` and ``pod-uid``)."""
+        spec: Obj = {"expirationSeconds": seconds}
+        if pod is not None:
+            meta = pod["metadata"]
+            spec["boundObjectRef"] = {
+                "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]
+            }  # fmt: skip
         answer = self.admin().create(
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": seconds}},
-        )  # fmt: skip
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+        )
         return str(answer["status"]["token"])
 
     def certificate_kubeconfig(self, name: str, user: str, groups: list[str]) -> Path:
