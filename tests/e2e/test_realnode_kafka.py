@@ -49,6 +49,7 @@ from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from tests.e2e.test_realnode_pods import container_id, memory_cgroup
 from tests.support.cluster_word_count import (
+    PARTITIONS,
     STORE,
     counts_exact,
     first_mismatch,
@@ -137,6 +138,38 @@ class KafkaApp:
         produce_lines(f"kafka://{self.bootstrap}", batch)
         with self._lock:
             self.expected.update(word for line in batch for word in line.split())
+
+    @contextlib.contextmanager
+    def producing(self) -> Iterator[None]:
+        """Input that keeps arriving for the block: 20 lines every 0.2 s, through one log."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            log = KafkaLog.open(f"kafka://{self.bootstrap}")
+            rng = random.Random(99)
+            try:
+                while not stop.wait(0.2):
+                    batch = random_lines(rng, WORDS, 20, most=6)
+                    write_lines(log, batch)
+                    with self._lock:
+                        self.expected.update(word for line in batch for word in line.split())
+            finally:
+                log.close()
+
+        producer = threading.Thread(target=loop, daemon=True)
+        producer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            producer.join()
+
+    def create_topic(self, name: str) -> None:
+        log = KafkaLog.open(f"kafka://{self.bootstrap}")
+        try:
+            log.create_topic(name, PARTITIONS)
+        finally:
+            log.close()
 
     def router(self) -> QueryRouter:
         """A router that starts from every pod's query port (the host reaches pod addresses)."""
@@ -522,26 +555,13 @@ def test_a_full_cluster_topology_upgrade_relocates_state_and_restores_nothing(
     them on the new revision; each pod moves its stores on its claim (KIP-816) and none
     restores a record from its changelog, with input arriving throughout."""
     app = wordcount
-    stop = threading.Event()
-
-    def keep_producing() -> None:
-        log = KafkaLog.open(f"kafka://{app.bootstrap}")
-        rng = random.Random(99)
-        try:
-            while not stop.wait(0.2):
-                batch = random_lines(rng, WORDS, 20, most=6)
-                write_lines(log, batch)
-                with app._lock:
-                    app.expected.update(word for line in batch for word in line.split())
-        finally:
-            log.close()
-
-    producer = threading.Thread(target=keep_producing, daemon=True)
-    producer.start()
+    # topology_v2 also reads watched-words: its input topic exists before it runs, as the
+    # user makes it (a first try without it was rolled back, naming the missing topic).
+    app.create_topic("watched-words")
     document = app_manifest(app.bootstrap)
     document["spec"]["topology"] = {"ref": "wordcount:topology_v2", "revision": "2"}
     reasons: list[str] = []
-    try:
+    with app.producing():
         app.apply(document)
 
         def settled() -> bool:
@@ -553,6 +573,9 @@ def test_a_full_cluster_topology_upgrade_relocates_state_and_restores_nothing(
             ):
                 reasons.append(upgrading["reason"])
             status = app.app().get("status", {})
+            last = status.get("lastUpgrade") or {}
+            if last.get("outcome") == "RolledBack" and last["from"]["revision"] == "2":
+                raise AssertionError(f"the upgrade was rolled back: {last}")
             return bool(
                 status.get("upgrade") is None
                 and (status.get("topology") or {}).get("revision") == "2"
@@ -563,9 +586,6 @@ def test_a_full_cluster_topology_upgrade_relocates_state_and_restores_nothing(
             wait_until(settled, "revision 2 running on three ready pods", READY_TIMEOUT)
         except TimeoutError:
             raise AssertionError(f"upgrade not done:\n{app.describe()}") from None
-    finally:
-        stop.set()
-        producer.join()
     last = app.app()["status"]["lastUpgrade"]
     assert last["outcome"] == "Succeeded" and last["to"]["revision"] == "2", last
     assert [s["step"] for s in last["steps"]] == ["Stopping", "Publishing", "Starting"]
