@@ -236,6 +236,12 @@ class KafkaApp:
         assert found >= 4, f"only {found} restore metrics on the pods"
         return int(total)
 
+    def store_copies(self, ordinal: int) -> set[str]:
+        """The sub-topologies whose directories hold a copy of word-counts on a pod's claim
+        (``<sub-topology>_<partition>/word-counts``)."""
+        claim = self.provisioner.directory(NAMESPACE, f"state-{APP}-{ordinal}")
+        return {path.parent.name.split("_")[0] for path in claim.glob(f"*_*/{STORE}")}
+
     def host_pid(self, pod: dict[str, Any]) -> int:
         """The host PID of the pod's container's first process (``eddyline run``)."""
         node = self.cluster.nodes[pod["spec"]["nodeName"]]
@@ -558,6 +564,12 @@ def test_a_full_cluster_topology_upgrade_relocates_state_and_restores_nothing(
     # topology_v2 also reads watched-words: its input topic exists before it runs, as the
     # user makes it (a first try without it was rolled back, naming the missing topic).
     app.create_topic("watched-words")
+    app.produce(1_000)
+    app.wait_exact("exact counts before the upgrade")
+    # Every copy of word-counts (active and standby) sits in sub-topology 1's directories.
+    assert {ordinal: app.store_copies(ordinal) for ordinal in range(3)} == {
+        ordinal: {"1"} for ordinal in range(3)
+    }
     document = app_manifest(app.bootstrap)
     document["spec"]["topology"] = {"ref": "wordcount:topology_v2", "revision": "2"}
     reasons: list[str] = []
@@ -597,11 +609,10 @@ def test_a_full_cluster_topology_upgrade_relocates_state_and_restores_nothing(
     app.output_exactly_once()
     pods = app.pods()
     assert {p["metadata"]["labels"]["eddyline.dev/revision"] for p in pods.values()} == {"2"}
-    # Every copy of word-counts now sits in sub-topology 2's directories on its claim.
-    for ordinal in range(3):
-        claim = app.provisioner.directory(NAMESPACE, f"state-{APP}-{ordinal}")
-        copies = {p.parent.name.split("_")[0] for p in claim.glob(f"*_*/{STORE}")}
-        assert copies == {"2"}, f"state-{APP}-{ordinal}: {sorted(claim.glob('*_*'))}"
+    # Moved on each claim, not rebuilt: every copy now sits in sub-topology 2's directories.
+    assert {ordinal: app.store_copies(ordinal) for ordinal in range(3)} == {
+        ordinal: {"2"} for ordinal in range(3)
+    }
 
 
 OOM_APP = "wc-oom"
