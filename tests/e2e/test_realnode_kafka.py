@@ -306,21 +306,27 @@ def wordcount(
     kubeconfig = real_cluster.plane.admin_kubeconfig
     kubectl = Kubectl(kubeconfig, root / "kubectl-home", NAMESPACE)
     app = KafkaApp(real_cluster, admin, kubectl, kafka, provisioner, root)
+    seconds: dict[str, float] = {}
     try:
+        started = time.monotonic()
         (result,) = helm(
             kubeconfig, root / "helm", NAMESPACE, RELEASE,
             {"action": "install", "values": {"watchNamespaces": [NAMESPACE]}},
         )  # fmt: skip
         assert "error" not in result, result
         wait_until(lambda: _deployment_ready(admin), "the operator Ready", READY_TIMEOUT)
+        seconds["helm install to the operator Ready"] = time.monotonic() - started
         kubectl(
             "create", "secret", "generic", SECRET,
             # One broker: eddyline's topics get one replica (docs/kafka.md's client settings).
             "--from-literal=replication.factor=1",
         )  # fmt: skip
+        started = time.monotonic()
         applied = app.apply(app_manifest(kafka.bootstrap))
         assert applied.strip() == f"streamapp.eddyline.dev/{APP} created", applied
         app.wait_ready("three ready pods and Ready=True")
+        seconds["kubectl apply to the app Ready on Kafka"] = time.monotonic() - started
+        print("seconds:", json.dumps({step: round(value, 1) for step, value in seconds.items()}))
         yield app
     finally:
         # The app goes while its operator runs (kopf's finalizer), then the operator.
