@@ -23,7 +23,6 @@ import json
 import os
 import random
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from tests.support.control_plane.provisioner import LocalProvisioner
 from tests.support.images import Images
 from tests.support.realnode import host
 from tests.support.realnode.cluster import RealCluster
+from tests.support.realnode.eddyline_images import EXAMPLES_IMAGE, OPERATOR_IMAGE, ensure_images
 
 pytestmark = [pytest.mark.realnode, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -47,9 +47,6 @@ RELEASE = "eddyline"
 DEPLOYMENT = f"{RELEASE}-eddyline-operator"  # the chart's fullname: release-chart
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
-# The names the chart (its appVersion) and the examples' manifests run.
-OPERATOR_IMAGE = "ghcr.io/eddyline/eddyline:0.1.0"
-EXAMPLES_IMAGE = "ghcr.io/eddyline/examples:0.1.0"
 STORE = "word-counts"
 WORDS = [f"w{index:02d}" for index in range(20)]
 LOG_URL = "sqlite:////var/lib/eddyline/log/log.db"  # the docs' topic pod's mount of the claim
@@ -155,22 +152,9 @@ class QuickStart:
 
 
 def import_images(cluster: RealCluster, images: Images, into: Path) -> None:
-    """``docker save`` of the built images, ``ctr -n k8s.io images import`` on every node."""
-    archive = into / "eddyline-images.tar"
-    started = time.monotonic()
-    saved = images.docker("save", "-o", str(archive), OPERATOR_IMAGE, EXAMPLES_IMAGE)
-    assert saved.returncode == 0, f"docker save failed:\n{saved.stderr}"
-    seconds = {"docker save": time.monotonic() - started}
-    for node in cluster.nodes.values():
-        started = time.monotonic()
-        node.ctr("images", "import", str(archive))
-        seconds[f"import {node.spec.name}"] = time.monotonic() - started
-        listed = node.ctr("images", "list", "-q").stdout.split()
-        assert {OPERATOR_IMAGE, EXAMPLES_IMAGE} <= set(listed), listed
-    size = archive.stat().st_size
-    archive.unlink()
-    print(f"images ({size / 2**20:.0f} MiB archive), seconds:",
-          json.dumps({step: round(value, 1) for step, value in seconds.items()}))  # fmt: skip
+    """``docker save`` of the built images, ``ctr -n k8s.io images import`` on every node
+    that lacks them (another module of the tier may have imported them already)."""
+    ensure_images(cluster, images, into, (OPERATOR_IMAGE, EXAMPLES_IMAGE))
 
 
 @pytest.fixture(scope="module")

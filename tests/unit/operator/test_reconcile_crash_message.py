@@ -68,3 +68,55 @@ def test_the_pods_fall_back_to_their_logs_when_the_runtime_wrote_no_message() ->
     app = parse_app(body())
     container = pod_template(app, default_image="x", log_node=None)["spec"]["containers"][0]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def oom_killed(ordinal: int, *, finished_at: str, restarts: int, waiting: str | None = None) -> Obj:
+    """A pod whose container the kernel killed at its memory limit, as the kubelet says it."""
+    found = pod(ordinal, waiting=waiting)
+    found["spec"]["containers"] = [
+        {"name": "eddyline", "resources": {"limits": {"memory": "64Mi"}}}
+    ]
+    status = found["status"]["containerStatuses"][0]
+    status["restartCount"] = restarts
+    status["lastState"] = {
+        "terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": finished_at}
+    }
+    return found
+
+
+def test_an_oom_kill_is_said_in_status_and_a_warning_event_once_per_kill() -> None:
+    """A pod killed at its memory limit usually restarts and runs on: status.message and a
+    Warning event OOMKilled say so (the real kubelet's report, tests/e2e/test_realnode_kafka.py),
+    once per kill: the same kill in the previous status posts no second event."""
+    app = body()
+    pods = [oom_killed(0, finished_at="2026-11-23T09:59:00Z", restarts=1), pod(1), pod(2)]
+    result = plan(Observed(body=app, pods=pods, nodes=three_zones(), now="2026-11-23T10:00:00Z"))
+    note = (
+        "pod wc-0: OOMKilled at 2026-11-23T09:59:00Z, the kernel killed it at limits.memory "
+        "64Mi (1 restarts); raise resources.limits.memory (RocksDB takes "
+        "rocksdb.memory.limit.share of it, the process the rest)"
+    )
+    assert result.status.message is not None and note in result.status.message
+    assert [(e.type, e.message) for e in result.events if e.reason == "OOMKilled"] == [
+        ("Warning", note)
+    ]
+    app["status"] = {"message": result.status.message}
+    again = plan(Observed(body=app, pods=pods, nodes=three_zones(), now="2026-11-23T10:00:05Z"))
+    assert not [e for e in again.events if e.reason == "OOMKilled"]
+    pods[0] = oom_killed(0, finished_at="2026-11-23T10:01:00Z", restarts=2)
+    later = plan(Observed(body=app, pods=pods, nodes=three_zones(), now="2026-11-23T10:01:05Z"))
+    assert [e.message for e in later.events if e.reason == "OOMKilled"] == [
+        note.replace("09:59:00Z", "10:01:00Z").replace("1 restarts", "2 restarts")
+    ]
+
+
+def test_a_crash_loop_of_oom_kills_names_oomkilled_in_degraded() -> None:
+    looping = oom_killed(
+        0, finished_at="2026-11-23T09:59:00Z", restarts=3, waiting="CrashLoopBackOff"
+    )
+    condition = degraded([looping, pod(1), pod(2)])
+    assert condition["reason"] == "CrashLoopBackOff"
+    assert (
+        condition["message"] == "containers keep crashing in wc-0; wc-0: exit code 137 (OOMKilled)"
+    )
+    assert crash_message(crashing(1, None, exit_code=137)) == "exit code 137"

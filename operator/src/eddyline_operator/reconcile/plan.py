@@ -52,6 +52,7 @@ from eddyline_operator.reconcile.scale_in import ScaleIn, plan_scale_in
 from eddyline_operator.reconcile.status import (
     is_deleting,
     max_standby_lag,
+    oom_kills,
     pod_hash,
     running_revision,
 )
@@ -388,6 +389,14 @@ class _Cycle:
                     )
                 )
 
+    def note_oom_kills(self) -> None:
+        """Say which pods the kernel killed at their memory limit (status message; a
+        Warning event OOMKilled for each kill the previous status did not say yet)."""
+        for note in oom_kills(self.live_pods):
+            self.notes.append(note)
+            if note not in (self.old_status.message or ""):
+                self.events.append(Event("Warning", "OOMKilled", note))
+
     def paused(self) -> Plan:
         """Paused: the previous status with a Paused condition; nothing applied, published,
         restarted or launched (not even a failover: the pods keep the last assignment)."""
@@ -485,6 +494,7 @@ class _Cycle:
             restoring=restores.condition,
         )
         self.events.extend(summary.events)
+        self.note_oom_kills()
         if scale is not None and scale.active:
             self.notes.append(scale.message)
         if scale is not None and scale.lowered:

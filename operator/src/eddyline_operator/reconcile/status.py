@@ -72,9 +72,51 @@ def crash_message(pod: Obj) -> str | None:
         if len(text) > CRASH_MESSAGE_CHARS:
             text = "..." + text[-CRASH_MESSAGE_CHARS:]
         code = terminated.get("exitCode")
-        head = f"exit code {code}" if code is not None else str(terminated.get("reason", ""))
+        reason = str(terminated.get("reason") or "")
+        head = f"exit code {code}" if code is not None else reason
+        if reason == OOM_KILLED and code is not None:
+            # 137 alone reads as any SIGKILL; the kubelet knows it was the memory limit.
+            head = f"{head} ({OOM_KILLED})"
         return f"{head}: {text}" if text else head or None
     return None
+
+
+# The reason the kubelet gives a container the kernel killed at its cgroup's memory limit.
+OOM_KILLED = "OOMKilled"
+
+
+def oom_kills(pods: Iterable[Obj]) -> list[str]:
+    """One note per pod whose container the kernel killed at ``limits.memory``, as the
+    kubelet recorded it (the container's current or last termination, reason OOMKilled),
+    naming when: a later kill of the same pod makes another note. Such a pod usually
+    restarts and runs on, so nothing else in status would say why its tasks moved."""
+    notes = []
+    for pod in pods:
+        limits = {
+            c.get("name"): ((c.get("resources") or {}).get("limits") or {}).get("memory")
+            for c in pod.get("spec", {}).get("containers") or []
+        }
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            killed = next(
+                (
+                    ended
+                    for key in ("state", "lastState")
+                    if (ended := (status.get(key) or {}).get("terminated") or {}).get("reason")
+                    == OOM_KILLED
+                ),
+                None,
+            )
+            if killed is None:
+                continue
+            limit = limits.get(status.get("name"))
+            notes.append(
+                f"pod {pod['metadata']['name']}: {OOM_KILLED} at "
+                f"{killed.get('finishedAt') or 'an unknown time'}, the kernel killed it at "
+                f"limits.memory {limit or 'unset'} ({status.get('restartCount', 0)} restarts); "
+                "raise resources.limits.memory (RocksDB takes rocksdb.memory.limit.share of "
+                "it, the process the rest)"
+            )
+    return notes
 
 
 @dataclass(frozen=True)
