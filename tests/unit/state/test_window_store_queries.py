@@ -202,3 +202,31 @@ def test_session_key_range_hides_expired_and_uncommitted_sessions(
     assert [s[:3] for s in detached.backward_find_key_range_sessions(b"u", b"v", 0, MAX_TIME)] == [
         (b"v", 100, 700), (b"u", 1500, 1600)
     ]  # fmt: skip
+
+
+def test_keys_extending_another_key_with_time_like_bytes_keep_key_order(
+    store_factory: StoreFactory,
+) -> None:
+    # Raw keys are ``key | start``: b"a"'s window at 400 sorts after b"a" + 200 as 8 bytes,
+    # whose raw key falls between b"a"'s windows at 100 and 400.
+    store = SegmentedWindowStore(store_factory(), WIDE)
+    extended = b"a" + (200).to_bytes(8, "big")
+    for key, start in ((b"a", 100), (b"a", 400), (extended, 300), (b"a", 1100), (b"b", 100)):
+        store.put(key, start, b"v")
+    forward = [(k, s) for k, s, _ in store.fetch_key_range(None, None, 0, 2000)]
+    assert forward == [(b"a", 100), (b"a", 400), (b"a", 1100), (extended, 300), (b"b", 100)]
+    assert [(k, s) for k, s, _ in store.backward_fetch_key_range(None, None, 0, 2000)] == (
+        forward[::-1]
+    )
+    # b"a" is below this upper bound, though its raw keys sort above ``segment | key_to``.
+    below = b"a" + (1).to_bytes(8, "big")
+    assert [(k, s) for k, s, _ in store.fetch_key_range(None, below, 0, 2000)] == [
+        (b"a", 100), (b"a", 400), (b"a", 1100)
+    ]  # fmt: skip
+    sessions = SegmentedSessionStore(store_factory("sessions"), WIDE)
+    for key, start, end in ((b"a", 50, 100), (b"a", 400, 450), (extended, 300, 300)):
+        sessions.put(key, start, end, b"v")
+    found = [(k, e) for k, _, e, _ in sessions.find_key_range_sessions(None, None, 0, MAX_TIME)]
+    assert found == [(b"a", 100), (b"a", 450), (extended, 300)]
+    bounded = sessions.find_key_range_sessions(None, below, 0, MAX_TIME)
+    assert [(k, e) for k, _, e, _ in bounded] == [(b"a", 100), (b"a", 450)]

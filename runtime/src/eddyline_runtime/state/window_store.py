@@ -46,6 +46,8 @@ from eddyline_runtime.state.errors import StateStoreError
 from eddyline_runtime.state.store import KeyValue, StoreReader, check_key
 from eddyline_runtime.state.window_layout import (
     SEGMENT_PREFIX_SIZE,
+    SESSION_SUFFIX_SIZE,
+    WINDOW_SUFFIX_SIZE,
     Retention,
     check_timestamp,
     decode_session_key,
@@ -259,7 +261,10 @@ class _WindowReads(_SegmentedReads):
     def _window_key_range(
         self, segment: int, key_from: bytes | None, key_to: bytes | None, lower: int, upper: int
     ) -> Iterator[tuple[_Order, WindowedEntry]]:
-        for raw, value in self._readable.scan(_segment_key_span(segment, key_from, key_to)):
+        span = _segment_key_span(segment, self.retention, key_from, key_to)
+        for raw, value in _in_key_order(
+            segment, self.retention, WINDOW_SUFFIX_SIZE, self._readable.scan(span)
+        ):
             key, start, seq = decode_window_key(raw)
             if lower <= start <= upper and _key_within(key, key_from, key_to):
                 yield (key, start, seq), (key, start, value)
@@ -379,20 +384,77 @@ class _SessionReads(_SegmentedReads):
         lower_end: int,
         latest_start: int,
     ) -> Iterator[tuple[_Order, SessionEntry]]:
-        for raw, value in self._readable.scan(_segment_key_span(segment, key_from, key_to)):
+        span = _segment_key_span(segment, self.retention, key_from, key_to)
+        for raw, value in _in_key_order(
+            segment, self.retention, SESSION_SUFFIX_SIZE, self._readable.scan(span)
+        ):
             key, start, end = decode_session_key(raw)
             if end >= lower_end and start <= latest_start and _key_within(key, key_from, key_to):
                 yield (key, end, start), (key, start, end, value)
 
 
-# Key-range reads. Inside a segment raw keys are ``key bytes | time``, so the scan of
-# ``segment | key_from`` .. ``segment | successor(key_to)`` holds every key in the range;
-# it can also meet keys just outside it (``b"a"`` when ``key_from`` is ``b"a\x00"``),
-# which the decoded-key check drops. Segments are merged by (key, time) with a heap, so
-# the answer is in key order across segments, as a single segment's scan is. Backward
-# reads reverse the forward answer in memory: the key-value stores under these views
-# have no reverse iterators yet, and reversing keeps "exactly reversed" true by
-# construction.
+# Key-range reads. Inside a segment raw keys are ``key bytes | time | ...`` with every
+# time in [segment, segment + interval), so a key's entries sort by time, and keys sort
+# by their bytes unless one key extends another: the raw keys of b"a" lie in
+# ``a | [segment, segment + interval)``, and so do those of a key b"a" + x whose x falls
+# in that band of bytes (an 8-byte big-endian time inside the segment, say). Such keys
+# interleave. Two corrections keep the answer exact at little cost for keys that do not
+# (a band's bytes are rare in keys): a scan's upper bound reaches over the bands of the
+# prefixes of ``key_to`` (:func:`_segment_key_span`), and :func:`_in_key_order` holds an
+# entry back only until the scan has passed the bands of its key's prefixes, then emits
+# in (key, time) order. Segments are merged by (key, time) with a heap, so the answer is
+# in key order across segments. Backward reads reverse the forward answer in memory: the
+# key-value stores under these views have no reverse iterators yet, and reversing keeps
+# "exactly reversed" true by construction.
+
+
+def _band_end(segment: int, retention: Retention) -> bytes:
+    """Bytes above every time stored in ``segment`` (its entries' times are below its end)."""
+    return timestamp_bytes(segment + retention.segment_interval_ms)
+
+
+def _in_key_order(
+    segment: int, retention: Retention, suffix: int, scan: Iterator[KeyValue]
+) -> Iterator[KeyValue]:
+    """A segment's raw entries (in byte order) in (key, time) order: see the comment above.
+
+    ``suffix`` is the size of what follows the key in a raw key. An entry waits only
+    while a later raw key could still belong to a proper prefix of its key: until the
+    scan reaches ``segment | prefix | band end`` (its horizon).
+    """
+    band_end = _band_end(segment, retention)
+    # (key, what follows it, horizon, raw, value): ordered by key, then time and tiebreak.
+    waiting: list[tuple[bytes, bytes, bytes, bytes, bytes]] = []
+    for raw, value in scan:
+        while waiting and raw >= waiting[0][2]:
+            held = heapq.heappop(waiting)
+            yield held[3], held[4]
+        horizon = _horizon(raw, suffix, band_end)
+        if horizon is None and not waiting:
+            yield raw, value
+            continue
+        cut = len(raw) - suffix
+        key, rest = raw[SEGMENT_PREFIX_SIZE:cut], raw[cut:]
+        heapq.heappush(waiting, (key, rest, raw if horizon is None else horizon, raw, value))
+    while waiting:
+        held = heapq.heappop(waiting)
+        yield held[3], held[4]
+
+
+def _horizon(raw: bytes, suffix: int, band_end: bytes) -> bytes | None:
+    """The largest ``segment | prefix | band end`` above ``raw`` over the proper prefixes of
+    its key; None when there is none (no later raw key can sort before this entry)."""
+    key_end = len(raw) - suffix
+    # ``raw[:i] + band_end > raw`` needs raw[i] <= band_end[0]; most keys have no such
+    # byte, and min() finds that without a Python loop over the key.
+    if key_end == SEGMENT_PREFIX_SIZE or min(raw[SEGMENT_PREFIX_SIZE:key_end]) > band_end[0]:
+        return None
+    best: bytes | None = None
+    for i in range(SEGMENT_PREFIX_SIZE, key_end):
+        candidate = raw[:i] + band_end
+        if candidate > raw and (best is None or candidate > best):
+            best = candidate
+    return best
 
 
 def _check_key_bounds(
@@ -413,13 +475,20 @@ def _key_within(key: bytes, key_from: bytes | None, key_to: bytes | None) -> boo
     return (key_from is None or key >= key_from) and (key_to is None or key <= key_to)
 
 
-def _segment_key_span(segment: int, key_from: bytes | None, key_to: bytes | None) -> KeyRange:
+def _segment_key_span(
+    segment: int, retention: Retention, key_from: bytes | None, key_to: bytes | None
+) -> KeyRange:
+    """The raw keys of ``segment`` that may hold keys in [key_from, key_to]: the upper end
+    reaches over the time bands of ``key_to``'s proper prefixes (see the comment above)."""
     prefix = segment_prefix(segment)
-    upper = prefix_successor(prefix + key_to) if key_to is not None else None
-    return KeyRange(
-        prefix if key_from is None else prefix + key_from,
-        prefix_successor(prefix) if upper is None else upper,
-    )
+    lower = prefix if key_from is None else prefix + key_from
+    if key_to is None:
+        return KeyRange(lower, prefix_successor(prefix))
+    band_end = _band_end(segment, retention)
+    bands = (prefix + key_to[:i] + band_end for i in range(len(key_to)))
+    upper = max(bands, default=b"")
+    successor = prefix_successor(prefix + key_to)
+    return KeyRange(lower, upper if successor is None or upper > successor else successor)
 
 
 def _order_of(item: tuple[_Order, object]) -> _Order:
