@@ -238,3 +238,16 @@ def test_bad_key_and_direction_parameters_are_named(served: str) -> None:
     assert status == 400 and "cursor" in body["error"] and "next_cursor" in body["error"]
     status, body = get(served, f"/v1/stores/{SESSIONS}/sessions", earliest_end="-1")
     assert status == 400 and "earliest_end must be a time in milliseconds" in body["error"]
+
+
+def test_the_router_reads_backward_and_key_ranges(served: str) -> None:
+    router = QueryRouter([served])
+    backward = router.fetch_windows(WINDOWS, "u1", backward=True)
+    assert [e.start for e in backward.entries] == [200_000, 10_000, 0]
+    sessions = router.fetch_sessions(SESSIONS, "u1", backward=True)
+    assert [e.start for e in sessions.entries] == [200_000, 1_000]
+    ranged = router.fetch_all_windows(WINDOWS, key_from="u2", key_to="u3")
+    assert [(e.key, e.start) for e in ranged] == [("u2", 0), ("u3", 0)]
+    assert router.fetch_all_windows(WINDOWS, key_from="u2", backward=True) == ranged[::-1]
+    ranged_sessions = router.fetch_all_sessions(SESSIONS, key_to="u1", backward=True)
+    assert [(e.key, e.start) for e in ranged_sessions] == [("u1", 200_000), ("u1", 1_000)]
