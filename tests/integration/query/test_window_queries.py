@@ -153,3 +153,101 @@ def test_the_router_fetches_windows_and_sessions(served: str) -> None:
         ("u2", 5_000),
         ("u3", 3_000),
     ]
+
+
+def pages(address: str, path: str, **query: str) -> list[Any]:
+    """Every entry of a paginated query, two at a time."""
+    entries: list[Any] = []
+    paged: dict[str, str] = {**query, "limit": "2"}
+    while True:
+        status, page = get(address, path, **paged)
+        assert status == 200, page
+        entries.extend(page["entries"])
+        if page["next_cursor"] is None:
+            return entries
+        paged["cursor"] = page["next_cursor"]
+
+
+def test_window_key_ranges_are_ordered_by_key_then_start_across_partitions(served: str) -> None:
+    path = f"/v1/stores/{WINDOWS}/windows"
+    status, body = get(served, path, key_from="u1", key_to="u2")
+    assert status == 200, body
+    assert [(e["key"], e["start"], e["end"], e["value"]) for e in body["entries"]] == [
+        ("u1", 0, 10_000, 2),
+        ("u1", 10_000, 20_000, 1),
+        ("u1", 200_000, 210_000, 1),
+        ("u2", 0, 10_000, 1),
+    ]
+    assert (body["key_from"], body["key_to"], body["backward"]) == ("u1", "u2", False)
+    assert sorted(body["partitions"]) == [0, 1]
+    # Every key (no bounds), page by page, forward then backward: exact reverses.
+    forward = pages(served, path)
+    assert [(e["key"], e["start"]) for e in forward] == [
+        ("u1", 0), ("u1", 10_000), ("u1", 200_000), ("u2", 0), ("u3", 0)
+    ]  # fmt: skip
+    assert pages(served, path, backward="true") == forward[::-1]
+    _, open_below = get(served, path, key_to="u1", **{"from": "5000"})
+    assert [(e["key"], e["start"]) for e in open_below["entries"]] == [
+        ("u1", 10_000),
+        ("u1", 200_000),
+    ]
+
+
+def test_one_keys_windows_backward_with_key_as_a_parameter(served: str) -> None:
+    status, body = get(
+        served, f"/v1/stores/{WINDOWS}/windows", key="u1", backward="true", to="100000"
+    )
+    assert status == 200, body
+    assert [(e["start"], e["end"], e["value"]) for e in body["entries"]] == [
+        (10_000, 20_000, 1),
+        (0, 10_000, 2),
+    ]
+    # Routed as /keys is: the copy that answers says what it is.
+    assert (body["key"], body["role"], body["stale"]) == ("u1", "active", False)
+    _, by_path = get(served, f"/v1/stores/{WINDOWS}/windows/u1", backward="true", to="100000")
+    assert by_path["entries"] == body["entries"]
+
+
+def test_session_key_ranges_and_backward_sessions(served: str) -> None:
+    path = f"/v1/stores/{SESSIONS}/sessions"
+    _, ranged = get(served, path, key_from="u1", key_to="u3", latest_start="10000")
+    assert [(e["key"], e["start"], e["end"]) for e in ranged["entries"]] == [
+        ("u1", 1_000, 12_000),
+        ("u2", 5_000, 5_000),
+        ("u3", 3_000, 9_000),
+    ]
+    _, backward = get(served, path, key="u1", backward="true")
+    assert [(e["start"], e["end"], e["value"]) for e in backward["entries"]] == [
+        (200_000, 200_000, 1),
+        (1_000, 12_000, 3),
+    ]
+    forward = pages(served, path)
+    assert pages(served, path, backward="1") == forward[::-1]
+    assert len(forward) == 4
+
+
+def test_bad_key_and_direction_parameters_are_named(served: str) -> None:
+    path = f"/v1/stores/{WINDOWS}/windows"
+    status, body = get(served, path, key="u1", key_from="u0")
+    assert status == 400 and "key and key_from/key_to cannot be combined" in body["error"]
+    status, body = get(served, f"{path}/u1", key="u1")
+    assert status == 400 and "key is given twice" in body["error"]
+    status, body = get(served, path, backward="newest-first")
+    assert status == 400 and body["error"] == 'backward must be true or false, got "newest-first"'
+    status, body = get(served, path, cursor="AA")
+    assert status == 400 and "cursor" in body["error"] and "next_cursor" in body["error"]
+    status, body = get(served, f"/v1/stores/{SESSIONS}/sessions", earliest_end="-1")
+    assert status == 400 and "earliest_end must be a time in milliseconds" in body["error"]
+
+
+def test_the_router_reads_backward_and_key_ranges(served: str) -> None:
+    router = QueryRouter([served])
+    backward = router.fetch_windows(WINDOWS, "u1", backward=True)
+    assert [e.start for e in backward.entries] == [200_000, 10_000, 0]
+    sessions = router.fetch_sessions(SESSIONS, "u1", backward=True)
+    assert [e.start for e in sessions.entries] == [200_000, 1_000]
+    ranged = router.fetch_all_windows(WINDOWS, key_from="u2", key_to="u3")
+    assert [(e.key, e.start) for e in ranged] == [("u2", 0), ("u3", 0)]
+    assert router.fetch_all_windows(WINDOWS, key_from="u2", backward=True) == ranged[::-1]
+    ranged_sessions = router.fetch_all_sessions(SESSIONS, key_to="u1", backward=True)
+    assert [(e.key, e.start) for e in ranged_sessions] == [("u1", 200_000), ("u1", 1_000)]

@@ -321,10 +321,12 @@ class QueryRouter:
         *,
         isolation: IsolationLevel | str | None = None,
         allow_stale: bool = True,
+        backward: bool = False,
     ) -> WindowedResult:
         """``key``'s windows starting in [time_from, time_to] (Kafka's
-        ``ReadOnlyWindowStore.fetch(key, from, to)``) from the best copy, every page."""
-        query = _bounds("from", time_from, "to", time_to)
+        ``ReadOnlyWindowStore.fetch(key, from, to)``; ``backward``: newest first, its
+        ``backwardFetch``) from the best copy, every page."""
+        query = _bounds("from", time_from, "to", time_to) | _direction(backward)
         return self._key_entries(store, key, "windows", query, isolation, allow_stale=allow_stale)
 
     def fetch_sessions(
@@ -336,10 +338,13 @@ class QueryRouter:
         *,
         isolation: IsolationLevel | str | None = None,
         allow_stale: bool = True,
+        backward: bool = False,
     ) -> WindowedResult:
         """``key``'s sessions ending at or after ``earliest_end`` and starting at or before
-        ``latest_start`` (Kafka's ``findSessions``; no bounds: ``fetch(key)``)."""
+        ``latest_start`` (Kafka's ``findSessions``; no bounds: ``fetch(key)``; ``backward``:
+        exactly reversed, ``backwardFindSessions``)."""
         query = _bounds("earliest_end", earliest_end, "latest_start", latest_start)
+        query |= _direction(backward)
         return self._key_entries(store, key, "sessions", query, isolation, allow_stale=allow_stale)
 
     def fetch_all_windows(
@@ -349,14 +354,21 @@ class QueryRouter:
         time_to: int | None = None,
         *,
         isolation: IsolationLevel | str | None = None,
+        key_from: str | None = None,
+        key_to: str | None = None,
+        backward: bool = False,
     ) -> list[WindowedEntry]:
-        """Every key's windows starting in [time_from, time_to] (Kafka's ``fetchAll``).
+        """Every key's windows starting in [time_from, time_to] (Kafka's ``fetchAll``), or
+        those of keys ``key_from..key_to`` (inclusive, None: open; Kafka's ``fetch(keyFrom,
+        keyTo, from, to)``); ``backward``: each host's answer exactly reversed.
 
         Asks every bootstrap host for the partitions it holds actively; all-key
-        queries therefore need ``bootstrap`` to name every instance. Raises
+        queries therefore need ``bootstrap`` to name every instance. Each host's
+        entries come in key, then time order; hosts follow one another. Raises
         :class:`QueryFailedError` when a partition of the store answered nowhere.
         """
-        query = _bounds("from", time_from, "to", time_to)
+        query = _bounds("from", time_from, "to", time_to) | _key_bounds(key_from, key_to)
+        query |= _direction(backward)
         return self._all_entries(store, "windows", query, isolation)
 
     def fetch_all_sessions(
@@ -366,9 +378,13 @@ class QueryRouter:
         latest_start: int | None = None,
         *,
         isolation: IsolationLevel | str | None = None,
+        key_from: str | None = None,
+        key_to: str | None = None,
+        backward: bool = False,
     ) -> list[WindowedEntry]:
-        """Every key's sessions so bounded; see :meth:`fetch_all_windows`."""
+        """Every key's sessions so bounded, or a key range's; see :meth:`fetch_all_windows`."""
         query = _bounds("earliest_end", earliest_end, "latest_start", latest_start)
+        query |= _key_bounds(key_from, key_to) | _direction(backward)
         return self._all_entries(store, "sessions", query, isolation)
 
     def _key_entries(
@@ -524,6 +540,18 @@ def _bounds(
         for name, value in ((lower_name, lower), (upper_name, upper))
         if value is not None
     }
+
+
+def _key_bounds(key_from: str | None, key_to: str | None) -> dict[str, str]:
+    return {
+        name: value
+        for name, value in (("key_from", key_from), ("key_to", key_to))
+        if value is not None
+    }
+
+
+def _direction(backward: bool) -> dict[str, str]:
+    return {"backward": "true"} if backward else {}
 
 
 def _describe(status: int, body: dict[str, Any]) -> str:

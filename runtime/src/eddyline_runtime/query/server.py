@@ -15,17 +15,24 @@ Endpoints (JSON unless noted)::
                                                 (both paginated: ``limit`` and ``cursor``)
     GET /v1/stores/{store}/metadata/{key}       KeyQueryMetadata: active, standby hosts, partition,
                                                 and every member's host (member_hosts)
-    GET /v1/stores/{store}/windows/{key}?from=&to=
+    GET /v1/stores/{store}/windows?key=&from=&to=   (or /windows/{key}?from=&to=)
                                                 a window store: the key's windows starting
-                                                from..to (ms, inclusive; either may be omitted)
-    GET /v1/stores/{store}/windows?from=&to=    every key's windows starting from..to
-    GET /v1/stores/{store}/sessions/{key}?earliest_end=&latest_start=
+                                                from..to (ms, inclusive; either may be omitted),
+                                                routed as /keys is
+    GET /v1/stores/{store}/windows?key_from=&key_to=&from=&to=
+                                                the windows of keys key_from..key_to (inclusive;
+                                                either may be omitted: every key's), from every
+                                                local copy as /range reads
+    GET /v1/stores/{store}/sessions?key=&earliest_end=&latest_start=   (or /sessions/{key})
                                                 a session store: the key's sessions ending at or
                                                 after earliest_end and starting at or before
                                                 latest_start (either may be omitted)
-    GET /v1/stores/{store}/sessions?earliest_end=&latest_start=
-                                                every key's sessions so bounded
-                                                (all four paginated as /range is)
+    GET /v1/stores/{store}/sessions?key_from=&key_to=&earliest_end=&latest_start=
+                                                the sessions of a key range so bounded
+                                                (windows and sessions: ordered by key, then
+                                                window start or session end, start;
+                                                ``backward=true`` exactly reversed; paginated
+                                                as /range is)
     GET /v1/lags                                all_local_store_partition_lags()
     GET /v1/layout                              task layout and store roles (query/layout.py),
                                                 and this instance's query address
@@ -82,10 +89,12 @@ import heapq
 import itertools
 import json
 import logging
+import struct
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -117,7 +126,6 @@ from eddyline_runtime.state import (
     KeyRange,
     StateStoreError,
 )
-from eddyline_runtime.state.window_layout import session_key, window_key
 from eddyline_runtime.value_and_timestamp import split_timestamped
 
 logger = logging.getLogger(__name__)
@@ -420,9 +428,10 @@ class _Handlers:
     async def get_all_sessions(self, request: web.Request) -> web.Response:
         return self._windowed(request, "session", None)
 
-    def _windowed(self, request: web.Request, kind: str, key_text: str | None) -> web.Response:
-        """A window or session query: one key's (routed like /keys) or every key's (like
-        /all), in raw-key order (segment, key, time), paginated by the last raw key."""
+    def _windowed(self, request: web.Request, kind: str, path_key: str | None) -> web.Response:
+        """A window or session query: one key's (routed like /keys) or a key range's, every
+        key's by default (read from every local copy, like /range), ordered by key then time
+        (backward: exactly reversed), paginated by the last entry served."""
         served_by: dict[str, Any] = {}
         try:
             store = self._readable_store(request)
@@ -440,15 +449,21 @@ class _Handlers:
             keys, values = _serdes(self.instance, store, request)
             limit, after = _page_options(request)
             lower, upper = _time_bounds(request, kind)
-            key: bytes | None = None
+            backward = _flag(request, "backward")
+            key_text, from_text, to_text = _key_options(request, kind, path_key)
+            after_order = None if after is None else _order_of_cursor(after, kind)
             skipped: list[int] = []
             if key_text is not None:
                 key = keys.serialize_text(key_text)
+                key_from: bytes | None = key
+                key_to: bytes | None = key
                 metadata = _available(_metadata(self.instance, store, key), store)
                 local = self._hosted(store, metadata)
                 _check_fresh(self.instance, local, allow_stale, metadata)
                 copies = [local]
             else:
+                key_from = None if from_text is None else keys.serialize_text(from_text)
+                key_to = None if to_text is None else keys.serialize_text(to_text)
                 copies = []
                 for local in sorted(
                     self.instance.local_store_partitions(store), key=lambda p: p.partition
@@ -460,13 +475,10 @@ class _Handlers:
             readers = [shape.open_reader(local, isolation) for local in copies]
             if key_text is not None:
                 served_by = _served_by(copies[0], readers[0].isolation, self.instance)
-            scans = [_windowed_entries(shape, reader, key, lower, upper) for reader in readers]
-            merged: Iterator[tuple[bytes, bytes, int, int | None, bytes]] = heapq.merge(*scans)
-            if after is not None:
-                merged = itertools.dropwhile(lambda entry: entry[0] <= after, merged)
-            page = list(itertools.islice(merged, limit + 1))
-            more = len(page) > limit
-            page = page[:limit]
+            bounds = _WindowedBounds(key_from, key_to, lower, upper, backward)
+            scans = [_windowed_entries(shape, reader, bounds) for reader in readers]
+            merged: Iterator[_Found] = heapq.merge(*scans, key=_found_order, reverse=backward)
+            page, more = _page_after(merged, after_order, backward, limit)
             entries = [
                 {
                     "key": _render(keys.serde, entry_key, store, "key_serde"),
@@ -483,13 +495,19 @@ class _Handlers:
         body: dict[str, Any] = {
             "store": store,
             "isolation": _read_at([reader.isolation for reader in readers], isolation),
+            "backward": backward,
             "entries": entries,
-            "next_cursor": _cursor(page[-1][0]) if more else None,
+            "next_cursor": _order_cursor(page[-1][0]) if more else None,
         }
         if key_text is not None:
             body.update(key=key_text, **served_by)
         else:
-            body.update(partitions=[c.partition for c in copies], skipped_partitions=skipped)
+            body.update(
+                key_from=from_text,
+                key_to=to_text,
+                partitions=[c.partition for c in copies],
+                skipped_partitions=skipped,
+            )
         return web.json_response(body)
 
     # -- health and metrics ---------------------------------------------------------
@@ -748,37 +766,124 @@ def _time_bounds(request: web.Request, kind: str) -> tuple[int, int]:
     return bounds[0], bounds[1]
 
 
+# (order, key, start, end, value): the order is (key, window start, sequence number)
+# for windows and (key, session end, session start) for sessions.
+_Found = tuple[tuple[bytes, int, int], bytes, int, int | None, bytes]
+
+
+def _found_order(entry: _Found) -> tuple[bytes, int, int]:
+    return entry[0]
+
+
+@dataclass(frozen=True)
+class _WindowedBounds:
+    """A window or session query's keys (inclusive, None: open), times and direction."""
+
+    key_from: bytes | None
+    key_to: bytes | None
+    lower: int
+    upper: int
+    backward: bool
+
+
 def _windowed_entries(
     shape: WindowedStoreShape,
     reader: DetachedWindowReader | DetachedSessionReader,
-    key: bytes | None,
-    lower: int,
-    upper: int,
-) -> Iterator[tuple[bytes, bytes, int, int | None, bytes]]:
-    """(raw key, key, start, end, value) in raw-key order; the raw key orders pages and
-    their cursor. Window ends are start + size (None when the size is unknown); the
-    values of windowed aggregations lose their timestamp (the aggregate is the answer)."""
-    retention = shape.retention
+    bounds: _WindowedBounds,
+) -> Iterator[_Found]:
+    """(order, key, start, end, value) in the store's key-range order (backward: exactly
+    reversed); the order merges partitions and makes the page cursor. Window ends are
+    start + size (None when the size is unknown); the values of windowed aggregations
+    lose their timestamp (the aggregate is the answer)."""
+    key_from, key_to, lower, upper = bounds.key_from, bounds.key_to, bounds.lower, bounds.upper
     if isinstance(reader, DetachedSessionReader):
-        sessions = (
-            reader.find_all_sessions(lower, upper)
-            if key is None
-            else reader.find_sessions(key, lower, upper)
+        find = (
+            reader.backward_find_key_range_sessions
+            if bounds.backward
+            else reader.find_key_range_sessions
         )
-        for entry_key, start, end, value in sessions:
-            raw = session_key(retention.segment_of(end), entry_key, start, end)
-            yield raw, entry_key, start, end, value
+        for entry_key, start, end, value in find(key_from, key_to, lower, upper):
+            yield (entry_key, end, start), entry_key, start, end, value
         return
-    windows = (
-        reader.fetch_all(lower, upper)
-        if key is None
-        else ((key, start, value) for start, value in reader.fetch_range(key, lower, upper))
-    )
+    fetch = reader.backward_fetch_key_range if bounds.backward else reader.fetch_key_range
     size = shape.size_ms
-    for entry_key, start, value in windows:
-        raw = window_key(retention.segment_of(start), entry_key, start)
+    for entry_key, start, value in fetch(key_from, key_to, lower, upper):
         data = split_timestamped(value)[1] if shape.timestamped else value
-        yield raw, entry_key, start, None if size is None else start + size, data
+        # Windowed aggregations keep no duplicates: the sequence number is always 0.
+        yield (entry_key, start, 0), entry_key, start, None if size is None else start + size, data
+
+
+_ORDER_TIMES: Final = struct.Struct(">QQ")
+
+
+def _page_after(
+    merged: Iterator[_Found], after: tuple[bytes, int, int] | None, backward: bool, limit: int
+) -> tuple[list[_Found], bool]:
+    """The ``limit`` entries after the cursor's, and whether more follow."""
+    if after is not None:
+        # Partitions hold disjoint keys, so (key, time, tiebreak) names one entry.
+        if backward:
+            merged = itertools.dropwhile(lambda entry: entry[0] >= after, merged)
+        else:
+            merged = itertools.dropwhile(lambda entry: entry[0] <= after, merged)
+    # One entry past the page says whether another page follows.
+    page = list(itertools.islice(merged, limit + 1))
+    return page[:limit], len(page) > limit
+
+
+def _order_cursor(order: tuple[bytes, int, int]) -> str:
+    """The cursor after a window or session entry: its key and two times, URL-safe."""
+    key, first, second = order
+    return _cursor(key + _ORDER_TIMES.pack(first, second))
+
+
+def _order_of_cursor(after: bytes, kind: str) -> tuple[bytes, int, int]:
+    if len(after) < _ORDER_TIMES.size:
+        raise _QueryError(
+            400,
+            {
+                "error": f"cursor is not one this server returned for a {kind} query; pass "
+                "the next_cursor of the previous page unchanged"
+            },
+        )
+    cut = len(after) - _ORDER_TIMES.size
+    first, second = _ORDER_TIMES.unpack_from(after, cut)
+    return after[:cut], first, second
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    raw = request.query.get(name, "false")
+    if raw.lower() not in ("true", "false", "1", "0"):
+        raise _QueryError(400, {"error": f'{name} must be true or false, got "{raw}"'})
+    return raw.lower() in ("true", "1")
+
+
+def _key_options(
+    request: web.Request, kind: str, path_key: str | None
+) -> tuple[str | None, str | None, str | None]:
+    """(key, key_from, key_to) of a window or session query: one key (in the path or
+    ``key=``) or a key range (``key_from``/``key_to``, inclusive, either omitted: open)."""
+    key = request.query.get("key")
+    key_from, key_to = request.query.get("key_from"), request.query.get("key_to")
+    path = "windows" if kind == "window" else "sessions"
+    if path_key is not None and key is not None:
+        raise _QueryError(
+            400,
+            {
+                "error": f"key is given twice (in the path and as key=); use "
+                f"/{path}/{{key}} or /{path}?key=..., not both"
+            },
+        )
+    key = path_key if key is None else key
+    if key is not None and (key_from is not None or key_to is not None):
+        raise _QueryError(
+            400,
+            {
+                "error": "key and key_from/key_to cannot be combined: give key=... for one "
+                "key, or key_from=...&key_to=... (inclusive, either may be omitted) for a range"
+            },
+        )
+    return key, key_from, key_to
 
 
 def _fresh(instance: StreamsInstance, local: LocalStorePartition) -> bool:

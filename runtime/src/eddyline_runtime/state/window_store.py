@@ -42,6 +42,7 @@ and refuses ones that do not fit its interval rather than miss their entries.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Callable, Iterator
 from typing import Protocol
@@ -52,6 +53,8 @@ from eddyline_runtime.state.errors import StateStoreError
 from eddyline_runtime.state.store import KeyValue, StoreReader, check_key
 from eddyline_runtime.state.window_layout import (
     SEGMENT_PREFIX_SIZE,
+    SESSION_SUFFIX_SIZE,
+    WINDOW_SUFFIX_SIZE,
     Retention,
     check_timestamp,
     decode_session_key,
@@ -76,6 +79,9 @@ _NO_TIME = -1
 WindowedEntry = tuple[bytes, int, bytes]
 # (key, session start, session end, value)
 SessionEntry = tuple[bytes, int, int, bytes]
+# The order key-range reads merge segments in: (key, time, tiebreak), Kafka's
+# (key, window start) for windows, (key, session end, session start) for sessions.
+_Order = tuple[bytes, int, int]
 
 
 class _Readable(Protocol):
@@ -220,6 +226,56 @@ class _WindowReads(_SegmentedReads):
                 if lower <= start <= upper:
                     yield key, start, value
 
+    def backward_fetch_range(
+        self, key: bytes, time_from: int, time_to: int
+    ) -> Iterator[tuple[int, bytes]]:
+        """:meth:`fetch_range` newest first (Kafka's ``backwardFetch(key, timeFrom, timeTo)``)."""
+        return reversed(list(self.fetch_range(key, time_from, time_to)))
+
+    def backward_fetch_all(self, time_from: int, time_to: int) -> Iterator[WindowedEntry]:
+        """:meth:`fetch_all` in exactly reversed order (Kafka's ``backwardFetchAll``)."""
+        return reversed(list(self.fetch_all(time_from, time_to)))
+
+    def backward_all(self) -> Iterator[WindowedEntry]:
+        """:meth:`all` in exactly reversed order (Kafka's ``backwardAll``)."""
+        return reversed(list(self.all()))
+
+    def fetch_key_range(
+        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
+    ) -> Iterator[WindowedEntry]:
+        """The windows of keys ``key_from <= key <= key_to`` (None: open on that side) with
+        ``time_from <= start <= time_to``, as (key, start, value), ordered by key, then
+        window start across segments (Kafka's ``fetch(keyFrom, keyTo, timeFrom, timeTo)``)."""
+        _check_key_bounds(self.name, "fetch_key_range", key_from, key_to)
+        check_timestamp(self.name, "time_from", time_from)
+        check_timestamp(self.name, "time_to", time_to)
+        lower = max(time_from, self._min_live())
+        if lower > time_to or _empty_keys(key_from, key_to):
+            return iter(())
+        streams = [
+            self._window_key_range(segment, key_from, key_to, lower, time_to)
+            for segment in self._live_segments(lower, time_to)
+        ]
+        return (entry for _, entry in heapq.merge(*streams, key=_order_of))
+
+    def backward_fetch_key_range(
+        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
+    ) -> Iterator[WindowedEntry]:
+        """:meth:`fetch_key_range` in exactly reversed order (Kafka's ``backwardFetch(keyFrom,
+        keyTo, timeFrom, timeTo)``)."""
+        return reversed(list(self.fetch_key_range(key_from, key_to, time_from, time_to)))
+
+    def _window_key_range(
+        self, segment: int, key_from: bytes | None, key_to: bytes | None, lower: int, upper: int
+    ) -> Iterator[tuple[_Order, WindowedEntry]]:
+        span = _segment_key_span(segment, self.retention, key_from, key_to)
+        for raw, value in _in_key_order(
+            segment, self.retention, WINDOW_SUFFIX_SIZE, self._readable.scan(span)
+        ):
+            key, start, seq = decode_window_key(raw)
+            if lower <= start <= upper and _key_within(key, key_from, key_to):
+                yield (key, start, seq), (key, start, value)
+
 
 class _SessionReads(_SegmentedReads):
     def fetch_session(self, key: bytes, start: int, end: int) -> bytes | None:
@@ -279,6 +335,171 @@ class _SessionReads(_SegmentedReads):
                 key, start, end = decode_session_key(raw)
                 if end >= lower_end and start <= latest_start:
                     yield key, start, end, value
+
+    def backward_find_sessions(
+        self, key: bytes, earliest_session_end: int, latest_session_start: int
+    ) -> Iterator[SessionEntry]:
+        """:meth:`find_sessions` in exactly reversed order (Kafka's ``backwardFindSessions``)."""
+        return reversed(list(self.find_sessions(key, earliest_session_end, latest_session_start)))
+
+    def backward_fetch(self, key: bytes) -> Iterator[SessionEntry]:
+        """:meth:`fetch` in exactly reversed order (Kafka's ``backwardFetch(key)``)."""
+        return reversed(list(self.fetch(key)))
+
+    def find_key_range_sessions(
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        earliest_session_end: int,
+        latest_session_start: int,
+    ) -> Iterator[SessionEntry]:
+        """The sessions of keys ``key_from <= key <= key_to`` (None: open on that side) with
+        ``end >= earliest_session_end`` and ``start <= latest_session_start``, ordered by
+        key, then end, then start across segments (Kafka's ``findSessions(keyFrom, keyTo,
+        earliestSessionEndTime, latestSessionStartTime)``; ``fetch(keyFrom, keyTo)`` is
+        ``find_key_range_sessions(key_from, key_to, 0, 2**63 - 1)``)."""
+        _check_key_bounds(self.name, "find_key_range_sessions", key_from, key_to)
+        check_timestamp(self.name, "earliest session end", earliest_session_end)
+        check_timestamp(self.name, "latest session start", latest_session_start)
+        lower = max(earliest_session_end, self._min_live())
+        if _empty_keys(key_from, key_to):
+            return iter(())
+        streams = [
+            self._session_key_range(segment, key_from, key_to, lower, latest_session_start)
+            for segment in self._live_segments(lower, _MAX_TIME)
+        ]
+        return (entry for _, entry in heapq.merge(*streams, key=_order_of))
+
+    def backward_find_key_range_sessions(
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        earliest_session_end: int,
+        latest_session_start: int,
+    ) -> Iterator[SessionEntry]:
+        """:meth:`find_key_range_sessions` in exactly reversed order."""
+        found = self.find_key_range_sessions(
+            key_from, key_to, earliest_session_end, latest_session_start
+        )
+        return reversed(list(found))
+
+    def _session_key_range(
+        self,
+        segment: int,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        lower_end: int,
+        latest_start: int,
+    ) -> Iterator[tuple[_Order, SessionEntry]]:
+        span = _segment_key_span(segment, self.retention, key_from, key_to)
+        for raw, value in _in_key_order(
+            segment, self.retention, SESSION_SUFFIX_SIZE, self._readable.scan(span)
+        ):
+            key, start, end = decode_session_key(raw)
+            if end >= lower_end and start <= latest_start and _key_within(key, key_from, key_to):
+                yield (key, end, start), (key, start, end, value)
+
+
+# Key-range reads. Inside a segment raw keys are ``key bytes | time | ...`` with every
+# time in [segment, segment + interval), so a key's entries sort by time, and keys sort
+# by their bytes unless one key extends another: the raw keys of b"a" lie in
+# ``a | [segment, segment + interval)``, and so do those of a key b"a" + x whose x falls
+# in that band of bytes (an 8-byte big-endian time inside the segment, say). Such keys
+# interleave. Two corrections keep the answer exact at little cost for keys that do not
+# (a band's bytes are rare in keys): a scan's upper bound reaches over the bands of the
+# prefixes of ``key_to`` (:func:`_segment_key_span`), and :func:`_in_key_order` holds an
+# entry back only until the scan has passed the bands of its key's prefixes, then emits
+# in (key, time) order. Segments are merged by (key, time) with a heap, so the answer is
+# in key order across segments. Backward reads reverse the forward answer in memory: the
+# key-value stores under these views have no reverse iterators yet, and reversing keeps
+# "exactly reversed" true by construction.
+
+
+def _band_end(segment: int, retention: Retention) -> bytes:
+    """Bytes above every time stored in ``segment`` (its entries' times are below its end)."""
+    return timestamp_bytes(segment + retention.segment_interval_ms)
+
+
+def _in_key_order(
+    segment: int, retention: Retention, suffix: int, scan: Iterator[KeyValue]
+) -> Iterator[KeyValue]:
+    """A segment's raw entries (in byte order) in (key, time) order: see the comment above.
+
+    ``suffix`` is the size of what follows the key in a raw key. An entry waits only
+    while a later raw key could still belong to a proper prefix of its key: until the
+    scan reaches ``segment | prefix | band end`` (its horizon).
+    """
+    band_end = _band_end(segment, retention)
+    # (key, what follows it, horizon, raw, value): ordered by key, then time and tiebreak.
+    waiting: list[tuple[bytes, bytes, bytes, bytes, bytes]] = []
+    for raw, value in scan:
+        while waiting and raw >= waiting[0][2]:
+            held = heapq.heappop(waiting)
+            yield held[3], held[4]
+        horizon = _horizon(raw, suffix, band_end)
+        if horizon is None and not waiting:
+            yield raw, value
+            continue
+        cut = len(raw) - suffix
+        key, rest = raw[SEGMENT_PREFIX_SIZE:cut], raw[cut:]
+        heapq.heappush(waiting, (key, rest, raw if horizon is None else horizon, raw, value))
+    while waiting:
+        held = heapq.heappop(waiting)
+        yield held[3], held[4]
+
+
+def _horizon(raw: bytes, suffix: int, band_end: bytes) -> bytes | None:
+    """The largest ``segment | prefix | band end`` above ``raw`` over the proper prefixes of
+    its key; None when there is none (no later raw key can sort before this entry)."""
+    key_end = len(raw) - suffix
+    # ``raw[:i] + band_end > raw`` needs raw[i] <= band_end[0]; most keys have no such
+    # byte, and min() finds that without a Python loop over the key.
+    if key_end == SEGMENT_PREFIX_SIZE or min(raw[SEGMENT_PREFIX_SIZE:key_end]) > band_end[0]:
+        return None
+    best: bytes | None = None
+    for i in range(SEGMENT_PREFIX_SIZE, key_end):
+        candidate = raw[:i] + band_end
+        if candidate > raw and (best is None or candidate > best):
+            best = candidate
+    return best
+
+
+def _check_key_bounds(
+    store: str, operation: str, key_from: bytes | None, key_to: bytes | None
+) -> None:
+    if key_from is not None:
+        check_key(store, operation, key_from)
+    if key_to is not None:
+        check_key(store, operation, key_to)
+
+
+def _empty_keys(key_from: bytes | None, key_to: bytes | None) -> bool:
+    # Kafka answers an empty iterator (and logs a warning) when keyFrom > keyTo.
+    return key_from is not None and key_to is not None and key_from > key_to
+
+
+def _key_within(key: bytes, key_from: bytes | None, key_to: bytes | None) -> bool:
+    return (key_from is None or key >= key_from) and (key_to is None or key <= key_to)
+
+
+def _segment_key_span(
+    segment: int, retention: Retention, key_from: bytes | None, key_to: bytes | None
+) -> KeyRange:
+    """The raw keys of ``segment`` that may hold keys in [key_from, key_to]: the upper end
+    reaches over the time bands of ``key_to``'s proper prefixes (see the comment above)."""
+    prefix = segment_prefix(segment)
+    lower = prefix if key_from is None else prefix + key_from
+    if key_to is None:
+        return KeyRange(lower, prefix_successor(prefix))
+    band_end = _band_end(segment, retention)
+    bands = (prefix + key_to[:i] + band_end for i in range(len(key_to)))
+    upper = max(bands, default=b"")
+    successor = prefix_successor(prefix + key_to)
+    return KeyRange(lower, upper if successor is None or upper > successor else successor)
+
+
+def _order_of(item: tuple[_Order, object]) -> _Order:
+    return item[0]
 
 
 def _check_session(store: str, start: int, end: int) -> None:

@@ -107,6 +107,40 @@ class WindowStore(Protocol):
         """Every key's windows with ``time_from <= start <= time_to``, as (key, start, value)."""
         ...
 
+    def backward_fetch_range(
+        self, key: bytes, time_from: int, time_to: int
+    ) -> Iterator[tuple[int, bytes]]:
+        """:meth:`fetch_range` newest first (Kafka's ``backwardFetch(key, timeFrom, timeTo)``)."""
+        ...
+
+    def backward_fetch_all(
+        self, time_from: int, time_to: int
+    ) -> Iterator[tuple[bytes, int, bytes]]:
+        """:meth:`fetch_all` in exactly reversed order (Kafka's ``backwardFetchAll``)."""
+        ...
+
+    def all(self) -> Iterator[tuple[bytes, int, bytes]]:
+        """Every live window of every key (Kafka's ``all()``)."""
+        ...
+
+    def backward_all(self) -> Iterator[tuple[bytes, int, bytes]]:
+        """:meth:`all` in exactly reversed order (Kafka's ``backwardAll()``)."""
+        ...
+
+    def fetch_key_range(
+        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
+    ) -> Iterator[tuple[bytes, int, bytes]]:
+        """Windows of keys ``key_from <= key <= key_to`` (None: open) starting in
+        ``time_from..time_to``, as (key, start, value), by key then start across segments
+        (Kafka's ``fetch(keyFrom, keyTo, timeFrom, timeTo)``)."""
+        ...
+
+    def backward_fetch_key_range(
+        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
+    ) -> Iterator[tuple[bytes, int, bytes]]:
+        """:meth:`fetch_key_range` in exactly reversed order (Kafka's ``backwardFetch``)."""
+        ...
+
     def put(self, key: bytes, window_start: int, value: bytes | None) -> bool:
         """Write (None: delete) ``key``'s window; False when its segment had expired
         and it was not (a live segment takes it, even past what reads show)."""
@@ -134,6 +168,41 @@ class SessionStore(Protocol):
     ) -> Iterator[tuple[bytes, int, int, bytes]]:
         """``key``'s sessions ending at or after ``earliest_session_end`` and starting at
         or before ``latest_session_start``, as (key, start, end, value)."""
+        ...
+
+    def backward_find_sessions(
+        self, key: bytes, earliest_session_end: int, latest_session_start: int
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """:meth:`find_sessions` in exactly reversed order (Kafka's ``backwardFindSessions``)."""
+        ...
+
+    def fetch(self, key: bytes) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """Every live session of ``key`` (Kafka's ``fetch(key)``)."""
+        ...
+
+    def backward_fetch(self, key: bytes) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """:meth:`fetch` in exactly reversed order (Kafka's ``backwardFetch(key)``)."""
+        ...
+
+    def find_key_range_sessions(
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        earliest_session_end: int,
+        latest_session_start: int,
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """Sessions of keys ``key_from <= key <= key_to`` (None: open) so bounded, by key,
+        end, start across segments (Kafka's ``findSessions(keyFrom, keyTo, ...)``)."""
+        ...
+
+    def backward_find_key_range_sessions(
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        earliest_session_end: int,
+        latest_session_start: int,
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """:meth:`find_key_range_sessions` in exactly reversed order."""
         ...
 
     def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bool:
