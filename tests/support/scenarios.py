@@ -10,10 +10,22 @@ several inputs in timestamp order: a step that mixes topics keeps their
 timestamps ascending). Outputs are read back with their sinks' serdes, stores
 with theirs: the instance's from its RocksDB directories once it closed (its
 committed data), the driver's through its store views.
+
+A scenario may restart the instance between steps (close it, optionally wipe its
+state directory, start a new one on the same log). The driver cannot reopen a kept
+state directory (its ``state.dir`` is a temporary one, removed when it closes), so
+it runs the same steps without a stop: a restart must change nothing a user sees,
+which is what comparing the two results asserts.
+
+Besides final outputs and stores, both sides report how many records each output
+held after every step (when results came out, not only which) and how many records
+the processors dropped in each of the instance's runs (the driver's counted over
+the same steps).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,12 +66,29 @@ class Scenario:
     outputs: Sequence[str]
     stores: Sequence[str] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
+    # Indexes of the steps after which the instance is closed and a new one started on
+    # the same log, its state directory deleted first when ``wipe_on_restart``.
+    restart_after: Sequence[int] = ()
+    wipe_on_restart: bool = False
+
+    def __post_init__(self) -> None:
+        between = range(len(self.steps) - 1)
+        if any(index not in between for index in self.restart_after):
+            raise ValueError(
+                f"scenario {self.name!r}: restart_after={list(self.restart_after)} must name "
+                f"steps that another step follows, 0 to {len(self.steps) - 2}"
+            )
 
 
 @dataclass(frozen=True)
 class ScenarioResult:
     outputs: dict[str, list[Output]]
     stores: dict[str, list[tuple[Any, Any]]]
+    # How many records each output topic held after each step.
+    emitted: list[dict[str, int]]
+    # Records dropped (every task's dropped-records-total) in each run of the instance:
+    # one entry, plus one per restart.
+    dropped: list[int]
 
 
 def _properties(scenario: Scenario) -> dict[str, Any]:
@@ -69,23 +98,39 @@ def _properties(scenario: Scenario) -> dict[str, Any]:
 def run_on_driver(scenario: Scenario) -> ScenarioResult:
     with TopologyTestDriver(scenario.topology(), _properties(scenario)) as driver:
         inputs: dict[str, Any] = {}
-        for step in scenario.steps:
+        readers = {topic: driver.create_output_topic(topic) for topic in scenario.outputs}
+        outputs: dict[str, list[Output]] = {topic: [] for topic in scenario.outputs}
+        emitted: list[dict[str, int]] = []
+        dropped: list[int] = []
+        dropped_before = 0
+        for index, step in enumerate(scenario.steps):
             for topic, key, value, timestamp in step:
                 if topic not in inputs:
                     inputs[topic] = driver.create_input_topic(topic)
                 inputs[topic].pipe_input(key, value, timestamp)
-        outputs = {
-            topic: [
-                (r.key, r.value, r.timestamp)
-                for r in driver.create_output_topic(topic).read_records_to_list()
-            ]
-            for topic in scenario.outputs
-        }
+            for topic, reader in readers.items():
+                outputs[topic].extend(
+                    (r.key, r.value, r.timestamp) for r in reader.read_records_to_list()
+                )
+            emitted.append({topic: len(records) for topic, records in outputs.items()})
+            if index in scenario.restart_after or index == len(scenario.steps) - 1:
+                dropped.append(driver.dropped_records - dropped_before)
+                dropped_before = driver.dropped_records
         stores = {
             name: read_store(driver.get_state_store(name), driver.topology.stores[name])  # type: ignore[arg-type]
             for name in scenario.stores
         }
-    return ScenarioResult(outputs, stores)
+    return ScenarioResult(outputs, stores, emitted, dropped)
+
+
+def _dropped(instance: StreamsInstance) -> int:
+    return int(
+        sum(
+            value
+            for name, value in instance.final_metrics.items()
+            if (name.group, name.name) == ("stream-task-metrics", "dropped-records-total")
+        )
+    )
 
 
 def _node(topology: Topology, kind: str, topic: str) -> Node:
@@ -102,25 +147,43 @@ def run_on_instance(scenario: Scenario, directory: Path) -> ScenarioResult:
     try:
         for topic in {topic for step in scenario.steps for topic, *_ in step}:
             log.create_topic(topic, 1)
-        instance = StreamsInstance(topology, config, log)
-        instance.start()
-        try:
-            for step in scenario.steps:
-                for topic, key, value, timestamp in step:
-                    source = _node(topology, "source", topic)
-                    record = Record(
-                        serde_for(source.key_serde).serialize(key),
-                        serde_for(source.value_serde).serialize(value),
-                        timestamp,
+        emitted: list[dict[str, int]] = []
+        dropped: list[int] = []
+        steps = list(enumerate(scenario.steps))
+        while steps:
+            instance = StreamsInstance(topology, config, log)
+            instance.start()
+            try:
+                while steps:
+                    index, step = steps.pop(0)
+                    for topic, key, value, timestamp in step:
+                        source = _node(topology, "source", topic)
+                        record = Record(
+                            serde_for(source.key_serde).serialize(key),
+                            serde_for(source.value_serde).serialize(value),
+                            timestamp,
+                        )
+                        log.produce(TopicPartition(topic, 0), [record])
+                    instance.wait_until_caught_up(STEP_TIMEOUT_SECONDS)
+                    emitted.append(
+                        {
+                            topic: len(_read_topic(log, topology, topic))
+                            for topic in scenario.outputs
+                        }
                     )
-                    log.produce(TopicPartition(topic, 0), [record])
-                instance.wait_until_caught_up(STEP_TIMEOUT_SECONDS)
-        finally:
-            instance.close()
+                    if index in scenario.restart_after:
+                        break
+            finally:
+                instance.close()
+            dropped.append(_dropped(instance))
+            if steps and scenario.wipe_on_restart:
+                shutil.rmtree(state_dir)
         outputs = {topic: _read_topic(log, topology, topic) for topic in scenario.outputs}
     finally:
         log.close()
-    return ScenarioResult(outputs, _read_stores(topology, scenario.stores, state_dir))
+    return ScenarioResult(
+        outputs, _read_stores(topology, scenario.stores, state_dir), emitted, dropped
+    )
 
 
 def _read_topic(log: SqliteLog, topology: Topology, topic: str) -> list[Output]:
@@ -128,6 +191,8 @@ def _read_topic(log: SqliteLog, topology: Topology, topic: str) -> list[Output]:
     keys, values = serde_for(sink.key_serde), serde_for(sink.value_serde)
     tp = TopicPartition(topic, 0)
     found: list[Output] = []
+    if topic not in log.topics():  # created by the first record written to it
+        return found
     position = log.beginning_offset(tp)
     while True:
         fetched = log.fetch(tp, position)
