@@ -116,18 +116,31 @@ class ThreadMetrics:
             MetricName.of("stream-task-metrics", "dropped-records-rate", tags),
             topology.dropped_records_sensor.rate,
         )
-        for (node, name), sensor in topology.node_sensors.items():
+        for (node, sensor_name), sensor in topology.node_sensors.items():
             node_tags = {**tags, "processor-node-id": node}
-            group = "stream-processor-node-metrics"
-            if name.endswith("-latency"):
-                register(MetricName.of(group, f"{name}-avg", node_tags), sensor.avg)
-                register(MetricName.of(group, f"{name}-max", node_tags), sensor.max)
-            else:
-                register(
-                    MetricName.of(group, f"{name}-total", node_tags),
-                    partial(getattr, sensor, "total_sum"),
-                )
-                register(MetricName.of(group, f"{name}-rate", node_tags), sensor.total_rate)
+            # Every node metric by its full name, so the dashboard and alerts can be checked
+            # against what is registered (tests/unit/operator/test_chart_dashboard.py).
+            for metric, source, read in (
+                ("window-aggregate-final-emit-total", "window-aggregate-final-emit", "total"),
+                ("window-aggregate-final-emit-rate", "window-aggregate-final-emit", "rate"),
+                (
+                    "window-aggregate-final-emit-latency-avg",
+                    "window-aggregate-final-emit-latency",
+                    "avg",
+                ),
+                (
+                    "window-aggregate-final-emit-latency-max",
+                    "window-aggregate-final-emit-latency",
+                    "max",
+                ),
+                ("suppression-emit-total", "suppression-emit", "total"),
+                ("suppression-emit-rate", "suppression-emit", "rate"),
+            ):
+                if source == sensor_name:
+                    register(
+                        MetricName.of("stream-processor-node-metrics", metric, node_tags),
+                        _sensor_reading(sensor, read),
+                    )
         for tp in task.inputs:
             # Kafka's consumer records-lag: the locally known lag (-1: not fetched yet).
             register(
@@ -258,3 +271,14 @@ class ThreadMetrics:
 
 def _standby_lag(standby: StandbyTask, store: str) -> float:
     return float(standby.lag(store).offset_lag)
+
+
+def _sensor_reading(sensor: Sensor, read: str) -> Callable[[], float]:
+    """The reading of ``sensor`` a node metric publishes: its total, rate, mean or maximum."""
+    readings: dict[str, Callable[[], float]] = {
+        "total": partial(getattr, sensor, "total_sum"),
+        "rate": sensor.total_rate,
+        "avg": sensor.avg,
+        "max": sensor.max,
+    }
+    return readings[read]
