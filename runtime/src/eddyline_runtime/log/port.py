@@ -463,6 +463,18 @@ class Log(abc.ABC):
         """
         return None
 
+    def start_epoch(self, tp: TopicPartition) -> str | None:
+        """A new writer of ``tp`` begins: start a new epoch at its end; returns its name.
+
+        An active task calls it for each changelog it will write, once it has
+        fenced the previous owner and judged its stores, and stamps the new epoch
+        on its stores (docs/state.md, "Epochs"): offsets a copy commits are then
+        named by the epoch their writer opened, so the same offsets written again
+        on a log put back from a backup are told apart. A log whose own epochs
+        already mark a new writer (Kafka's leader epochs) does nothing (None).
+        """
+        return None
+
     def record_divergence(self, tp: TopicPartition) -> None:
         """A copy saw offsets of ``tp`` that the log no longer holds (its committed offset is
         past the end): records written from now on must not be taken for the lost ones.
