@@ -93,6 +93,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
     replay: {
         "ChangelogBehindStoreError",
         "ChangelogGapError",
+        "ChangelogLossError",
         "ChangelogMismatchError",
         "ChangelogReplacedError",
         "ForeignStoreError",
@@ -103,6 +104,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "RestoreResult",
         "StandbyTask",
         "judge",
+        "loses_records",
         "mismatch_error",
         "next_offset_after",
         "open_trusted",
