@@ -202,15 +202,30 @@ def test_a_truncated_changelog_stops_the_task_until_republish_and_then_nothing_i
     manifest, state_dir = counted
     log_path = manifest.parent / "log.db"
     entry = stopped_by_the_loss(state_dir, manifest)
+    # Another pod with an empty state directory (the task moves when the first one
+    # stops) holds no copy to judge: the log's hold stops it too, naming where to decide.
+    other_state = manifest.parent / "other-pod"
+    other = write_manifest(manifest.parent, other_state)
+    elsewhere = run_app(other)
+    assert elsewhere.returncode == 1, (elsewhere.stdout, elsewhere.stderr)
+    assert f"in state directory {state_dir}" in elsewhere.stderr
+    assert "eddyline state republish" in elsewhere.stderr
+    assert backwards(published(log_path)) == {}
 
     republished = eddyline(
         "state", "republish", str(entry), "--log", f"sqlite:///{log_path}", cwd=manifest.parent
     )
     assert republished.returncode == 0, republished.stderr
     assert held_entries(state_dir) == []
-    resumed = run_app(manifest)
+    # The other pod takes the task: rebuilt from the changelog, with the copy written back.
+    resumed = run_app(other)
     assert resumed.returncode == 0, resumed.stderr
-    assert store_counts(state_dir) == true_counts([*LINES, *MORE], state_dir)
+    assert store_counts(other_state) == true_counts([*LINES, *MORE], other_state)
+    assert backwards(published(log_path)) == {}
+    produce(log_path, MORE)  # and back on the first pod, which rebuilds the same way
+    again = run_app(manifest)
+    assert again.returncode == 0, again.stderr
+    assert store_counts(state_dir) == true_counts([*LINES, *MORE, *MORE], state_dir)
     assert backwards(published(log_path)) == {}
 
 
@@ -221,7 +236,9 @@ def test_a_truncated_changelog_stops_the_task_until_the_loss_is_accepted(
     log_path = manifest.parent / "log.db"
     entry = stopped_by_the_loss(state_dir, manifest)
 
-    accepted = eddyline("state", "accept-loss", str(entry), cwd=manifest.parent)
+    accepted = eddyline(
+        "state", "accept-loss", str(entry), "--log", f"sqlite:///{log_path}", cwd=manifest.parent
+    )
     assert accepted.returncode == 0, accepted.stderr
     assert "accepted" in accepted.stdout and str(entry) in accepted.stdout
     assert held_entries(state_dir) == []
@@ -234,7 +251,9 @@ def test_a_truncated_changelog_stops_the_task_until_the_loss_is_accepted(
 
 
 def test_accept_loss_refuses_what_is_not_waiting_for_a_decision(tmp_path: Path) -> None:
-    missing = eddyline("state", "accept-loss", str(tmp_path / "nothing"), cwd=tmp_path)
+    missing = eddyline(
+        "state", "accept-loss", str(tmp_path / "nothing"), "--log", "sqlite:///x.db", cwd=tmp_path
+    )
     assert missing.returncode == 1
     assert "eddyline state quarantined" in missing.stderr
 
@@ -280,7 +299,9 @@ def test_a_restored_log_backup_with_no_copy_ahead_is_caught(tmp_path: Path) -> N
         assert backwards(published(log_path)) == {}
         [entry] = held_entries(pod1_state)
         assert str(entry) in stopped.stderr and "eddyline state accept-loss" in stopped.stderr
-        accepted = eddyline("state", "accept-loss", str(entry), cwd=tmp_path)
+        accepted = eddyline(
+            "state", "accept-loss", str(entry), "--log", f"sqlite:///{log_path}", cwd=tmp_path
+        )
         assert accepted.returncode == 0, accepted.stderr
         decided.append(entry)
     assert stopped.returncode == 0, stopped.stderr

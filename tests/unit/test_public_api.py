@@ -93,6 +93,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
     replay: {
         "ChangelogBehindStoreError",
         "ChangelogGapError",
+        "ChangelogHeldError",
         "ChangelogLossError",
         "ChangelogMismatchError",
         "ChangelogReplacedError",

@@ -72,6 +72,7 @@ def add_state_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "(values published higher may be published lower)",
     )
     accept.add_argument("entry", type=Path, help="the store's directory in state.dir/.quarantine")
+    accept.add_argument("--log", required=True, help="the application's log URL")
 
 
 def run_state_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -79,7 +80,7 @@ def run_state_command(args: argparse.Namespace, out: TextIO | None = None) -> in
     if args.action == "quarantined":
         return _list(args.state_dir, out)
     if args.action == "accept-loss":
-        return _accept_loss(args.entry, out)
+        return _accept_loss(args.entry, args.log, out)
     return _republish(args.entry, args.log, args.transactional_id, out)
 
 
@@ -120,28 +121,49 @@ def _noted(entry: Path) -> dict[str, Any]:
     return note
 
 
-def _accept_loss(entry: Path, out: TextIO) -> int:
+def _accept_loss(entry: Path, log_url: str, out: TextIO) -> int:
     note = _noted(entry)
+    changelog = _changelog(note)
     if not waiting_for_decision(note):
-        raise EddylineError(
-            f"{entry} waits for no decision (its decision: {note.get('decision', 'none')}): "
-            "only a copy whose task stopped over a changelog loss does; list them with: "
-            "eddyline state quarantined STATE_DIR"
-        )
+        if "decision" not in note:
+            raise EddylineError(
+                f"{entry} waits for no decision: only a copy whose task stopped over a "
+                "changelog loss does; list them with: eddyline state quarantined STATE_DIR"
+            )
+        # Decided before, perhaps interrupted before the log was told: tell it now.
+        _release(log_url, changelog)
+        print(f"{entry} was decided before ({note['decision']}); {changelog} is released", file=out)
+        return 0
     record_decision(entry, DECISION_LOSS_ACCEPTED)
+    _release(log_url, changelog)
     print(
         f"loss accepted for store {note.get('store')} ({note.get('copy')}): the next start "
-        f"rebuilds it from its changelog; the copy stays at {entry} until the quarantine "
+        f"rebuilds it from {changelog}; the copy stays at {entry} until the quarantine "
         "prunes it",
         file=out,
     )
     return 0
 
 
+def _changelog(note: dict[str, Any]) -> TopicPartition:
+    return TopicPartition(str(note["changelog"]["topic"]), int(note["changelog"]["partition"]))
+
+
+def _release(log_url: str, changelog: TopicPartition) -> None:
+    """Let writers rebuild from ``changelog`` again (the decision is recorded first: a crash
+    in between leaves the hold, which running the command again releases)."""
+    log = open_log(log_url)
+    try:
+        if changelog.topic in log.topics():
+            log.release_changelog(changelog)
+    finally:
+        log.close()
+
+
 def _republish(entry: Path, log_url: str, transactional_id: str | None, out: TextIO) -> int:
     note = _noted(entry)
     store_name = str(note["store"])
-    changelog = TopicPartition(str(note["changelog"]["topic"]), int(note["changelog"]["partition"]))
+    changelog = _changelog(note)
     log = open_log(log_url)
     try:
         if changelog.topic not in log.topics():
@@ -171,6 +193,8 @@ def _republish(entry: Path, log_url: str, transactional_id: str | None, out: Tex
     # Only once every record is committed: an interrupted republish is run again.
     if waiting_for_decision(note):
         record_decision(entry, DECISION_REPUBLISHED)
+    if "decision" in note:
+        _release(log_url, changelog)
     print(
         f"republished {written} records of store {store_name} from {entry} into "
         f"{changelog.topic}-{changelog.partition}",

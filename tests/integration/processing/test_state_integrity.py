@@ -86,13 +86,16 @@ def run(log: SqliteLog, state_dir: Path, **settings: object) -> dict[TaskId, Res
     return {report.task: report for report in restored}
 
 
-def accept_losses(state_dir: Path) -> list[Path]:
+def accept_losses(state_dir: Path, log: SqliteLog) -> list[Path]:
     """What `eddyline state accept-loss` does, for every copy waiting for a decision."""
     folder = quarantine_directory(state_dir)
     decided = []
     for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if waiting_for_decision(read_quarantine_note(entry)):
+        note = read_quarantine_note(entry)
+        if note is not None and waiting_for_decision(note):
             record_decision(entry, DECISION_LOSS_ACCEPTED)
+            changelog = note["changelog"]
+            log.release_changelog(TopicPartition(changelog["topic"], changelog["partition"]))
             decided.append(entry)
     return decided
 
@@ -107,7 +110,7 @@ def run_accepting_losses(
             return run(log, state_dir, **settings)
         except StreamsFailedError as failed:
             assert "eddyline state accept-loss" in str(failed), failed
-            assert accept_losses(state_dir), "stopped, but no copy waits for a decision"
+            assert accept_losses(state_dir, log), "stopped, but no copy waits for a decision"
     raise AssertionError(f"still stopped after accepting {PARTITIONS} losses")
 
 

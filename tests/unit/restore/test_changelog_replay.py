@@ -12,6 +12,7 @@ from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.restore.replay import (
     ChangelogBehindStoreError,
     ChangelogGapError,
+    ChangelogHeldError,
     ChangelogLossError,
     ChangelogReplacedError,
     ReplayVerdict,
@@ -199,7 +200,18 @@ def test_open_trusted_stops_a_store_the_changelog_lost_records_of_until_a_decisi
     with pytest.raises(ChangelogLossError, match="still waits for your decision"):
         opened()
     assert pending_decisions(tmp_path, "counts", CHANGELOG.topic, CHANGELOG.partition) == [entry]
+    # The log holds the changelog too: a writer elsewhere, with no copy to judge, stops.
+    elsewhere = tmp_path / "elsewhere"
+    with pytest.raises(ChangelogHeldError, match=f"in state directory {tmp_path}"):
+        open_trusted(
+            lambda: store_factory(directory=elsewhere / "0_0" / "counts"),
+            log,
+            CHANGELOG,
+            state_dir=elsewhere,
+            writer=True,
+        )
     record_decision(entry, DECISION_LOSS_ACCEPTED)
+    log.release_changelog(CHANGELOG)  # what `eddyline state accept-loss` does
     store, start = opened()
     assert isinstance(store, RocksDBStore)
     try:

@@ -475,6 +475,21 @@ class Log(abc.ABC):
         """
         return None
 
+    def hold_changelog(self, tp: TopicPartition, reason: str) -> None:
+        """A copy found that changelog ``tp`` lost records it applied: no writer may rebuild
+        a store from ``tp`` until the user decides (docs/state.md, "Changelog loss waits
+        for your decision"); ``reason`` says where the copy waits. A log that cannot keep
+        such a mark (Kafka) does nothing: then only instances holding a copy stop."""
+        return None
+
+    def changelog_hold(self, tp: TopicPartition) -> str | None:
+        """Why ``tp`` is held (see :meth:`hold_changelog`); None when it is not."""
+        return None
+
+    def release_changelog(self, tp: TopicPartition) -> None:
+        """The user decided (republished the copy, or accepted the loss): writers may go on."""
+        return None
+
     def record_divergence(self, tp: TopicPartition) -> None:
         """A copy saw offsets of ``tp`` that the log no longer holds (its committed offset is
         past the end): records written from now on must not be taken for the lost ones.

@@ -165,6 +165,16 @@ CREATE TABLE IF NOT EXISTS partition_epochs (
 _EPOCH_HISTORY_TAG = "ALTER TABLE partition_epochs ADD COLUMN tag TEXT NOT NULL DEFAULT ''"
 # A new epoch's tag, made by SQLite itself so the triggers make them too.
 _NEW_TAG = "lower(hex(randomblob(8)))"
+# Changelog partitions no writer may rebuild a store from until the user decides
+# (``hold_changelog``): a copy found that they lost records it applied.
+_HOLDS = """
+CREATE TABLE IF NOT EXISTS partition_holds (
+    topic_id INTEGER NOT NULL,
+    partition INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY (topic_id, partition)
+) WITHOUT ROWID
+"""
 # Rows here, inside one write transaction, tell the triggers that the adapter
 # itself is rewriting a partition's batches without changing any record
 # (compaction; the straddling batch a truncation keeps): no new epoch for that.
@@ -266,6 +276,7 @@ class SqliteLog(Log):
                 if "tag" not in history:
                     db.execute(_EPOCH_HISTORY_TAG)
                 db.execute(_REWRITES)
+                db.execute(_HOLDS)
                 for name, trigger in _TRIGGERS.items():
                     installed = db.execute(
                         "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?",
@@ -599,6 +610,28 @@ class SqliteLog(Log):
         epoch's, not trusted to resume.
         """
         self.start_epoch(tp)
+
+    def hold_changelog(self, tp: TopicPartition, reason: str) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO partition_holds VALUES (?, ?, ?)",
+                (self._topic(db, tp), tp.partition, reason),
+            )
+
+    def changelog_hold(self, tp: TopicPartition) -> str | None:
+        with self._read() as db:
+            row = db.execute(
+                "SELECT reason FROM partition_holds WHERE topic_id = ? AND partition = ?",
+                (self._topic(db, tp), tp.partition),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def release_changelog(self, tp: TopicPartition) -> None:
+        with self._write() as db:
+            db.execute(
+                "DELETE FROM partition_holds WHERE topic_id = ? AND partition = ?",
+                (self._topic(db, tp), tp.partition),
+            )
 
     def start_epoch(self, tp: TopicPartition) -> str:
         """Begin a new epoch, with a new tag, at the partition's end; returns its name."""

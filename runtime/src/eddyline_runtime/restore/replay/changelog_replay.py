@@ -306,9 +306,25 @@ class ChangelogLossError(EddylineError):
             f"({problem}); the task is stopped so that no value lower than one already "
             f"published is published. Its copy is kept at {entry}. Decide, then start "
             f"again: `eddyline state republish {entry} --log LOG_URL` writes the copy back "
-            f"into the changelog (nothing is lost), or `eddyline state accept-loss {entry}` "
-            "rebuilds the store from what the changelog holds (values published higher may "
-            "be published lower)"
+            "into the changelog (nothing is lost), or `eddyline state accept-loss "
+            f"{entry} --log LOG_URL` rebuilds the store from what the changelog holds (values "
+            "published higher may be published lower)"
+        )
+
+
+class ChangelogHeldError(EddylineError):
+    """Another instance's copy found the changelog's loss and waits for the user's decision:
+    no task rebuilds from the changelog meanwhile."""
+
+    def __init__(self, store: str, changelog: TopicPartition, copy: str, hold: str) -> None:
+        which = f" ({copy})" if copy else ""
+        super().__init__(
+            f'state store "{store}"{which} cannot start: {changelog} lost records that a '
+            "copy of the store applied, so the task is stopped so that no value lower than "
+            f"one already published is published: {hold}. Decide on that copy, then start "
+            "again: `eddyline state republish ENTRY --log LOG_URL` writes it back into the "
+            "changelog, or `eddyline state accept-loss ENTRY --log LOG_URL` lets the store "
+            "be rebuilt from what the changelog holds"
         )
 
 
@@ -399,6 +415,12 @@ def open_trusted(
             waiting = pending_decisions(state_dir, store.name, changelog.topic, changelog.partition)
             if waiting:
                 raise _still_waiting(store.name, changelog, waiting[0], copy)
+        if writer:
+            # Another instance's copy found the loss: an empty or rebuilt copy here would
+            # publish what that copy's decision is about.
+            hold = log.changelog_hold(changelog)
+            if hold is not None:
+                raise ChangelogHeldError(store.name, changelog, copy, hold)
         start = judge(store, log, changelog)
         if not start.trusted:
             if changelog_recreated(start) and not rebuild_recreated:
@@ -414,6 +436,9 @@ def open_trusted(
             held = loses_records(start)
             if held:
                 note["decision"] = DECISION_PENDING
+                # In the log first: a crash before the copy moves leaves it in place, to be
+                # found again; every other instance stops writing from here on.
+                log.hold_changelog(changelog, _hold_reason(name, copy, state_dir))
             kept = store.set_aside(start.verdict.value, note)
             if kept is not None and on_set_aside is not None:
                 on_set_aside(kept)
@@ -452,6 +477,16 @@ def _loss(start: ReplayStart) -> str:
         f"the copy committed offset {start.committed} in epoch {start.store_epoch}, and the "
         f"changelog's records there are not that epoch's any more (epoch {start.log_epoch}): "
         "it was truncated, rewritten, or put back from a backup"
+    )
+
+
+def _hold_reason(store: str, copy: str, state_dir: Path | None) -> str:
+    where = "" if state_dir is None else f" in state directory {state_dir}"
+    which = f" ({copy})" if copy else ""
+    listing = "" if state_dir is None else f" (eddyline state quarantined {state_dir} lists it)"
+    return (
+        f'the copy of state store "{store}"{which}{where} holds records the changelog lost '
+        f"and waits for a decision in the quarantine{listing}"
     )
 
 
