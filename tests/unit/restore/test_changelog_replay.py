@@ -180,6 +180,7 @@ def test_open_trusted_stops_a_store_the_changelog_lost_records_of_until_a_decisi
             on_set_aside=set_aside.append,
             state_dir=tmp_path,
             writer=True,
+            new_epoch=True,
         )
 
     with pytest.raises(ChangelogLossError) as stopped:

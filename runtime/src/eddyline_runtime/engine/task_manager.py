@@ -140,7 +140,11 @@ class TaskManager:
                         on_set_aside=self._on_set_aside,
                         rebuild_recreated=config.state_rebuild_after_changelog_recreated,
                         state_dir=config.state_dir,
-                        writer=True,  # fenced above: this task writes the changelog now
+                        writer=True,
+                        # Fenced above, so no earlier owner writes the changelog after the
+                        # new epoch begins (without a fence a zombie could, and its copy would
+                        # be judged a loss when nothing was lost).
+                        new_epoch=self._exactly_once,
                     )
                     verdicts[name] = (changelog, verdict)
                 stores[name] = TaskStore(

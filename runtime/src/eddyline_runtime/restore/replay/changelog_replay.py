@@ -388,6 +388,7 @@ def open_trusted(
     rebuild_recreated: bool = False,
     state_dir: Path | None = None,
     writer: bool = False,
+    new_epoch: bool = False,
 ) -> tuple[StateStore, ReplayStart]:
     """Open a store for ``changelog`` that replay can bring up to date, or refuse to.
 
@@ -404,9 +405,11 @@ def open_trusted(
     A whole changelog topic created again is refused
     (:class:`ChangelogRecreatedError`) unless ``rebuild_recreated``.
 
+    A ``writer`` (an active task) also stops while the log holds the
+    changelog (``Log.changelog_hold``: a copy elsewhere waits for a decision).
     The changelog's epoch is recorded on the store, to be committed with its
-    next offsets; a ``writer`` (an active task, after fencing the previous
-    owner) first starts a new epoch (``Log.start_epoch``) and records that one.
+    next offsets; with ``new_epoch`` (a writer that fenced the previous owner)
+    a new epoch is started first (``Log.start_epoch``) and that one recorded.
     Returns the store and its verdict.
     """
     store = open_store()
@@ -456,7 +459,7 @@ def open_trusted(
             store = open_store()
             start = judge(store, log, changelog)
         epoch = start.log_epoch
-        if writer and epoch is not None:
+        if writer and new_epoch and epoch is not None:
             epoch = log.start_epoch(changelog) or log.partition_epoch(changelog)
         if epoch is not None:
             store.record_changelog_epoch(changelog, epoch)
