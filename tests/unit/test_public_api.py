@@ -93,6 +93,8 @@ EXPECTED: dict[ModuleType, set[str]] = {
     replay: {
         "ChangelogBehindStoreError",
         "ChangelogGapError",
+        "ChangelogHeldError",
+        "ChangelogLossError",
         "ChangelogMismatchError",
         "ChangelogReplacedError",
         "ForeignStoreError",
@@ -103,6 +105,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "RestoreResult",
         "StandbyTask",
         "judge",
+        "loses_records",
         "mismatch_error",
         "next_offset_after",
         "open_trusted",
