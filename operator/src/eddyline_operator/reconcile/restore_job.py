@@ -103,17 +103,18 @@ def executor_pod_template(app: StreamApp) -> Obj:
     """The pod template Spark starts every executor pod from (``spark.kubernetes.executor.
     podTemplateFile``). Spark keeps what it does not set itself: the identity, the restricted
     security contexts (so a namespace enforcing Pod Security ``restricted`` admits the pods),
-    the writable ``/tmp`` and working directory under a read-only root, and the spread over
-    nodes; it adds the image, the ``executor`` argument, its environment, cpu and memory
+    the working directory ``/tmp`` (Spark's local-dir volume) under a read-only root, and the
+    spread over nodes; it adds the image, the ``executor`` argument, its environment, cpu and memory
     (spec.restore.executorCores and executorMemory), the claims and the driver pod as owner."""
     name = app.metadata.name
     container: Obj = {
         "name": EXECUTOR_CONTAINER,
         # Spark fetches the jars the driver serves (the Kafka connector) into the working
-        # directory: it must be writable, and the root file system is not.
+        # directory: it must be writable, and the root file system is not. /tmp is: Spark
+        # mounts an emptyDir at each spark.local.dir path (the Job sets /tmp), so the
+        # template mounts nothing there itself (a second mount at /tmp is refused).
         "workingDir": "/tmp",
         "securityContext": security.container_security_context(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     if app.spec.restore.image:
         container["image"] = app.spec.restore.image
@@ -127,7 +128,6 @@ def executor_pod_template(app: StreamApp) -> Obj:
             "automountServiceAccountToken": False,
             "securityContext": security.pod_security_context(),
             "containers": [container],
-            "volumes": [{"name": "tmp", "emptyDir": {}}],
             # One application's executors spread over nodes, so a build uses the cluster's
             # cores rather than one node's; a node the build's claim cannot reach does not
             # count (nodeAffinityPolicy Honor, the default).
@@ -397,6 +397,9 @@ def job(
         "imagePullPolicy": app.spec.image_pull_policy.value,
         "command": ["eddyline"],
         "args": args,
+        # The root file system is read-only: whatever Spark writes to its working directory
+        # lands on the /tmp volume.
+        "workingDir": "/tmp",
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {
