@@ -22,7 +22,6 @@ loop on the kubelet stand-in).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,6 +58,14 @@ def spark(
         partitions=PARTITIONS, per_partition=PER_PARTITION, keys=KEYS,
     ) as started:  # fmt: skip
         yield started
+
+
+def driver_log(spark: SparkRestore, job: str) -> str:
+    """The Job's driver pod's log, through the API server (from the kubelet)."""
+    (pod,) = spark.pods(f"{restore_job.LABEL_JOB}={job},{restore_job.selector_string(APP)}")
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}/log"
+    with spark.admin.open(path, "GET", None) as response:
+        return bytes(response.read()).decode(errors="replace")
 
 
 def assert_made_from_the_template(
@@ -122,17 +129,22 @@ def test_executor_pods_on_two_nodes_build_exactly_though_one_is_lost(
         print(json.dumps([p["status"] for p in spark.executors()])[:4000])
         raise
     assert_made_from_the_template(spark, pods, name)
-    # One executor goes mid-build (its pod deleted, as a node drain or an eviction does):
-    # Spark asks for a replacement and reruns the lost tasks.
-    victim = pods[0]["metadata"]["name"]
-    time.sleep(5)
-    assert spark.finished(job) is None, "the build finished before an executor could be lost"
-    admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{victim}")
+    # One executor goes mid-build (its pod deleted, as a node drain or an eviction does) once
+    # a task runs on it: Spark asks for a replacement and reruns the lost tasks.
+    victim = pods[0]
+    victim_id = victim["metadata"]["labels"]["spark-exec-id"]
     wait_until(
-        lambda: any(p["metadata"]["name"] not in {q["metadata"]["name"] for q in pods}
-                    for p in spark.executors()) or spark.finished(job),
+        lambda: f",executor {victim_id}," in driver_log(spark, name) or spark.finished(job),
+        f"a task on executor {victim_id}", EXECUTORS_TIMEOUT,
+    )  # fmt: skip
+    assert spark.finished(job) is None, "the build finished before an executor could be lost"
+    admin.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{victim['metadata']['name']}")
+    before = {p["metadata"]["name"] for p in pods}
+    replacement = wait_until(
+        lambda: [p for p in spark.executors() if p["metadata"]["name"] not in before],
         "a replacement executor", EXECUTORS_TIMEOUT,
     )  # fmt: skip
+    new_id = replacement[0]["metadata"]["labels"]["spark-exec-id"]
     try:
         entry = wait_until(lambda: spark.finished(job), f"Job {name} to finish", BUILD_TIMEOUT)
     except Exception:
@@ -140,6 +152,8 @@ def test_executor_pods_on_two_nodes_build_exactly_though_one_is_lost(
         raise
     plan = spark.observe(job)
     assert entry.state.value == "Succeeded", entry.message
+    # The replacement ran tasks of this build (the lost executor's among them).
+    assert f"(executor {new_id})" in driver_log(spark, name)
     assert plan.condition is not None and plan.condition.status is False
     assert plan.condition.reason == "BuildSucceeded", plan.condition
     assert [j.state.value for j in plan.jobs] == ["Succeeded"]

@@ -113,9 +113,7 @@ class LocalProvisioner:
                 },
                 "local": {"path": str(directory)},
                 "nodeAffinity": {
-                    "required": {
-                        "nodeSelectorTerms": [{"matchExpressions": [nodes]}]
-                    }
+                    "required": {"nodeSelectorTerms": [{"matchExpressions": [nodes]}]}
                 },
             },
         }

@@ -56,7 +56,7 @@ def test_the_command_is_the_kubernetes_executor_backend_with_the_drivers_setting
 
 def test_outside_an_executor_pod_it_names_what_is_missing_and_where_it_runs() -> None:
     env = {k: v for k, v in SPARK_ENV.items() if k != "SPARK_DRIVER_URL"}
-    with pytest.raises(ExecutorStartError, match="SPARK_DRIVER_URL not set.*executor pod"):
+    with pytest.raises(ExecutorStartError, match=r"SPARK_DRIVER_URL not set.*executor pod"):
         executor_command(env, home=Path("/spark"), java="/usr/bin/java")
 
 
@@ -73,9 +73,9 @@ def test_the_cli_refuses_by_hand_without_a_manifest(
 # (fabric8's message, shortened in the middle as Spark prints it on one line).
 FORBIDDEN = [
     "26/11/27 20:10:01 INFO SparkContext: Running Spark version 4.2.0\n",
-    "Exception in thread \"main\" org.apache.spark.SparkException: Failed to get driver pod\n",
+    'Exception in thread "main" org.apache.spark.SparkException: Failed to get driver pod\n',
     "Caused by: io.fabric8.kubernetes.client.KubernetesClientException: Failure executing: GET "
-    "at: https://kubernetes.default.svc/api/v1/namespaces/ns/pods/d-1. Message: pods \"d-1\" is "
+    'at: https://kubernetes.default.svc/api/v1/namespaces/ns/pods/d-1. Message: pods "d-1" is '
     'forbidden: User "system:serviceaccount:ns:counts-restore" cannot get resource "pods" in '
     'API group "" in the namespace "ns".\n',
 ]
@@ -89,7 +89,7 @@ def test_a_failed_driver_is_judged_with_the_line_that_says_why(tmp_path: Path) -
         tmp_path, application="a", store="s", partitions=[0], before=set(),
         driver_exit_code=1, driver_error=reason,
     )  # fmt: skip
-    assert result.message.startswith("the Spark driver exited with status 1: pods \"d-1\"")
+    assert result.message.startswith('the Spark driver exited with status 1: pods "d-1"')
     unreachable = ["java.net.UnknownHostException: kubernetes.default.svc: Name or service\n"]
     assert driver_reason(unreachable) == (
         "java.net.UnknownHostException: kubernetes.default.svc: Name or service"

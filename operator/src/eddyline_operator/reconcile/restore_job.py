@@ -150,9 +150,7 @@ def executor_template_config_map(app: StreamApp, namespace: str, owner: Obj) -> 
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(executor_template_name(name), namespace, name, owner),
-        "data": {
-            EXECUTOR_TEMPLATE_KEY: yaml.safe_dump(executor_pod_template(app), sort_keys=True)
-        },
+        "data": {EXECUTOR_TEMPLATE_KEY: yaml.safe_dump(executor_pod_template(app), sort_keys=True)},
     }
 
 
