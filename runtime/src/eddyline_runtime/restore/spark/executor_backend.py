@@ -12,6 +12,7 @@ reaches it directly.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -44,10 +45,15 @@ class ExecutorStartError(EddylineError):
 
 
 def spark_home() -> Path:
-    """The installed PySpark package: a pip-installed Spark's home (``jars/``, ``conf/``)."""
-    import pyspark
-
-    return Path(pyspark.__file__).parent
+    """The installed PySpark package: a pip-installed Spark's home (``jars/``, ``conf/``).
+    Found, not imported: the process becomes a JVM at once."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise ExecutorStartError(
+            "restore executor: PySpark is not installed: run executors from the restore image "
+            "(restore.Dockerfile)"
+        )
+    return Path(spec.origin).parent
 
 
 def executor_command(env: Mapping[str, str], *, home: Path, java: str | None = None) -> list[str]:
@@ -91,13 +97,7 @@ def _java(env: Mapping[str, str]) -> str:
 
 def exec_executor() -> NoReturn:
     """Replace this process with the executor JVM (never returns)."""
-    try:
-        home = spark_home()
-    except ImportError as error:
-        raise ExecutorStartError(
-            f"restore executor: PySpark is not installed ({error}): run executors from the "
-            "restore image (restore.Dockerfile)"
-        ) from error
+    home = spark_home()
     command = executor_command(os.environ, home=home)
     env = dict(os.environ)
     # Spark's launcher scripts look for SPARK_HOME; the Python workers the JVM starts use it
