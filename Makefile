@@ -111,7 +111,7 @@ bench-operator: $(STAMP) kafka-jars control-plane ## Operator benchmark on the r
 bench-log: $(STAMP) kafka-jars ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite and Kafka (the project's broker, or EDDYLINE_TEST_KAFKA_BOOTSTRAP's) (last line JSON)
 	$(BIN)/python -m tests.bench.bench_log
 
-bench-restore: $(STAMP) ## Restore benchmark: serial replay vs Spark build + SST ingest, 2M records (last line JSON)
+bench-restore: $(STAMP) ## Restore benchmark: serial replay vs Spark build + SST ingest, 2M records, then restore Jobs with 1 and 2 executor pods on the real nodes (root; last line JSON)
 	$(BIN)/python tests/bench/bench_restore.py
 
 KSTREAMS_CLASSES := .cache/kstreams-bench

@@ -20,6 +20,13 @@ store partition of 100M and 1B records (serial replay is one core per store
 partition; restores of different partitions already run in parallel), with
 perfect scaling assumed: ``fixed + N * spark_cpu / cores + ingest < N * serial_cpu``.
 
+Then, unless ``--no-k8s``, the same changelog size on the real nodes
+(``bench_restore_k8s.py``, needs root): restore Jobs with 1 and 2 executor pods
+(``k8s_1_executor_records_per_s``, ``k8s_2_executors_records_per_s``, their fixed
+and per-record costs, CPU s per million records) beside ``local_records_per_s``
+(the local build, JVM start included, as a Job's wall time includes it) and
+``serial_records_per_s``, and ``crossover_records``.
+
 The last line is JSON. Timings are noisy on a shared machine: the load
 average is printed beside them.
 """
@@ -123,6 +130,12 @@ def main() -> None:  # noqa: PLR0915 - one run, read top to bottom
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--no-k8s",
+        dest="k8s",
+        action="store_false",
+        help="skip the restore Jobs on the real nodes (they need root)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="eddyline-bench-restore-"))
     out: dict[str, object] = {"records": args.records, "partitions": PARTITIONS}
@@ -203,6 +216,7 @@ def main() -> None:  # noqa: PLR0915 - one run, read top to bottom
         out["ingest_call_keys_per_s"] = round(ingested_keys / ingest_call_s)
         out["stores_equal_to_replay"] = equal
         out["spark_to_queryable_s"] = round(out["jvm_start_s"] + cold_s + ingest_s, 2)  # type: ignore[operator]
+        out["local_records_per_s"] = round(keyed / (float(out["jvm_start_s"]) + cold_s))  # type: ignore[arg-type]
 
         serial_us = serial_cpu / args.records * 1e6
         warm_us = warm_cpu / args.records * 1e6
@@ -217,6 +231,16 @@ def main() -> None:  # noqa: PLR0915 - one run, read top to bottom
         out["one_to_two_core_scaling"] = (
             "not measurable here: 2 cores shared with other jobs (see load_avg)"
         )
+        if args.k8s:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+            from tests.bench.bench_restore_k8s import run as k8s_run
+
+            out.update(
+                k8s_run(
+                    work, records=args.records, keys=args.keys, partitions=PARTITIONS,
+                    serial_records_per_s=float(out["serial_records_per_s"]),  # type: ignore[arg-type]
+                )
+            )  # fmt: skip
         out["load_avg_end"] = round(os.getloadavg()[0], 2)
     finally:
         if not args.keep:

@@ -82,6 +82,11 @@ class Images:
 
 @pytest.fixture(scope="session")
 def images() -> Images:
+    return build_images()
+
+
+def build_images() -> Images:
+    """The images, built or confirmed current (the fixture's body; benchmarks call it)."""
     host = subprocess.run(
         [REPO / "scripts" / "container-engine"], capture_output=True, text=True, check=False
     )

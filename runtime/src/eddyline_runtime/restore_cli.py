@@ -1,11 +1,12 @@
-"""``eddyline restore build`` and ``eddyline restore ingest``: Spark restore builds by hand.
+"""``eddyline restore build|job|executor|ingest``: Spark restore builds by hand and in Jobs.
 
 ``build`` runs the PySpark job of :mod:`eddyline_runtime.restore.spark.spark_build`
 for one store of a StreamApp and prints a summary; it is the only command
 that needs PySpark and a Java runtime, and says how to get them in one line
 when they are missing. ``ingest`` rebuilds one task's missing store from the
 newest build that fits, then replays the changelog's tail, as a task does at
-start-up; it needs neither Spark nor Java (the runtime image has none).
+start-up; it needs neither Spark nor Java (the runtime image has none). ``job`` is
+what a restore Job's pod runs, ``executor`` what its executor pods run (k8s:// master).
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     job.add_argument(
         "--result-file", type=Path, help="also write the verdict here (the termination message)"
     )
+    actions.add_parser(
+        "executor",
+        help="what a Spark executor pod of a restore Job runs (k8s:// master): the executor "
+        "JVM, from the settings the driver put in the pod's environment",
+    )
     ingest = actions.add_parser(
         "ingest",
         help="rebuild one task's missing store from the newest fitting build, then replay "
@@ -119,6 +125,12 @@ def run_restore_command(args: argparse.Namespace, out: TextIO | None = None) -> 
 
     out = out or sys.stdout
     try:
+        if args.restore_action == "executor":
+            # Before any manifest: an executor pod has none; the driver's settings come
+            # through the environment.
+            from eddyline_runtime.restore.spark.executor_backend import exec_executor
+
+            exec_executor()
         app = load_manifest(args.manifest)
         # This process's settings, built once (the environment over the manifest) and
         # handed to the command, as the runner does.

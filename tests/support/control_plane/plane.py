@@ -84,8 +84,12 @@ class ControlPlane:
         on_spawn: Callable[[int], None] | None = None,
         service_cidr: str = SERVICE_CIDR,
         disabled_controllers: Sequence[str] = DISABLED_CONTROLLERS,
+        audit_policy: Path | None = None,
     ) -> None:
         self.root = root
+        # Opt-in: an audit policy file makes kube-apiserver log the requests it selects to
+        # ``audit_log`` (JSON lines), for a test that records which calls a client makes.
+        self.audit_policy = audit_policy
         # Where kube-apiserver binds and what it advertises. Loopback (the default) serves the
         # kubelet stand-in's pods, which share the host's network; pods in network namespaces
         # of their own reach only an address of a bridge the run creates, which the caller
@@ -114,6 +118,7 @@ class ControlPlane:
         self.port = 0
         self.url = ""
         self.admin_kubeconfig = root / "admin.kubeconfig"
+        self.audit_log = self.logs / "audit.log"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> ControlPlane:
@@ -157,6 +162,7 @@ class ControlPlane:
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=false",
             "--profiling=false",
+            *self._audit_flags(),
         )
         self._admin_files()
         wait_until(self._ready, "kube-apiserver /readyz", START_TIMEOUT)
@@ -254,6 +260,15 @@ class ControlPlane:
             f"--kubelet-client-certificate={cert}",
             f"--kubelet-client-key={key}",
             "--kubelet-preferred-address-types=InternalIP",
+        ]
+
+    def _audit_flags(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        return [
+            f"--audit-policy-file={self.audit_policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
         ]
 
     def _node_monitor_flags(self) -> list[str]:

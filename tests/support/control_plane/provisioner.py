@@ -6,6 +6,12 @@ node (``volume.kubernetes.io/selected-node``); this creates a ``local`` Persiste
 directory for that node (``<root>/<namespace>/<claim>``, a path tests can know in advance),
 and the PV controller binds the two. A released volume whose policy is Delete is removed with
 its directory.
+
+With ``shared_across_nodes`` (the real-node tier), a ``ReadWriteMany`` claim (a restore
+build's, which executors on several nodes write and pods on every node read) gets a volume
+every node may mount: its node affinity names any node. That stands in for a shared file
+system (NFS, CephFS, a cloud's file store): it works only because the real nodes are
+kubelets on one host, so a directory of that host is the same directory on every node.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 
 
 class LocalProvisioner:
-    def __init__(self, client: Client, root: Path) -> None:
+    def __init__(self, client: Client, root: Path, *, shared_across_nodes: bool = False) -> None:
         self.client = client
         self.root = root
+        self.shared_across_nodes = shared_across_nodes
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.claims = Informer(client, "/api/v1/persistentvolumeclaims", on_change=self._wake.set)
@@ -86,6 +93,9 @@ class LocalProvisioner:
         namespace, name = meta["namespace"], meta["name"]
         directory = self.directory(namespace, name)
         directory.mkdir(parents=True, exist_ok=True)
+        nodes: Obj = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+        if self.shared_across_nodes and "ReadWriteMany" in spec.get("accessModes", []):
+            nodes = {"key": "kubernetes.io/hostname", "operator": "Exists"}
         volume = {
             "metadata": {"name": f"pvc-{meta['uid']}", "annotations": {PROVISIONED_BY: NAME}},
             "spec": {
@@ -103,19 +113,7 @@ class LocalProvisioner:
                 },
                 "local": {"path": str(directory)},
                 "nodeAffinity": {
-                    "required": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {
-                                        "key": "kubernetes.io/hostname",
-                                        "operator": "In",
-                                        "values": [node],
-                                    }
-                                ]
-                            }
-                        ]
-                    }
+                    "required": {"nodeSelectorTerms": [{"matchExpressions": [nodes]}]}
                 },
             },
         }

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from tests.support.control_plane.client import Client
 from tests.support.control_plane.plane import CLOUD_CONTROLLERS, ControlPlane, build_binaries
-from tests.support.realnode import cluster_dns, host, kube_proxy
+from tests.support.realnode import audit, cluster_dns, host, kube_proxy
 from tests.support.realnode.images import Image, busybox_image, coredns_image, pause_image
 from tests.support.realnode.kube_proxy import KubeProxy
 from tests.support.realnode.node import NodeSpec, RealNode
@@ -56,6 +56,9 @@ class RealCluster:
             # Pods have real addresses here: EndpointSlices for kube-proxy.
             disabled_controllers=CLOUD_CONTROLLERS,
             on_spawn=lambda pid: host.move_into_cgroup(pid, CONTROL_PLANE_CGROUP),
+            # ServiceAccounts' calls only (tests/support/realnode/audit.py): what a workload
+            # such as a Spark driver asks of the API server.
+            audit_policy=audit.write_policy(root / "audit"),
         )
         self.nodes: dict[str, RealNode] = {}
         self.kube_proxy: KubeProxy | None = None

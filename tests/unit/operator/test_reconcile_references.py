@@ -63,6 +63,7 @@ def test_a_restore_job_names_its_account_the_config_and_both_claims() -> None:
     assert references.refers_to(job) == {
         ("ServiceAccount", "wc-restore"),
         ("ConfigMap", "wc-config"),
+        ("ConfigMap", "wc-restore-executor"),  # the executors' pod template (k8s:// master)
         ("PersistentVolumeClaim", "wc-restore"),
         ("PersistentVolumeClaim", "wc-log"),
     }

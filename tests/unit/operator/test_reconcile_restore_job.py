@@ -201,6 +201,52 @@ def test_a_k8s_master_names_the_driver_pod_so_executors_are_owned_by_it() -> Non
     )
 
 
+def test_executors_start_from_the_operators_template_restricted_as_the_restore_account() -> None:
+    """Issue 30: the pod template Spark starts executors from (a ConfigMap the Job mounts):
+    restricted, the Job's account without its token, a writable /tmp as working directory,
+    spread over nodes; the driver's ports fixed; executors labelled with their Job."""
+    spec = {**RESTORE, "master": "k8s://https://kubernetes.default.svc", "image": "r:1"}
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}
+    result = run(body(restore=spec), reports=reports)
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in result.objects}
+    config_map = by_name[("ConfigMap", "wc-restore-executor")]
+    kubernetes_validate.validate(config_map, "1.32", strict=True)
+    template = yaml.safe_load(config_map["data"][restore_job.EXECUTOR_TEMPLATE_KEY])
+    kubernetes_validate.validate(template, "1.32", strict=True)
+    pod = template["spec"]
+    assert pod["serviceAccountName"] == "wc-restore"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["name"] == restore_job.EXECUTOR_CONTAINER
+    assert container["image"] == "r:1"
+    assert container["workingDir"] == "/tmp"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    (job,) = result.create_jobs
+    name = job["metadata"]["name"]
+    pod_spec = job["spec"]["template"]["spec"]
+    args = pod_spec["containers"][0]["args"]
+    conf = dict(a.split("=", 1) for a in args[1:] if "=" in a and a.startswith("spark."))
+    path = conf["spark.kubernetes.executor.podTemplateFile"]
+    mount = next(
+        m for m in pod_spec["containers"][0]["volumeMounts"] if m["name"] == "executor-template"
+    )
+    assert path == f"{mount['mountPath']}/{restore_job.EXECUTOR_TEMPLATE_KEY}"
+    volume = next(v for v in pod_spec["volumes"] if v["name"] == "executor-template")
+    assert volume["configMap"]["name"] == "wc-restore-executor"
+    assert conf["spark.kubernetes.executor.podTemplateContainerName"] == "executor"
+    assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == "wc-restore"
+    assert conf["spark.driver.port"] == str(restore_job.DRIVER_PORT)
+    assert conf["spark.driver.blockManager.port"] == str(restore_job.BLOCK_MANAGER_PORT)
+    assert conf[f"spark.kubernetes.executor.label.{restore_job.LABEL_JOB}"] == name
+    local = run(body(restore=RESTORE), reports=reports)
+    assert not any(o["metadata"]["name"] == "wc-restore-executor" for o in local.objects)
+
+
 def test_a_running_job_is_not_launched_twice() -> None:
     reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}
     first = run(body(restore=RESTORE), reports=reports)

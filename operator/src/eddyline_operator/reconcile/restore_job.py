@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from eddyline_operator.reconcile import names, security
 from eddyline_operator.reconcile.seed import Seed
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport
@@ -61,6 +63,21 @@ JOB_TTL_SECONDS = 86_400
 _SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
+# With a k8s:// master: the executor pod template (a ConfigMap the operator writes, mounted
+# into the Job's pod where spark-submit reads it), and the driver's fixed ports, which the
+# executors connect back to (Spark picks random ones otherwise; fixed ones can be named in
+# a NetworkPolicy).
+EXECUTOR_TEMPLATE_MOUNT = "/etc/eddyline/restore-executor"
+EXECUTOR_TEMPLATE_KEY = "pod-template.yaml"
+EXECUTOR_CONTAINER = "executor"
+EXECUTOR_COMPONENT = "restore-executor"
+DRIVER_PORT = 7078
+BLOCK_MANAGER_PORT = 7079
+# Spark's labels on the pods it creates: the role, and the application they serve.
+SPARK_ROLE_LABEL = "spark-role"
+SPARK_APP_LABEL = "spark-app-selector"
+
+
 # The ClusterRole the chart ships with what a Spark driver needs for its executor pods
 # (EDDYLINE_RESTORE_EXECUTOR_ROLE names the chart's; this is its default release's).
 DEFAULT_EXECUTOR_ROLE = "eddyline-operator-restore-executor"
@@ -76,6 +93,65 @@ def claim_name(app: str) -> str:
 
 def service_account_name(app: str) -> str:
     return f"{app}-restore"
+
+
+def executor_template_name(app: str) -> str:
+    return f"{app}-restore-executor"
+
+
+def executor_pod_template(app: StreamApp) -> Obj:
+    """The pod template Spark starts every executor pod from (``spark.kubernetes.executor.
+    podTemplateFile``). Spark keeps what it does not set itself: the identity, the restricted
+    security contexts (so a namespace enforcing Pod Security ``restricted`` admits the pods),
+    the working directory ``/tmp`` (Spark's local-dir volume) under a read-only root, and the
+    spread over nodes; it adds the image, the ``executor`` argument, its environment, cpu and memory
+    (spec.restore.executorCores and executorMemory), the claims and the driver pod as owner."""
+    name = app.metadata.name
+    container: Obj = {
+        "name": EXECUTOR_CONTAINER,
+        # Spark fetches the jars the driver serves (the Kafka connector) into the working
+        # directory: it must be writable, and the root file system is not. /tmp is: Spark
+        # mounts an emptyDir at each spark.local.dir path (the Job sets /tmp), so the
+        # template mounts nothing there itself (a second mount at /tmp is refused).
+        "workingDir": "/tmp",
+        "securityContext": security.container_security_context(),
+    }
+    if app.spec.restore.image:
+        container["image"] = app.spec.restore.image
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": _labels(name, {names.LABEL_COMPONENT: EXECUTOR_COMPONENT})},
+        "spec": {
+            "serviceAccountName": service_account_name(name),
+            # Executors never call the API server; only the driver creates pods.
+            "automountServiceAccountToken": False,
+            "securityContext": security.pod_security_context(),
+            "containers": [container],
+            # One application's executors spread over nodes, so a build uses the cluster's
+            # cores rather than one node's; a node the build's claim cannot reach does not
+            # count (nodeAffinityPolicy Honor, the default).
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {SPARK_ROLE_LABEL: "executor"}},
+                    "matchLabelKeys": [SPARK_APP_LABEL],
+                }
+            ],
+        },
+    }
+
+
+def executor_template_config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
+    name = app.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(executor_template_name(name), namespace, name, owner),
+        "data": {EXECUTOR_TEMPLATE_KEY: yaml.safe_dump(executor_pod_template(app), sort_keys=True)},
+    }
 
 
 def pod_settings(app: StreamApp) -> dict[str, str | int]:
@@ -159,6 +235,7 @@ def owned_objects(
     }
     if not restore.master.startswith("k8s://"):
         return [claim, account]
+    template = executor_template_config_map(app, namespace, owner)
     binding: Obj = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -172,7 +249,7 @@ def owned_objects(
             {"kind": "ServiceAccount", "name": service_account_name(name), "namespace": namespace}
         ],
     }
-    return [claim, account, binding]
+    return [claim, account, binding, template]
 
 
 def pending_copies(
@@ -246,9 +323,23 @@ def job(
                 "spark.kubernetes.authenticate.oauthTokenFile": f"{_SERVICE_ACCOUNT_DIR}/token",
                 "spark.driver.host": "$(POD_IP)",
                 "spark.driver.bindAddress": "0.0.0.0",
+                "spark.driver.port": str(DRIVER_PORT),
+                "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
                 "spark.executor.instances": str(restore.executors),
                 "spark.executor.cores": str(restore.executor_cores),
                 "spark.executor.memory": restore.executor_memory,
+                # Spark sets the cpu request; a limit too, so a namespace whose ResourceQuota
+                # counts limits admits the executors.
+                "spark.kubernetes.executor.limit.cores": str(restore.executor_cores),
+                "spark.kubernetes.executor.podTemplateFile": (
+                    f"{EXECUTOR_TEMPLATE_MOUNT}/{EXECUTOR_TEMPLATE_KEY}"
+                ),
+                "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
+                "spark.kubernetes.authenticate.executor.serviceAccountName": (
+                    service_account_name(name)
+                ),
+                f"spark.kubernetes.executor.label.{LABEL_JOB}": job_id,
+                f"spark.kubernetes.executor.label.{LABEL_STORE}": store,
             }
         )
         claims = [("restore", claim_name(name), RESTORE_MOUNT)]
@@ -293,12 +384,20 @@ def job(
     if log_mount is not None:
         mounts.append(log_mount[0])
         volumes.append(log_mount[1])
+    if restore.master.startswith("k8s://"):
+        template = executor_template_name(name)
+        mounts.append({"name": "executor-template", "mountPath": EXECUTOR_TEMPLATE_MOUNT,
+                       "readOnly": True})  # fmt: skip
+        volumes.append({"name": "executor-template", "configMap": {"name": template}})
     container: Obj = {
         "name": COMPONENT,
         "image": restore_image,
         "imagePullPolicy": app.spec.image_pull_policy.value,
         "command": ["eddyline"],
         "args": args,
+        # The root file system is read-only: whatever Spark writes to its working directory
+        # lands on the /tmp volume.
+        "workingDir": "/tmp",
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {
@@ -394,7 +493,13 @@ def observe_job(job_obj: Obj, pods: Sequence[Obj]) -> JobOutcome:
     status = job_obj.get("status") or {}
     started = status.get("startTime")
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    mine = [p for p in pods if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == name]
+    # The Job's own pod, not its executors (which carry the Job's label too).
+    mine = [
+        p
+        for p in pods
+        if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == name
+        and (p.get("metadata", {}).get("labels") or {}).get(names.LABEL_COMPONENT) == COMPONENT
+    ]
     verdict = _verdict(mine)
     partitions = tuple(verdict.partitions) if verdict is not None else _partitions_of(job_obj)
 

@@ -13,11 +13,13 @@ termination message, where the operator reads it; the exit code follows it.
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -29,6 +31,18 @@ from eddyline_runtime.restore.manifest import ManifestError, manifest_name, read
 DRIVER_SCRIPT: Final = Path(__file__).parents[2] / "restore_driver.py"
 # Kubernetes keeps at most 4096 bytes of a termination message.
 _TERMINATION_MESSAGE_BYTES: Final = 4096
+# The driver's last lines of output kept to say why it failed.
+_KEPT_LINES: Final = 400
+# Lines of a failed driver's output that say why, most telling first: the API server
+# refusing the Job's identity (its RoleBinding gone), the API server or a broker out of
+# reach, then Spark's own errors.
+_REASONS: Final = (
+    re.compile(r"(?:\w+ \"[^\"]*\" )?is forbidden: .*"),
+    re.compile(r"(?:java\.net\.)?UnknownHostException: .*"),
+    re.compile(r"(?:java\.net\.)?(?:ConnectException|NoRouteToHostException): .*"),
+    re.compile(r"(?:Spark|KubernetesClient)Exception: .*"),
+)
+_REASON_CHARACTERS: Final = 600
 
 
 def spark_submit_command(
@@ -89,11 +103,13 @@ def judge_build(
     partitions: Sequence[int],
     before: set[str],
     driver_exit_code: int,
+    driver_error: str | None = None,
 ) -> JobResult:
     """The Job's verdict from the driver's exit status and the manifests on disk.
 
     Success needs a zero exit status and one new build directory holding a
     readable manifest for every requested partition whose files all exist.
+    ``driver_error`` is why a failed driver failed, as its output says (:func:`driver_reason`).
     """
 
     def failed(message: str, build_id: str | None = None) -> JobResult:
@@ -109,7 +125,8 @@ def judge_build(
 
     new = sorted(build_directories(output, application, store) - before)
     if driver_exit_code != 0:
-        return failed(f"the Spark driver exited with status {driver_exit_code}")
+        why = f": {driver_error}" if driver_error else ""
+        return failed(f"the Spark driver exited with status {driver_exit_code}{why}")
     if not new:
         return failed("the driver exited 0 but wrote no build directory")
     build_id = new[-1]
@@ -137,6 +154,34 @@ def judge_build(
         driver_exit_code=0,
         message=f"{len(offsets)} manifests in {directory}",
     )
+
+
+def driver_reason(lines: Iterable[str]) -> str | None:
+    """The line of a failed driver's output that says why (the first match of the most
+    telling pattern), or None."""
+    kept = list(lines)
+    for pattern in _REASONS:
+        for line in kept:
+            found = pattern.search(line)
+            if found is not None:
+                return found.group(0).strip()[:_REASON_CHARACTERS]
+    return None
+
+
+def _run_driver(command: Sequence[str], env: Mapping[str, str]) -> tuple[int, str | None]:
+    """spark-submit, its output passed on to this process's stderr (the pod's log) and its
+    last lines kept to say why it failed."""
+    tail: collections.deque[str] = collections.deque(maxlen=_KEPT_LINES)
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        errors="replace",
+    ) as driver:  # fmt: skip
+        assert driver.stdout is not None
+        for line in driver.stdout:
+            sys.stderr.write(line)
+            tail.append(line)
+        code = driver.wait()
+    return code, (driver_reason(tail) if code != 0 else None)
 
 
 def run_restore_job(
@@ -181,7 +226,7 @@ def run_restore_job(
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if master.startswith("local"):
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        code = subprocess.run(command, env=env, check=False).returncode
+        code, reason = _run_driver(command, env)
         result = judge_build(
             output,
             application=application,
@@ -189,6 +234,7 @@ def run_restore_job(
             partitions=partitions,
             before=before,
             driver_exit_code=code,
+            driver_error=reason,
         )
     write_job_result(output, job_name, result)
     if result_file is not None:
