@@ -177,6 +177,12 @@ class Group:
             for p, tp in enumerate(self.changelogs)
         )
 
+    def counted_everything(self) -> bool:
+        """ "a" (which keeps the stateless tasks) read and committed every line, then "b"
+        counted all that reached it. In this order: "b" caught up before "a" finished the
+        lines looked done one batch short (seen once in 30 runs)."""
+        return self.a.caught_up() and self.b.caught_up() and self.at_changelog_end(self.b)
+
     def counts(self, instance: StreamsInstance, role: StoreRole) -> Counter[str]:
         found: Counter[str] = Counter()
         for local in instance.local_store_partitions(STORE):
@@ -257,7 +263,7 @@ def test_a_moved_task_waits_for_its_old_owner_and_restores_nothing(group: Group)
     wait_for(lambda: group.b.check() is not None and group.b.ready(), "b runs the moved tasks")
     producer.join(60)
     wait_for(
-        lambda: group.at_changelog_end(group.b) and group.b.caught_up(),
+        group.counted_everything,
         "b counted every line",
     )
     outcomes = {o.task: o.how for o in group.b.release.outcomes}
@@ -284,7 +290,7 @@ def test_an_unreachable_old_owner_does_not_hold_the_move_up(group_a_unreachable:
     group.a.apply_assignment(group.after)
     producer.join(60)
     wait_for(
-        lambda: group.at_changelog_end(group.b) and group.b.caught_up(),
+        group.counted_everything,
         "b counted every line",
     )
     assert group.counts(group.b, StoreRole.ACTIVE) == group.produced
@@ -370,7 +376,7 @@ def test_a_moved_task_waits_for_its_old_owners_final_commit_to_be_decided(
     wait_for(lambda: group.b.check() is not None and group.b.ready(), "b runs the moved tasks")
     producer.join(60)
     wait_for(
-        lambda: group.at_changelog_end(group.b) and group.b.caught_up(),
+        group.counted_everything,
         "b counted every line",
     )
     assert {o.task: o.how for o in group.b.release.outcomes} == dict.fromkeys(
