@@ -271,7 +271,9 @@ class StreamsInstance:
         A copy at that end was promoted with them still to read, and replayed them on the
         critical path (36 records at an eviction whose release and catch-up both took
         2 ms, issue 38). So the check waits for the changelog to be decided first, then
-        reads the end: the old owner writes nothing more, so that end holds its commit."""
+        reads the end: the old owner writes nothing more, so that end holds its commit.
+        An owner that crashed with a transaction open leaves it undecided until the new
+        producer aborts it (at the promotion): such a copy waits for the release bound."""
         for thread in self.threads:
             standby = thread.standbys.get(task)
             if standby is None:
