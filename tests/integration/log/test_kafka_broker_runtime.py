@@ -300,6 +300,37 @@ def test_a_transaction_the_broker_timed_out_cannot_commit_and_writes_nothing(
         log.close()
 
 
+def test_a_commit_returns_before_its_records_reach_the_end_and_undecided_says_so(
+    log: KafkaLog,
+) -> None:
+    """Kafka's commit returns once the coordinator logged the decision; the markers reach
+    the partition later, and until then the last stable offset (``end_offset``) stays below
+    the committed records. ``undecided`` is true from the first send until the markers are
+    there, and once it is false the end holds everything the commit wrote: the invariant a
+    moved task's new owner relies on before it promotes its copy (issue 38: a copy taken to
+    be at the end replayed the old owner's final commit)."""
+    changelog = TopicPartition("changelog", 0)
+    log.create_topic("changelog", 1, compacted=True)
+    assert not log.undecided(changelog)
+    producer = log.transactional_producer("undecided-0_0")
+    try:
+        producer.begin()
+        producer.send(changelog, Record(b"k", b"v", 1))
+        deadline = time.monotonic() + 10
+        while not log.undecided(changelog):  # sent within linger.ms
+            assert time.monotonic() < deadline, "the open transaction's record never arrived"
+            time.sleep(0.01)
+        assert log.end_offset(changelog) == 0  # an open transaction's record is above the end
+        committed = producer.commit()
+        deadline = time.monotonic() + 10
+        while log.undecided(changelog):
+            assert time.monotonic() < deadline, "the commit's markers never arrived"
+            time.sleep(0.01)
+        assert log.end_offset(changelog) > committed.last_offsets[changelog]
+    finally:
+        producer.close()
+
+
 def test_topic_retention_is_the_topics_retention_ms_and_compact_delete_policy(
     log: KafkaLog,
 ) -> None:

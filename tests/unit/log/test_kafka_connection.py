@@ -35,6 +35,12 @@ def _ignore(*_: Any) -> None:
 KINDS: dict[str, tuple[Callable[[KafkaConnection], object], str, object]] = {
     "reader": (KafkaConnection.reader_consumer, "isolation.level", "read_committed"),
     "offsets": (KafkaConnection.offsets_consumer, "isolation.level", "read_committed"),
+    # Its high offset is the high watermark, undecided transactions counted (KafkaLog.undecided).
+    "high watermark": (
+        lambda c: c.offsets_consumer(committed=False),
+        "isolation.level",
+        "read_uncommitted",
+    ),
     "plain producer": (KafkaConnection.plain_producer, "enable.idempotence", True),
     "group": (lambda c: c.group_consumer("app"), "isolation.level", "read_uncommitted"),
     "transactional producer": (

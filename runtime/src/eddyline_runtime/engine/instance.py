@@ -259,14 +259,28 @@ class StreamsInstance:
                 thread.assign(active, standby)
 
     def _copy_caught_up(self, task: TaskId) -> bool:
-        """This member's standby copy of ``task`` read its changelogs up to their current
-        end (a copy not open, waiting for a Spark build, has nothing to wait for)."""
+        """This member's standby copy of ``task`` read everything its previous owner's final
+        commit wrote to the task's changelogs (a copy not open, waiting for a Spark build,
+        has nothing to wait for).
+
+        Called once that owner no longer runs the task, so that commit returned. The
+        invariant relied on: a changelog with no undecided transaction (``Log.undecided``)
+        has every returned commit's records below its end offset. Its end alone is not
+        enough: on Kafka a commit returns before its markers reach the changelog, and
+        until they do the end (the last stable offset) stays below the commit's records.
+        A copy at that end was promoted with them still to read, and replayed them on the
+        critical path (36 records at an eviction whose release and catch-up both took
+        2 ms, issue 38). So the check waits for the changelog to be decided first, then
+        reads the end: the old owner writes nothing more, so that end holds its commit.
+        An owner that crashed with a transaction open leaves it undecided until the new
+        producer aborts it (at the promotion): such a copy waits for the release bound."""
         for thread in self.threads:
             standby = thread.standbys.get(task)
             if standby is None:
                 continue
             return all(
-                standby.lag(store).current_offset_position >= self.log.end_offset(changelog)
+                not self.log.undecided(changelog)
+                and standby.lag(store).current_offset_position >= self.log.end_offset(changelog)
                 for store, changelog in standby.changelogs.items()
             )
         return True

@@ -238,7 +238,8 @@ class TaskRelease:
                 entry.unreachable = running is None
             # Released, or its owner gone (a pod that exited after handing over, or crashed:
             # either way it commits nothing more): once the copy read what the owner's last
-            # commit wrote (the end offsets are read now, after that was seen), it promotes
+            # commit wrote (the end offsets are read now, after that was seen, and once the
+            # commit's markers are there: instance.py ``_copy_caught_up``), it promotes
             # with nothing to restore. A copy slow to get there is promoted at the bound.
             if self._caught_up(task):
                 let_go[task] = "unreachable" if entry.unreachable else "released"

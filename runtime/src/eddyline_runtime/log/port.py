@@ -438,6 +438,19 @@ class Log(abc.ABC):
     @abc.abstractmethod
     def end_offset(self, tp: TopicPartition) -> int: ...
 
+    def undecided(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` holds records whose transaction is not decided yet: written, and
+        maybe committed by their producer, but not yet readable as committed or aborted.
+
+        On Kafka a producer's commit returns once the transaction coordinator logged the
+        decision; the commit markers reach the partitions after that, and until then the
+        last stable offset (``end_offset``) stays below the committed records (it is the
+        high watermark only with no transaction open). So "my copy is at ``end_offset``"
+        does not mean "my copy read what a commit that returned wrote" while this is true.
+        A log whose commit makes the records readable at once (the embedded one applies a
+        transaction as one write) never has undecided records: False."""
+        return False
+
     def partition_epoch(self, tp: TopicPartition) -> str | None:
         """Which incarnation of the partition this is; None when the log cannot tell.
 

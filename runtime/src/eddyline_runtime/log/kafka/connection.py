@@ -143,9 +143,14 @@ class KafkaConnection:
         consumer: Consumer = self._new("consumer", self._config(READER_TUNING, **READER_CONFIG))
         return consumer
 
-    def offsets_consumer(self) -> Consumer:
-        """A thread's consumer for watermark queries (see ``OFFSETS_CONFIG``)."""
-        consumer: Consumer = self._new("consumer", self._config(**OFFSETS_CONFIG))
+    def offsets_consumer(self, *, committed: bool = True) -> Consumer:
+        """A thread's consumer for watermark queries (see ``OFFSETS_CONFIG``): its high
+        offset is the last stable offset, or with ``committed=False`` the high watermark
+        (which counts records of transactions not decided yet, ``KafkaLog.undecided``)."""
+        config = dict(OFFSETS_CONFIG)
+        if not committed:
+            config["isolation.level"] = "read_uncommitted"
+        consumer: Consumer = self._new("consumer", self._config(**config))
         return consumer
 
     def plain_producer(self) -> Producer:

@@ -233,6 +233,15 @@ class KafkaLog(Log):
         stable = self._reader().bounds(tp, real)[1]
         return self._data_ends.end(real, tp.partition, stable)
 
+    def undecided(self, tp: TopicPartition) -> bool:
+        """Records of ``tp`` wait for their transaction's markers: the last stable offset is
+        below the high watermark. Read in that order (stable first), so a transaction that
+        is decided between the two reads still counts as undecided, never the reverse."""
+        real = self.check_partition(tp)
+        reader = self._reader()
+        stable = reader.bounds(tp, real)[1]
+        return stable < reader.high_watermark(tp, real)
+
     def partition_epoch(self, tp: TopicPartition) -> str:
         """The topic's id (KIP-516): it changes when the topic is deleted and created again.
 

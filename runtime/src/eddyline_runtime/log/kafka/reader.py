@@ -21,7 +21,7 @@ import time
 from collections import deque
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from eddyline_runtime.log.errors import LogError, OffsetOutOfRangeError
@@ -88,6 +88,8 @@ class PartitionReader:
         self._ends = ends
         self._consumer = connection.reader_consumer()
         self._offsets = connection.offsets_consumer()
+        # For the high watermark (undecided transactions), made on first use.
+        self._uncommitted_offsets: Consumer | None = None
         self._assigned: set[tuple[str, int]] = set()
         # Where the caller's next fetch is expected to start, per partition.
         self._next: dict[tuple[str, int], int] = {}
@@ -104,6 +106,17 @@ class PartitionReader:
         """(log start, last stable offset): one ListOffsets round trip, repeated while
         the partition's leadership moves (a broker restart, a leader election) for at
         most the request timeout."""
+        low, high = self._watermarks(self._offsets, tp, real)
+        self._known_ends[(real, tp.partition)] = (high, time.monotonic())
+        return low, high
+
+    def high_watermark(self, tp: TopicPartition, real: str) -> int:
+        """The offset after the last record written, decided or not (read_uncommitted)."""
+        if self._uncommitted_offsets is None:
+            self._uncommitted_offsets = self._connection.offsets_consumer(committed=False)
+        return self._watermarks(self._uncommitted_offsets, tp, real)[1]
+
+    def _watermarks(self, offsets: Consumer, tp: TopicPartition, real: str) -> tuple[int, int]:
         deadline = time.monotonic() + self._connection.request_timeout_s
         # Each attempt is short: a query sent to a leader that was just killed waits for
         # it until its timeout (a whole request timeout once, seen on the 3-broker
@@ -111,7 +124,7 @@ class PartitionReader:
         attempt_s = min(_WATERMARK_ATTEMPT_S, self._connection.request_timeout_s)
         while True:
             try:
-                low, high = self._offsets.get_watermark_offsets(
+                low, high = offsets.get_watermark_offsets(
                     KafkaPartition(real, tp.partition), timeout=attempt_s, cached=False
                 )
             except KafkaException as exc:
@@ -125,7 +138,6 @@ class PartitionReader:
                 self._refresh_metadata(real)
                 time.sleep(0.05)
                 continue
-            self._known_ends[(real, tp.partition)] = (high, time.monotonic())
             return low, high
 
     def _refresh_metadata(self, real: str) -> None:
@@ -310,3 +322,5 @@ class PartitionReader:
     def close(self) -> None:
         self._consumer.close()
         self._offsets.close()
+        if self._uncommitted_offsets is not None:
+            self._uncommitted_offsets.close()
