@@ -124,12 +124,19 @@ class StreamsBuilder:
         """The latest value per key of ``topic``, materialized in ``store`` (a name or a
         ``Materialized``; the topic's serdes unless it gives others)."""
         materialized = key_value_store(as_materialized(store))
+        # As Kafka Streams' Consumed and Materialized: each side's serdes default to the
+        # other's, so the topic is read and the store written with the serdes given.
+        store_keys = materialized.key_serde or key_serde
+        store_values = materialized.value_serde or value_serde
         source = self._name("KTABLE-SOURCE")
-        self.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
+        self.topology.add_source(
+            source,
+            [topic],
+            key_serde=key_serde or store_keys,
+            value_serde=value_serde or store_values,
+        )
         name = self._name("KTABLE-MATERIALIZE")
-        # The store keeps the source's values re-serialized with its own serdes.
-        key_serde = materialized.key_serde or key_serde
-        value_serde = materialized.value_serde or value_serde
+        key_serde, value_serde = store_keys, store_values
         keys, values = serde_for(key_serde), serde_for(value_serde)
         old_values = OldValues()
         table = materialized.store_name
