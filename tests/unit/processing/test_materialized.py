@@ -243,3 +243,13 @@ def test_a_windowed_store_with_caching_disabled_forwards_every_update() -> None:
         driver.create_input_topic("lines").pipe_input("k", "a b", timestamp=7)
         assert driver.create_output_topic("out").read_values_to_list() == [1, 2]
         assert driver.get_window_store("w").fetch("k", 0) == 2
+
+
+def test_logging_disabled_leaves_the_store_without_a_changelog() -> None:
+    builder = StreamsBuilder()
+    grouped(builder).count(Materialized.as_("local").with_logging_disabled())
+    assert builder.build().stores["local"].logged is False
+    with TopologyTestDriver(builder, {"application.id": "l"}) as driver:
+        driver.create_input_topic("in").pipe_input("k", "a")
+        assert driver.get_key_value_store("local").get("k") == 1
+        assert "l-local-changelog" not in driver.produced_topic_names()

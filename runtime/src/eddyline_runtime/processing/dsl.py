@@ -1220,5 +1220,6 @@ def _store_spec(
         key_serde=key_serde,
         value_serde=value_serde,
         cached=materialized.caching_enabled,
+        logged=materialized.logging_enabled,
         **window,
     )

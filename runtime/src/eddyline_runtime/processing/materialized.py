@@ -22,6 +22,11 @@ for longer.
 Caching (the KIP-63 record cache) is on unless disabled: with it, a store's
 updates between two commits reach the store and downstream once per key; with
 it off every update is written and forwarded.
+
+Logging (the store's changelog topic) is on unless disabled. A store without a
+changelog survives a clean restart on the same disk, but nothing can rebuild it:
+a run refuses it with standbys configured or under exactly-once
+(``eddyline_runtime.engine.instance.refuse_unlogged_stores``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Materialized:
     value_serde: str | None = None
     retention_ms: int | None = None
     caching_enabled: bool = True
+    logging_enabled: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.store_name, str) or not self.store_name:
@@ -78,6 +84,14 @@ class Materialized:
     def with_caching_disabled(self) -> Materialized:
         """Write and forward every update (no record cache in front of this store)."""
         return replace(self, caching_enabled=False)
+
+    def with_logging_enabled(self) -> Materialized:
+        return replace(self, logging_enabled=True)
+
+    def with_logging_disabled(self) -> Materialized:
+        """No changelog: the store lives on this member's disk only. A run refuses it
+        where a changelog is needed (standbys, exactly-once recovery)."""
+        return replace(self, logging_enabled=False)
 
 
 def as_materialized(store: str | Materialized) -> Materialized:
