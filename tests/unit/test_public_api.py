@@ -48,6 +48,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
     },
     processing: {
         "BranchedKStream",
+        "Materialized",
         "SlidingWindowedKStream",
         "SlidingWindows",
         "Suppressed",

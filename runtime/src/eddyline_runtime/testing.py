@@ -241,7 +241,8 @@ class TopologyTestDriver:
                 stores[name] = TaskStore(
                     self._open_store(name, task_id),
                     changelog=layout.changelog_partition(name, task_id),
-                    cache=self._cache,
+                    # As TaskManager: no cache for a store with caching disabled.
+                    cache=self._cache if self.topology.stores[name].cached else None,
                     cache_name=f"{task_id}/{name}",
                 )
             topology = TaskTopology(

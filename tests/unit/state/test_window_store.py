@@ -63,12 +63,11 @@ def test_layout_is_segment_then_kafka_window_key() -> None:
 
 
 def test_retention_as_kafka_streams_computes_it() -> None:
-    assert Retention.for_windows(60_000, 10_000) == Retention(70_000, 60_000)
-    assert Retention.for_windows(600_000, 0) == Retention(600_000, 300_000)
-    assert Retention.for_windows(1_000, 0, retention_ms=5_000) == Retention(5_000, 60_000)
-    assert Retention.for_sessions(1_800_000, 0) == Retention(1_800_000, 900_000)
-    with pytest.raises(InvalidArgumentError, match="shorter than window size \\+ grace"):
-        Retention.for_windows(60_000, 10_000, retention_ms=60_000)
+    # The segment interval: max(retention / 2, 60 s).
+    assert Retention.of(70_000) == Retention(70_000, 60_000)
+    assert Retention.of(600_000) == Retention(600_000, 300_000)
+    assert Retention.of(5_000) == Retention(5_000, 60_000)
+    assert Retention.of(1_800_000) == Retention(1_800_000, 900_000)
     assert changelog_retention_ms(70_000) == 70_000 + 86_400_000
     assert DEFAULT_CHANGELOG_ADDITIONAL_RETENTION_MS == 86_400_000
     assert changelog_retention_ms(70_000, 1) == 70_001

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eddyline_runtime.assignor import Assignment, Member, MemberTasks, assign
-from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.engine.queryable import (
     HostInfo,
     KeyQueryMetadata,
@@ -32,7 +32,7 @@ from eddyline_runtime.engine.stream_thread import (
 from eddyline_runtime.engine.task_manager import RestoreListener
 from eddyline_runtime.engine.task_release import LayoutProbe, TaskRelease, probe_layout
 from eddyline_runtime.engine.topics import TopicLayout, resolve_topics, store_homes
-from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.errors import ConfigError, EddylineError
 from eddyline_runtime.log import Log
 from eddyline_runtime.metrics import MetricName, MetricsRegistry
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
@@ -67,6 +67,40 @@ class InstanceNotStartedError(EddylineError):
 
 class StreamsFailedError(EddylineError):
     """A stream thread stopped on an error; the instance stopped with it."""
+
+
+def refuse_unlogged_stores(topology: Topology, config: StreamsConfig) -> None:
+    """Refuse a store without a changelog on the state paths that need one.
+
+    Kafka Streams keeps no standby for such a store and wipes it after a crash under
+    exactly-once; eddyline has neither behaviour, so it refuses the configuration
+    rather than run a standby with nothing to follow or keep a store that a crash
+    left ahead of (or behind) the committed input offsets."""
+    unlogged = sorted(name for name, spec in topology.stores.items() if not spec.logged)
+    if not unlogged:
+        return
+    stores = ", ".join(f'"{name}"' for name in unlogged)
+    what = f"store {stores} has" if len(unlogged) == 1 else f"stores {stores} have"
+    disabled = (
+        f"{what} logging disabled (Materialized.with_logging_disabled or StoreSpec(logged=False))"
+    )
+    if config.num_standby_replicas > 0:
+        raise ConfigError(
+            "num.standby.replicas",
+            config.num_standby_replicas,
+            f"0 while {disabled}",
+            hint="a standby keeps its copy by reading the store's changelog, and such a "
+            "store has none: enable its logging or set num.standby.replicas=0",
+        )
+    if config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2:
+        raise ConfigError(
+            "processing.guarantee",
+            str(config.processing_guarantee),
+            f"at_least_once while {disabled}",
+            hint="exactly-once recovery after a crash rebuilds stores from their "
+            "changelogs, and such a store has none: enable its logging or use "
+            "processing.guarantee=at_least_once",
+        )
 
 
 class StreamsInstance:
@@ -124,6 +158,7 @@ class StreamsInstance:
         with self._lock:
             if self.state is not InstanceState.CREATED:
                 raise EddylineError(f"an instance starts once; this one is {self.state}")
+            refuse_unlogged_stores(self.topology, self.config)
             layout = resolve_topics(
                 self.topology,
                 self.config.application_id,

@@ -147,8 +147,10 @@ class TaskManager:
                         new_epoch=self._exactly_once,
                     )
                     verdicts[name] = (changelog, verdict)
+                # A store materialized with caching disabled writes and forwards every update.
+                cache = self._cache if self._topology.stores[name].cached else None
                 stores[name] = TaskStore(
-                    store, changelog=changelog, cache=self._cache, cache_name=f"{task_id}/{name}"
+                    store, changelog=changelog, cache=cache, cache_name=f"{task_id}/{name}"
                 )
         except BaseException:
             for opened in stores.values():

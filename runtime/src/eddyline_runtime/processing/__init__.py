@@ -26,6 +26,7 @@ from eddyline_runtime.processing.dsl import (
     WindowedKTable,
 )
 from eddyline_runtime.processing.joins import JoinWindows
+from eddyline_runtime.processing.materialized import Materialized
 from eddyline_runtime.processing.operators.stores import (
     KeyValueStore,
     SessionStore,
@@ -74,6 +75,7 @@ __all__ = [
     "KTable",
     "KeyValueStore",
     "LongSerde",
+    "Materialized",
     "Processor",
     "ProcessorContext",
     "PunctuationType",

@@ -21,6 +21,12 @@ from functools import partial
 from typing import Any, overload
 
 from eddyline_runtime.processing.joins import JoinWindows, ValueJoiner
+from eddyline_runtime.processing.materialized import (
+    Materialized,
+    as_materialized,
+    key_value_store,
+    store_retention_ms,
+)
 from eddyline_runtime.processing.operators.aggregations import (
     NO_VALUE,
     AggregateProcessor,
@@ -110,25 +116,36 @@ class StreamsBuilder:
     def table(
         self,
         topic: str,
-        store: str,
+        store: str | Materialized,
         *,
         key_serde: str | None = None,
         value_serde: str | None = None,
     ) -> KTable:
-        """The latest value per key of ``topic``, materialized in ``store`` (stored as bytes)."""
+        """The latest value per key of ``topic``, materialized in ``store`` (a name or a
+        ``Materialized``; the topic's serdes unless it gives others)."""
+        materialized = key_value_store(as_materialized(store))
+        # As Kafka Streams' Consumed and Materialized: each side's serdes default to the
+        # other's, so the topic is read and the store written with the serdes given.
+        store_keys = materialized.key_serde or key_serde
+        store_values = materialized.value_serde or value_serde
         source = self._name("KTABLE-SOURCE")
-        self.topology.add_source(source, [topic], key_serde=key_serde, value_serde=value_serde)
+        self.topology.add_source(
+            source,
+            [topic],
+            key_serde=key_serde or store_keys,
+            value_serde=value_serde or store_values,
+        )
         name = self._name("KTABLE-MATERIALIZE")
+        key_serde, value_serde = store_keys, store_values
         keys, values = serde_for(key_serde), serde_for(value_serde)
         old_values = OldValues()
+        table = materialized.store_name
         self.topology.add_processor(
-            name, lambda: TableSourceProcessor(store, keys, values, old_values), source
+            name, lambda: TableSourceProcessor(table, keys, values, old_values), source
         )
-        self.topology.add_state_store(
-            StoreSpec(store, key_serde=key_serde, value_serde=value_serde), name
-        )
+        self.topology.add_state_store(_store_spec(materialized, key_serde, value_serde), name)
         return KTable(
-            self, name, key_serde, store=store, value_serde=value_serde, old_values=old_values
+            self, name, key_serde, store=table, value_serde=value_serde, old_values=old_values
         )
 
     def build(self) -> Topology:
@@ -407,12 +424,15 @@ class KGroupedStream:
         self._node = node
         self._key_serde = key_serde
 
-    def count(self, store: str) -> KTable:
+    def count(self, store: str | Materialized) -> KTable:
         """Count records per key in ``store`` (as Kafka longs); forwards each new count."""
         return self.aggregate(lambda: 0, count_one_more, store, "long")
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
+        self,
+        reducer: Callable[[Any, Any], Any],
+        store: str | Materialized,
+        value_serde: str = "json",
     ) -> KTable:
         """Combine each key's values with ``reducer(aggregate, value)``; the first value seeds."""
         return self.aggregate(
@@ -426,21 +446,26 @@ class KGroupedStream:
         self,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
-        store: str,
+        store: str | Materialized,
         value_serde: str = "json",
     ) -> KTable:
-        """``aggregator(key, value, aggregate)`` per record, kept in ``store``; forwards it."""
+        """``aggregator(key, value, aggregate)`` per record, kept in ``store`` (a name or a
+        ``Materialized``, whose serdes win over the stream's and ``value_serde``)."""
+        materialized = key_value_store(as_materialized(store))
+        key_serde = materialized.key_serde or self._key_serde
+        value_serde = materialized.value_serde or value_serde
+        table = materialized.store_name
         name = self._builder._name("KSTREAM-AGGREGATE")
-        keys, values = serde_for(self._key_serde), serde_for(value_serde)
+        keys, values = serde_for(key_serde), serde_for(value_serde)
         self._builder.topology.add_processor(
             name,
-            lambda: AggregateProcessor(store, keys, values, initializer, aggregator),
+            lambda: AggregateProcessor(table, keys, values, initializer, aggregator),
             self._node,
         )
         self._builder.topology.add_state_store(
-            StoreSpec(store, key_serde=self._key_serde, value_serde=value_serde), name
+            _store_spec(materialized, key_serde, value_serde), name
         )
-        return KTable(self._builder, name, self._key_serde, store=store, value_serde=value_serde)
+        return KTable(self._builder, name, key_serde, store=table, value_serde=value_serde)
 
     @overload
     def windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream: ...
@@ -494,12 +519,15 @@ class TimeWindowedKStream:
         self._emit_final = True
         return self
 
-    def count(self, store: str) -> KTable:
+    def count(self, store: str | Materialized) -> KTable:
         """Records per key and window (Kafka longs)."""
         return self.aggregate(lambda: 0, count_one_more, store, "long")
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
+        self,
+        reducer: Callable[[Any, Any], Any],
+        store: str | Materialized,
+        value_serde: str = "json",
     ) -> KTable:
         """Combine a window's values with ``reducer(aggregate, value)``; the first value seeds."""
         return self.aggregate(lambda: None, reducing(reducer), store, value_serde)
@@ -508,39 +536,45 @@ class TimeWindowedKStream:
         self,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
-        store: str,
+        store: str | Materialized,
         value_serde: str = "json",
     ) -> KTable:
-        """``aggregator(key, value, aggregate)`` per record and window, kept in ``store``."""
+        """``aggregator(key, value, aggregate)`` per record and window, kept in ``store``
+        (a name or a ``Materialized``: serdes, retention, caching)."""
         if not store:
             raise TopologyError(
                 "a windowed aggregation needs a store name (Kafka Streams' Materialized.as): "
                 "it names the store's directory and changelog across topology changes"
             )
+        materialized = as_materialized(store)
+        retention_ms = store_retention_ms(materialized, self._windows)
+        key_serde = materialized.key_serde or self._key_serde
+        value_serde = materialized.value_serde or value_serde
+        table_store = materialized.store_name
         builder = self._builder
         name = builder._name("KSTREAM-AGGREGATE")
         operation = WindowedAggregation(
-            store, self._windows, initializer, aggregator, self._key_serde, value_serde
+            table_store, self._windows, initializer, aggregator, key_serde, value_serde
         )
         builder.topology.add_processor(
             name, partial(WindowAggregateProcessor, operation), self._node
         )
         builder.topology.add_state_store(
-            StoreSpec(
-                store,
-                key_serde=self._key_serde,
-                value_serde=value_serde,
-                window_retention_ms=self._windows.retention_ms,
+            _store_spec(
+                materialized,
+                key_serde,
+                value_serde,
+                window_retention_ms=retention_ms,
                 window_size_ms=self._windows.size_ms,
                 timestamped=True,
             ),
             name,
         )
         table = WindowedKTable(
-            builder, name, self._key_serde, store, value_serde, kind="time",
+            builder, name, key_serde, table_store, value_serde, kind="time",
             size_ms=self._windows.size_ms, close_after_ms=self._windows.grace_ms,
         )  # fmt: skip
-        return table._final_results(store) if self._emit_final else table
+        return table._final_results(table_store) if self._emit_final else table
 
 
 class SessionWindowedKStream:
@@ -564,12 +598,15 @@ class SessionWindowedKStream:
         self._emit_final = True
         return self
 
-    def count(self, store: str) -> KTable:
+    def count(self, store: str | Materialized) -> KTable:
         """Records per key and session (Kafka longs)."""
         return self.aggregate(lambda: 0, count_one_more, add_counts, store, "long")
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], store: str, value_serde: str = "json"
+        self,
+        reducer: Callable[[Any, Any], Any],
+        store: str | Materialized,
+        value_serde: str = "json",
     ) -> KTable:
         """Combine a session's values with ``reducer(aggregate, value)``; merging two
         sessions reduces the second into the first."""
@@ -581,7 +618,7 @@ class SessionWindowedKStream:
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
         merger: Callable[[Any, Any, Any], Any],
-        store: str,
+        store: str | Materialized,
         value_serde: str = "json",
     ) -> KTable:
         """``aggregator(key, value, aggregate)`` per record; ``merger(key, aggregate,
@@ -591,30 +628,31 @@ class SessionWindowedKStream:
                 "a session-windowed aggregation needs a store name (Kafka Streams' "
                 "Materialized.as): it names the store's directory and changelog"
             )
+        materialized = as_materialized(store)
+        retention_ms = store_retention_ms(materialized, self._windows)
+        key_serde = materialized.key_serde or self._key_serde
+        value_serde = materialized.value_serde or value_serde
+        table_store = materialized.store_name
         builder = self._builder
         name = builder._name("KSTREAM-AGGREGATE")
         operation = SessionWindowedAggregation(
-            store, self._windows, initializer, aggregator, merger, self._key_serde, value_serde
-        )
+            table_store, self._windows, initializer, aggregator, merger, key_serde, value_serde,
+            retention_ms,
+        )  # fmt: skip
         builder.topology.add_processor(
             name, partial(SessionAggregateProcessor, operation), self._node
         )
         builder.topology.add_state_store(
-            StoreSpec(
-                store,
-                key_serde=self._key_serde,
-                value_serde=value_serde,
-                session_retention_ms=self._windows.retention_ms,
-            ),
+            _store_spec(materialized, key_serde, value_serde, session_retention_ms=retention_ms),
             name,
         )
         # A session is final once no record can reach it: gap + grace after its end.
         wait = self._windows.gap_ms + self._windows.grace_ms
         table = WindowedKTable(
-            builder, name, self._key_serde, store, value_serde, kind="session", size_ms=0,
+            builder, name, key_serde, table_store, value_serde, kind="session", size_ms=0,
             close_after_ms=wait,
         )  # fmt: skip
-        return table._final_results(store) if self._emit_final else table
+        return table._final_results(table_store) if self._emit_final else table
 
 
 class KTable:
@@ -651,7 +689,7 @@ class KTable:
         self,
         predicate: Callable[[Any, Any], bool],
         *,
-        materialized: str | None = None,
+        materialized: str | Materialized | None = None,
         value_serde: str | None = None,
     ) -> KTable:
         """The rows passing ``predicate(key, value)``; a failing update removes its key.
@@ -668,7 +706,7 @@ class KTable:
         self,
         predicate: Callable[[Any, Any], bool],
         *,
-        materialized: str | None = None,
+        materialized: str | Materialized | None = None,
         value_serde: str | None = None,
     ) -> KTable:
         """The rows failing ``predicate(key, value)``; ``materialized`` as for ``filter``."""
@@ -682,7 +720,7 @@ class KTable:
         self,
         mapper: Callable[[Any], Any],
         *,
-        materialized: str | None = None,
+        materialized: str | Materialized | None = None,
         value_serde: str = "json",
     ) -> KTable:
         """Each row's value mapped; ``materialized`` keeps the result in that store.
@@ -698,7 +736,7 @@ class KTable:
         joiner: ValueJoiner,
         *,
         store_name: str,
-        materialized: str | None = None,
+        materialized: str | Materialized | None = None,
         value_serde: str = "json",
     ) -> KTable:
         """Inner table-table join on the key; results are table changes. ``store_name``
@@ -714,7 +752,7 @@ class KTable:
         joiner: ValueJoiner,
         *,
         store_name: str,
-        materialized: str | None = None,
+        materialized: str | Materialized | None = None,
         value_serde: str = "json",
     ) -> KTable:
         """Every row of this table, joined with ``other``'s row or None."""
@@ -728,7 +766,7 @@ class KTable:
         joiner: ValueJoiner,
         *,
         store_name: str,
-        materialized: str | None = None,
+        materialized: str | Materialized | None = None,
         value_serde: str = "json",
     ) -> KTable:
         """Every row of either table, joined with the other's row or None."""
@@ -736,23 +774,25 @@ class KTable:
             self, other, joiner, store_name, ("outer", "outer"), materialized, value_serde
         )
 
-    def _materialize(self, store: str | None, value_serde: str | None) -> KTable:
+    def _materialize(self, store: str | Materialized | None, value_serde: str | None) -> KTable:
         if store is None:
             return self
         if not store:
             raise TopologyError("materialized names a store: give it a non-empty name")
+        materialized = key_value_store(as_materialized(store))
+        key_serde = materialized.key_serde or self.key_serde
+        value_serde = materialized.value_serde or value_serde
+        table = materialized.store_name
         builder = self._builder
         name = builder._name("KTABLE-MATERIALIZE")
-        keys, values = serde_for(self.key_serde), serde_for(value_serde)
+        keys, values = serde_for(key_serde), serde_for(value_serde)
         cell = OldValues()  # old values come from the store, not from the node above
         builder.topology.add_processor(
-            name, lambda: TableMaterializeProcessor(store, keys, values, cell), self._node
+            name, lambda: TableMaterializeProcessor(table, keys, values, cell), self._node
         )
-        builder.topology.add_state_store(
-            StoreSpec(store, key_serde=self.key_serde, value_serde=value_serde), name
-        )
+        builder.topology.add_state_store(_store_spec(materialized, key_serde, value_serde), name)
         return KTable(
-            builder, name, self.key_serde, store=store, value_serde=value_serde, old_values=cell
+            builder, name, key_serde, store=table, value_serde=value_serde, old_values=cell
         )
 
     def group_by(
@@ -809,7 +849,7 @@ class KGroupedTable:
         self._node = node
         self._key_serde = key_serde
 
-    def count(self, store: str) -> KTable:
+    def count(self, store: str | Materialized) -> KTable:
         """Rows per group (Kafka longs)."""
         return self.aggregate(lambda: 0, count_one_more, count_one_less, store, "long")
 
@@ -817,7 +857,7 @@ class KGroupedTable:
         self,
         adder: Callable[[Any, Any], Any],
         subtractor: Callable[[Any, Any], Any],
-        store: str,
+        store: str | Materialized,
         value_serde: str = "json",
     ) -> KTable:
         """``adder(aggregate, value)`` for each new value (the first one seeds),
@@ -835,21 +875,25 @@ class KGroupedTable:
         initializer: Callable[[], Any],
         adder: Callable[[Any, Any, Any], Any],
         subtractor: Callable[[Any, Any, Any], Any],
-        store: str,
+        store: str | Materialized,
         value_serde: str = "json",
     ) -> KTable:
         """``adder(key, value, aggregate)`` / ``subtractor(key, value, aggregate)``, kept in
         ``store``; forwards each group's new aggregate."""
         if not store:
             raise TopologyError("a table aggregation needs a store name (Materialized.as)")
+        materialized = key_value_store(as_materialized(store))
+        key_serde = materialized.key_serde or self._key_serde
+        value_serde = materialized.value_serde or value_serde
+        table = materialized.store_name
         builder = self._builder
         name = builder._name("KTABLE-AGGREGATE")
-        keys, values = serde_for(self._key_serde), serde_for(value_serde)
+        keys, values = serde_for(key_serde), serde_for(value_serde)
         cell = OldValues()
         builder.topology.add_processor(
             name,
             lambda: TableAggregateProcessor(
-                store,
+                table,
                 keys,
                 values,
                 initializer=initializer,
@@ -859,11 +903,9 @@ class KGroupedTable:
             ),
             self._node,
         )
-        builder.topology.add_state_store(
-            StoreSpec(store, key_serde=self._key_serde, value_serde=value_serde), name
-        )
+        builder.topology.add_state_store(_store_spec(materialized, key_serde, value_serde), name)
         return KTable(
-            builder, name, self._key_serde, store=store, value_serde=value_serde, old_values=cell
+            builder, name, key_serde, store=table, value_serde=value_serde, old_values=cell
         )
 
 
@@ -993,7 +1035,7 @@ def _table_table_join(  # noqa: PLR0917 (the three join methods' arguments, pass
     joiner: ValueJoiner,
     store_name: str,
     kinds: tuple[str, str],
-    materialized: str | None,
+    materialized: str | Materialized | None,
     value_serde: str,
 ) -> KTable:
     """Each side keeps its own timestamped copy of its table, then joins against the other's;
@@ -1068,7 +1110,7 @@ class SlidingWindowedKStream(TimeWindowedKStream):
         self,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
-        store: str,
+        store: str | Materialized,
         value_serde: str = "json",
     ) -> KTable:
         """``aggregator(key, value, aggregate)`` per record and window, kept in ``store``."""
@@ -1078,29 +1120,34 @@ class SlidingWindowedKStream(TimeWindowedKStream):
                 "Materialized.as): it names the store's directory and changelog"
             )
         builder, windows = self._builder, self._sliding
+        materialized = as_materialized(store)
+        retention_ms = store_retention_ms(materialized, windows)
+        key_serde = materialized.key_serde or self._key_serde
+        value_serde = materialized.value_serde or value_serde
+        table_store = materialized.store_name
         name = builder._name("KSTREAM-AGGREGATE")
         operation = SlidingWindowedAggregation(
-            store, windows, initializer, aggregator, self._key_serde, value_serde
+            table_store, windows, initializer, aggregator, key_serde, value_serde
         )
         builder.topology.add_processor(
             name, partial(SlidingWindowAggregateProcessor, operation), self._node
         )
         builder.topology.add_state_store(
-            StoreSpec(
-                store,
-                key_serde=self._key_serde,
-                value_serde=value_serde,
-                window_retention_ms=windows.retention_ms,
+            _store_spec(
+                materialized,
+                key_serde,
+                value_serde,
+                window_retention_ms=retention_ms,
                 window_size_ms=windows.size_ms,
                 timestamped=True,
             ),
             name,
         )
         table = WindowedKTable(
-            builder, name, self._key_serde, store, value_serde, kind="sliding",
+            builder, name, key_serde, table_store, value_serde, kind="sliding",
             size_ms=windows.size_ms, close_after_ms=windows.grace_ms,
         )  # fmt: skip
-        return table._final_results(store) if self._emit_final else table
+        return table._final_results(table_store) if self._emit_final else table
 
 
 class WindowedKTable(KTable):
@@ -1159,3 +1206,20 @@ class WindowedKTable(KTable):
         builder.topology.add_processor(name, partial(FinalResultsProcessor, operation), self._node)
         builder.topology.add_state_store(StoreSpec(buffer), name)
         return KTable(builder, name, None, value_serde=self.value_serde)
+
+
+def _store_spec(
+    materialized: Materialized,
+    key_serde: str | None,
+    value_serde: str | None,
+    **window: Any,
+) -> StoreSpec:
+    """The store a ``Materialized`` asks for, with the serdes resolved by its operation."""
+    return StoreSpec(
+        materialized.store_name,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        cached=materialized.caching_enabled,
+        logged=materialized.logging_enabled,
+        **window,
+    )

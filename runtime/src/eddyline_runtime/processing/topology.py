@@ -237,7 +237,9 @@ class StoreSpec:
     also says its windows' size (``window_size_ms``: a window ends at start +
     size) and that its values carry the newest record's timestamp
     (``timestamped``, :mod:`eddyline_runtime.value_and_timestamp`), so that
-    queries can answer windows and aggregates.
+    queries can answer windows and aggregates. ``cached`` puts the thread's
+    record cache (KIP-63) in front of the store; off, every update is written
+    and forwarded (``Materialized.with_caching_disabled``).
     """
 
     name: str
@@ -249,6 +251,7 @@ class StoreSpec:
     session_retention_ms: int | None = None
     window_size_ms: int | None = None
     timestamped: bool = False
+    cached: bool = True
 
     @property
     def retention_ms(self) -> int | None:

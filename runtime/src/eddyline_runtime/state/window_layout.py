@@ -38,8 +38,10 @@ record folded in, then the serialized aggregate
 Timestamps are milliseconds since the epoch and must be >= 0 (Kafka Streams
 windows start at 0 or later).
 
-Retention follows Kafka Streams: a window store keeps ``max(retention,
-size + grace)``; a session store ``max(retention, gap + grace)``; the segment
+Retention follows Kafka Streams: a window store keeps at least size + grace
+(sliding windows: 2 * time difference + grace), a session store at least gap +
+grace; the DSL refuses less when it builds the topology
+(:mod:`eddyline_runtime.processing.materialized`, ``store_retention_ms``); the segment
 interval is ``max(retention / 2, 60 s)``; reads never return an entry whose
 segment-time (window start, session end) is older than ``observed stream time -
 retention + 1``, and a segment older than the one holding ``observed stream time
@@ -106,29 +108,6 @@ class Retention:
                 "Kafka Streams' max(retention / 2, 60 s)"
             )
         return cls(retention_ms, interval)
-
-    @classmethod
-    def for_windows(cls, size_ms: int, grace_ms: int, retention_ms: int | None = None) -> Retention:
-        """A time-windowed aggregation's store: at least window size + grace."""
-        floor = size_ms + grace_ms
-        if retention_ms is not None and retention_ms < floor:
-            raise InvalidArgumentError(
-                f"window store retention {retention_ms} ms is shorter than window size + "
-                f"grace ({size_ms} + {grace_ms} ms): windows would expire before they close; "
-                f"give at least {floor} ms or leave it unset"
-            )
-        return cls.of(floor if retention_ms is None else retention_ms)
-
-    @classmethod
-    def for_sessions(cls, gap_ms: int, grace_ms: int, retention_ms: int | None = None) -> Retention:
-        """A session-windowed aggregation's store: at least inactivity gap + grace."""
-        floor = gap_ms + grace_ms
-        if retention_ms is not None and retention_ms < floor:
-            raise InvalidArgumentError(
-                f"session store retention {retention_ms} ms is shorter than gap + grace "
-                f"({gap_ms} + {grace_ms} ms); give at least {floor} ms or leave it unset"
-            )
-        return cls.of(floor if retention_ms is None else retention_ms)
 
     def segment_of(self, timestamp: int) -> int:
         """The start of the segment holding ``timestamp``."""

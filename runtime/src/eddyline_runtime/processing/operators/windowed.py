@@ -106,6 +106,8 @@ class SessionWindowedAggregation:
     merger: Any
     key_serde: str | None
     value_serde: str | None
+    # The store's retention: gap + grace, or longer (Materialized.with_retention).
+    retention_ms: int
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,7 @@ class SessionAggregateProcessor(Processor):
     def __init__(self, spec: SessionWindowedAggregation) -> None:
         self._spec = spec
         self._windows = spec.windows
+        self._retention_ms = spec.retention_ms
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.value_serde)
         # How long a session stays open after its end: the gap (a record that late
@@ -343,7 +346,7 @@ class SessionAggregateProcessor(Processor):
     def _flushed(self, stored_key: bytes, start: int, end: int, change: Change) -> None:
         if change.new is None:
             observed = self._store.observed_stream_time
-            if end < observed - self._windows.retention_ms + 1:
+            if end < observed - self._retention_ms + 1:
                 return  # an expired session's segment dropped: not a result
             value = None
         else:

@@ -1,0 +1,145 @@
+"""``Materialized``: how an aggregation or a table keeps its store (Kafka Streams'
+``Materialized``).
+
+A value names the store and may give its key and value serdes (names, as
+everywhere in the DSL: ``"string"``, ``"long"``, ``"json"``...), the retention
+of a window or session store, and whether the store has a record cache in front
+of it::
+
+    Materialized.as_("counts").with_value_serde("long").with_caching_disabled()
+
+Every DSL method taking a store name also takes a ``Materialized``; a plain
+name is ``Materialized.as_(name)``. The serdes default to the operation's
+(the grouped stream's key serde, the aggregation's value serde).
+
+Retention (window and session stores only) defaults to Kafka Streams' minimum:
+window size + grace for time windows, inactivity gap + grace for sessions,
+2 * time difference + grace for sliding windows. A shorter one is refused when
+the topology is built, with Kafka Streams' message: those windows would expire
+from the store before they close. A longer one keeps closed windows queryable
+for longer.
+
+Caching (the KIP-63 record cache) is on unless disabled: with it, a store's
+updates between two commits reach the store and downstream once per key; with
+it off every update is written and forwarded.
+
+Logging (the store's changelog topic) is on unless disabled. A store without a
+changelog survives a clean restart on the same disk, but nothing can rebuild it:
+a run refuses it with standbys configured or under exactly-once
+(``eddyline_runtime.engine.instance.refuse_unlogged_stores``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from eddyline_runtime.processing.topology import TopologyError
+from eddyline_runtime.processing.windows import SessionWindows, SlidingWindows, TimeWindows
+
+
+@dataclass(frozen=True, slots=True)
+class Materialized:
+    """A store's name, serdes, retention and caching; build with :meth:`as_`."""
+
+    store_name: str
+    key_serde: str | None = None
+    value_serde: str | None = None
+    retention_ms: int | None = None
+    caching_enabled: bool = True
+    logging_enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.store_name, str) or not self.store_name:
+            raise TopologyError(
+                f"Materialized needs a non-empty store name, got {self.store_name!r}: it names "
+                "the store's directory and changelog, which must not change when the "
+                "topology changes elsewhere"
+            )
+        if self.retention_ms is not None and (
+            type(self.retention_ms) is not int or self.retention_ms < 0
+        ):
+            raise TopologyError(
+                f'store "{self.store_name}": retention {self.retention_ms!r} is not a number '
+                "of milliseconds >= 0"
+            )
+
+    @classmethod
+    def as_(cls, store_name: str) -> Materialized:
+        """Kafka Streams' ``Materialized.as(storeName)``."""
+        return cls(store_name)
+
+    def with_key_serde(self, serde: str) -> Materialized:
+        return replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: str) -> Materialized:
+        return replace(self, value_serde=serde)
+
+    def with_retention(self, retention_ms: int) -> Materialized:
+        """How long a window or session store keeps windows (milliseconds)."""
+        return replace(self, retention_ms=retention_ms)
+
+    def with_caching_enabled(self) -> Materialized:
+        return replace(self, caching_enabled=True)
+
+    def with_caching_disabled(self) -> Materialized:
+        """Write and forward every update (no record cache in front of this store)."""
+        return replace(self, caching_enabled=False)
+
+    def with_logging_enabled(self) -> Materialized:
+        return replace(self, logging_enabled=True)
+
+    def with_logging_disabled(self) -> Materialized:
+        """No changelog: the store lives on this member's disk only. A run refuses it
+        where a changelog is needed (standbys, exactly-once recovery)."""
+        return replace(self, logging_enabled=False)
+
+
+def as_materialized(store: str | Materialized) -> Materialized:
+    """A DSL method's ``store`` argument as a ``Materialized``."""
+    if isinstance(store, Materialized):
+        return store
+    if not isinstance(store, str):
+        raise TopologyError(
+            f"a store is given by name or as Materialized.as_(name)..., got {type(store).__name__}"
+        )
+    return Materialized.as_(store)
+
+
+def key_value_store(materialized: Materialized) -> Materialized:
+    """Refuse what a key-value store cannot have: a retention."""
+    if materialized.retention_ms is not None:
+        raise TopologyError(
+            f'store "{materialized.store_name}": with_retention applies to window and '
+            "session stores; a key-value store keeps every key until it is deleted. "
+            "Drop with_retention"
+        )
+    return materialized
+
+
+def store_retention_ms(
+    materialized: Materialized, windows: TimeWindows | SessionWindows | SlidingWindows
+) -> int:
+    """The retention of a windowed aggregation's store: the one given, at least Kafka
+    Streams' minimum for ``windows`` (the minimum when none is given)."""
+    name, given = materialized.store_name, materialized.retention_ms
+    retention = windows.retention_ms if given is None else given
+    if retention >= windows.retention_ms:
+        return retention
+    if isinstance(windows, SlidingWindows):
+        raise TopologyError(
+            f"The retention period of the window store {name} must be no smaller than "
+            f"2 * time difference plus the grace period. Got time difference="
+            f"[{windows.time_difference_ms}], grace=[{windows.grace_ms}], "
+            f"retention=[{retention}]"
+        )
+    if isinstance(windows, TimeWindows):
+        raise TopologyError(
+            f"The retention period of the window store {name} must be no smaller than its "
+            f"window size plus the grace period. Got size=[{windows.size_ms}], "
+            f"grace=[{windows.grace_ms}], retention=[{retention}]"
+        )
+    raise TopologyError(
+        f"The retention period of the session store {name} must be no smaller than the "
+        f"session inactivity gap plus the grace period. Got gap=[{windows.gap_ms}], "
+        f"grace=[{windows.grace_ms}], retention=[{retention}]"
+    )
