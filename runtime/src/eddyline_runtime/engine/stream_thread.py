@@ -252,7 +252,7 @@ class StreamThread:
                 if task_id in tasks.active:  # the commit may have dropped it as migrated
                     tasks.close_active(task_id)
         # standby_ids: a standby still waiting for a Spark build is dropped the same way. An
-        # open standby that becomes active is not closed: create_active takes its stores.
+        # open standby that becomes active is not closed: create_actives takes its stores.
         dropped = [t for t in tasks.standby_ids if t not in standby or t in active]
         for task_id in dropped:
             if task_id not in active or task_id not in tasks.standbys:
@@ -260,11 +260,11 @@ class StreamThread:
         self.state = ThreadState.RESTORING
         new_tasks = sorted(t for t in active if t not in tasks.active)
         # Every missing store that will wait for a build is reported at once, so one Spark
-        # build covers them all, though the tasks are then created one after another.
+        # build covers them all, though the tasks are then created one after another (their
+        # producers' init_transactions round trips are made together, before the first).
         self._stores.announce_pending_builds(new_tasks)
         try:
-            for task_id in new_tasks:
-                tasks.create_active(task_id)
+            tasks.create_actives(new_tasks)
         finally:
             self._stores.clear_pending()
         for task_id in sorted(standby - active):

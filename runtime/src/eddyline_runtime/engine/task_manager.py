@@ -3,7 +3,9 @@
 Creating an active task runs in this order, each step for a reason:
 
 1. open the task's transactional producer (exactly-once): from here on the
-   previous owner of the task can commit nothing (it is fenced);
+   previous owner of the task can commit nothing (it is fenced). The producers
+   of the tasks a thread gets in one assignment are started together, so their
+   ``init_transactions`` round trips overlap (docs/kafka.md, "Starting tasks");
 2. open each store, rebuilding one whose offsets do not fit its changelog, or
    stopping the task when the changelog lost records the store applied
    (:func:`~eddyline_runtime.restore.replay.open_trusted`), then start a new
@@ -42,7 +44,7 @@ from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
 from eddyline_runtime.engine.thread_metrics import ThreadMetrics
 from eddyline_runtime.engine.topics import TopicLayout
-from eddyline_runtime.log import LagTracker, Log
+from eddyline_runtime.log import LagTracker, Log, TransactionalProducer
 from eddyline_runtime.log.positions import read_positions
 from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId, TopicPartition
@@ -106,8 +108,29 @@ class TaskManager:
 
     # -- active tasks ---------------------------------------------------------------
 
-    def create_active(self, task_id: TaskId) -> StreamTask:
-        """Fence the previous owner, open and restore the stores, then read the input offsets.
+    def create_actives(self, task_ids: Sequence[TaskId]) -> None:
+        """Create the tasks in order (see _create_active), their producers started together.
+
+        Under exactly-once every task's producer is started first, their
+        ``init_transactions`` round trips at once (Log.transactional_producers): each
+        task fences its previous owner before it is created, as one alone would. A task
+        whose producer failed to start raises that error when its turn comes, as its own
+        start would have; the producers of tasks not reached are closed."""
+        if not self._exactly_once:
+            for task_id in task_ids:
+                self._create_active(task_id, None)
+            return
+        application_id = self._config.application_id
+        started = self._log.transactional_producers([f"{application_id}-{t}" for t in task_ids])
+        try:
+            for task_id in task_ids:
+                self._create_active(task_id, started.take(f"{application_id}-{task_id}"))
+        finally:
+            started.close()
+
+    def _create_active(self, task_id: TaskId, producer: TransactionalProducer | None) -> StreamTask:
+        """Open and restore the stores, then read the input offsets; ``producer`` (under
+        exactly-once) has fenced the previous owner already, and is closed if this fails.
 
         A standby of the task this thread holds becomes the active task on its open stores
         (Kafka Streams recycles them too): they are not closed and opened again, and the
@@ -115,12 +138,6 @@ class TaskManager:
         no moment in which this member holds no readable copy."""
         layout, log, config = self._layout, self._log, self._config
         subtopology = layout.subtopology(task_id)
-        # First: from here on the previous owner of the task can commit nothing.
-        producer = (
-            log.transactional_producer(f"{config.application_id}-{task_id}")
-            if self._exactly_once
-            else None
-        )
         standby = self.standbys.get(task_id)
         recycled: dict[str, StateStore] = {} if standby is None else dict(standby.stores)
         stores: dict[str, TaskStore] = {}

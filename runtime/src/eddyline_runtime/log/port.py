@@ -302,6 +302,32 @@ class TransactionalProducer(abc.ABC):
     def close(self) -> None: ...
 
 
+class StartedProducers:
+    """Transactional producers started together (:meth:`Log.transactional_producers`):
+    each id's producer, or the error its start raised, each handed out once.
+
+    Every producer here has fenced its id's older producers already; a start that
+    failed keeps its error for :meth:`take`, so it is raised for that id alone."""
+
+    def __init__(self, started: Mapping[str, TransactionalProducer | Exception]) -> None:
+        self._started = dict(started)
+
+    def take(self, transactional_id: str) -> TransactionalProducer:
+        """The id's producer, or the error its start raised (as ``transactional_producer``
+        would have raised it)."""
+        started = self._started.pop(transactional_id)
+        if isinstance(started, Exception):
+            raise started
+        return started
+
+    def close(self) -> None:
+        """Close the producers never taken (their tasks were not created after all)."""
+        left, self._started = self._started, {}
+        for started in left.values():
+            if not isinstance(started, Exception):
+                started.close()
+
+
 class Log(abc.ABC):
     """A partitioned log; see the module docstring for the offset conventions."""
 
@@ -525,6 +551,18 @@ class Log(abc.ABC):
     @abc.abstractmethod
     def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
         """A producer for ``transactional_id``; fences every earlier one for that id."""
+
+    def transactional_producers(self, transactional_ids: Sequence[str]) -> StartedProducers:
+        """Producers for several ids, as :meth:`transactional_producer` makes each; an
+        adapter whose start is a round trip (Kafka's ``init_transactions``) starts them
+        concurrently. Here: one after another."""
+        started: dict[str, TransactionalProducer | Exception] = {}
+        for transactional_id in transactional_ids:
+            try:
+                started[transactional_id] = self.transactional_producer(transactional_id)
+            except Exception as exc:  # raised by take(), for this id alone
+                started[transactional_id] = exc
+        return StartedProducers(started)
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -33,6 +33,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Unpack
 
 from confluent_kafka import TopicPartition as KafkaPartition
@@ -54,6 +55,7 @@ from eddyline_runtime.log.port import (
     FetchResult,
     Log,
     Record,
+    StartedProducers,
     TopicSpec,
     TransactionalProducer,
 )
@@ -62,6 +64,9 @@ from eddyline_runtime.partitions import TopicPartition
 # Idle producers are polled this often by their thread's fetches, so statistics
 # reports do not pile up in librdkafka's queue while a task has no input.
 _SERVE_PRODUCERS_S = 1.0
+# At most this many init_transactions round trips in flight for one thread's new tasks
+# (a thread holds a few tasks; more would only queue at the transaction coordinators).
+_CONCURRENT_STARTS = 16
 
 
 class _ThreadClients:
@@ -282,6 +287,36 @@ class KafkaLog(Log):
         )
         self._thread_state().transactional.add(producer)
         return producer
+
+    def transactional_producers(self, transactional_ids: Sequence[str]) -> StartedProducers:
+        """Each id's producer, their ``init_transactions`` round trips made concurrently.
+
+        Each producer is built and initialised in a thread of its own (librdkafka's calls
+        release the GIL), so a thread's new tasks wait about one round trip, not one each.
+        A producer is handed out only after its own ``init_transactions`` returned: its
+        id's older producer is fenced and its open transaction aborted. A failed start
+        is mapped as the serial start maps it and kept for that id (StartedProducers.take).
+        The producers belong to the calling thread, as transactional_producer's do."""
+        ids = list(transactional_ids)
+        if len(ids) <= 1:
+            return super().transactional_producers(ids)
+
+        def start(transactional_id: str) -> KafkaTransactionalProducer | Exception:
+            try:
+                return KafkaTransactionalProducer(
+                    self.connection, self.topic_admin, self._groups, transactional_id
+                )
+            except Exception as exc:  # raised by take(), for this id alone
+                return exc
+
+        workers = min(len(ids), _CONCURRENT_STARTS)
+        with ThreadPoolExecutor(workers, thread_name_prefix="eddyline-init-transactions") as pool:
+            results = list(pool.map(start, ids))
+        owned = self._thread_state().transactional
+        for result in results:
+            if isinstance(result, KafkaTransactionalProducer):
+                owned.add(result)
+        return StartedProducers(dict(zip(ids, results, strict=True)))
 
     def close(self) -> None:
         if self._closed:
