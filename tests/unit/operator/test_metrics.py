@@ -218,7 +218,13 @@ def test_the_daemon_records_its_cycles_and_its_app(monkeypatch: pytest.MonkeyPat
     memo = kopf.Memo()
     memo[handlers.MEMO_KEY] = handlers.Operator(kube=object())  # type: ignore[arg-type]
     asyncio.run(
-        handlers.follow_app(namespace="apps", name="wc", stopped=OneBeat(4), memo=memo)  # type: ignore[arg-type]
+        handlers.follow_app(
+            namespace="apps",
+            name="wc",
+            body=kopf.Body({}),
+            stopped=OneBeat(4),
+            memo=memo,  # type: ignore[arg-type]
+        )
     )
     assert seen_while_running[0]['eddyline_operator_apps{namespace="apps"}'] == 1
     # After the paused cycle, and still after the failed one (it tells nothing).
