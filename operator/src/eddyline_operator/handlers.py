@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import copy
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -296,9 +298,12 @@ async def follow_app(
     metrics.METRICS.app_started(namespace or "default", name)
     try:
         while not stopped.is_set():
-            # The cycle blocks (HTTP); it borrows a thread only while it runs.
+            # The cycle blocks (HTTP); it borrows a thread only while it runs. It runs in a
+            # copy of this task's context, as asyncio.to_thread would: kopf.event finds
+            # kopf's settings there.
+            cycle = functools.partial(refresh_app, operator, namespace, name, settled)
             delay = await asyncio.get_running_loop().run_in_executor(
-                operator.executor, refresh_app, operator, namespace, name, settled
+                operator.executor, contextvars.copy_context().run, cycle
             )
             await stopped.wait(delay)
     finally:

@@ -28,6 +28,7 @@ class MemoryKube:
         self.deleted: list[str] = []
         self.deletions: list[tuple[str, str, str]] = []  # (kind, name, propagation)
         self.status_patches: list[Obj] = []
+        self.applies: list[tuple[tuple[str, str | None, str], bool]] = []  # (key, unless_same)
 
     def put(self, obj: Obj) -> None:
         meta = obj["metadata"]
@@ -71,7 +72,7 @@ class MemoryKube:
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         if key in self.objects and check is not None:
             check(copy.deepcopy(self.objects[key]))
-        self.applies = [*getattr(self, "applies", []), (key, unless_same)]
+        self.applies.append((key, unless_same))
         refused = self.refuse.get(f"{obj['kind']}/{obj['metadata']['name']}")
         if refused is not None:
             raise refused

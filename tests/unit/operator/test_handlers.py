@@ -373,3 +373,81 @@ def _scaling_decisions(namespace: str, app: str, direction: str) -> int:
         if line.startswith(series):
             return int(float(line[len(series) :]))
     return 0
+
+
+def counting_reads(kube: MemoryKube) -> list[tuple[str, str]]:
+    """The (kind, name) of every GET the cycles send from now on."""
+    reads: list[tuple[str, str]] = []
+    original = kube.get
+
+    def get(kind: str, namespace: str | None, name: str) -> Obj | None:
+        reads.append((kind, name))
+        return original(kind, namespace, name)
+
+    kube.get = get  # type: ignore[method-assign]
+    return reads
+
+
+def test_a_beat_takes_the_app_from_the_watch_when_it_holds_the_version_last_seen(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
+    """kopf's watched view of the StreamApp stands in for a GET once it shows the version
+    this operator last saw (its own status write included); a view at any other version
+    (someone else's write not yet seen by a GET, or the view behind this operator's own
+    write) is not trusted."""
+    kube.put({**body(suspend=True), "metadata": {**body()["metadata"], "resourceVersion": "7"}})
+    state = operator(memo).app("apps", "wc")
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    stored = kube.objects["StreamApp", "apps", "wc"]
+    assert state.known_version == stored["metadata"]["resourceVersion"] != "7"  # status written
+    reads = counting_reads(kube)
+    state.watched = kopf.Body(copy.deepcopy({**stored, "metadata": {**stored["metadata"]}}))
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert ("StreamApp", "wc") not in reads
+    behind = copy.deepcopy(stored)
+    behind["metadata"]["resourceVersion"] = "7"  # the view before this operator's write
+    state.watched = kopf.Body(behind)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert reads.count(("StreamApp", "wc")) == 1
+
+
+def test_the_membership_and_manifest_are_read_again_only_after_a_write_or_a_while(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the operator writes the membership and config ConfigMaps: a settled app's beat
+    reads them again after it applied or published, or every REAPPLY_SECONDS."""
+    kube.put(body(suspend=True))
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    reads = counting_reads(kube)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert ("ConfigMap", "wc-membership") not in reads and ("ConfigMap", "wc-config") not in reads
+    monkeypatch.setattr(handlers, "REAPPLY_SECONDS", 0.0)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert ("ConfigMap", "wc-config") in reads
+
+
+def test_the_re_apply_of_unchanged_children_sends_only_what_drifted(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube.put(body(suspend=True))
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    applies = kube.applies
+    assert applies and not any(unless_same for _, unless_same in applies)
+    applies.clear()
+    monkeypatch.setattr(handlers, "REAPPLY_SECONDS", 0.0)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert applies and all(unless_same for _, unless_same in applies)
+
+
+def test_the_number_of_cycle_threads_comes_from_the_environment() -> None:
+    assert handlers.cycle_workers({}) == handlers.CYCLE_WORKERS
+    assert handlers.cycle_workers({handlers.WORKERS_ENV: "4"}) == 4
+    with pytest.raises(ValueError, match=r"EDDYLINE_OPERATOR_WORKERS=.0.*whole number"):
+        handlers.cycle_workers({handlers.WORKERS_ENV: "0"})
+
+
+def test_kopfs_sync_handlers_run_on_the_operators_sized_executor() -> None:
+    settings, memo = kopf.OperatorSettings(), kopf.Memo()
+    handlers.configure(settings=settings, memo=memo)
+    assert settings.execution.executor is handlers.operator_of(memo).executor
