@@ -150,11 +150,15 @@ class AppState:
     # after it wrote one of them, or every REAPPLY_SECONDS (someone else's edit is noticed
     # as a deleted child is).
     configs: tuple[float, Membership | None, str | None] | None = None
+    # The last cycle's plan, and the key of what it observed when it found nothing to do
+    # (_quiet_key): a beat that observes the same returns that plan without planning again.
+    last_plan: Plan | None = None
+    quiet: tuple[Any, ...] | None = None
 
     def forget_observed(self) -> None:
         """Read everything from the server at the next cycle (a daemon starts: another
         replica may have acted while this one was paused)."""
-        self.known_version, self.configs = None, None
+        self.known_version, self.configs, self.quiet = None, None, None
 
 
 class Operator:
@@ -403,6 +407,9 @@ def run_cycle(
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return None
         pods = kube.list("Pod", namespace, selector=names.selector_string(name))
+        quiet = _quiet_key(state, body, pods)
+        if quiet is not None and quiet == state.quiet and not force_apply:
+            return state.last_plan  # the same observation as a cycle that had nothing to do
         wanted = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
         nodes = operator.cluster.nodes(kube, wanted)
         leases = operator.cluster.leases(kube)
@@ -450,10 +457,50 @@ def run_cycle(
             ),
         )
         running = Running(pods, observed.jobs)
-        _carry_out(
+        acted = _carry_out(
             kube, state, body, result, scaling, force_apply=force_apply, running=running
         )  # fmt: skip
+        state.last_plan = result
+        state.quiet = quiet if quiet is not None and not acted and _at_rest(result) else None
         return result
+
+
+def _quiet_key(state: AppState, body: Any, pods: list[Any]) -> tuple[Any, ...] | None:
+    """What a cycle of an app without pods plans from, as a key; None when the app has pods
+    or more to observe (restore Jobs, an autoscaler) or its ConfigMaps are due a read.
+
+    Without pods nothing outside the StreamApp and its two ConfigMaps can change what a cycle
+    decides (no reports, no nodes, no leases), and a pod that appears is a pod event: a cycle
+    that sees the same StreamApp version and the same ConfigMap read as the last one, which
+    had nothing to do, would decide the same nothing again. Such a beat is one LIST of pods;
+    the children are still re-applied every REAPPLY_SECONDS (the configs' read time is part
+    of the key, and read again as often). With many idle apps (suspended ones) this is most
+    of the operator's beats."""
+    if pods or state.configs is None:
+        return None
+    if time.monotonic() - state.configs[0] >= REAPPLY_SECONDS:
+        return None
+    if time.monotonic() - state.applied_at > REAPPLY_SECONDS:
+        return None
+    spec = body.get("spec") or {}
+    if spec.get("autoscaling") or (spec.get("restore") or {}).get("when", "Never") != "Never":
+        return None
+    if (body.get("status") or {}).get("restoreJobs"):
+        return None
+    return (body.get("metadata", {}).get("resourceVersion"), state.configs[0], state.applied_hash)
+
+
+def _at_rest(result: Plan) -> bool:
+    """Whether a plan asks for nothing but what is already so (and no early next cycle)."""
+    return not (
+        result.write_ahead
+        or result.delete_pods
+        or result.create_jobs
+        or result.events
+        or result.membership is not None
+        or result.recheck_seconds is not None
+        or result.status.phase in (Phase.PENDING, Phase.PROGRESSING)
+    )
 
 
 def _observed_app(kube: Kube, state: AppState, namespace: str, name: str) -> Any:
@@ -494,9 +541,11 @@ def _carry_out(
     *,
     force_apply: bool,
     running: Running,
-) -> None:
+) -> bool:
     """Carry ``result`` out and write the status composed from it, the autoscaler's
-    ``scaling`` and the children the API server refused."""
+    ``scaling`` and the children the API server refused. Returns whether status was written
+    or anything was refused (an apply or a publish also reads the ConfigMaps again, which
+    tells _quiet_key)."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     stored = body.get("status")
@@ -540,13 +589,15 @@ def _carry_out(
         logger.warning("StreamApp %s/%s: %s: %s", namespace, name, reason, message)
     if warning is not None:
         post_event(body, warning.type, warning.reason, warning.message)
-    if status_differs(stored, status):
-        try:
-            _record_status(kube, state, namespace, name, status)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-            # Someone wrote in between: the daemon's next cycle writes again.
+    if not status_differs(stored, status):
+        return bool(refusals) or warning is not None
+    try:
+        _record_status(kube, state, namespace, name, status)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        # Someone wrote in between: the daemon's next cycle writes again.
+    return True
 
 
 def _apply_children(
