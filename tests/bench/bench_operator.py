@@ -291,7 +291,8 @@ def chart_beat(
         elapsed = time.monotonic() - started
         operator_cores = (cpu_seconds(operator) - cpu_before[0]) / elapsed
         apiserver_cores = (cpu_seconds(apiserver) - cpu_before[1]) / elapsed
-        requests = (apiserver_requests(cluster) - requests_before) / elapsed
+        by_kind = apiserver_requests(cluster) - requests_before
+        requests = sum(by_kind.values()) / elapsed
         load_after = os.getloadavg()[0]
         intervals = beat_intervals(samples)
         cycles = sum(samples[-1][1].values()) - sum(samples[0][1].values())
@@ -307,6 +308,9 @@ def chart_beat(
             "beat_operator_rss_mb": round(operator_rss_mb(harness), 1),
             "beat_apiserver_cores": round(apiserver_cores, 3),
             "beat_apiserver_requests_per_s": round(requests, 1),
+            "beat_apiserver_requests_top": {
+                kind: round(count / elapsed, 1) for kind, count in by_kind.most_common(6)
+            },
             "beat_pool_warnings": harness.output().count(POOL_WARNING),
             "beat_load_1m": [round(load_before, 2), round(load_after, 2)],
         }
@@ -324,15 +328,21 @@ def chart_beat(
         harness.stop()
 
 
-def apiserver_requests(cluster: Cluster) -> float:
-    """Requests kube-apiserver has served so far (apiserver_request_total, every client)."""
+_REQUEST_LABELS = re.compile(r'(resource|verb)="([^"]*)"')
+
+
+def apiserver_requests(cluster: Cluster) -> collections.Counter[str]:
+    """Requests kube-apiserver has served so far (apiserver_request_total, every client), by
+    "VERB resource"."""
     with cluster.admin().open("/metrics") as response:
         text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("apiserver_request_total{")
-    )
+    counts: collections.Counter[str] = collections.Counter()
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(_REQUEST_LABELS.findall(line))
+            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+            counts[key] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
 
 
 def start_cluster(root: Path) -> Cluster:

@@ -104,6 +104,10 @@ class Kube:
             configuration = kubernetes.client.Configuration.get_default_copy()
             if pool_size is not None:
                 configuration.connection_pool_maxsize = pool_size
+            # The proxy as the environment names it now, fixed: left to follow the
+            # environment, the client reads every variable of it again on each request
+            # (urllib's getproxies), a twentieth of the operator's CPU with many apps.
+            configuration.proxy = configuration.proxy
             api_client = kubernetes.client.ApiClient(configuration)
         self._api = api_client
 

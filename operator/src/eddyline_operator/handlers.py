@@ -14,10 +14,17 @@ out the plan through the client wrapper.
   running leaves the membership within one watch event.
 
 The daemon is async: it holds no thread while it waits for its next beat, and runs each
-cycle (blocking HTTP) in the event loop's default executor only for as long as the cycle
-takes. A sync daemon held one of kopf's worker threads for the app's whole life, so on a
-2-CPU node (``min(32, cpus + 4)`` threads) the 7th StreamApp was never reconciled and pod
-events stopped being handled for every app. The number of apps is now bounded by memory.
+cycle (blocking HTTP) on the operator's executor (``CYCLE_WORKERS`` threads, also kopf's
+executor for the sync handlers) only for as long as the cycle takes. A sync daemon held one
+of kopf's worker threads for the app's whole life, so on a 2-CPU node (``min(32, cpus + 4)``
+threads) the 7th StreamApp was never reconciled and pod events stopped being handled for
+every app. The number of apps is now bounded by memory.
+
+What a beat costs the API server, with many apps (issue 38): the StreamApp comes from kopf's
+watch (``_observed_app``), the membership and manifest ConfigMaps are read only after this
+operator wrote one or every ``REAPPLY_SECONDS`` (``_configs``), the periodic re-apply sends
+only children that drifted, and an app without pods whose last cycle had nothing to do is
+not planned again until what it observes changes (``_quiet_key``): such a beat is one LIST.
 
 A lock per StreamApp keeps cycles of the same app from interleaving (the
 membership generation must grow by one at a time).
@@ -38,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import copy
 import datetime
 import functools
 import hashlib
@@ -508,8 +514,10 @@ def _observed_app(kube: Kube, state: AppState, namespace: str, name: str) -> Any
     from the server (the daemon's beat then costs the API server no GET), else a GET."""
     watched = state.watched
     if watched is not None:
-        # kopf replaces the view's contents as watch events arrive: one copy, read once.
-        snapshot = copy.deepcopy(dict(watched))
+        # kopf replaces the view's contents as watch events arrive: one copy, read once
+        # (through JSON: copy.deepcopy of a StreamApp, kopf's annotations and managed
+        # fields included, cost more than the GET it saves).
+        snapshot = json.loads(json.dumps(dict(watched)))
         version = (snapshot.get("metadata") or {}).get("resourceVersion")
         if version is not None and version == state.known_version:
             return snapshot

@@ -451,3 +451,50 @@ def test_kopfs_sync_handlers_run_on_the_operators_sized_executor() -> None:
     settings, memo = kopf.OperatorSettings(), kopf.Memo()
     handlers.configure(settings=settings, memo=memo)
     assert settings.execution.executor is handlers.operator_of(memo).executor
+
+
+def test_an_app_without_pods_that_had_nothing_to_do_is_not_planned_again_until_it_changes(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suspended app's beat, once a cycle found nothing to do, plans again only when the
+    StreamApp's version, a pod or the ConfigMaps' read changes: its other beats are one LIST."""
+    planned: list[str] = []
+    original = handlers.plan
+
+    def counting(observed: Any) -> Any:
+        planned.append(observed.body["metadata"].get("resourceVersion"))
+        return original(observed)
+
+    monkeypatch.setattr(handlers, "plan", counting)
+    kube.put({**body(suspend=True), "metadata": {**body()["metadata"], "resourceVersion": "7"}})
+    first = handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    settled = len(planned)
+    assert first is not None and first.status.phase == "Suspended"
+    reads = counting_reads(kube)
+    patches = len(kube.status_patches)
+    assert handlers.refresh_app(operator(memo), "apps", "wc") == handlers.SETTLED_SECONDS
+    assert len(planned) == settled and len(kube.status_patches) == patches
+    assert reads == [("StreamApp", "wc")]  # no watched view here: a GET stands in for it
+    # The spec changes: a new version, planned again.
+    stored = kube.objects["StreamApp", "apps", "wc"]
+    stored["metadata"]["resourceVersion"] = "100"
+    stored["spec"]["replicas"] = 5
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert len(planned) == settled + 1
+    # A pod appears: planned at every beat while it exists.
+    kube.put({"kind": "Pod", **pod(0)})
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert len(planned) == settled + 3
+
+
+def test_a_forced_cycle_is_always_planned(kube: MemoryKube, memo: kopf.Memo) -> None:
+    kube.put(body(suspend=True))
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    patches = len(kube.status_patches)
+    kube.objects["StreamApp", "apps", "wc"]["status"] = {}  # status lost: a forced cycle sees
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    assert len(kube.status_patches) == patches + 1

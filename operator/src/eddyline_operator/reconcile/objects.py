@@ -8,6 +8,7 @@ uses appears in its args or env, so a stand-in kubelet can map volumes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import PurePosixPath
@@ -121,9 +122,17 @@ def config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
         "kind": "ConfigMap",
         "metadata": _meta(names.config_map(name), namespace, name, "config", owner),
         "data": {
-            names.MANIFEST_KEY: yaml.safe_dump(rendered_manifest(app, namespace), sort_keys=False),
+            names.MANIFEST_KEY: _yaml_text(json.dumps(rendered_manifest(app, namespace))),
         },
     }
+
+
+# The manifest is rendered every cycle and changes only with the spec: PyYAML's dump of it
+# was, with the parse of the applied one, most of a settled cycle's CPU with many apps
+# (issue 38). Keyed by the document's JSON (key order kept, as the dump keeps it).
+@functools.lru_cache(maxsize=1024)
+def _yaml_text(document: str) -> str:
+    return yaml.safe_dump(json.loads(document), sort_keys=False)
 
 
 def membership_config_map(app_name: str, namespace: str, owner: Obj, data: str) -> Obj:
