@@ -328,7 +328,7 @@ def chart_beat(
         harness.stop()
 
 
-_REQUEST_LABELS = re.compile(r'(resource|verb)="([^"]*)"')
+_REQUEST_LABELS = re.compile(r'(?<![a-z])(resource|subresource|verb)="([^"]*)"')
 
 
 def apiserver_requests(cluster: Cluster) -> collections.Counter[str]:
@@ -340,7 +340,10 @@ def apiserver_requests(cluster: Cluster) -> collections.Counter[str]:
     for line in text.splitlines():
         if line.startswith("apiserver_request_total{"):
             labels = dict(_REQUEST_LABELS.findall(line))
-            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+            sub = labels.get("subresource")
+            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}" + (
+                f"/{sub}" if sub else ""
+            )
             counts[key] += int(float(line.rsplit(" ", 1)[1]))
     return counts
 
