@@ -35,6 +35,16 @@ suspended copies of the word count and the word count with 3 pods, the operator'
 target under 1 s) and ``operator_rss_mb_per_app`` (the operator's resident memory growth from
 before the apps to when all are reconciled, per app).
 
+Then the chart's beat (issue 38; ``--beat-apps``, default 200; ``--beat-only`` runs it alone):
+the same mix of apps on an operator with no ``EDDYLINE_OPERATOR_RESYNC_SECONDS`` (the chart's
+2 s beat), measured over ``--beat-window`` seconds once all are reconciled: ``beat_p50_s`` /
+``beat_p99_s`` / ``beat_max_s`` (the interval between two cycles of one app, over every app,
+from the operator's own cycle counters scraped every BEAT_SCRAPE_SECONDS),
+``beat_cycles_per_s``, ``beat_operator_cores`` and ``beat_operator_rss_mb``,
+``beat_apiserver_cores``, ``beat_apiserver_requests_per_s`` (every client's) and the top
+kinds of them, ``beat_pool_warnings`` ("Connection pool is full" in the operator's log) and
+``beat_load_1m`` (the machine's 1-minute load average before and after the window).
+
 The last line is JSON. The machine is shared: numbers taken under load are noisy.
 """
 
