@@ -472,8 +472,9 @@ def run_cycle(
 
 
 def _quiet_key(state: AppState, body: Any, pods: list[Any]) -> tuple[Any, ...] | None:
-    """What a cycle of an app without pods plans from, as a key; None when the app has pods
-    or more to observe (restore Jobs, an autoscaler) or its ConfigMaps are due a read.
+    """What a cycle of an app that wants no pods and has none (suspended, or 0 replicas)
+    plans from, as a key; None otherwise, or when there is more to observe (restore Jobs, an
+    autoscaler) or its ConfigMaps are due a read.
 
     Without pods nothing outside the StreamApp and its two ConfigMaps can change what a cycle
     decides (no reports, no nodes, no leases), and a pod that appears is a pod event: a cycle
@@ -489,6 +490,8 @@ def _quiet_key(state: AppState, body: Any, pods: list[Any]) -> tuple[Any, ...] |
     if time.monotonic() - state.applied_at > REAPPLY_SECONDS:
         return None
     spec = body.get("spec") or {}
+    if not spec.get("suspend") and spec.get("replicas", 1) != 0:
+        return None  # pods wanted and none there: the StatefulSet's Events are watched
     if spec.get("autoscaling") or (spec.get("restore") or {}).get("when", "Never") != "Never":
         return None
     if (body.get("status") or {}).get("restoreJobs"):

@@ -498,3 +498,16 @@ def test_a_forced_cycle_is_always_planned(kube: MemoryKube, memo: kopf.Memo) -> 
     kube.objects["StreamApp", "apps", "wc"]["status"] = {}  # status lost: a forced cycle sees
     handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
     assert len(kube.status_patches) == patches + 1
+
+
+def test_an_app_that_wants_pods_and_has_none_is_planned_at_every_beat(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its StatefulSet's Events (a quota refusing the pods) are read by the plan's cycle."""
+    planned: list[int] = []
+    original = handlers.plan
+    monkeypatch.setattr(handlers, "plan", lambda observed: planned.append(1) or original(observed))
+    kube.put(body())
+    for _ in range(4):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    assert len(planned) == 4
