@@ -35,6 +35,16 @@ suspended copies of the word count and the word count with 3 pods, the operator'
 target under 1 s) and ``operator_rss_mb_per_app`` (the operator's resident memory growth from
 before the apps to when all are reconciled, per app).
 
+Then the chart's beat (issue 38; ``--beat-apps``, default 200; ``--beat-only`` runs it alone):
+the same mix of apps on an operator with no ``EDDYLINE_OPERATOR_RESYNC_SECONDS`` (the chart's
+2 s beat), measured over ``--beat-window`` seconds once all are reconciled: ``beat_p50_s`` /
+``beat_p99_s`` / ``beat_max_s`` (the interval between two cycles of one app, over every app,
+from the operator's own cycle counters scraped every BEAT_SCRAPE_SECONDS),
+``beat_cycles_per_s``, ``beat_operator_cores`` and ``beat_operator_rss_mb``,
+``beat_apiserver_cores``, ``beat_apiserver_requests_per_s`` (every client's) and the top
+kinds of them, ``beat_pool_warnings`` ("Connection pool is full" in the operator's log) and
+``beat_load_1m`` (the machine's 1-minute load average before and after the window).
+
 The last line is JSON. The machine is shared: numbers taken under load are noisy.
 """
 
@@ -43,13 +53,17 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import json
+import os
 import random
+import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +75,7 @@ from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.many_apps import OPERATOR_ENV, ManyApps, reconciled
 from tests.support.control_plane.operator import REPO, Operator
+from tests.support.ports import free_port
 
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
@@ -195,6 +210,154 @@ def many_apps(cluster: Cluster, root: Path, apps: int) -> dict[str, Any]:
         harness.stop()
 
 
+# -- the chart's beat with many apps (issue 38, "Scale of the operator") -------------------
+
+# The operator's own cycle counter (eddyline_operator.metrics.CYCLES), one sample per app.
+_CYCLES_LINE = re.compile(
+    r'^eddyline_operator_reconcile_cycles_total\{namespace="[^"]*",app="([^"]*)",'
+    r'outcome="[^"]*"\} (\d+)'
+)
+# How often the counters are scraped: an interval between two cycles is measured to this.
+BEAT_SCRAPE_SECONDS = 0.25
+# What urllib3 logs when a request's connection finds the pool full (a connection made and
+# thrown away: the pool is smaller than the threads sharing it).
+POOL_WARNING = "Connection pool is full"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cycle_counts(url: str) -> dict[str, int]:
+    """Cycles per app so far, from the operator's /metrics."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    counts: dict[str, int] = collections.Counter()
+    for line in text.splitlines():
+        found = _CYCLES_LINE.match(line)
+        if found:
+            counts[found.group(1)] += int(found.group(2))
+    return counts
+
+
+def beat_intervals(samples: list[tuple[float, dict[str, int]]]) -> list[float]:
+    """The intervals between one app's consecutive cycles, over every app, from scrapes of
+    the cycle counters: a cycle is placed at the scrape that first counts it (so each
+    interval is known to BEAT_SCRAPE_SECONDS), the first one seen per app starts the count."""
+    seen: dict[str, float] = {}
+    intervals: list[float] = []
+    for (_, before), (at, after) in itertools.pairwise(samples):
+        for app, count in after.items():
+            new = count - before.get(app, count)
+            if new <= 0:
+                continue
+            if app in seen:
+                intervals.append(at - seen[app])
+                intervals.extend([0.0] * (new - 1))  # two cycles within one scrape
+            seen[app] = at
+    return intervals
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def chart_beat(
+    cluster: Cluster, root: Path, apps: int, window: float, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``apps`` StreamApps (``apps - 1`` suspended and the word count, as in the many-apps
+    run) on an operator at the chart's beat (no EDDYLINE_OPERATOR_RESYNC_SECONDS), measured
+    over ``window`` seconds once every app is reconciled: the beat achieved (interval between
+    an app's cycles), the operator's CPU (cores) and RSS, kube-apiserver's CPU, the API
+    requests per second and the connection-pool warnings in the operator's log."""
+    metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
+    harness = Operator(
+        cluster, root / "chart-beat", "bench-chart-beat",
+        extra_env={"EDDYLINE_OPERATOR_METRICS": metrics_url, **(extra_env or {})},
+    )  # fmt: skip
+    apiserver = cluster.plane.processes["kube-apiserver"].pid
+    try:
+        harness.install()
+        harness.start()
+        harness.wait_watching()
+        assert harness.process is not None
+        operator = harness.process.pid
+        run = ManyApps.apply(harness, apps, root)
+        with contextlib.suppress(TimeoutError):  # reported as beat_apps_reconciled below
+            run.wait_reconciled(600)
+        done = len(reconciled(harness, run.names))
+        time.sleep(10)  # the first cycles' applies and status writes behind
+        load_before = os.getloadavg()[0]
+        requests_before = apiserver_requests(cluster)
+        cpu_before = (cpu_seconds(operator), cpu_seconds(apiserver))
+        started = time.monotonic()
+        samples = [(started, cycle_counts(metrics_url))]
+        while time.monotonic() - started < window:
+            time.sleep(BEAT_SCRAPE_SECONDS)
+            samples.append((time.monotonic(), cycle_counts(metrics_url)))
+        elapsed = time.monotonic() - started
+        operator_cores = (cpu_seconds(operator) - cpu_before[0]) / elapsed
+        apiserver_cores = (cpu_seconds(apiserver) - cpu_before[1]) / elapsed
+        by_kind = apiserver_requests(cluster) - requests_before
+        requests = sum(by_kind.values()) / elapsed
+        load_after = os.getloadavg()[0]
+        intervals = beat_intervals(samples)
+        cycles = sum(samples[-1][1].values()) - sum(samples[0][1].values())
+        result = {
+            "beat_apps": apps,
+            "beat_apps_reconciled": done,
+            "beat_window_s": round(elapsed, 1),
+            "beat_p50_s": round(percentile(intervals, 0.5), 2) if intervals else None,
+            "beat_p99_s": round(percentile(intervals, 0.99), 2) if intervals else None,
+            "beat_max_s": round(max(intervals), 2) if intervals else None,
+            "beat_cycles_per_s": round(cycles / elapsed, 1),
+            "beat_operator_cores": round(operator_cores, 3),
+            "beat_operator_rss_mb": round(operator_rss_mb(harness), 1),
+            "beat_apiserver_cores": round(apiserver_cores, 3),
+            "beat_apiserver_requests_per_s": round(requests, 1),
+            "beat_apiserver_requests_top": {
+                kind: round(count / elapsed, 1) for kind, count in by_kind.most_common(6)
+            },
+            "beat_pool_warnings": harness.output().count(POOL_WARNING),
+            "beat_load_1m": [round(load_before, 2), round(load_after, 2)],
+        }
+        print(
+            f"{apps} apps at the chart's beat: interval between an app's cycles p50 "
+            f"{result['beat_p50_s']} s, p99 {result['beat_p99_s']} s; operator "
+            f"{operator_cores:.2f} cores, {result['beat_operator_rss_mb']} MiB; kube-apiserver "
+            f"{apiserver_cores:.2f} cores, {requests:.0f} requests/s; "
+            f"{result['beat_pool_warnings']} pool warnings; load {load_before:.1f} -> "
+            f"{load_after:.1f}"
+        )
+        run.delete_all(300)
+        return result
+    finally:
+        harness.stop()
+
+
+_REQUEST_LABELS = re.compile(r'(?<![a-z])(resource|subresource|verb)="([^"]*)"')
+
+
+def apiserver_requests(cluster: Cluster) -> collections.Counter[str]:
+    """Requests kube-apiserver has served so far (apiserver_request_total, every client), by
+    "VERB resource"."""
+    with cluster.admin().open("/metrics") as response:
+        text = response.read().decode()
+    counts: collections.Counter[str] = collections.Counter()
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(_REQUEST_LABELS.findall(line))
+            sub = labels.get("subresource")
+            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}" + (
+                f"/{sub}" if sub else ""
+            )
+            counts[key] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
 def start_cluster(root: Path) -> Cluster:
     examples = sorted(str(p) for p in (REPO / "examples").iterdir() if p.is_dir())
     cluster = Cluster(root / "cluster", pythonpath=examples).start()
@@ -209,6 +372,15 @@ def main() -> int:
     parser.add_argument(
         "--apps-only", action="store_true", help="only the many-apps run (its keys alone)"
     )
+    parser.add_argument(
+        "--beat-apps", type=int, default=200, help="StreamApps in the run at the chart's beat"
+    )
+    parser.add_argument(
+        "--beat-window", type=float, default=60.0, help="seconds the chart's beat is measured"
+    )
+    parser.add_argument(
+        "--beat-only", action="store_true", help="only the run at the chart's beat (its keys)"
+    )
     parser.add_argument("--lines", type=int, default=5_000, help="lines before the first kill")
     parser.add_argument(
         "--upgrade-keys", type=int, default=100_000, help="keys in the store for the upgrades"
@@ -220,9 +392,15 @@ def main() -> int:
         if args.apps_only:
             print(json.dumps({"benchmark": "operator", **many_apps(cluster, root, args.apps)}))
             return 0
+        if args.beat_only:
+            beat = chart_beat(cluster, root, args.beat_apps, args.beat_window)
+            print(json.dumps({"benchmark": "operator", **beat}))
+            return 0
         summary = single_app(cluster, root, args)
         # Issue 23: many apps on one operator (its own namespace, the first operator stopped).
         summary.update(many_apps(cluster, root, args.apps))
+        # Issue 38: as many apps as the chart's 2 s beat must serve on 2 cores.
+        summary.update(chart_beat(cluster, root, args.beat_apps, args.beat_window))
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)

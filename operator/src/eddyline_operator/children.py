@@ -127,9 +127,10 @@ class Children:
         except ownership.NameConflictError as error:
             outcome.unavailable[("ConfigMap", name)] = f"belongs to {error.holder}"
 
-    def apply(self, objects: Sequence[Obj], outcome: Outcome) -> None:
+    def apply(self, objects: Sequence[Obj], outcome: Outcome, *, unless_same: bool = False) -> None:
         """Apply each child unless it names an unavailable object; a withheld one is
-        deleted when it exists and is the app's. A 5xx raises (the cycle is retried)."""
+        deleted when it exists and is the app's. A 5xx raises (the cycle is retried).
+        ``unless_same``: a child that exists as it would be applied is not sent (Kube.apply)."""
         for obj in objects:
             what = references.describe(references.ref(obj))
             stopped = references.withheld(obj, outcome.unavailable)
@@ -139,7 +140,9 @@ class Children:
                 self.remove_withheld(obj)
                 continue
             try:
-                result = self.kube.apply(obj, check=self.check(obj["kind"]))
+                result = self.kube.apply(
+                    obj, check=self.check(obj["kind"]), unless_same=unless_same
+                )
             except ownership.NameConflictError as error:
                 self.conflict(outcome, error)
                 continue

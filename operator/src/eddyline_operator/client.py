@@ -91,13 +91,24 @@ def _load_incluster_config() -> None:
 class Kube:
     """A small, dict-based Kubernetes client over the ``kubernetes`` package's transport."""
 
-    def __init__(self, api_client: Any | None = None) -> None:
+    def __init__(self, api_client: Any | None = None, *, pool_size: int | None = None) -> None:
+        """``pool_size``: the HTTP connections kept open to the API server, at least the
+        number of threads that send requests at once (the client's default is 5 per CPU:
+        a thread that finds the pool full opens a connection, a TLS handshake on both ends,
+        and throws it away after one request, logging "Connection pool is full")."""
         if api_client is None:
             try:
                 _load_incluster_config()
             except kubernetes.config.ConfigException:
                 kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-            api_client = kubernetes.client.ApiClient()
+            configuration = kubernetes.client.Configuration.get_default_copy()
+            if pool_size is not None:
+                configuration.connection_pool_maxsize = pool_size
+            # The proxy as the environment names it now, fixed: left to follow the
+            # environment, the client reads every variable of it again on each request
+            # (urllib's getproxies), a twentieth of the operator's CPU with many apps.
+            configuration.proxy = configuration.proxy
+            api_client = kubernetes.client.ApiClient(configuration)
         self._api = api_client
 
     # -- generic verbs ------------------------------------------------------------------
@@ -196,7 +207,7 @@ class Kube:
         )
         return gone is not None
 
-    def apply(self, obj: Obj, *, check: Check | None = None) -> str:
+    def apply(self, obj: Obj, *, check: Check | None = None, unless_same: bool = False) -> str:
         """Create ``obj`` or bring the existing one to it: "created", "updated" or "unchanged".
 
         Server-side apply of the whole object under the operator's field manager (forced:
@@ -205,13 +216,20 @@ class Kube:
         owner reference of a log claim switched to ``whenDeleted: Retain``, the node pin of
         an app moved from the embedded log to Kafka. An existing object is first given to
         ``check``, which raises to leave it untouched (the handlers' ownership check); its
-        immutable spec fields are sent as they are (a change there is not applied)."""
+        immutable spec fields are sent as they are (a change there is not applied).
+
+        ``unless_same``: an existing object that already holds everything ``obj`` says is
+        left as it is ("unchanged", no PATCH). Only for an ``obj`` the same as the one last
+        applied: what an earlier apply set and ``obj`` no longer holds is removed only by
+        sending it."""
         kind, meta = obj["kind"], obj["metadata"]
         namespace, name = meta.get("namespace"), meta["name"]
         existing = self.get(kind, namespace, name)
         if existing is not None and check is not None:
             check(existing)
         body = obj if existing is None else _keep_immutable(obj, existing)
+        if existing is not None and unless_same and _contains(existing, body):
+            return "unchanged"
         applied = self.request(
             "PATCH",
             self.path(kind, namespace, name),
@@ -228,8 +246,11 @@ class Kube:
     def get_streamapp(self, namespace: str, name: str) -> Obj | None:
         return self.get("StreamApp", namespace, name)
 
-    def patch_streamapp_status(self, namespace: str, name: str, status: Obj) -> None:
-        self.merge_patch("StreamApp", namespace, name, {"status": status}, sub="status")
+    def patch_streamapp_status(self, namespace: str, name: str, status: Obj) -> str | None:
+        """Merge ``status`` in; the StreamApp's resourceVersion after the write."""
+        patched = self.merge_patch("StreamApp", namespace, name, {"status": status}, sub="status")
+        version = ((patched or {}).get("metadata") or {}).get("resourceVersion")
+        return None if version is None else str(version)
 
     def read_membership(self, namespace: str, config_map: str) -> Membership | None:
         found = self.get("ConfigMap", namespace, config_map)

@@ -14,10 +14,17 @@ out the plan through the client wrapper.
   running leaves the membership within one watch event.
 
 The daemon is async: it holds no thread while it waits for its next beat, and runs each
-cycle (blocking HTTP) in the event loop's default executor only for as long as the cycle
-takes. A sync daemon held one of kopf's worker threads for the app's whole life, so on a
-2-CPU node (``min(32, cpus + 4)`` threads) the 7th StreamApp was never reconciled and pod
-events stopped being handled for every app. The number of apps is now bounded by memory.
+cycle (blocking HTTP) on the operator's executor (``CYCLE_WORKERS`` threads, also kopf's
+executor for the sync handlers) only for as long as the cycle takes. A sync daemon held one
+of kopf's worker threads for the app's whole life, so on a 2-CPU node (``min(32, cpus + 4)``
+threads) the 7th StreamApp was never reconciled and pod events stopped being handled for
+every app. The number of apps is now bounded by memory.
+
+What a beat costs the API server, with many apps (issue 38): the StreamApp comes from kopf's
+watch (``_observed_app``), the membership and manifest ConfigMaps are read only after this
+operator wrote one or every ``REAPPLY_SECONDS`` (``_configs``), the periodic re-apply sends
+only children that drifted, and an app without pods whose last cycle had nothing to do is
+not planned again until what it observes changes (``_quiet_key``): such a beat is one LIST.
 
 A lock per StreamApp keeps cycles of the same app from interleaving (the
 membership generation must grow by one at a time).
@@ -36,7 +43,10 @@ writes once (:func:`~.reconcile.conditions.compose_status`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -73,7 +83,7 @@ from eddyline_operator.reconcile.membership import (
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
 from eddyline_operator.reconcile.references import withheld
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
-from eddyline_runtime.membership import MemberReport
+from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.spec import (
     GROUP,
     PLURAL,
@@ -111,6 +121,13 @@ RUNTIME_IMAGE_ENV = "EDDYLINE_RUNTIME_IMAGE"
 EXECUTOR_ROLE_ENV = "EDDYLINE_RESTORE_EXECUTOR_ROLE"
 
 
+# Threads that run cycles (the daemons' beats, and kopf's sync handlers: create, update,
+# resume, pod events), each holding at most one connection to the API server. A cycle is
+# mostly waiting on the API server and the pods, so more threads than CPUs keep both busy;
+# EDDYLINE_OPERATOR_WORKERS overrides it.
+CYCLE_WORKERS = 16
+WORKERS_ENV = "EDDYLINE_OPERATOR_WORKERS"
+
 # The key of the :class:`Operator` in kopf's memo.
 MEMO_KEY = "eddyline"
 
@@ -128,24 +145,53 @@ class AppState:
         default_factory=autoscaler.SampleStore
     )  # spec.autoscaling
     events: EventsSeen = field(default_factory=EventsSeen)
+    # kopf's live view of the StreamApp (the daemon's ``body``, kept current by kopf's watch)
+    # and the resourceVersion this operator last saw from the server itself (a GET, or the
+    # answer to its own status write): the view stands in for a GET only when it holds that
+    # version, so a cycle never plans from a view older than what this operator knows.
+    watched: Any = None
+    known_version: str | None = None
+    # The membership and the applied manifest as last read (time.monotonic(), membership,
+    # manifest): only this operator writes those ConfigMaps, so they are read again only
+    # after it wrote one of them, or every REAPPLY_SECONDS (someone else's edit is noticed
+    # as a deleted child is).
+    configs: tuple[float, Membership | None, str | None] | None = None
+    # The last cycle's plan, and the key of what it observed when it found nothing to do
+    # (_quiet_key): a beat that observes the same returns that plan without planning again.
+    last_plan: Plan | None = None
+    quiet: tuple[Any, ...] | None = None
+
+    def forget_observed(self) -> None:
+        """Read everything from the server at the next cycle (a daemon starts: another
+        replica may have acted while this one was paused)."""
+        self.known_version, self.configs, self.quiet = None, None, None
 
 
 class Operator:
     """The operator's state between cycles, shared by every handler through kopf's memo."""
 
-    def __init__(self, kube: Kube | None = None) -> None:
+    def __init__(self, kube: Kube | None = None, *, workers: int = CYCLE_WORKERS) -> None:
         # Created on first use: loading the cluster's credentials is the cycle's business
         # (a failure there is retried like any failed cycle), not the startup's.
         self._kube = kube
         self._lock = threading.Lock()
         self._apps: dict[tuple[str, str], AppState] = {}
         self.cluster = ClusterView()
+        # Every cycle runs on one of these threads (configure hands it to kopf for the sync
+        # handlers too): the asyncio loop's default executor has min(32, CPUs + 4) threads,
+        # 6 on 2 CPUs, and kopf's another 6, together more than the client's 10 pooled
+        # connections; with one executor the pool is sized to it.
+        self.workers = workers
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix="eddyline-cycle"
+        )
 
     @property
     def kube(self) -> Kube:
         with self._lock:
             if self._kube is None:
-                self._kube = Kube()
+                # A connection per worker, and one for a thread outside them (the metrics).
+                self._kube = Kube(pool_size=self.workers + 1)
             return self._kube
 
     def app(self, namespace: str, name: str) -> AppState:
@@ -175,6 +221,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.INFO
     settled_seconds(os.environ)  # a bad beat stops the operator at start, not every daemon
     node_grace_seconds(os.environ)  # the same for a bad grace
+    operator = Operator(workers=cycle_workers(os.environ))
+    settings.execution.executor = operator.executor  # kopf's sync handlers: the same threads
     # With replicas (kopf's peering): a replica that dies without a word is taken over from
     # this long after its last keep-alive (kopf's default is 60 s).
     settings.peering.lifetime = PEERING_LIFETIME_SECONDS
@@ -182,7 +230,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.networking.request_timeout = 90
     # Startup handlers run before any object is watched, so every object's memo (a shallow
     # copy of this one) holds the same Operator.
-    memo[MEMO_KEY] = Operator()
+    memo[MEMO_KEY] = operator
 
 
 # Where the pod's service-account files are when not at the fixed in-cluster path
@@ -245,23 +293,54 @@ def reconcile_app(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
 async def follow_app(
-    namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, **_: Any
+    namespace: str | None,
+    name: str,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     operator = operator_of(memo)
     settled = settled_seconds(os.environ)
+    state = operator.app(namespace or "default", name)
+    state.forget_observed()
+    state.watched = body
     metrics.METRICS.app_started(namespace or "default", name)
     try:
         while not stopped.is_set():
-            # The cycle blocks (HTTP); it borrows a thread only while it runs.
-            delay = await asyncio.to_thread(refresh_app, operator, namespace, name, settled)
+            # The cycle blocks (HTTP); it borrows a thread only while it runs. It runs in a
+            # copy of this task's context, as asyncio.to_thread would: kopf.event finds
+            # kopf's settings there.
+            cycle = functools.partial(refresh_app, operator, namespace, name, settled)
+            delay = await asyncio.get_running_loop().run_in_executor(
+                operator.executor, contextvars.copy_context().run, cycle
+            )
             await stopped.wait(delay)
     finally:
+        state.watched = None
         metrics.METRICS.app_stopped(namespace or "default", name)
 
 
 def settled_seconds(environ: Mapping[str, str]) -> float:
     """The beat of a settled app: ``EDDYLINE_OPERATOR_RESYNC_SECONDS`` or SETTLED_SECONDS."""
     return _seconds(environ, RESYNC_ENV, SETTLED_SECONDS, "such as 2 or 60")
+
+
+def cycle_workers(environ: Mapping[str, str]) -> int:
+    """The threads cycles run on: ``EDDYLINE_OPERATOR_WORKERS`` or CYCLE_WORKERS."""
+    raw = environ.get(WORKERS_ENV, "").strip()
+    if not raw:
+        return CYCLE_WORKERS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(
+            f"{WORKERS_ENV}={raw!r}: expected a whole number of threads above 0, such as "
+            f"{CYCLE_WORKERS}"
+        )
+    return value
 
 
 def node_grace_seconds(environ: Mapping[str, str]) -> float:
@@ -330,10 +409,13 @@ def run_cycle(
     state = operator.app(namespace, name)
     with state.lock:
         kube = operator.kube
-        body = kube.get_streamapp(namespace, name)
+        body = _observed_app(kube, state, namespace, name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return None
         pods = kube.list("Pod", namespace, selector=names.selector_string(name))
+        quiet = _quiet_key(state, body, pods)
+        if quiet is not None and quiet == state.quiet and not force_apply:
+            return state.last_plan  # the same observation as a cycle that had nothing to do
         wanted = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
         nodes = operator.cluster.nodes(kube, wanted)
         leases = operator.cluster.leases(kube)
@@ -352,15 +434,14 @@ def run_cycle(
         else:
             alive = {p["metadata"]["name"] for p in reporting}
             state.reports = {m: r for m, r in state.reports.items() if m in alive}
+        membership, manifest = _configs(kube, state, namespace, name)
         observed = Observed(
             body=body,
             pods=pods,
             nodes=nodes,
-            membership=kube.read_membership(namespace, names.membership_map(name)),
+            membership=membership,
             reports=state.reports,
-            applied_manifest=kube.read_config_value(
-                namespace, names.config_map(name), names.MANIFEST_KEY
-            ),
+            applied_manifest=manifest,
             now=now,
             default_image=os.environ.get(RUNTIME_IMAGE_ENV, objects.DEFAULT_IMAGE),
             executor_role=os.environ.get(EXECUTOR_ROLE_ENV, restore_job.DEFAULT_EXECUTOR_ROLE),
@@ -382,10 +463,84 @@ def run_cycle(
             ),
         )
         running = Running(pods, observed.jobs)
-        _carry_out(
+        acted = _carry_out(
             kube, state, body, result, scaling, force_apply=force_apply, running=running
         )  # fmt: skip
+        state.last_plan = result
+        state.quiet = quiet if quiet is not None and not acted and _at_rest(result) else None
         return result
+
+
+def _quiet_key(state: AppState, body: Any, pods: list[Any]) -> tuple[Any, ...] | None:
+    """What a cycle of an app that wants no pods and has none (suspended, or 0 replicas)
+    plans from, as a key; None otherwise, or when there is more to observe (restore Jobs, an
+    autoscaler) or its ConfigMaps are due a read.
+
+    Without pods nothing outside the StreamApp and its two ConfigMaps can change what a cycle
+    decides (no reports, no nodes, no leases), and a pod that appears is a pod event: a cycle
+    that sees the same StreamApp version and the same ConfigMap read as the last one, which
+    had nothing to do, would decide the same nothing again. Such a beat is one LIST of pods;
+    the children are still re-applied every REAPPLY_SECONDS (the configs' read time is part
+    of the key, and read again as often). With many idle apps (suspended ones) this is most
+    of the operator's beats."""
+    if pods or state.configs is None:
+        return None
+    if time.monotonic() - state.configs[0] >= REAPPLY_SECONDS:
+        return None
+    if time.monotonic() - state.applied_at > REAPPLY_SECONDS:
+        return None
+    spec = body.get("spec") or {}
+    if not spec.get("suspend") and spec.get("replicas", 1) != 0:
+        return None  # pods wanted and none there: the StatefulSet's Events are watched
+    if spec.get("autoscaling") or (spec.get("restore") or {}).get("when", "Never") != "Never":
+        return None
+    if (body.get("status") or {}).get("restoreJobs"):
+        return None
+    return (body.get("metadata", {}).get("resourceVersion"), state.configs[0], state.applied_hash)
+
+
+def _at_rest(result: Plan) -> bool:
+    """Whether a plan asks for nothing but what is already so (and no early next cycle)."""
+    return not (
+        result.write_ahead
+        or result.delete_pods
+        or result.create_jobs
+        or result.events
+        or result.membership is not None
+        or result.recheck_seconds is not None
+        or result.status.phase in (Phase.PENDING, Phase.PROGRESSING)
+    )
+
+
+def _observed_app(kube: Kube, state: AppState, namespace: str, name: str) -> Any:
+    """The StreamApp: kopf's watched view when it holds the version this operator last saw
+    from the server (the daemon's beat then costs the API server no GET), else a GET."""
+    watched = state.watched
+    if watched is not None:
+        # kopf replaces the view's contents as watch events arrive: one copy, read once
+        # (through JSON: copy.deepcopy of a StreamApp, kopf's annotations and managed
+        # fields included, cost more than the GET it saves).
+        snapshot = json.loads(json.dumps(dict(watched)))
+        version = (snapshot.get("metadata") or {}).get("resourceVersion")
+        if version is not None and version == state.known_version:
+            return snapshot
+    found = kube.get_streamapp(namespace, name)
+    state.known_version = None if found is None else found["metadata"].get("resourceVersion")
+    return found
+
+
+def _configs(
+    kube: Kube, state: AppState, namespace: str, name: str
+) -> tuple[Membership | None, str | None]:
+    """The published membership and the applied manifest (AppState.configs says when they
+    are read again)."""
+    if state.configs is not None and time.monotonic() - state.configs[0] < REAPPLY_SECONDS:
+        return state.configs[1], state.configs[2]
+    read_at = time.monotonic()
+    membership = kube.read_membership(namespace, names.membership_map(name))
+    manifest = kube.read_config_value(namespace, names.config_map(name), names.MANIFEST_KEY)
+    state.configs = (read_at, membership, manifest)
+    return membership, manifest
 
 
 def _carry_out(
@@ -397,9 +552,11 @@ def _carry_out(
     *,
     force_apply: bool,
     running: Running,
-) -> None:
+) -> bool:
     """Carry ``result`` out and write the status composed from it, the autoscaler's
-    ``scaling`` and the children the API server refused."""
+    ``scaling`` and the children the API server refused. Returns whether status was written
+    or anything was refused (an apply or a publish also reads the ConfigMaps again, which
+    tells _quiet_key)."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     stored = body.get("status")
@@ -408,7 +565,7 @@ def _carry_out(
         # before anything acts on it. A conflict raises: nothing is done this cycle, and the
         # next one decides again from what status then says.
         ahead, _ = compose_status(result.status, autoscaling=scaling, now=_now())
-        stored = _record_status(kube, namespace, name, ahead)
+        stored = _record_status(kube, state, namespace, name, ahead)
         body = {**body, "status": stored}
     # Children that could not be applied, (reason, message): each object is tried on its
     # own, and status still says what happened (a refused child must never stop the cycle
@@ -443,13 +600,15 @@ def _carry_out(
         logger.warning("StreamApp %s/%s: %s: %s", namespace, name, reason, message)
     if warning is not None:
         post_event(body, warning.type, warning.reason, warning.message)
-    if status_differs(stored, status):
-        try:
-            _record_status(kube, namespace, name, status)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-            # Someone wrote in between: the daemon's next cycle writes again.
+    if not status_differs(stored, status):
+        return bool(refusals) or warning is not None
+    try:
+        _record_status(kube, state, namespace, name, status)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        # Someone wrote in between: the daemon's next cycle writes again.
+    return True
 
 
 def _apply_children(
@@ -472,8 +631,12 @@ def _apply_children(
     digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
     changed = force_apply or digest != state.applied_hash
     if result.objects and (changed or time.monotonic() - state.applied_at > REAPPLY_SECONDS):
+        state.configs = None  # the ConfigMaps may change: read them again next cycle
         children.membership_conflict(outcome)
-        children.apply(result.objects, outcome)
+        # Unchanged since the last apply: only the objects that drifted are sent again (a
+        # server-side apply per child per app every REAPPLY_SECONDS was most of the API
+        # server's work with many apps).
+        children.apply(result.objects, outcome, unless_same=not changed)
         if changed and result.prune_kinds:  # what is wanted changes only with the spec
             children.prune(result.objects, result.prune_kinds)
         if not outcome.refusals:  # otherwise every object is tried again next cycle
@@ -481,6 +644,7 @@ def _apply_children(
     if result.membership is not None:
         owner = objects.owner_reference(name=name, uid=meta["uid"])
         data = json.dumps(result.membership.to_json())
+        state.configs = None
         try:
             kube.publish_membership(
                 objects.membership_config_map(name, namespace, owner, data),
@@ -494,11 +658,15 @@ def _apply_children(
     return outcome
 
 
-def _record_status(kube: Kube, namespace: str, name: str, status: StreamAppStatus) -> Any:
+def _record_status(
+    kube: Kube, state: AppState, namespace: str, name: str, status: StreamAppStatus
+) -> Any:
     """The one place status is written: the typed status dumped whole (a merge patch, so the
     fields it holds as None are cleared). Returns what was sent."""
     patch = dump_status(status)
-    kube.patch_streamapp_status(namespace, name, patch)
+    # The answer's version is the app as this write left it: the watched view stands in
+    # for a GET again once it shows that version.
+    state.known_version = kube.patch_streamapp_status(namespace, name, patch)
     return patch
 
 

@@ -28,6 +28,7 @@ class MemoryKube:
         self.deleted: list[str] = []
         self.deletions: list[tuple[str, str, str]] = []  # (kind, name, propagation)
         self.status_patches: list[Obj] = []
+        self.applies: list[tuple[tuple[str, str | None, str], bool]] = []  # (key, unless_same)
 
     def put(self, obj: Obj) -> None:
         meta = obj["metadata"]
@@ -65,10 +66,13 @@ class MemoryKube:
     def get_streamapp(self, namespace: str, name: str) -> Obj | None:
         return self.get("StreamApp", namespace, name)
 
-    def apply(self, obj: Obj, *, check: Callable[[Obj], None] | None = None) -> str:
+    def apply(
+        self, obj: Obj, *, check: Callable[[Obj], None] | None = None, unless_same: bool = False
+    ) -> str:
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         if key in self.objects and check is not None:
             check(copy.deepcopy(self.objects[key]))
+        self.applies.append((key, unless_same))
         refused = self.refuse.get(f"{obj['kind']}/{obj['metadata']['name']}")
         if refused is not None:
             raise refused
@@ -102,9 +106,15 @@ class MemoryKube:
         self.deletions.append((kind, name, propagation))
         return self.objects.pop((kind, namespace, name), None) is not None
 
-    def patch_streamapp_status(self, namespace: str, name: str, status: Obj) -> None:
+    def patch_streamapp_status(self, namespace: str, name: str, status: Obj) -> str | None:
         self.status_patches.append(status)
-        self.objects["StreamApp", namespace, name]["status"] = copy.deepcopy(status)
+        found = self.objects["StreamApp", namespace, name]
+        found["status"] = copy.deepcopy(status)
+        meta = found["metadata"]
+        if "resourceVersion" not in meta:
+            return None  # as a server that does not say
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        return str(meta["resourceVersion"])
 
     def merge_patch(
         self, kind: str, namespace: str | None, name: str, patch: Obj, sub: str = ""

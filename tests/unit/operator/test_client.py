@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubernetes.config import kube_config
+
 from eddyline_operator.client import APPLY_PATCH, FIELD_MANAGER, Kube
 
 Obj = dict[str, Any]
@@ -126,3 +128,44 @@ def test_status_goes_to_the_status_subresource() -> None:
         "/apis/eddyline.dev/v1alpha1/namespaces/apps/streamapps/wc/status",
         {"status": {"phase": "Running"}},
     )
+
+
+def test_a_child_that_holds_what_would_be_applied_is_not_sent_again_on_a_re_apply() -> None:
+    """The periodic re-apply (unless_same) only GETs a child the server holds as wanted
+    (with its defaults added); a drifted one is applied as ever."""
+    stored = service(clusterIP="10.0.0.7", type="ClusterIP")
+    stored["spec"]["ports"][0].update(protocol="TCP", targetPort=7070)
+    transport = RecordingTransport(stored)
+    assert Kube(transport).apply(service(), unless_same=True) == "unchanged"
+    assert [m for m, _, _, _ in transport.sent] == ["GET"]
+    drifted = service()
+    drifted["metadata"]["labels"] = {"a": "edited by hand"}
+    transport = RecordingTransport(drifted)
+    assert Kube(transport).apply(service(), unless_same=True) == "updated"
+    assert [m for m, _, _, _ in transport.sent] == ["GET", "PATCH"]
+
+
+def test_a_status_write_returns_the_version_it_left() -> None:
+    transport = RecordingTransport(None, patched={"metadata": {"resourceVersion": "42"}})
+    assert Kube(transport).patch_streamapp_status("apps", "wc", {"phase": "Running"}) == "42"
+
+
+def test_the_connection_pool_is_as_large_as_asked(tmp_path: Any, monkeypatch: Any) -> None:
+    """One pooled connection per thread that sends requests: the kubernetes client's default
+    (5 per CPU) is fewer than the operator's threads on a 2-CPU node."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        }),
+        encoding="utf-8",
+    )  # fmt: skip
+    # The kubernetes package reads KUBECONFIG once, when it is imported.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    monkeypatch.delenv("EDDYLINE_SERVICE_ACCOUNT_DIR", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kube = Kube(pool_size=17)
+    assert kube._api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 17

@@ -373,3 +373,141 @@ def _scaling_decisions(namespace: str, app: str, direction: str) -> int:
         if line.startswith(series):
             return int(float(line[len(series) :]))
     return 0
+
+
+def counting_reads(kube: MemoryKube) -> list[tuple[str, str]]:
+    """The (kind, name) of every GET the cycles send from now on."""
+    reads: list[tuple[str, str]] = []
+    original = kube.get
+
+    def get(kind: str, namespace: str | None, name: str) -> Obj | None:
+        reads.append((kind, name))
+        return original(kind, namespace, name)
+
+    kube.get = get  # type: ignore[method-assign]
+    return reads
+
+
+def test_a_beat_takes_the_app_from_the_watch_when_it_holds_the_version_last_seen(
+    kube: MemoryKube, memo: kopf.Memo
+) -> None:
+    """kopf's watched view of the StreamApp stands in for a GET once it shows the version
+    this operator last saw (its own status write included); a view at any other version
+    (someone else's write not yet seen by a GET, or the view behind this operator's own
+    write) is not trusted."""
+    kube.put({**body(suspend=True), "metadata": {**body()["metadata"], "resourceVersion": "7"}})
+    state = operator(memo).app("apps", "wc")
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    stored = kube.objects["StreamApp", "apps", "wc"]
+    assert state.known_version == stored["metadata"]["resourceVersion"] != "7"  # status written
+    reads = counting_reads(kube)
+    state.watched = kopf.Body(copy.deepcopy({**stored, "metadata": {**stored["metadata"]}}))
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert ("StreamApp", "wc") not in reads
+    behind = copy.deepcopy(stored)
+    behind["metadata"]["resourceVersion"] = "7"  # the view before this operator's write
+    state.watched = kopf.Body(behind)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert reads.count(("StreamApp", "wc")) == 1
+
+
+def test_the_membership_and_manifest_are_read_again_only_after_a_write_or_a_while(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the operator writes the membership and config ConfigMaps: a settled app's beat
+    reads them again after it applied or published, or every REAPPLY_SECONDS."""
+    kube.put(body(suspend=True))
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    reads = counting_reads(kube)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert ("ConfigMap", "wc-membership") not in reads and ("ConfigMap", "wc-config") not in reads
+    monkeypatch.setattr(handlers, "REAPPLY_SECONDS", 0.0)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert ("ConfigMap", "wc-config") in reads
+
+
+def test_the_re_apply_of_unchanged_children_sends_only_what_drifted(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube.put(body(suspend=True))
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    applies = kube.applies
+    assert applies and not any(unless_same for _, unless_same in applies)
+    applies.clear()
+    monkeypatch.setattr(handlers, "REAPPLY_SECONDS", 0.0)
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert applies and all(unless_same for _, unless_same in applies)
+
+
+def test_the_number_of_cycle_threads_comes_from_the_environment() -> None:
+    assert handlers.cycle_workers({}) == handlers.CYCLE_WORKERS
+    assert handlers.cycle_workers({handlers.WORKERS_ENV: "4"}) == 4
+    with pytest.raises(ValueError, match=r"EDDYLINE_OPERATOR_WORKERS=.0.*whole number"):
+        handlers.cycle_workers({handlers.WORKERS_ENV: "0"})
+
+
+def test_kopfs_sync_handlers_run_on_the_operators_sized_executor() -> None:
+    settings, memo = kopf.OperatorSettings(), kopf.Memo()
+    handlers.configure(settings=settings, memo=memo)
+    assert settings.execution.executor is handlers.operator_of(memo).executor
+
+
+def test_an_app_without_pods_that_had_nothing_to_do_is_not_planned_again_until_it_changes(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suspended app's beat, once a cycle found nothing to do, plans again only when the
+    StreamApp's version, a pod or the ConfigMaps' read changes: its other beats are one LIST."""
+    planned: list[str] = []
+    original = handlers.plan
+
+    def counting(observed: Any) -> Any:
+        planned.append(observed.body["metadata"].get("resourceVersion"))
+        return original(observed)
+
+    monkeypatch.setattr(handlers, "plan", counting)
+    kube.put({**body(suspend=True), "metadata": {**body()["metadata"], "resourceVersion": "7"}})
+    first = handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    settled = len(planned)
+    assert first is not None and first.status.phase == "Suspended"
+    reads = counting_reads(kube)
+    patches = len(kube.status_patches)
+    assert handlers.refresh_app(operator(memo), "apps", "wc") == handlers.SETTLED_SECONDS
+    assert len(planned) == settled and len(kube.status_patches) == patches
+    assert reads == [("StreamApp", "wc")]  # no watched view here: a GET stands in for it
+    # The spec changes: a new version, planned again.
+    stored = kube.objects["StreamApp", "apps", "wc"]
+    stored["metadata"]["resourceVersion"] = "100"
+    stored["spec"]["replicas"] = 5
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert len(planned) == settled + 1
+    # A pod appears: planned at every beat while it exists.
+    kube.put({"kind": "Pod", **pod(0)})
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert len(planned) == settled + 3
+
+
+def test_a_forced_cycle_is_always_planned(kube: MemoryKube, memo: kopf.Memo) -> None:
+    kube.put(body(suspend=True))
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    patches = len(kube.status_patches)
+    kube.objects["StreamApp", "apps", "wc"]["status"] = {}  # status lost: a forced cycle sees
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    assert len(kube.status_patches) == patches + 1
+
+
+def test_an_app_that_wants_pods_and_has_none_is_planned_at_every_beat(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its StatefulSet's Events (a quota refusing the pods) are read by the plan's cycle."""
+    planned: list[int] = []
+    original = handlers.plan
+    monkeypatch.setattr(handlers, "plan", lambda observed: planned.append(1) or original(observed))
+    kube.put(body())
+    for _ in range(4):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    assert len(planned) == 4

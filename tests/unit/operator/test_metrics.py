@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -218,7 +220,13 @@ def test_the_daemon_records_its_cycles_and_its_app(monkeypatch: pytest.MonkeyPat
     memo = kopf.Memo()
     memo[handlers.MEMO_KEY] = handlers.Operator(kube=object())  # type: ignore[arg-type]
     asyncio.run(
-        handlers.follow_app(namespace="apps", name="wc", stopped=OneBeat(4), memo=memo)  # type: ignore[arg-type]
+        handlers.follow_app(
+            namespace="apps",
+            name="wc",
+            body=kopf.Body({}),
+            stopped=OneBeat(4),
+            memo=memo,  # type: ignore[arg-type]
+        )
     )
     assert seen_while_running[0]['eddyline_operator_apps{namespace="apps"}'] == 1
     # After the paused cycle, and still after the failed one (it tells nothing).
@@ -233,3 +241,35 @@ def test_the_daemon_records_its_cycles_and_its_app(monkeypatch: pytest.MonkeyPat
     )
     # The daemon ended: the app leaves the gauges.
     assert 'eddyline_operator_apps{namespace="apps"}' not in found
+
+
+def test_the_daemons_cycle_runs_on_the_operators_threads_in_the_daemons_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf keeps its settings in context variables (kopf.event reads them): a cycle run on
+    the operator's executor must see the daemon's context, as asyncio.to_thread gave it."""
+    monkeypatch.setattr(metrics, "METRICS", OperatorMetrics())
+    kopfs = contextvars.ContextVar[str]("kopfs")
+    seen: list[tuple[str | None, str]] = []
+
+    def run_cycle(operator: Any, namespace: str, name: str, **_: Any) -> None:
+        seen.append((kopfs.get(None), threading.current_thread().name))
+
+    monkeypatch.setattr(handlers, "run_cycle", run_cycle)
+    memo = kopf.Memo()
+    memo[handlers.MEMO_KEY] = handlers.Operator(kube=object())  # type: ignore[arg-type]
+
+    async def daemon() -> None:
+        kopfs.set("kopf's settings")
+        await handlers.follow_app(
+            namespace="apps",
+            name="wc",
+            body=kopf.Body({}),
+            stopped=OneBeat(1),
+            memo=memo,  # type: ignore[arg-type]
+        )
+
+    asyncio.run(daemon())
+    assert len(seen) == 1
+    assert seen[0][0] == "kopf's settings"
+    assert seen[0][1].startswith("eddyline-cycle")

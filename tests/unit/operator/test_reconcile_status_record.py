@@ -49,3 +49,11 @@ def test_a_cycle_says_which_stored_fields_it_could_not_read() -> None:
     assert result.status.message is not None
     assert "status fields upgrade were unreadable; recomputed" in result.status.message
     assert result.status.upgrade is None
+
+
+def test_the_empty_autoscaling_status_the_crd_defaults_is_no_difference() -> None:
+    """The CRD defaults status.autoscaling to {}: an app without an autoscaler must not
+    write its status again at every cycle because the null it wrote came back as {}."""
+    planned, _ = read_status({"phase": "Suspended"})
+    assert not status_differs({"phase": "Suspended", "autoscaling": {}}, planned)
+    assert status_differs({"phase": "Suspended", "autoscaling": {"currentReplicas": 3}}, planned)

@@ -8,6 +8,7 @@ uses appears in its args or env, so a stand-in kubelet can map volumes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import PurePosixPath
@@ -116,7 +117,7 @@ def config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
     """The manifest pods run (``eddyline run /etc/eddyline/streamapp.yaml``): the one copy
     of their settings."""
     name = app.metadata.name
-    data = {names.MANIFEST_KEY: yaml.safe_dump(rendered_manifest(app, namespace), sort_keys=False)}
+    data = {names.MANIFEST_KEY: _yaml_text(json.dumps(rendered_manifest(app, namespace)))}
     if restore_job.enabled(app) and restore_executors.uses_executor_pods(app.spec.restore.master):
         # The restore Jobs' Spark driver reads it (spark.kubernetes.executor.podTemplateFile);
         # pods do not, so it is not part of their config hash.
@@ -128,6 +129,14 @@ def config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
         "metadata": _meta(names.config_map(name), namespace, name, "config", owner),
         "data": data,
     }
+
+
+# The manifest is rendered every cycle and changes only with the spec: PyYAML's dump of it
+# was, with the parse of the applied one, most of a settled cycle's CPU with many apps
+# (issue 38). Keyed by the document's JSON (key order kept, as the dump keeps it).
+@functools.lru_cache(maxsize=1024)
+def _yaml_text(document: str) -> str:
+    return yaml.safe_dump(json.loads(document), sort_keys=False)
 
 
 def membership_config_map(app_name: str, namespace: str, owner: Obj, data: str) -> Obj:

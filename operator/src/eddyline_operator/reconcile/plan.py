@@ -17,6 +17,7 @@ from the owned ConfigMap).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -584,6 +585,14 @@ def _owned_by_app(pod: Obj, name: str) -> bool:
 def _applied_app(manifest: str | None) -> StreamApp | None:
     if not manifest:
         return None
+    return _parsed_manifest(manifest)
+
+
+# Every cycle reads the applied manifest, and it changes only with the spec: parsing its
+# YAML each time was the largest part of a settled cycle's CPU with many apps (issue 38).
+# The parsed app is only read (a change is a model_copy), so one copy serves every cycle.
+@functools.lru_cache(maxsize=1024)
+def _parsed_manifest(manifest: str) -> StreamApp | None:
     try:
         return parse_manifest(yaml.safe_load(manifest), source="the applied ConfigMap")
     except (ManifestError, yaml.YAMLError):

@@ -50,4 +50,16 @@ def status_differs(stored: Any, planned: StreamAppStatus) -> bool:
     """Whether writing ``planned`` would change what is stored (compared as the model reads
     both: a null the API server dropped is the same as an absent field)."""
     current, _ = read_status(stored)
-    return dump_status(current) != dump_status(planned)
+    return _comparable(dump_status(current)) != _comparable(dump_status(planned))
+
+
+def _comparable(dumped: Obj) -> Obj:
+    """``dumped`` with an autoscaling status that holds nothing read as none: the CRD
+    defaults ``status.autoscaling`` to ``{}``, so the null a plan without an autoscaler
+    writes comes back as ``{}``; compared as they were, every cycle of every app without
+    ``spec.autoscaling`` wrote its status again (and got a watch event back), the largest
+    part of the operator's and the API server's work with many apps (issue 38)."""
+    autoscaling = dumped.get("autoscaling")
+    if isinstance(autoscaling, dict) and all(v is None for v in autoscaling.values()):
+        return {**dumped, "autoscaling": None}
+    return dumped
