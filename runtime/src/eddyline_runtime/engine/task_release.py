@@ -150,7 +150,8 @@ class TaskRelease:
         """``caught_up(task)``: this member's copy of ``task`` read its changelogs to their
         end; ``deliver()``: hand the threads the assignment again (some task was let go).
         ``wait_seconds``: the copy's time to catch up once the old owner let the task go;
-        ``limit_seconds``: the longest hold in all (an old owner still reporting it). Both are called from the watcher thread, never under this object's lock."""
+        ``limit_seconds``: the longest hold in all (an old owner still reporting it). The
+        callables are called from the watcher thread, never under this object's lock."""
         self.member_id = member_id
         self._caught_up = caught_up
         self._deliver = deliver
