@@ -58,7 +58,7 @@ _HANDED_OVER = re.compile(r"tasks handed over after ([0-9.]+) s")
 _THREAD_FAILED = re.compile(r"StreamThread-\d+ failed")
 _RELEASE = re.compile(
     r"task \S+:? (?:moves here from|released by|\S+ did not release|\S+ cannot be reached|"
-    r"no longer held).*"
+    r"the copy did not catch up|no longer held).*"
 )
 
 
@@ -128,8 +128,11 @@ def restored(operator: Operator, pods: list[str]) -> dict[tuple[str, str], float
 
 def restored_since(
     before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]
-) -> float:
-    return sum(value - before.get(key, 0.0) for key, value in after.items())
+) -> dict[tuple[str, str], float]:
+    """Per pod and restore series (its labels name the task): the records replayed from
+    ``before`` to ``after``, only those that replayed any."""
+    since = {key: value - before.get(key, 0.0) for key, value in after.items()}
+    return {key: value for key, value in since.items() if value}
 
 
 def promoted(operator: Operator, pods: list[str]) -> None:
@@ -242,8 +245,13 @@ def handing_over(
     yield survivors
     handed_over(operator, control_plane, leaving, started)
     promoted(operator, survivors)
-    replayed = restored_since(before, restored(operator, survivors))
+    by_series = restored_since(before, restored(operator, survivors))
+    replayed = sum(by_series.values())
     print(f"{step}_critical_path_restored={replayed:.0f}")
+    # Which task replayed on which pod: a failure names it (issue 38's soak needed the logs).
+    replays = [f"{pod} {{{labels}}}: {value:.0f}" for (pod, labels), value in by_series.items()]
+    for line in sorted(replays):
+        print(f"{step}_replayed {line}")
     for pod in survivors:  # how each moved task's release went (engine/task_release.py)
         for line in _RELEASE.findall(kubelets.pod_log(NAMESPACE, pod)[logged[pod] :]):
             print(f"{pod}: {line}")
@@ -254,7 +262,9 @@ def handing_over(
     # commits nothing more. "Read that commit" means the copy reached the changelog's end
     # once no transaction on it was undecided (Kafka writes a commit's markers after the
     # commit returns; engine/instance.py ``_copy_caught_up``).
-    assert replayed == 0, "a moved task replayed records on the critical path"
+    assert replayed == 0, (
+        f"a moved task replayed records on the critical path: {'; '.join(sorted(replays))}"
+    )
 
 
 def evict(operator: Operator, pod: str) -> None:

@@ -386,3 +386,59 @@ def test_a_moved_task_waits_for_its_old_owners_final_commit_to_be_decided(
     assert {r.task for r in promoted} == group.stateful
     assert [r.result.records for r in promoted] == [0] * len(group.stateful)
     assert group.counts(group.b, StoreRole.ACTIVE) == group.produced
+
+
+def test_an_old_owner_slow_to_release_is_waited_for_past_the_catch_up_time(group: Group) -> None:
+    """Issue 38's soak: under load an old owner that is alive took longer than
+    ``RELEASE_WAIT_SECONDS`` to take its new assignment; the new owner promoted anyway, fenced
+    its final commit and redid it. While the old owner reports the task running it is still
+    processing it, so the hold lasts (up to ``RELEASE_HOLD_LIMIT_SECONDS``)."""
+    restores_before = len(group.restores["b"])
+    producer = _move_under_load(group, tell_a=False)
+    producer.join(60)
+    time.sleep(RELEASE_WAIT_SECONDS + 1)  # "a" runs the tasks on, past the catch-up time
+    assert group.b.release.held() == group.stateful
+    group.a.apply_assignment(group.after)
+    wait_for(lambda: group.b.check() is not None and group.b.ready(), "b runs the moved tasks")
+    wait_for(group.counted_everything, "b counted every line")
+    assert {o.task: o.how for o in group.b.release.outcomes} == dict.fromkeys(
+        group.stateful, "released"
+    )
+    promoted = group.restores["b"][restores_before:]
+    assert [r.result.records for r in promoted] == [0] * len(group.stateful)
+    assert group.fenced(group.a) == 0
+    assert group.counts(group.b, StoreRole.ACTIVE) == group.produced
+
+
+def test_an_old_owner_leaving_the_membership_is_waited_for_to_its_final_commit(
+    group_late_markers: Group,
+) -> None:
+    """Issue 38's soak: the old owner left the membership (a newer assignment without it)
+    while "b" held its tasks, and "b" promoted at once; the owner's final commit, visible
+    only later (its markers half a second late here), was then replayed. The hold now goes
+    on: "b" asks the leaving owner until it released the tasks, and lets its copy read that
+    commit first."""
+    group = group_late_markers
+    b_log = group.b.log
+    assert isinstance(b_log, LateMarkersLog)
+    b_log.start()
+    restores_before = len(group.restores["b"])
+    producer = _move_under_load(group, tell_a=True)  # "b" told first, then "a"
+    # "b" learns of a newer generation without "a" right away ("c", never started, takes the
+    # stateless tasks; "a" runs them on under the assignment it has).
+    without_a = Assignment(
+        active={"b": group.stateful, "c": group.tasks - group.stateful},
+        standby={"b": frozenset(), "c": frozenset()},
+        members=(group.members[1], Member("c")),
+    )
+    group.b.apply_assignment(without_a)
+    wait_for(lambda: group.b.check() is not None and group.b.ready(), "b runs the moved tasks")
+    producer.join(60)
+    wait_for(group.counted_everything, "b counted every line")
+    assert {o.task: o.how for o in group.b.release.outcomes} == dict.fromkeys(
+        group.stateful, "released"
+    )
+    promoted = group.restores["b"][restores_before:]
+    assert [r.result.records for r in promoted] == [0] * len(group.stateful)
+    assert group.fenced(group.a) == 0
+    assert group.counts(group.b, StoreRole.ACTIVE) == group.produced

@@ -47,7 +47,9 @@ class OldOwner:
 
 
 class Watched:
-    def __init__(self, owner: OldOwner, *, wait_seconds: float = 30.0) -> None:
+    def __init__(
+        self, owner: OldOwner, *, wait_seconds: float = 30.0, limit_seconds: float = 30.0
+    ) -> None:
         self.owner = owner
         self.copy_caught_up = True
         self.delivered = threading.Event()
@@ -57,6 +59,7 @@ class Watched:
             deliver=self.delivered.set,
             probe=owner,
             wait_seconds=wait_seconds,
+            limit_seconds=limit_seconds,
             poll_seconds=0.01,
         )
 
@@ -111,7 +114,7 @@ def test_an_unreachable_old_owner_is_asked_no_more() -> None:
 
 
 def test_an_old_owner_that_never_releases_is_waited_for_the_bound_only() -> None:
-    watched = Watched(OldOwner(frozenset({T0})), wait_seconds=0.2)
+    watched = Watched(OldOwner(frozenset({T0})), wait_seconds=0.1, limit_seconds=0.2)
     try:
         watched.release.hold(BEFORE, MOVED)
         wait_for(watched.delivered.is_set, "the task delivered after the bound")
@@ -121,14 +124,60 @@ def test_an_old_owner_that_never_releases_is_waited_for_the_bound_only() -> None
         watched.release.close()
 
 
-def test_a_newer_assignment_without_the_old_owner_ends_the_hold(still_running: Watched) -> None:
+def test_an_old_owner_still_running_the_task_is_waited_for_past_the_catch_up_time() -> None:
+    """Issue 38's soak: an old owner slow to take its new assignment still runs the task
+    (its output keeps flowing), so the hold outlasts ``wait_seconds`` (the copy's catch-up
+    time) up to ``limit_seconds``; promoting at 5 s fenced its final commit, redone here."""
+    watched = Watched(OldOwner(frozenset({T0})), wait_seconds=0.05)
+    try:
+        watched.release.hold(BEFORE, MOVED)
+        asked = len(watched.owner.asked)
+        # Asked again and again well past wait_seconds (polled every 10 ms), still held.
+        wait_for(lambda: len(watched.owner.asked) >= asked + 30, "the old owner asked on")
+        assert watched.release.held() == {T0} and not watched.delivered.is_set()
+        watched.owner.running = frozenset()
+        wait_for(watched.delivered.is_set, "the released task delivered")
+        assert [o.how for o in watched.release.outcomes] == ["released"]
+    finally:
+        watched.release.close()
+
+
+def test_a_copy_that_does_not_catch_up_is_promoted_wait_seconds_after_the_release() -> None:
+    watched = Watched(OldOwner(frozenset()), wait_seconds=0.1)
+    watched.copy_caught_up = False
+    try:
+        watched.release.hold(BEFORE, MOVED)
+        wait_for(watched.delivered.is_set, "the task delivered after the catch-up time")
+        [outcome] = watched.release.outcomes
+        assert (outcome.how, outcome.waited_seconds >= 0.1) == ("bound", True)
+    finally:
+        watched.release.close()
+
+
+def test_a_newer_assignment_without_the_old_owner_keeps_the_hold(still_running: Watched) -> None:
+    """The old owner leaving the membership (a drained pod) does not end the hold: it may
+    still be making its final commit of the task. Issue 38's soak: ending the hold at once
+    promoted the copy before that commit was visible, and it was replayed. The owner is asked
+    on as before: it releases the task, or answers no more (then it counts as unreachable)."""
     release = still_running.release
     release.hold(BEFORE, MOVED)
     without_l = Assignment(
         active={"s": frozenset({T0, T1})}, standby={"s": frozenset()}, members=MEMBERS[1:]
     )
-    assert release.hold(MOVED, without_l) == frozenset()
-    assert [(o.task, o.how) for o in release.outcomes] == [(T0, "owner left")]
+    assert release.hold(MOVED, without_l) == {T0}
+    asked = len(still_running.owner.asked)
+    wait_for(lambda: len(still_running.owner.asked) > asked, "the leaving owner asked on")
+    assert not still_running.delivered.is_set()
+    still_running.owner.running = None  # it exited after its final commit
+    wait_for(still_running.delivered.is_set, "the task delivered")
+    assert [(o.task, o.how) for o in release.outcomes] == [(T0, "unreachable")]
+
+
+def test_a_task_no_longer_moving_here_ends_the_hold(still_running: Watched) -> None:
+    release = still_running.release
+    release.hold(BEFORE, MOVED)
+    assert release.hold(MOVED, BEFORE) == frozenset()
+    assert [(o.task, o.how) for o in release.outcomes] == [(T0, "dropped")]
 
 
 def test_a_newer_assignment_keeps_a_hold_that_still_applies(still_running: Watched) -> None:

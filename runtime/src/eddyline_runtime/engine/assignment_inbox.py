@@ -21,15 +21,19 @@ from eddyline_runtime.partitions import TaskId
 
 # Longer than a membership update takes to arrive, so an old assignment is replaced first.
 RECLAIM_FENCED_SECONDS = 1.0
-# The longest a member given a task waits for its previous owner to release it before
-# promoting its copy anyway (engine/task_release.py). A release costs the old owner one
-# membership delivery (a ConfigMap watch event: well under a second) plus its final commit
-# and closing the task (a flushed cache: a second at most on a loaded node), and the new
-# owner's copy one more replay round. 5 s covers that with room on a busy node, and stays
-# far inside a leaving pod's hand-over time (its termination grace period, 30 s by default)
-# and short against the lag a task's inputs gather meanwhile: a release slower than that is
-# a stuck owner, which the log's fencing handles as before.
+# How long a member given a task lets its copy catch up once the previous owner let the task
+# go (released it, became unreachable, or left the membership) before promoting the copy
+# anyway (engine/task_release.py). The copy needs one more replay round, and on Kafka the
+# old owner's final commit's markers to land: well under a second, so 5 s has room on a busy
+# node and is short against the lag a task's inputs gather while nobody runs it.
 RELEASE_WAIT_SECONDS = 5.0
+# The longest a member waits for a previous owner that still answers and reports the task as
+# running. That owner is still processing it (its output keeps flowing), so waiting stalls
+# nothing; but a release can take longer than RELEASE_WAIT_SECONDS on a loaded node (the
+# membership delivery, a flushed cache, its final commit: issue 38's soak saw it). The bound
+# is for a stuck owner and stays inside a leaving pod's hand-over time (its termination grace
+# period, 30 s by default); past it the log's fencing takes the task from it as before.
+RELEASE_HOLD_LIMIT_SECONDS = 25.0
 
 TaskSets = tuple[frozenset[TaskId], frozenset[TaskId]]  # (active, standby)
 

@@ -20,11 +20,28 @@ membership authority:
 * S stops asking L when L cannot be reached (refused or timed out: a pod that
   exited after handing over, or crashed; it commits nothing more either way, as
   a pod's query server stops only after its final commits, runner.py)
-  and only lets its copy finish reading, and promotes at once when L is not a
-  member of a newer assignment. It never waits longer than
-  ``RELEASE_WAIT_SECONDS`` in all: a copy that is not there by then is promoted
-  as before. Safety never rests on the wait: the log's fencing still keeps T
-  from running twice.
+  and only lets its copy finish reading;
+* a newer assignment without L (L left the membership, typically a drained pod)
+  does not end the hold either: L may still be making its final commit of T,
+  so S goes on asking L as before (it answers until it exits, then counts as
+  unreachable) and lets its copy read that commit. Promoting at once made the
+  copy replay it (issue 38).
+
+"Caught up" means the copy read its changelogs to an end with no undecided
+transaction (``Log.undecided``, instance.py ``_copy_caught_up``): on Kafka an
+owner's final commit returns before its markers land, and an end read before
+them is below that commit's records.
+
+The invariant: a task is never processed by two members at once in a way that
+publishes twice, and a member never waits forever for a dead owner. The first
+is the log's fencing (exactly-once: S's producer fences L's, whose later
+commits fail), never the wait; the wait only spares S a replay. The second is
+two bounds: while L answers and reports T running it is still processing T
+(its output keeps flowing, nothing stalls), so S waits for it up to
+``RELEASE_HOLD_LIMIT_SECONDS`` (inside a pod's termination grace: past it L is
+stuck); once L let T go (released, unreachable or left), S's copy gets
+``RELEASE_WAIT_SECONDS`` from then to catch up. Past either, S promotes
+anyway and fencing handles L as before.
 
 The waiting is done by a small watcher thread; the instance hands each stream
 thread its share with the held tasks as standbys, and again without them once
@@ -44,7 +61,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from eddyline_runtime.assignor import Assignment
-from eddyline_runtime.engine.assignment_inbox import RELEASE_WAIT_SECONDS
+from eddyline_runtime.engine.assignment_inbox import (
+    RELEASE_HOLD_LIMIT_SECONDS,
+    RELEASE_WAIT_SECONDS,
+)
 from eddyline_runtime.membership import MemberReport, StoreRole
 from eddyline_runtime.partitions import TaskId
 
@@ -95,8 +115,8 @@ def probe_layout(address: str, timeout: float) -> frozenset[TaskId] | None:
 
 @dataclass(frozen=True, slots=True)
 class ReleaseOutcome:
-    """How one held task ended: ``how`` is released, unreachable, bound, owner left (not a
-    member of a newer assignment) or dropped (no longer moving here)."""
+    """How one held task ended: ``how`` is released, unreachable, bound (a bound reached)
+    or dropped (no longer moving here)."""
 
     task: TaskId
     owner: str
@@ -124,16 +144,20 @@ class TaskRelease:
         deliver: Callable[[], None],
         probe: LayoutProbe = probe_layout,
         wait_seconds: float = RELEASE_WAIT_SECONDS,
+        limit_seconds: float = RELEASE_HOLD_LIMIT_SECONDS,
         poll_seconds: float = _POLL_SECONDS,
     ) -> None:
         """``caught_up(task)``: this member's copy of ``task`` read its changelogs to their
         end; ``deliver()``: hand the threads the assignment again (some task was let go).
-        Both are called from the watcher thread, never under this object's lock."""
+        ``wait_seconds``: the copy's time to catch up once the old owner let the task go;
+        ``limit_seconds``: the longest hold in all (an old owner still reporting it). The
+        callables are called from the watcher thread, never under this object's lock."""
         self.member_id = member_id
         self._caught_up = caught_up
         self._deliver = deliver
         self._probe = probe
         self._wait_seconds = wait_seconds
+        self._limit_seconds = limit_seconds
         self._poll_seconds = poll_seconds
         self._lock = threading.Lock()
         self._held: dict[TaskId, _Held] = {}
@@ -151,17 +175,19 @@ class TaskRelease:
     def hold(self, previous: Assignment | None, assignment: Assignment) -> frozenset[TaskId]:
         """The tasks of ``assignment`` to keep as standbys for now: those moving here from a
         member that is still in ``assignment``, whose copy this member kept (a standby or a
-        warm-up in ``previous``); holds of earlier assignments that still apply go on."""
+        warm-up in ``previous``); holds of earlier assignments go on while the task is still
+        this member's, also when its old owner left the membership meanwhile (it may still be
+        making its final commit: the watcher asks it until it answers no more)."""
         me = self.member_id
         mine = assignment.active.get(me, frozenset())
         now = time.monotonic()
         with self._lock:
             kept: dict[TaskId, _Held] = {}
             for task, held in self._held.items():
-                if task in mine and held.owner in assignment.active:
+                if task in mine:
                     kept[task] = held
                 else:
-                    self._ended(task, held, "owner left" if task in mine else "dropped", now)
+                    self._ended(task, held, "dropped", now)
             if previous is not None and me in previous.active:
                 copies = previous.standby[me] | previous.warmup[me]
                 for task in sorted(mine - kept.keys()):
@@ -180,7 +206,7 @@ class TaskRelease:
                         task,
                         owner,
                         owner,
-                        self._wait_seconds,
+                        self._limit_seconds,
                     )
             self._held = kept
             if kept and (self._watcher is None or not self._watcher.is_alive()):
@@ -223,9 +249,9 @@ class TaskRelease:
         answers: dict[str, frozenset[TaskId] | None] = {}
         for task, entry in sorted(held.items()):
             now = time.monotonic()
-            left = self._wait_seconds - (now - entry.since)
+            left = self._limit_seconds - (now - entry.since)
             if left <= 0:
-                let_go[task] = "bound"
+                let_go[task] = "bound"  # an owner stuck with it, or a copy that never got there
                 continue
             if entry.released_at is None:
                 if entry.address not in answers:
@@ -233,6 +259,8 @@ class TaskRelease:
                     answers[entry.address] = self._probe(entry.address, timeout)
                 running = answers[entry.address]
                 if running is not None and task in running:
+                    # Still processing it: its output keeps flowing, so waiting (past
+                    # wait_seconds if need be) stalls nothing and spares a replay here.
                     continue
                 entry.released_at = time.monotonic()
                 entry.unreachable = running is None
@@ -243,6 +271,8 @@ class TaskRelease:
             # with nothing to restore. A copy slow to get there is promoted at the bound.
             if self._caught_up(task):
                 let_go[task] = "unreachable" if entry.unreachable else "released"
+            elif time.monotonic() - entry.released_at >= self._wait_seconds:
+                let_go[task] = "bound"
         return let_go
 
     def _ended(self, task: TaskId, held: _Held, how: str, now: float) -> None:
@@ -259,13 +289,22 @@ class TaskRelease:
                 waited * 1000,
             )
         elif how == "bound":
-            logger.warning(
-                "task %s: %s did not release it within %.1f s; promoting anyway (its final "
-                "commit may be fenced and redone here)",
-                task,
-                held.owner,
-                self._wait_seconds,
-            )
+            if held.released_at is None:
+                logger.warning(
+                    "task %s: %s did not release it within %.1f s; promoting anyway (its "
+                    "final commit may be fenced and redone here)",
+                    task,
+                    held.owner,
+                    waited,
+                )
+            else:
+                logger.warning(
+                    "task %s: the copy did not catch up within %.1f s of %s letting it go; "
+                    "promoting anyway (it restores the rest)",
+                    task,
+                    now - held.released_at,
+                    held.owner,
+                )
         elif how == "unreachable":
             logger.info(
                 "task %s: %s cannot be reached (gone); copy caught up after %.0f ms: promoting",
@@ -275,9 +314,8 @@ class TaskRelease:
             )
         else:
             logger.info(
-                "task %s: no longer held for %s (%s in a newer assignment) after %.0f ms",
+                "task %s: no longer held for %s (no longer moving here) after %.0f ms",
                 task,
                 held.owner,
-                how,
                 waited * 1000,
             )
