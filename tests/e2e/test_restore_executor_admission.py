@@ -68,7 +68,10 @@ def streamapp(name: str, image: str) -> str:
 
 def restricted_pod() -> Obj:
     """A pod with the executor template's security (Pod Security ``restricted``)."""
-    return restore_executors.executor_pod_template(ACCOUNT, {})
+    pod = restore_executors.executor_pod_template(ACCOUNT, {})
+    # The identity is each case's own (a namespace without the account has none).
+    del pod["spec"]["serviceAccountName"]
+    return pod
 
 
 @pytest.fixture(scope="module")

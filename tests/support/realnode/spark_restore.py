@@ -88,11 +88,19 @@ def install_chart(cluster: RealCluster, root: Path, namespace: str) -> None:
     meet. The operator itself runs no replica: the test makes its children."""
     (result,) = helm(
         cluster.plane.admin_kubeconfig, root / "helm-home", namespace, RELEASE,
-        {"action": "install", "values": {"replicas": 0, "watchNamespaces": [namespace]}},
+        {"action": "install", "values": {"replicas": 1, "watchNamespaces": [namespace]}},
     )  # fmt: skip
     if "error" in result:
         raise RuntimeError(f"helm install of the chart failed: {result['error']}")
-    kinds = {(o["kind"], o["metadata"]["name"]) for o in rendered(result)}
+    objects = rendered(result)
+    # The chart wants a replica; none runs (its image is not on the nodes, and the test is
+    # the operator here).
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    cluster.admin().patch(
+        f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment['metadata']['name']}/scale",
+        {"spec": {"replicas": 0}},
+    )
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
     for wanted in (
         ("ClusterRole", restore_job.DEFAULT_EXECUTOR_ROLE),
         ("ValidatingAdmissionPolicy", f"{RELEASE}-restore-executors"),
@@ -113,7 +121,7 @@ def streamapp(namespace: str, bootstrap: str, executors: int) -> Obj:
         "kind": "StreamApp",
         "metadata": {"name": APP, "namespace": namespace},
         "spec": {
-            "topology": "wordcount:topology",
+            "topology": {"ref": "wordcount:topology"},
             "log": {"url": f"kafka://{bootstrap}"},
             "restore": {
                 "when": "WhenLagAbove",
