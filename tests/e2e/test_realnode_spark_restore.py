@@ -85,8 +85,13 @@ def assert_made_from_the_template(
         assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert container["resources"]["limits"]["cpu"] == "1"
+        assert spec["automountServiceAccountToken"] is False
+        # The only volumes: Spark's local dir (an emptyDir at /tmp) and the app's claims.
+        assert all("emptyDir" in v or "persistentVolumeClaim" in v for v in spec["volumes"])
         (owner,) = pod["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"]) == ("Pod", driver_pod["metadata"]["uid"])
+        # The admission policy requires the controller flag: Spark sets it.
+        assert owner.get("controller") is True, owner
         assert pod["metadata"]["labels"][restore_job.LABEL_JOB] == name
 
 
@@ -166,6 +171,9 @@ def test_executor_pods_on_two_nodes_build_exactly_though_one_is_lost(
           json.dumps(sorted(f"{verb} {resource} {sorted(codes)}"
                             for (verb, resource), codes in calls.items())))  # fmt: skip
     assert ("create", "pods") in calls and ("get", "pods") in calls
+    # Every call fits the chart's executor role (pods only) and none was refused.
+    assert {resource for _, resource in calls} == {"pods"}, calls
+    assert all(code < 400 for codes in calls.values() for code in codes), calls
 
 
 def test_a_driver_that_may_not_read_its_pod_fails_the_job_naming_why(

@@ -68,7 +68,10 @@ def streamapp(name: str, image: str) -> str:
 
 def restricted_pod() -> Obj:
     """A pod with the executor template's security (Pod Security ``restricted``)."""
-    return copy.deepcopy(restore_executors.executor_pod_template())
+    pod = restore_executors.executor_pod_template(ACCOUNT, {})
+    # The identity is each case's own (a namespace without the account has none).
+    del pod["spec"]["serviceAccountName"]
+    return pod
 
 
 @pytest.fixture(scope="module")
@@ -369,8 +372,10 @@ def test_spark_runs_its_executor_pods_with_the_role_and_the_policy(
     only the driver's calls are under test."""
     token_file = tmp_path / "token"
     token_file.write_text(setting.token, encoding="utf-8")
-    template = tmp_path / restore_executors.POD_TEMPLATE_KEY
-    template.write_text(yaml.safe_dump(restore_executors.executor_pod_template()), "utf-8")
+    template = tmp_path / restore_executors.TEMPLATE_KEY
+    template.write_text(
+        yaml.safe_dump(restore_executors.executor_pod_template(ACCOUNT, {})), "utf-8"
+    )
     settings = {
         "spark.master": f"k8s://{control_plane.plane.url}",
         "spark.submit.deployMode": "client",

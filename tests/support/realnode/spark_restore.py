@@ -3,8 +3,11 @@
 Shared by the ``realnode`` test (tests/e2e/test_realnode_spark_restore.py) and
 ``make bench-restore``'s Kubernetes run. :func:`start` imports the restore image into every
 node, starts a provisioner whose ``ReadWriteMany`` volumes every node mounts
-(docs/nodes.md), a project Kafka broker on the bridge address, and creates in a namespace
-enforcing Pod Security ``restricted`` what the operator's pure functions render for a
+(docs/nodes.md), a project Kafka broker on the bridge address, installs the operator's chart
+with no operator replica (so the executor ClusterRole and the admission policies executor pods
+must pass are the chart's own), and creates in a namespace
+enforcing Pod Security ``restricted`` the StreamApp (the image policy's params) and what the
+operator's pure functions render for a
 StreamApp with ``spec.restore.master: k8s://https://kubernetes.default.svc``: its
 ConfigMap, the build claim, the restore ServiceAccount, its RoleBinding to the chart's
 executor ClusterRole and the executor pod template; then a changelog on the broker.
@@ -27,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from eddyline_operator.reconcile import names, objects, restore_job
 from eddyline_operator.reconcile.plan import parse_app
 from eddyline_runtime.log.kafka import KafkaLog
@@ -36,14 +37,14 @@ from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.spec import RestoreJobState, RestoreJobStatus, StreamApp, load_manifest
 from tests.integration.restore.restore_changelogs import changelog_records
-from tests.support.control_plane.client import ApiError, Client
+from tests.support.control_plane.client import ApiError, Client, wait_until
+from tests.support.control_plane.operator import helm, rendered
 from tests.support.control_plane.provisioner import LocalProvisioner
 from tests.support.images import Images
 from tests.support.kafka.broker import KafkaCluster
 from tests.support.realnode import host
 from tests.support.realnode.cluster import API_ADDRESS, RealCluster
 
-REPO = Path(__file__).resolve().parents[3]
 # The name `make restore-image` tags (docs/containers.md).
 RESTORE_IMAGE = "ghcr.io/eddyline/eddyline-restore:0.1.0"
 RESTRICTED = {
@@ -76,20 +77,42 @@ def import_image(cluster: RealCluster, images: Images, into: Path, image: str) -
           json.dumps({step: round(value, 1) for step, value in seconds.items()}))  # fmt: skip
 
 
-def executor_cluster_role() -> Obj:
-    """The chart's executor ClusterRole (templates/rbac.yaml) under the name the operator
-    binds by default: its rules as the chart writes them (the template's name and labels
-    are Helm expressions; its rules are plain YAML)."""
-    text = (REPO / "charts/eddyline-operator/templates/rbac.yaml").read_text()
-    document = next(d for d in text.split("\n---") if "-restore-executor" in d)
-    rules = document[document.index("rules:") :]
-    plain = "\n".join(line for line in rules.splitlines() if "{{" not in line)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": restore_job.DEFAULT_EXECUTOR_ROLE},
-        "rules": yaml.safe_load(plain)["rules"],
-    }
+# The chart's release: its fullname is the release's name, so its executor ClusterRole is
+# the one the operator binds by default (restore_job.DEFAULT_EXECUTOR_ROLE).
+RELEASE = "eddyline-operator"
+
+
+def install_chart(cluster: RealCluster, root: Path, namespace: str) -> None:
+    """The chart, as a user installs it: the executor ClusterRole (templates/rbac.yaml) and
+    the admission policies (templates/admission.yaml) are what the driver and its executors
+    meet. The operator itself runs no replica: the test makes its children."""
+    (result,) = helm(
+        cluster.plane.admin_kubeconfig, root / "helm-home", namespace, RELEASE,
+        {"action": "install", "values": {"replicas": 1, "watchNamespaces": [namespace]}},
+    )  # fmt: skip
+    if "error" in result:
+        raise RuntimeError(f"helm install of the chart failed: {result['error']}")
+    objects = rendered(result)
+    # The chart wants a replica; none runs (its image is not on the nodes, and the test is
+    # the operator here).
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    cluster.admin().patch(
+        f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment['metadata']['name']}/scale",
+        {"spec": {"replicas": 0}},
+    )
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    for wanted in (
+        ("ClusterRole", restore_job.DEFAULT_EXECUTOR_ROLE),
+        ("ValidatingAdmissionPolicy", f"{RELEASE}-restore-executors"),
+        ("ValidatingAdmissionPolicy", f"{RELEASE}-restore-executor-image"),
+    ):
+        if wanted not in kinds:
+            raise RuntimeError(f"the chart rendered no {wanted[0]} {wanted[1]}")
+
+
+def uninstall_chart(cluster: RealCluster, root: Path, namespace: str) -> None:
+    helm(cluster.plane.admin_kubeconfig, root / "helm-home", namespace, RELEASE,
+         {"action": "uninstall"})  # fmt: skip
 
 
 def streamapp(namespace: str, bootstrap: str, executors: int) -> Obj:
@@ -98,7 +121,7 @@ def streamapp(namespace: str, bootstrap: str, executors: int) -> Obj:
         "kind": "StreamApp",
         "metadata": {"name": APP, "namespace": namespace},
         "spec": {
-            "topology": "wordcount:topology",
+            "topology": {"ref": "wordcount:topology"},
             "log": {"url": f"kafka://{bootstrap}"},
             "restore": {
                 "when": "WhenLagAbove",
@@ -115,6 +138,16 @@ def streamapp(namespace: str, bootstrap: str, executors: int) -> Obj:
             },
         },
     }
+
+
+def _try_create(admin: Client, path: str, obj: Obj) -> Obj | None:
+    """Created, or None while the API server does not serve the kind yet (404)."""
+    try:
+        return admin.create(path, obj)
+    except ApiError as error:
+        if error.code == 404:
+            return None
+        raise
 
 
 _PLURALS = {
@@ -224,7 +257,7 @@ def started(
     log = KafkaLog.open(f"kafka://{kafka.bootstrap}", {})
     try:
         admin.ensure("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": RESTRICTED}})
-        admin.ensure("/apis/rbac.authorization.k8s.io/v1/clusterroles", executor_cluster_role())
+        install_chart(cluster, root, namespace)
         # The owner the operator gives every child is the StreamApp; a ConfigMap here (no
         # CRD on this cluster), which the garbage collector finds, so the children stay.
         anchor = admin.create(
@@ -232,7 +265,19 @@ def started(
         )
         owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": anchor["metadata"]["name"],
                  "uid": anchor["metadata"]["uid"], "controller": True}  # fmt: skip
-        app = parse_app(streamapp(namespace, kafka.bootstrap, 2))
+        manifest = streamapp(namespace, kafka.bootstrap, 2)
+        # The image policy's params: the namespace's StreamApps (no operator runs: inert).
+        wait_until(
+            lambda: admin.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                              "streamapps.eddyline.dev"),
+            "the StreamApp CRD", 60,
+        )  # fmt: skip
+        wait_until(
+            lambda: _try_create(admin, f"/apis/eddyline.dev/v1alpha1/namespaces/{namespace}"
+                                "/streamapps", manifest),
+            "the StreamApp created", 60,
+        )  # fmt: skip
+        app = parse_app(manifest)
         children = [objects.config_map(app, namespace, owner)]
         children += restore_job.owned_objects(app, namespace, owner, embedded_log=False)
         for child in children:
@@ -260,6 +305,8 @@ def started(
         yield spark
     finally:
         log.close()
+        # Before the namespace: Helm keeps its release record there.
+        uninstall_chart(cluster, root, namespace)
         try:
             admin.delete(f"/api/v1/namespaces/{namespace}")
         except ApiError as error:

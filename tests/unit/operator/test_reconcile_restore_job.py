@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from eddyline_operator.reconcile import restore_job
+from eddyline_operator.reconcile import restore_executors, restore_job
 from eddyline_operator.reconcile.plan import Observed, Plan, parse_app, plan
 from eddyline_operator.reconcile.status_record import dump_status
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
@@ -211,7 +211,7 @@ def test_executors_start_from_the_operators_template_restricted_as_the_restore_a
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in result.objects}
     config_map = by_name[("ConfigMap", "wc-restore-executor")]
     kubernetes_validate.validate(config_map, "1.32", strict=True)
-    template = yaml.safe_load(config_map["data"][restore_job.EXECUTOR_TEMPLATE_KEY])
+    template = yaml.safe_load(config_map["data"][restore_executors.TEMPLATE_KEY])
     kubernetes_validate.validate(template, "1.32", strict=True)
     pod = template["spec"]
     assert pod["serviceAccountName"] == "wc-restore"
@@ -219,8 +219,7 @@ def test_executors_start_from_the_operators_template_restricted_as_the_restore_a
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = pod["containers"]
-    assert container["name"] == restore_job.EXECUTOR_CONTAINER
-    assert container["image"] == "r:1"
+    assert container["name"] == restore_executors.EXECUTOR_CONTAINER
     assert container["workingDir"] == "/tmp"
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
@@ -235,10 +234,13 @@ def test_executors_start_from_the_operators_template_restricted_as_the_restore_a
     mount = next(
         m for m in pod_spec["containers"][0]["volumeMounts"] if m["name"] == "executor-template"
     )
-    assert path == f"{mount['mountPath']}/{restore_job.EXECUTOR_TEMPLATE_KEY}"
+    assert path == f"{mount['mountPath']}/{restore_executors.TEMPLATE_KEY}"
     volume = next(v for v in pod_spec["volumes"] if v["name"] == "executor-template")
     assert volume["configMap"]["name"] == "wc-restore-executor"
     assert conf["spark.kubernetes.executor.podTemplateContainerName"] == "executor"
+    assert conf["spark.kubernetes.container.image"] == "r:1"  # Spark sets it in the executors
+    # Every setting the executor role and the admission policies rely on is in the Job's.
+    assert restore_executors.spark_conf("wc-restore").items() <= conf.items()
     assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == "wc-restore"
     assert conf["spark.driver.port"] == str(restore_job.DRIVER_PORT)
     assert conf["spark.driver.blockManager.port"] == str(restore_job.BLOCK_MANAGER_PORT)

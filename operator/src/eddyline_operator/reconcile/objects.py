@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import names, restore_executors, restore_job, security
+from eddyline_operator.reconcile import names, restore_job, security
 from eddyline_runtime.log.kafka_settings import LOG_SETTINGS_ENV
 from eddyline_runtime.membership import MEMBERSHIP_FILE
 from eddyline_runtime.spec import API_VERSION, KIND, ClaimRetention, SpreadPolicy, StreamApp
@@ -118,11 +118,6 @@ def config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
     of their settings."""
     name = app.metadata.name
     data = {names.MANIFEST_KEY: _yaml_text(json.dumps(rendered_manifest(app, namespace)))}
-    if restore_job.enabled(app) and restore_executors.uses_executor_pods(app.spec.restore.master):
-        # The restore Jobs' Spark driver reads it (spark.kubernetes.executor.podTemplateFile);
-        # pods do not, so it is not part of their config hash.
-        template = restore_executors.executor_pod_template()
-        data[restore_executors.POD_TEMPLATE_KEY] = yaml.safe_dump(template, sort_keys=False)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import names, security
+from eddyline_operator.reconcile import names, restore_executors, security
 from eddyline_operator.reconcile.seed import Seed
 from eddyline_runtime.membership import RESTORE_PENDING, MemberReport
 from eddyline_runtime.restore.job_result import JobResult, JobState
@@ -63,19 +63,11 @@ JOB_TTL_SECONDS = 86_400
 _SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
-# With a k8s:// master: the executor pod template (a ConfigMap the operator writes, mounted
-# into the Job's pod where spark-submit reads it), and the driver's fixed ports, which the
-# executors connect back to (Spark picks random ones otherwise; fixed ones can be named in
-# a NetworkPolicy).
-EXECUTOR_TEMPLATE_MOUNT = "/etc/eddyline/restore-executor"
-EXECUTOR_TEMPLATE_KEY = "pod-template.yaml"
-EXECUTOR_CONTAINER = "executor"
+# With a k8s:// master: the driver's fixed ports, which the executors connect back to (Spark
+# picks random ones otherwise; fixed ones can be named in a NetworkPolicy).
 EXECUTOR_COMPONENT = "restore-executor"
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
-# Spark's labels on the pods it creates: the role, and the application they serve.
-SPARK_ROLE_LABEL = "spark-role"
-SPARK_APP_LABEL = "spark-app-selector"
 
 
 # The ClusterRole the chart ships with what a Spark driver needs for its executor pods
@@ -99,58 +91,21 @@ def executor_template_name(app: str) -> str:
     return f"{app}-restore-executor"
 
 
-def executor_pod_template(app: StreamApp) -> Obj:
-    """The pod template Spark starts every executor pod from (``spark.kubernetes.executor.
-    podTemplateFile``). Spark keeps what it does not set itself: the identity, the restricted
-    security contexts (so a namespace enforcing Pod Security ``restricted`` admits the pods),
-    the working directory ``/tmp`` (Spark's local-dir volume) under a read-only root, and the
-    spread over nodes; it adds the image, the ``executor`` argument, its environment, cpu and memory
-    (spec.restore.executorCores and executorMemory), the claims and the driver pod as owner."""
-    name = app.metadata.name
-    container: Obj = {
-        "name": EXECUTOR_CONTAINER,
-        # Spark fetches the jars the driver serves (the Kafka connector) into the working
-        # directory: it must be writable, and the root file system is not. /tmp is: Spark
-        # mounts an emptyDir at each spark.local.dir path (the Job sets /tmp), so the
-        # template mounts nothing there itself (a second mount at /tmp is refused).
-        "workingDir": "/tmp",
-        "securityContext": security.container_security_context(),
-    }
-    if app.spec.restore.image:
-        container["image"] = app.spec.restore.image
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"labels": _labels(name, {names.LABEL_COMPONENT: EXECUTOR_COMPONENT})},
-        "spec": {
-            "serviceAccountName": service_account_name(name),
-            # Executors never call the API server; only the driver creates pods.
-            "automountServiceAccountToken": False,
-            "securityContext": security.pod_security_context(),
-            "containers": [container],
-            # One application's executors spread over nodes, so a build uses the cluster's
-            # cores rather than one node's; a node the build's claim cannot reach does not
-            # count (nodeAffinityPolicy Honor, the default).
-            "topologySpreadConstraints": [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": "kubernetes.io/hostname",
-                    "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": {SPARK_ROLE_LABEL: "executor"}},
-                    "matchLabelKeys": [SPARK_APP_LABEL],
-                }
-            ],
-        },
-    }
-
-
 def executor_template_config_map(app: StreamApp, namespace: str, owner: Obj) -> Obj:
     name = app.metadata.name
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(executor_template_name(name), namespace, name, owner),
-        "data": {EXECUTOR_TEMPLATE_KEY: yaml.safe_dump(executor_pod_template(app), sort_keys=True)},
+        "data": {
+            restore_executors.TEMPLATE_KEY: yaml.safe_dump(
+                restore_executors.executor_pod_template(
+                    service_account_name(name),
+                    _labels(name, {names.LABEL_COMPONENT: EXECUTOR_COMPONENT}),
+                ),
+                sort_keys=True,
+            )
+        },
     }
 
 
@@ -233,7 +188,7 @@ def owned_objects(
         "kind": "ServiceAccount",
         "metadata": _meta(service_account_name(name), namespace, name, owner),
     }
-    if not restore.master.startswith("k8s://"):
+    if not restore_executors.uses_executor_pods(restore.master):
         return [claim, account]
     template = executor_template_config_map(app, namespace, owner)
     binding: Obj = {
@@ -312,7 +267,7 @@ def job(
     job_id = job_name(name, store, partitions, attempt)
     restore_image = restore.image or image
     conf: dict[str, str] = {"spark.local.dir": "/tmp"}
-    if restore.master.startswith("k8s://"):
+    if restore_executors.uses_executor_pods(restore.master):
         conf.update(
             {
                 "spark.kubernetes.namespace": "$(POD_NAMESPACE)",
@@ -331,17 +286,11 @@ def job(
                 # Spark sets the cpu request; a limit too, so a namespace whose ResourceQuota
                 # counts limits admits the executors.
                 "spark.kubernetes.executor.limit.cores": str(restore.executor_cores),
-                "spark.kubernetes.executor.podTemplateFile": (
-                    f"{EXECUTOR_TEMPLATE_MOUNT}/{EXECUTOR_TEMPLATE_KEY}"
-                ),
-                "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
-                "spark.kubernetes.authenticate.executor.serviceAccountName": (
-                    service_account_name(name)
-                ),
                 f"spark.kubernetes.executor.label.{LABEL_JOB}": job_id,
                 f"spark.kubernetes.executor.label.{LABEL_STORE}": store,
             }
         )
+        conf.update(restore_executors.spark_conf(service_account_name(name)))
         claims = [("restore", claim_name(name), RESTORE_MOUNT)]
         if embedded_log:
             claims.append(("log", names.log_claim(name), names.LOG_MOUNT))
@@ -384,9 +333,9 @@ def job(
     if log_mount is not None:
         mounts.append(log_mount[0])
         volumes.append(log_mount[1])
-    if restore.master.startswith("k8s://"):
+    if restore_executors.uses_executor_pods(restore.master):
         template = executor_template_name(name)
-        mounts.append({"name": "executor-template", "mountPath": EXECUTOR_TEMPLATE_MOUNT,
+        mounts.append({"name": "executor-template", "mountPath": restore_executors.TEMPLATE_MOUNT,
                        "readOnly": True})  # fmt: skip
         volumes.append({"name": "executor-template", "configMap": {"name": template}})
     container: Obj = {
