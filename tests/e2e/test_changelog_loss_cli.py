@@ -353,9 +353,16 @@ def test_kills_between_a_new_epoch_and_commits_never_stop_a_task_or_lose_a_count
     state_dir = tmp_path / "state"
     manifest = write_manifest(tmp_path, state_dir)
     log_path = tmp_path / "log.db"
-    lines = [f"w{i % 31} w{i % 11} w{i % 5} n{i % 997}" for i in range(20_000)]
-    produce(log_path, lines)
+    lines: list[str] = []
     for _ in range(3):  # the first kill may come before the changelog's first epoch
+        # New input each round: on a quiet machine a run consumes a round's input in well
+        # under a second, and the kill after input commits needs input left to commit.
+        batch = [
+            f"w{i % 31} w{i % 11} w{i % 5} n{i % 997}"
+            for i in range(len(lines), len(lines) + 20_000)
+        ]
+        produce(log_path, batch)
+        lines += batch
         epoch, progress = changelog_epoch_and_progress(log_path)
         # Killed between stamping and committing: the new epoch is in the log, the store
         # has not committed it (it commits only with its first processed records).
