@@ -94,8 +94,6 @@ EXPECTED: dict[ModuleType, set[str]] = {
     replay: {
         "ChangelogBehindStoreError",
         "ChangelogGapError",
-        "ChangelogHeldError",
-        "ChangelogLossError",
         "ChangelogMismatchError",
         "ChangelogReplacedError",
         "ForeignStoreError",
@@ -106,7 +104,6 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "RestoreResult",
         "StandbyTask",
         "judge",
-        "loses_records",
         "mismatch_error",
         "next_offset_after",
         "open_trusted",
