@@ -195,6 +195,17 @@ def _store_role(word: Any) -> StoreRole:
 
 
 @dataclass(frozen=True)
+class GlobalStoreCopy:
+    """A global store on a member: the topic it holds whole, whether its bootstrap is
+    over (the member is not ready before), and how many of the topic's records it has
+    not applied yet. Global stores have no task, so they take no part in assignment."""
+
+    topic: str
+    bootstrapped: bool
+    lag: int
+
+
+@dataclass(frozen=True)
 class MemberReport:
     """A member's task layout and the store partitions it holds.
 
@@ -220,6 +231,8 @@ class MemberReport:
     # The member is on its way out (SIGTERM on a cluster): it keeps processing until the
     # published membership gives it no active task, and must be given nothing new.
     leaving: bool = False
+    # Global stores held here (every member holds each whole): store -> its copy.
+    global_stores: dict[str, GlobalStoreCopy] = field(default_factory=dict)
 
     def max_standby_lag(self) -> int | None:
         """The largest lag of a standby copy held here; None when it holds none."""
@@ -267,6 +280,10 @@ class MemberReport:
             "store_owners": dict(sorted(self.store_owners.items())),
             "stores_set_aside": list(self.stores_set_aside),
             "leaving": self.leaving,
+            "global_stores": {
+                name: {"topic": copy.topic, "bootstrapped": copy.bootstrapped, "lag": copy.lag}
+                for name, copy in sorted(self.global_stores.items())
+            },
         }
 
     @classmethod
@@ -291,6 +308,13 @@ class MemberReport:
                 stores_set_aside=tuple(str(p) for p in data.get("stores_set_aside") or ()),
                 # Absent from an older runtime's report: it does not hand over, it just exits.
                 leaving=bool(data.get("leaving", False)),
+                # Absent from an older runtime's report: it had no global stores.
+                global_stores={
+                    str(name): GlobalStoreCopy(
+                        str(copy["topic"]), bool(copy["bootstrapped"]), int(copy["lag"])
+                    )
+                    for name, copy in (data.get("global_stores") or {}).items()
+                },
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None

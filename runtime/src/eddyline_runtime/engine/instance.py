@@ -18,6 +18,7 @@ from pathlib import Path
 
 from eddyline_runtime.assignor import Assignment, Member, MemberTasks, assign
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
+from eddyline_runtime.engine.global_thread import GlobalStores, GlobalStreamThread
 from eddyline_runtime.engine.queryable import (
     HostInfo,
     KeyQueryMetadata,
@@ -153,6 +154,18 @@ class StreamsInstance:
             deliver=self._redeliver,
             probe=release_probe,
         )
+        # Global stores (GlobalKTable): held whole here, loaded by the global thread before
+        # any stream thread starts (engine/global_thread.py).
+        self.global_stores = GlobalStores(
+            topology,
+            config,
+            log,
+            metrics=self.metrics,
+            on_set_aside=self.stores_set_aside.append,
+        )
+        self.global_thread: GlobalStreamThread | None = None
+        # Global store -> the read-only view every task gets; filled once they are open.
+        self._global_views: dict[str, object] = {}
 
     def start(self) -> None:
         with self._lock:
@@ -233,6 +246,7 @@ class StreamsInstance:
                 on_commit=self._on_commit,
                 on_restore=self._on_restore,
                 on_set_aside=self.stores_set_aside.append,
+                global_stores=self._global_views,
             )
             # A thread without a task would only cost memory: start no more than
             # the topology has tasks (assignments change, the task count does not).
@@ -250,6 +264,25 @@ class StreamsInstance:
                 StreamThread(index, active, setup, standby)
                 for index, (active, standby) in enumerate(shares)
             ]
+            if not self.topology.global_stores:
+                for thread in self.threads:
+                    thread.start()
+                return
+            # Kafka's order: global stores bootstrapped first, then the stream threads, so
+            # no record is joined against a global table still loading.
+            self.global_thread = GlobalStreamThread(
+                self.global_stores, on_bootstrapped=self._start_stream_threads
+            )
+            self.global_thread.start()
+
+    def _start_stream_threads(self) -> None:
+        """The global stores are bootstrapped (called on the global thread): the stream
+        threads start, each task reading the global stores' views."""
+        with self._lock:
+            if self.state is not InstanceState.REBALANCING:
+                return  # closed while the global stores loaded
+            for name in self.global_stores.names:
+                self._global_views[name] = self.global_stores.view(name)
             for thread in self.threads:
                 thread.start()
 
@@ -394,6 +427,8 @@ class StreamsInstance:
             thread.request_stop()
         for thread in self.threads:
             thread.join(timeout)
+        # After the stream threads: no processor reads a global store once it closed.
+        self._stop_global_thread(timeout)
         for thread in self.threads:
             self.final_metrics.update(thread.final_metrics)
         failed = self._failure()
@@ -409,6 +444,7 @@ class StreamsInstance:
                 thread.request_stop()
             for thread in self.threads:
                 thread.join()
+            self._stop_global_thread(None)
             self.state = InstanceState.ERROR
             raise failed
         self._refresh_state()
@@ -440,8 +476,11 @@ class StreamsInstance:
 
     def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
         """Store -> partition -> LagInfo for every store partition held here that has a
-        changelog (an unlogged store has nothing to lag behind, as in Kafka Streams)."""
-        lags: dict[str, dict[int, LagInfo]] = {}
+        changelog (an unlogged store has nothing to lag behind, as in Kafka Streams); a
+        global store's partitions are its topic's."""
+        lags: dict[str, dict[int, LagInfo]] = {
+            name: self.global_stores.lags(name) for name in self.global_stores.names
+        }
         for store, spec in self.topology.stores.items():
             if not spec.logged:
                 continue
@@ -477,7 +516,10 @@ class StreamsInstance:
         return KeyQueryMetadata(host(assignment.active_owner(task)), standbys, partition)
 
     def ready(self) -> bool:
-        """Every active task assigned here is running (restored): Kubernetes' readiness."""
+        """Every global store bootstrapped and every active task assigned here running
+        (restored): Kubernetes' readiness."""
+        if not self.global_stores.bootstrapped.is_set():
+            return False
         self._refresh_state()
         if self.state is not InstanceState.RUNNING or self.assignment is None:
             return False
@@ -496,7 +538,17 @@ class StreamsInstance:
         """No stream thread failed (liveness)."""
         return self._failure() is None and self.state is not InstanceState.ERROR
 
+    def _stop_global_thread(self, timeout: float | None) -> None:
+        if self.global_thread is not None:
+            self.global_thread.request_stop()
+            self.global_thread.join(timeout)
+
     def _failure(self) -> StreamsFailedError | None:
+        glob = self.global_thread
+        if glob is not None and glob.error is not None:
+            error = StreamsFailedError(f"{glob.name} failed: {glob.error}")
+            error.__cause__ = glob.error
+            return error
         for thread in self.threads:
             if thread.error is not None:
                 error = StreamsFailedError(f"{thread.name} failed: {thread.error}")
@@ -533,6 +585,9 @@ class StreamsInstance:
         if self.check() is not InstanceState.RUNNING:
             return False
         if not all(thread.idle and thread.buffered() == 0 for thread in self.threads):
+            return False
+        # Global topics are inputs too: every record on them applied to the global stores.
+        if any(self.global_stores.behind(name) for name in self.global_stores.names):
             return False
         for thread in self.threads:
             for task in thread.tasks:

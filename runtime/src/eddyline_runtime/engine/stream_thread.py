@@ -60,8 +60,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.engine.assignment_inbox import AssignmentInbox
@@ -133,6 +134,8 @@ class ThreadSetup:
     on_restore: Sequence[RestoreListener] = ()
     # Called with where a store went when it was set aside for a rebuild (see open_trusted).
     on_set_aside: Callable[[Path], None] | None = None
+    # Global store -> its read-only view (engine.global_thread), handed to every task.
+    global_stores: Mapping[str, Any] = field(default_factory=dict)
 
 
 class StreamThread:
@@ -178,6 +181,7 @@ class StreamThread:
             metrics=self._metrics,
             on_restore=setup.on_restore,
             on_set_aside=setup.on_set_aside,
+            global_stores=setup.global_stores,
         )
         self._collector = RecordCollector(setup.log, setup.layout)
         self.migrated = 0  # tasks dropped because another member took them over
@@ -205,6 +209,8 @@ class StreamThread:
         self._stop.set()
 
     def join(self, timeout: float | None = None) -> bool:
+        if self._thread.ident is None:
+            return True  # never started (the instance closed while global stores loaded)
         self._thread.join(timeout)
         return not self._thread.is_alive()
 

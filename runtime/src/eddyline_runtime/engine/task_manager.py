@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.partition_group import PartitionGroup
@@ -88,8 +89,10 @@ class TaskManager:
         metrics: ThreadMetrics,
         on_restore: Sequence[RestoreListener] = (),
         on_set_aside: Callable[[Path], None] | None = None,
+        global_stores: Mapping[str, Any] | None = None,
     ) -> None:
         self._topology = topology
+        self._global_stores = global_stores or {}
         self._layout = layout
         self._config = config
         self._log = log
@@ -181,7 +184,13 @@ class TaskManager:
         )
         task = StreamTask(
             task_id,
-            topology=TaskTopology(self._topology, subtopology, task_id.partition, stores),
+            topology=TaskTopology(
+                self._topology,
+                subtopology,
+                task_id.partition,
+                stores,
+                global_stores=self._global_stores,
+            ),
             stores=stores,
             partitions=partitions,
             logical_topics={physical: logical for logical, physical in layout.physical.items()},

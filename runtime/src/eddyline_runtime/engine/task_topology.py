@@ -155,7 +155,7 @@ class _Context:
         finally:
             task.record_context = saved
 
-    def get_state_store(self, name: str) -> TaskStore | TaskWindowStore | TaskSessionStore:
+    def get_state_store(self, name: str) -> Any:
         if name not in self._node.stores:
             attached = ", ".join(self._node.stores) or "none"
             raise TopologyError(
@@ -163,6 +163,8 @@ class _Context:
                 f"(connected: {attached}); attach it with add_state_store"
             )
         task = self._task
+        if name in task.global_stores:
+            return task.global_stores[name]
         if name in task.window_stores:
             return task.window_stores[name]
         if name in task.session_stores:
@@ -224,6 +226,7 @@ class TaskTopology:
         partition: int,
         stores: Mapping[str, StateStore | TaskStore],
         *,
+        global_stores: Mapping[str, Any] | None = None,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         missing = [name for name in subtopology.stores if name not in stores]
@@ -237,6 +240,19 @@ class TaskTopology:
             else TaskStore(store, changelog=None, cache=None, cache_name=name)
             for name, store in stores.items()
         }
+        # Global stores (read-only views; engine.global_thread): every task reads the same.
+        self.global_stores: Mapping[str, Any] = global_stores or {}
+        missing_global = [
+            name
+            for node_name in subtopology.nodes
+            for name in topology.nodes[node_name].stores
+            if name in topology.global_stores and name not in self.global_stores
+        ]
+        if missing_global:
+            raise TopologyError(
+                f"task {subtopology.task_id(partition)} reads global stores {missing_global}, "
+                "which this runner does not hold"
+            )
         # Window and session stores are views over their task store (engine.task_windows).
         self.window_stores = {
             name: TaskWindowStore(self.stores[name], Retention.of(spec.window_retention_ms))

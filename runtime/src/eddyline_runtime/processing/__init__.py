@@ -15,6 +15,7 @@ depends on how it is run. Every processor the DSL builds is in
 
 from eddyline_runtime.processing.dsl import (
     BranchedKStream,
+    GlobalKTable,
     KGroupedStream,
     KGroupedTable,
     KStream,
@@ -65,6 +66,7 @@ __all__ = [
     "BytesSerde",
     "Cancellable",
     "Change",
+    "GlobalKTable",
     "Headers",
     "IntSerde",
     "JoinWindows",

@@ -38,6 +38,8 @@ from eddyline_runtime.processing.operators.aggregations import (
     subtracting,
 )
 from eddyline_runtime.processing.operators.joins import (
+    GlobalTableJoin,
+    GlobalTableJoinProcessor,
     JoinSideStoreProcessor,
     JoinWindowBuffer,
     JoinWindowBufferProcessor,
@@ -83,6 +85,7 @@ from eddyline_runtime.processing.operators.windowed import (
     WindowedAggregation,
 )
 from eddyline_runtime.processing.topology import (
+    GlobalStoreSpec,
     Processor,
     StoreSpec,
     Topology,
@@ -95,6 +98,9 @@ from eddyline_runtime.processing.windows import (
     TimeWindows,
 )
 from eddyline_runtime.serde import serde_for
+
+# A GlobalKTable join's key mapper: (stream key, stream value) -> the table's key.
+KeyMapper = Callable[[Any, Any], Any]
 
 
 class StreamsBuilder:
@@ -148,6 +154,36 @@ class StreamsBuilder:
             self, name, key_serde, store=table, value_serde=value_serde, old_values=old_values
         )
 
+    def global_table(
+        self,
+        topic: str,
+        store: str | Materialized,
+        *,
+        key_serde: str | None = None,
+        value_serde: str | None = None,
+    ) -> GlobalKTable:
+        """``topic`` read in full by every instance into the global store ``store``
+        (Kafka Streams' ``globalTable``), to be joined with a stream through a key mapper.
+
+        The topic is the store's changelog: the store holds its key and value bytes as
+        they are, so the serdes are the topic's (a ``Materialized``'s, if it gives them).
+        Every instance loads it before processing starts and keeps it current; it has
+        no task, standbys, Spark restore builds or relocation (see docs/joins.md).
+        """
+        materialized = key_value_store(as_materialized(store))
+        if not materialized.logging_enabled:
+            raise TopologyError(
+                f'global table "{materialized.store_name}": its topic is its changelog, so '
+                "logging cannot be disabled; drop with_logging_disabled"
+            )
+        key_serde = materialized.key_serde or key_serde
+        value_serde = materialized.value_serde or value_serde
+        spec = StoreSpec(
+            materialized.store_name, key_serde=key_serde, value_serde=value_serde, cached=False
+        )
+        self.topology.add_global_store(GlobalStoreSpec(spec, topic))
+        return GlobalKTable(self, materialized.store_name, topic, key_serde, value_serde)
+
     def build(self) -> Topology:
         return self.topology
 
@@ -155,6 +191,29 @@ class StreamsBuilder:
         name = f"{prefix}-{self._index:010d}"
         self._index += 1
         return name
+
+
+class GlobalKTable:
+    """A table every instance holds whole (``StreamsBuilder.global_table``): a stream joins
+    it through a key mapper, without co-partitioning."""
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        store: str,
+        topic: str,
+        key_serde: str | None,
+        value_serde: str | None,
+    ) -> None:
+        self._builder = builder
+        self.store = store
+        self.topic = topic
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def queryable_store_name(self) -> str:
+        """The store's name, for interactive queries (Kafka's ``queryableStoreName``)."""
+        return self.store
 
 
 class KStream:
@@ -199,6 +258,11 @@ class KStream:
 
     @overload
     def join(
+        self, other: GlobalKTable, key_mapper: KeyMapper, joiner: ValueJoiner, /
+    ) -> KStream: ...
+
+    @overload
+    def join(
         self,
         other: KStream,
         joiner: ValueJoiner,
@@ -211,9 +275,9 @@ class KStream:
 
     def join(
         self,
-        other: KTable | KStream,
+        other: KTable | KStream | GlobalKTable,
         joiner: ValueJoiner,
-        windows: JoinWindows | None = None,
+        windows: JoinWindows | ValueJoiner | None = None,
         *,
         store_name: str | None = None,
         value_serde: str | None = "json",
@@ -222,6 +286,10 @@ class KStream:
         """Inner join with a table (each record meets the table's current value for its
         key) or, given ``windows``, with another stream (records of both within the
         windows). See :mod:`~eddyline_runtime.processing.joins` for the semantics.
+
+        With a :class:`GlobalKTable` the arguments are Kafka's ``join(globalTable,
+        keyMapper, joiner)``: each record meets the global table's value for
+        ``key_mapper(key, value)``; no co-partitioning is needed.
 
         Both inputs must be co-partitioned (same key, same partition count): the join
         reads their stores in the same task. A stream-stream join buffers both sides
@@ -232,18 +300,39 @@ class KStream:
             other, joiner, windows, store_name, value_serde, other_value_serde, "inner"
         )
 
+    @overload
+    def left_join(self, other: KTable, joiner: ValueJoiner) -> KStream: ...
+
+    @overload
+    def left_join(
+        self, other: GlobalKTable, key_mapper: KeyMapper, joiner: ValueJoiner, /
+    ) -> KStream: ...
+
+    @overload
     def left_join(
         self,
-        other: KTable | KStream,
+        other: KStream,
         joiner: ValueJoiner,
-        windows: JoinWindows | None = None,
+        windows: JoinWindows,
+        *,
+        store_name: str,
+        value_serde: str | None = "json",
+        other_value_serde: str | None = "json",
+    ) -> KStream: ...
+
+    def left_join(
+        self,
+        other: KTable | KStream | GlobalKTable,
+        joiner: ValueJoiner,
+        windows: JoinWindows | ValueJoiner | None = None,
         *,
         store_name: str | None = None,
         value_serde: str | None = "json",
         other_value_serde: str | None = "json",
     ) -> KStream:
         """``join``, keeping every record of this stream: ``joiner(value, None)`` when it
-        has no partner (for a stream-stream join, once its window has closed)."""
+        has no partner (for a stream-stream join, once its window has closed; with a
+        GlobalKTable, also when the key mapper returns None)."""
         return self._join(
             other, joiner, windows, store_name, value_serde, other_value_serde, "left"
         )
@@ -267,14 +356,29 @@ class KStream:
 
     def _join(  # noqa: PLR0917 - the public join methods' parameters, passed on
         self,
-        other: KTable | KStream,
+        other: KTable | KStream | GlobalKTable,
         joiner: ValueJoiner,
-        windows: JoinWindows | None,
+        windows: JoinWindows | ValueJoiner | None,
         store_name: str | None,
         value_serde: str | None,
         other_value_serde: str | None,
         kind: str,
     ) -> KStream:
+        if isinstance(other, GlobalKTable):
+            # Kafka's join(globalTable, keyMapper, joiner): the second argument maps.
+            if kind == "outer" or store_name is not None or not callable(windows):
+                raise TopologyError(
+                    "a stream-GlobalKTable join is join(global_table, key_mapper, joiner) or "
+                    "left_join(global_table, key_mapper, joiner): a key mapper (key, value) -> "
+                    "the table's key, then the joiner; it takes no JoinWindows, store_name or "
+                    "outer form"
+                )
+            return _global_table_join(self, other, joiner, windows, left=kind == "left")
+        if windows is not None and not isinstance(windows, JoinWindows):
+            raise TopologyError(
+                "the third argument of a stream-stream join is JoinWindows; a joiner there "
+                "is for a GlobalKTable join (join(global_table, key_mapper, joiner))"
+            )
         for stream in (self, other):
             if isinstance(stream, KStream) and stream._rekeyed:
                 raise TopologyError(
@@ -961,6 +1065,26 @@ def _stream_table_join(
     operation = StreamTableJoin(table.store, joiner, left, table.key_serde, table.value_serde)
     builder.topology.add_processor(name, partial(StreamTableJoinProcessor, operation), stream._node)
     builder.topology.add_state_store(builder.topology.stores[table.store], name)
+    return KStream(builder, name, stream._key_serde)
+
+
+def _global_table_join(
+    stream: KStream,
+    table: GlobalKTable,
+    key_mapper: KeyMapper,
+    joiner: ValueJoiner,
+    *,
+    left: bool,
+) -> KStream:
+    # No co-partitioning check: every task holds the whole table, so a re-keyed stream
+    # joins as it is (Kafka needs no repartition before a GlobalKTable join either).
+    builder = stream._builder
+    name = builder._name("KSTREAM-JOIN")
+    operation = GlobalTableJoin(
+        table.store, key_mapper, joiner, left, table.key_serde, table.value_serde
+    )
+    builder.topology.add_processor(name, partial(GlobalTableJoinProcessor, operation), stream._node)
+    builder.topology.connect_global_store(table.store, name)
     return KStream(builder, name, stream._key_serde)
 
 

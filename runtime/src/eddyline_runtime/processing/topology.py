@@ -264,6 +264,25 @@ class StoreSpec:
         return partitions.changelog_topic(application_id, self.name)
 
 
+@dataclass(frozen=True)
+class GlobalStoreSpec:
+    """A global store (Kafka's ``addGlobalStore`` / ``GlobalKTable``): every instance
+    holds all of ``topic``, read by its global thread, not by a task.
+
+    The source topic is its changelog: the store keeps the topic's key and value
+    bytes as they are (a tombstone deletes), restores by reading the topic from the
+    offsets it committed, and has no changelog, standbys or task of its own. The
+    serdes say how the topic's bytes read (joins and queries use them).
+    """
+
+    store: StoreSpec
+    topic: str
+
+    @property
+    def name(self) -> str:
+        return self.store.name
+
+
 @dataclass
 class Node:
     name: str
@@ -296,6 +315,9 @@ class Topology:
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
         self.stores: dict[str, StoreSpec] = {}
+        # Stores every instance holds in full, fed by their topic, not by a task: they
+        # are no sub-topology's (processors reach them read-only; see GlobalStoreSpec).
+        self.global_stores: dict[str, GlobalStoreSpec] = {}
         # Topics the topology owns (repartition topics): the runtime creates
         # them, prefixed with the application.id.
         self.internal_topics: list[str] = []
@@ -351,6 +373,42 @@ class Topology:
             node.stores.append(spec.name)
         return self
 
+    def add_global_store(self, spec: GlobalStoreSpec) -> Topology:
+        """A store every instance holds in full, kept by the global thread from ``spec.topic``."""
+        name = spec.name
+        if name in self.stores or name in self.global_stores:
+            raise TopologyError(f'a store named "{name}" already exists; store names are unique')
+        taken = {t: n.name for n in self.nodes.values() if n.kind == "source" for t in n.topics}
+        global_topics = {g.topic: g.name for g in self.global_stores.values()}
+        if spec.topic in taken or spec.topic in global_topics:
+            reader = taken.get(spec.topic) or f'global store "{global_topics[spec.topic]}"'
+            raise TopologyError(
+                f'topic "{spec.topic}" is already read by {reader}; a global store needs a '
+                "topic of its own (it is the store's changelog)"
+            )
+        if not spec.store.persistent or not spec.store.logged:
+            raise TopologyError(
+                f'global store "{name}" must be persistent and keep its source topic as its '
+                "changelog: drop with_logging_disabled / persistent=False from its Materialized"
+            )
+        if spec.store.retention_ms is not None:
+            raise TopologyError(f'global store "{name}" is a key-value store, not a window store')
+        self.global_stores[name] = spec
+        return self
+
+    def connect_global_store(self, name: str, *processors: str) -> Topology:
+        """Let ``processors`` read the global store ``name`` (read-only: it is written only
+        from its topic). Unlike a task store it does not tie them into one sub-topology."""
+        if name not in self.global_stores:
+            known = ", ".join(sorted(self.global_stores)) or "none"
+            raise TopologyError(f'no global store named "{name}" (global stores: {known})')
+        for processor in processors:
+            node = self._node(processor, f'global store "{name}"')
+            if node.kind != "processor":
+                raise TopologyError(f'global store "{name}" can only attach to processors')
+            node.stores.append(name)
+        return self
+
     def subtopologies(self) -> list[SubTopology]:
         """Connected groups of nodes (edges and shared stores), numbered by position."""
         group_of: dict[str, str] = {name: name for name in self.nodes}
@@ -369,6 +427,8 @@ class Topology:
             for parent in node.parents:
                 join(node.name, parent)
             for store in node.stores:
+                if store in self.global_stores:
+                    continue  # every task reads it; it ties no nodes together
                 if store in by_store:
                     join(node.name, by_store[store])
                 by_store.setdefault(store, node.name)
@@ -381,7 +441,11 @@ class Topology:
                 nodes=tuple(n.name for n in members),
                 source_topics=tuple(t for n in members if n.kind == "source" for t in n.topics),
                 sink_topics=tuple(t for n in members if n.kind == "sink" for t in n.topics),
-                stores=tuple(dict.fromkeys(s for n in members for s in n.stores)),
+                stores=tuple(
+                    dict.fromkeys(
+                        s for n in members for s in n.stores if s not in self.global_stores
+                    )
+                ),
             )
             for index, members in enumerate(groups.values())
         ]
@@ -405,6 +469,10 @@ class Topology:
                     lines.append("      --> none")
                 if node.parents:
                     lines.append(f"      <-- {', '.join(node.parents)}")
+            lines.append("")
+        for spec in self.global_stores.values():
+            # Kafka Streams' describe() lists each global store as its own sub-topology.
+            lines.append(f"   Global store: {spec.name} (topic: {spec.topic})")
             lines.append("")
         return "\n".join(lines)
 

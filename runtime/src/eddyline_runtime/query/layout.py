@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 
 from eddyline_runtime.engine.instance import InstanceNotStartedError, StreamsInstance
-from eddyline_runtime.membership import MemberReport, StoreCopy, StoreRole
+from eddyline_runtime.membership import GlobalStoreCopy, MemberReport, StoreCopy, StoreRole
 
 
 def topology_hash(description: str) -> str:
@@ -53,4 +53,12 @@ def member_report(instance: StreamsInstance) -> MemberReport:
         },
         stores_set_aside=tuple(str(path) for path in instance.stores_set_aside),
         leaving=instance.leaving,
+        global_stores={
+            name: GlobalStoreCopy(
+                spec.topic,
+                instance.global_stores.bootstrapped.is_set(),
+                sum(lag.offset_lag for lag in instance.global_stores.lags(name).values()),
+            )
+            for name, spec in instance.topology.global_stores.items()
+        },
     )

@@ -73,6 +73,12 @@ Serdes a request may name (``key_serde``, ``value_serde``) are the built-in
 ones and the store's own, never ``module:attribute``: a request must not
 choose code to import and run.
 
+A global store (``global_table``) is held whole by every member: any member
+answers any key of it, with ``"global": true`` and ``partition`` -1 (none of a
+task's), once its bootstrap is over (503 with ``Retry-After`` before that);
+``/metadata`` names this member as the host, ``/v1/layout`` lists it under
+``global_stores`` and ``/v1/lags`` gives its lag per topic partition.
+
 A copy is fresh (answers without ``allow_stale``) only while it is the
 running active copy of a task the assignment this instance knows gives it.
 After a new assignment moves the task away, the copy still answers stale
@@ -99,6 +105,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from eddyline_runtime.config import IsolationLevel
+from eddyline_runtime.engine.global_thread import GlobalStoreError
 from eddyline_runtime.engine.instance import InstanceNotStartedError, StreamsInstance
 from eddyline_runtime.engine.queryable import (
     HostInfo,
@@ -125,6 +132,7 @@ from eddyline_runtime.state import (
     DetachedWindowReader,
     KeyRange,
     StateStoreError,
+    StoreReader,
 )
 from eddyline_runtime.value_and_timestamp import split_timestamped
 
@@ -262,17 +270,29 @@ class _Handlers:
     # -- stores -------------------------------------------------------------------
 
     async def stores(self, request: web.Request) -> web.Response:
-        specs = self.instance.topology.stores
+        topology = self.instance.topology
         return web.json_response(
             {
                 "stores": [
                     {"name": s.name, "key_serde": s.key_serde, "value_serde": s.value_serde}
-                    for s in specs.values()
+                    for s in topology.stores.values()
+                ]
+                + [
+                    {
+                        "name": g.name,
+                        "key_serde": g.store.key_serde,
+                        "value_serde": g.store.value_serde,
+                        "global": True,
+                        "topic": g.topic,
+                    }
+                    for g in topology.global_stores.values()
                 ]
             }
         )
 
     async def get_key(self, request: web.Request) -> web.Response:
+        if request.match_info["store"] in self.instance.topology.global_stores:
+            return self._global_get(request)
         try:
             store = self._readable_store(request)
             isolation, allow_stale = _read_options(request)
@@ -310,6 +330,36 @@ class _Handlers:
     async def get_all(self, request: web.Request) -> web.Response:
         return self._scan(request, None, None)
 
+    def _global_get(self, request: web.Request) -> web.Response:
+        """A key of a global store: this member's whole copy answers it."""
+        try:
+            store = self._readable_store(request)
+            isolation, _ = _read_options(request)
+            keys, values = _serdes(self.instance, store, request)
+            key = keys.serialize_text(request.match_info["key"])
+            reader = _global_reader(self.instance, store, isolation)
+            value = reader.get(key)
+            rendered = None if value is None else _render(values, value, store, "value_serde")
+        except _QueryError as error:
+            return error.response()
+        except StateStoreError as error:
+            return _moving(error).response()
+        lags = self.instance.global_stores.lags(store)
+        return web.json_response(
+            {
+                "store": store,
+                "key": request.match_info["key"],
+                "found": value is not None,
+                "value": rendered,
+                "global": True,
+                "partition": -1,
+                "role": "global",
+                "stale": False,
+                "lag": sum(lag.offset_lag for lag in lags.values()),
+                "isolation": reader.isolation.value,
+            }
+        )
+
     def _scan(self, request: web.Request, frm: str | None, to: str | None) -> web.Response:
         try:
             store = self._readable_store(request)
@@ -328,6 +378,15 @@ class _Handlers:
         except _QueryError as error:
             return error.response()
         served, skipped, scans, levels = [], [], [], []
+        if store in self.instance.topology.global_stores:
+            try:
+                reader = _global_reader(self.instance, store, isolation)
+            except _QueryError as error:
+                return error.response()
+            except StateStoreError as error:
+                return _moving(error).response()
+            levels.append(reader.isolation)
+            scans.append(reader.scan(key_range))
         for local in sorted(self.instance.local_store_partitions(store), key=lambda p: p.partition):
             if not (_fresh(self.instance, local) or allow_stale):
                 skipped.append(local.partition)
@@ -369,6 +428,17 @@ class _Handlers:
             store = self._store(request)
             keys, _ = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
+            if store in self.instance.topology.global_stores:
+                # Every member holds all of it: this one answers (Kafka names the local host).
+                return web.json_response(
+                    {
+                        "active_host": self.instance.member.address,
+                        "standby_hosts": [],
+                        "partition": -1,
+                        "global": True,
+                        "member_hosts": _member_hosts(self.instance),
+                    }
+                )
             metadata = _metadata(self.instance, store, key)
         except _QueryError as error:
             return error.response()
@@ -544,8 +614,9 @@ class _Handlers:
 
     def _store(self, request: web.Request) -> str:
         store = request.match_info["store"]
-        if store not in self.instance.topology.stores:
-            known = sorted(self.instance.topology.stores)
+        topology = self.instance.topology
+        if store not in topology.stores and store not in topology.global_stores:
+            known = sorted([*topology.stores, *topology.global_stores])
             raise _QueryError(
                 404,
                 {"error": f'no store named "{store}"; stores: {", ".join(known)}', "stores": known},
@@ -665,8 +736,32 @@ class _KeyCodec:
         return self.serde.deserialize(data)
 
 
+def _global_reader(
+    instance: StreamsInstance, store: str, isolation: IsolationLevel | None
+) -> StoreReader:
+    """The global store's reader once its bootstrap is over; 503 before."""
+    if not instance.global_stores.bootstrapped.is_set():
+        raise _QueryError(
+            503,
+            {
+                "error": f'global store "{store}" is still loading its topic on this member '
+                "(bootstrap before processing starts); retry shortly",
+                "global": True,
+            },
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    try:
+        return instance.global_stores.reader(store, isolation)
+    except GlobalStoreError as error:
+        raise _QueryError(
+            503, {"error": str(error)}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+        ) from None
+
+
 def _serdes(instance: StreamsInstance, store: str, request: web.Request) -> tuple[_KeyCodec, Any]:
-    spec = instance.topology.stores[store]
+    topology = instance.topology
+    glob = topology.global_stores.get(store)
+    spec = topology.stores[store] if glob is None else glob.store
     own = (spec.key_serde, spec.value_serde)
     key_name = request.query.get("key_serde", spec.key_serde or "string")
     value_name = request.query.get("value_serde", spec.value_serde or "bytes")

@@ -29,6 +29,7 @@ from eddyline_runtime.state.rocksdb_store import (
     RocksDBStoreOptions,
 )
 from eddyline_runtime.state.state_directory import (
+    global_store_directory,
     parse_task_directory,
     quarantine_directory,
     store_directory,
@@ -86,6 +87,7 @@ __all__ = [
     "UncommittedBytesBudget",
     "WindowStoreReader",
     "changelog_retention_ms",
+    "global_store_directory",
     "parse_task_directory",
     "quarantine_directory",
     "store_directory",

@@ -6,6 +6,9 @@ The layout, as in Kafka Streams::
       <sub-topology>_<partition>/     a task directory, named by its TaskId ("1_3")
         <store name>/                 a store directory: RocksDB files, .checkpoint,
           eddyline.lock               and the lock naming the process holding it open
+      global/<store name>/            a global store (GlobalKTable): every instance holds it
+                                      whole, fed by its topic; no task's, so relocation
+                                      (which reads only task directories) never moves it
       .quarantine/                    stores relocation found in the way (never deleted),
         <task>-<store>-<when>-<verdict>/   and stores set aside instead of wiped when their
           eddyline-quarantine.json         changelog no longer fits them (kept up to
@@ -37,6 +40,8 @@ from eddyline_runtime.state.errors import StoreLockedError
 
 LOCK_FILE_NAME: Final = "eddyline.lock"
 QUARANTINE_DIR_NAME: Final = ".quarantine"
+# Global stores' home: not a task id, so relocation and task scans pass it by.
+GLOBAL_DIR_NAME: Final = "global"
 
 # The note beside a store set aside by a rebuild: what it was, and why it was set aside.
 QUARANTINE_NOTE_NAME: Final = "eddyline-quarantine.json"
@@ -58,6 +63,11 @@ def task_directory(state_dir: str | os.PathLike[str], task: TaskId) -> Path:
 def store_directory(state_dir: str | os.PathLike[str], task: TaskId, store: str) -> Path:
     """``state.dir/<task>/<store>``: one store of one task."""
     return task_directory(state_dir, task) / store
+
+
+def global_store_directory(state_dir: str | os.PathLike[str], store: str) -> Path:
+    """``state.dir/global/<store>``: a global store, held whole by every instance."""
+    return Path(state_dir) / GLOBAL_DIR_NAME / store
 
 
 def quarantine_directory(state_dir: str | os.PathLike[str]) -> Path:

@@ -147,6 +147,19 @@ class StreamTableJoin:
 
 
 @dataclass(frozen=True)
+class GlobalTableJoin:
+    """A KStream-GlobalKTable join node (``KStreamGlobalKTableJoin``): each record looks
+    the global table up by ``key_mapper(key, value)``, not by its own key."""
+
+    global_store: str
+    key_mapper: Callable[[Any, Any], Any]
+    joiner: ValueJoiner
+    left: bool
+    table_key_serde: str | None
+    table_value_serde: str | None
+
+
+@dataclass(frozen=True)
 class TableTableJoin:
     """One side of a KTable-KTable join: reads the other table's store on each update.
 
@@ -368,6 +381,47 @@ class StreamTableJoinProcessor(Processor):
             return
         table_value = None if stored is None else self._values.deserialize(stored)
         context.forward(key, spec.joiner(value, table_value))
+
+
+class GlobalTableJoinProcessor(Processor):
+    """Kafka's ``KStreamKTableJoinProcessor`` over a GlobalKTable's value getter.
+
+    The record's value and the key mapper's result decide: a null value is
+    dropped (logged and counted) by both joins; a null mapped key or a key the
+    global table does not hold gives no result for an inner join and
+    ``joiner(value, None)`` for a left join. A result keeps the stream record's
+    key and timestamp. The stream's own key is never used for the look-up, so
+    a keyless record joins like any other.
+    """
+
+    def __init__(self, spec: GlobalTableJoin) -> None:
+        self._spec = spec
+        self._keys: Any = serde_for(spec.table_key_serde)
+        self._values: Any = serde_for(spec.table_value_serde)
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._table = key_value_store(context, self._spec.global_store)
+        self._dropped = context.record_dropped
+
+    def process(self, key: Any, value: Any) -> None:
+        spec, context = self._spec, self.context
+        if value is None:
+            _skip(context, "join value", self._dropped)
+            return
+        mapped = spec.key_mapper(key, value)
+        if mapped is None:
+            if spec.left:
+                context.forward(key, spec.joiner(value, None))
+            else:
+                _skip(context, "mapped join key", self._dropped)
+            return
+        stored = self._table.get(self._keys.serialize(mapped))
+        if stored is None:
+            if spec.left:
+                context.forward(key, spec.joiner(value, None))
+            return
+        context.forward(key, spec.joiner(value, self._values.deserialize(stored)))
 
 
 class TableTableJoinProcessor(Processor):
