@@ -62,7 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.config import IsolationLevel, StreamsConfig
+from eddyline_runtime.engine.global_thread import GlobalStoreView
 from eddyline_runtime.engine.partition_group import PartitionGroup
 from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.task import StreamTask
@@ -90,6 +91,7 @@ from eddyline_runtime.state import (
     RocksDBStore,
     RocksDBStoreOptions,
     StateStore,
+    global_store_directory,
     store_directory,
 )
 from eddyline_runtime.value_and_timestamp import split_timestamped
@@ -204,7 +206,21 @@ class TopologyTestDriver:
         )
         self._tasks: list[StreamTask] = []
         self._closed = False
+        # Global stores (GlobalKTable), by their topic: a record piped to a global topic
+        # updates its store at once, as Kafka's driver's global state update task does.
+        self._global_stores: dict[str, RocksDBStore] = {}
+        self._global_views: dict[str, GlobalStoreView] = {}
         try:
+            for spec in self.topology.global_stores.values():
+                store = RocksDBStore(
+                    spec.name,
+                    global_store_directory(self._state_dir, spec.name),
+                    RocksDBStoreOptions.from_config(self.config),
+                )
+                self._global_stores[spec.topic] = store
+                self._global_views[spec.name] = GlobalStoreView(
+                    spec.name, store.reader(IsolationLevel.READ_COMMITTED)
+                )
             for sub in self.layout.subtopologies:
                 task = self._create_task(TaskId(sub.id, 0))
                 self._tasks.append(task)
@@ -246,7 +262,12 @@ class TopologyTestDriver:
                     cache_name=f"{task_id}/{name}",
                 )
             topology = TaskTopology(
-                self.topology, subtopology, task_id.partition, stores, wall_clock_ms=self._clock
+                self.topology,
+                subtopology,
+                task_id.partition,
+                stores,
+                global_stores=self._global_views,
+                wall_clock_ms=self._clock,
             )
         except BaseException:
             for store in stores.values():
@@ -317,6 +338,9 @@ class TopologyTestDriver:
         return {name for name, topic in self._topics.items() if topic.records}
 
     def _source_of(self, topic: str) -> Any:
+        for spec in self.topology.global_stores.values():
+            if spec.topic == topic:
+                return spec.store  # its serdes are the topic's
         for node in self.topology.nodes.values():
             if node.kind == "source" and topic in node.topics:
                 if topic in self.topology.internal_topics:
@@ -351,11 +375,36 @@ class TopologyTestDriver:
         headers: Headers,
     ) -> None:
         self._check_open()
+        store = self._global_stores.get(topic)
+        if store is not None:
+            self._update_global(store, topic, key, value, timestamp, headers)
+            return
         physical = self.layout.physical[topic]
         columns = RecordColumns()
         columns.append(key, value, timestamp, headers)
         self._write({TopicPartition(physical, 0): columns})
         self._process_all()
+
+    def _update_global(
+        self,
+        store: RocksDBStore,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers,
+    ) -> None:
+        """A record on a global topic, applied as the global thread applies it: key and
+        value bytes as they are, a tombstone deletes, committed with its offset."""
+        records = self._topic(topic).records
+        records.append((key, value, timestamp, headers))
+        if key is None:
+            return  # a keyless record cannot be looked up: the global thread skips it too
+        if value is None:
+            store.delete(key)
+        else:
+            store.put(key, value)
+        store.commit({TopicPartition(topic, 0): len(records) - 1})
 
     def _write(self, records: Mapping[TopicPartition, RecordColumns]) -> dict[TopicPartition, int]:
         """Append to the in-memory topics, and hand each record to the task reading its topic
@@ -472,7 +521,12 @@ class TopologyTestDriver:
         return spec
 
     def get_key_value_store(self, name: str) -> ReadOnlyKeyValueStore[Any, Any]:
-        """Key-value store ``name``, its keys and values read with the store's serdes."""
+        """Key-value store ``name``, its keys and values read with the store's serdes (a
+        global store's too)."""
+        glob = self.topology.global_stores.get(name)
+        if glob is not None:
+            self._check_open()
+            return ReadOnlyKeyValueStore(self._global_views[name], glob.store)
         spec = self._spec(name, "key-value")
         return ReadOnlyKeyValueStore(self._task_topology_of(name).stores[name], spec)
 
@@ -519,6 +573,8 @@ class TopologyTestDriver:
         try:
             for task in self._tasks:
                 task.close()
+            for store in self._global_stores.values():
+                store.close()
         finally:
             shutil.rmtree(self._state_dir, ignore_errors=True)
 

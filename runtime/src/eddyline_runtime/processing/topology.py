@@ -332,11 +332,17 @@ class Topology:
     ) -> Topology:
         if not topics:
             raise TopologyError(f'source "{name}" needs at least one topic')
-        taken = {t: n.name for n in self.nodes.values() if n.kind == "source" for t in n.topics}
+        taken = {
+            t: f'source "{n.name}"'
+            for n in self.nodes.values()
+            if n.kind == "source"
+            for t in n.topics
+        }
+        taken.update({g.topic: f'global store "{g.name}"' for g in self.global_stores.values()})
         for topic in topics:
             if topic in taken:
                 raise TopologyError(
-                    f'topic "{topic}" is already read by source "{taken[topic]}"; '
+                    f'topic "{topic}" is already read by {taken[topic]}; '
                     "a topic can feed one source"
                 )
         self._add(
