@@ -26,6 +26,7 @@ from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
 
 if TYPE_CHECKING:
     from eddyline_runtime.config import StreamsConfig
+    from eddyline_runtime.processing.topology import Topology
     from eddyline_runtime.spec import StreamApp
 
 SPARK_MISSING = (
@@ -158,6 +159,7 @@ def _build(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out:
     finally:
         log.close()
     if known is None:
+        _refuse_global_store_of(app, args.manifest, args.store)
         raise RestoreCommandError(
             f'store "{args.store}" of application "{application}" has no changelog topic '
             f'"{topic}" in {log_url}; check --store, or run the app once to create it'
@@ -264,6 +266,7 @@ def _ingest(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out
         task = TaskId.parse(args.task)
     else:
         topology = load_topology(app.spec.topology.ref, [args.manifest.resolve().parent])
+        _refuse_global_store(topology, args.store)
         owners = [sub.id for sub in topology.subtopologies() if args.store in sub.stores]
         if not owners:
             raise RestoreCommandError(
@@ -306,6 +309,29 @@ def _ingest(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out
         file=out,
     )
     return 0
+
+
+def _refuse_global_store_of(app: StreamApp, manifest: Path, store: str) -> None:
+    """:func:`_refuse_global_store` when the app's topology loads here (else the caller's
+    own message stands: only a better message is at stake)."""
+    from eddyline_runtime.processing.loader import load_topology
+
+    try:
+        topology = load_topology(app.spec.topology.ref, [manifest.resolve().parent])
+    except Exception:  # only a better message is at stake: see the docstring
+        return
+    _refuse_global_store(topology, store)
+
+
+def _refuse_global_store(topology: Topology, store: str) -> None:
+    """Refuse a Spark build or ingest for a global store, saying why and what happens instead."""
+    spec = topology.global_stores.get(store)
+    if spec is not None:
+        raise RestoreCommandError(
+            f'store "{store}" is a global store: it has no changelog of its own and no task, '
+            "so no Spark restore build serves it; every instance rebuilds it by reading its "
+            f'topic "{spec.topic}" from the offsets it committed (docs/joins.md, "Global tables")'
+        )
 
 
 def _local_path(location: str, option: str) -> Path:

@@ -385,7 +385,7 @@ class TopologyTestDriver:
         self._write({TopicPartition(physical, 0): columns})
         self._process_all()
 
-    def _update_global(
+    def _update_global(  # noqa: PLR0917 - _pipe's record, passed on
         self,
         store: RocksDBStore,
         topic: str,

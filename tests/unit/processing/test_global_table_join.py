@@ -63,7 +63,7 @@ class Harness:
         for i in range(count):
             self.table.pipe_input(f"FKey{KEYS[i]}", None)
 
-    def results(self) -> list[tuple[int, str, int]]:
+    def results(self) -> list[tuple[Any, Any, int]]:
         return [(r.key, r.value, r.timestamp) for r in self.output.read_records_to_list()]
 
 
@@ -85,7 +85,7 @@ def test_should_not_join_with_empty_global_table_on_stream_updates(harness: Any)
 def test_should_not_join_on_global_table_updates(harness: Any) -> None:
     """KStreamGlobalKTableJoinTest.shouldNotJoinOnGlobalTableUpdates: table updates alone
     never produce; the stream joins the table's current value."""
-    left, h = harness
+    _, h = harness
     h.push_to_stream(2, "X")
     h.results()
     h.push_to_global(4, "Y")
