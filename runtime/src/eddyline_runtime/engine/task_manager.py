@@ -92,7 +92,8 @@ class TaskManager:
         global_stores: Mapping[str, Any] | None = None,
     ) -> None:
         self._topology = topology
-        self._global_stores = global_stores or {}
+        # The instance fills this mapping once the global stores are open: keep it, not a copy.
+        self._global_stores = {} if global_stores is None else global_stores
         self._layout = layout
         self._config = config
         self._log = log

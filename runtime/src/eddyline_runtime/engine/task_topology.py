@@ -241,7 +241,7 @@ class TaskTopology:
             for name, store in stores.items()
         }
         # Global stores (read-only views; engine.global_thread): every task reads the same.
-        self.global_stores: Mapping[str, Any] = global_stores or {}
+        self.global_stores: Mapping[str, Any] = {} if global_stores is None else global_stores
         missing_global = [
             name
             for node_name in subtopology.nodes
