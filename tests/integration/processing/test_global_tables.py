@@ -19,7 +19,7 @@ import pytest
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import InstanceState, StreamsFailedError, StreamsInstance
-from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.log import Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import StreamsBuilder, Topology
 from eddyline_runtime.query.server import QueryServer
@@ -58,7 +58,7 @@ def config(state_dir: Path, **settings: Any) -> StreamsConfig:
     )
 
 
-def produce_rates(log: SqliteLog, rates: dict[str, str | None], partitions: int = 2) -> None:
+def produce_rates(log: Log, rates: dict[str, str | None], partitions: int = 2) -> None:
     for index, (currency, rate) in enumerate(sorted(rates.items())):
         log.produce(
             TopicPartition(GLOBAL, index % partitions),
@@ -66,7 +66,7 @@ def produce_rates(log: SqliteLog, rates: dict[str, str | None], partitions: int 
         )
 
 
-def produce_orders(log: SqliteLog, orders: list[tuple[str, str, int]], start: int = 0) -> None:
+def produce_orders(log: Log, orders: list[tuple[str, str, int]], start: int = 0) -> None:
     for index, (order_id, currency, amount) in enumerate(orders):
         value = f'{{"currency": "{currency}", "amount": {amount}}}'.encode()
         log.produce(
@@ -74,21 +74,26 @@ def produce_orders(log: SqliteLog, orders: list[tuple[str, str, int]], start: in
         )
 
 
-def outputs(log: SqliteLog) -> dict[str, str]:
+def outputs(log: Log) -> dict[str, str]:
     found: dict[str, str] = {}
     for partition in range(3):
-        for record in log.fetch(TopicPartition(OUTPUT, partition), 0).records:
+        tp = TopicPartition(OUTPUT, partition)
+        for record in log.fetch(tp, log.beginning_offset(tp)).records:
             assert record.key is not None and record.value is not None
             found[record.key.decode()] = record.value.decode()
     return found
 
 
+def create_topics(log: Log) -> None:
+    log.create_topic(STREAM, 3)
+    log.create_topic(GLOBAL, 2)
+    log.create_topic(OUTPUT, 3)
+
+
 @pytest.fixture
 def log(tmp_path: Path) -> Iterator[SqliteLog]:
     opened = SqliteLog(tmp_path / "log.db")
-    opened.create_topic(STREAM, 3)
-    opened.create_topic(GLOBAL, 2)
-    opened.create_topic(OUTPUT, 3)
+    create_topics(opened)
     try:
         yield opened
     finally:
@@ -178,9 +183,7 @@ def test_a_copy_the_topic_no_longer_fits_is_set_aside_and_rebuilt(
     first.close(TIMEOUT)
     fresh = SqliteLog(tmp_path / "fresh.db")
     try:
-        fresh.create_topic(STREAM, 3)
-        fresh.create_topic(GLOBAL, 2)
-        fresh.create_topic(OUTPUT, 3)
+        create_topics(fresh)
         produce_rates(fresh, {"Z": "26"})
         second = StreamsInstance(topology(), config(state), fresh)
         second.start()
