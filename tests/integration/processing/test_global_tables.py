@@ -22,6 +22,7 @@ from eddyline_runtime.engine.instance import InstanceState, StreamsFailedError, 
 from eddyline_runtime.log import Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import StreamsBuilder, Topology
+from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.query.server import QueryServer
 from eddyline_runtime.state import RocksDBStore, global_store_directory
 from eddyline_runtime.state.offset_checkpoint import CHECKPOINT_FILE_NAME, read_offsets
@@ -280,6 +281,8 @@ def test_processing_and_readiness_wait_for_the_bootstrap(tmp_path: Path, log: Sq
         assert next(s for s in listed if s["name"] == STORE)["global"] is True
         lags = http_get(address, "/v1/lags").json()
         assert set(lags[STORE]) == {"0", "1"}
+        routed = QueryRouter([address]).get(STORE, "EUR")
+        assert routed.value == "1.10" and routed.host == address
     finally:
         gate.release.set()
         server.stop()

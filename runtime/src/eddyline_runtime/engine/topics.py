@@ -249,4 +249,13 @@ def store_homes(topology: Topology, layout: TopicLayout | None = None) -> StoreH
         for name, spec in topology.stores.items()
         if name not in owners
     }
+    # A global store has no task: its copy lives in state.dir/global/<store>, read from
+    # its topic; a task's directory holding that name is an older topology's, left alone.
+    homeless.update(
+        {
+            name: "it is a global store now: every instance keeps it in state.dir/global/"
+            f"{name}, read from its topic; relocation never moves a store into or out of it"
+            for name in topology.global_stores
+        }
+    )
     return StoreHomes(owners, homeless, None if layout is None else frozenset(layout.tasks()))

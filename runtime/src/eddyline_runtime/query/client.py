@@ -81,7 +81,7 @@ class QueryResult:
     found: bool
     value: Any
     host: str
-    role: str  # "active" or "standby" (a copy its host no longer owns: "active", stale)
+    role: str  # "active", "standby" (a copy its host no longer owns: "active", stale), "global"
     stale: bool
     lag: int
     partition: int
