@@ -1,7 +1,8 @@
 """Global tables on a real Apache Kafka broker (tests/support/kafka/), under exactly-once.
 
 Ported from Kafka Streams' ``GlobalKTableIntegrationTest`` (its
-``shouldKStreamGlobalKTableJoin`` and ``shouldRestoreGlobalInMemoryKTableOnRestart``):
+``shouldKStreamGlobalKTableJoin`` and ``shouldRestoreGlobalInMemoryKTableOnRestart``)
+and ``GlobalThreadShutDownOrderTest``:
 the global topic is read whole by the global thread through the Kafka adapter
 (read_committed, topic ids as partition epochs), the stream joins it through the
 key mapper, and a restart resumes after the offsets the store committed.
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.instance import InstanceState, StreamsInstance
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.state import global_store_directory
+from eddyline_runtime.state import RocksDBStore, global_store_directory
 from eddyline_runtime.state.offset_checkpoint import CHECKPOINT_FILE_NAME, read_offsets
 from tests.integration.processing.test_global_tables import (
     GLOBAL,
@@ -31,6 +32,7 @@ from tests.integration.processing.test_global_tables import (
     produce_rates,
     topology,
 )
+from tests.support.waiting import wait_for
 
 TIMEOUT = 120
 
@@ -94,3 +96,23 @@ def test_global_table_join_and_restart_on_a_real_broker(tmp_path: Path, log: Kaf
         assert second.ready()
     finally:
         second.close(TIMEOUT)
+
+
+def test_global_store_closes_after_the_stream_threads_on_a_real_broker(
+    tmp_path: Path, log: KafkaLog
+) -> None:
+    """GlobalThreadShutDownOrderTest.shouldFinishGlobalStoreOperationOnShutDown on Kafka:
+    closing mid-burst fails no stream thread, and the global store's lock is free after."""
+    state = tmp_path / "state"
+    produce_rates(log, {"EUR": "1.10"})
+    instance = StreamsInstance(topology(), config(state), log)
+    instance.start()
+    produce_orders(log, [(f"o{i}", "EUR", i) for i in range(2000)])
+    wait_for(lambda: instance.processed > 0, "processing", TIMEOUT)
+    instance.close(TIMEOUT)  # raises StreamsFailedError if a thread met a closed store
+    assert instance.state is InstanceState.NOT_RUNNING
+    reopened = RocksDBStore(STORE, global_store_directory(state, STORE))
+    try:
+        assert reopened.get(b"EUR") == b"1.10"
+    finally:
+        reopened.close()

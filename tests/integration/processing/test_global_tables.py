@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.global_thread import GlobalStoreError
 from eddyline_runtime.engine.instance import InstanceState, StreamsFailedError, StreamsInstance
 from eddyline_runtime.log import Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
@@ -121,7 +122,7 @@ def test_stream_global_table_join_follows_table_updates(tmp_path: Path, log: Sql
             "o4": "7 CHF @ 1.13",
             "o5": "1 EUR @ 1.05",
         }
-        reader = instance.global_stores.reader(STORE)
+        reader = instance.global_store(STORE)
         assert reader.get(b"CHF") == b"1.13"
         assert reader.get(b"GBP") is None  # the tombstone removed it
     finally:
@@ -256,6 +257,10 @@ def test_processing_and_readiness_wait_for_the_bootstrap(tmp_path: Path, log: Sq
         layout = http_get(address, "/v1/layout").json()
         assert layout["global_stores"][STORE]["bootstrapped"] is False
         assert instance.processed == 0
+        with pytest.raises(GlobalStoreError, match="still loading"):
+            instance.global_store(STORE)
+        with pytest.raises(GlobalStoreError, match="no global store named"):
+            instance.global_store("orders")
         assert not any(thread.state.value == "RUNNING" for thread in instance.threads)
 
         gate.release.set()

@@ -17,8 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eddyline_runtime.assignor import Assignment, Member, MemberTasks, assign
-from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
-from eddyline_runtime.engine.global_thread import GlobalStores, GlobalStreamThread
+from eddyline_runtime.config import IsolationLevel, ProcessingGuarantee, StreamsConfig
+from eddyline_runtime.engine.global_thread import (
+    GlobalStoreError,
+    GlobalStores,
+    GlobalStreamThread,
+)
 from eddyline_runtime.engine.queryable import (
     HostInfo,
     KeyQueryMetadata,
@@ -40,6 +44,7 @@ from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_ke
 from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.restore.ingest.build_wait import PendingRestore
 from eddyline_runtime.restore.replay import LagInfo
+from eddyline_runtime.state import StoreReader
 from eddyline_runtime.state.relocation import RelocationReport, relocate_state
 from eddyline_runtime.state.state_directory import prune_quarantine
 
@@ -465,6 +470,20 @@ class StreamsInstance:
         for thread in self.threads:
             found.extend(thread.local_store_partitions(store))
         return sorted(found, key=lambda local: (local.partition, local.role.value))
+
+    def global_store(self, store: str, isolation: IsolationLevel | None = None) -> StoreReader:
+        """A read view of the global store ``store``, this instance's whole copy (in-process
+        queries; any member answers any key). Raises :class:`GlobalStoreError` when the
+        topology has no such global store or its bootstrap is not over yet."""
+        if store not in self.topology.global_stores:
+            known = ", ".join(sorted(self.topology.global_stores)) or "none"
+            raise GlobalStoreError(f'no global store named "{store}" (global stores: {known})')
+        if not self.global_stores.bootstrapped.is_set():
+            raise GlobalStoreError(
+                f'global store "{store}" is still loading its topic (bootstrap before '
+                "processing starts); retry shortly"
+            )
+        return self.global_stores.reader(store, isolation)
 
     def restore_pending(self) -> list[PendingRestore]:
         """Stores that wait for a Spark restore build (restorePending): of active tasks,
