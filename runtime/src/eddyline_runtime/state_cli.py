@@ -92,6 +92,14 @@ def _republish(entry: Path, log_url: str, transactional_id: str | None, out: Tex
             "list them with: eddyline state quarantined STATE_DIR"
         )
     store_name = str(note["store"])
+    if note.get("global_topic"):
+        raise EddylineError(
+            f'{entry} is a copy of global store "{store_name}": it holds the records of every '
+            f'partition of topic "{note["global_topic"]}", which is the application\'s input, '
+            "not a changelog of its own; republish writes to one partition and would misplace "
+            "them. Produce the records you need to that topic yourself (each key to its "
+            "partition); every instance's global store then reads them"
+        )
     changelog = TopicPartition(str(note["changelog"]["topic"]), int(note["changelog"]["partition"]))
     log = open_log(log_url)
     try:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from eddyline_runtime.cli import main
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.global_thread import GlobalStoreError
 from eddyline_runtime.engine.instance import InstanceState, StreamsFailedError, StreamsInstance
@@ -173,7 +174,7 @@ def test_restart_reads_only_the_tail_after_the_checkpoint(tmp_path: Path, log: S
 
 
 def test_a_copy_the_topic_no_longer_fits_is_set_aside_and_rebuilt(
-    tmp_path: Path, log: SqliteLog
+    tmp_path: Path, log: SqliteLog, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A checkpoint past the topic's end (the topic was recreated smaller): the copy goes
     to the quarantine and the store is rebuilt from the topic, not trusted."""
@@ -199,6 +200,11 @@ def test_a_copy_the_topic_no_longer_fits_is_set_aside_and_rebuilt(
             second.close(TIMEOUT)
     finally:
         fresh.close()
+    # Its topic is the app's input, not a changelog: republishing the copy is refused.
+    [kept] = second.stores_set_aside
+    args = ["state", "republish", str(kept), "--log", f"sqlite:///{tmp_path / 'fresh.db'}"]
+    assert main(args) == 1
+    assert f'is a copy of global store "{STORE}"' in capsys.readouterr().err
 
 
 def test_only_a_global_table_reaches_running(tmp_path: Path, log: SqliteLog) -> None:

@@ -325,7 +325,10 @@ class GlobalStores:
             reason = mismatch_error(spec.name, tp, start, copy="global")
             kept = store.set_aside(start.verdict.value)
             if kept is not None:
-                write_quarantine_note(kept, quarantine_note(spec.name, tp, start, "global"))
+                note = quarantine_note(spec.name, tp, start, "global")
+                # Not a changelog of its own: `eddyline state republish` refuses it, saying why.
+                note["global_topic"] = spec.topic
+                write_quarantine_note(kept, note)
                 if self._on_set_aside is not None:
                     self._on_set_aside(kept)
             logger.error(
