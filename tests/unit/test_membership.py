@@ -9,6 +9,7 @@ import pytest
 from eddyline_runtime.membership import (
     RESTORE_PENDING,
     STORE_ROLES,
+    GlobalStoreCopy,
     MemberReport,
     StoreCopy,
     StoreRole,
@@ -53,6 +54,22 @@ def test_a_report_carries_the_stores_its_member_set_aside() -> None:
     old = sent.to_json()
     del old["stores_set_aside"]
     assert MemberReport.from_json(old).stores_set_aside == ()
+
+
+def test_a_report_carries_its_global_stores_outside_the_task_copies() -> None:
+    """Global stores have no task: reported apart (bootstrapped, lag), never in ``stores``;
+    an older runtime's report without them reads as none."""
+    sent = report({0: StoreCopy(StoreRole.ACTIVE, 0)})
+    rates = GlobalStoreCopy("currencies", bootstrapped=False, lag=12)
+    sent = MemberReport(**{**sent.__dict__, "global_stores": {"rates": rates}})
+    data = json.loads(json.dumps(sent.to_json()))
+    assert data["global_stores"] == {
+        "rates": {"topic": "currencies", "bootstrapped": False, "lag": 12}
+    }
+    assert MemberReport.from_json(data) == sent
+    assert "rates" not in sent.stores
+    del data["global_stores"]
+    assert MemberReport.from_json(data).global_stores == {}
 
 
 def test_task_lags_take_each_task_s_most_behind_store_and_skip_pending_builds() -> None:
