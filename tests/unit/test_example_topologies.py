@@ -132,6 +132,28 @@ def test_customer_accounts_join_two_tables_into_a_table() -> None:
         assert driver.get_key_value_store("customers").all() == [("c2", {"name": "Bo"})]
 
 
+def test_currency_conversion_enriches_orders_from_the_global_table() -> None:
+    with example_driver("currency_conversion") as driver:
+        rates = driver.create_input_topic("currency-rates")
+        orders = driver.create_input_topic("orders")
+        converted = driver.create_output_topic("orders-in-eur")
+
+        rates.pipe_input("USD", 0.92, 0)
+        orders.pipe_input("o1", {"currency": "USD", "amount": 100}, 1_000)
+        orders.pipe_input("o2", {"currency": "CHF", "amount": 50}, 2_000)  # no rate yet
+        orders.pipe_input("o3", {"amount": 5}, 2_500)  # no currency: the mapper gives None
+        rates.pipe_input("CHF", 1.05, 3_000)
+        orders.pipe_input("o4", {"currency": "CHF", "amount": 10}, 4_000)
+
+        assert converted.read_records_to_list() == [
+            TestRecord("o1", {"currency": "USD", "amount": 100, "eur": 92.0}, 1_000),
+            TestRecord("o2", {"currency": "CHF", "amount": 50, "eur": None}, 2_000),
+            TestRecord("o3", {"amount": 5, "eur": None}, 2_500),
+            TestRecord("o4", {"currency": "CHF", "amount": 10, "eur": 10.5}, 4_000),
+        ]
+        assert driver.get_key_value_store("currency-rates").all() == [("CHF", 1.05), ("USD", 0.92)]
+
+
 def test_custom_processor_forwards_an_id_again_once_its_retention_passed() -> None:
     day = 24 * 60 * MINUTE  # the example's RETENTION_MS
     with example_driver("custom_processor") as driver:
