@@ -145,6 +145,9 @@ class GlobalStores:
         self._on_set_aside = on_set_aside
         self._options = RocksDBStoreOptions.from_config(config)
         self._held: dict[str, _Held] = {}
+        # Records applied since this instance started. Counted before a batch's position
+        # moves, so whoever sees a store caught up (behind() false) sees its count too.
+        self.records_applied = 0
         self.bootstrapped = threading.Event()
         if not topology.global_stores:
             self.bootstrapped.set()  # nothing to load: processing may start at once
@@ -194,6 +197,7 @@ class GlobalStores:
                     )
                     if position == held.positions[tp]:
                         break  # nothing at or after it any more (the end moved back)
+                    self.records_applied += records  # before the position: see __init__
                     held.positions[tp] = position
                     held.ends[tp] = max(held.ends[tp], target)
                     applied += records
@@ -225,9 +229,11 @@ class GlobalStores:
                     raise mismatch_error(name, tp, start, copy="global store")
                 if position == end:
                     continue
-                records, held.positions[tp] = replay_batch(
+                records, next_position = replay_batch(
                     held.store, self._log, tp, position, max_records=_BATCH_RECORDS
                 )
+                self.records_applied += records  # before the position: see __init__
+                held.positions[tp] = next_position
                 applied += records
         return applied
 
@@ -370,7 +376,11 @@ class GlobalStreamThread(threading.Thread):
         self._on_bootstrapped = on_bootstrapped
         self._stopped = threading.Event()
         self.error: BaseException | None = None
-        self.records_applied = 0
+
+    @property
+    def records_applied(self) -> int:
+        """Records the global stores applied since the instance started."""
+        return self.stores.records_applied
 
     def request_stop(self) -> None:
         self._stopped.set()
@@ -378,14 +388,12 @@ class GlobalStreamThread(threading.Thread):
     def run(self) -> None:
         try:
             self.stores.open()
-            self.records_applied += self.stores.bootstrap(self._stopped)
+            self.stores.bootstrap(self._stopped)
             if self._stopped.is_set():
                 return
             self._on_bootstrapped()
             while not self._stopped.is_set():
-                applied = self.stores.poll()
-                self.records_applied += applied
-                if applied == 0:
+                if self.stores.poll() == 0:
                     self._stopped.wait(_IDLE_POLL_SECONDS)
         except BaseException as error:  # reported through the instance, as a stream thread's
             logger.exception("the global thread failed")
