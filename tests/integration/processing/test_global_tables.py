@@ -333,3 +333,35 @@ def test_a_missing_global_topic_fails_the_instance_with_its_name(
     assert not instance.ready()
     with pytest.raises(StreamsFailedError):
         instance.close(TIMEOUT)
+
+
+def test_a_topic_truncated_under_a_running_copy_fails_it_and_the_restart_rebuilds_it(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    """The global thread judges each new read by the one replay rule with the topic's
+    incarnation: a partition truncated (and grown back past the copy's position) under
+    it is never read as a continuation; the instance fails naming the store, and the
+    next start sets the copy aside and rebuilds it from the topic."""
+    state = tmp_path / "state"
+    rates = TopicPartition(GLOBAL, 0)
+    log.produce(rates, [Record(f"C{i}".encode(), b"old", i) for i in range(4)])
+    instance = StreamsInstance(topology(), config(state), log)
+    instance.start()
+    instance.wait_until_caught_up(TIMEOUT)
+    log.truncate(rates, 1)
+    log.produce(rates, [Record(f"N{i}".encode(), b"new", i) for i in range(5)])
+    with pytest.raises(StreamsFailedError, match=STORE):
+        wait_for(lambda: instance.check() is InstanceState.ERROR, "the failure", TIMEOUT)
+    with pytest.raises(StreamsFailedError):
+        instance.close(TIMEOUT)
+
+    restarted = StreamsInstance(topology(), config(state), log)
+    restarted.start()
+    try:
+        restarted.wait_until_caught_up(TIMEOUT)
+        assert len(restarted.stores_set_aside) == 1
+        reader = restarted.global_store(STORE)
+        assert reader.get(b"C0") == b"old" and reader.get(b"C3") is None
+        assert reader.get(b"N4") == b"new"
+    finally:
+        restarted.close(TIMEOUT)

@@ -120,6 +120,8 @@ class _Held:
     positions: dict[TopicPartition, int] = field(default_factory=dict)
     # The topic's end offsets as last asked (a lag's upper bound).
     ends: dict[TopicPartition, int] = field(default_factory=dict)
+    # The topic partitions' incarnations the copy reads (None: the log cannot tell).
+    epochs: dict[TopicPartition, str | None] = field(default_factory=dict)
 
 
 class GlobalStores:
@@ -174,6 +176,7 @@ class GlobalStores:
                     self._log.beginning_offset(tp) if committed is None else committed + 1
                 )
                 held.ends[tp] = self._log.end_offset(tp)
+                held.epochs[tp] = self._log.partition_epoch(tp)
             self._held[name] = held
             self._register_metrics(held)
 
@@ -224,11 +227,22 @@ class GlobalStores:
                 position = held.positions[tp]
                 end = self._log.end_offset(tp)
                 held.ends[tp] = end
-                if position > end:  # the topic lost records this copy read: AHEAD
-                    start = self._judge(held.store, held.partitions, tp, position - 1)
-                    raise mismatch_error(name, tp, start, copy="global store")
                 if position == end:
-                    continue
+                    continue  # nothing new (the epoch is only asked when there is)
+                # The copy applied everything before ``position``: the one replay rule
+                # judges that, with the incarnation it reads (a topic recreated or
+                # truncated under it, or retention past what it has not read, fails here;
+                # the next start sets the copy aside and rebuilds it from the topic).
+                log = self._log
+                start = replay_start(
+                    position - 1,
+                    log.beginning_offset(tp),
+                    end,
+                    store_epoch=held.epochs[tp],
+                    log_epoch=log.partition_epoch(tp) if position < end else held.epochs[tp],
+                )
+                if not start.trusted:
+                    raise mismatch_error(name, tp, start, copy="global store")
                 records, next_position = replay_batch(
                     held.store, self._log, tp, position, max_records=_BATCH_RECORDS
                 )
