@@ -241,6 +241,22 @@ class Kube:
             return "created"
         return "unchanged" if _same_object(existing, applied or {}) else "updated"
 
+    def pod_proxy_get(
+        self,
+        namespace: str,
+        pod: str,
+        port: int,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+    ) -> Obj | None:
+        """GET ``path`` on a pod's ``port`` through the API server's pod proxy (the
+        ``pods/proxy`` subresource): what a client outside the cluster, where pod addresses
+        do not route, uses. None for a 404 (the pod's or the API server's)."""
+        return self.request(
+            "GET", self.path("Pod", namespace, f"{pod}:{port}", sub=f"proxy{path}"), query=query
+        )
+
     # -- what the handlers need ---------------------------------------------------------
 
     def get_streamapp(self, namespace: str, name: str) -> Obj | None:
@@ -275,6 +291,34 @@ class Kube:
         if check is not None:
             check(existing)
         self.merge_patch("ConfigMap", meta["namespace"], meta["name"], {"data": config_map["data"]})
+
+
+def kubeconfig_client(
+    kubeconfig: str | None = None, context: str | None = None
+) -> tuple[Kube, str]:
+    """A client from a kubeconfig (``kubeconfig``, else ``$KUBECONFIG``, else
+    ``~/.kube/config``) and ``context`` (else its current one), as ``kubectl`` finds them,
+    and that context's namespace ("default" when it names none). Never in-cluster
+    credentials: this is for programs a user runs (``kubectl eddyline``)."""
+    try:
+        contexts, current = kubernetes.config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig
+        )
+        chosen = current
+        if context is not None:
+            chosen = next((c for c in contexts if c.get("name") == context), None)
+            if chosen is None:
+                names = ", ".join(sorted(str(c.get("name")) for c in contexts))
+                raise kubernetes.config.ConfigException(
+                    f'no context "{context}" in the kubeconfig (it has: {names})'
+                )
+        api_client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context
+        )
+    except kubernetes.config.ConfigException as error:
+        raise ApiError(0, f"cannot load the kubeconfig: {error}") from None
+    namespace = str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+    return Kube(api_client), namespace
 
 
 def fetch_reports(pods: Sequence[Obj], port: int) -> dict[str, MemberReport]:
@@ -367,4 +411,4 @@ def _contains(existing: Any, wanted: Any) -> bool:
     return bool(existing == wanted)
 
 
-__all__ = ["ApiError", "Kube", "fetch_metrics", "fetch_reports"]
+__all__ = ["ApiError", "Kube", "fetch_metrics", "fetch_reports", "kubeconfig_client"]
