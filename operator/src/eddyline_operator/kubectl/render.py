@@ -232,7 +232,8 @@ def render_status(view: AppView, style: Style, now: datetime.datetime) -> str:
     parts.extend(_upgrades(status, style, now))
     parts.extend(_restore_jobs(status, style, now))
     parts.extend(_autoscaling(status, style, now))
-    return "\n".join(parts) + "\n"
+    # Every line fits, whichever section built it.
+    return "\n".join(style.fit(line) for line in "\n".join(parts).splitlines()) + "\n"
 
 
 def step_lines(steps: Sequence[UpgradeStepRecord], style: Style, until: str | None) -> list[str]:
