@@ -207,6 +207,8 @@ def test_status_shows_six_pods_in_three_zones_and_every_tasks_copies(
     assert sorted(pods) == sorted(f"{APP}-{i}" for i in range(PODS))
     assert {p["zone"] for p in pods.values()} == set(ZONES)
     assert all(p["ready"] and p["topology_hash"] for p in pods.values())
+    # Each pod's /metrics, through the proxy as well: busy share, rate and input lag.
+    assert all(p["busy"] is not None and p["input_lag"] is not None for p in pods.values())
     assert view["status"]["phase"] == "Running" and view["status"]["revision"] == "1"
     assert view["stores"] == {STORE: 1}
     # Each task as published: the active copy and the standby, in another zone, with lags.

@@ -123,7 +123,24 @@ class Kube:
         content_type: str = "application/json",
     ) -> Obj | None:
         """Send one request; None for 404, ApiError for any other failure."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        text = self._send(method, path, body=body, query=query, content_type=content_type)
+        if text is None:
+            return None
+        result: Obj = json.loads(text) if text else {}
+        return result
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+    ) -> str | None:
+        """The response body as text; None for 404, ApiError for any other failure."""
+        headers = {"Accept": accept, "Content-Type": content_type}
         method_, url, headers_, body_, post = self._api.param_serialize(
             method,
             path,
@@ -145,8 +162,7 @@ class Kube:
         text = response.data.decode() if response.data else ""
         if not 200 <= response.status < 300:
             raise ApiError(response.status, _status_message(method, path, response.status, text))
-        result: Obj = json.loads(text) if text else {}
-        return result
+        return text
 
     @staticmethod
     def path(kind: str, namespace: str | None, name: str | None = None, sub: str = "") -> str:
@@ -255,6 +271,14 @@ class Kube:
         do not route, uses. None for a 404 (the pod's or the API server's)."""
         return self.request(
             "GET", self.path("Pod", namespace, f"{pod}:{port}", sub=f"proxy{path}"), query=query
+        )
+
+    def pod_proxy_text(self, namespace: str, pod: str, port: int, path: str) -> str | None:
+        """As :meth:`pod_proxy_get`, for an endpoint that answers text (``/metrics``)."""
+        return self._send(
+            "GET",
+            self.path("Pod", namespace, f"{pod}:{port}", sub=f"proxy{path}"),
+            accept="text/plain",
         )
 
     # -- what the handlers need ---------------------------------------------------------

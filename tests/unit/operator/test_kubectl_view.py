@@ -13,6 +13,7 @@ import pytest
 from eddyline_operator.kubectl.cli import parser
 from eddyline_operator.kubectl.render import Style, render_status
 from eddyline_operator.kubectl.status_view import app_view
+from eddyline_operator.reconcile.autoscale import PodSample
 from eddyline_runtime.assignor import Assignment, Member
 from eddyline_runtime.membership import MemberReport, Membership, StoreCopy, StoreRole
 from eddyline_runtime.partitions import TaskId
@@ -136,6 +137,16 @@ def test_each_task_shows_its_active_and_standby_copies_with_zone_role_and_lag() 
     assert [p.name for p in view.pods] == ["wc-0", "wc-1"]
     assert view.pods[1].layout_error == "no layout (503)"
     assert view.paused and view.membership_generation == 5
+
+
+def test_a_pods_metrics_give_its_busy_share_rate_and_input_lag() -> None:
+    pods, membership, reports = _view_inputs()
+    sample = PodSample(0.0, 0.25, 120.0, {"text-lines/0": 30.0, "text-lines/1": 12.0})
+    view = app_view(_app(), pods, membership, reports, {}, samples={"wc-0": sample})
+    assert (view.pods[0].busy, view.pods[0].rate, view.pods[0].input_lag) == (0.25, 120.0, 42)
+    assert view.pods[1].input_lag is None
+    text = render_status(view, Style(colour=False, width=None), NOW)
+    assert "25%   120    42" in text, text
 
 
 def test_the_json_form_holds_the_status_as_the_api_does_and_every_task() -> None:

@@ -18,9 +18,10 @@ from typing import Any, TextIO, TypeVar
 from pydantic import ValidationError
 
 from eddyline_operator.client import ApiError, Kube
-from eddyline_operator.kubectl.render import Style, step_lines
+from eddyline_operator.kubectl.render import Style
 from eddyline_operator.kubectl.status_view import AppView, app_view, is_paused
 from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile.autoscale import PodSample, parse_metrics
 from eddyline_operator.reconcile.status_record import read_status
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.partitions import TaskId
@@ -77,7 +78,29 @@ def read_view(kube: Kube, namespace: str, app: str) -> AppView:
         f'read the membership ConfigMap "{names.membership_map(app)}"',
     )
     reports, errors = read_reports(kube, namespace, pods)
-    return app_view(obj, pods, membership, reports, errors)
+    return app_view(
+        obj, pods, membership, reports, errors, samples=read_samples(kube, namespace, reports)
+    )
+
+
+def read_samples(
+    kube: Kube, namespace: str, reports: dict[str, MemberReport]
+) -> dict[str, PodSample]:
+    """The ``/metrics`` of each pod that reported its layout, through the pod proxy, as the
+    autoscaler reads them; a pod whose metrics do not parse is left out."""
+    samples = {}
+    for name in reports:
+        try:
+            text = kube.pod_proxy_text(namespace, name, names.QUERY_PORT, "/metrics")
+        except ApiError:
+            continue
+        if text is None:
+            continue
+        try:
+            samples[name] = parse_metrics(text, 0.0)
+        except ValueError:
+            continue
+    return samples
 
 
 def read_reports(
@@ -299,9 +322,9 @@ def _follow(
             if live:
                 print("\r\033[K", end="", file=out)
                 live = False
-            for line in step_lines(steps[shown:], style, None):
-                # Each step's own line says when it began; its duration shows in `status`.
-                print(line.replace("(under way)", "").rstrip(), file=out, flush=True)
+            for entered in steps[shown:]:
+                # When each step began; how long each took, `kubectl eddyline status` shows.
+                print(style.fit(f"    {entered.started_at}  {entered.step}"), file=out, flush=True)
             shown = len(steps)
         if record is None:
             if status.topology is not None and status.topology.same_spec(wanted):

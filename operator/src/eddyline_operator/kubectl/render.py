@@ -181,7 +181,19 @@ def render_status(view: AppView, style: Style, now: datetime.datetime) -> str:
     parts.append(
         table(
             style,
-            ("POD", "ZONE", "NODE", "PHASE", "READY", "ACTIVE", "STANDBY", "LAYOUT"),
+            (
+                "POD",
+                "ZONE",
+                "NODE",
+                "PHASE",
+                "READY",
+                "ACTIVE",
+                "STANDBY",
+                "BUSY",
+                "REC/S",
+                "INPUT LAG",
+                "LAYOUT",
+            ),
             [
                 (
                     (p.name, ""),
@@ -191,6 +203,9 @@ def render_status(view: AppView, style: Style, now: datetime.datetime) -> str:
                     ("yes" if p.ready else "no", "green" if p.ready else "red"),
                     (str(p.active) if p.member else "-", ""),
                     (str(p.standby) if p.member else "-", ""),
+                    ("-" if p.busy is None else f"{p.busy:.0%}", ""),
+                    ("-" if p.rate is None else f"{p.rate:g}", ""),
+                    ("-" if p.input_lag is None else str(p.input_lag), ""),
                     (
                         p.layout_error or f"hash {p.topology_hash}",
                         "yellow" if p.layout_error else "",

@@ -10,10 +10,12 @@ view joins them per task and per pod; a pod that did not answer still appears, w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from eddyline_operator.reconcile import names
+from eddyline_operator.reconcile.autoscale import PodSample
 from eddyline_operator.reconcile.status_record import read_status
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
@@ -57,6 +59,12 @@ class PodRow:
     topology_hash: str | None
     # Why the pod's /v1/layout is missing (starting, refused, ...); None when it answered.
     layout_error: str | None
+    # From the pod's /metrics (None when it did not answer): the mean busy share of its
+    # stream threads (0 to 1), records processed per second, and the records its consumers
+    # trail their input partitions by (the autoscaler's inputs).
+    busy: float | None = None
+    rate: float | None = None
+    input_lag: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,9 +109,12 @@ def app_view(
     membership: Membership | None,
     reports: dict[str, MemberReport],
     layout_errors: dict[str, str],
+    *,
+    samples: Mapping[str, PodSample] | None = None,
 ) -> AppView:
-    """The view of ``app`` from its pods, its published membership and the pods' reports
-    (``layout_errors``: why a pod has no report)."""
+    """The view of ``app`` from its pods, its published membership, the pods' reports
+    (``layout_errors``: why a pod has no report) and their metrics (``samples``)."""
+    samples = samples or {}
     meta = app.get("metadata") or {}
     status, _ = read_status(app.get("status"))
     topology = (app.get("spec") or {}).get("topology") or {}
@@ -158,6 +169,7 @@ def app_view(
         pod_status = pod.get("status") or {}
         held = assignment.tasks_of(name) if assignment and name in assignment.active else None
         answered = reports.get(name)
+        sample = samples.get(name)
         pod_rows.append(
             PodRow(
                 name=name,
@@ -172,6 +184,9 @@ def app_view(
                 standby=len(held.standby) if held else 0,
                 topology_hash=answered.topology_hash if answered else None,
                 layout_error=None if answered else layout_errors.get(name, "not asked"),
+                busy=round(sample.process_ratio, 3) if sample else None,
+                rate=round(sample.process_rate, 1) if sample else None,
+                input_lag=round(sum(sample.records_lag.values())) if sample else None,
             )
         )
     return AppView(
