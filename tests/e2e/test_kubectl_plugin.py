@@ -251,6 +251,7 @@ def test_where_names_the_partition_and_the_pod_that_serves_a_key(
     assert place["active"]["pod"] == owner
     assert place["active"]["zone"] == published.assignment.member(owner).zone
     text = user("where", APP, "gamma")
+    print(text)  # the sample docs/operator.md shows
     assert f'key "gamma" of store "{STORE}": partition {partition}' in text
     assert owner in text
     missing = user.run("where", APP, "gamma", "--store", "nope")
@@ -323,6 +324,10 @@ def test_upgrade_follows_the_operators_steps_until_the_new_revision_runs(
     # The store moved with its sub-topology's ordinal (KIP-816); the plugin shows it.
     view = json.loads(user("status", APP, "-o", "json"))
     assert view["stores"] == {STORE: 2} and view["status"]["revision"] == "3"
+    text = user("status", APP)
+    print(text)  # the last upgrade's steps with their durations, as docs/operator.md shows
+    assert "Last upgrade: wordcount:topology@1 -> wordcount:topology_v2@3, Succeeded" in text
+    assert "not tried again until spec.topology changes: wordcount:no_such_topology@2" not in text
     again = user.run("upgrade", APP, "--topology", "wordcount:topology_v2", "--revision", "3")
     assert again.returncode == 1
     assert "already is wordcount:topology_v2@3" in again.stderr
