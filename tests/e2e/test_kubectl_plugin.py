@@ -200,15 +200,15 @@ def test_status_shows_six_pods_in_three_zones_and_every_tasks_copies(
 
     def every_layout() -> dict[str, Any] | None:
         view: dict[str, Any] = json.loads(user("status", APP, "-o", "json"))
-        return view if all(p["layout_error"] is None for p in view["pods"]) else None
+        return view if all(p["layoutError"] is None for p in view["pods"]) else None
 
     view = wait_until(every_layout, "every pod's layout through the proxy", TIMEOUT)
     pods = {p["name"]: p for p in view["pods"]}
     assert sorted(pods) == sorted(f"{APP}-{i}" for i in range(PODS))
     assert {p["zone"] for p in pods.values()} == set(ZONES)
-    assert all(p["ready"] and p["topology_hash"] for p in pods.values())
+    assert all(p["ready"] and p["topologyHash"] for p in pods.values())
     # Each pod's /metrics, through the proxy as well: busy share, rate and input lag.
-    assert all(p["busy"] is not None and p["input_lag"] is not None for p in pods.values())
+    assert all(p["busy"] is not None and p["inputLag"] is not None for p in pods.values())
     assert view["status"]["phase"] == "Running" and view["status"]["revision"] == "1"
     assert view["stores"] == {STORE: 1}
     # Each task as published: the active copy and the standby, in another zone, with lags.

@@ -6,10 +6,13 @@ from __future__ import annotations
 import datetime
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from eddyline_operator.client import ApiError, kubeconfig_client
 from eddyline_operator.kubectl.cli import parser
 from eddyline_operator.kubectl.render import Style, render_status
 from eddyline_operator.kubectl.status_view import app_view
@@ -155,6 +158,35 @@ def test_the_json_form_holds_the_status_as_the_api_does_and_every_task() -> None
     assert document["status"]["lastUpgrade"]["outcome"] == "Succeeded"
     assert [t["task"] for t in document["tasks"]] == ["1_0", "1_1"]
     assert document["tasks"][0]["standbys"][0]["pod"] == "wc-1"
+    assert document["pods"][0]["layoutError"] is None and "layout_error" not in document["pods"][0]
+
+
+def test_a_kubeconfig_gives_the_contexts_namespace_and_a_missing_context_is_named(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "dev", "context": {"cluster": "c", "user": "u"}},
+                    {"name": "prod", "context": {"cluster": "c", "user": "u", "namespace": "team"}},
+                ],
+                "current-context": "dev",
+            }
+        ),
+        encoding="utf-8",
+    )
+    assert kubeconfig_client(str(config))[1] == "default"
+    assert kubeconfig_client(str(config), "prod")[1] == "team"
+    with pytest.raises(
+        ApiError, match='no context "stage" in the kubeconfig \\(it has: dev, prod\\)'
+    ):
+        kubeconfig_client(str(config), "stage")
 
 
 def test_status_text_for_a_log_is_plain_whole_lines_with_every_section() -> None:

@@ -20,6 +20,7 @@ from eddyline_operator.client import ApiError, Kube, kubeconfig_client
 from eddyline_operator.kubectl import commands
 from eddyline_operator.kubectl.commands import KeyPlace, PluginError
 from eddyline_operator.kubectl.render import Style, render_status
+from eddyline_operator.kubectl.status_view import camel_case
 from eddyline_operator.reconcile import names
 
 # Exit codes: 0 done, 1 an error, 2 an upgrade the operator rolled back.
@@ -133,7 +134,8 @@ def _run(args: argparse.Namespace, kube: Kube, namespace: str, out: TextIO) -> i
         return 0
     if args.command == "where":
         place = commands.where(kube, namespace, args.app, args.key, args.store)
-        print(json.dumps(asdict(place), indent=2) if as_json else _place_text(place), file=out)
+        text = json.dumps(camel_case(asdict(place)), indent=2) if as_json else _place_text(place)
+        print(text, file=out)
         return 0
     if args.command in ("pause", "resume"):
         paused = args.command == "pause"

@@ -93,9 +93,24 @@ class AppView:
             "status": self.status.model_dump(mode="json", by_alias=True, exclude_none=True),
             "membershipGeneration": self.membership_generation,
             "stores": self.stores,
-            "pods": [asdict(pod) for pod in self.pods],
-            "tasks": [asdict(task) for task in self.tasks],
+            "pods": [camel_case(asdict(pod)) for pod in self.pods],
+            "tasks": [camel_case(asdict(task)) for task in self.tasks],
         }
+
+
+def camel_case(value: Any) -> Any:
+    """``value`` with every dict key in the API's camelCase (``layout_error`` ->
+    ``layoutError``), so one JSON document never mixes the two."""
+    if isinstance(value, dict):
+        return {_camel(str(k)): camel_case(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [camel_case(v) for v in value]
+    return value
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word.title() for word in rest)
 
 
 def is_paused(app: Obj) -> bool:
