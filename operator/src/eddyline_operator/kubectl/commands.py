@@ -117,7 +117,10 @@ def read_reports(
         try:
             body = _proxy(kube, namespace, name, "/v1/layout")
         except ApiError as error:
-            errors[name] = f"no layout ({error.status or 'unreachable'})"
+            # The API server's or the pod's reason: "503 ..." while it starts, "400 address
+            # not allowed" for a pod IP the proxy refuses (loopback, link-local).
+            reason = str(error).rpartition(f": {error.status} ")[2] if error.status else ""
+            errors[name] = f"no layout: {error.status or 'unreachable'} {reason[:80]}".rstrip()
             continue
         if body is None:
             errors[name] = "no layout (404)"
