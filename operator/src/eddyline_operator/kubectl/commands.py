@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from eddyline_operator.client import ApiError, Kube
 from eddyline_operator.kubectl.render import Style
-from eddyline_operator.kubectl.status_view import AppView, app_view, is_paused
+from eddyline_operator.kubectl.status_view import AppView, app_view
 from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.autoscale import PodSample, parse_metrics
+from eddyline_operator.reconcile.plan import is_paused
 from eddyline_operator.reconcile.status_record import read_status
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.partitions import TaskId

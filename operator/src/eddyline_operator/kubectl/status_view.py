@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from eddyline_operator.reconcile import names
 from eddyline_operator.reconcile.autoscale import PodSample
+
+# The operator's own rule for the pause annotation (its value, any case), not a copy.
+from eddyline_operator.reconcile.plan import is_paused
 from eddyline_operator.reconcile.status_record import read_status
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
@@ -111,11 +113,6 @@ def camel_case(value: Any) -> Any:
 def _camel(key: str) -> str:
     head, *rest = key.split("_")
     return head + "".join(word.title() for word in rest)
-
-
-def is_paused(app: Obj) -> bool:
-    annotations = (app.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(names.ANNOTATION_PAUSE) == "true"
 
 
 def app_view(
