@@ -123,7 +123,24 @@ class Kube:
         content_type: str = "application/json",
     ) -> Obj | None:
         """Send one request; None for 404, ApiError for any other failure."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        text = self._send(method, path, body=body, query=query, content_type=content_type)
+        if text is None:
+            return None
+        result: Obj = json.loads(text) if text else {}
+        return result
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+    ) -> str | None:
+        """The response body as text; None for 404, ApiError for any other failure."""
+        headers = {"Accept": accept, "Content-Type": content_type}
         method_, url, headers_, body_, post = self._api.param_serialize(
             method,
             path,
@@ -145,8 +162,7 @@ class Kube:
         text = response.data.decode() if response.data else ""
         if not 200 <= response.status < 300:
             raise ApiError(response.status, _status_message(method, path, response.status, text))
-        result: Obj = json.loads(text) if text else {}
-        return result
+        return text
 
     @staticmethod
     def path(kind: str, namespace: str | None, name: str | None = None, sub: str = "") -> str:
@@ -241,6 +257,30 @@ class Kube:
             return "created"
         return "unchanged" if _same_object(existing, applied or {}) else "updated"
 
+    def pod_proxy_get(
+        self,
+        namespace: str,
+        pod: str,
+        port: int,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+    ) -> Obj | None:
+        """GET ``path`` on a pod's ``port`` through the API server's pod proxy (the
+        ``pods/proxy`` subresource): what a client outside the cluster, where pod addresses
+        do not route, uses. None for a 404 (the pod's or the API server's)."""
+        return self.request(
+            "GET", self.path("Pod", namespace, f"{pod}:{port}", sub=f"proxy{path}"), query=query
+        )
+
+    def pod_proxy_text(self, namespace: str, pod: str, port: int, path: str) -> str | None:
+        """As :meth:`pod_proxy_get`, for an endpoint that answers text (``/metrics``)."""
+        return self._send(
+            "GET",
+            self.path("Pod", namespace, f"{pod}:{port}", sub=f"proxy{path}"),
+            accept="text/plain",
+        )
+
     # -- what the handlers need ---------------------------------------------------------
 
     def get_streamapp(self, namespace: str, name: str) -> Obj | None:
@@ -275,6 +315,34 @@ class Kube:
         if check is not None:
             check(existing)
         self.merge_patch("ConfigMap", meta["namespace"], meta["name"], {"data": config_map["data"]})
+
+
+def kubeconfig_client(
+    kubeconfig: str | None = None, context: str | None = None
+) -> tuple[Kube, str]:
+    """A client from a kubeconfig (``kubeconfig``, else ``$KUBECONFIG``, else
+    ``~/.kube/config``) and ``context`` (else its current one), as ``kubectl`` finds them,
+    and that context's namespace ("default" when it names none). Never in-cluster
+    credentials: this is for programs a user runs (``kubectl eddyline``)."""
+    try:
+        contexts, current = kubernetes.config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig
+        )
+        chosen = current
+        if context is not None:
+            chosen = next((c for c in contexts if c.get("name") == context), None)
+            if chosen is None:
+                names = ", ".join(sorted(str(c.get("name")) for c in contexts))
+                raise kubernetes.config.ConfigException(
+                    f'no context "{context}" in the kubeconfig (it has: {names})'
+                )
+        api_client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context
+        )
+    except kubernetes.config.ConfigException as error:
+        raise ApiError(0, f"cannot load the kubeconfig: {error}") from None
+    namespace = str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+    return Kube(api_client), namespace
 
 
 def fetch_reports(pods: Sequence[Obj], port: int) -> dict[str, MemberReport]:
@@ -367,4 +435,4 @@ def _contains(existing: Any, wanted: Any) -> bool:
     return bool(existing == wanted)
 
 
-__all__ = ["ApiError", "Kube", "fetch_metrics", "fetch_reports"]
+__all__ = ["ApiError", "Kube", "fetch_metrics", "fetch_reports", "kubeconfig_client"]

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.support.control_plane import pod_network
 from tests.support.control_plane.client import Client, wait_until
 from tests.support.control_plane.kubelet import Kubelets, Node, free_address_octet
 from tests.support.control_plane.plane import ControlPlane
@@ -27,8 +28,13 @@ class Cluster:
         restart_backoff: tuple[float, float] = (10.0, 300.0),
         node_monitor_grace_seconds: int | None = None,
         crds: Sequence[Path] = (),
+        routable_pods: bool = False,
     ) -> None:
+        """``routable_pods``: pod addresses from :data:`.pod_network.NETWORK` (global
+        unicast, so the API server's pod proxy reaches them; the host needs the route
+        :func:`.pod_network.routed` adds) instead of loopback ones."""
         self.root = root
+        self.routable_pods = routable_pods
         self.plane = ControlPlane(
             root / "control-plane",
             node_monitor_grace_seconds=node_monitor_grace_seconds,
@@ -57,7 +63,12 @@ class Cluster:
             # The proxy reads pods as well as Services, which kube-proxy's role does not grant.
             self.proxy = ServiceProxy(admin).start()
             nodes = []
-            address_octet = free_address_octet(len(ZONES))
+            first, octets = (
+                (pod_network.FIRST_OCTET, pod_network.SECOND_OCTETS)
+                if self.routable_pods
+                else (127, (20, 250))
+            )
+            address_octet = free_address_octet(len(ZONES), first=first, octets=octets)
             for index, zone in enumerate(ZONES):
                 name = f"node-{chr(ord('a') + index)}"
                 client = self.plane.client_as(
@@ -76,6 +87,7 @@ class Cluster:
                         pythonpath=self.pythonpath,
                         restart_backoff=self.restart_backoff,
                         address_octet=address_octet,
+                        address_first_octet=first,
                     )
                 )
             self.kubelets = Kubelets(nodes).start()

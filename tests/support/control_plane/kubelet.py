@@ -9,7 +9,8 @@ NodeRestriction admission plugin hold it to what a kubelet may do. A node:
   judges it by that Lease;
 - watches the pods the real scheduler bound to it (``spec.nodeName``) and runs each container
   as a process on the pod's own loopback address (``127.<cluster>.<node>.<n>``, the pod IP;
-  ``<cluster>`` from :func:`free_address_octet`);
+  ``<cluster>`` from :func:`free_address_octet`), or on one of the routable range of
+  :mod:`.pod_network` for a cluster that asks (the API server's pod proxy refuses loopback);
 - prepares volumes: claims on the PersistentVolume's directory (from the local provisioner),
   ConfigMaps, Secrets, downward API, and the projected service-account token from the
   TokenRequest API with the cluster CA (``kube-root-ca.crt``), so pods reach the API server over
@@ -97,6 +98,7 @@ class Node:
         pythonpath: list[str],
         restart_backoff: tuple[float, float] = (10.0, 300.0),
         address_octet: int = 10,
+        address_first_octet: int = 127,
     ) -> None:
         self.client = client
         self.name = name
@@ -109,7 +111,9 @@ class Node:
         self.restart_backoff = restart_backoff
         self.pods: dict[str, PodRuntime] = {}
         self.address_octet = address_octet
-        self.free_ips = [f"127.{address_octet}.{index}.{n}" for n in range(2, 255)]
+        self.free_ips = [
+            f"{address_first_octet}.{address_octet}.{index}.{n}" for n in range(2, 255)
+        ]
         self.lock = threading.RLock()
         self.alive = True
         self._wake = threading.Event()
@@ -809,22 +813,26 @@ class Kubelets:
         return [e for node in self.nodes.values() for e in node.errors]
 
 
-def free_address_octet(node_count: int, port: int = 7070) -> int:
-    """A second octet for one cluster's pod addresses (``127.<octet>.<node>.<n>``) that no
-    other cluster on this machine uses now.
+def free_address_octet(
+    node_count: int, port: int = 7070, *, first: int = 127, octets: tuple[int, int] = (20, 250)
+) -> int:
+    """A second octet for one cluster's pod addresses (``<first>.<octet>.<node>.<n>``) that
+    no other cluster on this machine uses now.
 
     Pods bind fixed ports (the query port, 7070) on their own address, so two clusters
     handing out the same addresses (two test sessions, or a bench beside them) would have one
-    pod fail to bind and the other's clients read the wrong pod. A random octet, checked
-    free on every node's first address, keeps each cluster apart."""
+    pod fail to bind and the other's clients read the wrong pod. A random octet in
+    ``octets``, checked free on every node's first address, keeps each cluster apart."""
     rng = random.SystemRandom()
     for _ in range(100):
-        octet = rng.randint(20, 250)
-        if octet == 96:  # the Service proxy's range (plane.SERVICE_CIDR)
+        octet = rng.randint(*octets)
+        if first == 127 and octet == 96:  # the Service proxy's range (plane.SERVICE_CIDR)
             continue
-        if not any(_listening(f"127.{octet}.{index}.2", port) for index in range(node_count)):
+        if not any(_listening(f"{first}.{octet}.{index}.2", port) for index in range(node_count)):
             return octet
-    raise RuntimeError("no free 127.<octet>.x.x range for the kubelet stand-in's pod addresses")
+    raise RuntimeError(
+        f"no free {first}.<octet>.x.x range for the kubelet stand-in's pod addresses"
+    )
 
 
 def _listening(host: str, port: int) -> bool:
