@@ -242,6 +242,10 @@ class StreamThread:
             self._metrics.close()
 
     def _apply_pending_assignment(self) -> None:
+        if self._inbox.waiting:
+            # Cleared before the take: a reader that sees nothing waiting (caught_up) then
+            # sees no idle thread either until an iteration ran with the new tasks.
+            self.idle = False
         pending = self._inbox.take()
         if pending is None:
             return
@@ -479,6 +483,12 @@ class StreamThread:
     @property
     def tasks(self) -> list[StreamTask]:
         return list(self.active.values())
+
+    @property
+    def assignment_waiting(self) -> bool:
+        """Tasks of the thread's assignment are not running yet (posted, or fenced away and
+        due to be taken back)."""
+        return self._inbox.waiting
 
     @property
     def processed_total(self) -> int:
