@@ -38,6 +38,13 @@ owner: a zombie's next commit fails and writes nothing, and it drops the task
 (``TaskMigratedError``) without touching the log. So a task moving between
 members never runs twice, however late the old owner learns it lost it.
 
+Under ``commit.mode=concurrent`` (the default) step 2 of every task is made at
+once (``Log.commit_transactions``: on Kafka each task's flush,
+``send_offsets_to_transaction`` and ``commit_transaction`` in a worker thread), and
+step 3 of a task follows only its own transaction's commit; a crash between tasks
+leaves each task in one of the states above (docs/kafka.md, "Committing a thread's
+tasks together"). ``serial`` commits one task after another.
+
 Stores are never wiped (KIP-892 with ``READ_COMMITTED`` on disk); restart
 replays at most one commit's changelog records per store. Under
 at-least-once, step 2's appends may land without step 3 or the input
