@@ -22,8 +22,9 @@ from confluent_kafka import Producer
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.stream_thread import CommitReport
+from eddyline_runtime.log import CommittedTransaction, Record, TransactionTimeoutError
 from eddyline_runtime.log.kafka import KafkaClients, KafkaLog
-from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.partitions import TaskId, TopicPartition
 from tests.integration.log.test_kafka_broker_runtime import (
     EXPECTED,
     LINES,
@@ -176,3 +177,69 @@ def test_one_task_fenced_in_a_commit_cycle_loses_and_doubles_nothing(
     # The task whose commit was in flight beside it committed in the same cycle.
     assert fenced_cycles[0].transactions >= 1
     assert_exact(log)
+
+
+class _StuckProducer(Producer):
+    """A real producer whose ``commit_transaction`` first blocks until ``release`` is set:
+    a call that ignores its timeout, which the stream thread must not wait for."""
+
+    release: threading.Event | None = None
+
+    def commit_transaction(self, *args: Any) -> None:
+        if self.release is not None:
+            self.release.wait()
+        super().commit_transaction(*args)
+
+
+class _StuckClients(KafkaClients):
+    def __init__(self, stuck: str) -> None:
+        self.release = threading.Event()
+        self._stuck = stuck
+
+    def producer(self, config: Mapping[str, Any]) -> Producer:
+        producer = _StuckProducer(dict(config))
+        if config.get("transactional.id") == self._stuck:
+            producer.release = self.release
+        return producer
+
+
+@pytest.mark.slow
+def test_a_commit_stuck_past_every_timeout_is_abandoned_and_the_others_commit(
+    kafka_bootstrap: str, prefix: str
+) -> None:
+    """One task's commit_transaction never returns: commit_transactions still returns once
+    every call's timeout could have expired, with a TransactionTimeoutError for that task (a
+    fencing: the stream thread drops it and rejoins) whose producer refuses every later
+    call, and the other task's transaction committed."""
+    clients = _StuckClients("st-0_0")
+    # The ids' coordinators loaded first, with the usual timeouts (a fresh broker may take
+    # longer than the short transaction timeout below to load them).
+    warm = KafkaLog.open(f"kafka://{kafka_bootstrap}", {}, topic_prefix=prefix)
+    try:
+        for transactional_id in ("st-0_0", "st-0_1"):
+            warm.transactional_producer(transactional_id).close()
+    finally:
+        warm.close()
+    log = KafkaLog.open(
+        f"kafka://{kafka_bootstrap}",
+        {},
+        topic_prefix=prefix,
+        clients=clients,
+        transaction_timeout_s=2.0,
+    )
+    try:
+        out = TopicPartition("out", 0)
+        log.create_topic("out", 1)
+        stuck, other = log.transactional_producer("st-0_0"), log.transactional_producer("st-0_1")
+        for producer in (stuck, other):
+            producer.begin()
+            producer.send(out, Record(None, producer.transactional_id.encode(), 1))
+        outcomes = log.commit_transactions([stuck, other])
+        assert isinstance(outcomes[0], TransactionTimeoutError)
+        assert outcomes[0].transactional_id == "st-0_0"
+        assert isinstance(outcomes[1], CommittedTransaction)
+        with pytest.raises(TransactionTimeoutError):
+            stuck.begin()
+    finally:
+        clients.release.set()
+        log.close()
