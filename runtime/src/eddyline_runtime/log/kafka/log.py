@@ -355,6 +355,7 @@ class KafkaLog(Log):
         outcomes: list[CommittedTransaction | Exception] = []
         for producer, future in zip(producers, futures, strict=True):
             if not future.done():
+                future.cancel()  # not started yet (more tasks than workers): never will be
                 action = "Committing (still running)"
                 outcomes.append(
                     producer.abandon(action, bound_s)
