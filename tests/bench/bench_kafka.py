@@ -36,13 +36,24 @@ consumer (process start, rejoining, any restore and the first commit included). 
 wipes a store after an unclean shutdown and restores its whole changelog; eddyline's stores
 are transactional under exactly-once and restore the changelog's tail after their last commit.
 
+**Commit modes.** ``--commit-mode`` (default ``concurrent,serial``) lists eddyline's
+``commit.mode`` values to measure, each in its own interleaved throughput runs: the first is
+``eddyline`` (its keys are the issue's, and the restarts use it), each other one
+``eddyline_<mode>``. Each eddyline run also reports its commits (``COMMITS`` at a clean close):
+``commit_p50_ms`` and ``commit_p99_ms`` over every commit of the run, and
+``transactions_per_s_per_thread``, each thread's task transactions over the span from its
+first commit to its last, averaged over the threads.
+
 The last line printed is one JSON object for tools; the targets are printed for information.
+``load_average`` holds the 1-, 5- and 15-minute load averages at the start and the end: the
+figures mean something only on a quiet machine (1-minute load below 1 at both).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pstats
 import random
@@ -156,20 +167,33 @@ def cpu_seconds(pid: int) -> float:
 class Engine:
     """How to start one engine's word count on the broker."""
 
-    def __init__(self, name: str, bootstrap: str, workdir: Path, classes: Path | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        workdir: Path,
+        classes: Path | None,
+        commit_mode: str | None = None,
+    ) -> None:
         self.name = name
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.classes = classes
+        self.commit_mode = commit_mode  # eddyline's commit.mode; None for Kafka Streams
+
+    @property
+    def is_eddyline(self) -> bool:
+        return self.commit_mode is not None
 
     def config(self, application_id: str, state_dir: Path, tx_stores: bool) -> dict[str, Any]:
-        if self.name == "eddyline":
+        if self.is_eddyline:
             return {
                 "application.id": application_id,
                 "state.dir": str(state_dir),
                 "processing.guarantee": "exactly_once_v2",
                 "num.stream.threads": 1,
                 "statestore.cache.max.bytes": CACHE_MAX_BYTES,
+                "commit.mode": self.commit_mode,
             }
         config: dict[str, Any] = {
             "application.id": application_id,
@@ -195,7 +219,7 @@ class Engine:
     ) -> subprocess.Popen[bytes]:
         conf = self.workdir / f"{tag}.conf"
         out = (self.workdir / f"{tag}.log").open("ab")
-        if self.name == "eddyline":
+        if self.is_eddyline:
             conf.write_text(json.dumps({"bootstrap": self.bootstrap, "config": config}))
             command = [sys.executable, "-m", "tests.bench.bench_kafka_eddyline"]
         else:
@@ -311,13 +335,50 @@ def throughput_run(
         "running_words_per_s": words / (started + elapsed - running_at),
         "running_cpu_s_per_m_words": (cpu - running_cpu) / (words / 1e6),
     }
+    if engine.is_eddyline:
+        result.update(commit_figures(log))
     print(
         f"{engine.name} run {run}: {words:,} words in {elapsed:.2f} s "
         f"({result['words_per_s']:,.0f} words/s, {cpu:.1f} CPU s; RUNNING after "
-        f"{result['start_s']:.2f} s, {cpu - running_cpu:.1f} CPU s after it)",
+        f"{result['start_s']:.2f} s, {cpu - running_cpu:.1f} CPU s after it)"
+        + (
+            f"; commits p50 {result['commit_p50_ms']:.1f} ms, p99 {result['commit_p99_ms']:.1f} "
+            f"ms, {result['transactions_per_s_per_thread']:.1f} transactions/s per thread"
+            if "commit_p50_ms" in result
+            else ""
+        ),
         flush=True,
     )
     return result
+
+
+def commit_figures(log: Path) -> dict[str, float]:
+    """Commit latency percentiles and task transactions per second per thread, from the
+    ``COMMITS`` line eddyline printed at its clean close (none if it printed none)."""
+    lines = [
+        line for line in log.read_text(errors="replace").splitlines() if line.startswith("COMMITS ")
+    ]
+    if not lines:
+        return {}
+    threads: dict[str, list[list[float]]] = json.loads(lines[-1].removeprefix("COMMITS "))
+    seconds = sorted(c[1] for commits in threads.values() for c in commits)
+    if not seconds:
+        return {}
+    rates = [
+        sum(c[2] for c in commits) / (commits[-1][0] - commits[0][0])
+        for commits in threads.values()
+        if len(commits) > 1 and commits[-1][0] > commits[0][0]
+    ]
+    return {
+        "commit_p50_ms": percentile(seconds, 0.50) * 1000,
+        "commit_p99_ms": percentile(seconds, 0.99) * 1000,
+        "transactions_per_s_per_thread": statistics.fmean(rates) if rates else 0.0,
+    }
+
+
+def percentile(ordered: list[float], share: float) -> float:
+    """The nearest-rank percentile of ascending values."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
 
 
 # -- restart ----------------------------------------------------------------------------
@@ -414,6 +475,20 @@ def has_transactional_stores(libs: Path) -> bool:
 
 # -- main -------------------------------------------------------------------------------
 
+COMMIT_MODES: Final = ("concurrent", "serial")
+
+
+def commit_modes(value: str) -> list[str]:
+    """``--commit-mode``: commit.mode values, comma-separated, each once."""
+    modes = [mode.strip() for mode in value.split(",") if mode.strip()]
+    unknown = [mode for mode in modes if mode not in COMMIT_MODES]
+    if not modes or unknown or len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(
+            f"--commit-mode {value!r}: give one or more of {', '.join(COMMIT_MODES)}, "
+            "comma-separated, each once (the first is reported as 'eddyline')"
+        )
+    return modes
+
 
 def median(values: list[float], digits: int = 2) -> float | None:
     """None for no values (``--restarts 0`` skips the restarts)."""
@@ -426,6 +501,8 @@ def report(
     runs: dict[str, list[dict[str, float]]],
     restart: dict[str, list[float]],
     configs: dict[str, dict[str, Any]],
+    *,
+    load: dict[str, list[float]],
 ) -> dict[str, Any]:
     """The JSON line's figures: medians of the runs and restarts."""
     result: dict[str, Any] = {
@@ -446,6 +523,10 @@ def report(
         result[f"{name}_running_cpu_s_per_m_words"] = median(
             [r["running_cpu_s_per_m_words"] for r in measured]
         )
+        for figure in ("commit_p50_ms", "commit_p99_ms", "transactions_per_s_per_thread"):
+            values = [r[figure] for r in measured if figure in r]
+            if values:
+                result[f"{name}_{figure}"] = median(values, 1)
     result["kstreams_restart_s"] = median(restart["kstreams"])
     result["kstreams_tx_stores_restart_s"] = (
         median(restart["kstreams_tx"]) if "kstreams_tx" in restart else None
@@ -456,6 +537,8 @@ def report(
     )
     result["kstreams_config"] = configs["kstreams"]
     result["eddyline_config"] = configs["eddyline"]
+    result["eddyline_commit_modes"] = args.commit_mode
+    result["load_average"] = load
     return result
 
 
@@ -490,11 +573,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--restarts", type=int, default=3, help="0: throughput only")
     parser.add_argument(
+        "--commit-mode",
+        type=commit_modes,
+        default=["concurrent", "serial"],
+        help="eddyline's commit.mode values to measure, comma-separated; the first is "
+        "'eddyline' in the JSON (default: concurrent,serial)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         help="instead: one eddyline run with its stream thread under cProfile; print the top",
     )
     args = parser.parse_args()
+    load = {"start": [round(x, 2) for x in os.getloadavg()]}
+    print(f"load average at the start: {load['start']}", flush=True)
     libs = kafka_libs()
     tx_supported = has_transactional_stores(libs)
     with ExitStack() as stack:
@@ -504,10 +596,10 @@ def main() -> None:
             cluster = stack.enter_context(KafkaCluster(workdir / "kafka", 1, libs))
             bootstrap = cluster.bootstrap
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        engines = {
-            name: Engine(name, bootstrap, workdir, args.classes)
-            for name in ("kstreams", "eddyline")
-        }
+        engines = {"kstreams": Engine("kstreams", bootstrap, workdir, args.classes)}
+        for i, mode in enumerate(args.commit_mode):
+            name = "eddyline" if i == 0 else f"eddyline_{mode}"
+            engines[name] = Engine(name, bootstrap, workdir, args.classes, commit_mode=mode)
         lines = text(args.words)
         expected = Counter(word for line in lines for word in line.split())
         input_topic = f"bench-lines-{uuid.uuid4().hex[:6]}"
@@ -545,7 +637,8 @@ def main() -> None:
             for name, engine in engines.items()
         }
 
-    result = report(args, libs, runs, restart, configs)
+    load["end"] = [round(x, 2) for x in os.getloadavg()]
+    result = report(args, libs, runs, restart, configs, load=load)
     targets = check_targets(result)
     for target, met in targets.items():
         print(f"target: {target}: {'n/a' if met is None else 'met' if met else 'NOT met'}")

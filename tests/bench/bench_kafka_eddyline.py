@@ -4,7 +4,9 @@ Usage: ``python -m tests.bench.bench_kafka_eddyline CONFIG_JSON INPUT_TOPIC OUTP
 CONFIG_JSON holds ``{"bootstrap": "host:port", "config": {...StreamsConfig properties}}``,
 written and printed by ``bench_kafka.py``. The topology is ``examples/wordcount``'s with the
 benchmark's topics (the Kafka Streams program, ``kstreams/WordCount.java``, is the same).
-It prints ``RUNNING`` once started and runs until SIGTERM (closes cleanly) or SIGKILL.
+It prints ``RUNNING`` once started and runs until SIGTERM (closes cleanly) or SIGKILL; a clean
+close prints ``COMMITS {json}``: every commit's duration and task transactions per thread, for
+the benchmark's commit latency and transactions per second.
 With ``EDDYLINE_BENCH_PROFILE=FILE`` the stream thread's loop runs under cProfile (a profiler
 sees only the thread that enabled it) and its stats are written to FILE when it closes.
 """
@@ -17,12 +19,14 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine import stream_thread as stream_thread_module
 from eddyline_runtime.engine.instance import StreamsInstance
+from eddyline_runtime.engine.stream_thread import CommitReport
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.processing import StreamsBuilder, Topology
 
@@ -68,8 +72,19 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     log = KafkaLog.open(f"kafka://{spec['bootstrap']}")
+    # Per thread: (monotonic instant at the end, seconds, task transactions) of each commit.
+    commits: dict[str, list[tuple[float, float, int]]] = {}
+
+    def committed(report: CommitReport) -> None:  # on the committing thread: its own list
+        commits.setdefault(report.thread, []).append(
+            (time.monotonic(), report.seconds, report.transactions)
+        )
+
     instance = StreamsInstance(
-        word_count(input_topic, output_topic), StreamsConfig.from_properties(spec["config"]), log
+        word_count(input_topic, output_topic),
+        StreamsConfig.from_properties(spec["config"]),
+        log,
+        on_commit=[committed],
     )
     instance.start()
     print("RUNNING", flush=True)
@@ -79,6 +94,7 @@ def main() -> None:
     finally:
         instance.close()
         log.close()
+    print("COMMITS " + json.dumps(commits), flush=True)
 
 
 if __name__ == "__main__":

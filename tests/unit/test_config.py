@@ -8,6 +8,7 @@ import pytest
 
 from eddyline_runtime.config import (
     CLUSTER_SETTINGS,
+    CommitMode,
     IsolationLevel,
     ProcessingGuarantee,
     StreamsConfig,
@@ -60,6 +61,19 @@ def test_bad_guarantee_and_unknown_keys_are_named() -> None:
     assert "'at_least_once', 'exactly_once_v2'" in str(error.value)
     with pytest.raises(ConfigError, match=r"statestore\.uncommited\.max\.bytes"):
         StreamsConfig.from_properties({"statestore.uncommited.max.bytes": 5})
+
+
+def test_commit_mode_is_concurrent_by_default_and_a_wrong_one_lists_the_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert StreamsConfig.from_properties({}, environ={}).commit_mode is CommitMode.CONCURRENT
+    monkeypatch.setenv("EDDYLINE_COMMIT_MODE", "serial")
+    assert StreamsConfig.from_properties({}).commit_mode is CommitMode.SERIAL
+    with pytest.raises(ConfigError) as error:
+        StreamsConfig.from_properties({"commit.mode": "parallel"}, environ={})
+    assert '"commit.mode"' in str(error.value)
+    assert "'concurrent' or 'serial'" in str(error.value)
+    assert "commit.mode" not in CLUSTER_SETTINGS  # not a StreamApp's spec.config setting
 
 
 def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,6 +99,17 @@ class ProcessingGuarantee(enum.StrEnum):
     EXACTLY_ONCE_V2 = "exactly_once_v2"
 
 
+class CommitMode(enum.StrEnum):
+    """``commit.mode`` (eddyline's own): how a stream thread commits its tasks' transactions
+    under exactly-once (docs/kafka.md, "Committing a thread's tasks together")."""
+
+    # Every task's flush, send_offsets_to_transaction and commit_transaction at once, each
+    # task on its own producer: a cycle costs about one task's round trips.
+    CONCURRENT = "concurrent"
+    # One task's commit after another (the previous behaviour, kept measurable).
+    SERIAL = "serial"
+
+
 def validate_uncommitted_max_bytes(
     value: int, *, key: str = "statestore.uncommitted.max.bytes"
 ) -> int:
@@ -202,6 +213,13 @@ class StreamsConfig(BaseModel):
         ProcessingGuarantee.AT_LEAST_ONCE,
         "exactly_once_v2 commits outputs, changelogs and input offsets in one transaction",
         cluster=True,
+    )
+    # eddyline's own; only a log with round trips to overlap (Kafka) commits concurrently.
+    commit_mode: CommitMode = _setting(
+        "commit.mode",
+        CommitMode.CONCURRENT,
+        "exactly-once: concurrent commits a thread's task transactions together, serial one "
+        "after another",
     )
     num_stream_threads: int = _setting(
         "num.stream.threads",

@@ -58,6 +58,7 @@ from eddyline_runtime.log import (
     SqliteLog,
     TransactionalProducer,
 )
+from eddyline_runtime.log.port import StartedProducers
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state import RocksDBStore
 
@@ -104,14 +105,31 @@ def slow_commits(log: Log, delay_seconds: float) -> Log:
     """
     if delay_seconds <= 0:
         return log
-    open_producer, produce, commit_offsets = (
+    open_producer, open_producers, produce, commit_offsets = (
         log.transactional_producer,
+        log.transactional_producers,
         log.produce,
         log.commit_offsets,
     )
 
     def transactional_producer(transactional_id: str) -> TransactionalProducer:
-        producer = open_producer(transactional_id)
+        return delayed(open_producer(transactional_id))
+
+    def transactional_producers(transactional_ids: Sequence[str]) -> StartedProducers:
+        # A thread's new tasks start their producers together (Kafka's override does not
+        # go through transactional_producer): each one taken is delayed the same way.
+        started = open_producers(transactional_ids)
+        taken: dict[str, TransactionalProducer | Exception] = {}
+        for transactional_id in transactional_ids:
+            try:
+                taken[transactional_id] = delayed(started.take(transactional_id))
+            except Exception as exc:  # raised again by take(), for this id alone
+                taken[transactional_id] = exc
+        return StartedProducers(taken)
+
+    def delayed(producer: TransactionalProducer) -> TransactionalProducer:
+        # producer.commit is what Log.commit_transactions calls too (in worker threads
+        # under commit.mode=concurrent, so the delays overlap as the round trips do).
         commit = producer.commit
 
         def delayed_commit() -> CommittedTransaction:
@@ -131,6 +149,7 @@ def slow_commits(log: Log, delay_seconds: float) -> Log:
         commit_offsets(group, offsets)
 
     log.transactional_producer = transactional_producer  # type: ignore[method-assign]
+    log.transactional_producers = transactional_producers  # type: ignore[method-assign]
     log.produce = delayed_produce  # type: ignore[method-assign]
     log.commit_offsets = delayed_commit_offsets  # type: ignore[method-assign]
     return log

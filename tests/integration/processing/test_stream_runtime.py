@@ -238,3 +238,24 @@ def test_a_task_fenced_away_while_still_assigned_is_opened_again(
     finally:
         instance.close()
     del zombies
+
+
+@pytest.mark.parametrize("mode", ["concurrent", "serial"])
+def test_both_commit_modes_commit_every_tasks_transaction_and_count_exactly(
+    tmp_path: Path, log: SqliteLog, mode: str
+) -> None:
+    """commit.mode changes how a thread's task transactions are committed, never what: each
+    task with work commits its own transaction in the cycle (the reports count them)."""
+    produce_lines(log, LINES)
+    reports: list[CommitReport] = []
+    run_until_caught_up(
+        StreamsInstance(
+            word_count(), config(tmp_path, **{"commit.mode": mode}), log, on_commit=[reports.append]
+        )
+    )
+    latest = {word: counts[-1] for word, counts in counts_published(log).items()}
+    assert latest == dict(EXPECTED)
+    # Two source tasks (one cycle) and then the counting tasks the words went to.
+    assert sum(report.transactions for report in reports) >= 3
+    assert max(report.transactions for report in reports) >= 2
+    assert not any(report.migrated for report in reports)

@@ -533,6 +533,33 @@ def test_fenced_producer_commit_raises_and_writes_nothing(log: Log) -> None:
     assert log.committed_offsets("app", [IN, IN_1]) == {IN: 1}
 
 
+def test_commit_transactions_commits_each_and_reports_a_fenced_one_alone(log: Log) -> None:
+    """Several producers' transactions committed together: the fenced one's outcome is its
+    ProducerFencedError and nothing of it is written; the others commit their records and
+    offsets (each outcome in the order the producers were given)."""
+    first = log.transactional_producer("app-0_0")
+    zombie = log.transactional_producer("app-0_1")
+    last = log.transactional_producer("app-1_0")
+    for producer, tp, offsets in (
+        (first, OUT, {IN: 3}),
+        (zombie, OUT_1, {IN_1: 9}),
+        (last, OUT_1, {IN_1: 4}),
+    ):
+        producer.begin()
+        producer.send(tp, rec(producer.transactional_id.encode()))
+        producer.send_offsets("app", offsets)
+    log.transactional_producer("app-0_1")  # fences the zombie's open transaction
+    outcomes = log.commit_transactions([first, zombie, last])
+    assert isinstance(outcomes[1], ProducerFencedError)
+    assert outcomes[1].transactional_id == "app-0_1"
+    committed = [o for o in (outcomes[0], outcomes[2]) if isinstance(o, CommittedTransaction)]
+    assert len(committed) == 2
+    settle(log, committed[0], ("app", {IN: 3}))
+    settle(log, committed[1], ("app", {IN: 3, IN_1: 4}))
+    assert [r.value for r in fetch_all(log, OUT)] == [b"app-0_0"]
+    assert [r.value for r in fetch_all(log, OUT_1)] == [b"app-1_0"]
+
+
 def test_newer_producer_commits_after_fencing_and_the_zombie_stays_fenced(
     log: Log, open_again: LogOpener
 ) -> None:

@@ -65,6 +65,13 @@ class AssignmentInbox:
             self._taken, self._reclaim_at = pending, None
             return pending
 
+    @property
+    def waiting(self) -> bool:
+        """An assignment is posted, or a fenced task is to be taken back: the thread does
+        not yet run everything it will."""
+        with self._lock:
+            return self._pending is not None or self._reclaim_at is not None
+
     def reclaim(self, task_id: TaskId) -> None:
         """``task_id`` was fenced away: take it back shortly if it is still assigned here."""
         with self._lock:

@@ -38,6 +38,13 @@ owner: a zombie's next commit fails and writes nothing, and it drops the task
 (``TaskMigratedError``) without touching the log. So a task moving between
 members never runs twice, however late the old owner learns it lost it.
 
+Under ``commit.mode=concurrent`` (the default) step 2 of every task is made at
+once (``Log.commit_transactions``: on Kafka each task's flush,
+``send_offsets_to_transaction`` and ``commit_transaction`` in a worker thread), and
+step 3 of a task follows only its own transaction's commit; a crash between tasks
+leaves each task in one of the states above (docs/kafka.md, "Committing a thread's
+tasks together"). ``serial`` commits one task after another.
+
 Stores are never wiped (KIP-892 with ``READ_COMMITTED`` on disk); restart
 replays at most one commit's changelog records per store. Under
 at-least-once, step 2's appends may land without step 3 or the input
@@ -64,19 +71,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eddyline_runtime.config import ProcessingGuarantee, StreamsConfig
+from eddyline_runtime.config import CommitMode, ProcessingGuarantee, StreamsConfig
 from eddyline_runtime.engine.assignment_inbox import AssignmentInbox
 from eddyline_runtime.engine.log_retention import LogRetention
 from eddyline_runtime.engine.queryable import LocalStorePartition
 from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.record_collector import RecordCollector
 from eddyline_runtime.engine.store_opener import RestoreWaitInterruptedError, StoreOpener
-from eddyline_runtime.engine.task import StreamTask
+from eddyline_runtime.engine.task import PreparedCommit, StreamTask
 from eddyline_runtime.engine.task_manager import RestoreListener, TaskManager
 from eddyline_runtime.engine.thread_metrics import ThreadMetrics
 from eddyline_runtime.engine.topics import TopicLayout
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.log import LagTracker, Log, ProducerFencedError
+from eddyline_runtime.log import LagTracker, Log, ProducerFencedError, TransactionalProducer
 from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.metrics import MetricName, MetricsRegistry
 from eddyline_runtime.partitions import TaskId, TopicPartition
@@ -115,6 +122,8 @@ class CommitReport:
     changelog_last_offsets: Mapping[TopicPartition, int]
     output_records: int
     seconds: float
+    transactions: int = 0  # task transactions committed (exactly-once)
+    migrated: tuple[TaskId, ...] = ()  # tasks dropped uncommitted: another member fenced them
 
 
 CommitListener = Callable[[CommitReport], None]
@@ -154,6 +163,7 @@ class StreamThread:
         self._inbox = AssignmentInbox(tasks, standby_tasks)
         config = setup.config
         self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
+        self._concurrent_commits = config.commit_mode is CommitMode.CONCURRENT
         self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
         self._budget = UncommittedBytesBudget(config)
         self._cache = ThreadCache(config.cache_bytes_per_thread)
@@ -245,6 +255,10 @@ class StreamThread:
             self._metrics.close()
 
     def _apply_pending_assignment(self) -> None:
+        if self._inbox.waiting:
+            # Cleared before the take: a reader that sees nothing waiting (caught_up) then
+            # sees no idle thread either until an iteration ran with the new tasks.
+            self.idle = False
         pending = self._inbox.take()
         if pending is None:
             return
@@ -366,33 +380,40 @@ class StreamThread:
         input_offsets: dict[TopicPartition, int] = {}
         output_records = self._collector.take_sent()
         migrated: list[TaskId] = []
+        prepared_tasks: list[tuple[StreamTask, PreparedCommit]] = []
         for task in list(self.active.values()):
             outputs: dict[TopicPartition, RecordColumns] = {}
             output_records += self._collector.collect(task, outputs)
             prepared = task.prepare_commit(outputs)
-            if prepared is None:
-                continue
-            try:  # step 2
-                if task.transactional:
-                    last_offsets = task.commit_transaction(
-                        prepared.records, self.setup.config.application_id, prepared.input_offsets
-                    )
-                else:
-                    last_offsets = self._collector.append(prepared.records)
-            except ProducerFencedError as fenced:
+            if prepared is not None:
+                prepared_tasks.append((task, prepared))
+        written = self._write(prepared_tasks)  # step 2
+        failure: Exception | None = None
+        transactions = 0
+        for (task, prepared), outcome in zip(prepared_tasks, written, strict=True):
+            if isinstance(outcome, ProducerFencedError):
                 logger.warning(
                     "task %s was taken over by another member (%s); dropping it uncommitted",
                     task.id,
-                    fenced,
+                    outcome,
                 )
                 migrated.append(task.id)
                 continue
-            task.complete_commit(last_offsets)  # step 3
+            if isinstance(outcome, Exception):
+                # Concurrent commits: the other tasks' transactions are decided, so their
+                # stores still commit; then the thread fails with this task's error.
+                failure = failure or outcome
+                continue
+            task.complete_commit(outcome)  # step 3
+            if task.transactional:
+                transactions += 1
             self._metrics.task_committed(task.id)
             input_offsets.update(prepared.input_offsets)
             for tp, records in prepared.changelog_records.items():
                 changelog_records[tp] = records
-                changelog_last_offsets[tp] = last_offsets[tp]
+                changelog_last_offsets[tp] = outcome[tp]
+        if failure is not None:
+            raise failure
         if not self._exactly_once and input_offsets:
             self.setup.log.commit_offsets(self.setup.config.application_id, input_offsets)
         for task_id in migrated:
@@ -412,6 +433,8 @@ class StreamThread:
             changelog_last_offsets=changelog_last_offsets,
             output_records=output_records,
             seconds=seconds,
+            transactions=transactions,
+            migrated=tuple(migrated),
         )
         self.processed_since_commit = 0
         self._punctuated = False
@@ -421,6 +444,44 @@ class StreamThread:
         for listener in self.setup.on_commit:
             listener(report)
         return report
+
+    def _write(
+        self, prepared_tasks: Sequence[tuple[StreamTask, PreparedCommit]]
+    ) -> list[dict[TopicPartition, int] | Exception]:
+        """Step 2 for each task, in order: the last offset the log gave each of its
+        partitions, or the ProducerFencedError that dropped it. Under
+        ``commit.mode=concurrent`` every task's transaction is opened and filled first
+        (CPU work), then the log commits them all at once (Log.commit_transactions), and
+        any other error is returned too, for the caller to raise once the tasks that
+        committed finished; serial commits raise it at once, as they always did."""
+        group = self.setup.config.application_id
+        if not self._exactly_once or not self._concurrent_commits:
+            written: list[dict[TopicPartition, int] | Exception] = []
+            for task, prepared in prepared_tasks:
+                try:
+                    if task.transactional:
+                        written.append(
+                            task.commit_transaction(prepared.records, group, prepared.input_offsets)
+                        )
+                    else:
+                        written.append(self._collector.append(prepared.records))
+                except ProducerFencedError as fenced:
+                    written.append(fenced)
+            return written
+        opened: dict[int, TransactionalProducer] = {}
+        outcomes: dict[int, dict[TopicPartition, int] | Exception] = {}
+        for i, (task, prepared) in enumerate(prepared_tasks):
+            try:
+                opened[i] = task.open_transaction(prepared.records, group, prepared.input_offsets)
+            except ProducerFencedError as fenced:  # found while sending: this task alone
+                outcomes[i] = fenced
+        committed = self.setup.log.commit_transactions(list(opened.values()))
+        for i, outcome in zip(opened, committed, strict=True):
+            try:
+                outcomes[i] = prepared_tasks[i][0].transaction_committed(outcome)
+            except Exception as exc:  # that task's alone; the caller decides
+                outcomes[i] = exc
+        return [outcomes[i] for i in range(len(prepared_tasks))]
 
     # -- what others may read ---------------------------------------------------------
 
@@ -435,6 +496,12 @@ class StreamThread:
     @property
     def tasks(self) -> list[StreamTask]:
         return list(self.active.values())
+
+    @property
+    def assignment_waiting(self) -> bool:
+        """Tasks of the thread's assignment are not running yet (posted, or fenced away and
+        due to be taken back)."""
+        return self._inbox.waiting
 
     @property
     def processed_total(self) -> int:

@@ -23,7 +23,7 @@ from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import Output, TaskTopology
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import FetchedColumns, TransactionalProducer
-from eddyline_runtime.log.port import RecordColumns
+from eddyline_runtime.log.port import CommittedTransaction, RecordColumns
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.topology import RecordFailedError
 from eddyline_runtime.restore.replay.lag import LagInfo
@@ -326,7 +326,24 @@ class StreamTask:
         group: str,
         input_offsets: Mapping[TopicPartition, int],
     ) -> dict[TopicPartition, int]:
-        """Write records and input offsets in one transaction of this task's producer."""
+        """Write records and input offsets in one transaction of this task's producer, and
+        commit it (``commit.mode=serial``)."""
+        producer = self.open_transaction(batches, group, input_offsets)
+        try:
+            outcome: CommittedTransaction | Exception = producer.commit()
+        except Exception as exc:
+            outcome = exc
+        return self.transaction_committed(outcome)
+
+    def open_transaction(
+        self,
+        batches: Mapping[TopicPartition, RecordColumns],
+        group: str,
+        input_offsets: Mapping[TopicPartition, int],
+    ) -> TransactionalProducer:
+        """Begin a transaction of this task's producer and hand it the records and input
+        offsets; its commit is the caller's (``Log.commit_transactions`` commits several
+        tasks' at once), whose outcome goes to :meth:`transaction_committed`."""
         producer = self.producer
         assert producer is not None, "exactly-once tasks have a producer"
         producer.begin()
@@ -338,9 +355,20 @@ class StreamTask:
                 )
             if input_offsets:
                 producer.send_offsets(group, input_offsets)
-            return dict(producer.commit().last_offsets)
-        finally:  # committed, or failed and dropped by the producer
+        except BaseException:  # failed and dropped by the producer (fenced), or the thread's end
             self._transaction_open = False
+            raise
+        return producer
+
+    def transaction_committed(
+        self, outcome: CommittedTransaction | Exception
+    ) -> dict[TopicPartition, int]:
+        """The open transaction's outcome: the last offset the log gave each partition, or
+        the error its commit raised (the producer dropped the transaction either way)."""
+        self._transaction_open = False
+        if isinstance(outcome, Exception):
+            raise outcome
+        return dict(outcome.last_offsets)
 
     def abort_transaction(self) -> None:
         if self.producer is not None and self._transaction_open:

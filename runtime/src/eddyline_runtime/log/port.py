@@ -537,6 +537,22 @@ class Log(abc.ABC):
                 started[transactional_id] = exc
         return StartedProducers(started)
 
+    def commit_transactions(
+        self, producers: Sequence[TransactionalProducer]
+    ) -> list[CommittedTransaction | Exception]:
+        """Commit each producer's open transaction: each outcome in order, the committed
+        transaction or the error its ``commit()`` raised (that producer's alone, the
+        others still commit). An adapter whose commit is round trips (Kafka's flush,
+        ``send_offsets_to_transaction``, ``commit_transaction``) makes them concurrently,
+        each producer's calls in their usual order. Here: one after another."""
+        outcomes: list[CommittedTransaction | Exception] = []
+        for producer in producers:
+            try:
+                outcomes.append(producer.commit())
+            except Exception as exc:  # that producer's outcome; the caller decides
+                outcomes.append(exc)
+        return outcomes
+
     @abc.abstractmethod
     def close(self) -> None: ...
 

@@ -33,11 +33,12 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Unpack
 
 from confluent_kafka import TopicPartition as KafkaPartition
 
+from eddyline_runtime.log.errors import TransactionTimeoutError
 from eddyline_runtime.log.kafka.admin import KafkaTopics
 from eddyline_runtime.log.kafka.connection import ConnectionOptions, KafkaConnection
 from eddyline_runtime.log.kafka.groups import KafkaGroups
@@ -51,6 +52,7 @@ from eddyline_runtime.log.kafka.reader import (
 from eddyline_runtime.log.kafka_settings import KafkaLogSettings, kafka_log_settings
 from eddyline_runtime.log.port import (
     ChangeBatch,
+    CommittedTransaction,
     FetchedColumns,
     FetchResult,
     Log,
@@ -67,6 +69,13 @@ _SERVE_PRODUCERS_S = 1.0
 # At most this many init_transactions round trips in flight for one thread's new tasks
 # (a thread holds a few tasks; more would only queue at the transaction coordinators).
 _CONCURRENT_STARTS = 16
+# At most this many of one thread's task commits in flight at once (the same reasoning).
+_CONCURRENT_COMMITS = 16
+# How many transaction timeouts the stream thread waits for its tasks' concurrent commits:
+# a commit makes at most five calls bounded by transaction.timeout.ms (flush,
+# send_offsets_to_transaction, commit_transaction retried up to that deadline, and the abort
+# after a failure), so waiting longer than six means a call ignored its timeout.
+_COMMIT_WAIT_TRANSACTION_TIMEOUTS = 6
 
 
 class _ThreadClients:
@@ -76,6 +85,8 @@ class _ThreadClients:
         self.reader: PartitionReader | None = None
         self.producer = PlainProducer(connection)
         self.transactional: weakref.WeakSet[KafkaTransactionalProducer] = weakref.WeakSet()
+        # Runs the thread's task commits concurrently (commit_transactions); made on first use.
+        self.committers: ThreadPoolExecutor | None = None
         self.served_at = time.monotonic()
         self.ready = True
 
@@ -318,6 +329,48 @@ class KafkaLog(Log):
                 owned.add(result)
         return StartedProducers(dict(zip(ids, results, strict=True)))
 
+    def commit_transactions(
+        self, producers: Sequence[TransactionalProducer]
+    ) -> list[CommittedTransaction | Exception]:
+        """Each producer's commit (flush, ``send_offsets_to_transaction``,
+        ``commit_transaction``) in a worker thread of its own, all at once (docs/kafka.md,
+        "Committing a thread's tasks together"): librdkafka's calls release the GIL, so a
+        thread's tasks wait about one task's round trips, not one set each. Each producer
+        makes its calls in the serial order and is fenced per transactional id, so running
+        them together changes when the calls are made, not what any of them may commit.
+
+        Every call has a timeout; a worker still running after all of them could have
+        expired gets a TransactionTimeoutError for its producer (abandoned, as a fencing),
+        so a stuck call can never hold the stream thread."""
+        if len(producers) <= 1:
+            return super().commit_transactions(producers)
+        state = self._thread_state()
+        if state.committers is None:
+            state.committers = ThreadPoolExecutor(
+                _CONCURRENT_COMMITS, thread_name_prefix="eddyline-commit"
+            )
+        futures = [state.committers.submit(producer.commit) for producer in producers]
+        bound_s = _COMMIT_WAIT_TRANSACTION_TIMEOUTS * self.connection.transaction_timeout_s
+        wait(futures, timeout=bound_s)
+        outcomes: list[CommittedTransaction | Exception] = []
+        for producer, future in zip(producers, futures, strict=True):
+            if not future.done():
+                future.cancel()  # not started yet (more tasks than workers): never will be
+                action = "Committing (still running)"
+                outcomes.append(
+                    producer.abandon(action, bound_s)
+                    if isinstance(producer, KafkaTransactionalProducer)
+                    else TransactionTimeoutError(
+                        producer.transactional_id, action, bound_s, self.settings.bootstrap
+                    )
+                )
+                continue
+            try:
+                outcomes.append(future.result())
+            except Exception as exc:  # that producer's outcome alone; the caller decides
+                outcomes.append(exc)
+        return outcomes
+
     def close(self) -> None:
         if self._closed:
             return
@@ -329,6 +382,10 @@ class KafkaLog(Log):
                 state.reader.close()
                 state.reader = None
             state.producer.close()
+            if state.committers is not None:
+                # Not waited for: a worker stuck past its bound must not hold close().
+                state.committers.shutdown(wait=False)
+                state.committers = None
             state.ready = False
         self._groups.close()
         self.topic_admin.close()

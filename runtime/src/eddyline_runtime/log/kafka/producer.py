@@ -469,6 +469,17 @@ class KafkaTransactionalProducer(TransactionalProducer):
         except KafkaException as exc:  # fenced: nothing of it is to be delivered anyway
             logger.info("transactional id %s: closing: %s", self.transactional_id, exc)
 
+    def abandon(self, action: str, seconds: float) -> ProducerFencedError:
+        """A commit made in another thread did not return within ``seconds`` (every call in
+        it has a timeout, so this is a backstop, never expected): the producer is given up
+        without another librdkafka call (the stuck one may still be inside it), and every
+        later call raises the timeout, which its task handles as a fencing."""
+        return self._fence(
+            TransactionTimeoutError(
+                self.transactional_id, action, seconds, self._connection.settings.bootstrap
+            )
+        )
+
     # -- errors ------------------------------------------------------------------------------
 
     def _retrying(self, method: str, action: str) -> None:
