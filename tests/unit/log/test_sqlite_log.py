@@ -176,6 +176,40 @@ def test_a_log_written_before_epochs_existed_gains_them(tmp_path: Path) -> None:
     assert SqliteLog(path).partition_epoch(TopicPartition("old", 0)) == epoch
 
 
+def test_a_log_put_back_from_a_backup_names_its_new_epochs_apart_from_the_lost_ones(
+    tmp_path: Path,
+) -> None:
+    """The restored log numbers its next epoch as the lost history did; the tag tells them
+    apart, and the epoch the backup ended in ends where the restored log's writer began."""
+    path, backup = tmp_path / "log.db", tmp_path / "backup.db"
+    tp = TopicPartition("changelog", 0)
+    log = SqliteLog(path)
+    log.create_topic("changelog", 1)
+    log.produce(tp, [rec(b"k")] * 10)
+    at_backup = log.partition_epoch(tp)
+    log.close()
+    with sqlite3.connect(path) as live, sqlite3.connect(backup) as copy:
+        live.backup(copy)
+    log = SqliteLog(path)
+    lost = log.start_epoch(tp)  # a writer began after the backup, and wrote on
+    log.produce(tp, [rec(b"k")] * 10)
+    log.close()
+    with sqlite3.connect(backup) as copy, sqlite3.connect(path) as live:
+        copy.backup(live)
+    log = SqliteLog(path)
+    try:
+        assert log.epoch_end_offset(tp, at_backup) == 10  # until a writer begins: the end
+        regrown = log.start_epoch(tp)
+        log.produce(tp, [rec(b"other")] * 30)
+        assert lost is not None and regrown is not None
+        assert regrown != lost and regrown.split(".")[0] == lost.split(".")[0]
+        assert log.epoch_end_offset(tp, lost) is None  # not this log's history: REPLACED
+        assert log.epoch_end_offset(tp, at_backup) == 10  # a copy past 10 is REPLACED
+        assert log.epoch_end_offset(tp, regrown) == 40
+    finally:
+        log.close()
+
+
 def test_a_full_disk_is_reported_as_such_and_the_log_keeps_working(log: SqliteLog) -> None:
     """SQLite rolls back by itself when the disk fills; the adapter's own ROLLBACK then failed
     with "cannot rollback - no transaction is active", hiding the reason."""
