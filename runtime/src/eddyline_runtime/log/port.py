@@ -502,6 +502,18 @@ class Log(abc.ABC):
         """
         return None
 
+    def epoch_at(self, tp: TopicPartition, offset: int) -> str | None:
+        """The epoch whose writer wrote the record now at ``offset``, as the log's history
+        records it; None when the partition does not hold that offset (at or past its end).
+
+        What a copy that ends at ``offset`` is stamped with when it was not written by a
+        task (a Spark restore build: docs/state.md, "Epochs"), so that it is judged as a
+        store is, by :meth:`epoch_end_offset`. A log that keeps no epoch history answers
+        its epoch now (:meth:`partition_epoch`): then a copy of an earlier epoch is judged
+        another epoch's, never wrongly trusted.
+        """
+        return self.partition_epoch(tp)
+
     def start_epoch(self, tp: TopicPartition) -> str | None:
         """A new writer of ``tp`` begins: start a new epoch at its end; returns its name.
 

@@ -602,6 +602,53 @@ class SqliteLog(Log):
             return None
         return int(min(start for _, start in later))
 
+    def epoch_at(self, tp: TopicPartition, offset: int) -> str | None:
+        """The epoch that wrote the record now at ``offset``: the latest epoch of the
+        history that began at or below it (an epoch begun by a truncation below ``offset``
+        replaced what was there). None when the partition does not hold ``offset``.
+
+        One read transaction, so the answer fits the end it was asked against. When the
+        history does not reach back to ``offset`` (epochs begun before this log kept a
+        history), the epoch now: a copy stamped with it is then judged another epoch's
+        once a writer begins, never wrongly trusted.
+        """
+        with self._read() as db:
+            row = db.execute(
+                "SELECT t.uuid, t.id, p.epoch, p.next_offset, p.epoch_tag FROM topics t "
+                "JOIN partitions p ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
+                (tp.topic, tp.partition),
+            ).fetchone()
+            if row is None:
+                self._topic(db, tp)  # raises, naming the topics there are
+                raise UnknownTopicError(f"partition {tp}", [])
+            uuid, topic_id, current, next_offset, current_tag = row
+            if not 0 <= offset < next_offset:
+                return None
+            began = db.execute(
+                "SELECT epoch, tag FROM partition_epochs WHERE topic_id = ? AND partition = ? "
+                "AND start_offset <= ? ORDER BY epoch DESC LIMIT 1",
+                (topic_id, tp.partition, offset),
+            ).fetchone()
+            # Epoch 0 has no row: it wrote ``offset`` when no later epoch began at or below
+            # it, if the history holds every epoch after it (it starts at epoch 1).
+            complete = current == 0 or (
+                db.execute(
+                    "SELECT 1 FROM partition_epochs WHERE topic_id = ? AND partition = ? "
+                    "AND epoch = 1",
+                    (topic_id, tp.partition),
+                ).fetchone()
+                is not None
+            )
+        if began is not None:
+            number, tag = int(began[0]), str(began[1])
+        elif complete:
+            number, tag = 0, ""
+        else:
+            number, tag = int(current), str(current_tag)
+        if number == current:
+            tag = str(current_tag)  # the row and the partition name the same epoch
+        return _epoch_name(str(uuid), number, tag)
+
     def record_divergence(self, tp: TopicPartition) -> None:
         """A copy saw offsets this partition no longer holds: start a new epoch at its end.
 

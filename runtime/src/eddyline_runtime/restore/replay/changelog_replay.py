@@ -53,6 +53,7 @@ import enum
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -160,20 +161,33 @@ def replay_start(
     )
 
 
+def recorded_epoch_end(
+    store_epoch: str | None,
+    log_epoch: str | None,
+    epoch_end_offset: Callable[[str], int | None] | None,
+) -> int | None:
+    """``store_epoch_end`` for :func:`replay_start`: where the epoch a copy recorded ended
+    in the changelog's history (``Log.epoch_end_offset`` of its partition), asked only
+    when that epoch is not the changelog's now; None when it need not be or cannot be
+    told. Every copy (a store, a standby, a Spark build's manifest) is judged by it."""
+    if store_epoch is None or log_epoch is None or store_epoch == log_epoch:
+        return None
+    return None if epoch_end_offset is None else epoch_end_offset(store_epoch)
+
+
 def judge(store: StateStore, log: Log, changelog: TopicPartition) -> ReplayStart:
     """:func:`replay_start` for ``store`` against the live bounds and epoch of ``changelog``."""
     store_epoch = store.changelog_epoch(changelog)
     log_epoch = log.partition_epoch(changelog)
-    epoch_end = None
-    if store_epoch is not None and log_epoch is not None and store_epoch != log_epoch:
-        epoch_end = log.epoch_end_offset(changelog, store_epoch)
     return replay_start(
         store.committed_offset(changelog),
         log.beginning_offset(changelog),
         log.end_offset(changelog),
         store_epoch=store_epoch,
         log_epoch=log_epoch,
-        store_epoch_end=epoch_end,
+        store_epoch_end=recorded_epoch_end(
+            store_epoch, log_epoch, partial(log.epoch_end_offset, changelog)
+        ),
         other_changelogs=[tp for tp in store.committed_changelogs() if tp != changelog],
     )
 

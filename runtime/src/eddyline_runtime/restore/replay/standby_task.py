@@ -12,12 +12,14 @@ this copy has not applied yet.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.restore.replay.changelog_replay import (
     judge,
     mismatch_error,
+    recorded_epoch_end,
     replay_batch,
     replay_start,
 )
@@ -75,18 +77,17 @@ class StandbyTask:
             # The epoch is read before the fetch: a later one is judged next time.
             recorded = self._epochs[name]
             epoch = log.partition_epoch(tp) if position < end else recorded
-            epoch_end = None
-            if recorded is not None and epoch is not None and epoch != recorded:
-                # A new writer (the active moved or restarted) began an epoch: the copy
-                # stays trusted if that began after what it applied (KIP-101).
-                epoch_end = log.epoch_end_offset(tp, recorded)
             start = replay_start(
                 position - 1,
                 log.beginning_offset(tp),
                 end,
                 store_epoch=recorded,
                 log_epoch=epoch,
-                store_epoch_end=epoch_end,
+                # A new writer (the active moved or restarted) began an epoch: the copy
+                # stays trusted if that began after what it applied (KIP-101).
+                store_epoch_end=recorded_epoch_end(
+                    recorded, epoch, partial(log.epoch_end_offset, tp)
+                ),
             )
             if not start.trusted:
                 raise mismatch_error(name, tp, start, copy=f"standby of task {self.id}")
