@@ -297,8 +297,10 @@ class TaskRelease:
             if not entry.fenced:
                 try:
                     self._fence(task)
-                except Exception as error:  # asked again next round, within the bounds
+                except Exception as error:  # tried again next round, within the bounds
                     logger.warning("task %s: fencing %s failed: %s", task, entry.owner, error)
+                    if time.monotonic() - entry.released_at >= self._wait_seconds:
+                        let_go[task] = "bound"  # the promotion's own producer fences it
                     continue
                 entry.fenced = True
             if self._caught_up(task):
