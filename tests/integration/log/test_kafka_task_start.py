@@ -30,6 +30,7 @@ from tests.integration.log.test_kafka_broker_runtime import (
     run_until_caught_up,
     settled_counts,
 )
+from tests.support.waiting import wait_for
 from tests.support.word_count import word_count
 
 # The word count on PARTITIONS (2) input partitions: two subtopologies, four tasks.
@@ -184,6 +185,9 @@ def test_a_producer_that_fails_to_start_reports_its_own_error_and_the_others_sta
         starter.close()
     assert type(together.value) is type(alone.value)
     assert str(together.value) == str(alone.value)
+    # A commit returns before its markers reach the partition; until they do the second
+    # commit's record is above the end a read_committed fetch stops at (once seen failing).
+    wait_for(lambda: not log.undecided(out), "both commits' markers in the partition")
     values = [
         r.value or b"" for r in log.fetch(out, log.beginning_offset(out), max_records=10).records
     ]

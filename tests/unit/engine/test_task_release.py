@@ -242,3 +242,37 @@ def test_running_tasks_are_the_active_and_restoring_copies_of_a_layout() -> None
 
 def test_a_refused_layout_request_means_unreachable() -> None:
     assert probe_layout(f"127.0.0.1:{free_port()}", 1.0) is None
+
+
+def test_the_old_owner_is_fenced_once_before_the_copy_is_asked_whether_it_caught_up() -> None:
+    """The end a copy must reach is read only after the old owner can commit nothing more
+    (issue 38): the fence comes first, once per hold, and a failed fence is tried again in
+    the next round without the copy being asked meanwhile."""
+    events: list[str] = []
+    failures = [RuntimeError("coordinator not available")]
+    delivered = threading.Event()
+
+    def fence(task: TaskId) -> None:
+        events.append(f"fence {task}")
+        if failures:
+            raise failures.pop()
+
+    def caught_up(task: TaskId) -> bool:
+        events.append(f"caught up? {task}")
+        return events.count(f"caught up? {task}") >= 2
+
+    release = TaskRelease(
+        "s",
+        caught_up=caught_up,
+        deliver=delivered.set,
+        fence=fence,
+        probe=OldOwner(frozenset()),
+        poll_seconds=0.01,
+    )
+    try:
+        assert release.hold(BEFORE, MOVED) == {T0}
+        wait_for(delivered.is_set, "the task let go")
+    finally:
+        release.close()
+    assert events == [f"fence {T0}", f"fence {T0}", f"caught up? {T0}", f"caught up? {T0}"]
+    assert [(o.task, o.how) for o in release.outcomes] == [(T0, "released")]

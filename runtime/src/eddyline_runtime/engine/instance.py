@@ -157,6 +157,7 @@ class StreamsInstance:
             self.member.id,
             caught_up=self._copy_caught_up,
             deliver=self._redeliver,
+            fence=self._fence_previous_owner,
             probe=release_probe,
         )
         # Global stores (GlobalKTable): held whole here, loaded by the global thread before
@@ -331,22 +332,33 @@ class StreamsInstance:
             ):
                 thread.assign(active, standby)
 
+    def _fence_previous_owner(self, task: TaskId) -> None:
+        """Under exactly-once, open (and close) a producer for ``task``'s transactional id:
+        when that returns, every transaction an earlier owner made with it is decided (its
+        markers are in the changelogs, an open one aborted) and its producer can commit
+        nothing more, so a changelog end read afterwards is final until this member writes
+        (engine/task_release.py). The stream thread's own producer, opened at the promotion,
+        fences this one in turn. Under at-least-once an owner appends without transactions:
+        there is nothing to fence."""
+        if self.config.processing_guarantee is not ProcessingGuarantee.EXACTLY_ONCE_V2:
+            return
+        self.log.transactional_producer(f"{self.config.application_id}-{task}").close()
+
     def _copy_caught_up(self, task: TaskId) -> bool:
         """This member's standby copy of ``task`` read everything its previous owner's final
         commit wrote to the task's changelogs (a copy not open, waiting for a Spark build,
         has nothing to wait for).
 
-        Called once that owner no longer runs the task, so that commit returned. The
-        invariant relied on: a changelog with no undecided transaction (``Log.undecided``)
-        has every returned commit's records below its end offset. Its end alone is not
-        enough: on Kafka a commit returns before its markers reach the changelog, and
-        until they do the end (the last stable offset) stays below the commit's records.
-        A copy at that end was promoted with them still to read, and replayed them on the
-        critical path (36 records at an eviction whose release and catch-up both took
-        2 ms, issue 38). So the check waits for the changelog to be decided first, then
-        reads the end: the old owner writes nothing more, so that end holds its commit.
-        An owner that crashed with a transaction open leaves it undecided until the new
-        producer aborts it (at the promotion): such a copy waits for the release bound."""
+        Called once that owner let the task go *and* was fenced
+        (:meth:`_fence_previous_owner`): no earlier owner can commit to the changelogs any
+        more and every transaction it made is decided, so the end read here is final (the
+        invariant, engine/task_release.py). The old owner's word that it released the task
+        was not enough: a copy compared with an end read before a commit's markers landed
+        (36 records at an eviction whose release and catch-up both took 2 ms), or before a
+        commit the owner still made, was promoted with records still to read and replayed
+        them on the critical path (12 records, caught up in the release's own round; issue
+        38). ``Log.undecided`` is still asked: under at-least-once nothing is fenced, and a
+        decided changelog is the cheap half of the same rule."""
         for thread in self.threads:
             standby = thread.standbys.get(task)
             if standby is None:

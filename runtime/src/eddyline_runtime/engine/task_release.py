@@ -27,10 +27,27 @@ membership authority:
   unreachable) and lets its copy read that commit. Promoting at once made the
   copy replay it (issue 38).
 
-"Caught up" means the copy read its changelogs to an end with no undecided
-transaction (``Log.undecided``, instance.py ``_copy_caught_up``): on Kafka an
-owner's final commit returns before its markers land, and an end read before
-them is below that commit's records.
+"Caught up" means the copy read its changelogs to an end read *after the old
+owner was fenced* (instance.py ``_fence_previous_owner``, then
+``_copy_caught_up``). The catch-up invariant: **the end a copy is compared with before
+its promotion holds every record any earlier owner of the task can ever
+commit.** The release signal alone cannot give that: it is another process's
+word, read over HTTP, about a commit whose markers land later (a Kafka commit
+returns before its markers reach the changelog, so an end read then is below
+the commit's records), and nothing in the log stops an owner from committing
+again after it said it let go. Opening a producer for the task's
+transactional id does: on Kafka ``InitProducerId`` returns only once every
+earlier transaction of that id is complete (markers written; an open one is
+aborted) and from then on the old producer's commits fail. So the watcher
+fences first, then reads the end; the copy replays up to it as a standby, and
+the promotion's own producer (which fences again) finds nothing more to
+restore. Fencing an owner that released is free (it writes nothing more);
+fencing one that had not really let go makes it drop the task uncommitted
+(``TaskMigratedError``), its work redone here: exactly-once either way.
+Under at-least-once there are no transactions to fence or wait for, and the
+end is read after the release as before. Issue 38: the scale-in e2e once saw
+a copy judged caught up in the same round as the release (55 ms) and its
+promotion then replayed 12 records.
 
 The invariant: a task is never processed by two members at once in a way that
 publishes twice, and a member never waits forever for a dead owner. The first
@@ -131,6 +148,7 @@ class _Held:
     since: float
     released_at: float | None = None
     unreachable: bool = False
+    fenced: bool = False
 
 
 class TaskRelease:
@@ -142,19 +160,23 @@ class TaskRelease:
         *,
         caught_up: Callable[[TaskId], bool],
         deliver: Callable[[], None],
+        fence: Callable[[TaskId], None] = lambda task: None,
         probe: LayoutProbe = probe_layout,
         wait_seconds: float = RELEASE_WAIT_SECONDS,
         limit_seconds: float = RELEASE_HOLD_LIMIT_SECONDS,
         poll_seconds: float = _POLL_SECONDS,
     ) -> None:
         """``caught_up(task)``: this member's copy of ``task`` read its changelogs to their
-        end; ``deliver()``: hand the threads the assignment again (some task was let go).
+        end; ``deliver()``: hand the threads the assignment again (some task was let go);
+        ``fence(task)``: make sure no earlier owner of ``task`` can commit anything more
+        (called once the old owner let it go, before ``caught_up``; see the module).
         ``wait_seconds``: the copy's time to catch up once the old owner let the task go;
         ``limit_seconds``: the longest hold in all (an old owner still reporting it). The
         callables are called from the watcher thread, never under this object's lock."""
         self.member_id = member_id
         self._caught_up = caught_up
         self._deliver = deliver
+        self._fence = fence
         self._probe = probe
         self._wait_seconds = wait_seconds
         self._limit_seconds = limit_seconds
@@ -231,7 +253,11 @@ class TaskRelease:
                     self._watcher = None
                     return
                 held = dict(self._held)
-            let_go = self._round(held)
+            try:
+                let_go = self._round(held)
+            except Exception as error:  # a log call failed: ask again (the bounds still hold)
+                logger.warning("task release: checking %s failed: %s", sorted(held), error)
+                let_go = {}
             if let_go:
                 with self._lock:
                     now = time.monotonic()
@@ -264,11 +290,19 @@ class TaskRelease:
                     continue
                 entry.released_at = time.monotonic()
                 entry.unreachable = running is None
-            # Released, or its owner gone (a pod that exited after handing over, or crashed:
-            # either way it commits nothing more): once the copy read what the owner's last
-            # commit wrote (the end offsets are read now, after that was seen, and once the
-            # commit's markers are there: instance.py ``_copy_caught_up``), it promotes
-            # with nothing to restore. A copy slow to get there is promoted at the bound.
+            # Released, or its owner gone: first make sure it can commit nothing more (the
+            # end read below must hold its last commit, whatever its word was; see the
+            # module docstring), then, once the copy read to that end, promote with nothing
+            # to restore. A copy slow to get there is promoted at the bound.
+            if not entry.fenced:
+                try:
+                    self._fence(task)
+                except Exception as error:  # tried again next round, within the bounds
+                    logger.warning("task %s: fencing %s failed: %s", task, entry.owner, error)
+                    if time.monotonic() - entry.released_at >= self._wait_seconds:
+                        let_go[task] = "bound"  # the promotion's own producer fences it
+                    continue
+                entry.fenced = True
             if self._caught_up(task):
                 let_go[task] = "unreachable" if entry.unreachable else "released"
             elif time.monotonic() - entry.released_at >= self._wait_seconds:
