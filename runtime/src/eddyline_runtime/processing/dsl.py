@@ -181,7 +181,9 @@ class StreamsBuilder:
         spec = StoreSpec(
             materialized.store_name, key_serde=key_serde, value_serde=value_serde, cached=False
         )
-        self.topology.add_global_store(GlobalStoreSpec(spec, topic))
+        # Kafka's globalTable names a source and a processor, and so takes two numbers.
+        source, processor = self._name("KSTREAM-SOURCE"), self._name("KTABLE-SOURCE")
+        self.topology.add_global_store(GlobalStoreSpec(spec, topic, source, processor))
         return GlobalKTable(self, materialized.store_name, topic, key_serde, value_serde)
 
     def build(self) -> Topology:
