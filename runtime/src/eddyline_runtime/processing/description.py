@@ -16,8 +16,8 @@ this module reproduces each one:
   ordered by that comparator *at the moment each edge was added*: Kafka adds
   the edges while the sizes are still growing, visiting nodes in ``HashMap``
   order, so both are replayed here (a red-black tree, as ``java.util.TreeMap``);
-- a processor's stores in ``HashSet`` order (bucket of ``String.hashCode``),
-  a source's topics sorted.
+- a processor's stores and a source's topics in ``HashSet`` order (by bucket
+  of ``String.hashCode``).
 
 Checked against Kafka 4.4's own output (tests/unit/processing/test_description.py
 names the topologies and Kafka tests it was compared with).
@@ -98,8 +98,10 @@ def _described_nodes(topology: Topology, names: Sequence[str]) -> dict[str, _Des
     nodes: dict[str, _DescribedNode] = {}
     for name in names:
         node = topology.nodes[name]
+        # Both are copied into a new HashSet when Kafka describes the node.
+        topics = _hash_set_order(node.topics, _copied_capacity(len(node.topics)))
         stores = _hash_set_order(node.stores, _copied_capacity(len(node.stores)))
-        nodes[name] = _DescribedNode(name, node.kind, tuple(sorted(node.topics)), tuple(stores))
+        nodes[name] = _DescribedNode(name, node.kind, tuple(topics), tuple(stores))
     for name in _hash_set_order(names, _grown_capacity(len(names))):
         described = nodes[name]
         for parent_name in topology.nodes[name].parents:
