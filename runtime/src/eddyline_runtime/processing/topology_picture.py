@@ -131,8 +131,8 @@ def to_dot(topology: Topology) -> str:
     clustered = {member for cluster in drawn.clusters for member in cluster.members}
     lines = [
         "digraph topology {",
-        "  rankdir=TB;
-  graph [fontname="Helvetica", fontsize=11];",
+        "  rankdir=TB;",
+        '  graph [fontname="Helvetica", fontsize=11];',
         '  node [fontname="Helvetica", fontsize=10];',
         '  edge [fontname="Helvetica", fontsize=9];',
     ]
