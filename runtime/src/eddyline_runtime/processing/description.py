@@ -98,9 +98,12 @@ def _described_nodes(topology: Topology, names: Sequence[str]) -> dict[str, _Des
     nodes: dict[str, _DescribedNode] = {}
     for name in names:
         node = topology.nodes[name]
+        # Kafka lists only the stores connected to a processor: a global store is read
+        # without being connected (Kafka refuses to connect one), so it is left out.
+        local = [store for store in node.stores if store not in topology.global_stores]
         # Both are copied into a new HashSet when Kafka describes the node.
         topics = _hash_set_order(node.topics, _copied_capacity(len(node.topics)))
-        stores = _hash_set_order(node.stores, _copied_capacity(len(node.stores)))
+        stores = _hash_set_order(local, _copied_capacity(len(local)))
         nodes[name] = _DescribedNode(name, node.kind, tuple(topics), tuple(stores))
     for name in _hash_set_order(names, _grown_capacity(len(names))):
         described = nodes[name]
