@@ -51,7 +51,8 @@ def random_topology(seed: int) -> tuple[Topology, list[str]]:
         nodes.append(name)
         processors.append(name)
     for _ in range(rnd.randint(0, 8)):
-        store = rnd.choice(["counts", "st", "alpha", "beta-store", "agg", "x"]) + str(rnd.randint(0, 5))
+        store = rnd.choice(["counts", "st", "alpha", "beta-store", "agg", "x"])
+        store += str(rnd.randint(0, 5))
         processor = rnd.choice(processors)
         if store not in topology.nodes[processor].stores:
             topology.add_state_store(StoreSpec(store), processor)

@@ -99,13 +99,17 @@ def test_dsl_global_table_takes_kafkas_two_node_names() -> None:
     builder = StreamsBuilder()
     builder.global_table("rates", "rates-store")
     builder.stream("orders").to("out")
-    assert builder.build().describe().endswith(
-        "  Sub-topology: 1 for global store (will not generate tasks)\n"
-        "    Source: KSTREAM-SOURCE-0000000000 (topics: [rates])\n"
-        "      --> KTABLE-SOURCE-0000000001\n"
-        "    Processor: KTABLE-SOURCE-0000000001 (stores: [rates-store])\n"
-        "      --> none\n"
-        "      <-- KSTREAM-SOURCE-0000000000\n"
+    assert (
+        builder.build()
+        .describe()
+        .endswith(
+            "  Sub-topology: 1 for global store (will not generate tasks)\n"
+            "    Source: KSTREAM-SOURCE-0000000000 (topics: [rates])\n"
+            "      --> KTABLE-SOURCE-0000000001\n"
+            "    Processor: KTABLE-SOURCE-0000000001 (stores: [rates-store])\n"
+            "      --> none\n"
+            "      <-- KSTREAM-SOURCE-0000000000\n"
+        )
     )
 
 

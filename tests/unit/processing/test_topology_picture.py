@@ -40,7 +40,7 @@ class Drawing:
 
 DOT_BOX = re.compile(r'^\s*"(?P<id>[^"]+)" \[label="(?P<label>[^"]+)", shape=(?P<shape>\w+)')
 DOT_EDGE = re.compile(r'^\s*"(?P<tail>[^"]+)" -> "(?P<head>[^"]+)"(?P<dashed> \[style=dashed)?')
-DOT_CLUSTER = re.compile(r'^\s*subgraph cluster_\d+ \{')
+DOT_CLUSTER = re.compile(r"^\s*subgraph cluster_\d+ \{")
 DOT_LABEL = re.compile(r'^\s*label="(?P<title>[^"]+)";')
 
 
@@ -238,7 +238,7 @@ def test_examples_are_drawn_node_by_node(
 
 def test_repartition_topics_are_drawn_apart_from_the_apps_topics() -> None:
     dot = to_dot(example("page_views", "page_views:topology"))
-    (repartition,) = [line for line in dot.splitlines() if "dashed\", fillcolor" in line]
+    (repartition,) = [line for line in dot.splitlines() if 'dashed", fillcolor' in line]
     assert '"topic:page-views-by-region-repartition"' in repartition
 
 
@@ -264,5 +264,5 @@ def test_svg_is_laid_out_by_graphviz() -> None:
 
 def test_svg_without_graphviz_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "")
-    with pytest.raises(PictureError, match="Debian package graphviz .*--format dot"):
+    with pytest.raises(PictureError, match=r"Debian package graphviz .*--format dot"):
         to_svg(example("page_views", "page_views:topology"))

@@ -26,12 +26,49 @@ names the topologies and Kafka tests it was compared with).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from eddyline_runtime.processing.topology import Topology
+
+# What describe() reads of a Topology, so that this module sits below topology.py (which
+# calls it) and imports nothing of it.
+class _NodeView(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def parents(self) -> Sequence[str]: ...
+    @property
+    def topics(self) -> Sequence[str]: ...
+    @property
+    def stores(self) -> Sequence[str]: ...
+
+
+class _GlobalStoreView(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def source_name(self) -> str: ...
+    @property
+    def processor_name(self) -> str: ...
+
+
+class _SubTopologyView(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def nodes(self) -> Sequence[str]: ...
+
+
+class _TopologyView(Protocol):
+    @property
+    def nodes(self) -> Mapping[str, _NodeView]: ...
+    @property
+    def global_stores(self) -> Mapping[str, _GlobalStoreView]: ...
+    def subtopologies(self) -> Sequence[_SubTopologyView]: ...
+
 
 # How many hex digits of the SHA-256 a describe hash keeps: 64 bits tell topologies apart
 # and still fit a status line (the pods' membership reports carry the same 16).
@@ -44,7 +81,7 @@ def describe_hash(description: str) -> str:
     return hashlib.sha256(description.encode()).hexdigest()[:DESCRIBE_HASH_DIGITS]
 
 
-def describe(topology: Topology) -> str:
+def describe(topology: _TopologyView) -> str:
     """The topology in Kafka Streams' ``describe()`` text (see the module docstring)."""
     entries: list[str] = []
     subtopologies = topology.subtopologies()
@@ -93,7 +130,7 @@ def _node_order(a: _DescribedNode, b: _DescribedNode) -> int:
     return (a.name > b.name) - (a.name < b.name)
 
 
-def _described_nodes(topology: Topology, names: Sequence[str]) -> dict[str, _DescribedNode]:
+def _described_nodes(topology: _TopologyView, names: Sequence[str]) -> dict[str, _DescribedNode]:
     """``InternalTopologyBuilder.describeSubtopology``: nodes connected in HashMap order."""
     nodes: dict[str, _DescribedNode] = {}
     for name in names:
@@ -234,8 +271,8 @@ class _KafkaTreeSet:
 
     def _rebalance(self, node: _RedBlackNode) -> None:
         """``TreeMap.fixAfterInsertion``, branch for branch."""
+        node.black = False
         x: _RedBlackNode | None = node
-        x.black = False
         while x is not None and x is not self._root and not _black(x.parent):
             parent = _parent(x)
             grandparent = _parent(parent)

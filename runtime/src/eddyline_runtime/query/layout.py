@@ -11,8 +11,8 @@ and readiness from it for status and for rolling restarts.
 from __future__ import annotations
 
 from eddyline_runtime.engine.instance import InstanceNotStartedError, StreamsInstance
-from eddyline_runtime.processing.description import describe_hash
 from eddyline_runtime.membership import GlobalStoreCopy, MemberReport, StoreCopy, StoreRole
+from eddyline_runtime.processing.description import describe_hash
 
 
 def topology_hash(text: str) -> str:
