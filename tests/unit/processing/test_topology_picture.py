@@ -266,3 +266,12 @@ def test_svg_without_graphviz_names_the_package(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("PATH", "")
     with pytest.raises(PictureError, match=r"Debian package graphviz .*--format dot"):
         to_svg(example("page_views", "page_views:topology"))
+
+
+def test_the_docs_picture_of_page_views_is_current() -> None:
+    """docs/operator.md shows docs/images/page-views-topology.svg: it names exactly the boxes
+    and sub-topologies of today's page-views picture (`make topology-pictures` redraws it)."""
+    committed = EXAMPLES.parent / "docs" / "images" / "page-views-topology.svg"
+    svg = committed.read_text(encoding="utf-8")
+    texts = {html.unescape(text) for text in re.findall(r"<text[^>]*>([^<]*)</text>", svg)}
+    assert texts == set(PAGE_VIEWS.shapes) | set(PAGE_VIEWS.clusters)
