@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store test test-fast test-realnode soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows clean
+.PHONY: help setup run demo-store graphviz topology-pictures test test-fast test-realnode soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,7 +42,7 @@ run: $(STAMP) ## The main job: word count on the embedded log (generate, process
 demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query at both isolation levels
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
-test: $(STAMP) kafka-jars spark-kafka-jars control-plane test-images node-components ## Run every test, slow ones included (what CI runs)
+test: $(STAMP) kafka-jars spark-kafka-jars control-plane test-images node-components graphviz ## Run every test, slow ones included (what CI runs)
 	@scripts/check-prerequisites --java
 	$(BIN)/pytest
 
@@ -64,6 +64,12 @@ spark-kafka-jars: $(STAMP) ## Fetch Spark's Kafka source at the installed PySpar
 
 kafka: $(STAMP) kafka-jars ## Start one Kafka broker (KRaft) for trying eddyline by hand; prints its bootstrap address
 	$(BIN)/python -m tests.support.kafka $(STATE_DIR)/kafka
+
+graphviz: ## Install Graphviz's dot (Debian package graphviz; root), which `eddyline describe --format svg` draws with
+	@scripts/apt-ensure graphviz
+
+topology-pictures: $(STAMP) graphviz ## Redraw the topology pictures the docs show (docs/images/*-topology.svg)
+	$(BIN)/eddyline describe examples/page_views/streamapp.yaml --format svg > docs/images/page-views-topology.svg
 
 crds: $(STAMP) ## Generate the StreamApp CRD from the pydantic model into crds/ and the chart
 	$(BIN)/python -m eddyline_operator.crd --root .

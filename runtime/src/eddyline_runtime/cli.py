@@ -25,6 +25,7 @@ from eddyline_runtime.state_cli import add_state_commands, run_state_command
 
 if TYPE_CHECKING:
     from eddyline_runtime.log import Log, Record
+    from eddyline_runtime.processing.topology import Topology
 
 DEFAULT_LOG_URL = "sqlite:///.eddyline-state/log.db"
 
@@ -41,6 +42,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_command(commands)
     _add_query_command(commands)
+    _add_describe_command(commands)
     _add_demo_commands(commands)
     _add_log_commands(commands)
     add_restore_commands(commands)
@@ -57,6 +59,8 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO | None) -> int:
         return _run_manifest(args)
     if args.command == "query":
         return _run_query(args)
+    if args.command == "describe":
+        return _run_describe(args)
     if args.command == "restore":
         return run_restore_command(args)
     if args.command == "state":
@@ -158,6 +162,47 @@ def _run_query(args: argparse.Namespace) -> int:
             }
         )
     )
+    return 0
+
+
+def _add_describe_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    describe = commands.add_parser(
+        "describe",
+        help="print a StreamApp's topology as Kafka Streams' describe() does, or draw it",
+    )
+    describe.add_argument("manifest", type=Path, help="a StreamApp YAML file")
+    describe.add_argument(
+        "--format",
+        choices=["text", "dot", "mermaid", "svg"],
+        default="text",
+        help="text: Kafka's describe(); dot, mermaid: a drawing's source; svg: drawn by "
+        "Graphviz (Debian package graphviz) (default: %(default)s)",
+    )
+    describe.add_argument(
+        "--hash",
+        action="store_true",
+        help="print only the describe hash (the one the pods report and the operator records)",
+    )
+
+
+def _run_describe(args: argparse.Namespace) -> int:
+    from eddyline_runtime.processing import description, topology_picture
+    from eddyline_runtime.processing.loader import load_topology
+    from eddyline_runtime.runner import load_app
+
+    app = load_app(args.manifest)
+    topology = load_topology(app.spec.topology.ref, [args.manifest.resolve().parent])
+    text = topology.describe()
+    if args.hash:
+        print(description.describe_hash(text))
+        return 0
+    drawings: dict[str, Callable[[Topology], str]] = {
+        "text": lambda _: text,
+        "dot": topology_picture.to_dot,
+        "mermaid": topology_picture.to_mermaid,
+        "svg": topology_picture.to_svg,
+    }
+    sys.stdout.write(drawings[args.format](topology))
     return 0
 
 

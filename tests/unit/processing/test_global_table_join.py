@@ -173,7 +173,7 @@ def test_should_not_require_copartitioning() -> None:
     (sub,) = built.subtopologies()
     assert sub.source_topics == (STREAM,)
     assert sub.stores == ()
-    assert "Global store: global-store (topic: globalTopic)" in built.describe()
+    assert "Processor: KTABLE-SOURCE-0000000002 (stores: [global-store])" in built.describe()
 
 
 def test_global_table_refusals() -> None:

@@ -70,8 +70,8 @@ def test_describe_uses_kafka_streams_layout() -> None:
             "      --> out",
             "      <-- upper",
             "    Sink: out (topic: word-counts)",
-            "      --> none",
             "      <-- count",
+            "",
             "",
         ]
     )

@@ -181,7 +181,9 @@ class StreamsBuilder:
         spec = StoreSpec(
             materialized.store_name, key_serde=key_serde, value_serde=value_serde, cached=False
         )
-        self.topology.add_global_store(GlobalStoreSpec(spec, topic))
+        # Kafka's globalTable names a source and a processor, and so takes two numbers.
+        source, processor = self._name("KSTREAM-SOURCE"), self._name("KTABLE-SOURCE")
+        self.topology.add_global_store(GlobalStoreSpec(spec, topic, source, processor))
         return GlobalKTable(self, materialized.store_name, topic, key_serde, value_serde)
 
     def build(self) -> Topology:
@@ -1061,7 +1063,8 @@ def _stream_table_join(
             'aggregation\'s result, or a table operation given materialized="<store>"'
         )
     builder = stream._builder
-    name = builder._name("KSTREAM-JOIN")
+    # Kafka's names: KStreamImpl.JOIN_NAME, or LEFTJOIN_NAME for a left join.
+    name = builder._name("KSTREAM-LEFTJOIN" if left else "KSTREAM-JOIN")
     operation = StreamTableJoin(table.store, joiner, left, table.key_serde, table.value_serde)
     builder.topology.add_processor(name, partial(StreamTableJoinProcessor, operation), stream._node)
     builder.topology.add_state_store(builder.topology.stores[table.store], name)
@@ -1079,7 +1082,7 @@ def _global_table_join(
     # No co-partitioning check: every task holds the whole table, so a re-keyed stream
     # joins as it is (Kafka needs no repartition before a GlobalKTable join either).
     builder = stream._builder
-    name = builder._name("KSTREAM-JOIN")
+    name = builder._name("KSTREAM-LEFTJOIN" if left else "KSTREAM-JOIN")
     operation = GlobalTableJoin(
         table.store, key_mapper, joiner, left, table.key_serde, table.value_serde
     )

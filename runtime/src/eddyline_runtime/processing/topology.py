@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 
 from eddyline_runtime import partitions
 from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.processing import description
 
 # Record headers, as the log carries them: (name, value) pairs, names may repeat.
 Headers = tuple[tuple[str, bytes], ...]
@@ -277,10 +278,23 @@ class GlobalStoreSpec:
 
     store: StoreSpec
     topic: str
+    # The names describe() gives its source and processor, as Kafka's addGlobalStore takes
+    # them (the DSL's globalTable names them KSTREAM-SOURCE-n and KTABLE-SOURCE-n+1);
+    # empty: named after the store.
+    source: str = ""
+    processor: str = ""
 
     @property
     def name(self) -> str:
         return self.store.name
+
+    @property
+    def source_name(self) -> str:
+        return self.source or f"{self.name}-global-source"
+
+    @property
+    def processor_name(self) -> str:
+        return self.processor or f"{self.name}-global-processor"
 
 
 @dataclass
@@ -399,8 +413,18 @@ class Topology:
             )
         if spec.store.retention_ms is not None:
             raise TopologyError(f'global store "{name}" is a key-value store, not a window store')
+        for node_name in (spec.source_name, spec.processor_name):
+            if node_name in self.nodes or node_name in self._global_node_names():
+                raise TopologyError(
+                    f'global store "{name}": a node named "{node_name}" already exists; '
+                    "node names are unique (give the global store's source and processor "
+                    "other names)"
+                )
         self.global_stores[name] = spec
         return self
+
+    def _global_node_names(self) -> set[str]:
+        return {n for g in self.global_stores.values() for n in (g.source_name, g.processor_name)}
 
     def connect_global_store(self, name: str, *processors: str) -> Topology:
         """Let ``processors`` read the global store ``name`` (read-only: it is written only
@@ -457,33 +481,12 @@ class Topology:
         ]
 
     def describe(self) -> str:
-        """The topology in Kafka Streams' ``describe()`` layout."""
-        lines = ["Topologies:"]
-        for sub in self.subtopologies():
-            lines.append(f"   Sub-topology: {sub.id}")
-            for name in sub.nodes:
-                node = self.nodes[name]
-                if node.kind == "source":
-                    lines.append(f"    Source: {name} (topics: [{', '.join(node.topics)}])")
-                elif node.kind == "sink":
-                    lines.append(f"    Sink: {name} (topic: {node.topics[0]})")
-                else:
-                    lines.append(f"    Processor: {name} (stores: [{', '.join(node.stores)}])")
-                if node.children:
-                    lines.append(f"      --> {', '.join(node.children)}")
-                else:
-                    lines.append("      --> none")
-                if node.parents:
-                    lines.append(f"      <-- {', '.join(node.parents)}")
-            lines.append("")
-        for spec in self.global_stores.values():
-            # Kafka Streams' describe() lists each global store as its own sub-topology.
-            lines.append(f"   Global store: {spec.name} (topic: {spec.topic})")
-            lines.append("")
-        return "\n".join(lines)
+        """The topology in Kafka Streams' ``describe()`` text, exactly as Kafka prints it
+        (:mod:`eddyline_runtime.processing.description` says how)."""
+        return description.describe(self)
 
     def _add(self, node: Node, parents: Sequence[str] = ()) -> None:
-        if node.name in self.nodes:
+        if node.name in self.nodes or node.name in self._global_node_names():
             raise TopologyError(f'a node named "{node.name}" already exists; names are unique')
         if node.kind != "source" and not parents:
             raise TopologyError(f'{node.kind} "{node.name}" needs at least one parent')

@@ -10,15 +10,15 @@ and readiness from it for status and for rolling restarts.
 
 from __future__ import annotations
 
-import hashlib
-
 from eddyline_runtime.engine.instance import InstanceNotStartedError, StreamsInstance
 from eddyline_runtime.membership import GlobalStoreCopy, MemberReport, StoreCopy, StoreRole
+from eddyline_runtime.processing.description import describe_hash
 
 
-def topology_hash(description: str) -> str:
-    """A short, stable fingerprint of a topology's ``describe()``."""
-    return hashlib.sha256(description.encode()).hexdigest()[:16]
+def topology_hash(text: str) -> str:
+    """A short, stable fingerprint of a topology's ``describe()`` (``eddyline describe
+    --hash`` prints the same)."""
+    return describe_hash(text)
 
 
 def member_report(instance: StreamsInstance) -> MemberReport:
