@@ -85,6 +85,13 @@ class StandbyTask:
             records, self._positions[name] = replay_batch(
                 self.stores[name], log, tp, position, max_records=_REPLAY_BATCH
             )
+            if self._positions[name] == position:
+                # Nothing committed lies between the copy and the end read above: on Kafka
+                # only a commit's marker (or aborted records) does, which takes an offset
+                # but is never delivered. The copy is at the end (the adapter's end_offset
+                # says so from now on); reporting ``end`` would show a lag of 1 after every
+                # commit until the next replay.
+                self._end_offsets[name] = position
             applied += records
         self.replayed += applied
         return applied
