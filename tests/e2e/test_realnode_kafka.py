@@ -449,8 +449,8 @@ def test_a_container_sigkilled_through_the_runtime_leaves_its_standby_answering(
     wait_until(standbys_exact, f"the standby copies of {word} at its count", COUNT_TIMEOUT)
     print(
         f"standby copies of {word} exact {time.monotonic() - exact_at:.2f} s after the "
-        f"active; first seen lag {[a.get('lag') for a in first]}, "
-        f"now {[a.get('lag') for a in answers]}"
+        f"active (count {app.expected[word]}); first seen (lag, value) "
+        f"{[(a.get('lag'), a.get('value')) for a in first]}, now {[a.get('lag') for a in answers]}"
     )
     victim_name, victim = next(
         (name, pod)
