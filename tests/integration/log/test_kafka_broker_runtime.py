@@ -386,8 +386,11 @@ def test_a_standby_reads_its_first_changelog_records_without_waiting_for_a_metad
         standby.start(log)
         assert standby.lag("counts").offset_lag == 14  # 13 records and the commit marker
         started = time.monotonic()
-        assert standby.replay(log) == 13
-        print(f"first changelog read took {time.monotonic() - started:.3f} s")
+        applied = [standby.replay(log)]
+        while sum(applied) < 13:  # a fetch hands over what librdkafka has so far
+            assert len(applied) < 100, f"the standby applied {applied}, not 13 records"
+            applied.append(standby.replay(log))
+        print(f"first changelog read took {time.monotonic() - started:.3f} s ({applied})")
         # The end it read held the commit's marker; the next replay finds only that
         # marker past the copy, so the copy is at the end and says so.
         assert standby.replay(log) == 0
