@@ -377,6 +377,11 @@ def test_a_standby_reads_its_first_changelog_records_without_waiting_for_a_metad
     while log.undecided(changelog):  # the commit's markers land after it returns
         assert time.monotonic() < deadline, "the commit's markers never arrived"
         time.sleep(0.01)
+    # As in a stream thread, the reader already reads another topic (its tasks' input).
+    source = TopicPartition("source", 0)
+    log.create_topic("source", 1)
+    log.produce(source, [Record(None, b"line", 1)])
+    assert len(log.fetch(source, 0).records) == 1
     reader = log._reader()
     consumer = RecordingConsumer(reader._consumer)
     reader._consumer = consumer  # type: ignore[assignment]
