@@ -1,8 +1,9 @@
 """Reading: one ``read_committed`` consumer per thread, per-partition buffers over it.
 
 Manual assignment (the assignor decides who reads what, never a consumer
-group's rebalance). A partition is assigned the first time it is read and
-stays assigned, so librdkafka keeps prefetching it; a fetch at the offset the
+group's rebalance). A partition is assigned the first time it is read (its
+topic's metadata asked first, so fetching starts at once) and stays
+assigned, so librdkafka keeps prefetching it; a fetch at the offset the
 previous one ended at serves what arrived, a fetch anywhere else seeks. When
 nothing is buffered the fetch asks the leader for the last stable offset (one
 ``ListOffsets`` round trip), then waits for the records below it or for the
@@ -101,6 +102,9 @@ class PartitionReader:
         self._known_ends: dict[tuple[str, int], tuple[int, float]] = {}
         # An error met while draining belongs to its partition's next fetch.
         self._errors: dict[tuple[str, int], LogError] = {}
+        # Topics the reader consumer asked metadata for while any of their partitions
+        # stays assigned (``_assign``).
+        self._topics_known: set[str] = set()
 
     def bounds(self, tp: TopicPartition, real: str) -> tuple[int, int]:
         """(log start, last stable offset): one ListOffsets round trip, repeated while
@@ -140,16 +144,19 @@ class PartitionReader:
                 continue
             return low, high
 
-    def _refresh_metadata(self, real: str) -> None:
-        """Ask for ``real``'s metadata now. This consumer is assigned nothing, so no
-        fetcher notices a leader that died: librdkafka kept the dead leader (or none)
-        in its cache until its periodic refresh (topic.metadata.refresh.interval.ms,
-        5 min), and every watermark query failed with _UNKNOWN_PARTITION meanwhile
-        (seen on the three-broker cluster with a broker killed). A metadata response
-        updates the client's cache, so the next query goes to the new leader."""
+    def _refresh_metadata(self, real: str, consumer: Consumer | None = None) -> None:
+        """Ask for ``real``'s metadata now, into ``consumer``'s cache (the watermark
+        consumer's unless said; the reader's: :meth:`_assign`). The watermark consumer
+        is assigned nothing, so no fetcher notices a leader that died: librdkafka kept
+        the dead leader (or none) in its cache until its periodic refresh
+        (topic.metadata.refresh.interval.ms, 5 min), and every watermark query failed
+        with _UNKNOWN_PARTITION meanwhile (seen on the three-broker cluster with a
+        broker killed). A metadata response updates the client's cache, so the next
+        query goes to the new leader."""
+        asking = self._offsets if consumer is None else consumer
         try:
-            self._offsets.list_topics(real, timeout=min(5.0, self._connection.request_timeout_s))
-        except KafkaException as exc:  # the next query reports what is wrong
+            asking.list_topics(real, timeout=min(5.0, self._connection.request_timeout_s))
+        except KafkaException as exc:  # the next query (or librdkafka's scan) finds it
             logger.debug("metadata refresh of %s failed: %s", real, exc)
 
     def fetch(
@@ -234,6 +241,10 @@ class PartitionReader:
                     state.pop(key, None)
                 self._assigned.discard(key)
                 self._paused.discard(key)
+            # A topic read again after a long pause asks for its metadata again: librdkafka
+            # may have let it age out meanwhile (metadata.max.age.ms), and one round trip
+            # per return is cheap.
+            self._topics_known -= {topic for topic, _ in idle} - {t for t, _ in self._assigned}
 
     def _resume(self, key: tuple[str, int]) -> None:
         if key in self._paused:
@@ -252,9 +263,24 @@ class PartitionReader:
                 self._consumer.incremental_unassign([KafkaPartition(key[0], key[1])])
                 self._consumer.incremental_assign([kafka_tp])
         else:
-            self._consumer.incremental_assign([kafka_tp])
+            self._assign(kafka_tp)
             self._assigned.add(key)
         self._next[key] = offset
+
+    def _assign(self, kafka_tp: KafkaPartition) -> None:
+        """Start fetching a partition, at once. librdkafka fetches a partition only once
+        it has its topic's metadata, and for a topic the consumer has not read yet it
+        asks for that on its once-a-second scan of topics without metadata, not on
+        assignment: the first fetch of a standby's changelog waited 0.5 to 1.1 s for
+        it on an idle broker (longer on a loaded machine), its thread blocked and its
+        copy reporting the whole changelog as lag meanwhile (a standby that a query
+        fell over to right after the active's first commit held none of it). Asking
+        for the topic's metadata first (one round trip) lets the fetch start now."""
+        topic = kafka_tp.topic
+        if topic not in self._topics_known:
+            self._refresh_metadata(topic, self._consumer)
+            self._topics_known.add(topic)
+        self._consumer.incremental_assign([kafka_tp])
 
     def _drain(self, timeout: float) -> None:
         messages = self._consumer.consume(_CONSUME_BATCH, timeout)

@@ -98,6 +98,13 @@ class StandbyTask:
             records, self._positions[name] = replay_batch(
                 self.stores[name], log, tp, position, max_records=_REPLAY_BATCH
             )
+            if self._positions[name] == position:
+                # Nothing came though the end read above lies ahead. On Kafka a commit's
+                # marker (or aborted records) takes an offset but is never delivered, and
+                # the fetch that found only that has told the log where committed data
+                # ends: ask again, or the copy reports a lag of 1 after every commit until
+                # its next replay (one round trip, once per commit read).
+                self._end_offsets[name] = log.end_offset(tp)
             applied += records
         self.replayed += applied
         return applied
