@@ -116,11 +116,11 @@ def test_a_versioned_store_is_read_with_its_own_accessor(inner: Harness) -> None
 def test_as_versioned_is_refused_where_only_latest_values_are_kept() -> None:
     builder = StreamsBuilder()
     words = builder.stream("words", key_serde="string", value_serde="string")
-    with pytest.raises(TopologyError, match="as_versioned is supported for builder.table only"):
+    with pytest.raises(TopologyError, match=r"as_versioned is supported for builder\.table only"):
         words.group_by_key().count(Materialized.as_versioned("counts", HISTORY))
     with pytest.raises(TopologyError, match="a versioned store has no record cache"):
         Materialized.as_versioned("p", HISTORY).with_caching_enabled()
     with pytest.raises(TopologyError, match='"p": history retention -1'):
         Materialized.as_versioned("p", -1)
-    with pytest.raises(TopologyError, match="as_versioned is supported for builder.table only"):
+    with pytest.raises(TopologyError, match=r"as_versioned is supported for builder\.table only"):
         builder.global_table("rates", Materialized.as_versioned("rates", HISTORY))
