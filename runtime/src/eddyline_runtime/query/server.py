@@ -9,7 +9,9 @@ safe while the owner thread writes and commits.
 Endpoints (JSON unless noted)::
 
     GET /v1/stores                              the stores and their serdes
-    GET /v1/stores/{store}/keys/{key}           one key
+    GET /v1/stores/{store}/keys/{key}           one key (a versioned store's: ``as_of=<ms>``
+                                                for its value at a time, KIP-960; the answer
+                                                has the version's timestamp and valid_to)
     GET /v1/stores/{store}/range?from=&to=      keys from..to (inclusive; either may be omitted)
     GET /v1/stores/{store}/all                  every key this instance holds
                                                 (both paginated: ``limit`` and ``cursor``)
@@ -133,6 +135,7 @@ from eddyline_runtime.state import (
     KeyRange,
     StateStoreError,
     StoreReader,
+    VersionedStoreReader,
 )
 from eddyline_runtime.value_and_timestamp import split_timestamped
 
@@ -307,7 +310,25 @@ class _Handlers:
             if bound is not None:
                 # A bound says what is fresh enough: any copy that reached it will do.
                 _check_reached(store, reader.position(), bound, metadata)
-            value = reader.get(key)
+            history_ms = self.instance.topology.stores[store].versioned_history_ms
+            version: dict[str, Any] = {}
+            if history_ms is None:
+                if "as_of" in request.query:
+                    raise _QueryError(
+                        400,
+                        {
+                            "error": f'store "{store}" is not a versioned store: as_of '
+                            "applies to a table materialized with Materialized.as_versioned"
+                        },
+                    )
+                value = reader.get(key)
+            else:
+                # KIP-960's VersionedKeyQuery: the latest version, or the one valid at as_of.
+                as_of = _as_of(request)
+                record = VersionedStoreReader(reader, history_ms).get(key, as_of)
+                value = None if record is None else record.value
+                if record is not None:
+                    version = {"timestamp": record.timestamp, "valid_to": record.valid_to}
             rendered = None if value is None else _render(values, value, store, "value_serde")
         except _QueryError as error:
             return error.response()
@@ -319,6 +340,7 @@ class _Handlers:
                 "key": request.match_info["key"],
                 "found": value is not None,
                 "value": rendered,
+                **version,
                 **_served_by(local, reader.isolation, self.instance),
             }
         )
@@ -363,6 +385,16 @@ class _Handlers:
     def _scan(self, request: web.Request, frm: str | None, to: str | None) -> web.Response:
         try:
             store = self._readable_store(request)
+            spec = self.instance.topology.stores.get(store)
+            if spec is not None and spec.versioned_history_ms is not None:
+                raise _QueryError(
+                    400,
+                    {
+                        "error": f'store "{store}" is a versioned store: range and all '
+                        "queries of it are not served yet; query one key with "
+                        "/keys/{key} (as_of=<ms> for its value at a time)"
+                    },
+                )
             isolation, allow_stale = _read_options(request)
             keys, values = _serdes(self.instance, store, request)
             limit, after = _page_options(request)
@@ -828,6 +860,16 @@ def _page_options(request: web.Request) -> tuple[int, bytes | None]:
 def _cursor(last_key: bytes) -> str:
     """An opaque cursor: the last key served, URL-safe, so the next page starts after it."""
     return base64.urlsafe_b64encode(last_key).decode().rstrip("=")
+
+
+def _as_of(request: web.Request) -> int | None:
+    """A versioned key query's ``as_of`` (ms >= 0); None (omitted): the latest version."""
+    text = request.query.get("as_of")
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise _QueryError(400, {"error": f"as_of={text!r} is not a timestamp in milliseconds >= 0"})
+    return int(text)
 
 
 _QUERY_OF = {
