@@ -50,9 +50,10 @@ restored or standby copy is byte-for-byte the active one (no replay of user puts
 through this class). Unlike Kafka's versioned changelog (user key -> value, one record
 per put, which compaction would cut to the latest version per key, and so needs
 ``min.compaction.lag.ms`` = history retention + 1 day), a compacted raw-key changelog
-is correct at any lag: each raw key's last record *is* that entry's state. The topic
-still gets Kafka's setting (:func:`changelog_min_compaction_lag_ms`) so operators see
-the same topic configuration as on Kafka Streams.
+is correct at any lag: each raw key's last record *is* that entry's state. So the topic
+is created like any key-value changelog (compacted); :func:`changelog_min_compaction_lag_ms`
+gives Kafka's value for when the log port learns to set topic configs beyond
+retention, so the topic looks as it would on Kafka Streams.
 """
 
 from __future__ import annotations
