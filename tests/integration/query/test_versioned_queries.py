@@ -102,6 +102,14 @@ def test_latest_and_as_of_versions_over_http(served: tuple[str, SqliteLog]) -> N
     assert body["found"] is False
 
 
+def test_the_store_list_says_which_store_is_versioned(served: tuple[str, SqliteLog]) -> None:
+    address, _ = served
+    _, body = get(address, "/v1/stores")
+    by_name = {entry["name"]: entry for entry in body["stores"]}
+    assert by_name[STORE]["versioned_history_ms"] == HISTORY
+    assert "versioned_history_ms" not in by_name[PLAIN]
+
+
 def test_the_join_read_the_table_as_of_each_order(served: tuple[str, SqliteLog]) -> None:
     _, log = served
     joined = [(r.key, r.value) for r in log.fetch(TopicPartition("priced", 0), 0, 100).records]

@@ -8,7 +8,8 @@ safe while the owner thread writes and commits.
 
 Endpoints (JSON unless noted)::
 
-    GET /v1/stores                              the stores and their serdes
+    GET /v1/stores                              the stores and their serdes (a versioned
+                                                store's history retention too)
     GET /v1/stores/{store}/keys/{key}           one key (a versioned store's: ``as_of=<ms>``
                                                 for its value at a time, KIP-960; the answer
                                                 has the version's timestamp and valid_to)
@@ -277,7 +278,17 @@ class _Handlers:
         return web.json_response(
             {
                 "stores": [
-                    {"name": s.name, "key_serde": s.key_serde, "value_serde": s.value_serde}
+                    {
+                        "name": s.name,
+                        "key_serde": s.key_serde,
+                        "value_serde": s.value_serde,
+                        # A versioned store says so: its keys take as_of (KIP-960).
+                        **(
+                            {}
+                            if s.versioned_history_ms is None
+                            else {"versioned_history_ms": s.versioned_history_ms}
+                        ),
+                    }
                     for s in topology.stores.values()
                 ]
                 + [
