@@ -102,6 +102,27 @@ def test_latest_and_as_of_versions_over_http(served: tuple[str, SqliteLog]) -> N
     assert body["found"] is False
 
 
+def test_a_keys_versions_between_times_over_http(served: tuple[str, SqliteLog]) -> None:
+    # KIP-968's MultiVersionedKeyQuery: versions valid at some time in [from, to].
+    address, _ = served
+    status, body = get(address, f"/v1/stores/{STORE}/versions/apple")
+    assert status == 200, body
+    # The 1.00 version ended at 20 000 = observed - retention: no read reaches it.
+    assert body["versions"] == [
+        {"value": "1.50", "timestamp": 30_000, "valid_to": None},
+        {"value": "1.20", "timestamp": 20_000, "valid_to": 30_000},
+    ]
+    assert body["role"] == "active"
+    _, body = get(address, f"/v1/stores/{STORE}/versions/apple", **{"from": "20000", "to": "29999"})
+    assert [v["value"] for v in body["versions"]] == ["1.20"]
+    _, body = get(address, f"/v1/stores/{STORE}/versions/apple", ascending="true")
+    assert [v["value"] for v in body["versions"]] == ["1.20", "1.50"]
+    status, body = get(address, f"/v1/stores/{STORE}/versions/apple", **{"from": "9", "to": "1"})
+    assert status == 400 and "from=9 is after to=1" in body["error"]
+    status, body = get(address, f"/v1/stores/{PLAIN}/versions/apple")
+    assert status == 400 and "/versions applies to a table" in body["error"]
+
+
 def test_the_store_list_says_which_store_is_versioned(served: tuple[str, SqliteLog]) -> None:
     address, _ = served
     _, body = get(address, "/v1/stores")

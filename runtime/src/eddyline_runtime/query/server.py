@@ -13,6 +13,10 @@ Endpoints (JSON unless noted)::
     GET /v1/stores/{store}/keys/{key}           one key (a versioned store's: ``as_of=<ms>``
                                                 for its value at a time, KIP-960; the answer
                                                 has the version's timestamp and valid_to)
+    GET /v1/stores/{store}/versions/{key}?from=&to=&ascending=
+                                                a versioned store's versions of the key valid
+                                                at some time in from..to (ms, inclusive; either
+                                                may be omitted), newest first (KIP-968)
     GET /v1/stores/{store}/range?from=&to=      keys from..to (inclusive; either may be omitted)
     GET /v1/stores/{store}/all                  every key this instance holds
                                                 (both paginated: ``limit`` and ``cursor``)
@@ -115,6 +119,7 @@ from eddyline_runtime.engine.queryable import (
     KeyQueryMetadata,
     LocalStorePartition,
     WindowedStoreShape,
+    versioned_reader,
     windowed_store_shape,
 )
 from eddyline_runtime.errors import EddylineError
@@ -136,7 +141,6 @@ from eddyline_runtime.state import (
     KeyRange,
     StateStoreError,
     StoreReader,
-    VersionedStoreReader,
 )
 from eddyline_runtime.value_and_timestamp import split_timestamped
 
@@ -243,6 +247,7 @@ def _application(instance: StreamsInstance) -> web.Application:
     app = web.Application()
     app.router.add_get("/v1/stores", handlers.stores)
     app.router.add_get("/v1/stores/{store}/keys/{key}", handlers.get_key)
+    app.router.add_get("/v1/stores/{store}/versions/{key}", handlers.get_versions)
     app.router.add_get("/v1/stores/{store}/range", handlers.get_range)
     app.router.add_get("/v1/stores/{store}/all", handlers.get_all)
     app.router.add_get("/v1/stores/{store}/metadata/{key}", handlers.metadata)
@@ -321,9 +326,9 @@ class _Handlers:
             if bound is not None:
                 # A bound says what is fresh enough: any copy that reached it will do.
                 _check_reached(store, reader.position(), bound, metadata)
-            history_ms = self.instance.topology.stores[store].versioned_history_ms
+            versioned = versioned_reader(self.instance.topology, local, isolation)
             version: dict[str, Any] = {}
-            if history_ms is None:
+            if versioned is None:
                 if "as_of" in request.query:
                     raise _QueryError(
                         400,
@@ -335,8 +340,8 @@ class _Handlers:
                 value = reader.get(key)
             else:
                 # KIP-960's VersionedKeyQuery: the latest version, or the one valid at as_of.
-                as_of = _as_of(request)
-                record = VersionedStoreReader(reader, history_ms).get(key, as_of)
+                as_of = _time_option(request, "as_of")
+                record = versioned.get(key, as_of)
                 value = None if record is None else record.value
                 if record is not None:
                     version = {"timestamp": record.timestamp, "valid_to": record.valid_to}
@@ -353,6 +358,57 @@ class _Handlers:
                 "value": rendered,
                 **version,
                 **_served_by(local, reader.isolation, self.instance),
+            }
+        )
+
+    async def get_versions(self, request: web.Request) -> web.Response:
+        """KIP-968's ``MultiVersionedKeyQuery``: a key's versions valid at some time in
+        [from, to], newest first (``ascending=true``: oldest first)."""
+        try:
+            store = self._readable_store(request)
+            isolation, allow_stale = _read_options(request)
+            keys, values = _serdes(self.instance, store, request)
+            key = keys.serialize_text(request.match_info["key"])
+            metadata = _available(_metadata(self.instance, store, key), store)
+            local = self._hosted(store, metadata)
+            _check_fresh(self.instance, local, allow_stale, metadata)
+            versioned = versioned_reader(self.instance.topology, local, isolation)
+            if versioned is None:
+                raise _QueryError(
+                    400,
+                    {
+                        "error": f'store "{store}" is not a versioned store: /versions applies '
+                        "to a table materialized with Materialized.as_versioned"
+                    },
+                )
+            frm = _time_option(request, "from")
+            to = _time_option(request, "to")
+            if frm is not None and to is not None and frm > to:
+                raise _QueryError(400, {"error": f"from={frm} is after to={to}; pass from <= to"})
+            found = versioned.versions(
+                key,
+                0 if frm is None else frm,
+                _MAX_TIME if to is None else to,
+                ascending=_flag(request, "ascending"),
+            )
+            versions = [
+                {
+                    "value": _render(values, record.value, store, "value_serde"),
+                    "timestamp": record.timestamp,
+                    "valid_to": record.valid_to,
+                }
+                for record in found
+            ]
+        except _QueryError as error:
+            return error.response()
+        except StateStoreError as error:
+            return _moving(error).response()
+        return web.json_response(
+            {
+                "store": store,
+                "key": request.match_info["key"],
+                "versions": versions,
+                **_served_by(local, versioned.isolation, self.instance),
             }
         )
 
@@ -873,13 +929,16 @@ def _cursor(last_key: bytes) -> str:
     return base64.urlsafe_b64encode(last_key).decode().rstrip("=")
 
 
-def _as_of(request: web.Request) -> int | None:
-    """A versioned key query's ``as_of`` (ms >= 0); None (omitted): the latest version."""
-    text = request.query.get("as_of")
+def _time_option(request: web.Request, name: str) -> int | None:
+    """A versioned query's time option (``as_of``, ``from``, ``to``: ms >= 0); None if
+    omitted (the latest version; unbounded)."""
+    text = request.query.get(name)
     if text is None:
         return None
     if not text.isdigit():
-        raise _QueryError(400, {"error": f"as_of={text!r} is not a timestamp in milliseconds >= 0"})
+        raise _QueryError(
+            400, {"error": f"{name}={text!r} is not a timestamp in milliseconds >= 0"}
+        )
     return int(text)
 
 
