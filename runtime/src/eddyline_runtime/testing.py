@@ -91,6 +91,7 @@ from eddyline_runtime.state import (
     RocksDBStore,
     RocksDBStoreOptions,
     StateStore,
+    VersionedKeyValueStore,
     global_store_directory,
     store_directory,
 )
@@ -492,7 +493,9 @@ class TopologyTestDriver:
             f"{', '.join(sorted(self.topology.stores)) or 'none'})"
         )
 
-    def get_state_store(self, name: str) -> KeyValueStore | WindowStore | SessionStore:
+    def get_state_store(
+        self, name: str
+    ) -> KeyValueStore | WindowStore | SessionStore | VersionedKeyValueStore:
         """Store ``name`` as its processors see it: bytes in and out, reads seeing every
         write (Kafka's ``getStateStore``). Writes go through its record cache and
         changelog like a processor's, and commit with the next record."""
@@ -501,6 +504,8 @@ class TopologyTestDriver:
             return topology.window_stores[name]
         if name in topology.session_stores:
             return topology.session_stores[name]
+        if name in topology.versioned_stores:
+            return topology.versioned_stores[name]
         return topology.stores[name]
 
     def _spec(self, name: str, kind: str) -> StoreSpec:
@@ -511,6 +516,8 @@ class TopologyTestDriver:
             if spec.window_retention_ms is not None
             else "session"
             if spec.session_retention_ms is not None
+            else "versioned"
+            if spec.versioned_history_ms is not None
             else "key-value"
         )
         if found != kind:
@@ -539,6 +546,11 @@ class TopologyTestDriver:
         """Session store ``name``, its keys and values read with the store's serdes."""
         spec = self._spec(name, "session")
         return ReadOnlySessionStore(self._task_topology_of(name).session_stores[name], spec)
+
+    def get_versioned_store(self, name: str) -> ReadOnlyVersionedStore[Any, Any]:
+        """Versioned store ``name`` (KIP-889), its keys and values read with its serdes."""
+        spec = self._spec(name, "versioned")
+        return ReadOnlyVersionedStore(self._task_topology_of(name).versioned_stores[name], spec)
 
     # -- metrics --------------------------------------------------------------------------
 
@@ -762,6 +774,28 @@ class SessionReads(Protocol):
     def find_all_sessions(
         self, earliest_session_end: int, latest_session_start: int
     ) -> Iterator[tuple[bytes, int, int, bytes]]: ...
+
+
+class ReadOnlyVersionedStore(Generic[K, V]):
+    """A versioned store read with its serdes: ``get(key)`` is the latest value,
+    ``get(key, as_of)`` the value valid at ``as_of`` (Kafka's ``VersionedKeyValueStore``
+    reads, values only; ``versions`` gives (value, valid from, valid to) newest first)."""
+
+    def __init__(self, store: VersionedKeyValueStore, spec: StoreSpec) -> None:
+        self.name = spec.name
+        self._store = store
+        self._keys = serde_for(spec.key_serde)
+        self._values = serde_for(spec.value_serde)
+
+    def get(self, key: K, as_of: int | None = None) -> V | None:
+        found = self._store.get(self._keys.serialize(key), as_of)
+        return None if found is None else self._values.deserialize(found.value)
+
+    def versions(self, key: K) -> list[tuple[V, int, int | None]]:
+        return [
+            (self._values.deserialize(r.value), r.timestamp, r.valid_to)
+            for r in self._store.versions(self._keys.serialize(key))
+        ]
 
 
 class ReadOnlyKeyValueStore(Generic[K, V]):

@@ -25,6 +25,7 @@ from eddyline_runtime.state import (
     DetachedWindowReader,
     Retention,
     StoreReader,
+    VersionedStoreReader,
 )
 
 
@@ -121,3 +122,14 @@ def windowed_store_shape(topology: Topology, store: str) -> WindowedStoreShape |
     if spec.session_retention_ms is not None:
         return WindowedStoreShape(store, "session", retention, None, False)
     return WindowedStoreShape(store, "window", retention, spec.window_size_ms, spec.timestamped)
+
+
+def versioned_reader(
+    topology: Topology, local: LocalStorePartition, isolation: IsolationLevel | None
+) -> VersionedStoreReader | None:
+    """An in-process reader of a versioned store's local copy (KIP-960/968 queries:
+    ``get(key, as_of)``, ``versions(key, from, to)``); None when the store is not versioned."""
+    spec = topology.stores.get(local.store)
+    if spec is None or spec.versioned_history_ms is None:
+        return None
+    return VersionedStoreReader(local.open_reader(isolation), spec.versioned_history_ms)

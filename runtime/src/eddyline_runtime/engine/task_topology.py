@@ -63,7 +63,7 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.serde import deserialize_all, serde_for, serialize_all
-from eddyline_runtime.state import Retention, StateStore
+from eddyline_runtime.state import Retention, StateStore, VersionedKeyValueStore
 
 # Stream time before the task has processed a record (Kafka's RecordQueue.UNKNOWN).
 UNKNOWN_STREAM_TIME: Final = -1
@@ -169,6 +169,8 @@ class _Context:
             return task.window_stores[name]
         if name in task.session_stores:
             return task.session_stores[name]
+        if name in task.versioned_stores:
+            return task.versioned_stores[name]
         return task.stores[name]
 
     def schedule(
@@ -263,6 +265,13 @@ class TaskTopology:
             name: TaskSessionStore(self.stores[name], Retention.of(spec.session_retention_ms))
             for name, spec in topology.stores.items()
             if name in self.stores and spec.session_retention_ms is not None
+        }
+        # Versioned stores (KIP-889) are views over their task store too; no record cache
+        # (Materialized.as_versioned refuses one, as Kafka).
+        self.versioned_stores = {
+            name: VersionedKeyValueStore(self.stores[name], spec.versioned_history_ms)
+            for name, spec in topology.stores.items()
+            if name in self.stores and spec.versioned_history_ms is not None
         }
         # Records a processor dropped (Kafka's task metrics dropped-records-total/-rate).
         self.dropped_records = 0

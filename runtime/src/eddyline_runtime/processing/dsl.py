@@ -128,8 +128,9 @@ class StreamsBuilder:
         value_serde: str | None = None,
     ) -> KTable:
         """The latest value per key of ``topic``, materialized in ``store`` (a name or a
-        ``Materialized``; the topic's serdes unless it gives others)."""
-        materialized = key_value_store(as_materialized(store))
+        ``Materialized``; the topic's serdes unless it gives others; every version with
+        ``Materialized.as_versioned``)."""
+        materialized = key_value_store(as_materialized(store), versioned=True)
         # As Kafka Streams' Consumed and Materialized: each side's serdes default to the
         # other's, so the topic is read and the store written with the serdes given.
         store_keys = materialized.key_serde or key_serde
@@ -1348,5 +1349,6 @@ def _store_spec(
         value_serde=value_serde,
         cached=materialized.caching_enabled,
         logged=materialized.logging_enabled,
+        versioned_history_ms=materialized.history_retention_ms,
         **window,
     )

@@ -23,6 +23,13 @@ Caching (the KIP-63 record cache) is on unless disabled: with it, a store's
 updates between two commits reach the store and downstream once per key; with
 it off every update is written and forwarded.
 
+A table may keep every version of a key, not only the latest:
+``Materialized.as_versioned("prices", history_retention_ms=3_600_000)`` (Kafka's
+``Materialized.as(Stores.persistentVersionedKeyValueStore("prices", ofHours(1)))``,
+KIP-889). A stream joined with such a table meets the table's value as of each
+record's timestamp (KIP-914). A versioned store has no record cache (as in Kafka:
+``with_caching_enabled`` on one is refused) and is for ``builder.table`` only so far.
+
 Logging (the store's changelog topic) is on unless disabled. A store without a
 changelog survives a clean restart on the same disk, but nothing can rebuild it:
 a run refuses it with standbys configured or under exactly-once
@@ -47,6 +54,8 @@ class Materialized:
     retention_ms: int | None = None
     caching_enabled: bool = True
     logging_enabled: bool = True
+    # A versioned store's history retention (KIP-889); None: not versioned.
+    history_retention_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.store_name, str) or not self.store_name:
@@ -62,11 +71,29 @@ class Materialized:
                 f'store "{self.store_name}": retention {self.retention_ms!r} is not a number '
                 "of milliseconds >= 0"
             )
+        if self.history_retention_ms is not None:
+            if type(self.history_retention_ms) is not int or self.history_retention_ms < 0:
+                raise TopologyError(
+                    f'versioned store "{self.store_name}": history retention '
+                    f"{self.history_retention_ms!r} is not a number of milliseconds >= 0; "
+                    "give how long old versions stay queryable"
+                )
+            if self.caching_enabled:
+                raise TopologyError(
+                    f'versioned store "{self.store_name}": a versioned store has no record '
+                    "cache (as in Kafka Streams); drop with_caching_enabled"
+                )
 
     @classmethod
     def as_(cls, store_name: str) -> Materialized:
         """Kafka Streams' ``Materialized.as(storeName)``."""
         return cls(store_name)
+
+    @classmethod
+    def as_versioned(cls, store_name: str, history_retention_ms: int) -> Materialized:
+        """A versioned key-value store keeping old versions ``history_retention_ms`` long
+        (Kafka's ``Stores.persistentVersionedKeyValueStore(name, historyRetention)``)."""
+        return cls(store_name, caching_enabled=False, history_retention_ms=history_retention_ms)
 
     def with_key_serde(self, serde: str) -> Materialized:
         return replace(self, key_serde=serde)
@@ -105,8 +132,15 @@ def as_materialized(store: str | Materialized) -> Materialized:
     return Materialized.as_(store)
 
 
-def key_value_store(materialized: Materialized) -> Materialized:
-    """Refuse what a key-value store cannot have: a retention."""
+def key_value_store(materialized: Materialized, *, versioned: bool = False) -> Materialized:
+    """Refuse what a key-value store cannot have: a retention; and a versioned store
+    where the operation cannot keep one (``versioned``: it can)."""
+    if materialized.history_retention_ms is not None and not versioned:
+        raise TopologyError(
+            f'store "{materialized.store_name}": Materialized.as_versioned is supported '
+            "for builder.table only so far (aggregations, table filters and joins keep "
+            "their latest values); use Materialized.as_ here"
+        )
     if materialized.retention_ms is not None:
         raise TopologyError(
             f'store "{materialized.store_name}": with_retention applies to window and '

@@ -240,7 +240,9 @@ class StoreSpec:
     (``timestamped``, :mod:`eddyline_runtime.value_and_timestamp`), so that
     queries can answer windows and aggregates. ``cached`` puts the thread's
     record cache (KIP-63) in front of the store; off, every update is written
-    and forwarded (``Materialized.with_caching_disabled``).
+    and forwarded (``Materialized.with_caching_disabled``). ``versioned_history_ms``
+    makes it a versioned store (KIP-889) keeping old versions queryable that long
+    (:mod:`eddyline_runtime.state.versioned_store`).
     """
 
     name: str
@@ -253,6 +255,7 @@ class StoreSpec:
     window_size_ms: int | None = None
     timestamped: bool = False
     cached: bool = True
+    versioned_history_ms: int | None = None
 
     @property
     def retention_ms(self) -> int | None:

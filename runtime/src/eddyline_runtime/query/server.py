@@ -8,8 +8,15 @@ safe while the owner thread writes and commits.
 
 Endpoints (JSON unless noted)::
 
-    GET /v1/stores                              the stores and their serdes
-    GET /v1/stores/{store}/keys/{key}           one key
+    GET /v1/stores                              the stores and their serdes (a versioned
+                                                store's history retention too)
+    GET /v1/stores/{store}/keys/{key}           one key (a versioned store's: ``as_of=<ms>``
+                                                for its value at a time, KIP-960; the answer
+                                                has the version's timestamp and valid_to)
+    GET /v1/stores/{store}/versions/{key}?from=&to=&ascending=
+                                                a versioned store's versions of the key valid
+                                                at some time in from..to (ms, inclusive; either
+                                                may be omitted), newest first (KIP-968)
     GET /v1/stores/{store}/range?from=&to=      keys from..to (inclusive; either may be omitted)
     GET /v1/stores/{store}/all                  every key this instance holds
                                                 (both paginated: ``limit`` and ``cursor``)
@@ -112,6 +119,7 @@ from eddyline_runtime.engine.queryable import (
     KeyQueryMetadata,
     LocalStorePartition,
     WindowedStoreShape,
+    versioned_reader,
     windowed_store_shape,
 )
 from eddyline_runtime.errors import EddylineError
@@ -239,6 +247,7 @@ def _application(instance: StreamsInstance) -> web.Application:
     app = web.Application()
     app.router.add_get("/v1/stores", handlers.stores)
     app.router.add_get("/v1/stores/{store}/keys/{key}", handlers.get_key)
+    app.router.add_get("/v1/stores/{store}/versions/{key}", handlers.get_versions)
     app.router.add_get("/v1/stores/{store}/range", handlers.get_range)
     app.router.add_get("/v1/stores/{store}/all", handlers.get_all)
     app.router.add_get("/v1/stores/{store}/metadata/{key}", handlers.metadata)
@@ -274,7 +283,17 @@ class _Handlers:
         return web.json_response(
             {
                 "stores": [
-                    {"name": s.name, "key_serde": s.key_serde, "value_serde": s.value_serde}
+                    {
+                        "name": s.name,
+                        "key_serde": s.key_serde,
+                        "value_serde": s.value_serde,
+                        # A versioned store says so: its keys take as_of (KIP-960).
+                        **(
+                            {}
+                            if s.versioned_history_ms is None
+                            else {"versioned_history_ms": s.versioned_history_ms}
+                        ),
+                    }
                     for s in topology.stores.values()
                 ]
                 + [
@@ -307,7 +326,25 @@ class _Handlers:
             if bound is not None:
                 # A bound says what is fresh enough: any copy that reached it will do.
                 _check_reached(store, reader.position(), bound, metadata)
-            value = reader.get(key)
+            versioned = versioned_reader(self.instance.topology, local, isolation)
+            version: dict[str, Any] = {}
+            if versioned is None:
+                if "as_of" in request.query:
+                    raise _QueryError(
+                        400,
+                        {
+                            "error": f'store "{store}" is not a versioned store: as_of '
+                            "applies to a table materialized with Materialized.as_versioned"
+                        },
+                    )
+                value = reader.get(key)
+            else:
+                # KIP-960's VersionedKeyQuery: the latest version, or the one valid at as_of.
+                as_of = _time_option(request, "as_of")
+                record = versioned.get(key, as_of)
+                value = None if record is None else record.value
+                if record is not None:
+                    version = {"timestamp": record.timestamp, "valid_to": record.valid_to}
             rendered = None if value is None else _render(values, value, store, "value_serde")
         except _QueryError as error:
             return error.response()
@@ -319,7 +356,59 @@ class _Handlers:
                 "key": request.match_info["key"],
                 "found": value is not None,
                 "value": rendered,
+                **version,
                 **_served_by(local, reader.isolation, self.instance),
+            }
+        )
+
+    async def get_versions(self, request: web.Request) -> web.Response:
+        """KIP-968's ``MultiVersionedKeyQuery``: a key's versions valid at some time in
+        [from, to], newest first (``ascending=true``: oldest first)."""
+        try:
+            store = self._readable_store(request)
+            isolation, allow_stale = _read_options(request)
+            keys, values = _serdes(self.instance, store, request)
+            key = keys.serialize_text(request.match_info["key"])
+            metadata = _available(_metadata(self.instance, store, key), store)
+            local = self._hosted(store, metadata)
+            _check_fresh(self.instance, local, allow_stale, metadata)
+            versioned = versioned_reader(self.instance.topology, local, isolation)
+            if versioned is None:
+                raise _QueryError(
+                    400,
+                    {
+                        "error": f'store "{store}" is not a versioned store: /versions applies '
+                        "to a table materialized with Materialized.as_versioned"
+                    },
+                )
+            frm = _time_option(request, "from")
+            to = _time_option(request, "to")
+            if frm is not None and to is not None and frm > to:
+                raise _QueryError(400, {"error": f"from={frm} is after to={to}; pass from <= to"})
+            found = versioned.versions(
+                key,
+                0 if frm is None else frm,
+                _MAX_TIME if to is None else to,
+                ascending=_flag(request, "ascending"),
+            )
+            versions = [
+                {
+                    "value": _render(values, record.value, store, "value_serde"),
+                    "timestamp": record.timestamp,
+                    "valid_to": record.valid_to,
+                }
+                for record in found
+            ]
+        except _QueryError as error:
+            return error.response()
+        except StateStoreError as error:
+            return _moving(error).response()
+        return web.json_response(
+            {
+                "store": store,
+                "key": request.match_info["key"],
+                "versions": versions,
+                **_served_by(local, versioned.isolation, self.instance),
             }
         )
 
@@ -363,6 +452,16 @@ class _Handlers:
     def _scan(self, request: web.Request, frm: str | None, to: str | None) -> web.Response:
         try:
             store = self._readable_store(request)
+            spec = self.instance.topology.stores.get(store)
+            if spec is not None and spec.versioned_history_ms is not None:
+                raise _QueryError(
+                    400,
+                    {
+                        "error": f'store "{store}" is a versioned store: range and all '
+                        "queries of it are not served yet; query one key with "
+                        "/keys/{key} (as_of=<ms> for its value at a time)"
+                    },
+                )
             isolation, allow_stale = _read_options(request)
             keys, values = _serdes(self.instance, store, request)
             limit, after = _page_options(request)
@@ -828,6 +927,19 @@ def _page_options(request: web.Request) -> tuple[int, bytes | None]:
 def _cursor(last_key: bytes) -> str:
     """An opaque cursor: the last key served, URL-safe, so the next page starts after it."""
     return base64.urlsafe_b64encode(last_key).decode().rstrip("=")
+
+
+def _time_option(request: web.Request, name: str) -> int | None:
+    """A versioned query's time option (``as_of``, ``from``, ``to``: ms >= 0); None if
+    omitted (the latest version; unbounded)."""
+    text = request.query.get(name)
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise _QueryError(
+            400, {"error": f"{name}={text!r} is not a timestamp in milliseconds >= 0"}
+        )
+    return int(text)
 
 
 _QUERY_OF = {

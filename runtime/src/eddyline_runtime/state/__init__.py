@@ -4,8 +4,9 @@ Start from :class:`RocksDBStore` (or :class:`InMemoryStore`); both implement
 :class:`StateStore`. Other threads read through ``store.reader(isolation)``.
 Window and session stores (:class:`SegmentedWindowStore`, :class:`SegmentedSessionStore`) are
 views over a key-value store in the key layout of
-:mod:`~eddyline_runtime.state.window_layout`. Where stores live on disk
-(``state.dir/<task>/<store>``) is spelled only by
+:mod:`~eddyline_runtime.state.window_layout`; so is the versioned store of KIP-889
+(:class:`VersionedKeyValueStore`, :mod:`~eddyline_runtime.state.versioned_store`).
+Where stores live on disk (``state.dir/<task>/<store>``) is spelled only by
 :mod:`~eddyline_runtime.state.state_directory`; KIP-816 relocation of misplaced
 stores is :mod:`~eddyline_runtime.state.relocation`.
 """
@@ -46,6 +47,13 @@ from eddyline_runtime.state.uncommitted_budget import (
     UncommittedBytesBudget,
     uncommitted_bytes,
 )
+from eddyline_runtime.state.versioned_store import (
+    PUT_RETURN_CODE_NOT_PUT,
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED,
+    VersionedKeyValueStore,
+    VersionedRecord,
+    VersionedStoreReader,
+)
 from eddyline_runtime.state.window_layout import Retention, changelog_retention_ms
 from eddyline_runtime.state.window_store import (
     DetachedSessionReader,
@@ -58,6 +66,8 @@ from eddyline_runtime.state.window_store import (
 )
 
 __all__ = [
+    "PUT_RETURN_CODE_NOT_PUT",
+    "PUT_RETURN_CODE_VALID_TO_UNDEFINED",
     "CheckpointFileError",
     "CommitReason",
     "DetachedSessionReader",
@@ -85,6 +95,9 @@ __all__ = [
     "StoreReader",
     "TopicPartition",
     "UncommittedBytesBudget",
+    "VersionedKeyValueStore",
+    "VersionedRecord",
+    "VersionedStoreReader",
     "WindowStoreReader",
     "changelog_retention_ms",
     "global_store_directory",

@@ -53,7 +53,9 @@ from eddyline_runtime.processing.operators.stores import (
     KeyValueStore,
     TimestampedKeyValueStore,
     WindowStore,
+    is_versioned,
     key_value_store,
+    versioned_store,
     window_store,
 )
 from eddyline_runtime.processing.operators.tables import TableChange, as_change
@@ -365,7 +367,15 @@ class StreamTableJoinProcessor(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self._table = key_value_store(context, self._spec.table_store)
+        # A versioned table joins each record with the table as of the record's time
+        # (KIP-914); otherwise with the table as it is now.
+        self._versioned = (
+            versioned_store(context, self._spec.table_store)
+            if is_versioned(context, self._spec.table_store)
+            else None
+        )
+        if self._versioned is None:
+            self._table = key_value_store(context, self._spec.table_store)
         self._dropped = context.record_dropped
 
     def process(self, key: Any, value: Any) -> None:
@@ -376,11 +386,18 @@ class StreamTableJoinProcessor(Processor):
         if key is None or value is None:
             _skip(context, "join key or value", self._dropped)
             return
-        stored = self._table.get(self._keys.serialize(key))
+        stored = self._table_value(self._keys.serialize(key), context.timestamp)
         if stored is None and not spec.left:
             return
         table_value = None if stored is None else self._values.deserialize(stored)
         context.forward(key, spec.joiner(value, table_value))
+
+    def _table_value(self, stored_key: bytes, timestamp: int) -> bytes | None:
+        if self._versioned is None:
+            return self._table.get(stored_key)
+        # Older than the table's history retention: no version (None), as Kafka.
+        record = self._versioned.get(stored_key, timestamp)
+        return None if record is None else record.value
 
 
 class GlobalTableJoinProcessor(Processor):

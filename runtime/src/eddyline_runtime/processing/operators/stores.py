@@ -12,7 +12,9 @@ Streams' operators see ``KeyValueStore``, ``TimestampedKeyValueStore``,
 * :class:`TimestampedKeyValueStore`: a key-value store whose values carry the
   timestamp of their update (:mod:`eddyline_runtime.value_and_timestamp`);
 * :class:`WindowStore`: (key, window start) to value, with retention;
-* :class:`SessionStore`: (key, session start, session end) to value, with retention.
+* :class:`SessionStore`: (key, session start, session end) to value, with retention;
+* :class:`VersionedKeyValueStore`: every version of a key with the time it became
+  valid, with a history retention (KIP-889).
 
 Each store with a record cache in front of it forwards what the cache flushes
 to the one listener ``set_flush_listener`` registers (answering False when
@@ -20,7 +22,8 @@ there is no cache: the operator then forwards each update itself). The
 listener of a window or session store receives the entry's key and window,
 already decoded from the store's byte layout.
 
-:func:`key_value_store`, :func:`window_store` and :func:`session_store` fetch a
+:func:`key_value_store`, :func:`window_store`, :func:`session_store` and
+:func:`versioned_store` fetch a
 store of the expected kind, or raise naming the store and what it is instead.
 """
 
@@ -224,9 +227,54 @@ class SessionStore(Protocol):
         ...
 
 
+# Kafka's VersionedKeyValueStore.PUT_RETURN_CODE_VALID_TO_UNDEFINED: the put is now the
+# latest version (the state package's constant of the same name; this package may not
+# import it).
+PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
+
+
+class VersionedRecordLike(Protocol):
+    """One version of a key (Kafka's ``VersionedRecord``)."""
+
+    @property
+    def value(self) -> bytes: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+    @property
+    def valid_to(self) -> int | None: ...
+
+
+class VersionedKeyValueStore(Protocol):
+    """Versions of keys (:class:`eddyline_runtime.state.VersionedKeyValueStore`)."""
+
+    name: str
+    history_retention_ms: int
+
+    def get(self, key: bytes, as_of: int | None = None) -> VersionedRecordLike | None:
+        """The latest version (``as_of`` None) or the one valid at ``as_of``."""
+        ...
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> int:
+        """Add a version; Kafka's return codes (-1: it is the latest)."""
+        ...
+
+    def versions(
+        self, key: bytes, from_time: int = 0, to_time: int = ..., *, ascending: bool = False
+    ) -> list[Any]:
+        """The versions valid at some time in [from_time, to_time] (KIP-968)."""
+        ...
+
+
 # What tells each kind apart: a method only that kind has (looked up on the type,
 # so no property of the store runs).
-_KINDS = (("window", "fetch_range"), ("session", "find_sessions"), ("key-value", "get"))
+_KINDS = (
+    ("window", "fetch_range"),
+    ("session", "find_sessions"),
+    ("versioned", "versions"),
+    ("key-value", "get"),
+)
 
 
 def _kind_of(store: object) -> str:
@@ -263,3 +311,15 @@ def session_store(context: ProcessorContext, name: str) -> SessionStore:
     """The session store ``name`` attached to the processor of ``context``."""
     store: SessionStore = _attached(context, name, "session")
     return store
+
+
+def versioned_store(context: ProcessorContext, name: str) -> VersionedKeyValueStore:
+    """The versioned store ``name`` attached to the processor of ``context``."""
+    store: VersionedKeyValueStore = _attached(context, name, "versioned")
+    return store
+
+
+def is_versioned(context: ProcessorContext, name: str) -> bool:
+    """Whether store ``name`` (attached to the processor of ``context``) is versioned: a
+    table's operators read and write it by record time then."""
+    return _kind_of(context.get_state_store(name)) == "versioned"

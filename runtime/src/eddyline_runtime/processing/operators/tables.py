@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from eddyline_runtime.processing.operators.stores import KeyValueStore, key_value_store
+from eddyline_runtime.processing.operators.stores import (
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED,
+    KeyValueStore,
+    VersionedKeyValueStore,
+    is_versioned,
+    key_value_store,
+    versioned_store,
+)
 from eddyline_runtime.processing.topology import Change, Processor, ProcessorContext
 
 
@@ -84,15 +91,47 @@ class _StoredTable(Processor):
 
 class TableSourceProcessor(_StoredTable):
     """``builder.table``: keeps the latest value per key in its store and forwards the
-    change (with the old value read from the store when a node below needs it)."""
+    change (with the old value read from the store when a node below needs it).
+
+    Materialized as a versioned store (``Materialized.as_versioned``), every update is
+    kept as a version at the record's timestamp, and only an update that is the key's
+    latest version is forwarded, as Kafka's ``KTableSource`` (KIP-914): an out-of-order
+    update changes the table's past (which as-of joins read), not its present; one older
+    than the history retention is dropped whole. (Kafka forwards the out-of-order
+    update marked not-latest and its table operations drop it; dropping it here is
+    the same for every table operation eddyline has.)
+    """
+
+    def init(self, context: ProcessorContext) -> None:
+        self._versioned: VersionedKeyValueStore | None = None
+        if not is_versioned(context, self._store_name):
+            super().init(context)
+            return
+        Processor.init(self, context)
+        self._versioned = versioned_store(context, self._store_name)
 
     def process(self, key: Any, value: Any) -> None:
         if key is None:
+            return
+        if self._versioned is not None:
+            self._process_versioned(self._versioned, key, value)
             return
         stored_key = self._keys.serialize(key)
         old = self._stored(stored_key) if self._old_values.enabled else None
         self._write(stored_key, value)
         self.context.forward(key, TableChange(value, old))
+
+    def _process_versioned(self, store: VersionedKeyValueStore, key: Any, value: Any) -> None:
+        stored_key = self._keys.serialize(key)
+        old = None
+        if self._old_values.enabled:
+            latest = store.get(stored_key)
+            old = None if latest is None else self._values.deserialize(latest.value)
+        stored_value = None if value is None else self._values.serialize(value)
+        if store.put(stored_key, stored_value, self.context.timestamp) == (
+            PUT_RETURN_CODE_VALID_TO_UNDEFINED
+        ):
+            self.context.forward(key, TableChange(value, old))
 
 
 class TableFilterProcessor(Processor):
