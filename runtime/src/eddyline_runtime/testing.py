@@ -65,6 +65,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.partition_group import PartitionGroup
 from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_failures import RecordFailures
 from eddyline_runtime.engine.task import StreamTask
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
@@ -192,7 +193,9 @@ class TopologyTestDriver:
             if initial_wall_clock_time_ms is None
             else initial_wall_clock_time_ms
         )
-        self.layout: TopicLayout = single_partition_layout(self.topology, config.application_id)
+        self.layout: TopicLayout = single_partition_layout(
+            self.topology, config.application_id, config.errors_dead_letter_queue_topic_name
+        )
         self._topics: dict[str, _Topic] = {}
         # Physical topic -> the task that reads it (one partition: one task per sub-topology).
         self._readers: dict[str, StreamTask] = {}
@@ -246,7 +249,13 @@ class TopologyTestDriver:
                     cache_name=f"{task_id}/{name}",
                 )
             topology = TaskTopology(
-                self.topology, subtopology, task_id.partition, stores, wall_clock_ms=self._clock
+                self.topology,
+                subtopology,
+                task_id.partition,
+                stores,
+                wall_clock_ms=self._clock,
+                failures=RecordFailures.from_config(self.config),
+                physical_topics=layout.physical,
             )
         except BaseException:
             for store in stores.values():

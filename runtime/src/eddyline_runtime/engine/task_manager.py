@@ -36,6 +36,7 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.partition_group import PartitionGroup
 from eddyline_runtime.engine.queryable import LocalStorePartition
 from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_failures import RecordFailures
 from eddyline_runtime.engine.store_opener import StoreOpener
 from eddyline_runtime.engine.task import StreamTask
 from eddyline_runtime.engine.task_store import TaskStore
@@ -181,7 +182,14 @@ class TaskManager:
         )
         task = StreamTask(
             task_id,
-            topology=TaskTopology(self._topology, subtopology, task_id.partition, stores),
+            topology=TaskTopology(
+                self._topology,
+                subtopology,
+                task_id.partition,
+                stores,
+                failures=RecordFailures.from_config(config),
+                physical_topics=layout.physical,
+            ),
             stores=stores,
             partitions=partitions,
             logical_topics={physical: logical for logical, physical in layout.physical.items()},
