@@ -29,6 +29,7 @@ from eddyline_runtime.processing.exception_handlers import (
     exception_handler,
     log_and_fail,
 )
+from eddyline_runtime.serde import SerdeError
 
 # Why a record was dropped (the ``reason`` tag of dropped-records-by-reason-total):
 # a DSL operator dropped it (late, null key), or a handler resumed after a failure.
@@ -73,7 +74,9 @@ def _one_line(cause: BaseException) -> str:
 
 def is_fatal(exception: BaseException) -> bool:
     """Whether a failure is the runtime's or a store's rather than the record's: those
-    end the task as they are and never reach a handler."""
+    end the task as they are and never reach a handler. A serde's error is the record's."""
+    if isinstance(exception, SerdeError):
+        return False
     return isinstance(exception, EddylineError) or str(exception).startswith("Corruption")
 
 
