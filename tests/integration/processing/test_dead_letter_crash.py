@@ -60,10 +60,13 @@ def read_all(log: Log, topic: str) -> list[tuple[int, Record]]:
         return []
     for partition in range(PARTITIONS):
         tp = TopicPartition(topic, partition)
-        found.extend(
-            (partition, record)
-            for record in log.fetch(tp, log.beginning_offset(tp), 1_000_000).records
-        )
+        position = log.beginning_offset(tp)
+        while True:  # a Kafka fetch returns what one fetch holds, not everything
+            records = log.fetch(tp, position, 100_000).records
+            if not records:
+                break
+            found.extend((partition, record) for record in records)
+            position = records[-1].offset + 1
     return found
 
 
