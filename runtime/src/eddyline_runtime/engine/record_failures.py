@@ -59,17 +59,23 @@ class TaskProcessingError(EddylineError):
         detail = ""
         if kind is not None:
             detail = f' ({kind.value} error in "{node}")' if node else f" ({kind.value} error)"
-        handler = "" if kind is None else f", or set {kind.setting} to skip such records"
+        handler = "" if kind is None else f" (or set {kind.setting} to skip such records)"
+        # Short enough for the operator's Degraded condition, which keeps the last
+        # CRASH_MESSAGE_CHARS (400) of a termination message: the record must survive.
         super().__init__(
             f"task {task} failed processing {topic}-{partition} at offset {offset}{detail}: "
             f"{type(cause).__name__}: {_one_line(cause)}. Nothing after the last commit was "
-            f"written; fix the topology (or the record) and restart{handler}: processing "
-            "resumes at the last commit"
+            f"written; fix the topology or the record{handler} and restart"
         )
 
 
+# The most of an exception's message the one line keeps (the DLQ headers keep it all).
+_CAUSE_CHARS = 120
+
+
 def _one_line(cause: BaseException) -> str:
-    return " ".join(str(cause).split())
+    text = " ".join(str(cause).split())
+    return text if len(text) <= _CAUSE_CHARS else text[: _CAUSE_CHARS - 3] + "..."
 
 
 def is_fatal(exception: BaseException) -> bool:
