@@ -341,7 +341,7 @@ def test_poison_orders_stop_at_the_first_bad_order_under_the_default_handlers(
 ) -> None:
     """Kafka's default, log-and-fail: `eddyline run` ends with one line naming the record
     (topic, partition, offset, exception), and nothing after the last commit is written."""
-    app, _ = load_example("poison_orders", tmp_path)
+    _app, _ = load_example("poison_orders", tmp_path)
     log.create_topic("orders", 1)
     log.create_topic("orders-dlq", 1)
     log.produce(

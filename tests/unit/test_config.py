@@ -265,7 +265,7 @@ def test_kafkas_handler_class_names_and_user_functions_are_accepted(
 
 
 def test_a_kafka_handler_for_another_kind_of_failure_is_refused_naming_its_setting() -> None:
-    with pytest.raises(ConfigError, match="set it as deserialization.exception.handler"):
+    with pytest.raises(ConfigError, match=r"set it as deserialization\.exception\.handler"):
         StreamsConfig.from_properties(
             {"processing.exception.handler": "LogAndContinueExceptionHandler"}, environ={}
         )
