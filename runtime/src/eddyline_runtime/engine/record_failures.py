@@ -99,6 +99,8 @@ class RecordFailures:
         self._handlers = {kind: log_and_fail for kind in ExceptionHandlerKind}
         self._handlers.update(handlers or {})
         self.dead_letter_queue_topic = dead_letter_queue_topic
+        # Logical topic -> the log's name, which failed records are reported by.
+        self.topic_names: dict[str, str] = {}
         self.dropped_by_reason = dict.fromkeys(DROP_REASONS, 0)
         self.dead_letter_records = 0
         self.dead_letter_sensor = Sensor()
@@ -128,7 +130,10 @@ class RecordFailures:
                 context.topic,
                 context.partition,
                 context.offset,
-                exception,
+                RuntimeError(
+                    f"the {context.kind.setting} raised {type(handler_error).__name__}: "
+                    f"{handler_error}, handling {type(exception).__name__}: {exception}"
+                ),
                 kind=context.kind,
                 node=context.processor_node_id,
             ) from handler_error

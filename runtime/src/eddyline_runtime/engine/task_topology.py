@@ -38,11 +38,12 @@ store writes each carry the context of the record they stand for.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress, repeat
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from eddyline_runtime.config import ExceptionHandlerKind
 from eddyline_runtime.engine.record_failures import RecordFailures, is_fatal
@@ -121,6 +122,16 @@ class _Schedule:
         ``now``, so a gap of several intervals punctuates once, not once per interval."""
         missed = (now - self.due) // self.interval_ms
         self.due += (missed + 1) * self.interval_ms
+
+
+class _Batch(NamedTuple):
+    """The input batch being processed: where it was read, and its bytes as read."""
+
+    topic: str | None
+    partition: int
+    offsets: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
 
 
 # A compiled batch path: takes a batch's items and its input timestamps.
@@ -261,12 +272,8 @@ class TaskTopology:
         self.dropped_records = 0
         self.dropped_records_sensor = Sensor()
         self.failures = RecordFailures() if failures is None else failures
-        self._physical_topics = dict(physical_topics or {})
-        # The input record being processed as read (a dead-letter record carries its
-        # bytes): valid while ``record_context`` is ``_raw_context``.
-        self._raw_context: RecordContext | None = None
-        self._raw_key: bytes | None = None
-        self._raw_value: bytes | None = None
+        if physical_topics is not None:
+            self.failures.topic_names = dict(physical_topics)
         # (node, sensor name) -> the sensor a processor asked for (node-level metrics).
         self.node_sensors: dict[tuple[str, str], Sensor] = {}
         self.record_context = RecordContext(0)
@@ -313,11 +320,9 @@ class TaskTopology:
                 self._batch_paths[topic] = (key_serde, value_serde, handler)
         self._all_batchable = len(self._batch_paths) == len(self._sources)
         # The batch being processed: its topic, partition and offsets (for record contexts).
-        self._batch_topic: str | None = None
-        self._batch_partition = -1
-        self._batch_offsets: Sequence[int] = ()
-        self._batch_keys: Sequence[bytes | None] = ()
-        self._batch_values: Sequence[bytes | None] = ()
+        # The batch being processed. (One attribute: past 29, CPython 3.11 stops sharing
+        # the instance dict's keys, and the per-record path got ~10% slower.)
+        self._batch = _Batch(None, -1, (), (), ())
 
     def record_dropped(self) -> None:
         """A processor dropped the record being processed (late, or without a key)."""
@@ -373,16 +378,17 @@ class TaskTopology:
         if source is None:
             raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
         # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs per record.
-        context = self.record_context = _new_context(
+        self.record_context = _new_context(
             RecordContext, (timestamp, headers, topic, partition, offset)
         )
-        self._raw_context, self._raw_key, self._raw_value = context, key, value
         key_serde, value_serde = self._serdes[source.name]
         try:
             key_object, value_object = key_serde.deserialize(key), value_serde.deserialize(value)
         except Exception as exc:
             # A record that does not deserialize moves no stream time (Kafka's RecordQueue).
-            self._record_failed(ExceptionHandlerKind.DESERIALIZATION, None, None, None, exc)
+            self._record_failed(
+                ExceptionHandlerKind.DESERIALIZATION, None, None, None, exc, raw=(key, value)
+            )
             return
         if timestamp > self.stream_time:
             self.stream_time = timestamp
@@ -415,6 +421,9 @@ class TaskTopology:
         if path is None or headers is not None or self._stream_schedules:
             if topic not in self._sources:
                 raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
+            # What a failing record's bytes are found in (see _raw_bytes): set per batch,
+            # not per record, since nothing is spent on records that do not fail.
+            self._batch = _Batch(topic, partition, offsets or (), keys, values)
             for i in range(len(keys)):
                 try:
                     self.process(
@@ -446,19 +455,22 @@ class TaskTopology:
             )
             if len(kept) < len(keys):
                 if kept:
-                    self.process_batch(
-                        topic,
-                        [keys[i] for i in kept],
-                        [values[i] for i in kept],
-                        [timestamps[i] for i in kept],
-                        partition=partition,
-                        offsets=[offsets[i] for i in kept],
-                    )
+                    try:
+                        self.process_batch(
+                            topic,
+                            [keys[i] for i in kept],
+                            [values[i] for i in kept],
+                            [timestamps[i] for i in kept],
+                            partition=partition,
+                            offsets=[offsets[i] for i in kept],
+                        )
+                    except RecordFailedError as failure:  # its index in this whole batch
+                        raise RecordFailedError(
+                            kept[failure.index], failure.cause, partial=failure.partial
+                        ) from failure.cause
                 return
             raise  # deserialize_all failed, but no record alone does: not the records'
-        self._batch_topic, self._batch_partition = topic, partition
-        self._batch_offsets = offsets
-        self._batch_keys, self._batch_values = keys, values
+        self._batch = _Batch(topic, partition, offsets, keys, values)
         self._enter(timestamps, 0)
         handler(items, timestamps)
         # Leave the record context, stream time and lateness as the last record leaves them.
@@ -487,11 +499,12 @@ class TaskTopology:
                 key_serde.deserialize(key)
                 value_serde.deserialize(value)
             except Exception as exc:
-                context = self.record_context = _new_context(
+                self.record_context = _new_context(
                     RecordContext, (timestamps[i], (), topic, partition, offsets[i])
                 )
-                self._raw_context, self._raw_key, self._raw_value = context, key, value
-                self._record_failed(ExceptionHandlerKind.DESERIALIZATION, None, None, None, exc)
+                self._record_failed(
+                    ExceptionHandlerKind.DESERIALIZATION, None, None, None, exc, raw=(key, value)
+                )
                 continue
             kept.append(i)
         return kept
@@ -505,24 +518,27 @@ class TaskTopology:
         key: Any,
         value: Any,
         exception: Exception,
+        *,
+        raw: tuple[bytes | None, bytes | None] | None = None,
     ) -> None:
         """The record being processed failed in ``node``: ask the handler; a resuming
-        answer drops it and queues its dead-letter records with the task's outputs."""
+        answer drops it and queues its dead-letter records with the task's outputs.
+        ``raw``: the input record's bytes, when the caller has them."""
         context = self.record_context
-        raw = context is self._raw_context
+        raw_key, raw_value = self._raw_bytes(context) if raw is None else raw
         topic = context.topic
         records = self.failures.handle(
             ErrorHandlerContext(
                 kind=kind,
                 task_id=self.task_id,
-                topic=None if topic is None else self._physical_topics.get(topic, topic),
+                topic=None if topic is None else self.failures.topic_names.get(topic, topic),
                 partition=context.partition,
                 offset=context.offset,
                 timestamp=context.timestamp,
                 headers=context.headers,
                 processor_node_id=node,
-                source_raw_key=self._raw_key if raw else None,
-                source_raw_value=self._raw_value if raw else None,
+                source_raw_key=raw_key,
+                source_raw_value=raw_value,
                 key=key,
                 value=value,
                 dead_letter_queue_topic=self.failures.dead_letter_queue_topic,
@@ -553,10 +569,19 @@ class TaskTopology:
             self.output_bytes += len(record.key or b"") + len(record.value or b"")
         self.failures.sent_to_dead_letter_queue(len(records))
 
-    def _raw_at(self, i: int) -> None:
-        """Make input ``i`` of the batch the record whose bytes a failure reports."""
-        self._raw_context = self.record_context
-        self._raw_key, self._raw_value = self._batch_keys[i], self._batch_values[i]
+    def _raw_bytes(self, context: RecordContext) -> tuple[bytes | None, bytes | None]:
+        """The bytes of the input record ``context`` describes, as read: found by its offset
+        in the batch being processed (offsets rise within a batch, and an offset names one
+        record of its partition, so what is found is right even for a cached write's
+        context); none for a punctuation's context or an earlier batch's record."""
+        batch = self._batch
+        offset = context.offset
+        if offset < 0 or context.topic != batch.topic or context.partition != batch.partition:
+            return None, None
+        i = bisect_left(batch.offsets, offset)
+        if i < len(batch.offsets) and batch.offsets[i] == offset:
+            return batch.keys[i], batch.values[i]
+        return None, None
 
     # -- punctuation ---------------------------------------------------------------
 
@@ -694,9 +719,9 @@ class TaskTopology:
     def _enter(self, timestamps: Sequence[int], i: int) -> None:
         """Make input ``i`` of the batch being processed the current record (its whole
         context: a cached store write keeps it, and forwards it when flushed)."""
+        batch = self._batch  # by index: a tuple's item is cheaper than a field by name
         self.record_context = _new_context(
-            RecordContext,
-            (timestamps[i], (), self._batch_topic, self._batch_partition, self._batch_offsets[i]),
+            RecordContext, (timestamps[i], (), batch[0], batch[1], batch[2][i])
         )
 
     def _compile_batch_path(self, source: Node) -> _BatchHandler | None:
@@ -769,7 +794,6 @@ class TaskTopology:
                 if not isinstance(failure.cause, Exception):
                     raise
                 self._enter(timestamps, index)
-                self._raw_at(index)
                 self._record_failed(
                     ExceptionHandlerKind.PROCESSING, name, key, value, failure.cause
                 )
@@ -818,7 +842,6 @@ class TaskTopology:
                 if is_fatal(exc):
                     raise
                 self._enter(timestamps, i)
-                self._raw_at(i)
                 self._record_failed(ExceptionHandlerKind.PRODUCTION, sink, key, value, exc)
                 kept.append(False)
                 continue
