@@ -293,10 +293,13 @@ def test_custom_processor_forwards_each_event_id_once_across_restarts(
 # -- poison orders (exception handlers and a dead-letter topic) -------------------------------
 
 
+@pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
 def test_poison_orders_sends_each_bad_order_to_the_dead_letter_topic_and_sums_the_rest(
-    tmp_path: Path, log: SqliteLog
+    tmp_path: Path, log: SqliteLog, guarantee: str
 ) -> None:
-    app, search_path = load_example("poison_orders", tmp_path)
+    app, search_path = load_example(
+        "poison_orders", tmp_path, **{"processing.guarantee": guarantee}
+    )
     log.create_topic("orders", 1)
     log.create_topic("orders-dlq", 1)  # the app does not create it (KIP-1034)
     orders = TopicPartition("orders", 0)

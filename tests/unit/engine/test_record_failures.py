@@ -170,6 +170,21 @@ def test_a_user_handler_that_answers_nothing_stops_the_task() -> None:
         driver.create_input_topic("in").pipe_input(None, "x")
 
 
+def raise_in_handler(context: ErrorHandlerContext, exception: Exception) -> Response:
+    raise RuntimeError("the handler's own bug")
+
+
+def test_a_handler_that_raises_stops_the_task_naming_both_errors() -> None:
+    config = {"processing.exception.handler": f"{__name__}:raise_in_handler"}
+    with (
+        TopologyTestDriver(parse_ints(), config) as driver,
+        pytest.raises(TaskProcessingError) as failed,
+    ):
+        driver.create_input_topic("in").pipe_input(None, "x")
+    assert "raised RuntimeError: the handler's own bug" in str(failed.value)
+    assert "ValueError: invalid literal" in str(failed.value)
+
+
 def test_a_handler_reference_that_does_not_import_is_refused_by_name() -> None:
     config = {"processing.exception.handler": "no_such_module_here:handle"}
     with pytest.raises(Exception, match='cannot import module "no_such_module_here"'):
