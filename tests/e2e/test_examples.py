@@ -369,8 +369,10 @@ def test_poison_orders_stop_at_the_first_bad_order_under_the_default_handlers(
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, done.stderr
-    assert "failed processing orders-0 at offset 1 (processing error in" in errors[0]
-    assert "KeyError: 'price'" in errors[0]
+    assert (
+        "failed processing orders-0 at offset 1: KeyError: 'price' (processing error in"
+        in (errors[0])
+    )
     reopened = SqliteLog(tmp_path / "log.db")
     try:
         assert consume(reopened, "orders-dlq")[0] == []  # a failing task writes nothing

@@ -63,9 +63,9 @@ class TaskProcessingError(EddylineError):
         # Short enough for the operator's Degraded condition, which keeps the last
         # CRASH_MESSAGE_CHARS (400) of a termination message: the record must survive.
         super().__init__(
-            f"task {task} failed processing {topic}-{partition} at offset {offset}{detail}: "
-            f"{type(cause).__name__}: {_one_line(cause)}. Nothing after the last commit was "
-            f"written; fix the topology or the record{handler} and restart"
+            f"task {task} failed processing {topic}-{partition} at offset {offset}: "
+            f"{type(cause).__name__}: {_one_line(cause)}{detail}. Nothing after the last "
+            f"commit was written; fix the topology or the record{handler} and restart"
         )
 
 
