@@ -323,6 +323,10 @@ class TaskTopology:
         # The batch being processed. (One attribute: past 29, CPython 3.11 stops sharing
         # the instance dict's keys, and the per-record path got ~10% slower.)
         self._batch = _Batch(None, -1, (), (), ())
+        # ... and its parts _enter reads per store write, as attributes of their own.
+        self._batch_topic: str | None = None
+        self._batch_partition = -1
+        self._batch_offsets: Sequence[int] = ()
 
     def record_dropped(self) -> None:
         """A processor dropped the record being processed (late, or without a key)."""
@@ -471,6 +475,8 @@ class TaskTopology:
                 return
             raise  # deserialize_all failed, but no record alone does: not the records'
         self._batch = _Batch(topic, partition, offsets, keys, values)
+        self._batch_topic, self._batch_partition = topic, partition
+        self._batch_offsets = offsets
         self._enter(timestamps, 0)
         handler(items, timestamps)
         # Leave the record context, stream time and lateness as the last record leaves them.
@@ -719,9 +725,9 @@ class TaskTopology:
     def _enter(self, timestamps: Sequence[int], i: int) -> None:
         """Make input ``i`` of the batch being processed the current record (its whole
         context: a cached store write keeps it, and forwards it when flushed)."""
-        batch = self._batch  # by index: a tuple's item is cheaper than a field by name
         self.record_context = _new_context(
-            RecordContext, (timestamps[i], (), batch[0], batch[1], batch[2][i])
+            RecordContext,
+            (timestamps[i], (), self._batch_topic, self._batch_partition, self._batch_offsets[i]),
         )
 
     def _compile_batch_path(self, source: Node) -> _BatchHandler | None:
