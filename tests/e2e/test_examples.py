@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -285,6 +288,96 @@ def test_custom_processor_forwards_each_event_id_once_across_restarts(
     assert instance.processed == 2
     assert forwarded()[-1] == ("e5", {"n": 5}, 21)
     assert len(forwarded()) == 5
+
+
+# -- poison orders (exception handlers and a dead-letter topic) -------------------------------
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
+def test_poison_orders_sends_each_bad_order_to_the_dead_letter_topic_and_sums_the_rest(
+    tmp_path: Path, log: SqliteLog, guarantee: str
+) -> None:
+    app, search_path = load_example(
+        "poison_orders", tmp_path, **{"processing.guarantee": guarantee}
+    )
+    log.create_topic("orders", 1)
+    log.create_topic("orders-dlq", 1)  # the app does not create it (KIP-1034)
+    orders = TopicPartition("orders", 0)
+    log.produce(
+        orders,
+        [
+            Record(b"ann", b'{"quantity": 2, "price": 3}', 1),
+            Record(b"ann", b"{not json", 2),  # deserialization error
+            Record(b"bo", b'{"quantity": 1}', 3),  # no price: processing error
+            Record(b"bo", b'{"quantity": 5, "price": 1}', 4),
+            Record(b"ann", b'{"quantity": -1, "price": 9}', 5),  # processing error
+            Record(b"ann", b'{"quantity": 1, "price": 4}', 6),
+        ],
+    )
+
+    instance, _ = run(app, log, search_path)
+
+    revenue = dict((r.key, r.value) for r in consume(log, "revenue")[0])  # the cache dedups
+    assert revenue == {b"ann": b"10", b"bo": b"5"}
+    dead = consume(log, "orders-dlq")[0]
+    assert [(r.key, r.value) for r in dead] == [
+        (b"ann", b"{not json"),
+        (b"bo", b'{"quantity": 1}'),
+        (b"ann", b'{"quantity": -1, "price": 9}'),
+    ]
+    headers = [dict(r.headers) for r in dead]
+    assert [h["__streams.errors.offset"] for h in headers] == [b"1", b"2", b"4"]
+    assert headers[0]["__streams.errors.exception"].endswith(b"SerdeError")
+    assert headers[1]["__streams.errors.exception"] == b"builtins.KeyError"
+    assert headers[2]["__streams.errors.message"] == b"negative quantity -1"
+    assert committed_total(log, app, ["orders"]) == 6  # the skipped ones are consumed too
+    reasons = {
+        dict(name.tags)["reason"]: value
+        for name, value in instance.final_metrics.items()
+        if name.name == "dropped-records-by-reason-total"
+    }
+    assert reasons["deserialization-error"] == 1 and reasons["processing-error"] == 2
+
+
+def test_poison_orders_stop_at_the_first_bad_order_under_the_default_handlers(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    """Kafka's default, log-and-fail: `eddyline run` ends with one line naming the record
+    (topic, partition, offset, exception), and nothing after the last commit is written."""
+    _app, _ = load_example("poison_orders", tmp_path)
+    log.create_topic("orders", 1)
+    log.create_topic("orders-dlq", 1)
+    log.produce(
+        TopicPartition("orders", 0),
+        [Record(b"ann", b'{"quantity": 2, "price": 3}', 1), Record(b"bo", b'{"quantity": 1}', 2)],
+    )
+    log.close()
+    document = yaml.safe_load((EXAMPLES / "poison_orders" / "streamapp.yaml").read_text())
+    document["spec"]["log"]["url"] = f"sqlite:///{tmp_path / 'log.db'}"
+    document["spec"]["config"]["state.dir"] = str(tmp_path / "state")
+    del document["spec"]["config"]["processing.exception.handler"]  # Kafka's default
+    manifest = tmp_path / "streamapp.yaml"
+    manifest.write_text(yaml.safe_dump(document))
+    shutil.copy(EXAMPLES / "poison_orders" / "poison_orders.py", tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "eddyline_runtime.cli", "run", str(manifest), "--until-caught-up"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr
+    assert (
+        "failed processing orders-0 at offset 1: KeyError: 'price' (processing error in"
+        in (errors[0])
+    )
+    reopened = SqliteLog(tmp_path / "log.db")
+    try:
+        assert consume(reopened, "orders-dlq")[0] == []  # a failing task writes nothing
+    finally:
+        reopened.close()
 
 
 # -- the examples whose outputs the test driver computes ---------------------------------------

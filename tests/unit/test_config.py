@@ -241,3 +241,60 @@ def test_every_cluster_setting_is_described_and_named_once() -> None:
     # What the operator sets itself, or a StreamApp gives, is not for spec.config.
     for key in ("application.id", "memory.limit.bytes", "restore.build.dir", "restore.wait.ms"):
         assert key not in CLUSTER_SETTINGS
+
+
+# -- records that cannot be processed (KIP-1033, KIP-1034) ---------------------------------
+
+
+def test_exception_handlers_default_to_log_and_fail_without_a_dead_letter_topic() -> None:
+    config = StreamsConfig.from_properties({}, environ={})
+    assert config.deserialization_exception_handler == "log-and-fail"
+    assert config.processing_exception_handler == "log-and-fail"
+    assert config.production_exception_handler == "log-and-fail"
+    assert config.errors_dead_letter_queue_topic_name is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "canonical"),
+    [
+        (
+            "deserialization.exception.handler",
+            "org.apache.kafka.streams.errors.LogAndContinueExceptionHandler",
+            "log-and-continue",
+        ),
+        ("processing.exception.handler", "LogAndFailProcessingExceptionHandler", "log-and-fail"),
+        (
+            "production.exception.handler",
+            "org.apache.kafka.streams.errors.DefaultProductionExceptionHandler",
+            "log-and-fail",
+        ),
+        ("processing.exception.handler", "my_app.errors:to_dlq", "my_app.errors:to_dlq"),
+    ],
+)
+def test_kafkas_handler_class_names_and_user_functions_are_accepted(
+    key: str, value: str, canonical: str
+) -> None:
+    config = StreamsConfig.from_properties({key: value}, environ={})
+    assert getattr(config, key.replace(".", "_")) == canonical
+
+
+def test_a_kafka_handler_for_another_kind_of_failure_is_refused_naming_its_setting() -> None:
+    with pytest.raises(ConfigError, match=r"set it as deserialization\.exception\.handler"):
+        StreamsConfig.from_properties(
+            {"processing.exception.handler": "LogAndContinueExceptionHandler"}, environ={}
+        )
+    with pytest.raises(ConfigError, match="'log-and-continue', 'log-and-fail'"):
+        StreamsConfig.from_properties({"processing.exception.handler": "skip"}, environ={})
+
+
+@pytest.mark.parametrize("kind", ["deserialization", "production"])
+def test_the_deprecated_default_handler_names_warn_and_lose_to_the_new_ones(kind: str) -> None:
+    old, new = f"default.{kind}.exception.handler", f"{kind}.exception.handler"
+    with pytest.warns(FutureWarning, match=f'"{old}" is deprecated; rename it to "{new}"'):
+        config = StreamsConfig.from_properties({old: "log-and-continue"}, environ={})
+    assert getattr(config, new.replace(".", "_")) == "log-and-continue"
+    with pytest.warns(FutureWarning, match="ignored here"):
+        both = StreamsConfig.from_properties(
+            {old: "log-and-continue", new: "log-and-fail"}, environ={}
+        )
+    assert getattr(both, new.replace(".", "_")) == "log-and-fail"

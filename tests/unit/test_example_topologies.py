@@ -174,3 +174,19 @@ def test_custom_processor_forwards_an_id_again_once_its_retention_passed() -> No
             ("e2", {"n": 2}),
             ("e1", {"n": 1, "again": True}),
         ]
+
+
+def test_poison_orders_sum_the_good_orders_and_set_the_bad_ones_aside() -> None:
+    config = {
+        "deserialization_exception_handler": "log-and-continue",
+        "processing_exception_handler": "log-and-continue",
+    }
+    with example_driver("poison_orders", **config) as driver:
+        raw = driver.create_input_topic("orders", value_serde="bytes")
+        raw.pipe_input("ann", b'{"quantity": 2, "price": 3}')
+        raw.pipe_input("ann", b"{not json")
+        raw.pipe_input("bo", b'{"quantity": 1}')
+        raw.pipe_input("ann", b'{"quantity": 1, "price": 4}')
+        revenue = driver.create_output_topic("revenue").read_key_values_to_map()
+        assert revenue == {"ann": 10}
+        assert driver.dropped_records == 2

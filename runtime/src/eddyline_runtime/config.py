@@ -110,6 +110,74 @@ class CommitMode(enum.StrEnum):
     SERIAL = "serial"
 
 
+class ExceptionHandlerKind(enum.StrEnum):
+    """Which of a record's failures a handler answers (Kafka's three handler settings)."""
+
+    DESERIALIZATION = "deserialization"
+    PROCESSING = "processing"
+    PRODUCTION = "production"
+
+    @property
+    def setting(self) -> str:
+        """The handler's setting, by Kafka's name since 4.0 (KIP-1033)."""
+        return f"{self.value}.exception.handler"
+
+
+# The built-in handlers, as eddyline names them (the setting's canonical values).
+LOG_AND_CONTINUE = "log-and-continue"
+LOG_AND_FAIL = "log-and-fail"
+# Kafka's built-in handler classes -> (the failures they answer, eddyline's built-in).
+KAFKA_EXCEPTION_HANDLERS = {
+    "LogAndContinueExceptionHandler": (ExceptionHandlerKind.DESERIALIZATION, LOG_AND_CONTINUE),
+    "LogAndFailExceptionHandler": (ExceptionHandlerKind.DESERIALIZATION, LOG_AND_FAIL),
+    "LogAndContinueProcessingExceptionHandler": (ExceptionHandlerKind.PROCESSING, LOG_AND_CONTINUE),
+    "LogAndFailProcessingExceptionHandler": (ExceptionHandlerKind.PROCESSING, LOG_AND_FAIL),
+    "DefaultProductionExceptionHandler": (ExceptionHandlerKind.PRODUCTION, LOG_AND_FAIL),
+}
+_KAFKA_ERRORS_PACKAGE = "org.apache.kafka.streams.errors."
+# Kafka's names before 4.0 (deprecated by KIP-1033's renaming) -> today's.
+DEPRECATED_HANDLER_KEYS = {
+    f"default.{kind.setting}": kind.setting
+    for kind in (ExceptionHandlerKind.DESERIALIZATION, ExceptionHandlerKind.PRODUCTION)
+}
+
+
+def parse_exception_handler(kind: ExceptionHandlerKind, value: Any) -> str:
+    """A handler setting's value in its canonical form: ``log-and-continue``,
+    ``log-and-fail`` or a ``module:function`` reference (loaded when a task starts).
+
+    Kafka's class names are accepted for the failures they answer, with or
+    without their package; one for another kind of failure is refused by name.
+    """
+    text = str(value).strip() if value is not None else ""
+    if text in (LOG_AND_CONTINUE, LOG_AND_FAIL):
+        return text
+    short = text.removeprefix(_KAFKA_ERRORS_PACKAGE)
+    if short in KAFKA_EXCEPTION_HANDLERS:
+        answers, built_in = KAFKA_EXCEPTION_HANDLERS[short]
+        if answers is kind:
+            return built_in
+        raise ConfigError(
+            kind.setting,
+            value,
+            _handler_choices(kind),
+            hint=f"{short} answers {answers.value} failures; set it as {answers.setting}",
+        )
+    module, _, function = text.partition(":")
+    modules = module.split(".")
+    if module and function.isidentifier() and all(part.isidentifier() for part in modules):
+        return text
+    raise ConfigError(kind.setting, value, _handler_choices(kind))
+
+
+def _handler_choices(kind: ExceptionHandlerKind) -> str:
+    kafka = [name for name, (answers, _) in KAFKA_EXCEPTION_HANDLERS.items() if answers is kind]
+    return (
+        f"{one_of([LOG_AND_CONTINUE, LOG_AND_FAIL])}, Kafka's {one_of(kafka)}, or a "
+        "'module:function' reference to your own handler (see docs/errors.md)"
+    )
+
+
 def validate_uncommitted_max_bytes(
     value: int, *, key: str = "statestore.uncommitted.max.bytes"
 ) -> int:
@@ -398,12 +466,66 @@ class StreamsConfig(BaseModel):
         cluster=True,
     )
 
+    # KIP-1033 / KIP-1034: what happens to a record that cannot be processed.
+    deserialization_exception_handler: str = _setting(
+        "deserialization.exception.handler",
+        LOG_AND_FAIL,
+        "a record whose key or value does not deserialize: log-and-fail (stop the task), "
+        "log-and-continue (skip it) or a module:function handler; Kafka's class names too",
+        cluster=True,
+    )
+    processing_exception_handler: str = _setting(
+        "processing.exception.handler",
+        LOG_AND_FAIL,
+        "a record a processor raised on: log-and-fail, log-and-continue or module:function",
+        cluster=True,
+    )
+    production_exception_handler: str = _setting(
+        "production.exception.handler",
+        LOG_AND_FAIL,
+        "an output that does not serialize: log-and-fail, log-and-continue or module:function",
+        cluster=True,
+    )
+    errors_dead_letter_queue_topic_name: str | None = _setting(
+        "errors.dead.letter.queue.topic.name",
+        None,
+        "KIP-1034: the topic the built-in handlers write a failed record to (its original key "
+        "and value, __streams.errors.* headers); it must exist: the app does not create it",
+        cluster=True,
+    )
+
     @field_validator("state_dir", mode="before")
     @classmethod
     def _nonempty_state_dir(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():
             raise ConfigError("state.dir", value, "a directory path", hint="or leave it unset")
         return value
+
+    @field_validator("deserialization_exception_handler", mode="before")
+    @classmethod
+    def _parse_deserialization_handler(cls, value: Any) -> str:
+        return parse_exception_handler(ExceptionHandlerKind.DESERIALIZATION, value)
+
+    @field_validator("processing_exception_handler", mode="before")
+    @classmethod
+    def _parse_processing_handler(cls, value: Any) -> str:
+        return parse_exception_handler(ExceptionHandlerKind.PROCESSING, value)
+
+    @field_validator("production_exception_handler", mode="before")
+    @classmethod
+    def _parse_production_handler(cls, value: Any) -> str:
+        return parse_exception_handler(ExceptionHandlerKind.PRODUCTION, value)
+
+    @field_validator("errors_dead_letter_queue_topic_name", mode="before")
+    @classmethod
+    def _parse_dead_letter_topic(cls, value: Any) -> str | None:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None  # Kafka's default: no dead-letter queue
+        return str(value).strip()
+
+    def exception_handler(self, kind: ExceptionHandlerKind) -> str:
+        """The handler chosen for ``kind`` of failure (canonical, see parse_exception_handler)."""
+        return str(getattr(self, kind.setting.replace(".", "_")))
 
     @field_validator("default_state_isolation_level", mode="before")
     @classmethod
@@ -478,6 +600,8 @@ class StreamsConfig(BaseModel):
         """
         if DEPRECATED_CACHE_KEY in properties:
             properties = _without_deprecated_cache_key(properties)
+        if any(key in properties for key in DEPRECATED_HANDLER_KEYS):
+            properties = _without_deprecated_handler_keys(properties)
         return cls._validated(properties, os.environ if environ is None else environ)
 
     def overridden_by(self, environ: Mapping[str, str]) -> StreamsConfig:
@@ -535,6 +659,31 @@ def _without_deprecated_cache_key(properties: Mapping[str, Any]) -> dict[str, An
         stacklevel=3,
     )
     return {**rest, "statestore.cache.max.bytes": properties[DEPRECATED_CACHE_KEY]}
+
+
+def _without_deprecated_handler_keys(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Kafka's ``default.``-prefixed handler names (before 4.0): warn, and use them under
+    today's name unless that is set too (then it wins, as in Kafka Streams)."""
+    renamed = dict(properties)
+    for old, new in DEPRECATED_HANDLER_KEYS.items():
+        if old not in renamed:
+            continue
+        value = renamed.pop(old)
+        if new in renamed or new.replace(".", "_") in renamed:
+            warnings.warn(
+                f'"{old}" is deprecated and ignored here because "{new}" is also set; '
+                "remove the old name",
+                FutureWarning,
+                stacklevel=3,
+            )
+            continue
+        warnings.warn(
+            f'"{old}" is deprecated; rename it to "{new}" (same meaning, Kafka 4.0\'s name)',
+            FutureWarning,
+            stacklevel=3,
+        )
+        renamed[new] = value
+    return renamed
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:

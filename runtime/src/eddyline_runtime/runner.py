@@ -513,6 +513,7 @@ def start_group(
             window_changelog_additional_retention_ms=(
                 config.windowstore_changelog_additional_retention_ms
             ),
+            dead_letter_queue_topic=config.errors_dead_letter_queue_topic_name,
         )
     finally:
         log.close()

@@ -66,6 +66,7 @@ from eddyline_runtime.config import IsolationLevel, StreamsConfig
 from eddyline_runtime.engine.global_thread import GlobalStoreView
 from eddyline_runtime.engine.partition_group import PartitionGroup
 from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_failures import RecordFailures
 from eddyline_runtime.engine.task import StreamTask
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
@@ -195,7 +196,9 @@ class TopologyTestDriver:
             if initial_wall_clock_time_ms is None
             else initial_wall_clock_time_ms
         )
-        self.layout: TopicLayout = single_partition_layout(self.topology, config.application_id)
+        self.layout: TopicLayout = single_partition_layout(
+            self.topology, config.application_id, config.errors_dead_letter_queue_topic_name
+        )
         self._topics: dict[str, _Topic] = {}
         # Physical topic -> the task that reads it (one partition: one task per sub-topology).
         self._readers: dict[str, StreamTask] = {}
@@ -269,6 +272,8 @@ class TopologyTestDriver:
                 stores,
                 global_stores=self._global_views,
                 wall_clock_ms=self._clock,
+                failures=RecordFailures.from_config(self.config),
+                physical_topics=layout.physical,
             )
         except BaseException:
             for store in stores.values():

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_failures import TaskProcessingError
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
 from eddyline_runtime.processing import Processor
 from eddyline_runtime.processing.dsl import StreamsBuilder
-from eddyline_runtime.processing.topology import PunctuationType, RecordFailedError, Topology
+from eddyline_runtime.processing.topology import PunctuationType, Topology
 from eddyline_runtime.serde import SerdeError, serde_for
 from tests.support.stores import StoreFactory
 
@@ -240,9 +241,9 @@ def test_a_failing_record_is_named_by_its_index_in_the_batch() -> None:
     topology = build()
     task = TaskTopology(topology, topology.subtopologies()[0], 0, {})
     values = [b"a", b"bb", b"ccc", b"dddd"]
-    with pytest.raises(RecordFailedError) as failed:
-        task.process_batch("lines", [None] * 4, values, [0, 1, 2, 3])
-    assert failed.value.index == 2
+    with pytest.raises(TaskProcessingError) as failed:
+        task.process_batch("lines", [None] * 4, values, [0, 1, 2, 3], offsets=[10, 11, 12, 13])
+    assert failed.value.offset == 12
     assert isinstance(failed.value.cause, ZeroDivisionError)
 
 
@@ -265,18 +266,20 @@ def test_a_step_failing_after_a_flat_map_names_the_record_the_item_came_from(ste
     topology = builder.build()
     task = TaskTopology(topology, topology.subtopologies()[0], 0, {})
     values = [b"a b", b"", b"c d e", b"x boom", b"z"]  # boom ends its line
-    with pytest.raises(RecordFailedError) as failed:
-        task.process_batch("lines", [None] * 5, values, [0, 1, 2, 3, 4])
-    assert failed.value.index == 3
+    with pytest.raises(TaskProcessingError) as failed:
+        task.process_batch("lines", [None] * 5, values, [0, 1, 2, 3, 4], offsets=[5, 6, 7, 8, 9])
+    assert failed.value.offset == 8
     assert isinstance(failed.value.cause, KeyError)
 
 
-def test_bytes_a_source_serde_cannot_read_are_named_by_their_index() -> None:
+def test_bytes_a_source_serde_cannot_read_are_named_by_their_offset() -> None:
     topology = stateless()
     task = TaskTopology(topology, topology.subtopologies()[0], 0, {})
-    with pytest.raises(RecordFailedError) as failed:
-        task.process_batch("lines", [None] * 3, [b"ok", b"\xff\xfe", b"ok"], [0, 1, 2])
-    assert failed.value.index == 1
+    with pytest.raises(TaskProcessingError) as failed:
+        task.process_batch(
+            "lines", [None] * 3, [b"ok", b"\xff\xfe", b"ok"], [0, 1, 2], offsets=[4, 5, 6]
+        )
+    assert failed.value.offset == 5
     assert isinstance(failed.value.cause, SerdeError)
 
 

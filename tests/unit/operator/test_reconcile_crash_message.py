@@ -120,3 +120,28 @@ def test_a_crash_loop_of_oom_kills_names_oomkilled_in_degraded() -> None:
         condition["message"] == "containers keep crashing in wc-0; wc-0: exit code 137 (OOMKilled)"
     )
     assert crash_message(crashing(1, None, exit_code=137)) == "exit code 137"
+
+
+def test_a_record_that_failed_under_log_and_fail_is_named_in_degraded_and_its_event() -> None:
+    """Issue 33: the default handler (log-and-fail) stops the pod; the condition and the
+    Warning event name the record (topic, partition, offset, exception), as the runtime's
+    one error line (its termination message) does, even with a long exception message."""
+    from eddyline_runtime.config import ExceptionHandlerKind
+    from eddyline_runtime.engine.instance import StreamsFailedError
+    from eddyline_runtime.engine.record_failures import TaskProcessingError
+
+    failure = TaskProcessingError(
+        "1_3",
+        "orders",
+        3,
+        4711,
+        ValueError("invalid literal for int() with base 10: " + "'x' " * 200),
+        kind=ExceptionHandlerKind.PROCESSING,
+        node="KSTREAM-MAPVALUES-0000000001",
+    )
+    message = str(StreamsFailedError(f"wc-0-StreamThread-1 failed: {failure}"))
+    condition = degraded([crashing(0, message), pod(1), pod(2)])
+    assert condition["reason"] == "CrashLoopBackOff"
+    assert "failed processing orders-3 at offset 4711" in condition["message"]
+    assert "ValueError: invalid literal" in condition["message"]
+    assert ("Warning", "CrashLoopBackOff", condition["message"]) in condition["events"]

@@ -185,6 +185,7 @@ class StreamsInstance:
                 window_changelog_additional_retention_ms=(
                     self.config.windowstore_changelog_additional_retention_ms
                 ),
+                dead_letter_queue_topic=self.config.errors_dead_letter_queue_topic_name,
             )
             # KIP-816, before any store opens: stores whose sub-topology ordinal
             # changed move to where this topology expects them (or we refuse).

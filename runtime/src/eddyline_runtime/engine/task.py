@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from eddyline_runtime.engine.partition_group import Chunk, PartitionGroup
+from eddyline_runtime.engine.record_failures import TaskProcessingError
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import Output, TaskTopology
 from eddyline_runtime.errors import EddylineError
@@ -29,17 +30,7 @@ from eddyline_runtime.processing.topology import RecordFailedError
 from eddyline_runtime.restore.replay.lag import LagInfo
 from eddyline_runtime.state import StoreCorruptedError
 
-
-class TaskProcessingError(EddylineError):
-    """A processor (or a serde) failed on a record; names the record so it can be found."""
-
-    def __init__(self, task: TaskId, tp: TopicPartition, offset: int, cause: BaseException) -> None:
-        self.task, self.partition, self.offset = task, tp, offset
-        super().__init__(
-            f"task {task} failed processing {tp.topic}-{tp.partition} at offset {offset}: "
-            f"{type(cause).__name__}: {cause}. Nothing after the last commit was written; fix "
-            "the topology (or the record) and restart: processing resumes at the last commit"
-        )
+__all__ = ["PreparedCommit", "StreamTask", "TaskProcessingError", "next_process_batch"]
 
 
 # Records a task processes before the thread looks at fetching, committing,
@@ -200,12 +191,14 @@ class StreamTask:
                 cause, offset = failure.cause, batch.offsets[failure.index]
                 if isinstance(cause, Exception) and (corrupted := self._store_corruption(cause)):
                     raise corrupted from cause
-                raise TaskProcessingError(self.id, tp, offset, cause) from cause
+                raise TaskProcessingError(
+                    str(self.id), tp.topic, tp.partition, offset, cause
+                ) from cause
             except EddylineError:
                 raise
             except Exception as exc:
                 raise self._store_corruption(exc) or TaskProcessingError(
-                    self.id, tp, batch.offsets[0], exc
+                    str(self.id), tp.topic, tp.partition, batch.offsets[0], exc
                 ) from exc
             consumed[tp] = batch.offsets[-1] + 1
             done += len(batch)

@@ -39,6 +39,7 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.partition_group import PartitionGroup
 from eddyline_runtime.engine.queryable import LocalStorePartition
 from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_failures import RecordFailures
 from eddyline_runtime.engine.store_opener import StoreOpener
 from eddyline_runtime.engine.task import StreamTask
 from eddyline_runtime.engine.task_store import TaskStore
@@ -199,6 +200,8 @@ class TaskManager:
                 task_id.partition,
                 stores,
                 global_stores=self._global_stores,
+                failures=RecordFailures.from_config(config),
+                physical_topics=layout.physical,
             ),
             stores=stores,
             partitions=partitions,

@@ -38,16 +38,21 @@ store writes each carry the context of the record they stand for.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from typing import Any, Final
+from functools import partial
+from itertools import compress, repeat
+from typing import Any, Final, NamedTuple
 
+from eddyline_runtime.config import ExceptionHandlerKind
+from eddyline_runtime.engine.record_failures import RecordFailures, is_fatal
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_windows import TaskSessionStore, TaskWindowStore
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.metrics import Sensor
+from eddyline_runtime.processing.exception_handlers import DeadLetterRecord, ErrorHandlerContext
 from eddyline_runtime.processing.topology import (
     BatchProcessor,
     Headers,
@@ -117,6 +122,16 @@ class _Schedule:
         ``now``, so a gap of several intervals punctuates once, not once per interval."""
         missed = (now - self.due) // self.interval_ms
         self.due += (missed + 1) * self.interval_ms
+
+
+class _Batch(NamedTuple):
+    """The input batch being processed: where it was read, and its bytes as read."""
+
+    topic: str | None
+    partition: int
+    offsets: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
 
 
 # A compiled batch path: takes a batch's items and its input timestamps.
@@ -230,7 +245,12 @@ class TaskTopology:
         *,
         global_stores: Mapping[str, Any] | None = None,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        failures: RecordFailures | None = None,
+        physical_topics: Mapping[str, str] | None = None,
     ) -> None:
+        """``failures``: the handlers for records that cannot be processed (default:
+        Kafka's, log-and-fail); ``physical_topics``: logical -> log topic names, which
+        failed records are reported by (default: the same)."""
         missing = [name for name in subtopology.stores if name not in stores]
         if missing:
             raise TopologyError(f"task {subtopology.task_id(partition)} lacks stores {missing}")
@@ -276,6 +296,9 @@ class TaskTopology:
         # Records a processor dropped (Kafka's task metrics dropped-records-total/-rate).
         self.dropped_records = 0
         self.dropped_records_sensor = Sensor()
+        self.failures = RecordFailures() if failures is None else failures
+        if physical_topics is not None:
+            self.failures.topic_names = dict(physical_topics)
         # (node, sensor name) -> the sensor a processor asked for (node-level metrics).
         self.node_sensors: dict[tuple[str, str], Sensor] = {}
         self.record_context = RecordContext(0)
@@ -322,6 +345,10 @@ class TaskTopology:
                 self._batch_paths[topic] = (key_serde, value_serde, handler)
         self._all_batchable = len(self._batch_paths) == len(self._sources)
         # The batch being processed: its topic, partition and offsets (for record contexts).
+        # The batch being processed. (One attribute: past 29, CPython 3.11 stops sharing
+        # the instance dict's keys, and the per-record path got ~10% slower.)
+        self._batch = _Batch(None, -1, (), (), ())
+        # ... and its parts _enter reads per store write, as attributes of their own.
         self._batch_topic: str | None = None
         self._batch_partition = -1
         self._batch_offsets: Sequence[int] = ()
@@ -330,6 +357,7 @@ class TaskTopology:
         """A processor dropped the record being processed (late, or without a key)."""
         self.dropped_records += 1
         self.dropped_records_sensor.record()
+        self.failures.dropped_by_processor()
 
     def node_sensor(self, node: str, name: str) -> Sensor:
         """Node ``node``'s sensor ``name``, made at the first ask (see
@@ -382,14 +410,22 @@ class TaskTopology:
         self.record_context = _new_context(
             RecordContext, (timestamp, headers, topic, partition, offset)
         )
+        key_serde, value_serde = self._serdes[source.name]
+        try:
+            key_object, value_object = key_serde.deserialize(key), value_serde.deserialize(value)
+        except Exception as exc:
+            # A record that does not deserialize moves no stream time (Kafka's RecordQueue).
+            self._record_failed(
+                ExceptionHandlerKind.DESERIALIZATION, None, None, None, exc, raw=(key, value)
+            )
+            return
         if timestamp > self.stream_time:
             self.stream_time = timestamp
             self.record_lateness = 0
         else:
             self.record_lateness = self.stream_time - timestamp
-        key_serde, value_serde = self._serdes[source.name]
         for child in source.children:
-            self._deliver(child, key_serde.deserialize(key), value_serde.deserialize(value))
+            self._deliver(child, key_object, value_object)
         if self.stream_time >= self._next_stream_punctuation:
             self._punctuate(self._stream_schedules, self.stream_time)
 
@@ -414,6 +450,9 @@ class TaskTopology:
         if path is None or headers is not None or self._stream_schedules:
             if topic not in self._sources:
                 raise TopologyError(f'task {self.task_id} does not read topic "{topic}"')
+            # What a failing record's bytes are found in (see _raw_bytes): set per batch,
+            # not per record, since nothing is spent on records that do not fail.
+            self._batch = _Batch(topic, partition, offsets or (), keys, values)
             for i in range(len(keys)):
                 try:
                     self.process(
@@ -431,22 +470,38 @@ class TaskTopology:
         if not keys:
             return
         key_serde, value_serde, handler = path
+        offsets = [-1] * len(keys) if offsets is None else offsets
         try:
             items = Items(
                 deserialize_all(key_serde, keys),
                 deserialize_all(value_serde, values),
                 range(len(keys)),
             )
-        except Exception:  # find the record it was, the slow way
-            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
-                try:
-                    key_serde.deserialize(key)
-                    value_serde.deserialize(value)
-                except Exception as exc:
-                    raise RecordFailedError(i, exc) from exc
-            raise
+        except Exception:
+            # Find the records it was, the slow way; the rest go on as a smaller batch.
+            kept = self._deserializable(
+                topic, keys, values, timestamps, partition=partition, offsets=offsets
+            )
+            if len(kept) < len(keys):
+                if kept:
+                    try:
+                        self.process_batch(
+                            topic,
+                            [keys[i] for i in kept],
+                            [values[i] for i in kept],
+                            [timestamps[i] for i in kept],
+                            partition=partition,
+                            offsets=[offsets[i] for i in kept],
+                        )
+                    except RecordFailedError as failure:  # its index in this whole batch
+                        raise RecordFailedError(
+                            kept[failure.index], failure.cause, partial=failure.partial
+                        ) from failure.cause
+                return
+            raise  # deserialize_all failed, but no record alone does: not the records'
+        self._batch = _Batch(topic, partition, offsets, keys, values)
         self._batch_topic, self._batch_partition = topic, partition
-        self._batch_offsets = [-1] * len(keys) if offsets is None else offsets
+        self._batch_offsets = offsets
         self._enter(timestamps, 0)
         handler(items, timestamps)
         # Leave the record context, stream time and lateness as the last record leaves them.
@@ -455,6 +510,109 @@ class TaskTopology:
         newest = max(timestamps)
         self.stream_time = max(self.stream_time, newest)
         self.record_lateness = self.stream_time - timestamps[last]
+
+    def _deserializable(
+        self,
+        topic: str,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        *,
+        partition: int,
+        offsets: Sequence[int],
+    ) -> list[int]:
+        """The indices of the batch's records that deserialize; each other one goes to
+        the deserialization handler (which skips it, or fails the task)."""
+        key_serde, value_serde = self._serdes[self._sources[topic].name]
+        kept: list[int] = []
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+            try:
+                key_serde.deserialize(key)
+                value_serde.deserialize(value)
+            except Exception as exc:
+                self.record_context = _new_context(
+                    RecordContext, (timestamps[i], (), topic, partition, offsets[i])
+                )
+                self._record_failed(
+                    ExceptionHandlerKind.DESERIALIZATION, None, None, None, exc, raw=(key, value)
+                )
+                continue
+            kept.append(i)
+        return kept
+
+    # -- records that cannot be processed (engine.record_failures) -----------------
+
+    def _record_failed(
+        self,
+        kind: ExceptionHandlerKind,
+        node: str | None,
+        key: Any,
+        value: Any,
+        exception: Exception,
+        *,
+        raw: tuple[bytes | None, bytes | None] | None = None,
+    ) -> None:
+        """The record being processed failed in ``node``: ask the handler; a resuming
+        answer drops it and queues its dead-letter records with the task's outputs.
+        ``raw``: the input record's bytes, when the caller has them."""
+        context = self.record_context
+        raw_key, raw_value = self._raw_bytes(context) if raw is None else raw
+        topic = context.topic
+        records = self.failures.handle(
+            ErrorHandlerContext(
+                kind=kind,
+                task_id=self.task_id,
+                topic=None if topic is None else self.failures.topic_names.get(topic, topic),
+                partition=context.partition,
+                offset=context.offset,
+                timestamp=context.timestamp,
+                headers=context.headers,
+                processor_node_id=node,
+                source_raw_key=raw_key,
+                source_raw_value=raw_value,
+                key=key,
+                value=value,
+                dead_letter_queue_topic=self.failures.dead_letter_queue_topic,
+            ),
+            exception,
+        )
+        self.dropped_records += 1
+        self.dropped_records_sensor.record()
+        if records:
+            self._send_dead_letters(records, context.timestamp)
+
+    def _send_dead_letters(self, records: Sequence[DeadLetterRecord], timestamp: int) -> None:
+        known = self.failures.dead_letter_queue_topic
+        for record in records:
+            if not isinstance(record, DeadLetterRecord) or record.topic != known:
+                raise TopologyError(
+                    f"task {self.task_id}: an exception handler returned a dead-letter record "
+                    f"for {getattr(record, 'topic', record)!r}, but the dead-letter topic is "
+                    f"{known!r}; set errors.dead.letter.queue.topic.name to the (existing) "
+                    "topic the handler writes to"
+                )
+            self._output_columns(record.topic).append(
+                record.key,
+                record.value,
+                timestamp if record.timestamp is None else record.timestamp,
+                record.headers,
+            )
+            self.output_bytes += len(record.key or b"") + len(record.value or b"")
+        self.failures.sent_to_dead_letter_queue(len(records))
+
+    def _raw_bytes(self, context: RecordContext) -> tuple[bytes | None, bytes | None]:
+        """The bytes of the input record ``context`` describes, as read: found by its offset
+        in the batch being processed (offsets rise within a batch, and an offset names one
+        record of its partition, so what is found is right even for a cached write's
+        context); none for a punctuation's context or an earlier batch's record."""
+        batch = self._batch
+        offset = context.offset
+        if offset < 0 or context.topic != batch.topic or context.partition != batch.partition:
+            return None, None
+        i = bisect_left(batch.offsets, offset)
+        if i < len(batch.offsets) and batch.offsets[i] == offset:
+            return batch.keys[i], batch.values[i]
+        return None, None
 
     # -- punctuation ---------------------------------------------------------------
 
@@ -556,10 +714,19 @@ class TaskTopology:
             processor.close()
 
     def _deliver(self, name: str, key: Any, value: Any) -> None:
+        """Hand a record to node ``name``. A failure is answered at the node it happened
+        in (Kafka's ``ProcessorNode.process``): a resumed one ends this node's work on
+        the record, and whoever forwarded it goes on (its other children, its caller)."""
         node = self._nodes[name]
         if node.kind == "sink":
             key_serde, value_serde = self._serdes[name]
-            key_bytes, value_bytes = key_serde.serialize(key), value_serde.serialize(value)
+            try:
+                key_bytes, value_bytes = key_serde.serialize(key), value_serde.serialize(value)
+            except Exception as exc:
+                if is_fatal(exc):
+                    raise
+                self._record_failed(ExceptionHandlerKind.PRODUCTION, name, key, value, exc)
+                return
             context = self.record_context
             columns = self._output_columns(node.topics[0])
             columns.append(key_bytes, value_bytes, context.timestamp, context.headers)
@@ -567,7 +734,12 @@ class TaskTopology:
                 0 if value_bytes is None else len(value_bytes)
             )
         else:
-            self._processors[name].process(key, value)
+            try:
+                self._processors[name].process(key, value)
+            except Exception as exc:
+                if is_fatal(exc) or isinstance(exc, RecordFailedError):
+                    raise
+                self._record_failed(ExceptionHandlerKind.PROCESSING, name, key, value, exc)
 
     def _output_columns(self, topic: str) -> RecordColumns:
         columns = self.outputs.get(topic)
@@ -614,13 +786,53 @@ class TaskTopology:
         assert isinstance(processor, BatchProcessor)
         step = processor.process_batch
         enter = self._enter
+        name = node.name
 
         def handle(items: Items, timestamps: Sequence[int]) -> None:
-            forwarded = step(items, timestamps, lambda i: enter(timestamps, i))
+            at = partial(enter, timestamps)
+            try:
+                forwarded = step(items, timestamps, at)
+            except RecordFailedError as failure:
+                if failure.partial or is_fatal(failure.cause):
+                    raise
+                forwarded = self._one_by_one(name, step, items, timestamps)
             if forwarded.keys:
                 child(forwarded, timestamps)
 
         return handle
+
+    def _one_by_one(
+        self,
+        name: str,
+        step: Callable[[Items, Sequence[int], Callable[[int], None]], Items],
+        items: Items,
+        timestamps: Sequence[int],
+    ) -> Items:
+        """A batch step failed on a record without applying any of the batch (a failure
+        after a partial application is ``partial`` and ends the task): run it again one
+        item at a time, so each earlier record is applied once, the failing ones go to
+        the processing handler and the later ones go on. What it forwards, in order."""
+        at = partial(self._enter, timestamps)
+        keys: list[Any] = []
+        values: list[Any] = []
+        indices: list[int] = []
+        for key, value, index in zip(*items, strict=True):
+            try:
+                forwarded = step(Items([key], [value], [index]), timestamps, at)
+            except RecordFailedError as failure:
+                if failure.partial or is_fatal(failure.cause):
+                    raise
+                if not isinstance(failure.cause, Exception):
+                    raise
+                self._enter(timestamps, index)
+                self._record_failed(
+                    ExceptionHandlerKind.PROCESSING, name, key, value, failure.cause
+                )
+                continue
+            keys.extend(forwarded.keys)
+            values.extend(forwarded.values)
+            indices.extend(forwarded.indices)
+        return Items(keys, values, indices)
 
     def _sink_handler(self, node: Node) -> _BatchHandler:
         key_serde, value_serde = self._serdes[node.name]
@@ -633,14 +845,11 @@ class TaskTopology:
             try:
                 keys = serialize_all(key_serde, key_objects)
                 values = serialize_all(value_serde, value_objects)
-            except Exception:  # find the record it was, the slow way
-                for key, value, i in zip(*items, strict=True):
-                    try:
-                        key_serde.serialize(key)
-                        value_serde.serialize(value)
-                    except Exception as exc:
-                        raise RecordFailedError(i, exc) from exc
-                raise
+            except Exception:  # find the records it was, the slow way
+                items = self._serializable(node.name, items, timestamps)
+                key_objects, value_objects, indices = items
+                keys = serialize_all(key_serde, key_objects)
+                values = serialize_all(value_serde, value_objects)
             # A batch carries no headers.
             self._output_columns(topic).extend(
                 keys, values, list(map(timestamps.__getitem__, indices))
@@ -650,6 +859,25 @@ class TaskTopology:
             )
 
         return handle
+
+    def _serializable(self, sink: str, items: Items, timestamps: Sequence[int]) -> Items:
+        """The items sink ``sink`` can serialize; each other one goes to the production
+        handler (which skips it, or fails the task)."""
+        key_serde, value_serde = self._serdes[sink]
+        kept: list[bool] = []
+        for key, value, i in zip(*items, strict=True):
+            try:
+                key_serde.serialize(key)
+                value_serde.serialize(value)
+            except Exception as exc:
+                if is_fatal(exc):
+                    raise
+                self._enter(timestamps, i)
+                self._record_failed(ExceptionHandlerKind.PRODUCTION, sink, key, value, exc)
+                kept.append(False)
+                continue
+            kept.append(True)
+        return Items(*(list(compress(column, kept)) for column in items))
 
 
 def _drop(items: Items, timestamps: Sequence[int]) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from functools import partial
 
 from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_failures import DROP_REASONS
 from eddyline_runtime.engine.task import StreamTask
 from eddyline_runtime.log import LagTracker
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
@@ -115,6 +116,26 @@ class ThreadMetrics:
         register(
             MetricName.of("stream-task-metrics", "dropped-records-rate", tags),
             topology.dropped_records_sensor.rate,
+        )
+        # Beside Kafka's untagged dropped-records (the dashboard sums those): why each was
+        # dropped, and what the handlers wrote to the dead-letter topic (KIP-1034).
+        failures = topology.failures
+        for reason in DROP_REASONS:
+            register(
+                MetricName.of(
+                    "stream-task-metrics",
+                    "dropped-records-by-reason-total",
+                    {**tags, "reason": reason},
+                ),
+                partial(failures.dropped_by_reason.__getitem__, reason),
+            )
+        register(
+            MetricName.of("stream-task-metrics", "dead-letter-queue-records-total", tags),
+            lambda: float(failures.dead_letter_records),
+        )
+        register(
+            MetricName.of("stream-task-metrics", "dead-letter-queue-records-rate", tags),
+            failures.dead_letter_sensor.total_rate,  # records/s: one value per failure
         )
         for (node, sensor_name), sensor in topology.node_sensors.items():
             node_tags = {**tags, "processor-node-id": node}

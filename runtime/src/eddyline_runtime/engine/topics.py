@@ -89,13 +89,27 @@ def resolve_topics(
     log: Log,
     *,
     window_changelog_additional_retention_ms: int = _ADDITIONAL_RETENTION_MS,
+    dead_letter_queue_topic: str | None = None,
 ) -> TopicLayout:
-    """Create the internal, changelog and missing output topics; return the layout."""
+    """Create the internal, changelog and missing output topics; return the layout.
+
+    ``dead_letter_queue_topic`` (``errors.dead.letter.queue.topic.name``) must
+    exist already: as Kafka Streams, the app never creates it (KIP-1034)."""
     subtopologies = tuple(topology.subtopologies())
     internal = set(topology.internal_topics)
     physical = physical_topics(topology, application_id, subtopologies)
     existing = dict(log.topics())
     counts = _partition_counts(subtopologies, physical, internal, existing, log.url)
+    if dead_letter_queue_topic is not None:
+        if dead_letter_queue_topic not in existing:
+            raise TopologyLayoutError(
+                f'the dead-letter topic "{dead_letter_queue_topic}" '
+                "(errors.dead.letter.queue.topic.name) does not exist in the log "
+                f"{log.url}; the app does not create it (as Kafka Streams): create it "
+                f"first (eddyline log --log {log.url} create-topic {dead_letter_queue_topic} "
+                "--partitions N), or unset the setting"
+            )
+        physical = {**physical, dead_letter_queue_topic: dead_letter_queue_topic}
 
     # Each topic's partition count as read or created here, never listed again afterwards: a
     # Kafka cluster's metadata is eventually consistent (a topic another member created a
@@ -157,11 +171,15 @@ def changelog_topics(
     }
 
 
-def single_partition_layout(topology: Topology, application_id: str) -> TopicLayout:
+def single_partition_layout(
+    topology: Topology, application_id: str, dead_letter_queue_topic: str | None = None
+) -> TopicLayout:
     """The layout of a run without a log (:mod:`eddyline_runtime.testing`): every topic
     named as :func:`resolve_topics` names it, with one partition, and nothing created."""
     subtopologies = tuple(topology.subtopologies())
     physical = physical_topics(topology, application_id, subtopologies)
+    if dead_letter_queue_topic is not None:
+        physical[dead_letter_queue_topic] = dead_letter_queue_topic
     changelogs = changelog_topics(topology, application_id, subtopologies)
     return TopicLayout(
         application_id=application_id,

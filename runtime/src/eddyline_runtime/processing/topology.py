@@ -193,12 +193,19 @@ class Items(NamedTuple):
 
 
 class RecordFailedError(Exception):
-    """Raised by a batch step: the input record at ``index`` of the batch failed."""
+    """Raised by a batch step: the input record at ``index`` of the batch failed.
 
-    def __init__(self, index: int, cause: BaseException) -> None:
+    ``partial``: the step had already applied part of the batch (a store write
+    failed midway), so it cannot be run again record by record; else the step
+    applied none of the batch, and the runtime retries it one record at a time
+    so one bad record does not fail the others.
+    """
+
+    def __init__(self, index: int, cause: BaseException, *, partial: bool = False) -> None:
         super().__init__(index, cause)
         self.index = index
         self.cause = cause
+        self.partial = partial
 
 
 class BatchProcessor(Processor):

@@ -256,7 +256,8 @@ class AggregateProcessor(BatchProcessor):
                 # A serde giving None for a set value fails here, naming the store.
                 store.put(stored_key, data)  # type: ignore[arg-type]
             except Exception as exc:
-                raise RecordFailedError(i, exc) from exc
+                # Earlier writes of the batch are in the store: not one to run again.
+                raise RecordFailedError(i, exc, partial=True) from exc
 
     def _flushed(self, key: bytes, change: Change) -> None:
         new = None if change.new is None else self._values.deserialize(change.new)
