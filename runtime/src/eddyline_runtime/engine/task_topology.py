@@ -236,6 +236,43 @@ class _Context:
 
 
 class TaskTopology:
+    # Slots, not an instance dict: the per-record path reads these attributes for every
+    # record, and past 30 attributes CPython 3.11 stops sharing an instance dict's keys
+    # (measured: the per-record path ~10% slower). A new attribute must be named here.
+    __slots__ = (
+        "_all_batchable",
+        "_batch",
+        "_batch_offsets",
+        "_batch_partition",
+        "_batch_paths",
+        "_batch_topic",
+        "_next_stream_punctuation",
+        "_nodes",
+        "_processors",
+        "_serdes",
+        "_sources",
+        "_stream_schedules",
+        "_wall_clock_ms",
+        "_wall_schedules",
+        "commit_requested",
+        "dropped_records",
+        "dropped_records_sensor",
+        "failures",
+        "global_stores",
+        "next_wall_clock_punctuation",
+        "node_sensors",
+        "output_bytes",
+        "outputs",
+        "record_context",
+        "record_lateness",
+        "session_stores",
+        "stores",
+        "stream_time",
+        "task_id",
+        "versioned_stores",
+        "window_stores",
+    )
+
     def __init__(
         self,
         topology: Topology,
@@ -345,8 +382,6 @@ class TaskTopology:
                 self._batch_paths[topic] = (key_serde, value_serde, handler)
         self._all_batchable = len(self._batch_paths) == len(self._sources)
         # The batch being processed: its topic, partition and offsets (for record contexts).
-        # The batch being processed. (One attribute: past 29, CPython 3.11 stops sharing
-        # the instance dict's keys, and the per-record path got ~10% slower.)
         self._batch = _Batch(None, -1, (), (), ())
         # ... and its parts _enter reads per store write, as attributes of their own.
         self._batch_topic: str | None = None
