@@ -153,8 +153,10 @@ def test_final_results_survive_sigkills_exactly_once(tmp_path: Path) -> None:
 
                 wait_for(new_finals, f"run {run}: new committed final results", timeout=60)
                 # Kill at a random instant shortly after a commit with final results.
-                feed.keep_ahead()
-                time.sleep(rng.uniform(0.0, 0.1))
+                deadline = time.monotonic() + rng.uniform(0.0, 0.1)
+                while (left := deadline - time.monotonic()) > 0:
+                    feed.keep_ahead()
+                    time.sleep(min(left, 0.02))
                 assert worker.poll() is None, (
                     f"run {run} failed: {(tmp_path / 'worker.stderr').read_text()[-3000:]}"
                 )
