@@ -161,6 +161,15 @@ def delay_store_commits(seconds: float, events: Events) -> None:
     RocksDBStore.commit = delayed_commit  # type: ignore[method-assign]
 
 
+def finished(instance: StreamsInstance, until: str) -> bool:
+    """Whether the run is over: never in the ``killed`` mode. Either way a failed
+    stream thread raises here (``check``), and the state moves on to RUNNING."""
+    if until == "killed":
+        instance.check()
+        return False
+    return instance.caught_up()
+
+
 def main() -> None:
     where, state_dir, events_path = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     guarantee, commit_interval_ms, threads = sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
@@ -224,7 +233,7 @@ def main() -> None:
     instance.start()
     running = False
     try:
-        while until == "killed" or not instance.caught_up():
+        while not finished(instance, until):
             if not running and instance.state is InstanceState.RUNNING:
                 running = True
                 restore_total = {

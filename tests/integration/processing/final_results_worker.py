@@ -45,6 +45,15 @@ def topology() -> Topology:
     return builder.build()
 
 
+def finished(instance: StreamsInstance, until: str) -> bool:
+    """Whether the run is over: never in the ``killed`` mode. Either way a failed
+    stream thread raises here (``check``), and the state moves on to RUNNING."""
+    if until == "killed":
+        instance.check()
+        return False
+    return instance.caught_up()
+
+
 def main() -> None:
     where, state_dir, until = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     if until not in UNTIL:
@@ -62,7 +71,7 @@ def main() -> None:
     started = time.monotonic()
     instance.start()
     try:
-        while until == "killed" or not instance.caught_up():
+        while not finished(instance, until):
             if time.monotonic() - started > MAX_SECONDS:
                 raise TimeoutError(
                     f"not {'killed' if until == 'killed' else 'caught up'} after "
