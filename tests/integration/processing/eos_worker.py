@@ -3,12 +3,15 @@
 Usage::
 
     eos_worker.py LOG STATE_DIR EVENTS GUARANTEE COMMIT_INTERVAL_MS THREADS \
-        LOG_COMMIT_DELAY_MS STORE_COMMIT_DELAY_MS [TOPIC_PREFIX]
+        LOG_COMMIT_DELAY_MS STORE_COMMIT_DELAY_MS UNTIL [TOPIC_PREFIX]
 
 It runs ``examples/wordcount/wordcount.py`` (application id ``wordcount``) on
 the log at LOG (a SQLite file, or ``kafka://host:port`` with its topics under
-TOPIC_PREFIX) until every input record is processed and committed,
-then closes cleanly, unless the parent kills it first. It appends one JSON
+TOPIC_PREFIX). With UNTIL ``caught-up`` it runs until every input record is
+processed and committed, then closes cleanly; with UNTIL ``killed`` it never
+ends on its own (it processes whatever input arrives) and the parent SIGKILLs
+it: a run meant to be killed then cannot finish its input first, however fast
+the machine. It appends one JSON
 object per line to EVENTS, each line one ``write()`` on an ``O_APPEND`` file,
 so every line written before a SIGKILL survives it:
 
@@ -68,8 +71,10 @@ sys.path.insert(0, str(EXAMPLE_DIR))
 import wordcount  # noqa: E402
 
 APPLICATION_ID = "wordcount"
-# A safety net: a worker that never catches up fails instead of hanging the suite.
+# A safety net: a worker that never catches up (or is never killed) fails instead of
+# hanging the suite.
 MAX_SECONDS = 240.0
+UNTIL = ("caught-up", "killed")
 
 
 def tp_key(tp: TopicPartition) -> str:
@@ -175,11 +180,23 @@ def delay_store_commits(seconds: float, events: Events) -> None:
     RocksDBStore.commit = delayed_commit  # type: ignore[method-assign]
 
 
+def finished(instance: StreamsInstance, until: str) -> bool:
+    """Whether the run is over: never in the ``killed`` mode. Either way a failed
+    stream thread raises here (``check``), and the state moves on to RUNNING."""
+    if until == "killed":
+        instance.check()
+        return False
+    return instance.caught_up()
+
+
 def main() -> None:
     where, state_dir, events_path = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     guarantee, commit_interval_ms, threads = sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
     log_commit_delay_ms, store_commit_delay_ms = int(sys.argv[7]), int(sys.argv[8])
-    topic_prefix = sys.argv[9] if len(sys.argv) > 9 else ""
+    until = sys.argv[9]
+    if until not in UNTIL:
+        raise SystemExit(f"UNTIL must be one of {', '.join(UNTIL)}, not {until!r}")
+    topic_prefix = sys.argv[10] if len(sys.argv) > 10 else ""
     events = Events(events_path)
     if store_commit_delay_ms:
         delay_store_commits(store_commit_delay_ms / 1000, events)
@@ -235,7 +252,7 @@ def main() -> None:
     instance.start()
     running = False
     try:
-        while not instance.caught_up():
+        while not finished(instance, until):
             if not running and instance.state is InstanceState.RUNNING:
                 running = True
                 restore_total = {
@@ -245,7 +262,10 @@ def main() -> None:
                 }
                 events.emit({"event": "running", "restore_total": restore_total})
             if time.monotonic() - started > MAX_SECONDS:
-                raise TimeoutError(f"not caught up after {MAX_SECONDS} s: {instance.input_lags()}")
+                raise TimeoutError(
+                    f"not {'killed' if until == 'killed' else 'caught up'} after "
+                    f"{MAX_SECONDS} s: {instance.input_lags()}"
+                )
             time.sleep(0.01)
     finally:
         instance.close()

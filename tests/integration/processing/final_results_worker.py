@@ -2,11 +2,13 @@
 
 Usage::
 
-    final_results_worker.py LOG STATE_DIR
+    final_results_worker.py LOG STATE_DIR UNTIL
 
 Runs :func:`topology` (application id ``finals``) on the SQLite log at LOG under
-exactly-once, committing every 20 ms, until every input record is processed
-and committed; then closes cleanly, unless the parent kills it first.
+exactly-once, committing every 20 ms. With UNTIL ``caught-up`` it runs until
+every input record is processed and committed, then closes cleanly; with UNTIL
+``killed`` it never ends on its own and the parent SIGKILLs it, so a run meant
+to be killed cannot finish its input first, however fast the machine.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from eddyline_runtime.processing import StreamsBuilder, TimeWindows, Topology
 
 SIZE_MS = 1_000
 GRACE_MS = 200
-# A safety net: a worker that never catches up fails instead of hanging the suite.
+# A safety net: a worker that never catches up (or is never killed) fails instead of
+# hanging the suite.
 MAX_SECONDS = 120.0
+UNTIL = ("caught-up", "killed")
 
 
 def topology() -> Topology:
@@ -41,8 +45,19 @@ def topology() -> Topology:
     return builder.build()
 
 
+def finished(instance: StreamsInstance, until: str) -> bool:
+    """Whether the run is over: never in the ``killed`` mode. Either way a failed
+    stream thread raises here (``check``), and the state moves on to RUNNING."""
+    if until == "killed":
+        instance.check()
+        return False
+    return instance.caught_up()
+
+
 def main() -> None:
-    where, state_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    where, state_dir, until = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    if until not in UNTIL:
+        raise SystemExit(f"UNTIL must be one of {', '.join(UNTIL)}, not {until!r}")
     config = StreamsConfig.from_properties(
         {
             "application.id": "finals",
@@ -56,9 +71,12 @@ def main() -> None:
     started = time.monotonic()
     instance.start()
     try:
-        while not instance.caught_up():
+        while not finished(instance, until):
             if time.monotonic() - started > MAX_SECONDS:
-                raise TimeoutError(f"not caught up after {MAX_SECONDS} s: {instance.input_lags()}")
+                raise TimeoutError(
+                    f"not {'killed' if until == 'killed' else 'caught up'} after "
+                    f"{MAX_SECONDS} s: {instance.input_lags()}"
+                )
             time.sleep(0.01)
     finally:
         instance.close()

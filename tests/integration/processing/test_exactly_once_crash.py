@@ -4,7 +4,10 @@ The worker (``eos_worker.py``) runs ``examples/wordcount`` over generated
 lines on a SQLite log, or on the project's Kafka broker (tests/support/kafka/;
 fewer lines and kills there); the parent kills it with SIGKILL at random instants
 (during start-up, mid-iteration, mid-commit; see :func:`crash_loop`),
-restarts it, and finally lets it run to the end and close cleanly. Each run is
+restarts it, and finally lets it run to the end and close cleanly. A run to be
+killed never ends on its own, and the parent keeps appending input until its
+kill (:class:`InputFeed`): every kill lands in a run still at work, however fast
+the machine (a fixed input ran out before a kill more than once). Each run is
 a process of its own, forked from a server that imported the worker once
 (tests/support/forkserver.py), so a restart costs no import.
 
@@ -103,18 +106,31 @@ def worker_log(log: Log) -> list[str]:
     return [str(log.path), ""]
 
 
+def line_batches(
+    rng: random.Random, start: int, count: int
+) -> tuple[list[list[Record]], Counter[str]]:
+    """Lines ``start``..``start + count - 1`` of 1..8 words, round-robin over the partitions
+    (line ``i`` to partition ``i % PARTITIONS``, timestamp ``i``), and their word counts."""
+    batches: list[list[Record]] = [[] for _ in range(PARTITIONS)]
+    counts: Counter[str] = Counter()
+    for i in range(start, start + count):
+        words = rng.choices(VOCABULARY, cum_weights=CUMULATIVE_WEIGHTS, k=rng.randint(1, 8))
+        counts.update(words)
+        batches[i % PARTITIONS].append(Record(None, " ".join(words).encode(), i))
+    return batches, counts
+
+
+def produce_lines(log: Log, batches: list[list[Record]]) -> None:
+    for partition, batch in enumerate(batches):
+        if batch:
+            log.produce(TopicPartition(INPUT, partition), batch)
+
+
 def generate_lines(log: Log, lines: int, seed: int) -> Counter[str]:
     """Write ``lines`` keyless lines of 1..8 words round-robin; returns the exact word counts."""
-    rng = random.Random(seed)
     log.create_topic(INPUT, PARTITIONS)
-    batches: list[list[Record]] = [[] for _ in range(PARTITIONS)]
-    expected: Counter[str] = Counter()
-    for i in range(lines):
-        words = rng.choices(VOCABULARY, cum_weights=CUMULATIVE_WEIGHTS, k=rng.randint(1, 8))
-        expected.update(words)
-        batches[i % PARTITIONS].append(Record(None, " ".join(words).encode(), i))
-    for partition, batch in enumerate(batches):
-        log.produce(TopicPartition(INPUT, partition), batch)
+    batches, expected = line_batches(random.Random(seed), 0, lines)
+    produce_lines(log, batches)
     return expected
 
 
@@ -151,6 +167,62 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> InputTemplates:
     return InputTemplates(tmp_path_factory.mktemp("crash-input"))
 
 
+# What the feed keeps ahead of the committed words: the share of the first input that the
+# kill schedule leaves after its last target (see crash_loop), so the final run has as much
+# to do as before the feed. Its size does not assume a speed: the parent tops it up every
+# LOOK_SECONDS, and a worker would need to count it all between two looks to idle.
+AHEAD_SHARE = 0.2
+FEED_CHUNK = 5_000  # lines appended at once (~22,000 words)
+LOOK_SECONDS = 0.05  # how often the feed looks (the parent polls faster while it waits)
+
+
+class InputFeed:
+    """The input: the lines in the log at the start, and more appended until each kill.
+
+    A run that is to be killed never ends on its own (the worker's ``killed``
+    mode), so it cannot finish the input before its kill however fast the
+    machine; the feed makes sure it also has input left to work on when the
+    kill comes (mid-iteration, mid-transaction, not idle). Whenever the parent
+    waits or pauses before a kill it calls :meth:`keep_ahead`, which appends
+    lines while the words not committed yet by the counting sub-topology are
+    fewer than ``AHEAD_SHARE`` of the first input's. Words, not lines: with two
+    threads the splitting thread runs far ahead of the counting one, and the
+    kill schedule aims at counted words. The margin is fixed, not scaled by
+    the commits seen: a commit takes more when more input waits, so a margin
+    following it grew without end. The lines it appends come from their own
+    seeded generator (the same lines whatever the chunks); the final run gets
+    none and ends when it has caught up.
+    """
+
+    def __init__(self, log: Log, expected: Counter[str], seed: int) -> None:
+        self.log = log
+        self.expected = expected  # the word counts of every line written so far
+        self.lines = sum(log.end_offset(TopicPartition(INPUT, p)) for p in range(PARTITIONS))
+        self.words = expected.total()
+        self.initial_lines, self.initial_words = self.lines, self.words
+        self.ahead_words = int(AHEAD_SHARE * self.initial_words)
+        self._rng = random.Random(f"{seed}-fed")
+        self._looked = -LOOK_SECONDS
+
+    def keep_ahead(self, committed_words: Callable[[], int]) -> None:
+        """Look at the committed words (at most every ``LOOK_SECONDS``) and append lines
+        while fewer than ``ahead_words`` are left to count."""
+        now = time.monotonic()
+        if now - self._looked < LOOK_SECONDS:
+            return
+        self._looked = now
+        committed = committed_words()
+        while self.words - committed < self.ahead_words:
+            self.append(FEED_CHUNK)
+
+    def append(self, lines: int) -> None:
+        batches, counts = line_batches(self._rng, self.lines, lines)
+        produce_lines(self.log, batches)
+        self.lines += lines
+        self.words += counts.total()
+        self.expected.update(counts)
+
+
 # -- the worker ---------------------------------------------------------------------
 
 
@@ -163,7 +235,12 @@ class Run:
     changelog_ends: dict[int, int]  # per changelog partition, when the run started
     killed: bool = False
     kill_note: str = ""
-    progress: tuple[float, float] = (0.0, 0.0)  # committed_progress() after the run
+    target_words: int | None = None  # the committed words its kill waited for, if any
+    progress: tuple[int, int] = (0, 0)  # committed_progress() after the run
+    # The lines, and their words, in the log when it ended (the feed's, at the kill).
+    input_lines: int = 0
+    input_words: int = 0
+    work_left: bool = False  # the log held records its committed offsets had not passed
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
@@ -215,6 +292,7 @@ def start_worker(
     guarantee: str,
     commit_interval_ms: int,
     threads: int,
+    final: bool,
 ) -> ForkedProcess:
     stderr = tmp_path / "worker.stderr"
     with stderr.open("ab") as errors:
@@ -230,6 +308,7 @@ def start_worker(
             str(threads),
             str(SLOW_MS if run.mode == "slow log" else 0),
             str(SLOW_MS if run.mode == "slow store" else 0),
+            "caught-up" if final else "killed",
             prefix,
         ],
         stderr=stderr,
@@ -251,30 +330,32 @@ def worker_failure(tmp_path: Path) -> str:
 
 
 def ended_early(tmp_path: Path, run: int, worker: ForkedProcess) -> str:
-    if worker.returncode == 0:
-        return f"run {run} processed all input before its kill: make the input larger"
+    """Why a run to be killed is not alive: in the ``killed`` mode only a failure ends it."""
     return f"run {run} failed (returncode {worker.returncode}):\n{worker_failure(tmp_path)}"
 
 
 def crash_loop(
     tmp_path: Path,
     log: Log,
+    feed: InputFeed,
     *,
     kills: int,
     seed: int,
     guarantee: str,
     commit_interval_ms: int,
     threads: int,
-    expected: Counter[str],
     after_run: Callable[[Run], None] = lambda run: None,
 ) -> list[Run]:
     """Start, kill, restart ``kills`` times; then one run to the end. Returns every run.
 
     Most kills wait until the log shows a commit's changelog records (its
-    step 2) once the committed offsets passed this kill's share of the work
-    (so the kills spread over the whole processing), then pause at random;
-    the others kill at a random instant after the start (start-up,
-    restoration, the first records). A commit's steps 2 and 3 are short, so
+    step 2) once the committed words passed this kill's share of the
+    log's first input (so the kills spread over the whole processing), then
+    pause at random; the others kill at a random instant after the start
+    (start-up, restoration, the first records). The worker of a killed run
+    never ends on its own, and ``feed`` keeps input ahead of it while the
+    parent waits and pauses, so every kill lands in a run still at work,
+    whatever the machine's speed. A commit's steps 2 and 3 are short, so
     random instants rarely hit them; in some runs the worker stretches one:
 
     * "slow store": each store commit (step 3) starts SLOW_MS late, and the
@@ -285,11 +366,12 @@ def crash_loop(
     """
     rng = random.Random(seed)
     runs: list[Run] = []
-    lines = sum(log.end_offset(TopicPartition(INPUT, p)) for p in range(PARTITIONS))
-    words = sum(expected.values())
 
-    def progress() -> tuple[float, float]:
-        return committed_progress(log, lines, words)
+    def committed_words() -> int:
+        return committed_progress(log)[1]
+
+    def keep_fed() -> None:
+        feed.keep_ahead(committed_words)
 
     with worker_server(tmp_path, log) as server:
         for index in range(kills + 1):
@@ -305,12 +387,14 @@ def crash_loop(
                 guarantee=guarantee,
                 commit_interval_ms=commit_interval_ms,
                 threads=threads,
+                final=final,
             )
             try:
                 if final:
                     returncode = worker.wait(timeout=150)
                     assert returncode == 0, f"the last run failed:\n{worker_failure(tmp_path)}"
                 else:
+                    into_store_commit = False
                     if rng.random() < 0.15:
                         pause = rng.uniform(0.0, 1.2)
                         run.kill_note = f"{mode}, {pause:.2f} s after the start"
@@ -322,17 +406,20 @@ def crash_loop(
                             "slow log": rng.uniform(0.1, 0.5),
                         }[mode]
                         # Aim past this kill's share of the work, at a commit.
-                        wait_for_commit(
-                            tmp_path,
-                            log,
-                            worker,
-                            run,
-                            progress=progress,
-                            target=0.8 * (index + 1) / kills,
-                        )
-                        where = "into a store commit" if mode == "slow store" else "after a commit"
+                        run.target_words = int(0.8 * (index + 1) / kills * feed.initial_words)
+                        wait_for_commit(tmp_path, log, worker, run, keep_fed=keep_fed)
+                        into_store_commit = mode == "slow store"
+                        where = "into a store commit" if into_store_commit else "after a commit"
                         run.kill_note = f"{mode}, {pause:.2f} s {where}"
-                    time.sleep(pause)
+                    if into_store_commit:
+                        # Nothing may delay this kill past the store's delay; the feed
+                        # keeps a fifth of the input ahead, far more than the pause needs.
+                        time.sleep(pause)
+                    else:
+                        deadline = time.monotonic() + pause
+                        while (left := deadline - time.monotonic()) > 0:
+                            keep_fed()
+                            time.sleep(min(left, LOOK_SECONDS))
                     assert worker.poll() is None, ended_early(tmp_path, index, worker)
                     worker.send_signal(signal.SIGKILL)
                     assert worker.wait(timeout=30) == -signal.SIGKILL
@@ -341,8 +428,11 @@ def crash_loop(
                 if worker.poll() is None:
                     worker.kill()
                     worker.wait()
+            run.input_lines, run.input_words = feed.lines, feed.words
             run.events = read_events(events_path(tmp_path, index))
-            run.progress = progress()
+            settle(log)
+            run.progress = committed_progress(log)
+            run.work_left = work_left(log)
             after_run(run)
     return runs
 
@@ -353,30 +443,55 @@ def wait_for_commit(
     worker: ForkedProcess,
     run: Run,
     *,
-    progress: Callable[[], tuple[float, float]],
-    target: float,
+    keep_fed: Callable[[], None],
 ) -> None:
-    """Wait until the committed words reach ``target``, then for a commit.
+    """Wait until the committed words reach ``run.target_words``, then for a commit.
 
     In a "slow store" run, for a store commit to start its delay (step 3,
     announced by the worker); otherwise for a log transaction (its changelog
-    records appear, step 2).
+    records appear, step 2). The input is kept fed all along.
     """
     deadline = time.monotonic() + 60
+    target = run.target_words
+    assert target is not None
 
     def wait(until: Callable[[], bool], what: str, poll_seconds: float) -> None:
         while not until():
             assert worker.poll() is None, ended_early(tmp_path, run.index, worker)
             assert time.monotonic() < deadline, f"run {run.index}: no {what}"
+            keep_fed()
             time.sleep(poll_seconds)
 
-    wait(lambda: progress()[1] >= target, "progress", 0.01)
+    wait(lambda: committed_progress(log)[1] >= target, "progress", 0.01)
     if run.mode == "slow store":
         started = store_commits(tmp_path, run.index)
         wait(lambda: store_commits(tmp_path, run.index) > started, "store commit", 0.002)
     else:
         ends = changelog_ends(log)
         wait(lambda: changelog_ends(log) != ends, "commit", 0.01)
+
+
+def check_kills(runs: list[Run]) -> None:
+    """Every kill landed while its run was at work, and the aimed ones past their share.
+
+    At work: after its kill, a line or a repartitioned word lay past the committed
+    offsets (:func:`work_left`).
+    """
+    killed = [run for run in runs if run.killed]
+    idle = [
+        f"run {r.index} ({r.kill_note}): {r.progress} lines, words committed"
+        for r in killed
+        if not r.work_left
+    ]
+    assert not idle, f"killed with all input committed (the feed did not keep ahead): {idle}"
+    short = [
+        f"run {r.index}: {r.progress[1]} words committed, aimed past {r.target_words}"
+        for r in killed
+        if r.target_words is not None and r.progress[1] < r.target_words
+    ]
+    assert not short, f"kills before their share of the work: {short}"
+    last = runs[-1]
+    assert not last.killed and last.progress[0] == last.input_lines, "the last run finished"
 
 
 # -- reading the results ------------------------------------------------------------
@@ -476,14 +591,32 @@ def where_not_increasing(values: list[int]) -> str:
     return f"published ..., {', '.join(map(str, values[max(i - 2, 0) : i + 2]))}, ..."
 
 
-def committed_progress(log: Log, lines: int, words: int) -> tuple[float, float]:
-    """How far the committed input offsets are: of the lines, of the repartitioned words."""
+def committed_progress(log: Log) -> tuple[int, int]:
+    """How far the committed input offsets are: lines, and repartitioned words (on Kafka,
+    words and the transaction markers among them)."""
     topics = log.topics()
     done = []
     for topic in (INPUT, *(name for name in topics if name.endswith("-repartition"))):
         tps = [TopicPartition(topic, p) for p in range(topics[topic].partitions)]
         done.append(sum(log.committed_offsets(APPLICATION_ID, tps).values()))
-    return done[0] / lines, sum(done[1:]) / words
+    return done[0], sum(done[1:])
+
+
+def work_left(log: Log) -> bool:
+    """Whether a record of the input or repartition topic lies past its committed offset.
+
+    A record, not an offset: on Kafka a committed offset can stop short of the end at
+    commit markers or aborted records, which a fetch never returns.
+    """
+    topics = log.topics()
+    for topic in (INPUT, *(name for name in topics if name.endswith("-repartition"))):
+        tps = [TopicPartition(topic, p) for p in range(topics[topic].partitions)]
+        committed = log.committed_offsets(APPLICATION_ID, tps)
+        for tp in tps:
+            offset = committed.get(tp, log.beginning_offset(tp))  # absent: never committed
+            if any(r.offset < log.end_offset(tp) for r in log.fetch(tp, offset, 1).records):
+                return True
+    return False
 
 
 def settle(log: Log) -> None:
@@ -549,7 +682,7 @@ class CommittedState:
         self.read_to: dict[TopicPartition, int] = {}
 
     def check(self, run: Run) -> None:
-        settle(self.log)
+        """Check the log as ``run`` left it (settled: :func:`crash_loop` waits for that)."""
         topics = self.log.topics()
         repartition = [name for name in topics if name.endswith("-repartition")]
         if not repartition or CHANGELOG not in topics or OUTPUT not in topics:
@@ -757,33 +890,26 @@ def test_exactly_once_survives_sigkills(
     """
     on_kafka = isinstance(log, KafkaLog)
     expected = inputs.write(log, KAFKA_LINES if on_kafka else LINES, seed=2026)
+    feed = InputFeed(log, expected, seed=2026)  # it adds the words of the lines it feeds
     kills = KAFKA_KILLS if on_kafka else 24
     started = time.monotonic()
     committed = CommittedState(log, exactly=True)
     runs = crash_loop(
         tmp_path,
         log,
+        feed,
         kills=kills,
         seed=424242 + threads,
         guarantee="exactly_once_v2",
         commit_interval_ms=100,
         threads=threads,
-        expected=expected,
         after_run=committed.check,
     )
     elapsed = time.monotonic() - started
     assert sum(run.killed for run in runs) == kills
-    # The kills landed throughout the processing, not after it.
+    # The kills landed throughout the processing (past their shares), none after it.
+    check_kills(runs)
     killed = [run for run in runs if run.killed]
-    quarters = [min(int(run.progress[1] * 4), 4) for run in killed]
-    if on_kafka:
-        # Fewer kills over a faster run: on a quiet machine the last kill's random pause can
-        # outlast the processing (seen once in CI). Such a kill proves nothing but harms
-        # nothing; every quarter must still have been hit, and at most one kill be late.
-        assert {0, 1, 2, 3} <= set(quarters), [run.progress for run in killed]
-        assert quarters.count(4) <= 1, [run.progress for run in killed]
-    else:
-        assert set(quarters) == {0, 1, 2, 3}, [run.progress for run in killed]
 
     # The log: every word repartitioned exactly once, counts published without
     # a repeat or a step back, and the last published count is exact.
@@ -827,7 +953,11 @@ def test_exactly_once_survives_sigkills(
     restarts_restoring = [i for i, r in enumerate(restored) if any(r.values())]
     report = {
         "seconds": round(elapsed, 1),
-        "kills": [f"{r.kill_note}: {r.progress[1]:.0%} words" for r in killed],
+        "lines": {"first": feed.initial_lines, "fed": feed.lines - feed.initial_lines},
+        "kills": [
+            f"{r.kill_note}: {r.progress[1] / r.input_words:.0%} of {r.input_words} words"
+            for r in killed
+        ],
         "restored": [sum(r.values()) for r in restored],
         "restarts restoring": restarts_restoring,
         "commits": [len(run.of("commit")) for run in runs],
@@ -851,19 +981,21 @@ def test_at_least_once_loses_nothing_under_sigkills(
     """SIGKILL the word count 12 times under at-least-once: counts may double, never drop."""
     # The exactly-once tests' input (copied, not generated again); its own kill instants.
     expected = inputs.write(log, LINES, seed=2026)
+    feed = InputFeed(log, expected, seed=2026)  # it adds the words of the lines it feeds
     committed = CommittedState(log, exactly=False)
     runs = crash_loop(
         tmp_path,
         log,
+        feed,
         kills=12,
         seed=737373,
         guarantee="at_least_once",
         commit_interval_ms=200,
         threads=1,
-        expected=expected,
         after_run=committed.check,
     )
     assert sum(run.killed for run in runs) == 12
+    check_kills(runs)
     latest = {word: counts[-1] for word, counts in published_counts(log).items()}
     lost = {w: (latest.get(w), n) for w, n in expected.items() if latest.get(w, 0) < n}
     assert not lost, (
