@@ -13,11 +13,23 @@ is wrong (in quotes) and says what to do about it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
 class EddylineError(Exception):
     """Base of every error eddyline raises on purpose."""
+
+
+def record_failure_line(task: str, topic: str, partition: int, offset: int) -> str:
+    """How the one line a task stops with on a failed record begins (the runtime's
+    ``TaskProcessingError``); :data:`RECORD_FAILURE` finds it again in a pod's
+    termination message, for the operator's ``RecordFailed`` condition."""
+    return f"task {task} failed processing {topic}-{partition} at offset {offset}"
+
+
+# The line record_failure_line begins, anywhere in a text (a topic name has no spaces).
+RECORD_FAILURE = re.compile(r"task \S+ failed processing \S+-\d+ at offset \d+")
 
 
 class InvalidArgumentError(EddylineError, ValueError):

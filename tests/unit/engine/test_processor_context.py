@@ -7,8 +7,9 @@ from typing import Any, ClassVar
 import pytest
 
 from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_failures import PunctuationError
 from eddyline_runtime.engine.task_store import TaskStore
-from eddyline_runtime.engine.task_topology import Output, PunctuationError, TaskTopology
+from eddyline_runtime.engine.task_topology import Output, TaskTopology
 from eddyline_runtime.processing import StreamsBuilder
 from eddyline_runtime.processing.topology import (
     Processor,

@@ -16,9 +16,13 @@ from typing import Any
 import pytest
 
 from eddyline_runtime.config import ExceptionHandlerKind
-from eddyline_runtime.engine.record_failures import RecordFailures, TaskProcessingError
+from eddyline_runtime.engine.record_failures import (
+    PunctuationError,
+    RecordFailures,
+    TaskProcessingError,
+)
 from eddyline_runtime.engine.task_topology import TaskTopology
-from eddyline_runtime.processing import StreamsBuilder, Topology
+from eddyline_runtime.processing import Processor, PunctuationType, StreamsBuilder, Topology
 from eddyline_runtime.processing.exception_handlers import (
     DeadLetterRecord,
     ErrorHandlerContext,
@@ -189,6 +193,108 @@ def test_a_handler_reference_that_does_not_import_is_refused_by_name() -> None:
     config = {"processing.exception.handler": "no_such_module_here:handle"}
     with pytest.raises(Exception, match='cannot import module "no_such_module_here"'):
         TopologyTestDriver(parse_ints(), config).create_input_topic("in").pipe_input(None, "1")
+
+
+# -- a punctuator that raises (KIP-1033: StreamTask.punctuate asks the processing handler) ---
+
+seen_contexts: list[ErrorHandlerContext] = []
+
+
+def keep_and_resume(context: ErrorHandlerContext, exception: Exception) -> Response:
+    seen_contexts.append(context)
+    return log_and_continue(context, exception)
+
+
+class FailingTick(Processor):
+    """Forwards each record; its stream-time punctuation (every 10 ms) raises at 20."""
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        context.schedule(10, PunctuationType.STREAM_TIME, self.tick)
+
+    def tick(self, now: int) -> None:
+        if now == 20:
+            raise ValueError(f"no tick at {now}")
+        self.context.forward(b"tick", str(now).encode())
+
+    def process(self, key: Any, value: Any) -> None:
+        self.context.forward(key, value)
+
+
+def failing_tick() -> Topology:
+    topology = Topology()
+    topology.add_source("in", ["in"])
+    topology.add_processor("ticking", FailingTick, "in")
+    topology.add_sink("sink", "out", "ticking")
+    return topology
+
+
+def test_a_failing_punctuator_goes_to_the_processing_handler_without_an_input_record() -> None:
+    """Kafka: StreamTask.punctuate hands the exception to the processing handler, with a
+    context naming the node and no record (topic null, partition and offset -1)."""
+    seen_contexts.clear()
+    config = {
+        "processing.exception.handler": f"{__name__}:keep_and_resume",
+        "errors.dead.letter.queue.topic.name": "dlq",
+    }
+    with TopologyTestDriver(failing_tick(), config) as driver:
+        topic = driver.create_input_topic("in", value_serde="bytes")
+        for t in (10, 20, 30):
+            topic.pipe_input(None, str(t).encode(), timestamp=t)
+        out = driver.create_output_topic("out", key_serde="bytes", value_serde="bytes")
+        assert out.read_key_values_to_list() == [
+            (None, b"10"),
+            (b"tick", b"10"),
+            (None, b"20"),
+            (None, b"30"),
+            (b"tick", b"30"),
+        ]
+        assert driver.create_output_topic("dlq").is_empty()  # no input record to set aside
+        assert driver.dropped_records == 1
+        failures = driver._tasks[0].topology.failures
+        assert failures.dropped_by_reason["processing-error"] == 1
+    [context] = seen_contexts
+    assert context.kind is ExceptionHandlerKind.PROCESSING
+    assert context.punctuation_type is PunctuationType.STREAM_TIME
+    assert context.processor_node_id == "ticking"
+    assert (context.topic, context.partition, context.offset) == (None, -1, -1)
+    assert (context.timestamp, context.source_raw_key, context.source_raw_value) == (20, None, None)
+    assert context.describe() == (
+        'task 0_0: processing error in the STREAM_TIME punctuator of "ticking"'
+    )
+
+
+def test_a_handler_failing_a_punctuation_stops_the_task_naming_the_punctuator() -> None:
+    config = {"processing.exception.handler": f"{__name__}:raise_in_handler"}
+    with TopologyTestDriver(failing_tick(), config) as driver:
+        topic = driver.create_input_topic("in", value_serde="bytes")
+        topic.pipe_input(None, b"10", timestamp=10)
+        with pytest.raises(PunctuationError) as failed:
+            topic.pipe_input(None, b"20", timestamp=20)
+    assert (failed.value.node, failed.value.punctuation_type) == (
+        "ticking",
+        PunctuationType.STREAM_TIME,
+    )
+    assert "raised RuntimeError: the handler's own bug" in str(failed.value)
+    assert "ValueError: no tick at 20" in str(failed.value)
+
+
+class RefuseTicks(Processor):
+    def process(self, key: Any, value: Any) -> None:
+        if key == b"tick":
+            raise ValueError("a tick")
+
+
+def test_a_record_a_punctuator_forwarded_fails_without_naming_an_input_record() -> None:
+    """A child failing on what a punctuator forwarded: its context has no input record."""
+    topology = failing_tick()
+    topology.add_processor("refuse", RefuseTicks, "ticking")
+    with TopologyTestDriver(topology) as driver, pytest.raises(TaskProcessingError) as failed:
+        driver.create_input_topic("in", value_serde="bytes").pipe_input(None, b"1", timestamp=0)
+    assert str(failed.value).startswith(
+        "task 0_0 failed processing a record a punctuator forwarded: ValueError: a tick "
+        '(processing error in "refuse")'
+    )
 
 
 # -- one poison record in a batch ------------------------------------------------------------

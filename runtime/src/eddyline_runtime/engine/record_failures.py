@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from eddyline_runtime.config import ExceptionHandlerKind, StreamsConfig
-from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.errors import EddylineError, record_failure_line
 from eddyline_runtime.metrics import Sensor
 from eddyline_runtime.processing.exception_handlers import (
     DeadLetterRecord,
@@ -29,6 +29,7 @@ from eddyline_runtime.processing.exception_handlers import (
     exception_handler,
     log_and_fail,
 )
+from eddyline_runtime.processing.topology import PunctuationType
 from eddyline_runtime.serde import SerdeError
 
 # Why a record was dropped (the ``reason`` tag of dropped-records-by-reason-total):
@@ -60,12 +61,41 @@ class TaskProcessingError(EddylineError):
         if kind is not None:
             detail = f' ({kind.value} error in "{node}")' if node else f" ({kind.value} error)"
         handler = "" if kind is None else f" (or set {kind.setting} to skip such records)"
+        where = (
+            record_failure_line(task, topic, partition, offset)
+            if topic is not None
+            # A record a punctuator forwarded has no input record to name.
+            else f"task {task} failed processing a record a punctuator forwarded"
+        )
         # Short enough for the operator's Degraded condition, which keeps the last
         # CRASH_MESSAGE_CHARS (400) of a termination message: the record must survive.
         super().__init__(
-            f"task {task} failed processing {topic}-{partition} at offset {offset}: "
-            f"{type(cause).__name__}: {_one_line(cause)}{detail}. Nothing after the last "
-            f"commit was written; fix the topology or the record{handler} and restart"
+            f"{where}: {type(cause).__name__}: {_one_line(cause)}{detail}. Nothing after "
+            f"the last commit was written; fix the topology or the record{handler} and restart"
+        )
+
+
+class PunctuationError(EddylineError):
+    """A punctuator raised and the task stops (its processing handler said fail, or there
+    was none to ask); names the processor and what drove the punctuation."""
+
+    def __init__(
+        self,
+        task: str,
+        node: str | None,
+        punctuation_type: PunctuationType,
+        cause: BaseException,
+        *,
+        kind: ExceptionHandlerKind | None = None,
+    ) -> None:
+        self.task, self.node, self.punctuation_type = task, node, punctuation_type
+        self.cause, self.kind = cause, kind
+        handler = "" if kind is None else f" (or set {kind.setting} to skip such failures)"
+        super().__init__(
+            f'task {task}: the {punctuation_type.value} punctuator of processor "{node}" '
+            f"failed: {type(cause).__name__}: {_one_line(cause)}. Nothing after the last "
+            f"commit was written; fix the punctuator{handler} and restart: processing "
+            "resumes at the last commit"
         )
 
 
@@ -116,49 +146,56 @@ class RecordFailures:
             dead_letter_queue_topic=config.errors_dead_letter_queue_topic_name,
         )
 
+    @staticmethod
+    def _failed(context: ErrorHandlerContext, cause: BaseException) -> EddylineError:
+        """The error the task stops with for ``context``: its record, or its punctuator."""
+        if context.punctuation_type is not None:
+            return PunctuationError(
+                context.task_id,
+                context.processor_node_id,
+                context.punctuation_type,
+                cause,
+                kind=context.kind,
+            )
+        return TaskProcessingError(
+            context.task_id,
+            context.topic,
+            context.partition,
+            context.offset,
+            cause,
+            kind=context.kind,
+            node=context.processor_node_id,
+        )
+
     def handle(
         self, context: ErrorHandlerContext, exception: Exception
     ) -> tuple[DeadLetterRecord, ...]:
         """Ask the handler for ``context.kind``; returns the dead-letter records of a
-        resuming answer, raises :class:`TaskProcessingError` for a failing one."""
+        resuming answer, raises :class:`TaskProcessingError` (:class:`PunctuationError`
+        for a punctuator) for a failing one."""
         handler = self._handlers[context.kind]
         try:
             response = handler(context, exception)
         except Exception as handler_error:
-            raise TaskProcessingError(
-                context.task_id,
-                context.topic,
-                context.partition,
-                context.offset,
+            raise self._failed(
+                context,
                 RuntimeError(
                     f"the {context.kind.setting} raised {type(handler_error).__name__}: "
                     f"{handler_error}, handling {type(exception).__name__}: {exception}"
                 ),
-                kind=context.kind,
-                node=context.processor_node_id,
             ) from handler_error
         if not isinstance(response, Response):
-            raise TaskProcessingError(
-                context.task_id,
-                context.topic,
-                context.partition,
-                context.offset,
+            raise self._failed(
+                context,
                 TypeError(
                     f"the {context.kind.setting} returned {type(response).__name__}, not a "
                     f"Response (Response.resume() or Response.fail()), for {exception!r}"
                 ),
-                kind=context.kind,
-                node=context.processor_node_id,
             ) from exception
         if response.result is not Result.RESUME:
-            raise TaskProcessingError(
-                context.task_id,
-                context.topic,
-                context.partition,
-                context.offset,
+            raise self._failed(
+                context,
                 exception,
-                kind=context.kind,
-                node=context.processor_node_id,
             ) from exception
         self.dropped_by_reason[f"{context.kind.value}-error"] += 1
         return response.dead_letter_queue_records

@@ -49,7 +49,6 @@ from eddyline_runtime.config import ExceptionHandlerKind
 from eddyline_runtime.engine.record_failures import RecordFailures, is_fatal
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_windows import TaskSessionStore, TaskWindowStore
-from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.port import RecordColumns
 from eddyline_runtime.metrics import Sensor
 from eddyline_runtime.processing.exception_handlers import DeadLetterRecord, ErrorHandlerContext
@@ -86,19 +85,6 @@ class Output:
     value: bytes | None
     timestamp: int
     headers: Headers = ()
-
-
-class PunctuationError(EddylineError):
-    """A punctuator raised; names the processor and what drove the punctuation."""
-
-    def __init__(
-        self, task: str, node: str, punctuation_type: PunctuationType, cause: BaseException
-    ) -> None:
-        super().__init__(
-            f'task {task}: the {punctuation_type.value} punctuator of processor "{node}" '
-            f"failed: {type(cause).__name__}: {cause}. Nothing after the last commit was "
-            "written; fix the punctuator and restart: processing resumes at the last commit"
-        )
 
 
 @dataclass(eq=False, slots=True)
@@ -593,7 +579,7 @@ class TaskTopology:
         context = self.record_context
         raw_key, raw_value = self._raw_bytes(context) if raw is None else raw
         topic = context.topic
-        records = self.failures.handle(
+        self._answer(
             ErrorHandlerContext(
                 kind=kind,
                 task_id=self.task_id,
@@ -611,6 +597,34 @@ class TaskTopology:
             ),
             exception,
         )
+
+    def _punctuation_failed(self, scheduled: _Schedule, now: int, exception: Exception) -> None:
+        """A punctuator raised: ask the processing handler, as Kafka's
+        ``StreamTask.punctuate`` does (KIP-1033), with a context naming its processor and
+        the punctuation and no input record. Resumed, the failure counts as a dropped
+        record (Kafka's ``droppedRecordsSensor``); the punctuation is next due as usual."""
+        self._answer(
+            ErrorHandlerContext(
+                kind=ExceptionHandlerKind.PROCESSING,
+                task_id=self.task_id,
+                topic=None,
+                partition=-1,
+                offset=-1,
+                timestamp=now,
+                headers=(),
+                processor_node_id=scheduled.node,
+                source_raw_key=None,
+                source_raw_value=None,
+                dead_letter_queue_topic=self.failures.dead_letter_queue_topic,
+                punctuation_type=scheduled.punctuation_type,
+            ),
+            exception,
+        )
+
+    def _answer(self, context: ErrorHandlerContext, exception: Exception) -> None:
+        """Hand a failure to its handler; a resuming answer drops what failed and queues
+        the handler's dead-letter records with the task's outputs."""
+        records = self.failures.handle(context, exception)
         self.dropped_records += 1
         self.dropped_records_sensor.record()
         if records:
@@ -700,12 +714,12 @@ class TaskTopology:
             self.record_context = RecordContext(now)
             try:
                 scheduled.punctuator(now)
-            except EddylineError:
-                raise
             except Exception as exc:
-                raise PunctuationError(
-                    self.task_id, scheduled.node, scheduled.punctuation_type, exc
-                ) from exc
+                # A failure of the runtime or a store, or one a child already answered
+                # with "fail" (a TaskProcessingError), is not the punctuator's to handle.
+                if is_fatal(exc) or isinstance(exc, RecordFailedError):
+                    raise
+                self._punctuation_failed(scheduled, now, exc)
             finally:
                 self.record_context = saved
             scheduled.advance(now)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from eddyline_runtime.config import LOG_AND_CONTINUE, LOG_AND_FAIL, ExceptionHandlerKind
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.processing.topology import Headers
+from eddyline_runtime.processing.topology import Headers, PunctuationType
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,12 @@ class ErrorHandlerContext:
     read; ``key``/``value``: what the failing step was given (None for a
     deserialization failure); ``processor_node_id``: the failing node (a sink
     for a production failure; None for a deserialization failure).
+
+    A punctuator that raised (KIP-1033 hands it to the processing handler too)
+    has no input record: ``punctuation_type`` says what drove it,
+    ``processor_node_id`` names its processor, ``timestamp`` is the
+    punctuation's time, ``topic`` is None, ``partition`` and ``offset`` -1, and
+    the raw bytes, key and value None (Kafka's context for a punctuation).
     """
 
     kind: ExceptionHandlerKind
@@ -103,11 +109,19 @@ class ErrorHandlerContext:
     key: object = None
     value: object = None
     dead_letter_queue_topic: str | None = None
+    punctuation_type: PunctuationType | None = None
 
     def describe(self) -> str:
         """The record in one line: where it was read, what failed on it."""
-        where = f"{self.topic}-{self.partition} at offset {self.offset}"
+        if self.punctuation_type is not None:
+            return (
+                f"task {self.task_id}: {self.kind.value} error in the "
+                f'{self.punctuation_type.value} punctuator of "{self.processor_node_id}"'
+            )
         node = f' in "{self.processor_node_id}"' if self.processor_node_id else ""
+        if self.topic is None:
+            return f"task {self.task_id}: {self.kind.value} error{node} on a punctuator's record"
+        where = f"{self.topic}-{self.partition} at offset {self.offset}"
         return f"task {self.task_id}: {self.kind.value} error{node} on the record of {where}"
 
 
@@ -122,9 +136,11 @@ def dead_letter_records(
     context: ErrorHandlerContext, exception: BaseException
 ) -> tuple[DeadLetterRecord, ...]:
     """The record for the dead-letter topic, when one is set (else none): the input
-    record's original key and value bytes, with KIP-1034's headers."""
+    record's original key and value bytes, with KIP-1034's headers. None for a failure
+    without an input record (a punctuator, or what it forwarded): there are no bytes to
+    set aside, and processing again would not meet them."""
     topic = context.dead_letter_queue_topic
-    if topic is None:
+    if topic is None or context.topic is None:
         return ()
     cause = type(exception)
     headers: Headers = (
