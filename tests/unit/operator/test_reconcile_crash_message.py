@@ -141,7 +141,27 @@ def test_a_record_that_failed_under_log_and_fail_is_named_in_degraded_and_its_ev
     )
     message = str(StreamsFailedError(f"wc-0-StreamThread-1 failed: {failure}"))
     condition = degraded([crashing(0, message), pod(1), pod(2)])
-    assert condition["reason"] == "CrashLoopBackOff"
+    assert condition["reason"] == "RecordFailed"
     assert "failed processing orders-3 at offset 4711" in condition["message"]
     assert "ValueError: invalid literal" in condition["message"]
-    assert ("Warning", "CrashLoopBackOff", condition["message"]) in condition["events"]
+    assert ("Warning", "RecordFailed", condition["message"]) in condition["events"]
+
+
+def test_a_record_failure_gives_degraded_its_own_reason_beside_other_crashes() -> None:
+    """Issue 33: RecordFailed, not only the crash loop, when a crashing pod's termination
+    message is the runtime's line for a failed record (the fix is the record or the
+    handler); the other pods' reasons stay in the message. A crash that is not a record's
+    keeps CrashLoopBackOff, even when its text mentions offsets."""
+    from eddyline_runtime.engine.record_failures import TaskProcessingError
+
+    failure = str(TaskProcessingError("0_1", "orders", 1, 7, KeyError("price")))
+    condition = degraded([crashing(0, MISSING_TOPIC), crashing(1, f"error: {failure}")])
+    assert condition["reason"] == "RecordFailed"
+    assert f"wc-0: exit code 1: {MISSING_TOPIC}" in condition["message"]
+    assert (
+        "wc-1: exit code 1: error: task 0_1 failed processing orders-1 at offset 7"
+        in (condition["message"])
+    )
+    assert [e[1] for e in condition["events"] if e[0] == "Warning"] == ["RecordFailed"]
+    offsets = "task 0_1 failed: committed offset 7 of orders-1 is ahead of the log"
+    assert degraded([crashing(0, offsets)])["reason"] == "CrashLoopBackOff"

@@ -22,6 +22,7 @@ from eddyline_operator.reconcile.membership import is_member
 from eddyline_operator.reconcile.seed import Seed
 from eddyline_operator.reconcile.status import RolloutStep, crash_looping, crash_message
 from eddyline_operator.reconcile.upgrade import Decision
+from eddyline_runtime.errors import RECORD_FAILURE
 from eddyline_runtime.membership import Membership
 from eddyline_runtime.spec import (
     AutoscalingStatus,
@@ -36,6 +37,9 @@ from eddyline_runtime.spec import (
 READY = ConditionType.READY
 PROGRESSING = ConditionType.PROGRESSING
 DEGRADED = ConditionType.DEGRADED
+# Degraded's reason when a crashing pod's termination message is the runtime's line for a
+# record that failed under log-and-fail: the fix is the record or the handler, not the pod.
+RECORD_FAILED = "RecordFailed"
 
 Obj = dict[str, Any]
 
@@ -248,14 +252,11 @@ def _degraded(
             "pods)",
         )
     elif looping:
-        degraded = conditions.make(
-            DEGRADED,
-            True,
-            "CrashLoopBackOff",
-            _crash_text(looping, crash_messages),
-        )
+        record_failed = any(RECORD_FAILURE.search(crash_messages.get(pod) or "") for pod in looping)
+        reason = RECORD_FAILED if record_failed else "CrashLoopBackOff"
+        degraded = conditions.make(DEGRADED, True, reason, _crash_text(looping, crash_messages))
         if conditions.changed(degraded):
-            events.append(Event("Warning", "CrashLoopBackOff", degraded.message))
+            events.append(Event("Warning", reason, degraded.message))
     elif create_failure is not None:
         degraded = conditions.make(
             DEGRADED,
