@@ -20,6 +20,7 @@ from eddyline_runtime.log import (
     LogAuthorizationError,
     ProducerFencedError,
     Record,
+    RecordRefusedError,
     TransactionAbortedError,
 )
 from eddyline_runtime.log.kafka import KafkaLog
@@ -110,12 +111,39 @@ def test_a_coordinator_busy_with_the_previous_transaction_is_waited_for(
     assert producer.commit().last_offsets == {tp: 0}
 
 
-def test_a_record_the_broker_rejects_aborts_the_transaction_and_the_task_starts_over(
+def test_a_record_the_broker_refuses_aborts_the_transaction_and_stops_the_task(
+    log: KafkaLog, control: MockControl, tp: TopicPartition
+) -> None:
+    """Issue 33: a record too large for the topic (the broker's MESSAGE_TOO_LARGE, Kafka's
+    RecordTooLargeException) is refused as it is; the task starting over from its last
+    commit, as for an aborted transaction, would meet it again forever. So it is a
+    RecordRefusedError (not a fencing): the transaction is aborted, the task stops naming
+    the partition and the topic setting."""
+    producer = log.transactional_producer(f"{tp.topic}-0_0")
+    producer.begin()
+    control.fail_next(PRODUCE, KafkaError.MSG_SIZE_TOO_LARGE)
+    producer.send(tp, rec())
+    with pytest.raises(RecordRefusedError) as raised:
+        producer.commit()
+    assert not isinstance(raised.value, ProducerFencedError)
+    message = str(raised.value)
+    assert f"sending to {tp.topic}-{tp.partition}" in message
+    assert "MSG_SIZE_TOO_LARGE" in message and "max.message.bytes" in message
+    assert "nothing of the transaction was written" in message
+    producer.close()
+    # A restarted task's producer (once the record is fixed) writes from the last commit.
+    successor = log.transactional_producer(f"{tp.topic}-0_0")
+    successor.begin()
+    successor.send(tp, rec(b"next"))
+    assert list(successor.commit().last_offsets) == [tp]
+
+
+def test_another_failed_record_aborts_the_transaction_and_the_task_starts_over(
     log: KafkaLog, control: MockControl, tp: TopicPartition
 ) -> None:
     producer = log.transactional_producer(f"{tp.topic}-0_0")
     producer.begin()
-    control.fail_next(PRODUCE, KafkaError.MSG_SIZE_TOO_LARGE)
+    control.fail_next(PRODUCE, KafkaError.INVALID_REQUIRED_ACKS)
     producer.send(tp, rec())
     with pytest.raises(TransactionAbortedError) as raised:
         producer.commit()
@@ -126,6 +154,15 @@ def test_a_record_the_broker_rejects_aborts_the_transaction_and_the_task_starts_
     successor.begin()
     successor.send(tp, rec(b"next"))
     assert list(successor.commit().last_offsets) == [tp]
+
+
+def test_a_record_the_broker_refuses_outside_a_transaction_names_the_partition(
+    log: KafkaLog, control: MockControl, tp: TopicPartition
+) -> None:
+    """At-least-once appends outputs with the plain producer: the same error, at once."""
+    control.fail_next(PRODUCE, KafkaError.MSG_SIZE_TOO_LARGE)
+    with pytest.raises(RecordRefusedError, match=f"producing to {tp}"):
+        log.produce(tp, [rec()])
 
 
 def test_offsets_refused_for_the_group_name_the_group_acl_and_abort(

@@ -13,6 +13,8 @@ EddylineError (eddyline_runtime.errors)
     │   └── TransactionTimeoutError  commit or abort got no answer in time; its outcome is
     │                                settled when the task's next producer starts
     ├── TransactionStateError      send/commit without begin, begin twice
+    ├── RecordRefusedError         the broker refused a record as it is (too large, an
+    │                              invalid timestamp): sending it again cannot succeed
     ├── LogAuthorizationError      the broker refused an operation: names the missing ACL
     ├── BrokerUnreachableError     no broker answered: names the bootstrap servers tried
     └── UnsupportedLogUrlError     a log URL with a scheme we do not serve
@@ -83,6 +85,19 @@ class ProducerFencedError(LogError):
             f"a newer one{theirs}; this instance is a zombie: stop it, its "
             f"transaction was not applied{reported}"
         )
+
+
+class RecordRefusedError(LogError):
+    """The log refused a record as it is: too large for the topic (Kafka's
+    ``RecordTooLargeException``, the broker's ``MESSAGE_TOO_LARGE``), a batch too large,
+    an invalid record or timestamp. Unlike a fencing or an aborted transaction, sending
+    it again cannot succeed, so the task stops (Kafka's ``DefaultProductionExceptionHandler``
+    fails on it too) instead of starting over from its last commit and meeting the
+    record again. Under exactly-once the transaction was aborted: nothing of it written."""
+
+    def __init__(self, action: str, cause: str, hint: str) -> None:
+        self.action = action
+        super().__init__(f"the log refused a record ({action}): {cause}; {hint}")
 
 
 class TransactionAbortedError(ProducerFencedError):

@@ -16,6 +16,7 @@ from eddyline_runtime.log.errors import (
     LogAuthorizationError,
     LogError,
     ProducerFencedError,
+    RecordRefusedError,
     UnknownTopicError,
 )
 
@@ -46,6 +47,38 @@ COORDINATOR_MOVING_CODES = frozenset(
         KafkaError.COORDINATOR_NOT_AVAILABLE,
     }
 )
+
+
+# The broker (or librdkafka, checking its own message.max.bytes first) refused a record as
+# it is: sending it again cannot succeed (see RecordRefusedError).
+RECORD_REFUSED_CODES = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+    }
+)
+_TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+
+def record_refused(error: KafkaError, action: str) -> RecordRefusedError:
+    """The port's error for a record the log refused while ``action``, with the way out."""
+    code = error.code()
+    if code in _TOO_LARGE_CODES:
+        hint = (
+            "make the record smaller, or raise the topic's max.message.bytes (and, for "
+            "records over 1 MB, message.max.bytes in the log settings); to skip such "
+            "records, make them fail the sink's serde (production.exception.handler)"
+        )
+    elif code == KafkaError.INVALID_TIMESTAMP:
+        hint = (
+            "the record's timestamp is outside the topic's message.timestamp.*.max.ms; "
+            "fix the timestamps or those topic settings"
+        )
+    else:
+        hint = "check the record against the topic's settings (a compacted topic needs keys)"
+    return RecordRefusedError(action, describe(error, "refused"), hint)
 
 
 def coordinator_moving(error: KafkaError | None) -> bool:
@@ -138,6 +171,8 @@ def log_error(
         )
     if code in UNREACHABLE_CODES:
         return BrokerUnreachableError(bootstrap, timeout_s, last_client_error or error.str())
+    if code in RECORD_REFUSED_CODES:
+        return record_refused(error, action)
     if code == KafkaError.INVALID_REPLICATION_FACTOR:
         return LogError(
             f"{action} failed: {error.str()}; set replication.factor in the log settings "

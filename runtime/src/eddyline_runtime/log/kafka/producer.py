@@ -47,7 +47,13 @@ from eddyline_runtime.log.errors import (
 )
 from eddyline_runtime.log.kafka.admin import KafkaTopics
 from eddyline_runtime.log.kafka.connection import EPOCH_STATS_INTERVAL_MS, KafkaConnection
-from eddyline_runtime.log.kafka.errors import FENCED_CODES, describe, kafka_error
+from eddyline_runtime.log.kafka.errors import (
+    FENCED_CODES,
+    RECORD_REFUSED_CODES,
+    describe,
+    kafka_error,
+    record_refused,
+)
 from eddyline_runtime.log.kafka.groups import KafkaGroups
 from eddyline_runtime.log.kafka.reader import message_offset
 from eddyline_runtime.log.port import (
@@ -182,6 +188,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._order: list[TopicPartition] = []
         self._reports: list[Message] = []  # this transaction's delivered records
         self._delivery_error: KafkaError | None = None
+        self._delivery_error_at = ""  # the partition of the first failed delivery
         self._fatal_error: KafkaError | None = None
         self._offsets: dict[str, dict[TopicPartition, int]] = {}
         self._producer = connection.transactional_producer(
@@ -213,6 +220,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
             self._reports.append(message)
         elif self._delivery_error is None:
             self._delivery_error = error
+            self._delivery_error_at = f"{message.topic()}-{message.partition()}"
 
     def _delivered_offsets(self) -> dict[TopicPartition, list[int]]:
         """Each partition's offsets from this transaction's delivery reports, ascending."""
@@ -338,6 +346,7 @@ class KafkaTransactionalProducer(TransactionalProducer):
         self._order = []
         self._reports = []
         self._delivery_error = None
+        self._delivery_error_at = ""
         self._offsets = {}
 
     def send(self, tp: TopicPartition, record: Record) -> None:
@@ -517,6 +526,16 @@ class KafkaTransactionalProducer(TransactionalProducer):
             return self._error(abort_exc, "aborting after a failed commit")
         if isinstance(mapped, (LogAuthorizationError, UnknownTopicError)):
             return mapped
+        refused = self._delivery_error
+        if refused is not None and refused.code() in RECORD_REFUSED_CODES:
+            # The transaction failed because the broker refused a record as it is: starting
+            # over from the last commit (what an aborted transaction means) would meet the
+            # record again, forever. The transaction is aborted; the task stops, naming it.
+            return record_refused(
+                refused,
+                f'sending to {self._delivery_error_at} for transactional id "'
+                f'{self.transactional_id}", aborted: nothing of the transaction was written',
+            )
         if error is not None and error.txn_requires_abort():
             return TransactionAbortedError(self.transactional_id, error.str())
         return mapped
