@@ -2,7 +2,8 @@
 
 Three settings choose a handler each (Kafka's names since 4.0, KIP-1033):
 ``deserialization.exception.handler`` (a record's key or value does not
-deserialize), ``processing.exception.handler`` (a processor raised on it) and
+deserialize), ``processing.exception.handler`` (a processor raised on it, or a
+punctuator raised: see :class:`ErrorHandlerContext`) and
 ``production.exception.handler`` (an output does not serialize). A handler is
 a function ``(context, exception) -> Response``: :func:`log_and_continue`,
 :func:`log_and_fail`, or the user's own, named as ``module:function``.
