@@ -491,7 +491,7 @@ class RocksDBStore(StateStore):
     def disk_bytes(self) -> int:
         """The store directory's bytes on disk (SST files, write-ahead log, manifest), walked
         at most every ``DISK_USAGE_MAX_AGE_S``: what the copy costs its volume, which is what
-        a size in ``kubectl eddyline status`` is for (docs/state.md, "Store sizes")."""
+        a size in ``kubectl eddyline status`` is for (docs/operator.md, "kubectl eddyline")."""
         return self._disk_usage.bytes()
 
     def approximate_num_uncommitted_bytes(self) -> int:
