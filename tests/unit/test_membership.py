@@ -88,3 +88,15 @@ def test_task_lags_take_each_task_s_most_behind_store_and_skip_pending_builds() 
         store_owners={"counts": 1, "totals": 1},
     )
     assert sent.task_lags() == {TaskId(1, 0): 40, TaskId(1, 1): 0}
+
+
+def test_a_report_carries_each_copy_s_bytes_on_disk_and_an_older_one_parses_without() -> None:
+    sized = report({0: StoreCopy(StoreRole.ACTIVE, 0, 4096), 1: StoreCopy(StoreRole.STANDBY, 3)})
+    document = json.loads(json.dumps(sized.to_json()))
+    assert document["stores"]["counts"]["0"]["disk_bytes"] == 4096
+    assert MemberReport.from_json(document).stores == sized.stores
+    # A runtime from before sizes were reported writes no "disk_bytes": the size is unknown.
+    assert "disk_bytes" not in document["stores"]["counts"]["1"]  # unknown: not written
+    del document["stores"]["counts"]["0"]["disk_bytes"]
+    older = MemberReport.from_json(document)
+    assert [c.disk_bytes for c in older.stores["counts"].values()] == [None, None]

@@ -174,10 +174,13 @@ RESTORE_PENDING = StoreRole.RESTORE_PENDING
 
 @dataclass(frozen=True)
 class StoreCopy:
-    """One store partition a member holds: its role and how far it trails its changelog."""
+    """One store partition a member holds: its role, how far it trails its changelog, and
+    the bytes it takes on disk (None: an in-memory store, a copy waiting for a restore build
+    that holds nothing yet, or a report from a runtime before sizes were reported)."""
 
     role: StoreRole
     lag: int
+    disk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         # A report read from JSON (or written by hand) names the role by its word.
@@ -192,6 +195,14 @@ def _store_role(word: Any) -> StoreRole:
         raise ValueError(
             f"unknown store role {word!r}; a member reports one of {', '.join(STORE_ROLES)}"
         ) from None
+
+
+def _copy_json(copy: StoreCopy) -> dict[str, Any]:
+    # No size is written as none: a copy without one reads back the same (from_json).
+    document: dict[str, Any] = {"role": copy.role.value, "lag": copy.lag}
+    if copy.disk_bytes is not None:
+        document["disk_bytes"] = copy.disk_bytes
+    return document
 
 
 @dataclass(frozen=True)
@@ -271,7 +282,7 @@ class MemberReport:
             "stateful_tasks": [str(t) for t in sorted(self.stateful)],
             "stores": {
                 store: {
-                    str(partition): {"role": copy.role.value, "lag": copy.lag}
+                    str(partition): _copy_json(copy)
                     for partition, copy in sorted(partitions.items())
                 }
                 for store, partitions in sorted(self.stores.items())
@@ -292,7 +303,12 @@ class MemberReport:
         try:
             stores = {
                 str(store): {
-                    int(partition): StoreCopy(_store_role(copy["role"]), int(copy["lag"]))
+                    int(partition): StoreCopy(
+                        _store_role(copy["role"]),
+                        int(copy["lag"]),
+                        # Absent from an older runtime's report: its size is not known.
+                        None if copy.get("disk_bytes") is None else int(copy["disk_bytes"]),
+                    )
                     for partition, copy in partitions.items()
                 }
                 for store, partitions in data["stores"].items()

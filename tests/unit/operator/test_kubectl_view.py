@@ -14,7 +14,7 @@ import yaml
 
 from eddyline_operator.client import ApiError, kubeconfig_client
 from eddyline_operator.kubectl.cli import parser
-from eddyline_operator.kubectl.render import Style, render_status
+from eddyline_operator.kubectl.render import Style, render_status, size_text
 from eddyline_operator.kubectl.status_view import app_view
 from eddyline_operator.reconcile.autoscale import PodSample
 from eddyline_runtime.assignor import Assignment, Member
@@ -256,3 +256,56 @@ def test_the_plugin_takes_kubectls_namespace_context_and_kubeconfig_flags() -> N
         "/k",
         "json",
     )
+
+
+def test_each_copy_shows_its_stores_bytes_on_disk_and_each_pod_its_total() -> None:
+    pods, membership, reports = _view_inputs()
+    sized = MemberReport(
+        **{
+            **reports["wc-0"].__dict__,
+            "stores": {
+                STORE: {
+                    0: StoreCopy(StoreRole.ACTIVE, 0, 3 * 1024 * 1024),
+                    1: StoreCopy(StoreRole.STANDBY, 7, 2048),
+                },
+                # A second store of the same sub-topology: a copy's size is its stores' sum.
+                "word-totals": {0: StoreCopy(StoreRole.ACTIVE, 0, 1024 * 1024)},
+            },
+            "store_owners": {STORE: 1, "word-totals": 1},
+        }
+    )
+    view = app_view(_app(), pods, membership, {"wc-0": sized}, {"wc-1": "no layout (503)"})
+    tasks = {row.task: row for row in view.tasks}
+    assert tasks["1_0"].active is not None and tasks["1_0"].active.disk_bytes == 4 * 1024 * 1024
+    assert tasks["1_1"].standbys[0].disk_bytes == 2048
+    # wc-1 did not answer: no size for its copies or its pod, not a zero.
+    assert tasks["1_1"].active is not None and tasks["1_1"].active.disk_bytes is None
+    assert [p.store_bytes for p in view.pods] == [4 * 1024 * 1024 + 2048, None]
+
+    text = render_status(view, Style(colour=False, width=None), NOW)
+    assert "Tasks (copies: pod, zone, lag in records, size on disk)" in text
+    assert "wc-0 zone-a lag 0 4.0 MiB" in text and "wc-0 zone-a lag 7 2.0 KiB" in text, text
+    (pods_header,) = [line for line in text.splitlines() if line.startswith("  POD ")]
+    wc0 = next(line for line in text.splitlines() if line.startswith("  wc-0 "))
+    assert wc0[pods_header.index("ON DISK") :].startswith("4.0 MiB"), (pods_header, wc0)
+
+    document = json.loads(json.dumps(view.to_json()))
+    assert document["tasks"][0]["active"]["diskBytes"] == 4 * 1024 * 1024
+    assert document["pods"][0]["storeBytes"] == 4 * 1024 * 1024 + 2048
+    assert document["pods"][1]["storeBytes"] is None
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (None, "-"),
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (int(12.3 * 1024 * 1024), "12.3 MiB"),
+        (5 * 1024**3, "5.0 GiB"),
+        (3 * 1024**4, "3.0 TiB"),
+    ],
+)
+def test_sizes_read_in_powers_of_1024_as_volumes_are_sized(size: int | None, text: str) -> None:
+    assert size_text(size) == text

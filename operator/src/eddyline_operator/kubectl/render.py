@@ -106,11 +106,27 @@ def _condition_colour(condition: Condition) -> str:
     return "green" if good else "red"
 
 
+def size_text(size: int | None) -> str:
+    """Bytes as people read them, in powers of 1024 as volumes are sized (``Gi``): 812 B,
+    4.0 KiB, 12.3 MiB; "-" when unknown."""
+    if size is None:
+        return "-"
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
 def _copy_text(copy: Copy) -> str:
     where = f"{copy.pod} {copy.zone}" if copy.zone else copy.pod
     role = "" if copy.role in ("active", "standby", "warmup") else f" {copy.role}"
     lag = "" if copy.lag is None else f" lag {copy.lag}"
-    return f"{where}{role}{lag}"
+    size = "" if copy.disk_bytes is None else f" {size_text(copy.disk_bytes)}"
+    return f"{where}{role}{lag}{size}"
 
 
 def _copy_colour(copy: Copy | None) -> str:
@@ -192,6 +208,7 @@ def render_status(view: AppView, style: Style, now: datetime.datetime) -> str:
                 "BUSY",
                 "REC/S",
                 "INPUT LAG",
+                "ON DISK",
                 "LAYOUT",
             ),
             [
@@ -206,6 +223,7 @@ def render_status(view: AppView, style: Style, now: datetime.datetime) -> str:
                     ("-" if p.busy is None else f"{p.busy:.0%}", ""),
                     ("-" if p.rate is None else f"{p.rate:g}", ""),
                     ("-" if p.input_lag is None else str(p.input_lag), ""),
+                    (size_text(p.store_bytes), ""),
                     (
                         p.layout_error or f"hash {p.topology_hash}",
                         "yellow" if p.layout_error else "",
@@ -218,7 +236,7 @@ def render_status(view: AppView, style: Style, now: datetime.datetime) -> str:
         else "  none"
     )
 
-    parts.append("\nTasks (copies: pod, zone, lag in records)")
+    parts.append("\nTasks (copies: pod, zone, lag in records, size on disk)")
     if view.tasks:
         parts.append(
             table(

@@ -4,13 +4,14 @@ Three sources, each authoritative for one thing: the StreamApp's status (what th
 decided and recorded: revision, conditions, upgrades, restore Jobs, autoscaling), the
 membership ConfigMap (where each task's active, standby and warm-up copies are assigned,
 and each member's zone), and the pods' own ``/v1/layout`` reports (what each copy is doing
-now: restoring or waiting for a restore build, and how far it trails its changelog). The
-view joins them per task and per pod; a pod that did not answer still appears, with why.
+now: restoring or waiting for a restore build, how far it trails its changelog, and its
+bytes on disk). The view joins them per task and per pod; a pod that did not answer still
+appears, with why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,12 +33,15 @@ ACTIVE, STANDBY, WARMUP = "active", "standby", "warmup"
 @dataclass(frozen=True)
 class Copy:
     """One copy of a task on one pod. ``lag``: records its stores trail their changelogs by
-    (the most over the task's stores); None for a stateless task or a silent pod."""
+    (the most over the task's stores); None for a stateless task or a silent pod.
+    ``disk_bytes``: what its stores take on the pod's volume (the sum over the task's stores
+    that report one); None when none does (stateless, in memory, a silent or older pod)."""
 
     pod: str
     zone: str | None
     role: str
     lag: int | None
+    disk_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ class PodRow:
     busy: float | None = None
     rate: float | None = None
     input_lag: int | None = None
+    # Bytes on disk of every store copy the pod reports (what its volume holds of state);
+    # None when it reports no size.
+    store_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,7 @@ def app_view(
 
     def copy(pod: str, task: TaskId, assigned: str) -> Copy:
         report = reports.get(pod)
-        role, lag = assigned, None
+        role, lag, size = assigned, None, None
         if report is not None:
             lags = [
                 held
@@ -148,13 +155,14 @@ def app_view(
             ]
             if lags:
                 lag = max(c.lag for c in lags)
+                size = _total(c.disk_bytes for c in lags)
                 # What the pod says it is doing with the copy beats what it was assigned.
                 roles = {c.role for c in lags}
                 for doing in (StoreRole.RESTORE_PENDING, StoreRole.RESTORING):
                     if doing in roles:
                         role = doing.value
                         break
-        return Copy(pod, zones.get(pod), role, lag)
+        return Copy(pod, zones.get(pod), role, lag, size)
 
     rows: list[TaskRow] = []
     if assignment is not None:
@@ -199,6 +207,11 @@ def app_view(
                 busy=round(sample.process_ratio, 3) if sample else None,
                 rate=round(sample.process_rate, 1) if sample else None,
                 input_lag=round(sum(sample.records_lag.values())) if sample else None,
+                store_bytes=_total(
+                    c.disk_bytes for copies in answered.stores.values() for c in copies.values()
+                )
+                if answered
+                else None,
             )
         )
     return AppView(
@@ -213,6 +226,12 @@ def app_view(
         tasks=tuple(rows),
         stores=dict(sorted(stores.items())),
     )
+
+
+def _total(sizes: Iterable[int | None]) -> int | None:
+    """The sum of the sizes known; None when none is."""
+    known = [size for size in sizes if size is not None]
+    return sum(known) if known else None
 
 
 def _ready(pod_status: Obj) -> bool:

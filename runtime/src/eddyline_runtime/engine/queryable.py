@@ -80,6 +80,9 @@ class LocalStorePartition:
     running: bool  # an active task that finished restoring; standbys never are
     lag: LagInfo
     open_reader: Callable[[IsolationLevel | None], StoreReader] = field(compare=False)
+    # The copy's bytes on disk (StateStore.disk_bytes: None for an in-memory store); a
+    # callable, as the walk is wanted only by /v1/layout, not by every query that routes.
+    disk_bytes: Callable[[], int | None] = field(compare=False, default=lambda: None)
 
     @property
     def current(self) -> bool:

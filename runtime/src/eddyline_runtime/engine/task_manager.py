@@ -383,6 +383,7 @@ class TaskManager:
                     running=restoring is None and task.running,
                     lag=restoring or LagInfo(position, position),
                     open_reader=task_store.reader,
+                    disk_bytes=task_store.store.disk_bytes,
                 )
             )
         for task_id, standby in self.standbys.items():
@@ -398,6 +399,7 @@ class TaskManager:
                     running=False,
                     lag=standby.lag(store),
                     open_reader=standby_store.reader,
+                    disk_bytes=standby_store.disk_bytes,
                 )
             )
         return found

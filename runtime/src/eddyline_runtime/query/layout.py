@@ -3,8 +3,8 @@
 On a cluster the operator computes the assignment but never imports the
 user's topology (it lives in the app's image). So each pod reports the task
 layout it resolved against the log (sub-topologies x partitions, which are
-stateful, a hash of ``describe()``) and the role and lag of every store
-partition it holds: the operator assigns from that, and reads standby lags
+stateful, a hash of ``describe()``) and the role, lag and bytes on disk of every
+store partition it holds: the operator assigns from that, and reads standby lags
 and readiness from it for status and for rolling restarts.
 """
 
@@ -34,7 +34,9 @@ def member_report(instance: StreamsInstance) -> MemberReport:
             role = local.role
             if role is StoreRole.ACTIVE and not local.running:
                 role = StoreRole.RESTORING
-            stores.setdefault(store, {})[local.partition] = StoreCopy(role, local.lag.offset_lag)
+            stores.setdefault(store, {})[local.partition] = StoreCopy(
+                role, local.lag.offset_lag, local.disk_bytes()
+            )
     for pending in instance.restore_pending():
         # Not opened yet: the lag is the whole changelog a replay would read, which is what
         # the operator compares with spec.restore's threshold before launching a build.

@@ -89,6 +89,7 @@ from eddyline_runtime.state.offset_checkpoint import (
 )
 from eddyline_runtime.state.state_directory import (
     DirectoryLock,
+    DiskUsage,
     empty_trash,
     move_to_trash,
     quarantine_entry,
@@ -301,6 +302,7 @@ class RocksDBStore(StateStore):
                 "directory (eddyline keeps only its own directories there)",
             ) from error
         self._dir_lock = DirectoryLock.acquire(name, self.directory)
+        self._disk_usage = DiskUsage(self.directory)
         empty_trash(self.directory)
         for leftover in remove_staging_directories(self.directory):
             logger.info(
@@ -485,6 +487,12 @@ class RocksDBStore(StateStore):
             raise StoreClosedError(self.name, "record a changelog epoch")
         if self._committed_epochs.get(partition) != epoch:
             self._pending_epochs[partition] = epoch
+
+    def disk_bytes(self) -> int:
+        """The store directory's bytes on disk (SST files, write-ahead log, manifest), walked
+        at most every ``DISK_USAGE_MAX_AGE_S``: what the copy costs its volume, which is what
+        a size in ``kubectl eddyline status`` is for (docs/operator.md, "kubectl eddyline")."""
+        return self._disk_usage.bytes()
 
     def approximate_num_uncommitted_bytes(self) -> int:
         return self._buffer.num_bytes

@@ -30,7 +30,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -333,3 +333,67 @@ def _flock(fd: int) -> LockHolder | None:
         os.close(fd)
         raise
     return None
+
+
+# How stale a store's reported size may be. A size is read by people (`kubectl eddyline
+# status`) and by nothing that decides; RocksDB's files change at flushes and compactions
+# (seconds apart under load), so a walk per 10 s per store is as current as anyone can use,
+# however often /v1/layout is asked (the operator asks every pod on its reconcile beat).
+DISK_USAGE_MAX_AGE_S: Final = 10.0
+# st_blocks counts 512-byte units whatever the file system's block size (POSIX).
+_STAT_BLOCK_BYTES: Final = 512
+
+
+def disk_usage(directory: str | os.PathLike[str]) -> int:
+    """Bytes ``directory`` takes on disk, as ``du`` counts them: allocated blocks of every file
+    under it (a preallocated write-ahead log counts what it holds on the volume, a sparse file
+    only what it uses). Files that vanish while it walks (a compaction deleting the SST files
+    it merged) are skipped; a missing directory is 0."""
+    total = 0
+    pending = [os.fspath(directory)]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                else:
+                    total += entry.stat(follow_symlinks=False).st_blocks * _STAT_BLOCK_BYTES
+            except FileNotFoundError:
+                continue
+    return total
+
+
+class DiskUsage:
+    """A store directory's :func:`disk_usage`, walked at most once per ``max_age_s``.
+
+    Asked from any thread (the query server's, for ``/v1/layout``) while the store's owner
+    writes: a read never waits for a walk another thread is doing, it may walk too (both
+    answers are right), and the answer swaps in as one tuple.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        max_age_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = Path(directory)
+        # None: DISK_USAGE_MAX_AGE_S as it is when asked (a test sets it to 0).
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._last: tuple[float, int] | None = None
+
+    def bytes(self) -> int:
+        now = self._clock()
+        last = self._last
+        max_age = DISK_USAGE_MAX_AGE_S if self._max_age_s is None else self._max_age_s
+        if last is not None and now - last[0] < max_age:
+            return last[1]
+        size = disk_usage(self.directory)
+        self._last = (now, size)
+        return size

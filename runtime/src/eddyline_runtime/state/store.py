@@ -228,6 +228,11 @@ class StateStore(ReadableKeyValueStore):
     def approximate_num_uncommitted_bytes(self) -> int:
         """About how many key + value bytes the next commit would free."""
 
+    def disk_bytes(self) -> int | None:
+        """Bytes the store takes on disk (what its volume must hold), at most a few seconds
+        old; safe to ask from any thread. None: the store keeps nothing on disk."""
+        return None
+
     @abc.abstractmethod
     def update_position(self, partition: TopicPartition, offset: int) -> None:
         """Record that the open transaction reflects input ``partition`` up to ``offset``."""
