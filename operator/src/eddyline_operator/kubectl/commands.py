@@ -26,6 +26,7 @@ from eddyline_operator.reconcile.plan import is_paused
 from eddyline_operator.reconcile.status_record import read_status
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.progress import ProgressLine
 from eddyline_runtime.spec import ConditionType, StreamAppStatus, TopologyRecord, TopologySpec
 
 Obj = dict[str, Any]
@@ -312,66 +313,60 @@ def _follow(
 ) -> bool:
     started = time.monotonic()
     shown = 0
-    live = False  # a progress line is on screen, to be overwritten
-    while True:
-        status, _ = read_status(get_app(kube, namespace, app).get("status"))
-        record = status.upgrade
-        steps = record.steps if record is not None else []
-        if record is None and status.last_upgrade is not None:
-            last = status.last_upgrade
-            if last.to_topology.same_spec(wanted) or last.from_topology.same_spec(wanted):
-                steps = last.steps
-        ended = status.last_upgrade
-        if len(steps) > shown:
-            if live:
-                print("\r\033[K", end="", file=out)
-                live = False
-            for entered in steps[shown:]:
-                # When each step began; how long each took, `kubectl eddyline status` shows.
-                print(style.fit(f"    {entered.started_at}  {entered.step}"), file=out, flush=True)
-            shown = len(steps)
-        if record is None:
-            if status.topology is not None and status.topology.same_spec(wanted):
-                _clear(out, live)
-                print(
-                    style.paint(f"{app}: {wanted} runs", "green")
-                    + (f" (describe hash {status.topology.hash})" if status.topology.hash else ""),
-                    file=out,
-                    flush=True,
+    # Pods ready of the app's replicas, the step as its label; nothing when not a terminal.
+    line = ProgressLine(out, label="", unit="pods ready", enabled=progress, show_rate=False)
+    try:
+        while True:
+            status, _ = read_status(get_app(kube, namespace, app).get("status"))
+            record = status.upgrade
+            steps = record.steps if record is not None else []
+            if record is None and status.last_upgrade is not None:
+                last = status.last_upgrade
+                if last.to_topology.same_spec(wanted) or last.from_topology.same_spec(wanted):
+                    steps = last.steps
+            ended = status.last_upgrade
+            if len(steps) > shown:
+                line.clear()
+                for entered in steps[shown:]:
+                    # When each step began; how long each took, `kubectl eddyline status` shows.
+                    print(style.fit(f"    {entered.started_at}  {entered.step}"), file=out, flush=True)
+                shown = len(steps)
+            if record is None:
+                if status.topology is not None and status.topology.same_spec(wanted):
+                    line.clear()
+                    print(
+                        style.paint(f"{app}: {wanted} runs", "green")
+                        + (f" (describe hash {status.topology.hash})" if status.topology.hash else ""),
+                        file=out,
+                        flush=True,
+                    )
+                    return True
+                if status.failed_topology is not None and status.failed_topology.same_spec(wanted):
+                    line.clear()
+                    why = ""
+                    if ended is not None and ended.rollback is not None:
+                        pod = f" on {ended.rollback.pod}" if ended.rollback.pod else ""
+                        why = f": {ended.rollback.reason}{pod}: {ended.rollback.message}"
+                    print(
+                        style.paint(f"{app}: {wanted} was rolled back", "red")
+                        + f"; {status.topology or 'the previous revision'} runs again{why}",
+                        file=out,
+                        flush=True,
+                    )
+                    return False
+            elapsed = time.monotonic() - started
+            if elapsed >= wait_seconds:
+                line.clear()
+                step = record.step if record is not None else "not started by the operator"
+                raise PluginError(
+                    f"{app}: the upgrade to {wanted} has not ended after {wait_seconds:.0f} s "
+                    f"(step: {step}); it goes on: follow it with `kubectl eddyline status {app}`"
                 )
-                return True
-            if status.failed_topology is not None and status.failed_topology.same_spec(wanted):
-                _clear(out, live)
-                why = ""
-                if ended is not None and ended.rollback is not None:
-                    pod = f" on {ended.rollback.pod}" if ended.rollback.pod else ""
-                    why = f": {ended.rollback.reason}{pod}: {ended.rollback.message}"
-                print(
-                    style.paint(f"{app}: {wanted} was rolled back", "red")
-                    + f"; {status.topology or 'the previous revision'} runs again{why}",
-                    file=out,
-                    flush=True,
-                )
-                return False
-        elapsed = time.monotonic() - started
-        if elapsed >= wait_seconds:
-            _clear(out, live)
-            step = record.step if record is not None else "not started by the operator"
-            raise PluginError(
-                f"{app}: the upgrade to {wanted} has not ended after {wait_seconds:.0f} s "
-                f"(step: {step}); it goes on: follow it with `kubectl eddyline status {app}`"
-            )
-        if progress:
             step = record.step if record is not None else "waiting for the operator"
-            ready = f"{status.ready_replicas or 0}/{status.replicas or 0} pods ready"
-            print(f"\r\033[K  {step}: {elapsed:.0f} s, {ready}", end="", file=out, flush=True)
-            live = True
-        time.sleep(_POLL_SECONDS)
-
-
-def _clear(out: TextIO, live: bool) -> None:
-    if live:
-        print("\r\033[K", end="", file=out)
+            line.update(status.ready_replicas or 0, total=status.replicas or 0, label=f"  {step}")
+            time.sleep(_POLL_SECONDS)
+    finally:
+        line.close()
 
 
 def now() -> datetime.datetime:
