@@ -71,7 +71,9 @@ def test_a_terminal_gets_done_of_total_rate_and_time_left(
 ) -> None:
     stream, leader = terminal
     clock = FakeClock()
-    line = ProgressLine(stream, label="reading changelog", unit="records", total=10_000, clock=clock)
+    line = ProgressLine(
+        stream, label="reading changelog", unit="records", total=10_000, clock=clock
+    )
     assert line.enabled  # a terminal, found by itself
     line.update(0)
     clock.now += 2.0
@@ -123,7 +125,9 @@ def test_no_progress_silences_a_terminal_too(terminal: tuple[io.TextIOWrapper, i
 def test_redraws_are_at_most_twice_a_second_unless_the_phase_changes() -> None:
     out = io.StringIO()
     clock = FakeClock()
-    line = ProgressLine(out, label="a", unit="records", total=100, enabled=True, clock=clock, width=200)
+    line = ProgressLine(
+        out, label="a", unit="records", total=100, enabled=True, clock=clock, width=200
+    )
     line.update(1)
     clock.now += 0.1
     line.update(2)  # too soon: not drawn
@@ -139,7 +143,9 @@ def test_redraws_are_at_most_twice_a_second_unless_the_phase_changes() -> None:
 def test_clear_leaves_the_row_for_a_line_of_the_caller_and_the_next_update_redraws() -> None:
     out = io.StringIO()
     clock = FakeClock()
-    line = ProgressLine(out, label="step", unit="pods ready", show_rate=False, enabled=True, clock=clock, width=200)
+    line = ProgressLine(
+        out, label="step", unit="pods ready", show_rate=False, enabled=True, clock=clock, width=200
+    )
     line.update(1, total=3)
     line.clear()
     out.write("    12:00:01  Stopping\n")
@@ -186,3 +192,14 @@ def test_an_unknown_total_shows_the_count_and_rate_only() -> None:
 )
 def test_durations_read_as_a_human_says_them(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
+
+
+def test_a_new_phase_without_a_total_shows_none() -> None:
+    out = io.StringIO()
+    clock = FakeClock()
+    line = ProgressLine(
+        out, label="reading", unit="offsets", total=100, enabled=True, clock=clock, width=200
+    )
+    line.update(50)
+    line.update(3, label="writing", unit="tasks")
+    assert out.getvalue().endswith("\r\x1b[Kwriting: 3 tasks, 0 s")

@@ -91,7 +91,8 @@ class ProgressLine:
         unit: str | None = None,
         force: bool = False,
     ) -> None:
-        """Show ``done`` (and a new ``total``, ``label`` or ``unit`` when given)."""
+        """Show ``done`` (and a new ``total``, ``label`` or ``unit`` when given; a new
+        label or unit is a new phase, whose total is ``total`` even when None)."""
         if not self.enabled:
             return
         with self._lock:
@@ -100,12 +101,14 @@ class ProgressLine:
                 unit is not None and unit != self.unit
             ):
                 # A new phase (a build's read, then its write; an upgrade's next step):
-                # its rate and elapsed time start again, in its own unit.
+                # its rate and elapsed time start again, in its own unit, and its total
+                # is the one given (None: it has none).
                 self._started = None
+                self.total = total
+            elif total is not None:
+                self.total = total
             if self._started is None:
                 self._started, self._first_done = now, done
-            if total is not None:
-                self.total = total
             if label is not None:
                 self.label = label
             if unit is not None:

@@ -329,14 +329,20 @@ def _follow(
                 line.clear()
                 for entered in steps[shown:]:
                     # When each step began; how long each took, `kubectl eddyline status` shows.
-                    print(style.fit(f"    {entered.started_at}  {entered.step}"), file=out, flush=True)
+                    print(
+                        style.fit(f"    {entered.started_at}  {entered.step}"), file=out, flush=True
+                    )
                 shown = len(steps)
             if record is None:
                 if status.topology is not None and status.topology.same_spec(wanted):
                     line.clear()
                     print(
                         style.paint(f"{app}: {wanted} runs", "green")
-                        + (f" (describe hash {status.topology.hash})" if status.topology.hash else ""),
+                        + (
+                            f" (describe hash {status.topology.hash})"
+                            if status.topology.hash
+                            else ""
+                        ),
                         file=out,
                         flush=True,
                     )

@@ -191,9 +191,7 @@ def _wait_caught_up(
             # Repartition topics grow while the input is read: the total grows with them.
             line.update(done, total=total)
             if elapsed > _WAIT_SECONDS:
-                raise TimeoutError(
-                    f"not caught up after {_WAIT_SECONDS:.0f} s ({done} of {total})"
-                )
+                raise TimeoutError(f"not caught up after {_WAIT_SECONDS:.0f} s ({done} of {total})")
             time.sleep(0.1)
     finally:
         line.close()

@@ -5,7 +5,8 @@ per range (:mod:`~eddyline_runtime.restore.spark.offset_ranges`), then shuffle s
 keep each key's latest version, sort, and write SST files. The driver sees only task
 counts per stage (Spark's status tracker), so the read is reported in changelog offsets
 as the share of read tasks finished times the offsets the build covers (ranges are
-even, so this is within one range of the truth), and the rest in tasks.
+even, so this is within one range of the truth), and the rest in tasks done (with no
+total: see :func:`build_progress`).
 :func:`~eddyline_runtime.restore.spark.spark_build.build` polls the tracker and hands
 each :class:`BuildProgress` to its ``on_progress``; ``eddyline restore build`` draws it
 with :class:`~eddyline_runtime.progress.ProgressLine`.
@@ -33,11 +34,11 @@ class StageCounts:
 
 @dataclass(frozen=True, slots=True)
 class BuildProgress:
-    """``done`` of ``total`` ``unit`` in ``phase``."""
+    """``done`` of ``total`` ``unit`` in ``phase`` (``total`` None: not known)."""
 
     phase: str
     done: int
-    total: int
+    total: int | None
     unit: str
 
 
@@ -56,9 +57,8 @@ def build_progress(stages: Iterable[StageCounts], offsets: int) -> BuildProgress
         done = offsets * read.completed // read.tasks if read.tasks else 0
         return BuildProgress(READING, done, offsets, "changelog offsets")
     rest = [stage for stage_id, stage in by_id.items() if stage_id != read.stage_id]
-    return BuildProgress(
-        WRITING,
-        sum(min(stage.completed, stage.tasks) for stage in rest),
-        sum(stage.tasks for stage in rest),
-        "tasks",
-    )
+    # No total: Spark lists stages it will skip (adaptive execution plans each shuffle
+    # as a job of its own, and a later job lists the finished shuffle again under a new
+    # id) with their tasks, and the tracker cannot tell skipped from pending; a total
+    # with them would never be reached.
+    return BuildProgress(WRITING, sum(min(s.completed, s.tasks) for s in rest), None, "tasks")

@@ -229,26 +229,29 @@ def _watched(
     report: Callable[[list[StageCounts]], None],
 ) -> None:
     """``run()`` under a job group of its own, with ``report`` given the group's stages
-    from a watcher thread until it returns."""
+    from a watcher thread while it runs, and once more when it has returned (so the
+    last report is the finished build, however short it was)."""
     context = spark.sparkContext
+    tracker = context.statusTracker()
     group = f"eddyline-restore-{uuid.uuid4().hex[:12]}"
     done = threading.Event()
 
+    def stages() -> list[StageCounts]:
+        return [
+            StageCounts(info.stageId, info.numTasks, info.numCompletedTasks)
+            for job in tracker.getJobIdsForGroup(group)
+            if (job_info := tracker.getJobInfo(job)) is not None
+            for stage in job_info.stageIds
+            if (info := tracker.getStageInfo(stage)) is not None
+        ]
+
     def watch() -> None:
-        tracker = context.statusTracker()
         report([])
         while not done.wait(_WATCH_SECONDS):
             try:
-                stages = [
-                    StageCounts(info.stageId, info.numTasks, info.numCompletedTasks)
-                    for job in tracker.getJobIdsForGroup(group)
-                    if (job_info := tracker.getJobInfo(job)) is not None
-                    for stage in job_info.stageIds
-                    if (info := tracker.getStageInfo(stage)) is not None
-                ]
-            except Exception:  # noqa: BLE001 - progress is a courtesy: never fail the build
+                report(stages())
+            except Exception:
                 return
-            report(stages)
 
     # The group is the calling thread's (PySpark pins Python threads to JVM threads), so
     # the watcher sees exactly this build's jobs, even beside other work in the session.
@@ -262,6 +265,7 @@ def _watched(
         watcher.join()
         # Unset (null) rather than "": a later job of the session belongs to no group.
         context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    report(stages())
 
 
 def _register_once(spark: SparkSession) -> None:
