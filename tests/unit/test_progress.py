@@ -137,7 +137,7 @@ def test_redraws_are_at_most_twice_a_second_unless_the_phase_changes() -> None:
     draws = [part for part in out.getvalue().split("\r\x1b[K") if part]
     assert [d.split(":")[0] for d in draws] == ["a", "b", "b"]
     # The new phase measured its rate from its own start (3 tasks at its first draw).
-    assert draws[2] == "b: 4 of 10 tasks (40%), 2 tasks/s, 3 s left, 0 s"
+    assert draws[2] == "b: 4 of 10 tasks (40%), 2.0 tasks/s, 3 s left, 0 s"
 
 
 def test_clear_leaves_the_row_for_a_line_of_the_caller_and_the_next_update_redraws() -> None:

@@ -138,7 +138,9 @@ class ProgressLine:
             parts.append(f"{done:,} {self.unit}")
         rate = (done - self._first_done) / elapsed if elapsed > 0 else 0.0
         if self._show_rate and rate > 0:
-            parts.append(f"{rate:,.0f} {self.unit}/s")
+            # Slow work (a few tasks or pods a second) keeps a decimal, else it reads "0/s".
+            shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:.1f}"
+            parts.append(f"{shown} {self.unit}/s")
             if self.total is not None and done < self.total:
                 parts.append(f"{duration_text((self.total - done) / rate)} left")
         parts.append(duration_text(elapsed))

@@ -25,7 +25,7 @@ from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.kafka_settings import KAFKA_SCHEME, settings_from_environment
 from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
 from eddyline_runtime.progress import ProgressLine, progress_wanted
-from eddyline_runtime.restore.build_progress import STARTING
+from eddyline_runtime.restore.build_progress import OFFSETS, STARTING
 
 if TYPE_CHECKING:
     from eddyline_runtime.config import StreamsConfig
@@ -203,7 +203,7 @@ def _build(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out:
     line = ProgressLine(
         out,
         label=STARTING,
-        unit="changelog offsets",
+        unit=OFFSETS,
         enabled=progress_wanted(out, no_progress=args.no_progress),
     )
     try:

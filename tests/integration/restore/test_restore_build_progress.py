@@ -64,7 +64,7 @@ def test_restore_build_draws_progress_on_a_terminal_and_clears_it(tmp_path: Path
     text = shown.decode().replace("\r\n", "\n")  # the pty turns \n into \r\n
     offsets = PARTITIONS * PER_PARTITION
     # The first draw: the build's offsets as the total, before Spark has run a task.
-    assert f"\r\x1b[Kstarting: 0 of {offsets:,} changelog offsets (0%)" in text
+    assert f"\r\x1b[Kstarting: 0 of {offsets:,} offsets (0%)" in text
     # Cleared before the summary: the summary lines start on a clean row.
     drawn, _, summary = text.rpartition("\r\x1b[K")
     assert drawn

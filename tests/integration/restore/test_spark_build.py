@@ -301,7 +301,7 @@ def test_a_build_reports_its_progress_from_start_to_its_finished_stages(
 
     run_build(spark, log, tmp_path / "out", on_progress=record)
     offsets = sum(log.end_offset(TopicPartition(TOPIC, p)) for p in range(PARTITIONS))
-    assert reports[0] == BuildProgress(STARTING, 0, offsets, "changelog offsets")
+    assert reports[0] == BuildProgress(STARTING, 0, offsets, "offsets")
     # However fast the build was, the last report is its finished stages: the read done.
     last = reports[-1]
     assert last.phase == WRITING

@@ -15,14 +15,12 @@ OFFSETS = 12_000  # e.g. 3 partitions of 4,000, read in 8 ranges
 
 
 def test_before_any_stage_the_build_is_starting_with_its_offsets_as_the_total() -> None:
-    assert build_progress([], OFFSETS) == BuildProgress(STARTING, 0, OFFSETS, "changelog offsets")
+    assert build_progress([], OFFSETS) == BuildProgress(STARTING, 0, OFFSETS, "offsets")
 
 
 def test_the_read_is_the_share_of_read_tasks_done_times_the_offsets() -> None:
     stages = [StageCounts(stage_id=4, tasks=8, completed=2)]
-    assert build_progress(stages, OFFSETS) == BuildProgress(
-        READING, 3_000, OFFSETS, "changelog offsets"
-    )
+    assert build_progress(stages, OFFSETS) == BuildProgress(READING, 3_000, OFFSETS, "offsets")
 
 
 def test_the_read_stage_is_the_first_one_whatever_order_spark_lists_them_in() -> None:
@@ -47,6 +45,4 @@ def test_after_the_read_the_write_counts_the_other_stages_tasks_done_with_no_tot
 
 def test_an_empty_changelog_reads_nothing_and_divides_by_nothing() -> None:
     assert build_progress([StageCounts(0, 0, 0)], 0).phase == WRITING
-    assert build_progress([StageCounts(0, 1, 0)], 0) == BuildProgress(
-        READING, 0, 0, "changelog offsets"
-    )
+    assert build_progress([StageCounts(0, 1, 0)], 0) == BuildProgress(READING, 0, 0, "offsets")

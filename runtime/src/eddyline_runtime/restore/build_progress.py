@@ -21,6 +21,8 @@ from typing import Final
 READING: Final = "reading changelog"
 WRITING: Final = "sorting and writing SST files"
 STARTING: Final = "starting"
+# The read's unit: changelog offsets (the label says which log), gaps of compaction included.
+OFFSETS: Final = "offsets"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +53,11 @@ def build_progress(stages: Iterable[StageCounts], offsets: int) -> BuildProgress
     """
     by_id = {stage.stage_id: stage for stage in stages}
     if not by_id:
-        return BuildProgress(STARTING, 0, offsets, "changelog offsets")
+        return BuildProgress(STARTING, 0, offsets, OFFSETS)
     read = by_id[min(by_id)]
     if read.completed < read.tasks:
         done = offsets * read.completed // read.tasks if read.tasks else 0
-        return BuildProgress(READING, done, offsets, "changelog offsets")
+        return BuildProgress(READING, done, offsets, OFFSETS)
     rest = [stage for stage_id, stage in by_id.items() if stage_id != read.stage_id]
     # No total: Spark lists stages it will skip (adaptive execution plans each shuffle
     # as a job of its own, and a later job lists the finished shuffle again under a new
