@@ -131,6 +131,7 @@ def test_redraws_are_at_most_twice_a_second_unless_the_phase_changes() -> None:
     line.update(1)
     clock.now += 0.1
     line.update(2)  # too soon: not drawn
+    line.update(2, total=120)  # a new total alone is no reason to draw sooner
     line.update(3, label="b", unit="tasks", total=10)  # a new phase: drawn at once
     clock.now += 0.5
     line.update(4)

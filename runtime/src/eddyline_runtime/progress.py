@@ -44,7 +44,7 @@ class ProgressLine:
     """A line saying ``label: done of total unit (pct), rate/s, time left, elapsed``.
 
     ``update`` redraws it (at most every ``min_redraw`` seconds, unless the label or
-    total changed, or ``force``; a new label or unit starts the rate and elapsed time
+    unit changed, or ``force``; a new label or unit starts the rate and elapsed time
     again, as a new phase); ``clear`` erases it so the caller can print a
     line of its own (the next ``update`` draws it again); ``close`` erases it for good.
     When not ``enabled`` every method does nothing. ``clock`` is a monotonic clock
@@ -79,7 +79,7 @@ class ProgressLine:
         self._started: float | None = None
         self._first_done = 0
         self._drawn_at: float | None = None
-        self._drawn_key: tuple[str, int | None] | None = None
+        self._drawn_key: tuple[str, str] | None = None
         self._on_screen = False
 
     def update(
@@ -113,7 +113,9 @@ class ProgressLine:
                 self.label = label
             if unit is not None:
                 self.unit = unit
-            key = (self.label, self.total)
+            # A new phase draws at once; a new total does not (the demo's grows with
+            # every repartition record, many times a second).
+            key = (self.label, self.unit)
             due = (
                 force
                 or self._drawn_at is None

@@ -245,13 +245,18 @@ def _watched(
             if (info := tracker.getStageInfo(stage)) is not None
         ]
 
+    def report_now(found: Callable[[], list[StageCounts]]) -> bool:
+        try:
+            report(found())
+        except Exception:  # progress is a courtesy: it never fails a build
+            return False
+        return True
+
     def watch() -> None:
-        report([])
-        while not done.wait(_WATCH_SECONDS):
-            try:
-                report(stages())
-            except Exception:
-                return
+        if not report_now(list):
+            return
+        while not done.wait(_WATCH_SECONDS) and report_now(stages):
+            pass
 
     # The group is the calling thread's (PySpark pins Python threads to JVM threads), so
     # the watcher sees exactly this build's jobs, even beside other work in the session.
@@ -265,7 +270,7 @@ def _watched(
         watcher.join()
         # Unset (null) rather than "": a later job of the session belongs to no group.
         context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    report(stages())
+    report_now(stages)
 
 
 def _register_once(spark: SparkSession) -> None:
