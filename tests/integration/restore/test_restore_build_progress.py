@@ -54,13 +54,19 @@ def test_restore_build_draws_progress_on_a_terminal_and_clears_it(tmp_path: Path
     command = [sys.executable, "-m", "eddyline_runtime.cli", "restore", "build"]
     command += ["--manifest", str(manifest), "--store", STORE, "--output", str(tmp_path / "out")]
     command += ["--master", "local[2]", "--split-records", "1000"]
-    with subprocess.Popen(
-        command, stdout=follower, stderr=subprocess.PIPE, env=ENVIRONMENT, cwd=tmp_path
-    ) as process:
+    # stderr to a file, not a pipe: nothing reads a pipe while the pty is drained, and a
+    # full one would stop the build.
+    with (
+        (tmp_path / "stderr").open("wb") as errors,
+        subprocess.Popen(
+            command, stdout=follower, stderr=errors, env=ENVIRONMENT, cwd=tmp_path
+        ) as process,
+    ):
         os.close(follower)
         shown = _read_until_closed(leader)
-        stderr = process.stderr.read().decode() if process.stderr else ""
-        assert process.wait(timeout=120) == 0, stderr
+        returncode = process.wait(timeout=120)
+    stderr = (tmp_path / "stderr").read_text(errors="replace")
+    assert returncode == 0, stderr
     text = shown.decode().replace("\r\n", "\n")  # the pty turns \n into \r\n
     offsets = PARTITIONS * PER_PARTITION
     # The first draw: the build's offsets as the total, before Spark has run a task.
