@@ -5,7 +5,8 @@ eddyline upgrade`` all draw their progress with :class:`ProgressLine`, so the th
 and behave alike. On a terminal the line is redrawn in place (carriage return, erase to
 the end of the line); on anything else (a pipe, a file, a container's log) it writes
 nothing at all, so logs keep only the commands' own result lines. ``--no-progress``
-turns it off on a terminal too (:func:`progress_wanted`).
+turns it off on a terminal too (:func:`progress_wanted`). Other long commands (the
+backfill issue's ``eddyline backfill``, once it exists) draw with it too, not a copy.
 
 A leaf module (no eddyline imports): the runtime's commands and the operator's kubectl
 plugin both import it.

@@ -311,68 +311,82 @@ def _follow(
     style: Style,
     progress: bool,
 ) -> bool:
+    # Pods ready of the app's pods, the step as its label; nothing when not a terminal.
+    with ProgressLine(out, label="", unit="pods ready", enabled=progress, show_rate=False) as line:
+        return _follow_steps(
+            kube,
+            namespace,
+            app,
+            wanted=wanted,
+            wait_seconds=wait_seconds,
+            out=out,
+            style=style,
+            line=line,
+        )
+
+
+def _follow_steps(
+    kube: Kube,
+    namespace: str,
+    app: str,
+    *,
+    wanted: TopologyRecord,
+    wait_seconds: float,
+    out: TextIO,
+    style: Style,
+    line: ProgressLine,
+) -> bool:
     started = time.monotonic()
     shown = 0
-    # Pods ready of the app's replicas, the step as its label; nothing when not a terminal.
-    line = ProgressLine(out, label="", unit="pods ready", enabled=progress, show_rate=False)
-    try:
-        while True:
-            status, _ = read_status(get_app(kube, namespace, app).get("status"))
-            record = status.upgrade
-            steps = record.steps if record is not None else []
-            if record is None and status.last_upgrade is not None:
-                last = status.last_upgrade
-                if last.to_topology.same_spec(wanted) or last.from_topology.same_spec(wanted):
-                    steps = last.steps
-            ended = status.last_upgrade
-            if len(steps) > shown:
+    while True:
+        status, _ = read_status(get_app(kube, namespace, app).get("status"))
+        record = status.upgrade
+        steps = record.steps if record is not None else []
+        if record is None and status.last_upgrade is not None:
+            last = status.last_upgrade
+            if last.to_topology.same_spec(wanted) or last.from_topology.same_spec(wanted):
+                steps = last.steps
+        ended = status.last_upgrade
+        if len(steps) > shown:
+            line.clear()
+            for entered in steps[shown:]:
+                # When each step began; how long each took, `kubectl eddyline status` shows.
+                print(style.fit(f"    {entered.started_at}  {entered.step}"), file=out, flush=True)
+            shown = len(steps)
+        if record is None:
+            if status.topology is not None and status.topology.same_spec(wanted):
                 line.clear()
-                for entered in steps[shown:]:
-                    # When each step began; how long each took, `kubectl eddyline status` shows.
-                    print(
-                        style.fit(f"    {entered.started_at}  {entered.step}"), file=out, flush=True
-                    )
-                shown = len(steps)
-            if record is None:
-                if status.topology is not None and status.topology.same_spec(wanted):
-                    line.clear()
-                    print(
-                        style.paint(f"{app}: {wanted} runs", "green")
-                        + (
-                            f" (describe hash {status.topology.hash})"
-                            if status.topology.hash
-                            else ""
-                        ),
-                        file=out,
-                        flush=True,
-                    )
-                    return True
-                if status.failed_topology is not None and status.failed_topology.same_spec(wanted):
-                    line.clear()
-                    why = ""
-                    if ended is not None and ended.rollback is not None:
-                        pod = f" on {ended.rollback.pod}" if ended.rollback.pod else ""
-                        why = f": {ended.rollback.reason}{pod}: {ended.rollback.message}"
-                    print(
-                        style.paint(f"{app}: {wanted} was rolled back", "red")
-                        + f"; {status.topology or 'the previous revision'} runs again{why}",
-                        file=out,
-                        flush=True,
-                    )
-                    return False
-            elapsed = time.monotonic() - started
-            if elapsed >= wait_seconds:
-                line.clear()
-                step = record.step if record is not None else "not started by the operator"
-                raise PluginError(
-                    f"{app}: the upgrade to {wanted} has not ended after {wait_seconds:.0f} s "
-                    f"(step: {step}); it goes on: follow it with `kubectl eddyline status {app}`"
+                print(
+                    style.paint(f"{app}: {wanted} runs", "green")
+                    + (f" (describe hash {status.topology.hash})" if status.topology.hash else ""),
+                    file=out,
+                    flush=True,
                 )
-            step = record.step if record is not None else "waiting for the operator"
-            line.update(status.ready_replicas or 0, total=status.replicas or 0, label=f"  {step}")
-            time.sleep(_POLL_SECONDS)
-    finally:
-        line.close()
+                return True
+            if status.failed_topology is not None and status.failed_topology.same_spec(wanted):
+                line.clear()
+                why = ""
+                if ended is not None and ended.rollback is not None:
+                    pod = f" on {ended.rollback.pod}" if ended.rollback.pod else ""
+                    why = f": {ended.rollback.reason}{pod}: {ended.rollback.message}"
+                print(
+                    style.paint(f"{app}: {wanted} was rolled back", "red")
+                    + f"; {status.topology or 'the previous revision'} runs again{why}",
+                    file=out,
+                    flush=True,
+                )
+                return False
+        elapsed = time.monotonic() - started
+        if elapsed >= wait_seconds:
+            line.clear()
+            step = record.step if record is not None else "not started by the operator"
+            raise PluginError(
+                f"{app}: the upgrade to {wanted} has not ended after {wait_seconds:.0f} s "
+                f"(step: {step}); it goes on: follow it with `kubectl eddyline status {app}`"
+            )
+        step = record.step if record is not None else "waiting for the operator"
+        line.update(status.ready_replicas or 0, total=status.replicas or 0, label=f"  {step}")
+        time.sleep(_POLL_SECONDS)
 
 
 def now() -> datetime.datetime:
