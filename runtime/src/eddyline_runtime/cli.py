@@ -75,6 +75,7 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO | None) -> int:
                 args.lines,
                 replicas=args.replicas,
                 base_port=args.base_port,
+                no_progress=args.no_progress,
             )
         from eddyline_runtime.demo.store_demo import run_demo
 
@@ -320,6 +321,11 @@ def _add_demo_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         type=int,
         default=7070,
         help="replica i answers queries on this port + i (default: %(default)s)",
+    )
+    wordcount.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no live progress line (automatic when stdout is not a terminal)",
     )
 
 

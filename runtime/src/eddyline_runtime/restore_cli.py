@@ -1,7 +1,8 @@
 """``eddyline restore build|job|executor|ingest``: Spark restore builds by hand and in Jobs.
 
 ``build`` runs the PySpark job of :mod:`eddyline_runtime.restore.spark.spark_build`
-for one store of a StreamApp and prints a summary; it is the only command
+for one store of a StreamApp and prints a summary (with a live progress line on a
+terminal: :mod:`eddyline_runtime.restore.build_progress`); it is the only command
 that needs PySpark and a Java runtime, and says how to get them in one line
 when they are missing. ``ingest`` rebuilds one task's missing store from the
 newest build that fits, then replays the changelog's tail, as a task does at
@@ -23,6 +24,8 @@ from urllib.parse import urlparse
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.kafka_settings import KAFKA_SCHEME, settings_from_environment
 from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
+from eddyline_runtime.progress import ProgressLine, progress_wanted
+from eddyline_runtime.restore.build_progress import OFFSETS, STARTING
 
 if TYPE_CHECKING:
     from eddyline_runtime.config import StreamsConfig
@@ -79,6 +82,11 @@ def add_restore_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         "--split-records",
         type=_positive,
         help="changelog offsets per read task (default: 250,000)",
+    )
+    build.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no live progress line (automatic when stdout is not a terminal)",
     )
     job = actions.add_parser(
         "job",
@@ -182,7 +190,9 @@ def _build(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out:
         conf = with_connector(conf, args.spark_kafka_jars)
         settings = settings_from_environment()
     try:
-        spark = spark_build.spark_session(args.master, conf, progress=True)
+        # Spark's own console bar stays off: the build draws one line of its own (below),
+        # and only on a terminal, where Spark's would write stage bars into logs too.
+        spark = spark_build.spark_session(args.master, conf, progress=False)
     except Exception as exc:
         # PySparkRuntimeError [JAVA_GATEWAY_EXITED]: the JVM did not start.
         if "JAVA_GATEWAY_EXITED" in str(exc):
@@ -190,6 +200,12 @@ def _build(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out:
             return 2
         raise
     source = spark_build.changelog_source(log_url, settings)
+    line = ProgressLine(
+        out,
+        label=STARTING,
+        unit=OFFSETS,
+        enabled=progress_wanted(out, no_progress=args.no_progress),
+    )
     try:
         options = {} if args.split_records is None else {"split_records": args.split_records}
         result = spark_build.build(
@@ -200,9 +216,13 @@ def _build(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out:
             partitions=partitions,
             output=output,
             source=source,
+            on_progress=(lambda p: line.update(p.done, total=p.total, label=p.phase, unit=p.unit))
+            if line.enabled
+            else None,
             **options,
         )
     finally:
+        line.close()
         spark.stop()
     manifests = result.read()
     for partition, manifest in sorted(manifests.items()):

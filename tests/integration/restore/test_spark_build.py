@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -24,6 +25,12 @@ from pyspark.sql import SparkSession
 
 from eddyline_runtime.log import Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.build_progress import (
+    READING,
+    STARTING,
+    WRITING,
+    BuildProgress,
+)
 from eddyline_runtime.restore.ingest.sst_restore import ingest_latest_manifest
 from eddyline_runtime.restore.manifest import MANIFEST_SUFFIX, manifests_for, read_manifest
 from eddyline_runtime.restore.replay import restore
@@ -280,3 +287,31 @@ def _remove_tree(path: Path) -> None:
     import shutil
 
     shutil.rmtree(path)
+
+
+def test_a_build_reports_its_progress_from_start_to_its_finished_stages(
+    spark: SparkSession, log: SqliteLog, tmp_path: Path
+) -> None:
+    reports: list[BuildProgress] = []
+    lock = threading.Lock()
+
+    def record(progress: BuildProgress) -> None:
+        with lock:  # the watcher thread and, last, the build's own thread
+            reports.append(progress)
+
+    run_build(spark, log, tmp_path / "out", on_progress=record)
+    offsets = sum(log.end_offset(TopicPartition(TOPIC, p)) for p in range(PARTITIONS))
+    assert reports[0] == BuildProgress(STARTING, 0, offsets, "offsets")
+    # However fast the build was, the last report is its finished stages: the read done.
+    last = reports[-1]
+    assert last.phase == WRITING
+    assert last.unit == "tasks"
+    assert last.total is None
+    assert last.done >= 1  # at least the task that wrote the SST files
+    # Phases only move forward, and a read never counts past the offsets it covers.
+    order = [STARTING, READING, WRITING]
+    phases = [order.index(r.phase) for r in reports]
+    assert phases == sorted(phases)
+    assert all(r.done <= offsets for r in reports if r.phase == READING)
+    # The build's job group is gone: the session's next job belongs to no group.
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None

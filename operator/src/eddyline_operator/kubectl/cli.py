@@ -22,6 +22,7 @@ from eddyline_operator.kubectl.commands import KeyPlace, PluginError
 from eddyline_operator.kubectl.render import Style, render_status
 from eddyline_operator.kubectl.status_view import camel_case
 from eddyline_operator.reconcile import names
+from eddyline_runtime.progress import progress_wanted
 
 # Exit codes: 0 done, 1 an error, 2 an upgrade the operator rolled back.
 EXIT_ERROR, EXIT_ROLLED_BACK = 1, 2
@@ -155,7 +156,7 @@ def _run(args: argparse.Namespace, kube: Kube, namespace: str, out: TextIO) -> i
             print(f"{args.app}: reconciliation resumed (phase {phase})", file=out)
         return 0
     if args.command == "upgrade":
-        progress = not args.no_progress and out.isatty() and not as_json
+        progress = progress_wanted(out, no_progress=args.no_progress) and not as_json
         ran = commands.upgrade(
             kube,
             namespace,

@@ -26,6 +26,7 @@ from eddyline_operator.reconcile.plan import is_paused
 from eddyline_operator.reconcile.status_record import read_status
 from eddyline_runtime.membership import MemberReport, Membership
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.progress import ProgressLine
 from eddyline_runtime.spec import ConditionType, StreamAppStatus, TopologyRecord, TopologySpec
 
 Obj = dict[str, Any]
@@ -310,9 +311,33 @@ def _follow(
     style: Style,
     progress: bool,
 ) -> bool:
+    # Pods ready of the app's pods, the step as its label; nothing when not a terminal.
+    with ProgressLine(out, label="", unit="pods ready", enabled=progress, show_rate=False) as line:
+        return _follow_steps(
+            kube,
+            namespace,
+            app,
+            wanted=wanted,
+            wait_seconds=wait_seconds,
+            out=out,
+            style=style,
+            line=line,
+        )
+
+
+def _follow_steps(
+    kube: Kube,
+    namespace: str,
+    app: str,
+    *,
+    wanted: TopologyRecord,
+    wait_seconds: float,
+    out: TextIO,
+    style: Style,
+    line: ProgressLine,
+) -> bool:
     started = time.monotonic()
     shown = 0
-    live = False  # a progress line is on screen, to be overwritten
     while True:
         status, _ = read_status(get_app(kube, namespace, app).get("status"))
         record = status.upgrade
@@ -323,16 +348,14 @@ def _follow(
                 steps = last.steps
         ended = status.last_upgrade
         if len(steps) > shown:
-            if live:
-                print("\r\033[K", end="", file=out)
-                live = False
+            line.clear()
             for entered in steps[shown:]:
                 # When each step began; how long each took, `kubectl eddyline status` shows.
                 print(style.fit(f"    {entered.started_at}  {entered.step}"), file=out, flush=True)
             shown = len(steps)
         if record is None:
             if status.topology is not None and status.topology.same_spec(wanted):
-                _clear(out, live)
+                line.clear()
                 print(
                     style.paint(f"{app}: {wanted} runs", "green")
                     + (f" (describe hash {status.topology.hash})" if status.topology.hash else ""),
@@ -341,7 +364,7 @@ def _follow(
                 )
                 return True
             if status.failed_topology is not None and status.failed_topology.same_spec(wanted):
-                _clear(out, live)
+                line.clear()
                 why = ""
                 if ended is not None and ended.rollback is not None:
                     pod = f" on {ended.rollback.pod}" if ended.rollback.pod else ""
@@ -355,23 +378,15 @@ def _follow(
                 return False
         elapsed = time.monotonic() - started
         if elapsed >= wait_seconds:
-            _clear(out, live)
+            line.clear()
             step = record.step if record is not None else "not started by the operator"
             raise PluginError(
                 f"{app}: the upgrade to {wanted} has not ended after {wait_seconds:.0f} s "
                 f"(step: {step}); it goes on: follow it with `kubectl eddyline status {app}`"
             )
-        if progress:
-            step = record.step if record is not None else "waiting for the operator"
-            ready = f"{status.ready_replicas or 0}/{status.replicas or 0} pods ready"
-            print(f"\r\033[K  {step}: {elapsed:.0f} s, {ready}", end="", file=out, flush=True)
-            live = True
+        step = record.step if record is not None else "waiting for the operator"
+        line.update(status.ready_replicas or 0, total=status.replicas or 0, label=f"  {step}")
         time.sleep(_POLL_SECONDS)
-
-
-def _clear(out: TextIO, live: bool) -> None:
-    if live:
-        print("\r\033[K", end="", file=out)
 
 
 def now() -> datetime.datetime:

@@ -3,7 +3,8 @@
 1. Generates text lines into a fresh embedded log.
 2. Runs the example's StreamApp as a local group of replicas (exactly-once,
    RocksDB stores, record cache, one standby per stateful task in another
-   zone) until all input is processed and committed, with a progress line.
+   zone) until all input is processed and committed, with a progress line on
+   a terminal (:mod:`eddyline_runtime.progress`; ``--no-progress`` turns it off).
 3. Prints the top words, read through the replicas' interactive-query
    servers, checks every count against the generated text, and prints the
    thread, cache and store metrics the replicas export.
@@ -33,6 +34,7 @@ from eddyline_runtime.local_group import LocalGroup
 from eddyline_runtime.log import Record, SqliteLog, read_partition
 from eddyline_runtime.log.positions import read_positions
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.progress import ProgressLine, progress_wanted
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from eddyline_runtime.runner import load_app, start_group
 from eddyline_runtime.serde import serde_for
@@ -65,7 +67,9 @@ def run_demo(
     replicas: int = 3,
     base_port: int = 7070,
     out: TextIO = sys.stdout,
+    no_progress: bool = False,
 ) -> int:
+    show_progress = progress_wanted(out, no_progress=no_progress)
     if not manifest.is_file():
         print(
             f"error: {manifest} not found; run from the repository root or pass --manifest",
@@ -89,7 +93,7 @@ def run_demo(
         demo_manifest, app, base_port=base_port, logs_dir=state_dir / "logs", out=out
     )
     try:
-        _wait_caught_up(log, app.metadata.name, group, out)
+        _wait_caught_up(log, app.metadata.name, group, out, progress=show_progress)
         router = QueryRouter([m.address or "" for m in group.members])
         counts = _all_counts(group)
         _print_top_words(counts, out)
@@ -108,7 +112,7 @@ def run_demo(
             _produce(log, more)
             expected.update(word for text in more for word in text.lower().split())
             print(f"\nproduced {len(more):,} more lines", file=out)
-            _wait_caught_up(log, app.metadata.name, group, out)
+            _wait_caught_up(log, app.metadata.name, group, out, progress=show_progress)
             if _latest_counts(log) != dict(expected):
                 return _fail("after the failover the published counts differ from the input")
             print(
@@ -149,40 +153,48 @@ def _produce(log: SqliteLog, texts: list[str]) -> None:
         )
 
 
-def _wait_caught_up(log: SqliteLog, group_id: str, group: LocalGroup, out: TextIO) -> None:
-    """Until every input and repartition record is processed and committed, with progress."""
+def _wait_caught_up(
+    log: SqliteLog, group_id: str, group: LocalGroup, out: TextIO, *, progress: bool
+) -> None:
+    """Until every input and repartition record is processed and committed, with a progress
+    line when ``progress``."""
     inputs = [
         TopicPartition(name, p)
         for name, spec in log.topics().items()
         if name == INPUT_TOPIC or name.endswith("-repartition")
         for p in range(spec.partitions)
     ]
-    started = last_print = time.monotonic()
-    interactive = out.isatty()
-    while True:
-        for event in group.poll():
-            print(f"\n{event}" if interactive else event, file=out, flush=True)
-        ends = {tp: log.end_offset(tp) for tp in inputs}
-        # Offsets below the group's position (read_positions: the engine's own start rule).
-        positions = read_positions(log, group_id, inputs)
-        done = sum(min(positions[tp], end) for tp, end in ends.items())
-        total = sum(ends.values())
-        now = time.monotonic()
-        if done == total:
-            line = (
-                f"processed and committed {total:,} records (input and repartition) "
-                f"in {now - started:.1f} s"
-            )
-            print(f"\r{line}" if interactive else line, file=out, flush=True)
-            return
-        if now - last_print >= 1.0:
-            line = f"progress: {done:,} of {total:,} records committed ({done / total:.0%})"
-            print(f"\r{line}" if interactive else line, end="" if interactive else "\n", file=out)
-            out.flush()
-            last_print = now
-        if now - started > _WAIT_SECONDS:
-            raise TimeoutError(f"not caught up after {_WAIT_SECONDS:.0f} s ({done} of {total})")
-        time.sleep(0.1)
+    started = time.monotonic()
+    line = ProgressLine(out, label="processing", unit="records", enabled=progress)
+    try:
+        while True:
+            events = group.poll()
+            if events:
+                line.clear()
+            for event in events:
+                print(event, file=out, flush=True)
+            ends = {tp: log.end_offset(tp) for tp in inputs}
+            # Offsets below the group's position (read_positions: the engine's own start rule).
+            positions = read_positions(log, group_id, inputs)
+            done = sum(min(positions[tp], end) for tp, end in ends.items())
+            total = sum(ends.values())
+            elapsed = time.monotonic() - started
+            if done == total:
+                line.clear()
+                print(
+                    f"processed and committed {total:,} records (input and repartition) "
+                    f"in {elapsed:.1f} s",
+                    file=out,
+                    flush=True,
+                )
+                return
+            # Repartition topics grow while the input is read: the total grows with them.
+            line.update(done, total=total)
+            if elapsed > _WAIT_SECONDS:
+                raise TimeoutError(f"not caught up after {_WAIT_SECONDS:.0f} s ({done} of {total})")
+            time.sleep(0.1)
+    finally:
+        line.close()
 
 
 def _all_counts(group: LocalGroup) -> dict[str, int]:

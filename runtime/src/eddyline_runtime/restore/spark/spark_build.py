@@ -32,8 +32,10 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -42,6 +44,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
 from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.restore.build_progress import BuildProgress, StageCounts, build_progress
 from eddyline_runtime.restore.manifest import (
     RestoreManifest,
     build_directory,
@@ -59,6 +62,9 @@ from eddyline_runtime.restore.spark.sst_sink import SST_FORMAT, BuildPlan, SstDa
 DEFAULT_SPLIT_RECORDS: Final = 250_000
 # A session setting that marks eddyline's data sources as registered.
 _REGISTERED_CONF: Final = "spark.eddyline.sourcesRegistered"
+# How often a build's watcher asks Spark's status tracker how far its stages are: as
+# often as a progress line redraws (eddyline_runtime.progress.MIN_REDRAW_SECONDS).
+_WATCH_SECONDS: Final = 0.5
 
 
 def spark_session(
@@ -129,13 +135,15 @@ def build(
     log_url: str | None = None,
     split_records: int = DEFAULT_SPLIT_RECORDS,
     files_per_build: int | None = None,
+    on_progress: Callable[[BuildProgress], None] | None = None,
 ) -> BuildResult:
     """Build SST files and one manifest per partition of ``store``'s changelog.
 
     ``source`` defaults to the log port at ``log_url``. ``files_per_build``: how
     many range partitions the sorted output is cut into (default: the
     session's parallelism); each holds ascending keys, so a store partition
-    gets about that many files at most.
+    gets about that many files at most. ``on_progress``, if given, is called from a
+    watcher thread about twice a second while Spark runs (:mod:`..build_progress`).
     """
     started = time.perf_counter()
     if source is None:
@@ -181,7 +189,12 @@ def build(
         laid_out = spark.createDataFrame(
             [], "partition int, key binary, value binary, versions long"
         )
-    laid_out.write.format(SST_FORMAT).mode("append").option("plan", plan.encode()).save()
+    writer = laid_out.write.format(SST_FORMAT).mode("append").option("plan", plan.encode())
+    if on_progress is None:
+        writer.save()
+    else:
+        offsets = sum(r.end - r.start for r in ranges)
+        _watched(spark, writer.save, lambda stages: on_progress(build_progress(stages, offsets)))
     manifests = {p: directory / manifest_name(p) for p in partitions}
     missing = [p for p, path in manifests.items() if not path.is_file()]
     if missing:
@@ -208,6 +221,56 @@ def changelog_source(log_url: str, settings: Mapping[str, object] | None = None)
 
         return KafkaChangelogSource(log_url, settings)
     return LogPortSource(log_url)
+
+
+def _watched(
+    spark: SparkSession,
+    run: Callable[[], None],
+    report: Callable[[list[StageCounts]], None],
+) -> None:
+    """``run()`` under a job group of its own, with ``report`` given the group's stages
+    from a watcher thread while it runs, and once more when it has returned (so the
+    last report is the finished build, however short it was)."""
+    context = spark.sparkContext
+    tracker = context.statusTracker()
+    group = f"eddyline-restore-{uuid.uuid4().hex[:12]}"
+    done = threading.Event()
+
+    def stages() -> list[StageCounts]:
+        return [
+            StageCounts(info.stageId, info.numTasks, info.numCompletedTasks)
+            for job in tracker.getJobIdsForGroup(group)
+            if (job_info := tracker.getJobInfo(job)) is not None
+            for stage in job_info.stageIds
+            if (info := tracker.getStageInfo(stage)) is not None
+        ]
+
+    def report_now(found: Callable[[], list[StageCounts]]) -> bool:
+        try:
+            report(found())
+        except Exception:  # progress is a courtesy: it never fails a build
+            return False
+        return True
+
+    def watch() -> None:
+        if not report_now(list):
+            return
+        while not done.wait(_WATCH_SECONDS) and report_now(stages):
+            pass
+
+    # The group is the calling thread's (PySpark pins Python threads to JVM threads), so
+    # the watcher sees exactly this build's jobs, even beside other work in the session.
+    context.setJobGroup(group, "eddyline restore build")
+    watcher = threading.Thread(target=watch, name="restore-build-progress", daemon=True)
+    watcher.start()
+    try:
+        run()
+    finally:
+        done.set()
+        watcher.join()
+        # Unset (null) rather than "": a later job of the session belongs to no group.
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    report_now(stages)
 
 
 def _register_once(spark: SparkSession) -> None:
