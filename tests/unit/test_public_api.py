@@ -147,6 +147,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "OffsetChanges",
         "OffsetOutOfRangeError",
         "ProducerFencedError",
+        "RecordRefusedError",
         "Record",
         "SqliteLog",
         "TopicConflictError",
