@@ -101,8 +101,6 @@ EXPECTED: dict[ModuleType, set[str]] = {
     replay: {
         "ChangelogBehindStoreError",
         "ChangelogGapError",
-        "ChangelogHeldError",
-        "ChangelogLossError",
         "ChangelogMismatchError",
         "ChangelogReplacedError",
         "ForeignStoreError",
@@ -113,7 +111,6 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "RestoreResult",
         "StandbyTask",
         "judge",
-        "loses_records",
         "mismatch_error",
         "next_offset_after",
         "open_trusted",

@@ -118,7 +118,6 @@ class StoreOpener:
                 log_start=log.beginning_offset(changelog),
                 log_end=log.end_offset(changelog),
                 changelog_epoch=log.partition_epoch(changelog),
-                epoch_end_offset=partial(log.epoch_end_offset, changelog),
             )
             if attempt.result is not None:
                 self._ingested[(task_id, name)] = attempt.result
@@ -206,7 +205,6 @@ class StoreOpener:
                 directory=directory,
                 changelog_epoch=log.partition_epoch(changelog),
                 bounds=partial(_bounds, log, changelog),
-                epoch_end_offset=partial(log.epoch_end_offset, changelog),
             )
             done = watch.poll()  # a build that fits now: no wait at all
             if done is not None:
@@ -336,7 +334,6 @@ class StoreOpener:
                 application=config.application_id,
                 directory=directory,
                 changelog_epoch=log.partition_epoch(changelog),
-                epoch_end_offset=partial(log.epoch_end_offset, changelog),
                 stopped=self._stopped,
                 bounds=lambda: (log.beginning_offset(changelog), log.end_offset(changelog)),
             )
