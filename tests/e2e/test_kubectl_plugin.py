@@ -137,10 +137,11 @@ def user(
 
 @pytest.fixture(scope="module")
 def six_pods(
-    operator: Operator, kafka_broker: KafkaCluster, request: pytest.FixtureRequest
+    operator: Operator, kafka_broker_of_module: KafkaCluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
     """The word count on six pods, its log on the broker; yields the log's URL."""
-    use_cluster(request, kafka_broker)
+    # A broker of its own: the session's must not hold the word count's input afterwards.
+    kafka_broker = use_cluster(request, kafka_broker_of_module)
     log_url = f"kafka://{kafka_broker.bootstrap}"
     create_input_topic(log_url)
     document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))

@@ -39,6 +39,14 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClus
     yield from _start(tmp_path_factory, 1)
 
 
+@pytest.fixture(scope="module")
+def kafka_broker_of_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A one-node broker of the module's own, for a module whose topics the session's broker
+    must not hold afterwards: ``test_operator_kafka.py`` requires that the word count's input
+    does not exist yet, and a module that runs the same example before it would leave it."""
+    yield from _start(tmp_path_factory, 1)
+
+
 # Module scope: one module uses it (test_kafka_cluster_faults.py), and three idle
 # nodes kept to the session's end took about a tenth of a core for the rest of the suite.
 @pytest.fixture(scope="module")
