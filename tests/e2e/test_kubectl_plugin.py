@@ -195,15 +195,22 @@ def test_status_shows_six_pods_in_three_zones_and_every_tasks_copies(
     _grant_proxy(operator)
     # RBAC reaches the API server's authorizer through its informers: within moments.
     wait_until(lambda: user.run("status", APP, "-o", "json").returncode == 0, "the grant", 30)
-    published = membership(operator, APP)
-    assert published is not None
-    assignment = published.assignment
 
-    def every_layout() -> dict[str, Any] | None:
+    def settled_view() -> tuple[dict[str, Any], Any] | None:
+        """The view once every pod's layout reads through the proxy and the app has settled:
+        right after its pods turn Ready the operator may still move tasks (warm-ups, then
+        the move), and a pod is not Ready while a task moving to it restores (seen once)."""
         view: dict[str, Any] = json.loads(user("status", APP, "-o", "json"))
-        return view if all(p["layoutError"] is None for p in view["pods"]) else None
+        published = membership(operator, APP)
+        if published is None or published.assignment.warmup_count:
+            return None
+        if not all(
+            p["layoutError"] is None and p["ready"] and p["topologyHash"] for p in view["pods"]
+        ):
+            return None
+        return view, published.assignment
 
-    view = wait_until(every_layout, "every pod's layout through the proxy", TIMEOUT)
+    view, assignment = wait_until(settled_view, "every pod's layout through the proxy", TIMEOUT)
     pods = {p["name"]: p for p in view["pods"]}
     assert sorted(pods) == sorted(f"{APP}-{i}" for i in range(PODS))
     assert {p["zone"] for p in pods.values()} == set(ZONES)
