@@ -38,6 +38,7 @@ from eddyline_runtime.state.state_directory import (
 )
 from eddyline_runtime.state.store import (
     KeyValue,
+    KeyValueBytesStore,
     ReadableKeyValueStore,
     StateStore,
     StoreReader,
@@ -58,7 +59,6 @@ from eddyline_runtime.state.window_layout import Retention, changelog_retention_
 from eddyline_runtime.state.window_store import (
     DetachedSessionReader,
     DetachedWindowReader,
-    KeyValueBytesStore,
     SegmentedSessionStore,
     SegmentedWindowStore,
     SessionStoreReader,

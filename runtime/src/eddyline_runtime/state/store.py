@@ -30,7 +30,7 @@ import threading
 import weakref
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Protocol, Self
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.key_ranges import KeyRange
@@ -53,6 +53,29 @@ def check_key(store: str, operation: str, key: object) -> None:
             f'state store "{store}": {operation} takes a bytes key, got '
             f"{type(key).__name__}; serialize it first (the topology's serdes do this)"
         )
+
+
+class ReadableBytes(Protocol):
+    """Point reads and ordered scans: a backing store, or another thread's reader of one
+    (what the window, session and versioned stores read through)."""
+
+    name: str
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
+
+
+class KeyValueBytesStore(ReadableBytes, Protocol):
+    """What a window, session or versioned store needs from the store under it: a
+    :class:`StateStore`, or the engine's task store (record cache and changelog over a
+    StateStore)."""
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> bytes | None: ...
+
+    def reader(self, isolation: IsolationLevel | str | None = None) -> StoreReader: ...
 
 
 class ReadableKeyValueStore(abc.ABC):

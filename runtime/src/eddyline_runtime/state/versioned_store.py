@@ -60,15 +60,19 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.errors import InvalidArgumentError
 from eddyline_runtime.key_ranges import KeyRange, prefix_successor
 from eddyline_runtime.state.errors import StateStoreError
-from eddyline_runtime.state.store import KeyValue, StoreReader, check_key
+from eddyline_runtime.state.store import (
+    KeyValueBytesStore,
+    ReadableBytes,
+    StoreReader,
+    check_key,
+)
 from eddyline_runtime.state.window_layout import DEFAULT_CHANGELOG_ADDITIONAL_RETENTION_MS
 
 logger = logging.getLogger(__name__)
@@ -161,32 +165,7 @@ def _decode(store: str, raw_value: bytes) -> tuple[int, bytes | None]:
     return valid_from, (raw_value[9:] if raw_value[8] == _VALUE else None)
 
 
-class _Readable(Protocol):
-    name: str
-
-    def get(self, key: bytes) -> bytes | None: ...
-
-    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
-
-
-class VersionedBytesStore(Protocol):
-    """What a versioned store needs from the store under it (a StateStore, or the
-    engine's task store: record cache and changelog over a StateStore)."""
-
-    name: str
-
-    def get(self, key: bytes) -> bytes | None: ...
-
-    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
-
-    def put(self, key: bytes, value: bytes) -> None: ...
-
-    def delete(self, key: bytes) -> bytes | None: ...
-
-    def reader(self, isolation: IsolationLevel | str | None = None) -> StoreReader: ...
-
-
-def _read_observed(readable: _Readable) -> int:
+def _read_observed(readable: ReadableBytes) -> int:
     raw = readable.get(_OBSERVED_KEY)
     return _NO_TIME if raw is None else int(_I64.unpack(raw)[0])
 
@@ -196,7 +175,7 @@ class _VersionedReads:
 
     name: str
     history_retention_ms: int
-    _readable: _Readable
+    _readable: ReadableBytes
 
     def _observed(self) -> int:
         raise NotImplementedError
@@ -305,7 +284,7 @@ class VersionedKeyValueStore(_VersionedReads):
     the backing store's (the engine commits it with the task).
     """
 
-    def __init__(self, backing: VersionedBytesStore, history_retention_ms: int) -> None:
+    def __init__(self, backing: KeyValueBytesStore, history_retention_ms: int) -> None:
         self.name = backing.name
         self.history_retention_ms = check_history_retention(backing.name, history_retention_ms)
         self._backing = backing

@@ -45,12 +45,17 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.key_ranges import KeyRange, prefix_successor
 from eddyline_runtime.state.errors import StateStoreError
-from eddyline_runtime.state.store import KeyValue, StoreReader, check_key
+from eddyline_runtime.state.store import (
+    KeyValue,
+    KeyValueBytesStore,
+    ReadableBytes,
+    StoreReader,
+    check_key,
+)
 from eddyline_runtime.state.window_layout import (
     SEGMENT_PREFIX_SIZE,
     SESSION_SUFFIX_SIZE,
@@ -84,37 +89,7 @@ SessionEntry = tuple[bytes, int, int, bytes]
 _Order = tuple[bytes, int, int]
 
 
-class _Readable(Protocol):
-    """Point reads and ordered scans: a backing store, or another thread's reader of one."""
-
-    name: str
-
-    def get(self, key: bytes) -> bytes | None: ...
-
-    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
-
-
-class KeyValueBytesStore(Protocol):
-    """What a window or session store needs from the store under it.
-
-    :class:`~eddyline_runtime.state.StateStore` is one; so is the engine's
-    task store (record cache and changelog over a StateStore).
-    """
-
-    name: str
-
-    def get(self, key: bytes) -> bytes | None: ...
-
-    def scan(self, key_range: KeyRange) -> Iterator[KeyValue]: ...
-
-    def put(self, key: bytes, value: bytes) -> None: ...
-
-    def delete(self, key: bytes) -> bytes | None: ...
-
-    def reader(self, isolation: IsolationLevel | str | None = None) -> StoreReader: ...
-
-
-def _discover_segments(readable: _Readable, retention: Retention) -> list[int]:
+def _discover_segments(readable: ReadableBytes, retention: Retention) -> list[int]:
     """The segments present, oldest first: one seek per segment, never a scan of one."""
     found: list[int] = []
     lower: bytes | None = None
@@ -155,7 +130,7 @@ class _SegmentedReads:
 
     name: str
     retention: Retention
-    _readable: _Readable
+    _readable: ReadableBytes
 
     def _observed(self) -> int:
         raise NotImplementedError
@@ -725,7 +700,7 @@ class SessionStoreReader(_OwnedReader, _SessionReads):
 
 
 def _observed_from_data(
-    readable: _Readable, retention: Retention, time_of_raw: Callable[[bytes], int]
+    readable: ReadableBytes, retention: Retention, time_of_raw: Callable[[bytes], int]
 ) -> int:
     """The observed stream time a store's data implies: the largest segment-time in its
     newest segment (what the owner recovers at reopen); -1 for an empty store."""
