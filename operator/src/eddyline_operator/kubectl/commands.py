@@ -288,32 +288,9 @@ def upgrade(
     print(f"{app}: upgrading from {running or '-'} to {wanted}", file=out, flush=True)
     if wait_seconds is None:
         return True
-    return _follow(
-        kube,
-        namespace,
-        app,
-        wanted=wanted,
-        wait_seconds=wait_seconds,
-        out=out,
-        style=style,
-        progress=progress,
-    )
-
-
-def _follow(
-    kube: Kube,
-    namespace: str,
-    app: str,
-    *,
-    wanted: TopologyRecord,
-    wait_seconds: float,
-    out: TextIO,
-    style: Style,
-    progress: bool,
-) -> bool:
     # Pods ready of the app's pods, the step as its label; nothing when not a terminal.
     with ProgressLine(out, label="", unit="pods ready", enabled=progress, show_rate=False) as line:
-        return _follow_steps(
+        return _follow(
             kube,
             namespace,
             app,
@@ -325,7 +302,7 @@ def _follow(
         )
 
 
-def _follow_steps(
+def _follow(
     kube: Kube,
     namespace: str,
     app: str,
