@@ -12,12 +12,14 @@ this copy has not applied yet.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.restore.replay.changelog_replay import (
     judge,
     mismatch_error,
+    recorded_epoch_end,
     replay_batch,
     replay_start,
 )
@@ -72,16 +74,27 @@ class StandbyTask:
                 continue  # nothing new (the epoch is only asked when there is)
             # The copy has applied everything before ``position``: judge that as a
             # committed offset, with the epoch it replays, by the one replay rule.
-            epoch = log.partition_epoch(tp) if position < end else self._epochs[name]
+            # The epoch is read before the fetch: a later one is judged next time.
+            recorded = self._epochs[name]
+            epoch = log.partition_epoch(tp) if position < end else recorded
             start = replay_start(
                 position - 1,
                 log.beginning_offset(tp),
                 end,
-                store_epoch=self._epochs[name],
+                store_epoch=recorded,
                 log_epoch=epoch,
+                # A new writer (the active moved or restarted) began an epoch: the copy
+                # stays trusted if that began after what it applied (KIP-101).
+                store_epoch_end=recorded_epoch_end(
+                    recorded, epoch, partial(log.epoch_end_offset, tp)
+                ),
             )
             if not start.trusted:
                 raise mismatch_error(name, tp, start, copy=f"standby of task {self.id}")
+            if epoch != recorded and epoch is not None:
+                # What it applies from here is named by the epoch it was read in.
+                self._epochs[name] = epoch
+                self.stores[name].record_changelog_epoch(tp, epoch)
             records, self._positions[name] = replay_batch(
                 self.stores[name], log, tp, position, max_records=_REPLAY_BATCH
             )
