@@ -7,6 +7,11 @@ offset of the last record it includes, like a restoring active store. It
 never writes to the log. When the active member is lost, the assignor makes
 this member active for the task, and restoration then replays only the tail
 this copy has not applied yet.
+
+Each batch's offset is committed with the changelog epoch in force for the
+whole read of its records (``replay_stamped_batch``; docs/state.md, "Epochs"),
+and the copy is judged by its store's own epoch: the one rule that lets its
+promotion tell a new writer's records from a changelog that lost some.
 """
 
 from __future__ import annotations
