@@ -163,3 +163,23 @@ def test_records_replaced_right_after_a_fetch_read_them_are_not_trusted_as_the_n
     assert store.get(b"k2") == b"new9"
     assert judge(store, log, CHANGELOG).verdict is ReplayVerdict.CAUGHT_UP
     assert _promote(store, log, tmp_path) is ReplayVerdict.CAUGHT_UP
+
+
+class NoEpochsLog(SqliteLog):
+    """A log that names no epochs (the port's default): offsets alone judge a copy."""
+
+    def partition_epoch(self, tp: TopicPartition) -> None:  # type: ignore[override]
+        return None
+
+
+def test_a_standby_on_a_log_without_epochs_replays_and_stamps_none(
+    tmp_path: Path, store_factory: StoreFactory
+) -> None:
+    log = NoEpochsLog(tmp_path / "log.db")
+    log.create_topic(CHANGELOG.topic, 1, compacted=True)
+    store = _standby_copy(store_factory, log, tmp_path)
+    standby = StandbyTask(TASK, {"counts": store}, {"counts": CHANGELOG})
+    standby.start(log)
+    log.produce(CHANGELOG, _records(30))
+    assert standby.replay(log) == 30
+    assert (store.committed_offset(CHANGELOG), store.changelog_epoch(CHANGELOG)) == (29, None)
