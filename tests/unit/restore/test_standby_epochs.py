@@ -16,7 +16,13 @@ import pytest
 
 from eddyline_runtime.log import ChangeBatch, Record, SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
-from eddyline_runtime.restore.replay import ReplayVerdict, StandbyTask, judge, open_trusted
+from eddyline_runtime.restore.replay import (
+    ChangelogBehindStoreError,
+    ReplayVerdict,
+    StandbyTask,
+    judge,
+    open_trusted,
+)
 from eddyline_runtime.state import RocksDBStore
 from tests.support.stores import StoreFactory
 
@@ -163,6 +169,17 @@ def test_records_replaced_right_after_a_fetch_read_them_are_not_trusted_as_the_n
     assert store.get(b"k2") == b"new9"
     assert judge(store, log, CHANGELOG).verdict is ReplayVerdict.CAUGHT_UP
     assert _promote(store, log, tmp_path) is ReplayVerdict.CAUGHT_UP
+
+
+def test_a_running_standby_past_a_truncated_changelogs_end_is_ahead_whatever_the_epoch(
+    log: SqliteLog, store_factory: StoreFactory, tmp_path: Path
+) -> None:
+    """The truncation began an epoch too, but a copy past the end is judged AHEAD (the log
+    lost records it applied), as at its open, not by the epoch."""
+    _, standby = _running_standby(store_factory, log, tmp_path)
+    assert log.truncate(CHANGELOG, 80) == 20
+    with pytest.raises(ChangelogBehindStoreError, match=r"holds offsets \[0, 80\)"):
+        standby.replay(log)
 
 
 class NoEpochsLog(SqliteLog):

@@ -86,7 +86,8 @@ class StandbyTask:
             # The copy has applied everything before ``position``: judge that as a
             # committed offset, with the epoch its records are named by, by the one rule.
             recorded = self._epochs[name]
-            epoch = log.partition_epoch(tp)
+            # Past the end the copy is AHEAD whatever the epoch (judged as such, not asked).
+            epoch = log.partition_epoch(tp) if position < end else recorded
             start = replay_start(
                 position - 1,
                 log.beginning_offset(tp),
