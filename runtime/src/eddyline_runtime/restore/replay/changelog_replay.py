@@ -392,6 +392,51 @@ def replay_batch(
     return len(batch.entries), batch.last_offset + 1
 
 
+@dataclass(frozen=True, slots=True)
+class StampedBatch:
+    """What :func:`replay_stamped_batch` did."""
+
+    records: int  # keyed records applied
+    next_position: int  # the next offset to apply (unchanged when nothing was applied)
+    # An epoch began while the batch was read: nothing was applied; judge again.
+    epoch_began: bool = False
+
+
+def replay_stamped_batch(
+    store: StateStore,
+    log: Log,
+    changelog: TopicPartition,
+    position: int,
+    *,
+    epoch: str | None,
+    max_records: int = DEFAULT_BATCH_RECORDS,
+) -> StampedBatch:
+    """:func:`replay_batch` for a copy that keeps replaying (a standby), its offset named by
+    the epoch in force while its records were read (docs/state.md, "Epochs").
+
+    ``epoch`` is the changelog's epoch read (and judged) before this call. The batch is
+    committed with it only if the changelog's epoch read again after the fetch is still
+    ``epoch``: no epoch began in between, so every record fetched was written in
+    ``epoch`` or before it, and that epoch's history covers the offset committed. When
+    one began, nothing says whether the fetch returned records written before it or its
+    writer's first ones (a new active task begins its epoch at the changelog's end and
+    writes on at once): committing them with the old epoch would be judged a loss where
+    nothing was lost (the offset lies past where that epoch ended), with the new one a
+    truncation's replaced records would be trusted. So nothing is applied, and the
+    caller judges the copy again against the epoch now and fetches again.
+    """
+    batch = log.fetch_changes(changelog, position, max_records)
+    if batch.last_offset < 0:
+        return StampedBatch(0, position)
+    if log.partition_epoch(changelog) != epoch:
+        return StampedBatch(0, position, epoch_began=True)
+    if epoch is not None:
+        # One WriteBatch with the records and their offset (the store commits both).
+        store.record_changelog_epoch(changelog, epoch)
+    store.restore_batch(batch.entries, {changelog: batch.last_offset})
+    return StampedBatch(len(batch.entries), batch.last_offset + 1)
+
+
 def open_trusted(
     open_store: Callable[[], StateStore],
     log: Log,
