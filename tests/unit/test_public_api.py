@@ -101,6 +101,8 @@ EXPECTED: dict[ModuleType, set[str]] = {
     replay: {
         "ChangelogBehindStoreError",
         "ChangelogGapError",
+        "ChangelogHeldError",
+        "ChangelogLossError",
         "ChangelogMismatchError",
         "ChangelogReplacedError",
         "ForeignStoreError",
@@ -111,6 +113,7 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "RestoreResult",
         "StandbyTask",
         "judge",
+        "loses_records",
         "mismatch_error",
         "next_offset_after",
         "open_trusted",

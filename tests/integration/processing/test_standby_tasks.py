@@ -10,6 +10,7 @@ the changelog tail it had not replayed yet.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -235,6 +236,54 @@ def test_promoting_a_caught_up_standby_restores_nothing(pair: Pair) -> None:
         ),
         "b counted the new lines",
     )
+
+
+def test_a_standby_opened_as_the_active_began_its_epoch_is_promoted_without_a_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38's false loss, in the order the load of a full run once gave: "b" opened
+    its standby's store (recording the changelog's epoch then), and "a" created the task,
+    beginning its epoch at the changelog's end, before "b"'s standby started replaying.
+    The copy committed a's records as the earlier epoch's, and its promotion stopped the
+    task with a ChangelogLossError though nothing was lost. Forced here: "b"'s first read
+    of a changelog's epoch (opening its first standby) returns only once "a", started
+    after that read, began a new epoch of that changelog."""
+    pair = Pair(tmp_path)
+    b_log = pair.logs[1]
+    read = SqliteLog.partition_epoch
+    b_reading = threading.Event()
+    interleaved: list[TopicPartition] = []
+
+    def first_read_then_a_begins(tp: TopicPartition) -> str:
+        epoch = read(b_log, tp)
+        if tp.topic == pair.layout.changelogs[STORE] and not b_reading.is_set():
+            b_reading.set()
+            wait_for(lambda: read(b_log, tp) != epoch, f"a began its epoch of {tp}")
+            interleaved.append(tp)
+        return epoch
+
+    monkeypatch.setattr(b_log, "partition_epoch", first_read_then_a_begins)
+    try:
+        pair.b.start()
+        wait_for(b_reading.is_set, "b opens its first standby")
+        pair.a.start()
+        produce_lines(pair.log, LINES)
+        wait_for(lambda: pair.settled(pair.a, pair.b), "both members caught up")
+        assert len(interleaved) == 1  # the order was forced for one standby
+        pair.a.close(30)
+        pair.b.apply_assignment(
+            Assignment(
+                active={"a": frozenset(), "b": pair.tasks},
+                standby={"a": frozenset(), "b": frozenset()},
+                members=MEMBERS,
+            )
+        )
+        # Was: ChangelogLossError (offset N in epoch 0, which ended at offset 0).
+        wait_for(lambda: pair.b.check() is not None and pair.b.ready(), "b runs every task")
+        assert [r.result.records for r in pair.restores["b"]] == [0] * PARTITIONS
+        assert store_contents(pair.b, StoreRole.ACTIVE) == dict(EXPECTED)
+    finally:
+        pair.close()
 
 
 def test_promoting_a_standby_keeps_its_store_open_under_a_query_iterating_it(

@@ -6,6 +6,9 @@ deleted, the changelog truncated in SQLite and grown back, records deleted
 from the changelog's start, a store directory copied from another task. After
 the restart every store must equal what its changelog says (rebuilt, with a
 warning naming it), never the stale copy, never the stale copy plus a tail.
+Where the changelog lost records the store applied, the task first stops until
+the loss is accepted or the copy republished (docs/state.md); these tests
+accept it as ``eddyline state accept-loss`` does, unless they test republishing.
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_ke
 from eddyline_runtime.restore.replay import restore
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import InMemoryStore, RocksDBStore, StoreCorruptedError, store_directory
-from eddyline_runtime.state.state_directory import quarantine_directory, read_quarantine_note
+from eddyline_runtime.state.state_directory import (
+    DECISION_LOSS_ACCEPTED,
+    quarantine_directory,
+    read_quarantine_note,
+    record_decision,
+    waiting_for_decision,
+)
 from tests.support.word_count import APP, INPUT, STORE, word_count
 
 PARTITIONS = 2
@@ -75,6 +84,34 @@ def run(log: SqliteLog, state_dir: Path, **settings: object) -> dict[TaskId, Res
     finally:
         instance.close()
     return {report.task: report for report in restored}
+
+
+def accept_losses(state_dir: Path, log: SqliteLog) -> list[Path]:
+    """What `eddyline state accept-loss` does, for every copy waiting for a decision."""
+    folder = quarantine_directory(state_dir)
+    decided = []
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+        note = read_quarantine_note(entry)
+        if note is not None and waiting_for_decision(note):
+            record_decision(entry, DECISION_LOSS_ACCEPTED)
+            changelog = note["changelog"]
+            log.release_changelog(TopicPartition(changelog["topic"], changelog["partition"]))
+            decided.append(entry)
+    return decided
+
+
+def run_accepting_losses(
+    log: SqliteLog, state_dir: Path, **settings: object
+) -> dict[TaskId, RestoreReport]:
+    """Run; a task stopped by a changelog loss (one per start) has the loss accepted, and
+    the run starts again."""
+    for _ in range(PARTITIONS + 1):
+        try:
+            return run(log, state_dir, **settings)
+        except StreamsFailedError as failed:
+            assert "eddyline state accept-loss" in str(failed), failed
+            assert accept_losses(state_dir, log), "stopped, but no copy waits for a decision"
+    raise AssertionError(f"still stopped after accepting {PARTITIONS} losses")
 
 
 def store_path(state_dir: Path, partition: int) -> Path:
@@ -176,9 +213,10 @@ def test_a_changelog_truncated_and_grown_back_past_the_store_rebuilds_the_store(
     # Another writer's records take the offsets the store had already seen.
     log.produce(changelog, [Record(b"zz%d" % i, LONGS.serialize(i), 0) for i in range(20)])
     assert log.end_offset(changelog) > committed + 1
-    with caplog.at_level(logging.WARNING):
+    with pytest.raises(StreamsFailedError) as stopped:
         run(log, counted)
-    assert "truncated or recreated" in caplog.text and '"counts"' in caplog.text
+    assert '"counts" (task 1_0)' in str(stopped.value) and "truncated" in str(stopped.value)
+    run_accepting_losses(log, counted)
     assert store_contents(counted, 0) == changelog_replay(log, 0)
 
 
@@ -210,23 +248,22 @@ def test_a_store_directory_copied_from_another_task_is_rebuilt_not_treated_as_ne
 # -- the copy a rebuild sets aside, and writing it back ----------------------------------
 
 
-def test_a_rebuild_sets_the_old_copy_aside_and_republish_restores_what_the_changelog_lost(
-    counted: Path, log: SqliteLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_a_truncation_sets_the_old_copy_aside_stops_and_republish_restores_what_was_lost(
+    counted: Path, log: SqliteLog, tmp_path: Path
 ) -> None:
     """Tail truncation lost counts the store still held: the store is the best copy left.
 
-
     The rebuild must not delete it (it used to: 26,055 word occurrences gone with exit 0
-    and a warning); it goes to the quarantine with a note, the loss is logged as an
-    error naming it, and ``eddyline state republish`` writes it back into the changelog.
+    and a warning), nor publish lower counts from the changelog (it did: 8,363 occurrences
+    lost); it goes to the quarantine with a note, the task stops with an error naming it,
+    and ``eddyline state republish`` writes it back into the changelog.
     """
     before = store_contents(counted, 0)
     committed = committed_offset(counted, 0)
     truncate_in_sqlite(tmp_path / "log.db", 0, committed - 3)
     assert changelog_replay(log, 0) != before  # the changelog alone lost counts
-    with caplog.at_level(logging.ERROR):
+    with pytest.raises(StreamsFailedError) as stopped:
         run(log, counted)
-    assert store_contents(counted, 0) == changelog_replay(log, 0)  # rebuilt, not trusted
     entries = [e for e in quarantine_directory(counted).iterdir() if read_quarantine_note(e)]
     assert len(entries) == 1, entries
     entry = entries[0]
@@ -234,11 +271,10 @@ def test_a_rebuild_sets_the_old_copy_aside_and_republish_restores_what_the_chang
     assert note is not None
     assert note["store"] == STORE and note["verdict"] == "replaced"
     assert note["changelog"] == {"topic": CHANGELOG, "partition": 0}
-    assert note["committed"] == committed
-    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert any(
-        '"counts"' in m and str(entry) in m and "eddyline state republish" in m for m in errors
-    ), errors
+    assert note["committed"] == committed and note["decision"] == "pending"
+    message = str(stopped.value)
+    assert '"counts"' in message and str(entry) in message
+    assert "eddyline state republish" in message
     with RocksDBStore(STORE, entry) as kept:  # the old copy, whole
         assert dict(kept.all()) == before
 
@@ -253,6 +289,7 @@ def test_a_rebuild_sets_the_old_copy_aside_and_republish_restores_what_the_chang
     )
     assert republished.returncode == 0, republished.stderr
     assert f"republished {len(before)} records" in republished.stdout
+    assert (read_quarantine_note(entry) or {})["decision"] == "republished"
     run(log, counted)
     assert store_contents(counted, 0) == before  # what the truncation took is back
     assert counts(store_contents(counted, 0)) == expected_counts(LINES, 0)
@@ -265,7 +302,7 @@ def test_stores_set_aside_are_kept_within_the_configured_count(
         committed = committed_offset(counted, 0)
         truncate_in_sqlite(tmp_path / "log.db", 0, committed)  # the last record lost
         produce(log, [f"round{entry_number} again"])
-        run(log, counted)
+        run_accepting_losses(log, counted)
     kept = [e for e in quarantine_directory(counted).iterdir() if read_quarantine_note(e)]
     assert len(kept) == 3
     newest = max(kept, key=lambda e: (read_quarantine_note(e) or {})["set_aside_at"])
@@ -378,7 +415,7 @@ def test_records_rewritten_in_place_without_the_end_moving_back_rebuild_the_stor
     """The store committed at the old end must not resume on top of records it never applied
     (it did: 100 keys differed from a replay)."""
     rewrite_tail_in_sqlite(tmp_path / "log.db", 0, extra=10)
-    run(log, counted)
+    run_accepting_losses(log, counted)
     assert store_contents(counted, 0) == changelog_replay(log, 0)
     assert any(b"rewritten-" in key for key in store_contents(counted, 0))
 
@@ -421,10 +458,12 @@ def test_copies_that_saw_records_a_restored_backup_lost_are_not_adopted(
     log = SqliteLog(log_path)
     try:
         produce(log, [f"new{i} words{i % 7}" for i in range(200)])
-        run(log, counted)  # ahead of the log: rebuilt, and the changelog regrows
+        run_accepting_losses(log, counted)  # ahead of the log: rebuilt, the changelog regrows
         assert store_contents(counted, 0) == changelog_replay(log, 0)
         assert log.end_offset(TopicPartition(CHANGELOG, 0)) > committed_offset(other, 0)
-        run(log, other)
+        with pytest.raises(StreamsFailedError, match="eddyline state accept-loss"):
+            run(log, other)  # not adopted: stopped until the loss is accepted
+        run_accepting_losses(log, other)
         assert store_contents(other, 0) == changelog_replay(log, 0)  # rebuilt, not adopted
     finally:
         log.close()

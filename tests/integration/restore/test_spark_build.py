@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,9 @@ def ingest_partition(log: Log, output: Path, directory: Path, partition: int):  
         directory=directory,
         log_start=log.beginning_offset(changelog),
         log_end=log.end_offset(changelog),
+        # Judged by epochs as the runtime judges it (engine/store_opener.py).
+        changelog_epoch=log.partition_epoch(changelog),
+        epoch_end_offset=partial(log.epoch_end_offset, changelog),
     )
     assert attempt.refusals == ()
     assert attempt.result is not None
@@ -260,9 +264,23 @@ def test_new_records_during_a_build_are_left_to_the_tail(
 ) -> None:
     """The driver fixes each partition's end before the job: the manifest covers exactly it."""
     result = run_build(spark, log, tmp_path / "out")
-    log.produce(TopicPartition(TOPIC, 0), [Record(b"late", b"1", 1)])
+    changelog = TopicPartition(TOPIC, 0)
+    built_in = log.partition_epoch(changelog)
+    # The task writing the changelog restarts: a new epoch begins at the end, and writes.
+    log.start_epoch(changelog)
+    log.produce(changelog, [Record(b"late", b"1", 1)])
     manifest = read_manifest(result.manifests[0])
     assert (manifest.offset, manifest.log_end) == (PER_PARTITION - 1, PER_PARTITION)
+    # The manifest names the epoch that wrote its last offset, which is no longer the
+    # changelog's: it still fits, and the store replays only the late record.
+    assert manifest.changelog_epoch == built_in == log.epoch_at(changelog, PER_PARTITION - 1)
+    assert manifest.changelog_epoch != log.partition_epoch(changelog)
+    ingested = ingest_partition(log, tmp_path / "out", tmp_path / "sst" / STORE, 0)
+    assert ingested.offset == PER_PARTITION - 1
+    with RocksDBStore(STORE, tmp_path / "sst" / STORE) as store:
+        replayed = restore(store, log, changelog)
+        assert (replayed.first_offset, replayed.records) == (PER_PARTITION, 1)
+        assert store.get(b"late") == b"1"
 
 
 def _remove_tree(path: Path) -> None:

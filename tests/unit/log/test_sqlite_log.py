@@ -176,6 +176,40 @@ def test_a_log_written_before_epochs_existed_gains_them(tmp_path: Path) -> None:
     assert SqliteLog(path).partition_epoch(TopicPartition("old", 0)) == epoch
 
 
+def test_a_log_put_back_from_a_backup_names_its_new_epochs_apart_from_the_lost_ones(
+    tmp_path: Path,
+) -> None:
+    """The restored log numbers its next epoch as the lost history did; the tag tells them
+    apart, and the epoch the backup ended in ends where the restored log's writer began."""
+    path, backup = tmp_path / "log.db", tmp_path / "backup.db"
+    tp = TopicPartition("changelog", 0)
+    log = SqliteLog(path)
+    log.create_topic("changelog", 1)
+    log.produce(tp, [rec(b"k")] * 10)
+    at_backup = log.partition_epoch(tp)
+    log.close()
+    with sqlite3.connect(path) as live, sqlite3.connect(backup) as copy:
+        live.backup(copy)
+    log = SqliteLog(path)
+    lost = log.start_epoch(tp)  # a writer began after the backup, and wrote on
+    log.produce(tp, [rec(b"k")] * 10)
+    log.close()
+    with sqlite3.connect(backup) as copy, sqlite3.connect(path) as live:
+        copy.backup(live)
+    log = SqliteLog(path)
+    try:
+        assert log.epoch_end_offset(tp, at_backup) == 10  # until a writer begins: the end
+        regrown = log.start_epoch(tp)
+        log.produce(tp, [rec(b"other")] * 30)
+        assert lost is not None and regrown is not None
+        assert regrown != lost and regrown.split(".")[0] == lost.split(".")[0]
+        assert log.epoch_end_offset(tp, lost) is None  # not this log's history: REPLACED
+        assert log.epoch_end_offset(tp, at_backup) == 10  # a copy past 10 is REPLACED
+        assert log.epoch_end_offset(tp, regrown) == 40
+    finally:
+        log.close()
+
+
 def test_a_full_disk_is_reported_as_such_and_the_log_keeps_working(log: SqliteLog) -> None:
     """SQLite rolls back by itself when the disk fills; the adapter's own ROLLBACK then failed
     with "cannot rollback - no transaction is active", hiding the reason."""
@@ -226,3 +260,43 @@ def test_the_epoch_history_says_where_each_epoch_ended(log: SqliteLog, tmp_path:
     assert log.partition_epoch(tp) not in (first, second, third)
     # Its first batch starts at offset 7, the first record compaction kept.
     assert log.epoch_end_offset(tp, third) == 7
+
+
+def test_epoch_at_names_the_epoch_that_wrote_each_offset(log: SqliteLog) -> None:
+    """What a Spark build is stamped with: the epoch that wrote its last offset, never the
+    one a writer began at the end after it (docs/state.md, "Epochs")."""
+    tp = TopicPartition("hist", 0)
+    log.create_topic("hist", 1, compacted=True)
+    zero = log.partition_epoch(tp)
+    log.produce(tp, [rec(b"%d" % i) for i in range(5)])  # 0..4 in epoch 0
+    first = log.start_epoch(tp)  # a writer begins at 5
+    log.produce(tp, [rec(b"%d" % i) for i in range(5)])  # 5..9
+    second = log.start_epoch(tp)  # another begins at 10, writes nothing yet
+    assert [log.epoch_at(tp, offset) for offset in (0, 4, 5, 9)] == [zero, zero, first, first]
+    assert log.epoch_end_offset(tp, first) == 10 and second == log.partition_epoch(tp)
+    assert log.epoch_at(tp, 10) is None  # not written yet: no epoch wrote it
+    log.truncate(tp, 7)  # 7..9 are gone; offsets from 7 belong to the truncation's epoch
+    log.produce(tp, [rec(b"again")] * 3)
+    again = log.partition_epoch(tp)
+    assert [log.epoch_at(tp, offset) for offset in (6, 7, 9)] == [first, again, again]
+    assert log.epoch_at(tp, -1) is None
+
+
+def test_epoch_at_before_the_history_began_answers_the_epoch_now(tmp_path: Path) -> None:
+    """A log whose early epochs have no history row: which epoch wrote an old offset is
+    unknown, so the epoch now is named (a copy stamped with it is refused, not trusted,
+    once a writer begins)."""
+    log = SqliteLog(tmp_path / "log.db")
+    tp = TopicPartition("old", 0)
+    log.create_topic("old", 1)
+    log.produce(tp, [rec(b"%d" % i) for i in range(4)])
+    log.start_epoch(tp)
+    log.start_epoch(tp)
+    log.close()
+    with sqlite3.connect(tmp_path / "log.db") as db:  # as if epoch 1 ended before history
+        db.execute("DELETE FROM partition_epochs WHERE epoch = 1")
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        assert log.epoch_at(tp, 2) == log.partition_epoch(tp)
+    finally:
+        log.close()

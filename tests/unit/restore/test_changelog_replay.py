@@ -12,6 +12,8 @@ from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.restore.replay import (
     ChangelogBehindStoreError,
     ChangelogGapError,
+    ChangelogHeldError,
+    ChangelogLossError,
     ChangelogReplacedError,
     ReplayVerdict,
     open_trusted,
@@ -20,7 +22,12 @@ from eddyline_runtime.restore.replay import (
 )
 from eddyline_runtime.restore.replay.standby_task import StandbyTask
 from eddyline_runtime.state import RocksDBStore
-from eddyline_runtime.state.state_directory import read_quarantine_note
+from eddyline_runtime.state.state_directory import (
+    DECISION_LOSS_ACCEPTED,
+    pending_decisions,
+    read_quarantine_note,
+    record_decision,
+)
 from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
@@ -155,35 +162,106 @@ def test_a_running_standby_refuses_records_it_never_applied_being_deleted(
         standby.replay(log)
 
 
-def test_open_trusted_sets_aside_a_store_that_does_not_fit_and_records_the_epoch(
-    log: SqliteLog, store_factory: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_open_trusted_stops_a_store_the_changelog_lost_records_of_until_a_decision(
+    log: SqliteLog, store_factory: StoreFactory, tmp_path: Path
 ) -> None:
     directory = tmp_path / "0_0" / "counts"
     stale = store_factory(directory=directory)
     stale.restore_batch([(b"stale", b"1")], {CHANGELOG: 500})  # ahead of the changelog
     stale.close()
     set_aside: list[Path] = []
-    with caplog.at_level(logging.WARNING):
-        store, start = open_trusted(
+
+    def opened() -> tuple[RocksDBStore | object, object]:
+        return open_trusted(
             lambda: store_factory(directory=directory),
             log,
             CHANGELOG,
+            copy="task 0_0",
             on_set_aside=set_aside.append,
+            state_dir=tmp_path,
+            writer=True,
+            new_epoch=True,
         )
-    assert 'state store "counts"' in caplog.text and "Rebuilding it" in caplog.text
-    assert (start.verdict, start.first_offset) == (ReplayVerdict.REPLAY, 0)
-    assert store.get(b"stale") is None
-    # The old copy is not deleted: it went to the state directory's quarantine, with a note.
+
+    with pytest.raises(ChangelogLossError) as stopped:
+        opened()
+    # The old copy is not deleted: it went to the state directory's quarantine, with a note
+    # that says it waits for the user's decision, and the error says where and what to do.
     [entry] = set_aside
     assert entry.parent == tmp_path / ".quarantine" and entry.name.startswith("0_0-counts-")
-    assert str(entry) in caplog.text
+    message = str(stopped.value)
+    assert 'state store "counts" (task 0_0)' in message and str(entry) in message
+    assert "eddyline state republish" in message and "eddyline state accept-loss" in message
     note = read_quarantine_note(entry)
-    assert note is not None and (note["verdict"], note["committed"]) == ("ahead", 500)
+    assert note is not None
+    assert (note["verdict"], note["committed"], note["decision"]) == ("ahead", 500, "pending")
     with RocksDBStore("counts", entry) as kept:
         assert kept.get(b"stale") == b"1"
-    assert store.changelog_epoch(CHANGELOG) == log.partition_epoch(CHANGELOG)
-    restore(store, log, CHANGELOG, start=start)
-    assert store.committed_offset(CHANGELOG) == 99
+    # Until the user decides, every open stops the same way (the store's place is empty).
+    with pytest.raises(ChangelogLossError, match="still waits for your decision"):
+        opened()
+    assert pending_decisions(tmp_path, "counts", CHANGELOG.topic, CHANGELOG.partition) == [entry]
+    # The log holds the changelog too: a writer elsewhere, with no copy to judge, stops.
+    elsewhere = tmp_path / "elsewhere"
+    with pytest.raises(ChangelogHeldError, match=f"in state directory {tmp_path}"):
+        open_trusted(
+            lambda: store_factory(directory=elsewhere / "0_0" / "counts"),
+            log,
+            CHANGELOG,
+            state_dir=elsewhere,
+            writer=True,
+        )
+    record_decision(entry, DECISION_LOSS_ACCEPTED)
+    log.release_changelog(CHANGELOG)  # what `eddyline state accept-loss` does
+    store, start = opened()
+    assert isinstance(store, RocksDBStore)
+    try:
+        assert (start.verdict, start.first_offset) == (ReplayVerdict.REPLAY, 0)
+        assert store.get(b"stale") is None
+        # A writer starts a new epoch and stamps it on the store.
+        assert store.changelog_epoch(CHANGELOG) == log.partition_epoch(CHANGELOG)
+        assert store.changelog_epoch(CHANGELOG) != start.log_epoch
+        restore(store, log, CHANGELOG, start=start)
+        assert store.committed_offset(CHANGELOG) == 99
+    finally:
+        store.close()
+
+
+def test_a_gap_still_rebuilds_at_once_the_copy_holds_nothing_newer(
+    log: SqliteLog, store_factory: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "0_0" / "counts"
+    behind = store_factory(directory=directory)
+    behind.restore_batch([(b"old", b"1")], {CHANGELOG: 2})
+    behind.close()
+    log.delete_records(CHANGELOG, 50)  # retention took records the copy never saw
+    with caplog.at_level(logging.WARNING):
+        store, start = open_trusted(
+            lambda: store_factory(directory=directory), log, CHANGELOG, state_dir=tmp_path
+        )
+    try:
+        assert "Rebuilding it" in caplog.text
+        assert (start.verdict, start.first_offset) == (ReplayVerdict.REPLAY, 50)
+        [entry] = (tmp_path / ".quarantine").iterdir()
+        assert "decision" not in (read_quarantine_note(entry) or {})
+    finally:
+        store.close()
+
+
+def test_a_standby_crosses_a_new_writers_epoch_without_a_rebuild(
+    log: SqliteLog, store_factory: StoreFactory
+) -> None:
+    """Every active task starts an epoch; a standby that applied less than where it began
+    resumes, and stamps the new epoch on its copy."""
+    store = store_factory()
+    standby = StandbyTask(TaskId(0, 0), {"counts": store}, {"counts": CHANGELOG})
+    standby.start(log)
+    assert standby.replay(log) == 100
+    new_epoch = log.start_epoch(CHANGELOG)
+    log.produce(CHANGELOG, [Record(b"later", b"%d" % i, 0) for i in range(10)])
+    assert standby.replay(log) == 10
+    assert store.changelog_epoch(CHANGELOG) == new_epoch
+    assert store.committed_offset(CHANGELOG) == 109
 
 
 @pytest.mark.parametrize(

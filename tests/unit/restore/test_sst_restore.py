@@ -29,6 +29,12 @@ from eddyline_runtime.restore.manifest import (
     sst_name,
     write_manifest,
 )
+from eddyline_runtime.restore.replay import ReplayVerdict, judge
+from eddyline_runtime.restore.spark.changelog_source import (
+    ChangelogBounds,
+    ChangelogShrankError,
+    read_bounds,
+)
 from eddyline_runtime.state import KeyRange, RocksDBStore
 from eddyline_runtime.state.sst_files import SortedFileWriter, store_exists
 
@@ -84,7 +90,9 @@ def ingest(
     log_start: int = 0,
     log_end: int = 150,
     changelog_epoch: str | None = None,
+    epoch_ends: dict[str, int] | None = None,
 ) -> IngestResult:
+    """``epoch_ends``: where each earlier epoch ended, as ``Log.epoch_end_offset`` says."""
     return ingest_manifest(
         path,
         application=APP,
@@ -94,6 +102,7 @@ def ingest(
         log_start=log_start,
         log_end=log_end,
         changelog_epoch=changelog_epoch,
+        epoch_end_offset=None if epoch_ends is None else epoch_ends.get,
     )
 
 
@@ -146,9 +155,27 @@ def test_a_manifest_that_does_not_fit_is_refused_and_leaves_no_store(
 def test_a_manifest_from_another_changelog_epoch_is_refused(tmp_path: Path) -> None:
     path = make_manifest(tmp_path / "out", changelog_epoch="topic-a:0")
     target = tmp_path / "state" / STORE
-    with pytest.raises(ManifestRefusedError, match=r"epoch topic-a:0 .* now epoch topic-a:1"):
+    with pytest.raises(ManifestRefusedError, match=r"epoch topic-a:0 .*epoch topic-a:1 now"):
         ingest(path, target, changelog_epoch="topic-a:1")
     assert not target.exists()
+
+
+def test_a_manifest_of_an_earlier_epoch_fits_while_that_epoch_ended_after_its_offset(
+    tmp_path: Path,
+) -> None:
+    """A build is judged as a store is (KIP-101): its epoch ended after offset 99 means the
+    changelog still holds the records it read; ended at or below 99, they were replaced."""
+    path = make_manifest(tmp_path / "out", changelog_epoch="topic-a:0")
+    target = tmp_path / "state" / STORE
+    with pytest.raises(ManifestRefusedError, match=r"offset 99 was written in epoch topic-a:0"):
+        ingest(path, target, changelog_epoch="topic-a:1", epoch_ends={"topic-a:0": 99})
+    with pytest.raises(ManifestRefusedError, match="put back from a backup"):
+        ingest(path, target, changelog_epoch="topic-a:1", epoch_ends={})  # history lost
+    assert not target.exists()
+    result = ingest(path, target, changelog_epoch="topic-a:1", epoch_ends={"topic-a:0": 100})
+    assert result.offset == 99
+    with RocksDBStore(STORE, target) as store:  # the store names the epoch its data is from
+        assert store.changelog_epoch(CHANGELOG) == "topic-a:0"
 
 
 def test_an_ingested_store_carries_the_manifests_changelog_epoch(tmp_path: Path) -> None:
@@ -272,4 +299,78 @@ def test_rebuilding_with_only_refused_manifests_replays_the_whole_changelog(
     assert (rebuilt.replayed.first_offset, rebuilt.replayed.records) == (0, 2)
     with RocksDBStore(STORE, target) as store:
         assert list(store.scan(KeyRange.closed(None, None))) == [(b"a", b"1"), (b"b", b"2")]
+    log.close()
+
+
+def build_from(log: SqliteLog, output: Path) -> int:
+    """A build of the changelog as it is now, stamped as a Spark build stamps it (the epoch
+    that wrote its last offset: ``read_bounds``); returns its offset."""
+    bounds = read_bounds(log, CHANGELOG)
+    make_manifest(
+        output,
+        offset=bounds.end - 1,
+        entries=[(b"b", b"2")],
+        changelog_epoch=bounds.epoch,
+        log_end=bounds.end,
+    )
+    return bounds.end - 1
+
+
+def test_a_build_made_before_the_next_writer_began_its_epoch_is_ingested(
+    tmp_path: Path,
+) -> None:
+    """The case that refused every Spark build: a task begins a new epoch at the changelog's
+    end when it starts (docs/state.md, "Epochs"), so a build is always of an earlier
+    epoch by the time a store needs it. It still holds what the changelog holds."""
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(CHANGELOG.topic, 3, compacted=True)
+    log.start_epoch(CHANGELOG)  # the writer of the records the build reads
+    log.produce(CHANGELOG, [Record(b"a", b"1", 0), Record(b"b", b"2", 0), Record(b"a", None, 0)])
+    offset = build_from(log, tmp_path / "out")
+    log.start_epoch(CHANGELOG)  # the task restarted, or moved to another pod
+    log.produce(CHANGELOG, [Record(b"c", b"3", 0)])
+    target = tmp_path / "state" / STORE
+    rebuilt = rebuild_store(STORE, target, log, CHANGELOG, application=APP, output=tmp_path / "out")
+    assert rebuilt.refusals == ()
+    assert rebuilt.ingested is not None and rebuilt.ingested.offset == offset == 2
+    assert (rebuilt.replayed.first_offset, rebuilt.replayed.records) == (3, 1)
+    log.start_epoch(CHANGELOG)  # the task starts on the rebuilt store: it resumes
+    with RocksDBStore(STORE, target) as store:
+        assert list(store.scan(KeyRange.closed(None, None))) == [(b"b", b"2"), (b"c", b"3")]
+        # The tail it replayed was written in a later epoch than the build's: the store
+        # names that one, so the offset it holds is its epoch's (else it is REPLACED).
+        assert store.changelog_epoch(CHANGELOG) == log.epoch_at(CHANGELOG, 3)
+        assert judge(store, log, CHANGELOG).verdict is ReplayVerdict.CAUGHT_UP
+    log.close()
+
+
+def test_a_build_of_records_the_changelog_lost_is_refused_though_it_grew_back(
+    tmp_path: Path,
+) -> None:
+    """A build of offsets 0..4, then the changelog put back to offset 2 and written again
+    past 4 by a new writer: offsets 2..4 are other records now, so the build is refused."""
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(CHANGELOG.topic, 3, compacted=True)
+    log.start_epoch(CHANGELOG)
+    log.produce(CHANGELOG, [Record(b"k%d" % i, b"v", 0) for i in range(5)])
+    build_from(log, tmp_path / "out")
+    log.truncate(CHANGELOG, 2)
+    log.start_epoch(CHANGELOG)
+    log.produce(CHANGELOG, [Record(b"x%d" % i, b"w", 0) for i in range(5)])
+    target = tmp_path / "state" / STORE
+    rebuilt = rebuild_store(STORE, target, log, CHANGELOG, application=APP, output=tmp_path / "out")
+    assert rebuilt.ingested is None and len(rebuilt.refusals) == 1
+    assert "offset 4 was written in epoch" in rebuilt.refusals[0]
+    assert rebuilt.replayed.first_offset == 0
+    log.close()
+
+
+def test_bounds_read_while_the_changelog_shrinks_stop_the_build(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(CHANGELOG.topic, 3, compacted=True)
+    log.produce(CHANGELOG, [Record(b"k%d" % i, b"v", 0) for i in range(5)])
+    assert read_bounds(log, CHANGELOG) == ChangelogBounds(0, 5, log.epoch_at(CHANGELOG, 4))
+    log.truncate(CHANGELOG, 2)  # after the build read its end (5)
+    with pytest.raises(ChangelogShrankError, match=r"ended at offset 5 and then lost records"):
+        read_bounds(log, CHANGELOG, end=5)
     log.close()

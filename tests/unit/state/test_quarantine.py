@@ -10,12 +10,17 @@ from pathlib import Path
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.state import RocksDBStore
 from eddyline_runtime.state.state_directory import (
+    DECISION_LOSS_ACCEPTED,
+    DECISION_PENDING,
     QUARANTINE_NOTE_NAME,
     STAGING_PREFIX,
     prune_quarantine,
     quarantine_directory,
     quarantine_entry,
+    read_quarantine_note,
+    record_decision,
     store_directory,
+    waiting_for_decision,
     write_quarantine_note,
 )
 
@@ -52,6 +57,37 @@ def test_prune_keeps_the_newest_within_count_and_age_and_never_relocations_entri
         [newer[0], newer[1], relocated]
     )
     assert prune_quarantine(tmp_path / "missing", max_stores=0, retention_seconds=0) == []
+
+
+def test_prune_never_deletes_a_copy_waiting_for_the_users_decision(tmp_path: Path) -> None:
+    """Until the user republishes it or accepts the loss, it is the only record of the state
+    the changelog lost: neither count nor age prunes it; once decided, both do."""
+    waiting = quarantine_directory(tmp_path) / "1_0-counts-old-replaced"
+    waiting.mkdir(parents=True)
+    write_quarantine_note(waiting, {"store": "counts", "decision": DECISION_PENDING})
+    note = json.loads((waiting / QUARANTINE_NOTE_NAME).read_text())
+    (waiting / QUARANTINE_NOTE_NAME).write_text(
+        json.dumps({**note, "set_aside_at": time.time() - 30 * 86_400})
+    )
+    assert prune_quarantine(tmp_path, max_stores=0, retention_seconds=0) == []
+    record_decision(waiting, DECISION_LOSS_ACCEPTED)
+    assert prune_quarantine(tmp_path, max_stores=0, retention_seconds=0) == [waiting]
+
+
+def test_set_aside_writes_the_note_before_the_copy_moves(tmp_path: Path) -> None:
+    """A crash between the two leaves the store in place with its note (judged again at the
+    next start), never a copy in the quarantine without one (that would be pruned or
+    ignored, and the decision it waits for forgotten)."""
+    directory = store_directory(tmp_path, TaskId(1, 0), "counts")
+    with RocksDBStore("counts", directory) as store:
+        store.put(b"k", b"v")
+        store.commit({})
+    store = RocksDBStore("counts", directory)
+    entry = store.set_aside("replaced", {"store": "counts", "decision": DECISION_PENDING})
+    assert entry is not None and not directory.exists()
+    assert waiting_for_decision(read_quarantine_note(entry))
+    with RocksDBStore("counts", entry) as kept:
+        assert kept.get(b"k") == b"v"
 
 
 def test_opening_a_store_clears_what_an_interrupted_ingest_left_but_not_a_live_one(

@@ -118,6 +118,7 @@ class StoreOpener:
                 log_start=log.beginning_offset(changelog),
                 log_end=log.end_offset(changelog),
                 changelog_epoch=log.partition_epoch(changelog),
+                epoch_end_offset=partial(log.epoch_end_offset, changelog),
             )
             if attempt.result is not None:
                 self._ingested[(task_id, name)] = attempt.result
@@ -205,6 +206,7 @@ class StoreOpener:
                 directory=directory,
                 changelog_epoch=log.partition_epoch(changelog),
                 bounds=partial(_bounds, log, changelog),
+                epoch_end_offset=partial(log.epoch_end_offset, changelog),
             )
             done = watch.poll()  # a build that fits now: no wait at all
             if done is not None:
@@ -334,6 +336,7 @@ class StoreOpener:
                 application=config.application_id,
                 directory=directory,
                 changelog_epoch=log.partition_epoch(changelog),
+                epoch_end_offset=partial(log.epoch_end_offset, changelog),
                 stopped=self._stopped,
                 bounds=lambda: (log.beginning_offset(changelog), log.end_offset(changelog)),
             )

@@ -6,9 +6,11 @@ Creating an active task runs in this order, each step for a reason:
    previous owner of the task can commit nothing (it is fenced). The producers
    of the tasks a thread gets in one assignment are started together, so their
    ``init_transactions`` round trips overlap (docs/kafka.md, "Starting tasks");
-2. open each store, wiping one whose offsets do not fit its changelog
-   (:func:`~eddyline_runtime.restore.replay.open_trusted`): a missing store may
-   come back from a Spark build first (:mod:`~eddyline_runtime.engine.store_opener`);
+2. open each store, rebuilding one whose offsets do not fit its changelog, or
+   stopping the task when the changelog lost records the store applied
+   (:func:`~eddyline_runtime.restore.replay.open_trusted`), then start a new
+   changelog epoch for this writer: a missing store may come back from a Spark
+   build first (:mod:`~eddyline_runtime.engine.store_opener`);
 3. make the task visible, as restoring, to queries and lag reports, and
    restore each store's changelog tail;
 4. read the committed input offsets (the log's start where none is committed):
@@ -159,6 +161,12 @@ class TaskManager:
                         copy=f"task {task_id}",
                         on_set_aside=self._on_set_aside,
                         rebuild_recreated=config.state_rebuild_after_changelog_recreated,
+                        state_dir=config.state_dir,
+                        writer=True,
+                        # Fenced above, so no earlier owner writes the changelog after the
+                        # new epoch begins (without a fence a zombie could, and its copy would
+                        # be judged a loss when nothing was lost).
+                        new_epoch=self._exactly_once,
                     )
                     verdicts[name] = (changelog, verdict)
                 # A store materialized with caching disabled writes and forwards every update.
@@ -273,6 +281,7 @@ class TaskManager:
                     copy=f"standby of task {task_id}",
                     on_set_aside=self._on_set_aside,
                     rebuild_recreated=self._config.state_rebuild_after_changelog_recreated,
+                    state_dir=self._config.state_dir,
                 )
                 changelogs[name] = changelog
         except BaseException:

@@ -502,6 +502,45 @@ class Log(abc.ABC):
         """
         return None
 
+    def epoch_at(self, tp: TopicPartition, offset: int) -> str | None:
+        """The epoch whose writer wrote the record now at ``offset``, as the log's history
+        records it; None when the partition does not hold that offset (at or past its end).
+
+        What a copy that ends at ``offset`` is stamped with when it was not written by a
+        task (a Spark restore build: docs/state.md, "Epochs"), so that it is judged as a
+        store is, by :meth:`epoch_end_offset`. A log that keeps no epoch history answers
+        its epoch now (:meth:`partition_epoch`): then a copy of an earlier epoch is judged
+        another epoch's, never wrongly trusted.
+        """
+        return self.partition_epoch(tp)
+
+    def start_epoch(self, tp: TopicPartition) -> str | None:
+        """A new writer of ``tp`` begins: start a new epoch at its end; returns its name.
+
+        An active task calls it for each changelog it will write, once it has
+        fenced the previous owner and judged its stores, and stamps the new epoch
+        on its stores (docs/state.md, "Epochs"): offsets a copy commits are then
+        named by the epoch their writer opened, so the same offsets written again
+        on a log put back from a backup are told apart. A log whose own epochs
+        already mark a new writer (Kafka's leader epochs) does nothing (None).
+        """
+        return None
+
+    def hold_changelog(self, tp: TopicPartition, reason: str) -> None:
+        """A copy found that changelog ``tp`` lost records it applied: no writer may rebuild
+        a store from ``tp`` until the user decides (docs/state.md, "Changelog loss waits
+        for your decision"); ``reason`` says where the copy waits. A log that cannot keep
+        such a mark (Kafka) does nothing: then only instances holding a copy stop."""
+        return None
+
+    def changelog_hold(self, tp: TopicPartition) -> str | None:
+        """Why ``tp`` is held (see :meth:`hold_changelog`); None when it is not."""
+        return None
+
+    def release_changelog(self, tp: TopicPartition) -> None:
+        """The user decided (republished the copy, or accepted the loss): writers may go on."""
+        return None
+
     def record_divergence(self, tp: TopicPartition) -> None:
         """A copy saw offsets of ``tp`` that the log no longer holds (its committed offset is
         past the end): records written from now on must not be taken for the lost ones.

@@ -96,6 +96,7 @@ CREATE TABLE IF NOT EXISTS partitions (
     log_start INTEGER NOT NULL DEFAULT 0,
     next_offset INTEGER NOT NULL DEFAULT 0,
     epoch INTEGER NOT NULL DEFAULT 0,
+    epoch_tag TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (topic_id, partition)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS record_batches (
@@ -135,6 +136,10 @@ _MIGRATIONS = {
     ),
     # Topic retention (NULL: records are kept forever).
     ("topics", "retention_ms"): ("ALTER TABLE topics ADD COLUMN retention_ms INTEGER",),
+    # The current epoch's random tag ('' for epochs begun before tags existed).
+    ("partitions", "epoch_tag"): (
+        "ALTER TABLE partitions ADD COLUMN epoch_tag TEXT NOT NULL DEFAULT ''",
+    ),
 }
 
 # A partition's epoch history: each epoch and the first offset written in it
@@ -142,14 +147,32 @@ _MIGRATIONS = {
 # epoch E still holds what the log holds if no later epoch starts at or below
 # O (:meth:`SqliteLog.epoch_end_offset`). Epoch 0 starts at offset 0 and has no
 # row. Changes to the history are made by the database's own triggers (so a
-# hand edit in SQL cannot dodge them), and by ``record_divergence``.
+# hand edit in SQL cannot dodge them), and by ``start_epoch``.
+#
+# Each epoch has a random tag beside its number: a log put back from a backup
+# and grown again numbers its new epochs as the lost history did, and the tag
+# tells them apart (docs/state.md, "Epochs").
 _EPOCH_HISTORY = """
 CREATE TABLE IF NOT EXISTS partition_epochs (
     topic_id INTEGER NOT NULL,
     partition INTEGER NOT NULL,
     epoch INTEGER NOT NULL,
     start_offset INTEGER NOT NULL,
+    tag TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (topic_id, partition, epoch)
+) WITHOUT ROWID
+"""
+_EPOCH_HISTORY_TAG = "ALTER TABLE partition_epochs ADD COLUMN tag TEXT NOT NULL DEFAULT ''"
+# A new epoch's tag, made by SQLite itself so the triggers make them too.
+_NEW_TAG = "lower(hex(randomblob(8)))"
+# Changelog partitions no writer may rebuild a store from until the user decides
+# (``hold_changelog``): a copy found that they lost records it applied.
+_HOLDS = """
+CREATE TABLE IF NOT EXISTS partition_holds (
+    topic_id INTEGER NOT NULL,
+    partition INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY (topic_id, partition)
 ) WITHOUT ROWID
 """
 # Rows here, inside one write transaction, tell the triggers that the adapter
@@ -175,10 +198,11 @@ CREATE TRIGGER partition_truncated
 AFTER UPDATE OF next_offset ON partitions
 WHEN NEW.next_offset < OLD.next_offset
 BEGIN
-    UPDATE partitions SET epoch = OLD.epoch + 1
+    UPDATE partitions SET epoch = OLD.epoch + 1, epoch_tag = lower(hex(randomblob(8)))
     WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
-    INSERT OR REPLACE INTO partition_epochs VALUES
-        (NEW.topic_id, NEW.partition, OLD.epoch + 1, NEW.next_offset);
+    INSERT OR REPLACE INTO partition_epochs (topic_id, partition, epoch, start_offset, tag)
+    SELECT topic_id, partition, epoch, NEW.next_offset, epoch_tag
+    FROM partitions WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
 END
 """,
     "records_replaced": """
@@ -191,9 +215,10 @@ WHEN NEW.base_offset < (
         SELECT 1 FROM log_rewrites
         WHERE topic_id = NEW.topic_id AND partition = NEW.partition)
 BEGIN
-    UPDATE partitions SET epoch = epoch + 1
+    UPDATE partitions SET epoch = epoch + 1, epoch_tag = lower(hex(randomblob(8)))
     WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
-    INSERT OR REPLACE INTO partition_epochs SELECT topic_id, partition, epoch, NEW.base_offset
+    INSERT OR REPLACE INTO partition_epochs (topic_id, partition, epoch, start_offset, tag)
+    SELECT topic_id, partition, epoch, NEW.base_offset, epoch_tag
     FROM partitions WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
 END
 """,
@@ -204,9 +229,10 @@ WHEN NOT EXISTS (
         SELECT 1 FROM log_rewrites
         WHERE topic_id = NEW.topic_id AND partition = NEW.partition)
 BEGIN
-    UPDATE partitions SET epoch = epoch + 1
+    UPDATE partitions SET epoch = epoch + 1, epoch_tag = lower(hex(randomblob(8)))
     WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
-    INSERT OR REPLACE INTO partition_epochs SELECT topic_id, partition, epoch, NEW.base_offset
+    INSERT OR REPLACE INTO partition_epochs (topic_id, partition, epoch, start_offset, tag)
+    SELECT topic_id, partition, epoch, NEW.base_offset, epoch_tag
     FROM partitions WHERE topic_id = NEW.topic_id AND partition = NEW.partition;
 END
 """,
@@ -246,7 +272,11 @@ class SqliteLog(Log):
                         for statement in statements:
                             db.execute(statement)
                 db.execute(_EPOCH_HISTORY)
+                history = {row[1] for row in db.execute("PRAGMA table_info(partition_epochs)")}
+                if "tag" not in history:
+                    db.execute(_EPOCH_HISTORY_TAG)
                 db.execute(_REWRITES)
+                db.execute(_HOLDS)
                 for name, trigger in _TRIGGERS.items():
                     installed = db.execute(
                         "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?",
@@ -513,41 +543,54 @@ class SqliteLog(Log):
             return _bounds(db, self._topic(db, tp), tp.partition)[1]
 
     def partition_epoch(self, tp: TopicPartition) -> str:
-        """The topic's id and the partition's truncation epoch, as ``<topic id>:<epoch>``.
+        """The topic's id and the partition's epoch, as ``<topic id>:<epoch>.<tag>``
+        (``<topic id>:<epoch>`` for an epoch begun before epochs had tags).
 
         Looked up by name, never through the cached topic id: a topic deleted
         and created again (by another process, say) is another incarnation.
         """
         with self._read() as db:
             row = db.execute(
-                "SELECT t.uuid, p.epoch FROM topics t JOIN partitions p ON p.topic_id = t.id"
-                " WHERE t.name = ? AND p.partition = ?",
+                "SELECT t.uuid, p.epoch, p.epoch_tag FROM topics t JOIN partitions p "
+                "ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
                 (tp.topic, tp.partition),
             ).fetchone()
             if row is None:
                 self._topic(db, tp)  # raises, naming the topics there are
                 raise UnknownTopicError(f"partition {tp}", [])
-        return f"{row[0]}:{row[1]}"
+        return _epoch_name(row[0], row[1], row[2])
 
     def epoch_end_offset(self, tp: TopicPartition, epoch: str) -> int | None:
         """The first offset written after ``epoch`` ended: a later epoch's start, or the end.
 
-        None for an epoch of another incarnation of the topic, or one the
-        history does not hold (it ended before this log kept a history).
+        None for an epoch of another incarnation of the topic, one the history
+        does not hold (it ended before this log kept a history), or one whose
+        tag is not the history's: the same number begun in a history this log
+        lost (a log put back from a backup), so nothing here says where it ended.
         """
-        incarnation, _, number = epoch.partition(":")
+        incarnation, _, numbered = epoch.partition(":")
+        number, _, tag = numbered.partition(".")
         if not number.isdigit():
             return None
         with self._read() as db:
             row = db.execute(
-                "SELECT t.uuid, t.id, p.epoch, p.next_offset FROM topics t JOIN partitions p "
-                "ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
+                "SELECT t.uuid, t.id, p.epoch, p.next_offset, p.epoch_tag FROM topics t "
+                "JOIN partitions p ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
                 (tp.topic, tp.partition),
             ).fetchone()
             if row is None or row[0] != incarnation or int(number) > row[2]:
                 return None
             if int(number) == row[2]:
-                return int(row[3])  # the current epoch: it runs to the end
+                # The current epoch runs to the end, if it is the one the copy saw.
+                return int(row[3]) if tag == row[4] else None
+            began = db.execute(
+                "SELECT tag FROM partition_epochs WHERE topic_id = ? AND partition = ? "
+                "AND epoch = ?",
+                (row[1], tp.partition, int(number)),
+            ).fetchone()
+            # Epoch 0, and epochs begun before the history kept tags, have the tag ''.
+            if (began[0] if began is not None else "") != tag:
+                return None
             later = db.execute(
                 "SELECT epoch, start_offset FROM partition_epochs WHERE topic_id = ? "
                 "AND partition = ? AND epoch > ? ORDER BY epoch",
@@ -559,6 +602,53 @@ class SqliteLog(Log):
             return None
         return int(min(start for _, start in later))
 
+    def epoch_at(self, tp: TopicPartition, offset: int) -> str | None:
+        """The epoch that wrote the record now at ``offset``: the latest epoch of the
+        history that began at or below it (an epoch begun by a truncation below ``offset``
+        replaced what was there). None when the partition does not hold ``offset``.
+
+        One read transaction, so the answer fits the end it was asked against. When the
+        history does not reach back to ``offset`` (epochs begun before this log kept a
+        history), the epoch now: a copy stamped with it is then judged another epoch's
+        once a writer begins, never wrongly trusted.
+        """
+        with self._read() as db:
+            row = db.execute(
+                "SELECT t.uuid, t.id, p.epoch, p.next_offset, p.epoch_tag FROM topics t "
+                "JOIN partitions p ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
+                (tp.topic, tp.partition),
+            ).fetchone()
+            if row is None:
+                self._topic(db, tp)  # raises, naming the topics there are
+                raise UnknownTopicError(f"partition {tp}", [])
+            uuid, topic_id, current, next_offset, current_tag = row
+            if not 0 <= offset < next_offset:
+                return None
+            began = db.execute(
+                "SELECT epoch, tag FROM partition_epochs WHERE topic_id = ? AND partition = ? "
+                "AND start_offset <= ? ORDER BY epoch DESC LIMIT 1",
+                (topic_id, tp.partition, offset),
+            ).fetchone()
+            # Epoch 0 has no row: it wrote ``offset`` when no later epoch began at or below
+            # it, if the history holds every epoch after it (it starts at epoch 1).
+            complete = current == 0 or (
+                db.execute(
+                    "SELECT 1 FROM partition_epochs WHERE topic_id = ? AND partition = ? "
+                    "AND epoch = 1",
+                    (topic_id, tp.partition),
+                ).fetchone()
+                is not None
+            )
+        if began is not None:
+            number, tag = int(began[0]), str(began[1])
+        elif complete:
+            number, tag = 0, ""
+        else:
+            number, tag = int(current), str(current_tag)
+        if number == current:
+            tag = str(current_tag)  # the row and the partition name the same epoch
+        return _epoch_name(str(uuid), number, tag)
+
     def record_divergence(self, tp: TopicPartition) -> None:
         """A copy saw offsets this partition no longer holds: start a new epoch at its end.
 
@@ -566,17 +656,51 @@ class SqliteLog(Log):
         that saw the lost records) applied, so such copies are judged another
         epoch's, not trusted to resume.
         """
+        self.start_epoch(tp)
+
+    def hold_changelog(self, tp: TopicPartition, reason: str) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO partition_holds VALUES (?, ?, ?)",
+                (self._topic(db, tp), tp.partition, reason),
+            )
+
+    def changelog_hold(self, tp: TopicPartition) -> str | None:
+        with self._read() as db:
+            row = db.execute(
+                "SELECT reason FROM partition_holds WHERE topic_id = ? AND partition = ?",
+                (self._topic(db, tp), tp.partition),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def release_changelog(self, tp: TopicPartition) -> None:
+        with self._write() as db:
+            db.execute(
+                "DELETE FROM partition_holds WHERE topic_id = ? AND partition = ?",
+                (self._topic(db, tp), tp.partition),
+            )
+
+    def start_epoch(self, tp: TopicPartition) -> str:
+        """Begin a new epoch, with a new tag, at the partition's end; returns its name."""
         with self._write() as db:
             topic_id = self._topic(db, tp)
             db.execute(
-                "UPDATE partitions SET epoch = epoch + 1 WHERE topic_id = ? AND partition = ?",
+                f"UPDATE partitions SET epoch = epoch + 1, epoch_tag = {_NEW_TAG} "
+                "WHERE topic_id = ? AND partition = ?",
                 (topic_id, tp.partition),
             )
             db.execute(
-                "INSERT OR REPLACE INTO partition_epochs SELECT topic_id, partition, epoch, "
-                "next_offset FROM partitions WHERE topic_id = ? AND partition = ?",
+                "INSERT OR REPLACE INTO partition_epochs (topic_id, partition, epoch, "
+                "start_offset, tag) SELECT topic_id, partition, epoch, next_offset, epoch_tag "
+                "FROM partitions WHERE topic_id = ? AND partition = ?",
                 (topic_id, tp.partition),
             )
+            row = db.execute(
+                "SELECT t.uuid, p.epoch, p.epoch_tag FROM topics t JOIN partitions p "
+                "ON p.topic_id = t.id WHERE t.id = ? AND p.partition = ?",
+                (topic_id, tp.partition),
+            ).fetchone()
+        return _epoch_name(row[0], row[1], row[2])
 
     # -- consumer group offsets ------------------------------------------------------
 
@@ -1112,6 +1236,11 @@ def _decode_row_headers(encoded: str | None) -> Headers:
     if not encoded:
         return ()
     return tuple((name, bytes.fromhex(value)) for name, value in json.loads(encoded))
+
+
+def _epoch_name(incarnation: str, epoch: int, tag: str) -> str:
+    """``<topic incarnation>:<epoch>.<tag>``; without ``.<tag>`` for an untagged epoch."""
+    return f"{incarnation}:{epoch}.{tag}" if tag else f"{incarnation}:{epoch}"
 
 
 def _bounds(db: sqlite3.Connection, topic_id: int, partition: int) -> tuple[int, int]:

@@ -52,7 +52,7 @@ import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, cast
+from typing import Any, Final, cast
 
 from rocksdict import (
     BlockBasedOptions,
@@ -94,6 +94,7 @@ from eddyline_runtime.state.state_directory import (
     move_to_trash,
     quarantine_entry,
     remove_staging_directories,
+    write_quarantine_note,
 )
 from eddyline_runtime.state.store import KeyValue, StateStore, StoreReader, check_key
 from eddyline_runtime.state.transaction_buffer import ABSENT, TransactionBuffer, merge_sorted
@@ -549,11 +550,14 @@ class RocksDBStore(StateStore):
                     self._metrics.unregister_tagged(self._metric_tags)
             shutil.rmtree(trash, ignore_errors=True)
 
-    def set_aside(self, reason: str) -> Path | None:
+    def set_aside(self, reason: str, note: Mapping[str, Any] | None = None) -> Path | None:
         """Close the store and move its directory into the state directory's quarantine.
 
         One ``rename(2)`` while this store still holds its lock: the store is
-        whole in its place or whole in the quarantine, never half moved.
+        whole in its place or whole in the quarantine, never half moved. The
+        ``note`` is written into the directory before it moves, so the copy
+        never sits in the quarantine without it (a crash before the rename
+        leaves the store in place, to be judged again).
         """
         if self._closed:
             raise StoreClosedError(self.name, "set aside")
@@ -561,6 +565,8 @@ class RocksDBStore(StateStore):
         entry = quarantine_entry(self.directory, self.name, reason)
         try:
             self._close_database()
+            if note is not None:
+                write_quarantine_note(self.directory, note)
             entry.parent.mkdir(parents=True, exist_ok=True)
             os.rename(self.directory, entry)
         finally:

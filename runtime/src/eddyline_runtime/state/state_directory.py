@@ -45,6 +45,12 @@ GLOBAL_DIR_NAME: Final = "global"
 
 # The note beside a store set aside by a rebuild: what it was, and why it was set aside.
 QUARANTINE_NOTE_NAME: Final = "eddyline-quarantine.json"
+# A copy set aside because its changelog lost records it applied waits for the user's
+# decision (docs/state.md, "Changelog loss waits for your decision"): its note's
+# "decision" is PENDING until ``eddyline state republish`` or ``accept-loss`` says.
+DECISION_PENDING: Final = "pending"
+DECISION_REPUBLISHED: Final = "republished"
+DECISION_LOSS_ACCEPTED: Final = "loss-accepted"
 # Beside a store being built from SST files: its staging database and ``.files``.
 STAGING_PREFIX: Final = ".ingest-"
 
@@ -112,6 +118,45 @@ def read_quarantine_note(entry: Path) -> dict[str, Any] | None:
     return note if isinstance(note, dict) else None
 
 
+def waiting_for_decision(note: Mapping[str, Any] | None) -> bool:
+    """Whether a copy set aside still waits for the user to republish it or accept its loss."""
+    return note is not None and note.get("decision") == DECISION_PENDING
+
+
+def pending_decisions(
+    state_dir: str | os.PathLike[str], store: str, topic: str, partition: int
+) -> list[Path]:
+    """The copies of ``store`` (changelog ``topic``-``partition``) in this state directory's
+    quarantine that wait for the user's decision, oldest first."""
+    folder = quarantine_directory(state_dir)
+    if not folder.is_dir():
+        return []
+    found: list[tuple[float, Path]] = []
+    for entry in folder.iterdir():
+        note = read_quarantine_note(entry) if entry.is_dir() else None
+        if note is None or not waiting_for_decision(note) or note.get("store") != store:
+            continue
+        changelog = note.get("changelog") or {}
+        if changelog.get("topic") == topic and changelog.get("partition") == partition:
+            found.append((float(note.get("set_aside_at", 0.0)), entry))
+    return [entry for _, entry in sorted(found)]
+
+
+def record_decision(entry: Path, decision: str) -> dict[str, Any]:
+    """Mark what the user decided for a copy waiting in the quarantine; returns its note.
+
+    The note is replaced in one rename, so a crash leaves the old or the new one.
+    """
+    note = read_quarantine_note(entry)
+    if note is None:
+        raise FileNotFoundError(entry / QUARANTINE_NOTE_NAME)
+    temporary = entry / f".{QUARANTINE_NOTE_NAME}.tmp"
+    updated = {**note, "decision": decision, "decided_at": time.time()}
+    temporary.write_text(json.dumps(updated), encoding="utf-8")
+    os.replace(temporary, entry / QUARANTINE_NOTE_NAME)
+    return updated
+
+
 def prune_quarantine(
     state_dir: str | os.PathLike[str], *, max_stores: int, retention_seconds: float
 ) -> list[Path]:
@@ -123,7 +168,7 @@ def prune_quarantine(
     noted: list[tuple[float, Path]] = []
     for entry in folder.iterdir():
         note = read_quarantine_note(entry) if entry.is_dir() else None
-        if note is not None:
+        if note is not None and not waiting_for_decision(note):
             noted.append((float(note.get("set_aside_at", 0.0)), entry))
     noted.sort(reverse=True)  # newest first
     now = time.time()

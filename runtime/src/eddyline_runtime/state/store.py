@@ -30,7 +30,7 @@ import threading
 import weakref
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.key_ranges import KeyRange
@@ -232,8 +232,11 @@ class StateStore(ReadableKeyValueStore):
         """Close the store and delete everything it holds, committed state included."""
         self.close()
 
-    def set_aside(self, reason: str) -> Path | None:
+    def set_aside(self, reason: str, note: Mapping[str, Any] | None = None) -> Path | None:
         """Close the store and move what it holds out of its place; returns where it went.
+
+        ``note`` (what :func:`~eddyline_runtime.state.state_directory.write_quarantine_note`
+        writes) goes with the copy, never after it.
 
         For a store that cannot be trusted (its offsets do not fit its
         changelog) but may be the best copy of its state left: restoration

@@ -98,6 +98,7 @@ class BuildWatch:
         directory: Path,
         changelog_epoch: str | None,
         bounds: Callable[[], tuple[int, int]],
+        epoch_end_offset: Callable[[str], int | None] | None = None,
     ) -> None:
         self.output = output
         self.pending = pending
@@ -105,6 +106,7 @@ class BuildWatch:
         self._directory = directory
         self._epoch = changelog_epoch
         self._bounds = bounds
+        self._epoch_end_offset = epoch_end_offset
         self._started = time.monotonic()
         self._refusals: list[str] = []
         self._judged: tuple[Path, ...] | None = None
@@ -128,6 +130,7 @@ class BuildWatch:
                 log_start=log_start,
                 log_end=log_end,
                 changelog_epoch=self._epoch,
+                epoch_end_offset=self._epoch_end_offset,
             )
             result = attempt.result
             for refusal in attempt.refusals:
@@ -191,13 +194,15 @@ def wait_for_build(
     changelog_epoch: str | None,
     stopped: threading.Event,
     bounds: Callable[[], tuple[int, int]],
+    epoch_end_offset: Callable[[str], int | None] | None = None,
     poll_seconds: float = POLL_SECONDS,
 ) -> WaitResult:
     """Wait until a fitting manifest is ingested into ``directory``, a Job fails, or the deadline.
 
     ``bounds`` gives the changelog's current ``(start, end)``: a manifest is
     judged against the changelog as it is when it appears, not as it was when
-    the wait began.
+    the wait began; ``epoch_end_offset`` (``Log.epoch_end_offset`` of the partition)
+    lets a build of an earlier epoch fit (``sst_restore.check_manifest``).
     """
     watch = BuildWatch(
         output,
@@ -206,6 +211,7 @@ def wait_for_build(
         directory=directory,
         changelog_epoch=changelog_epoch,
         bounds=bounds,
+        epoch_end_offset=epoch_end_offset,
     )
     while True:
         done = watch.poll()

@@ -13,8 +13,11 @@ replays the changelog instead) when it was built for another application,
 store or changelog partition, by another manifest format version, when its
 offset is beyond the changelog's end (the changelog was reset after the
 build) or before its start (records after the offset are gone, so the tail
-cannot be replayed), when the changelog was truncated or recreated since
-the build (its epoch differs), or when a listed file is missing or fails its checksum.
+cannot be replayed), when the changelog's records at its offset are not the
+ones it read any more (truncated, rewritten, recreated or put back from a
+backup since the build: judged by epochs as a store is, by
+:func:`~eddyline_runtime.restore.replay.changelog_replay.replay_start`), or
+when a listed file is missing or fails its checksum.
 A refused or interrupted ingest leaves no store behind.
 """
 
@@ -22,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from eddyline_runtime.log import Log
@@ -35,7 +39,11 @@ from eddyline_runtime.restore.manifest import (
     manifests_for,
     read_manifest,
 )
-from eddyline_runtime.restore.replay.changelog_replay import ReplayVerdict, replay_start
+from eddyline_runtime.restore.replay.changelog_replay import (
+    ReplayVerdict,
+    recorded_epoch_end,
+    replay_start,
+)
 from eddyline_runtime.restore.replay.restoration import RestoreResult, restore
 from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
 from eddyline_runtime.state.sst_files import (
@@ -85,10 +93,16 @@ def check_manifest(
     log_start: int,
     log_end: int,
     changelog_epoch: str | None = None,
+    epoch_end_offset: Callable[[str], int | None] | None = None,
 ) -> None:
     """Raise :class:`ManifestRefusedError` unless ``manifest`` fits this store partition.
 
-    ``changelog_epoch`` is the changelog's epoch now (``Log.partition_epoch``).
+    ``changelog_epoch`` is the changelog's epoch now (``Log.partition_epoch``), and
+    ``epoch_end_offset`` where an earlier epoch of it ended (``Log.epoch_end_offset``
+    of the partition; None: unknown, so a build of an earlier epoch is refused). A
+    build is stamped with the epoch that wrote its last offset, so it is judged as a
+    store is: one of an earlier epoch fits while that epoch ended after its offset
+    (every new writer begins an epoch, so this is the usual case).
     """
 
     def refuse(reason: str) -> ManifestRefusedError:
@@ -109,11 +123,16 @@ def check_manifest(
         log_end,
         store_epoch=manifest.changelog_epoch,
         log_epoch=changelog_epoch,
+        store_epoch_end=recorded_epoch_end(
+            manifest.changelog_epoch, changelog_epoch, epoch_end_offset
+        ),
     )
     if start.verdict is ReplayVerdict.REPLACED:
         raise refuse(
-            f"it was built from epoch {manifest.changelog_epoch} of {changelog}, which is now "
-            f"epoch {changelog_epoch}: the changelog was truncated or recreated after the build"
+            f"its offset {offset} was written in epoch {manifest.changelog_epoch} of "
+            f"{changelog}, and the changelog's records there are not that epoch's any more "
+            f"(epoch {changelog_epoch} now): the changelog was truncated, rewritten, "
+            "recreated or put back from a backup after the build"
         )
     if start.verdict is ReplayVerdict.AHEAD:
         raise refuse(
@@ -137,6 +156,7 @@ def ingest_manifest(
     log_start: int,
     log_end: int,
     changelog_epoch: str | None = None,
+    epoch_end_offset: Callable[[str], int | None] | None = None,
 ) -> IngestResult:
     """Check the manifest, then build the missing store at ``directory`` from its files.
 
@@ -155,6 +175,7 @@ def ingest_manifest(
         log_start=log_start,
         log_end=log_end,
         changelog_epoch=changelog_epoch,
+        epoch_end_offset=epoch_end_offset,
     )
     files = [(path.parent / entry.name, entry.sha256, entry.keys) for entry in manifest.files]
     offsets = {changelog: manifest.offset} if manifest.offset >= 0 else {}
@@ -191,6 +212,7 @@ def ingest_latest_manifest(
     log_start: int,
     log_end: int,
     changelog_epoch: str | None = None,
+    epoch_end_offset: Callable[[str], int | None] | None = None,
 ) -> IngestAttempt:
     """Ingest the newest manifest under ``output`` that fits, when the store is missing.
 
@@ -212,6 +234,7 @@ def ingest_latest_manifest(
                 log_start=log_start,
                 log_end=log_end,
                 changelog_epoch=changelog_epoch,
+                epoch_end_offset=epoch_end_offset,
             )
         except ManifestError as error:
             logger.warning("%s", error)
@@ -267,6 +290,7 @@ def rebuild_store(
         log_start=log.beginning_offset(changelog),
         log_end=log.end_offset(changelog),
         changelog_epoch=log.partition_epoch(changelog),
+        epoch_end_offset=partial(log.epoch_end_offset, changelog),
     )
     with RocksDBStore(store, directory, options) as opened:
         replayed = restore(opened, log, changelog)

@@ -41,7 +41,10 @@ first:
 
 Kafka Streams marks a task corrupted in these cases and wipes the store; the runtime
 sets the store aside in the quarantine (it may be the best copy of the state
-left) and rebuilds it from the changelog (:func:`open_trusted`).
+left). When the changelog lost records the copy applied (AHEAD, REPLACED) it
+then stops the task until the user decides (:class:`ChangelogLossError`):
+a rebuild would publish values lower than ones already published. Otherwise
+(GAP, FOREIGN) it rebuilds the store from the changelog (:func:`open_trusted`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import enum
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +61,11 @@ from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log import Log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state import StateStore
-from eddyline_runtime.state.state_directory import write_quarantine_note
+from eddyline_runtime.state.state_directory import (
+    DECISION_PENDING,
+    pending_decisions,
+    read_quarantine_note,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,20 +161,33 @@ def replay_start(
     )
 
 
+def recorded_epoch_end(
+    store_epoch: str | None,
+    log_epoch: str | None,
+    epoch_end_offset: Callable[[str], int | None] | None,
+) -> int | None:
+    """``store_epoch_end`` for :func:`replay_start`: where the epoch a copy recorded ended
+    in the changelog's history (``Log.epoch_end_offset`` of its partition), asked only
+    when that epoch is not the changelog's now; None when it need not be or cannot be
+    told. Every copy (a store, a standby, a Spark build's manifest) is judged by it."""
+    if store_epoch is None or log_epoch is None or store_epoch == log_epoch:
+        return None
+    return None if epoch_end_offset is None else epoch_end_offset(store_epoch)
+
+
 def judge(store: StateStore, log: Log, changelog: TopicPartition) -> ReplayStart:
     """:func:`replay_start` for ``store`` against the live bounds and epoch of ``changelog``."""
     store_epoch = store.changelog_epoch(changelog)
     log_epoch = log.partition_epoch(changelog)
-    epoch_end = None
-    if store_epoch is not None and log_epoch is not None and store_epoch != log_epoch:
-        epoch_end = log.epoch_end_offset(changelog, store_epoch)
     return replay_start(
         store.committed_offset(changelog),
         log.beginning_offset(changelog),
         log.end_offset(changelog),
         store_epoch=store_epoch,
         log_epoch=log_epoch,
-        store_epoch_end=epoch_end,
+        store_epoch_end=recorded_epoch_end(
+            store_epoch, log_epoch, partial(log.epoch_end_offset, changelog)
+        ),
         other_changelogs=[tp for tp in store.committed_changelogs() if tp != changelog],
     )
 
@@ -274,6 +295,53 @@ def changelog_recreated(start: ReplayStart) -> bool:
     return start.store_epoch.partition(":")[0] != start.log_epoch.partition(":")[0]
 
 
+def loses_records(start: ReplayStart) -> bool:
+    """Whether the changelog lost records the copy applied, so that a rebuild from it would
+    go back on values already published: AHEAD, or REPLACED (truncated, rewritten, a log
+    put back from a backup). A recreated topic has its own rule (``rebuild_recreated``)."""
+    if start.verdict is ReplayVerdict.AHEAD:
+        return True
+    return start.verdict is ReplayVerdict.REPLACED and not changelog_recreated(start)
+
+
+class ChangelogLossError(EddylineError):
+    """A copy holds changelog records its changelog lost: its task stops until the user
+    republishes the copy or accepts the loss (docs/state.md)."""
+
+    def __init__(
+        self, store: str, changelog: TopicPartition, entry: Path, copy: str, problem: str
+    ) -> None:
+        self.store = store
+        self.changelog = changelog
+        self.entry = entry
+        which = f" ({copy})" if copy else ""
+        super().__init__(
+            f'state store "{store}"{which} holds changelog records that {changelog} lost '
+            f"({problem}); the task is stopped so that no value lower than one already "
+            f"published is published. Its copy is kept at {entry}. Decide, then start "
+            f"again: `eddyline state republish {entry} --log LOG_URL` writes the copy back "
+            "into the changelog (nothing is lost), or `eddyline state accept-loss "
+            f"{entry} --log LOG_URL` rebuilds the store from what the changelog holds (values "
+            "published higher may be published lower)"
+        )
+
+
+class ChangelogHeldError(EddylineError):
+    """Another instance's copy found the changelog's loss and waits for the user's decision:
+    no task rebuilds from the changelog meanwhile."""
+
+    def __init__(self, store: str, changelog: TopicPartition, copy: str, hold: str) -> None:
+        which = f" ({copy})" if copy else ""
+        super().__init__(
+            f'state store "{store}"{which} cannot start: {changelog} lost records that a '
+            "copy of the store applied, so the task is stopped so that no value lower than "
+            f"one already published is published: {hold}. Decide on that copy, then start "
+            "again: `eddyline state republish ENTRY --log LOG_URL` writes it back into the "
+            "changelog, or `eddyline state accept-loss ENTRY --log LOG_URL` lets the store "
+            "be rebuilt from what the changelog holds"
+        )
+
+
 class ForeignStoreError(ChangelogMismatchError):
     """The store's offsets belong to other changelog partitions than its own."""
 
@@ -324,6 +392,51 @@ def replay_batch(
     return len(batch.entries), batch.last_offset + 1
 
 
+@dataclass(frozen=True, slots=True)
+class StampedBatch:
+    """What :func:`replay_stamped_batch` did."""
+
+    records: int  # keyed records applied
+    next_position: int  # the next offset to apply (unchanged when nothing was applied)
+    # An epoch began while the batch was read: nothing was applied; judge again.
+    epoch_began: bool = False
+
+
+def replay_stamped_batch(
+    store: StateStore,
+    log: Log,
+    changelog: TopicPartition,
+    position: int,
+    *,
+    epoch: str | None,
+    max_records: int = DEFAULT_BATCH_RECORDS,
+) -> StampedBatch:
+    """:func:`replay_batch` for a copy that keeps replaying (a standby), its offset named by
+    the epoch in force while its records were read (docs/state.md, "Epochs").
+
+    ``epoch`` is the changelog's epoch read (and judged) before this call. The batch is
+    committed with it only if the changelog's epoch read again after the fetch is still
+    ``epoch``: no epoch began in between, so every record fetched was written in
+    ``epoch`` or before it, and that epoch's history covers the offset committed. When
+    one began, nothing says whether the fetch returned records written before it or its
+    writer's first ones (a new active task begins its epoch at the changelog's end and
+    writes on at once): committing them with the old epoch would be judged a loss where
+    nothing was lost (the offset lies past where that epoch ended), with the new one a
+    truncation's replaced records would be trusted. So nothing is applied, and the
+    caller judges the copy again against the epoch now and fetches again.
+    """
+    batch = log.fetch_changes(changelog, position, max_records)
+    if batch.last_offset < 0:
+        return StampedBatch(0, position)
+    if log.partition_epoch(changelog) != epoch:
+        return StampedBatch(0, position, epoch_began=True)
+    if epoch is not None:
+        # One WriteBatch with the records and their offset (the store commits both).
+        store.record_changelog_epoch(changelog, epoch)
+    store.restore_batch(batch.entries, {changelog: batch.last_offset})
+    return StampedBatch(len(batch.entries), batch.last_offset + 1)
+
+
 def open_trusted(
     open_store: Callable[[], StateStore],
     log: Log,
@@ -332,23 +445,44 @@ def open_trusted(
     copy: str = "",
     on_set_aside: Callable[[Path], None] | None = None,
     rebuild_recreated: bool = False,
+    state_dir: Path | None = None,
+    writer: bool = False,
+    new_epoch: bool = False,
 ) -> tuple[StateStore, ReplayStart]:
-    """Open a store for ``changelog`` that replay can bring up to date, rebuilding it if not.
+    """Open a store for ``changelog`` that replay can bring up to date, or refuse to.
 
     A store whose offsets do not fit its changelog (any verdict but REPLAY
     and CAUGHT_UP) is set aside into the state directory's quarantine, never
     deleted: when the changelog was truncated, rewritten or deleted, that copy
     may be the best one of the state left. The loss is loud (an error naming
     the store, the verdict and where the copy went, and ``on_set_aside``, which
-    counts it); the store is opened again empty and restoration rebuilds it
-    from the changelog's start. ``eddyline state republish`` writes a copy set
-    aside back into its changelog. The changelog's epoch is recorded on the
-    store, to be committed with its next offsets. A whole changelog topic
-    created again is refused (:class:`ChangelogRecreatedError`) unless
-    ``rebuild_recreated``. Returns the store and its verdict.
+    counts it). When the changelog lost records the copy applied
+    (:func:`loses_records`) the copy waits for the user's decision and
+    :class:`ChangelogLossError` stops the task; so does every later open while
+    a copy of this store in ``state_dir`` still waits. Otherwise the store is
+    opened again empty and restoration rebuilds it from the changelog's start.
+    A whole changelog topic created again is refused
+    (:class:`ChangelogRecreatedError`) unless ``rebuild_recreated``.
+
+    A ``writer`` (an active task) also stops while the log holds the
+    changelog (``Log.changelog_hold``: a copy elsewhere waits for a decision).
+    The changelog's epoch is recorded on the store, to be committed with its
+    next offsets; with ``new_epoch`` (a writer that fenced the previous owner)
+    a new epoch is started first (``Log.start_epoch``) and that one recorded.
+    Returns the store and its verdict.
     """
     store = open_store()
     try:
+        if state_dir is not None:
+            waiting = pending_decisions(state_dir, store.name, changelog.topic, changelog.partition)
+            if waiting:
+                raise _still_waiting(store.name, changelog, waiting[0], copy)
+        if writer:
+            # Another instance's copy found the loss: an empty or rebuilt copy here would
+            # publish what that copy's decision is about.
+            hold = log.changelog_hold(changelog)
+            if hold is not None:
+                raise ChangelogHeldError(store.name, changelog, copy, hold)
         start = judge(store, log, changelog)
         if not start.trusted:
             if changelog_recreated(start) and not rebuild_recreated:
@@ -360,11 +494,18 @@ def open_trusted(
                 log.record_divergence(changelog)
             reason = mismatch_error(store.name, changelog, start, copy=copy)
             name = store.name
-            kept = store.set_aside(start.verdict.value)
-            if kept is not None:
-                write_quarantine_note(kept, quarantine_note(name, changelog, start, copy))
-                if on_set_aside is not None:
-                    on_set_aside(kept)
+            note = quarantine_note(name, changelog, start, copy)
+            held = loses_records(start)
+            if held:
+                note["decision"] = DECISION_PENDING
+                # In the log first: a crash before the copy moves leaves it in place, to be
+                # found again; every other instance stops writing from here on.
+                log.hold_changelog(changelog, _hold_reason(name, copy, state_dir))
+            kept = store.set_aside(start.verdict.value, note)
+            if kept is not None and on_set_aside is not None:
+                on_set_aside(kept)
+            if held and kept is not None:
+                raise ChangelogLossError(name, changelog, kept, copy, _loss(start))
             logger.error(
                 "%s. Rebuilding it from the changelog's start (offset %d); the copy it held %s",
                 reason.problem,
@@ -376,12 +517,53 @@ def open_trusted(
             )
             store = open_store()
             start = judge(store, log, changelog)
-        if start.log_epoch is not None:
-            store.record_changelog_epoch(changelog, start.log_epoch)
+        epoch = start.log_epoch
+        if writer and new_epoch and epoch is not None:
+            epoch = log.start_epoch(changelog) or log.partition_epoch(changelog)
+        if epoch is not None:
+            store.record_changelog_epoch(changelog, epoch)
     except BaseException:
         store.close()
         raise
     return store, start
+
+
+def _loss(start: ReplayStart) -> str:
+    """What the changelog lost, for the error that stops the task."""
+    if start.verdict is ReplayVerdict.AHEAD:
+        return (
+            f"the copy committed offset {start.committed}, the changelog ends at "
+            f"{start.log_end}: it was truncated, or put back from a backup"
+        )
+    return (
+        f"the copy committed offset {start.committed} in epoch {start.store_epoch}, and the "
+        f"changelog's records there are not that epoch's any more (epoch {start.log_epoch}): "
+        "it was truncated, rewritten, or put back from a backup"
+    )
+
+
+def _hold_reason(store: str, copy: str, state_dir: Path | None) -> str:
+    where = "" if state_dir is None else f" in state directory {state_dir}"
+    which = f" ({copy})" if copy else ""
+    listing = "" if state_dir is None else f" (eddyline state quarantined {state_dir} lists it)"
+    return (
+        f'the copy of state store "{store}"{which}{where} holds records the changelog lost '
+        f"and waits for a decision in the quarantine{listing}"
+    )
+
+
+def _still_waiting(
+    store: str, changelog: TopicPartition, entry: Path, copy: str
+) -> ChangelogLossError:
+    note = read_quarantine_note(entry) or {}
+    return ChangelogLossError(
+        store,
+        changelog,
+        entry,
+        copy,
+        f"found earlier, verdict {note.get('verdict')}, offset {note.get('committed')}; the "
+        "copy still waits for your decision",
+    )
 
 
 def quarantine_note(

@@ -57,6 +57,17 @@ def restore(
     if not start.trusted:
         raise mismatch_error(store.name, changelog, start)
     position, applied = start.first_offset, 0
+    if (
+        position < start.log_end
+        and start.log_epoch is not None
+        and store.changelog_epoch(changelog) == start.store_epoch
+    ):
+        # What it applies now was written in the epoch judged here (or one it continues):
+        # a store left naming the earlier epoch it was built in, with an offset past that
+        # epoch's end, would be judged REPLACED at its next open (docs/state.md, "Epochs").
+        # A store whose epoch was recorded since it was judged (an active task's new
+        # epoch, ``open_trusted``) keeps that one: it names what the task writes next.
+        store.record_changelog_epoch(changelog, start.log_epoch)
     while position < start.log_end:
         records, next_position = replay_batch(
             store, log, changelog, position, max_records=batch_records

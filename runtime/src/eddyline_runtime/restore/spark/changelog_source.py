@@ -34,7 +34,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from eddyline_runtime.log import open_log
+from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.log import Log, open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.restore.spark.offset_ranges import OffsetRange
 
@@ -62,7 +63,35 @@ class ChangelogBounds:
 
     start: int
     end: int
-    epoch: str | None = None
+    epoch: str | None = None  # the epoch that wrote offset ``end - 1`` (see read_bounds)
+
+
+class ChangelogShrankError(EddylineError):
+    """The changelog lost records while a build fixed its bounds: its end is not its end."""
+
+
+def read_bounds(log: Log, tp: TopicPartition, end: int | None = None) -> ChangelogBounds:
+    """``tp``'s bounds for a build that reads up to ``end`` (default: the end now), and
+    the epoch that wrote the last offset it reads (``Log.epoch_at``).
+
+    Not the epoch now: the task writing the changelog begins a new epoch at its end
+    (docs/state.md, "Epochs"), and the records a build read stay trusted across that
+    as a store's do only when the build names the epoch that wrote them, which is how
+    :func:`~eddyline_runtime.restore.ingest.sst_restore.check_manifest` judges it.
+    """
+    start = log.beginning_offset(tp)
+    if end is None:
+        end = log.end_offset(tp)
+    if end <= start:
+        return ChangelogBounds(start, end, log.partition_epoch(tp))
+    epoch = log.epoch_at(tp, end - 1)
+    if epoch is None:
+        raise ChangelogShrankError(
+            f"changelog {tp} ended at offset {end} and then lost records while the restore "
+            "build read its bounds (it was truncated or put back from a backup): the build "
+            "stops rather than name records it cannot read; run it again"
+        )
+    return ChangelogBounds(start, end, epoch)
 
 
 class ChangelogSource(Protocol):
@@ -88,11 +117,7 @@ class LogPortSource:
         log = open_log(self.log_url, read_only=True)
         try:
             return {
-                partition: ChangelogBounds(
-                    log.beginning_offset(TopicPartition(topic, partition)),
-                    log.end_offset(TopicPartition(topic, partition)),
-                    log.partition_epoch(TopicPartition(topic, partition)),
-                )
+                partition: read_bounds(log, TopicPartition(topic, partition))
                 for partition in partitions
             }
         finally:

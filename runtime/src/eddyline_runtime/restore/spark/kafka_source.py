@@ -37,7 +37,7 @@ from pyspark.sql import functions as F  # noqa: N812  (PySpark's own idiom, as i
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.restore.spark.changelog_source import ChangelogBounds
+from eddyline_runtime.restore.spark.changelog_source import ChangelogBounds, read_bounds
 from eddyline_runtime.restore.spark.offset_ranges import OffsetRange
 
 SPARK_KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
@@ -181,10 +181,7 @@ class KafkaChangelogSource:
             found = {}
             for partition in partitions:
                 tp = TopicPartition(topic, partition)
-                start = log.beginning_offset(tp)
-                found[partition] = ChangelogBounds(
-                    start, data_end(log, tp, start), log.partition_epoch(tp)
-                )
+                found[partition] = read_bounds(log, tp, data_end(log, tp, log.beginning_offset(tp)))
             return found
         finally:
             log.close()
