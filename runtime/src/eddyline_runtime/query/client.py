@@ -93,6 +93,7 @@ class Reflects:
     member: str | None = None  # the member that answered, and the topology revision it runs
     revision: str | None = None
     position: dict[TopicPartition, int] = field(default_factory=dict)  # KIP-796
+    changelog_offset: int | None = None  # the last changelog record the copy includes
     committed_at_ms: int | None = None  # the copy's last commit as its task's active copy
     as_of_ms: int | None = None  # the copy includes every write committed by then
     staleness_ms: int | None = None  # answer time - as_of_ms; None: the copy cannot tell
@@ -107,6 +108,7 @@ class Reflects:
             member=None if body.get("member") is None else str(body["member"]),
             revision=None if body.get("revision") is None else str(body["revision"]),
             position=position_from_json(body.get("position")),
+            changelog_offset=optional("changelog_offset"),
             committed_at_ms=optional("committed_at_ms"),
             as_of_ms=optional("as_of_ms"),
             staleness_ms=optional("staleness_ms"),

@@ -62,7 +62,9 @@ hash of the topology's description this member runs) name who answered; a
 one-key answer, and each entry of an every-key answer's ``copies``, names the
 copy (``partition``, ``task``, ``role``, ``stale``, ``lag``) and what it read:
 ``position`` (KIP-796, taken before the data is read, so the data is at least
-that new), ``committed_at_ms`` (the copy's last commit as its task's active
+that new; a standby's is only what its store last committed as an active copy,
+a lower bound), ``changelog_offset`` (the last changelog record the copy's data
+includes: exact for every copy), ``committed_at_ms`` (the copy's last commit as its task's active
 copy; null for a standby or restoring copy), ``as_of_ms`` (the copy includes
 every write its task committed by then; null: unknown) and ``staleness_ms``
 (the answer's time minus ``as_of_ms``; 0 for the fresh active copy).
@@ -507,6 +509,7 @@ class _Handlers:
                 "lag": sum(lag.offset_lag for lag in lags.values()),
                 "isolation": reader.isolation.value,
                 "position": position_to_json(position),
+                "changelog_offset": None,
                 "committed_at_ms": None,
                 "as_of_ms": None,
                 "staleness_ms": None,
@@ -1284,10 +1287,15 @@ def _copy_kind(local: LocalStorePartition) -> str:
 def _reflects(
     local: LocalStorePartition, position: Mapping[TopicPartition, int], freshness: CopyFreshness
 ) -> dict[str, Any]:
-    """What an answer reflects: the copy's position when the read began, when that copy
-    last committed (its active's commits only), and its freshness (staleness.py)."""
+    """What an answer reflects: the copy's position when the read began, the last
+    changelog record its data includes, when that copy last committed (its active's
+    commits only), and its freshness (staleness.py)."""
     return {
         "position": position_to_json(position),
+        # Exact for every copy, so two copies of a partition compare by it: a replaying
+        # copy's input position is only what its store last committed as an active copy
+        # (the changelog does not carry positions), a lower bound.
+        "changelog_offset": local.lag.current_offset_position - 1,
         "committed_at_ms": local.committed_at_ms,
         "as_of_ms": freshness.as_of_ms,
         "staleness_ms": freshness.staleness_ms,
