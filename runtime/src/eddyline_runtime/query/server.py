@@ -1211,7 +1211,8 @@ def _check_fresh(
         503,
         {
             "error": f'partition {local.partition} of store "{local.store}" is {why} here '
-            f"(lag {local.lag.offset_lag}); query the active host, or pass allow_stale=true",
+            f"(lag {local.lag.offset_lag}); query the active host, or pass allow_stale=true "
+            f"(or {MAX_STALENESS_PARAMETER}=<ms> for an answer at most that stale)",
             "lag": local.lag.offset_lag,
             **_metadata_body(metadata),
         },
