@@ -63,11 +63,12 @@ one-key answer, and each entry of an every-key answer's ``copies``, names the
 copy (``partition``, ``task``, ``role``, ``stale``, ``lag``) and what it read:
 ``position`` (KIP-796, taken before the data is read, so the data is at least
 that new; a standby's is only what its store last committed as an active copy,
-a lower bound), ``changelog_offset`` (the last changelog record the copy's data
-includes: exact for every copy), ``committed_at_ms`` (the copy's last commit as its task's active
-copy; null for a standby or restoring copy), ``as_of_ms`` (the copy includes
-every write its task committed by then; null: unknown) and ``staleness_ms``
-(the answer's time minus ``as_of_ms``; 0 for the fresh active copy).
+a lower bound), ``changelog_offset`` (the last changelog record the copy's
+data includes: exact for every copy), ``committed_at_ms`` (the copy's last
+commit as its task's active copy; null for a standby or restoring copy),
+``as_of_ms`` (the copy includes every write its task committed by then; null:
+unknown) and ``staleness_ms`` (the answer's time minus ``as_of_ms``; 0 for the
+fresh active copy). docs/queries.md states the invariant for users.
 Errors a client can act on:
 
 * 404: no such store (the body lists the stores);
@@ -474,17 +475,7 @@ class _Handlers:
             store = self._readable_store(request)
             isolation, _ = _read_options(request)
             if _max_staleness(request) is not None:
-                raise _QueryError(
-                    409,
-                    {
-                        "error": f'global store "{store}" does not measure its staleness: '
-                        f"no copy of it can show it is within {MAX_STALENESS_PARAMETER}; "
-                        f"query it without {MAX_STALENESS_PARAMETER} (GET /v1/lags gives its "
-                        "lag in records)",
-                        "staleness_ms": None,
-                        "global": True,
-                    },
-                )
+                raise _unmeasured_global(store)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
             reader = _global_reader(self.instance, store, isolation)
@@ -552,13 +543,7 @@ class _Handlers:
         copies: list[dict[str, Any]] = []
         if store in self.instance.topology.global_stores:
             if max_staleness is not None:
-                return _QueryError(
-                    409,
-                    {
-                        "error": f'global store "{store}" does not measure its staleness; '
-                        f"query it without {MAX_STALENESS_PARAMETER}"
-                    },
-                ).response()
+                return _unmeasured_global(store).response()
             try:
                 reader = _global_reader(self.instance, store, isolation)
             except _QueryError as error:
@@ -1276,6 +1261,22 @@ def _check_staleness(
             **_metadata_body(metadata),
         },
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def _unmeasured_global(store: str) -> _QueryError:
+    """409 for a staleness bound on a global store: no copy of it measures its staleness.
+    No ``Retry-After``: retrying cannot help."""
+    return _QueryError(
+        409,
+        {
+            "error": f'global store "{store}" does not measure its staleness: no copy of it '
+            f"can show it is within {MAX_STALENESS_PARAMETER}; query it without "
+            f"{MAX_STALENESS_PARAMETER} (GET /v1/lags gives its lag in records)",
+            MAX_STALENESS_PARAMETER: None,
+            "staleness_ms": None,
+            "global": True,
+        },
     )
 
 
