@@ -142,13 +142,23 @@ def _add_query_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="accept a standby at most this many changelog records behind (default: any)",
     )
     query.add_argument("--isolation", choices=["READ_COMMITTED", "READ_UNCOMMITTED"])
+    query.add_argument(
+        "--max-staleness-ms",
+        type=int,
+        help="accept any copy whose committed data is at most this stale, standby or "
+        "restoring (docs/queries.md; default: no bound)",
+    )
 
 
 def _run_query(args: argparse.Namespace) -> int:
     from eddyline_runtime.query.client import QueryRouter
+    from eddyline_runtime.query.position import position_to_json
 
     router = QueryRouter(args.bootstrap.split(","), acceptable_lag=args.max_lag)
-    result = router.get(args.store, args.key, isolation=args.isolation)
+    result = router.get(
+        args.store, args.key, isolation=args.isolation, max_staleness_ms=args.max_staleness_ms
+    )
+    reflects = result.reflects
     print(
         json.dumps(
             {
@@ -160,6 +170,14 @@ def _run_query(args: argparse.Namespace) -> int:
                 "stale": result.stale,
                 "lag": result.lag,
                 "partition": result.partition,
+                # What the answer reflects (docs/queries.md).
+                "member": reflects.member,
+                "revision": reflects.revision,
+                "position": position_to_json(reflects.position),
+                "changelog_offset": reflects.changelog_offset,
+                "committed_at_ms": reflects.committed_at_ms,
+                "as_of_ms": reflects.as_of_ms,
+                "staleness_ms": reflects.staleness_ms,
             }
         )
     )

@@ -241,6 +241,16 @@ class _GatedFetches:
         log.fetch_changes = fetch_changes  # type: ignore[method-assign]
 
 
+def assert_a_staleness_bound_is_refused(address: str, answer: Any, member: str) -> None:
+    """An answer of a global copy says who answered; a global copy does not measure its
+    staleness, so a bound on it is refused (409), saying how to query it instead."""
+    assert answer["member"] == member and answer["staleness_ms"] is None
+    for path in (f"/v1/stores/{STORE}/keys/EUR", f"/v1/stores/{STORE}/all"):
+        bounded = http_get(address, path, max_staleness_ms="60000")
+        assert bounded.status == 409, bounded.text
+        assert "query it without max_staleness_ms" in bounded.json()["error"]
+
+
 def test_processing_and_readiness_wait_for_the_bootstrap(tmp_path: Path, log: SqliteLog) -> None:
     """No stream record is processed, no global query answered and the instance is not
     ready (the pod's readiness) until the global store has read its topic's end."""
@@ -278,6 +288,7 @@ def test_processing_and_readiness_wait_for_the_bootstrap(tmp_path: Path, log: Sq
         assert answer.status == 200, answer.text
         body = answer.json()
         assert body["value"] == "1.10" and body["global"] is True and body["partition"] == -1
+        assert_a_staleness_bound_is_refused(address, body, instance.member.id)
         everything = http_get(address, f"/v1/stores/{STORE}/all").json()
         assert everything["entries"] == [["EUR", "1.10"]]
         layout = http_get(address, "/v1/layout").json()

@@ -27,6 +27,7 @@ from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId, TopicPartition, partition_for_key
 from eddyline_runtime.restore.replay import LagInfo
 from eddyline_runtime.restore.replay import standby_task as standby_module
+from eddyline_runtime.restore.replay.lag import wall_clock_ms
 from eddyline_runtime.restore.replay.standby_task import StandbyTask
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import KeyRange, RocksDBStore
@@ -429,3 +430,47 @@ def test_a_standby_replays_in_batches_committing_each_and_resumes_after_a_restar
 
 def produce_lines(log: SqliteLog, lines: list[str]) -> None:
     produce_input(log, lines, PARTITIONS)
+
+
+def test_a_standby_says_when_it_last_held_its_whole_changelog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LagInfo.caught_up_at_ms``: the time of the last end read the copy had applied
+    everything up to; None while it replays a backlog it never got through."""
+    log = PausableLog(tmp_path / "log.db")
+    log.create_topic("changes", 1, compacted=True)
+    tp = TopicPartition("changes", 0)
+    log.produce(tp, [Record(f"k{i}".encode(), b"v", i) for i in range(15)])
+    monkeypatch.setattr(standby_module, "_REPLAY_BATCH", 10)
+    store = RocksDBStore("s", tmp_path / "0_0" / "s")
+    try:
+        standby = StandbyTask(TaskId(0, 0), {"s": store}, {"s": tp})
+        standby.start(log)
+        assert standby.lag("s").caught_up_at_ms is None  # 15 records to go
+        standby.replay(log)
+        assert standby.lag("s").caught_up_at_ms is None  # 10 applied, 5 to go
+        before = wall_clock_ms()
+        standby.replay(log)
+        caught_up = standby.lag("s").caught_up_at_ms
+        assert caught_up is not None and before <= caught_up <= wall_clock_ms()
+        # The changelog grows while replay is held back: the time stays where it was.
+        log.produce(tp, [Record(b"k1", b"new", 15)])
+        log.standby_replay_paused.set()
+        with log.standby_replay():
+            assert standby.replay(log) == 0
+        assert standby.lag("s") == LagInfo(15, 16)
+        assert standby.lag("s").caught_up_at_ms == caught_up
+        # Caught up again: the later end read's time.
+        log.standby_replay_paused.clear()
+        standby.replay(log)
+        again = standby.lag("s").caught_up_at_ms
+        assert again is not None and again >= caught_up
+        standby.close()
+        # A copy that opens holding its whole changelog is caught up from its start.
+        store = RocksDBStore("s", tmp_path / "0_0" / "s")
+        standby = StandbyTask(TaskId(0, 0), {"s": store}, {"s": tp})
+        standby.start(log)
+        assert standby.lag("s").caught_up_at_ms is not None
+    finally:
+        store.close()
+        log.close()

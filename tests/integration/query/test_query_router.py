@@ -28,6 +28,7 @@ import pytest
 from eddyline_runtime.assignor import Assignment
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
+from eddyline_runtime.query.layout import topology_hash
 from tests.support.http_client import http_get
 from tests.support.logs import PausableLog
 from tests.support.ports import free_port
@@ -41,6 +42,7 @@ from tests.support.query_cluster import (
 )
 from tests.support.query_cluster import Cluster as HarnessCluster
 from tests.support.waiting import wait_for
+from tests.support.word_count import word_count
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -145,6 +147,13 @@ def test_an_unknown_store_fails_after_the_first_host_with_the_stores_named(
     assert STORE in attempt
 
 
+# What an answer reflects, as the command prints it (docs/queries.md).
+REFLECTS = (
+    *("member", "revision", "position", "changelog_offset"),
+    *("committed_at_ms", "as_of_ms", "staleness_ms"),
+)
+
+
 def test_eddyline_query_prints_one_json_line(steady: Cluster) -> None:
     word = "and/or"
     partition = partition_of(word)
@@ -158,6 +167,8 @@ def test_eddyline_query_prints_one_json_line(steady: Cluster) -> None:
             f"127.0.0.1:{free_port()},{steady.other_node(partition).address}",
             STORE,
             word,
+            "--max-staleness-ms",
+            "60000",
         ],
         capture_output=True,
         text=True,
@@ -168,7 +179,14 @@ def test_eddyline_query_prints_one_json_line(steady: Cluster) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done.stdout
-    assert json.loads(lines[0]) == {
+    answer = json.loads(lines[0])
+    reflects = {name: answer.pop(name) for name in REFLECTS}
+    active = steady.active_node(partition)
+    assert (reflects["member"], reflects["staleness_ms"]) == (active.member.id, 0)
+    assert reflects["revision"] == topology_hash(word_count().describe())
+    assert reflects["position"] and reflects["changelog_offset"] >= 0
+    assert reflects["as_of_ms"] >= reflects["committed_at_ms"] > 0
+    assert answer == {
         "key": word,
         "found": True,
         "value": EXPECTED[word],

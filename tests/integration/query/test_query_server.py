@@ -28,6 +28,7 @@ from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Processor, StoreSpec, Topology
+from eddyline_runtime.query.layout import topology_hash
 from eddyline_runtime.query.server import QueryServer
 from tests.support.http_client import http_get
 from tests.support.query_cluster import (
@@ -117,13 +118,28 @@ def test_stores_lists_the_stores_and_their_serdes(cluster: Cluster) -> None:
 # -- one key ----------------------------------------------------------------------------
 
 
+# The fields that say what an answer reflects (query/server.py).
+REFLECTS = (
+    *("member", "host", "revision", "position", "changelog_offset"),
+    *("committed_at_ms", "as_of_ms", "staleness_ms"),
+)
+
+
 def test_a_key_on_its_active_host_is_the_fresh_count(cluster: Cluster) -> None:
     for partition in range(PARTITIONS):
         active = cluster.active_node(partition)
         for word in words_in(partition):
             response = http_get(active.address, key_path(word))
             assert response.status == 200, response.text
-            assert response.json() == {
+            body = response.json()
+            # What the answer reflects: who answered, its position, and how fresh it is.
+            reflects = {name: body.pop(name) for name in REFLECTS}
+            assert (reflects["member"], reflects["host"]) == (active.member.id, active.address)
+            assert reflects["revision"] == topology_hash(word_count().describe())
+            assert reflects["position"], "the counts store records the position of its input"
+            assert reflects["staleness_ms"] == 0
+            assert reflects["as_of_ms"] >= reflects["committed_at_ms"] > 0
+            assert body == {
                 "store": STORE,
                 "key": word,
                 "found": True,

@@ -20,6 +20,8 @@ from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition, partition_for_key
 from eddyline_runtime.processing import SessionWindows, StreamsBuilder, TimeWindows, Topology
 from eddyline_runtime.query.client import QueryRouter, WindowedEntry
+from eddyline_runtime.query.layout import topology_hash
+from eddyline_runtime.query.position import position_from_json
 from eddyline_runtime.query.server import QueryServer
 from tests.support.http_client import http_get
 from tests.support.ports import free_port
@@ -251,3 +253,44 @@ def test_the_router_reads_backward_and_key_ranges(served: str) -> None:
     assert router.fetch_all_windows(WINDOWS, key_from="u2", backward=True) == ranged[::-1]
     ranged_sessions = router.fetch_all_sessions(SESSIONS, key_to="u1", backward=True)
     assert [(e.key, e.start) for e in ranged_sessions] == [("u1", 200_000), ("u1", 1_000)]
+
+
+def test_window_and_session_answers_say_what_they_reflect_as_key_answers_do(served: str) -> None:
+    key_answers = [
+        get(served, f"/v1/stores/{WINDOWS}/windows/u1", max_staleness_ms="0")[1],
+        get(served, f"/v1/stores/{SESSIONS}/sessions/u1", max_staleness_ms="0")[1],
+    ]
+    every_key = [
+        get(served, f"/v1/stores/{WINDOWS}/windows", max_staleness_ms="0")[1],
+        get(served, f"/v1/stores/{SESSIONS}/sessions", max_staleness_ms="0")[1],
+    ]
+    revision = topology_hash(topology().describe())
+    copies = [*key_answers, *(c for body in every_key for c in body["copies"])]
+    for body in [*key_answers, *every_key]:
+        assert (body["member"], body["revision"], body["host"]) == ("0", revision, served), body
+    for body in every_key:
+        assert sorted(c["partition"] for c in body["copies"]) == sorted(body["partitions"])
+    for copy in copies:
+        assert (copy["role"], copy["stale"], copy["staleness_ms"]) == ("active", False, 0)
+        assert copy["as_of_ms"] >= copy["committed_at_ms"] > 0
+        # Every click was processed and committed: the position is each partition's last
+        # click (none, for a partition no click went to).
+        assert position_from_json(copy["position"]) == POSITIONS[copy["partition"]]
+    result = QueryRouter([served]).fetch_sessions(SESSIONS, "u1", max_staleness_ms=0)
+    assert result.reflects.staleness_ms == 0 and result.reflects.revision == revision
+
+
+# The position of each partition's store once every click is processed: its last offset.
+POSITIONS = {
+    partition: {
+        TopicPartition("clicks", partition): offset
+        for offset in [
+            sum(
+                1 for user, _ in CLICKS if partition_for_key(user.encode(), PARTITIONS) == partition
+            )
+            - 1
+        ]
+        if offset >= 0
+    }
+    for partition in range(PARTITIONS)
+}

@@ -83,6 +83,10 @@ class LocalStorePartition:
     # The copy's bytes on disk (StateStore.disk_bytes: None for an in-memory store); a
     # callable, as the walk is wanted only by /v1/layout, not by every query that routes.
     disk_bytes: Callable[[], int | None] = field(compare=False, default=lambda: None)
+    # Wall-clock ms of the last commit this copy made as its task's active copy (the commit
+    # that made its position durable); None for a copy that replays a changelog (a standby,
+    # a restoring copy): the active's commit times are not in the changelog.
+    committed_at_ms: int | None = field(compare=False, default=None)
 
     @property
     def current(self) -> bool:

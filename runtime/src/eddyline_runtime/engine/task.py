@@ -27,7 +27,7 @@ from eddyline_runtime.log import FetchedColumns, TransactionalProducer
 from eddyline_runtime.log.port import CommittedTransaction, RecordColumns
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.topology import RecordFailedError
-from eddyline_runtime.restore.replay.lag import LagInfo
+from eddyline_runtime.restore.replay.lag import LagInfo, wall_clock_ms
 from eddyline_runtime.state import StoreCorruptedError
 
 __all__ = ["PreparedCommit", "StreamTask", "TaskProcessingError", "next_process_batch"]
@@ -80,6 +80,10 @@ class StreamTask:
         # Stores still replaying their changelog, with how far they have to go.
         self._restoring: dict[str, LagInfo] = {}
         self.running = False
+        # Wall-clock ms of the last commit of this task's stores (from its start, whose
+        # restored state is the task's committed state): what queries of its copies
+        # report as ``committed_at_ms``. None until it starts.
+        self.committed_at_ms: int | None = None
         self.processed = 0
         self._turn_records = _PROCESS_BATCH_FIRST  # records per turn, see take_turn
         self._transaction_open = False
@@ -89,6 +93,7 @@ class StreamTask:
         self.consumed = dict(start_offsets)
         self._committed_inputs = dict(start_offsets)
         self._fetch_positions = dict(start_offsets)
+        self.committed_at_ms = wall_clock_ms()
         self.running = True
 
     # -- restoration, as queries see it --------------------------------------------
@@ -312,6 +317,7 @@ class StreamTask:
             )
             store.store.commit(offsets)
         self._committed_inputs = dict(self.consumed)
+        self.committed_at_ms = wall_clock_ms()
 
     def commit_transaction(
         self,

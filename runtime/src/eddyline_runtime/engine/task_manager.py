@@ -381,9 +381,11 @@ class TaskManager:
                     task=task_id,
                     role=StoreRole.ACTIVE,
                     running=restoring is None and task.running,
-                    lag=restoring or LagInfo(position, position),
+                    # A running copy is its task's committed state, as of its last commit.
+                    lag=restoring or LagInfo(position, position, task.committed_at_ms),
                     open_reader=task_store.reader,
                     disk_bytes=task_store.store.disk_bytes,
+                    committed_at_ms=None if restoring else task.committed_at_ms,
                 )
             )
         for task_id, standby in self.standbys.items():

@@ -15,6 +15,14 @@
 4. otherwise fails with :class:`QueryFailedError`, saying what each host
    answered.
 
+With ``max_staleness_ms`` (query/staleness.py) the bound, not the role, says
+which copy will do: the active host is asked first, then every copy as in step
+3, each with the bound, and the first within it answers; when none is,
+:class:`~eddyline_runtime.query.staleness.StalenessBoundError` says how stale
+the freshest was. Every result says what it reflects: the member and topology
+revision that answered, the copy's position, its last commit as the active
+copy, and its ``as_of_ms`` and ``staleness_ms``.
+
 A copy that trails its changelog and has not got the key (a copy restoring
 from empty answers "not found" for every key) is not the last word while a
 fresher copy might have it: the router asks the remaining copies, and answers
@@ -34,7 +42,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from eddyline_runtime.config import IsolationLevel
@@ -47,6 +55,7 @@ from eddyline_runtime.query.position import (
     format_position_bound,
     position_from_json,
 )
+from eddyline_runtime.query.staleness import MAX_STALENESS_PARAMETER, StalenessBoundError
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
 # The roles a member's /v1/layout names for a copy that can answer a stale query; a copy
@@ -77,6 +86,36 @@ class QueryFailedError(EddylineError):
 
 
 @dataclass(frozen=True)
+class Reflects:
+    """What an answer reflects (the server's module docstring defines each field); not part
+    of a result's equality, as two answers of the same value may be read at other times."""
+
+    member: str | None = None  # the member that answered, and the topology revision it runs
+    revision: str | None = None
+    position: dict[TopicPartition, int] = field(default_factory=dict)  # KIP-796
+    changelog_offset: int | None = None  # the last changelog record the copy includes
+    committed_at_ms: int | None = None  # the copy's last commit as its task's active copy
+    as_of_ms: int | None = None  # the copy includes every write committed by then
+    staleness_ms: int | None = None  # answer time - as_of_ms; None: the copy cannot tell
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Reflects:
+        def optional(name: str) -> int | None:
+            value = body.get(name)
+            return None if value is None else int(value)
+
+        return cls(
+            member=None if body.get("member") is None else str(body["member"]),
+            revision=None if body.get("revision") is None else str(body["revision"]),
+            position=position_from_json(body.get("position")),
+            changelog_offset=optional("changelog_offset"),
+            committed_at_ms=optional("committed_at_ms"),
+            as_of_ms=optional("as_of_ms"),
+            staleness_ms=optional("staleness_ms"),
+        )
+
+
+@dataclass(frozen=True)
 class QueryResult:
     found: bool
     value: Any
@@ -85,6 +124,7 @@ class QueryResult:
     stale: bool
     lag: int
     partition: int
+    reflects: Reflects = field(default=Reflects(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -116,6 +156,7 @@ class WindowedResult:
     stale: bool
     lag: int
     partition: int
+    reflects: Reflects = field(default=Reflects(), compare=False)  # of the first page
 
 
 class QueryRouter:
@@ -156,18 +197,23 @@ class QueryRouter:
         isolation: IsolationLevel | str | None = None,
         position_bound: Position | None = None,
         allow_stale: bool = True,
+        max_staleness_ms: int | None = None,
     ) -> QueryResult:
         """The key's value from the best copy; see the module docstring.
 
         ``allow_stale=False``: only the assigned active copy may answer (KIP-535's
         default ``StoreQueryParameters``); the router fails when it is not ready.
 
+        ``max_staleness_ms``: any copy whose committed data is at most that stale
+        may answer, whatever ``allow_stale`` says; :class:`StalenessBoundError` when
+        none is.
+
         With ``position_bound`` (KIP-796) every copy is asked in turn, active
         first, and the first that reached the bound answers; when none has,
         :class:`PositionNotReachedError` says how far they got.
         """
         metadata = self.metadata(store, key)
-        query: dict[str, str] = {}
+        query = _staleness_query(max_staleness_ms)
         if isolation is not None:
             query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
         path = f"/v1/stores/{_quote(store)}/keys/{_quote(key)}"
@@ -194,6 +240,9 @@ class QueryRouter:
         reported: set[str] = set()
         unreachable: set[str] = set()
         active = metadata.get("active_host")
+        # With a staleness bound: how stale each copy that refused for it (409) was.
+        too_stale: list[int | None] = []
+        bounded = MAX_STALENESS_PARAMETER in query
         if active:
             status, body = self._get(active, path, query)
             if status == 200:
@@ -202,9 +251,10 @@ class QueryRouter:
             reported.add(active)
             if status == 0:
                 unreachable.add(active)
+            _note_too_stale(status, body, too_stale)
         else:
             attempts.append("no active host (the task is being reassigned)")
-        if not allow_stale:
+        if not (allow_stale or bounded):
             raise QueryFailedError(store, key, attempts, FRESH_HINT)
         # The freshest copy that has the key answers; a lagging copy without it (one that
         # restores from empty has no key yet) answers only when no other copy has it.
@@ -223,6 +273,7 @@ class QueryRouter:
                 attempts.append(
                     f"{copy.role} copy on {copy.host} (lag {copy.lag}): {_describe(status, body)}"
                 )
+                _note_too_stale(status, body, too_stale)
                 continue
             if int(body.get("lag", 0)) > 0 and _without_key(body):
                 without_key = without_key or (copy.host, body)
@@ -230,6 +281,10 @@ class QueryRouter:
             return copy.host, body
         if without_key is not None:
             return without_key
+        if too_stale:
+            known = [staleness for staleness in too_stale if staleness is not None]
+            bound = int(query[MAX_STALENESS_PARAMETER])
+            raise StalenessBoundError(store, key, bound, min(known) if known else None)
         raise QueryFailedError(store, key, attempts)
 
     def _copies(
@@ -322,11 +377,14 @@ class QueryRouter:
         isolation: IsolationLevel | str | None = None,
         allow_stale: bool = True,
         backward: bool = False,
+        max_staleness_ms: int | None = None,
     ) -> WindowedResult:
         """``key``'s windows starting in [time_from, time_to] (Kafka's
         ``ReadOnlyWindowStore.fetch(key, from, to)``; ``backward``: newest first, its
-        ``backwardFetch``) from the best copy, every page."""
+        ``backwardFetch``) from the best copy, every page (``max_staleness_ms``: as
+        :meth:`get`'s)."""
         query = _bounds("from", time_from, "to", time_to) | _direction(backward)
+        query |= _staleness_query(max_staleness_ms)
         return self._key_entries(store, key, "windows", query, isolation, allow_stale=allow_stale)
 
     def fetch_sessions(
@@ -339,12 +397,13 @@ class QueryRouter:
         isolation: IsolationLevel | str | None = None,
         allow_stale: bool = True,
         backward: bool = False,
+        max_staleness_ms: int | None = None,
     ) -> WindowedResult:
         """``key``'s sessions ending at or after ``earliest_end`` and starting at or before
         ``latest_start`` (Kafka's ``findSessions``; no bounds: ``fetch(key)``; ``backward``:
-        exactly reversed, ``backwardFindSessions``)."""
+        exactly reversed, ``backwardFindSessions``; ``max_staleness_ms``: as :meth:`get`'s)."""
         query = _bounds("earliest_end", earliest_end, "latest_start", latest_start)
-        query |= _direction(backward)
+        query |= _direction(backward) | _staleness_query(max_staleness_ms)
         return self._key_entries(store, key, "sessions", query, isolation, allow_stale=allow_stale)
 
     def fetch_all_windows(
@@ -402,6 +461,7 @@ class QueryRouter:
         metadata = self.metadata(store, key)
         path = f"/v1/stores/{_quote(store)}/{what}/{_quote(key)}"
         host, body = self._routed(store, key, path, metadata, query, allow_stale=allow_stale)
+        reflects = Reflects.of(body)
         entries = _entries(body)
         while body.get("next_cursor"):
             # Later pages from the copy that served the first: one consistent source.
@@ -419,6 +479,7 @@ class QueryRouter:
             stale=bool(body["stale"]),
             lag=int(body["lag"]),
             partition=int(body["partition"]),
+            reflects=reflects,
         )
 
     def _all_entries(
@@ -477,7 +538,7 @@ class QueryRouter:
             if status == 200:
                 return _result(host, body)
             attempts.append(f"{host}: {_describe(status, body)}")
-            if status == 409:
+            if status == 409 and MAX_STALENESS_PARAMETER not in body:
                 not_reached = True
                 for tp, offset in position_from_json(body.get("position")).items():
                     best[tp] = max(best.get(tp, -1), offset)
@@ -514,7 +575,26 @@ def _result(host: str, body: dict[str, Any]) -> QueryResult:
         stale=bool(body["stale"]),
         lag=int(body["lag"]),
         partition=int(body["partition"]),
+        reflects=Reflects.of(body),
     )
+
+
+def _staleness_query(max_staleness_ms: int | None) -> dict[str, str]:
+    if max_staleness_ms is None:
+        return {}
+    if max_staleness_ms < 0:
+        raise InvalidArgumentError(
+            f"max_staleness_ms={max_staleness_ms} is negative; pass 0 or more milliseconds "
+            "(None: no bound)"
+        )
+    return {MAX_STALENESS_PARAMETER: str(max_staleness_ms)}
+
+
+def _note_too_stale(status: int, body: dict[str, Any], too_stale: list[int | None]) -> None:
+    """A 409 for the staleness bound (not a position bound's): how stale the copy was."""
+    if status == 409 and MAX_STALENESS_PARAMETER in body:
+        staleness = body.get("staleness_ms")
+        too_stale.append(None if staleness is None else int(staleness))
 
 
 def _named_hosts(metadata: dict[str, Any]) -> list[str]:

@@ -51,7 +51,25 @@ readers read at) and ``allow_stale=true|false`` (KIP-535's
 ``includeStaleStores``, default false). A key query may also take
 ``position_bound=TOPIC:PARTITION:OFFSET[,...]`` (KIP-796's ``PositionBound``;
 see query/position.py): then any copy that reached it answers, standby or
-not, and one that has not answers 409. Errors a client can act on:
+not, and one that has not answers 409. Any store read may take
+``max_staleness_ms=<ms>`` (query/staleness.py): then any copy whose committed
+data is at most that stale answers, standby or restoring, and one that is
+staler, or does not know its staleness yet, answers 409 (a range, all, window
+or session query over every key skips it instead, as ``skipped_partitions``).
+
+Every answer says what it reflects: ``member``, ``host`` and ``revision`` (the
+hash of the topology's description this member runs) name who answered; a
+one-key answer, and each entry of an every-key answer's ``copies``, names the
+copy (``partition``, ``task``, ``role``, ``stale``, ``lag``) and what it read:
+``position`` (KIP-796, taken before the data is read, so the data is at least
+that new; a standby's is only what its store last committed as an active copy,
+a lower bound), ``changelog_offset`` (the last changelog record the copy's
+data includes: exact for every copy), ``committed_at_ms`` (the copy's last
+commit as its task's active copy; null for a standby or restoring copy),
+``as_of_ms`` (the copy includes every write its task committed by then; null:
+unknown) and ``staleness_ms`` (the answer's time minus ``as_of_ms``; 0 for the
+fresh active copy). docs/queries.md states the invariant for users.
+Errors a client can act on:
 
 * 404: no such store (the body lists the stores);
 * 421: this instance does not hold the key's partition (the body names the
@@ -64,7 +82,8 @@ not, and one that has not answers 409. Errors a client can act on:
   them, so ``/v1/layout`` keeps saying which tasks are not closed yet); the
   router then asks the other members' copies;
 * 409 with ``Retry-After``: the copy has not reached the query's position
-  bound yet (the body holds the position it reached);
+  bound yet (the body holds the position it reached), or is staler than its
+  ``max_staleness_ms`` (the body holds its ``staleness_ms``, null when unknown);
 * 400: a bad parameter (the body names the accepted values), or a serde that
   does not fit the stored bytes.
 
@@ -124,7 +143,7 @@ from eddyline_runtime.engine.queryable import (
 )
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.layout import member_report
+from eddyline_runtime.query.layout import member_report, topology_hash
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits, install_log_limits
 from eddyline_runtime.query.position import (
     POSITION_BOUND_PARAMETER,
@@ -134,6 +153,13 @@ from eddyline_runtime.query.position import (
     unreached,
 )
 from eddyline_runtime.query.prometheus import render_prometheus
+from eddyline_runtime.query.staleness import (
+    MAX_STALENESS_PARAMETER,
+    CopyFreshness,
+    copy_freshness,
+    parse_max_staleness,
+)
+from eddyline_runtime.restore.replay.lag import wall_clock_ms
 from eddyline_runtime.serde import SerdeError, serde_for_request
 from eddyline_runtime.state import (
     DetachedSessionReader,
@@ -275,6 +301,19 @@ class _QueryError(Exception):
 class _Handlers:
     def __init__(self, instance: StreamsInstance) -> None:
         self.instance = instance
+        self._revision: str | None = None
+
+    def _answerer(self) -> dict[str, Any]:
+        """Who answers: this member, its query address, and the topology revision it runs
+        (the hash of the topology's description, as /v1/layout and the operator name it)."""
+        if self._revision is None:
+            # An instance runs one topology for its life: described once, not per query.
+            self._revision = topology_hash(self.instance.topology.describe())
+        return {
+            "member": self.instance.member.id,
+            "host": self.instance.member.address,
+            "revision": self._revision,
+        }
 
     # -- stores -------------------------------------------------------------------
 
@@ -316,16 +355,21 @@ class _Handlers:
             store = self._readable_store(request)
             isolation, allow_stale = _read_options(request)
             bound = _position_bound(request)
+            max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
             metadata = _available(_metadata(self.instance, store, key), store)
             local = self._hosted(store, metadata)
-            if bound is None:
-                _check_fresh(self.instance, local, allow_stale, metadata)
+            bounded = bound is not None
+            freshness = _checked(
+                self.instance, local, metadata, allow_stale, max_staleness, bounded=bounded
+            )
             reader = local.open_reader(isolation)
+            # Before the data: what the answer reads is at least this new.
+            position = reader.position()
             if bound is not None:
                 # A bound says what is fresh enough: any copy that reached it will do.
-                _check_reached(store, reader.position(), bound, metadata)
+                _check_reached(store, position, bound, metadata)
             versioned = versioned_reader(self.instance.topology, local, isolation)
             version: dict[str, Any] = {}
             if versioned is None:
@@ -358,6 +402,8 @@ class _Handlers:
                 "value": rendered,
                 **version,
                 **_served_by(local, reader.isolation, self.instance),
+                **_reflects(local, position, freshness),
+                **self._answerer(),
             }
         )
 
@@ -367,11 +413,13 @@ class _Handlers:
         try:
             store = self._readable_store(request)
             isolation, allow_stale = _read_options(request)
+            max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
             metadata = _available(_metadata(self.instance, store, key), store)
             local = self._hosted(store, metadata)
-            _check_fresh(self.instance, local, allow_stale, metadata)
+            freshness = _checked(self.instance, local, metadata, allow_stale, max_staleness)
+            position = local.open_reader(isolation).position()
             versioned = versioned_reader(self.instance.topology, local, isolation)
             if versioned is None:
                 raise _QueryError(
@@ -409,6 +457,8 @@ class _Handlers:
                 "key": request.match_info["key"],
                 "versions": versions,
                 **_served_by(local, versioned.isolation, self.instance),
+                **_reflects(local, position, freshness),
+                **self._answerer(),
             }
         )
 
@@ -424,9 +474,12 @@ class _Handlers:
         try:
             store = self._readable_store(request)
             isolation, _ = _read_options(request)
+            if _max_staleness(request) is not None:
+                raise _unmeasured_global(store)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
             reader = _global_reader(self.instance, store, isolation)
+            position = reader.position()
             value = reader.get(key)
             rendered = None if value is None else _render(values, value, store, "value_serde")
         except _QueryError as error:
@@ -446,6 +499,12 @@ class _Handlers:
                 "stale": False,
                 "lag": sum(lag.offset_lag for lag in lags.values()),
                 "isolation": reader.isolation.value,
+                "position": position_to_json(position),
+                "changelog_offset": None,
+                "committed_at_ms": None,
+                "as_of_ms": None,
+                "staleness_ms": None,
+                **self._answerer(),
             }
         )
 
@@ -463,6 +522,7 @@ class _Handlers:
                     },
                 )
             isolation, allow_stale = _read_options(request)
+            max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
             limit, after = _page_options(request)
             key_range = KeyRange.closed(
@@ -476,8 +536,14 @@ class _Handlers:
                 key_range = KeyRange(lower, key_range.upper)
         except _QueryError as error:
             return error.response()
-        served, skipped, scans, levels = [], [], [], []
+        served: list[int] = []
+        skipped: list[int] = []
+        scans: list[Iterator[tuple[bytes, bytes]]] = []
+        levels: list[IsolationLevel] = []
+        copies: list[dict[str, Any]] = []
         if store in self.instance.topology.global_stores:
+            if max_staleness is not None:
+                return _unmeasured_global(store).response()
             try:
                 reader = _global_reader(self.instance, store, isolation)
             except _QueryError as error:
@@ -486,13 +552,13 @@ class _Handlers:
                 return _moving(error).response()
             levels.append(reader.isolation)
             scans.append(reader.scan(key_range))
-        for local in sorted(self.instance.local_store_partitions(store), key=lambda p: p.partition):
-            if not (_fresh(self.instance, local) or allow_stale):
-                skipped.append(local.partition)
-                continue
+        for local, freshness in _servable(
+            self.instance, store, allow_stale, max_staleness, skipped
+        ):
             served.append(local.partition)
             try:
                 reader = local.open_reader(isolation)
+                copies.append(_copy_answer(local, reader, freshness, self.instance))
                 levels.append(reader.isolation)
                 scans.append(reader.scan(key_range))
             except StateStoreError as error:
@@ -519,6 +585,8 @@ class _Handlers:
                 "next_cursor": _cursor(page[-1][0]) if more else None,
                 "partitions": served,
                 "skipped_partitions": skipped,
+                "copies": copies,
+                **self._answerer(),
             }
         )
 
@@ -615,6 +683,7 @@ class _Handlers:
                     },
                 )
             isolation, allow_stale = _read_options(request)
+            max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
             limit, after = _page_options(request)
             lower, upper = _time_bounds(request, kind)
@@ -628,22 +697,21 @@ class _Handlers:
                 key_to: bytes | None = key
                 metadata = _available(_metadata(self.instance, store, key), store)
                 local = self._hosted(store, metadata)
-                _check_fresh(self.instance, local, allow_stale, metadata)
-                copies = [local]
+                freshness = _checked(self.instance, local, metadata, allow_stale, max_staleness)
+                selected = [(local, freshness)]
             else:
                 key_from = None if from_text is None else keys.serialize_text(from_text)
                 key_to = None if to_text is None else keys.serialize_text(to_text)
-                copies = []
-                for local in sorted(
-                    self.instance.local_store_partitions(store), key=lambda p: p.partition
-                ):
-                    if _fresh(self.instance, local) or allow_stale:
-                        copies.append(local)
-                    else:
-                        skipped.append(local.partition)
+                selected = _servable(self.instance, store, allow_stale, max_staleness, skipped)
+            copies = [local for local, _ in selected]
+            # Each copy's position before its data is read: the answer is at least this new.
+            answers = [
+                _copy_answer(local, local.open_reader(isolation), freshness, self.instance)
+                for local, freshness in selected
+            ]
             readers = [shape.open_reader(local, isolation) for local in copies]
             if key_text is not None:
-                served_by = _served_by(copies[0], readers[0].isolation, self.instance)
+                served_by = answers[0]
             bounds = _WindowedBounds(key_from, key_to, lower, upper, backward)
             scans = [_windowed_entries(shape, reader, bounds) for reader in readers]
             merged: Iterator[_Found] = heapq.merge(*scans, key=_found_order, reverse=backward)
@@ -676,7 +744,9 @@ class _Handlers:
                 key_to=to_text,
                 partitions=[c.partition for c in copies],
                 skipped_partitions=skipped,
+                copies=answers,
             )
+        body.update(self._answerer())
         return web.json_response(body)
 
     # -- health and metrics ---------------------------------------------------------
@@ -1126,12 +1196,122 @@ def _check_fresh(
         503,
         {
             "error": f'partition {local.partition} of store "{local.store}" is {why} here '
-            f"(lag {local.lag.offset_lag}); query the active host, or pass allow_stale=true",
+            f"(lag {local.lag.offset_lag}); query the active host, or pass allow_stale=true "
+            f"(or {MAX_STALENESS_PARAMETER}=<ms> for an answer at most that stale)",
             "lag": local.lag.offset_lag,
             **_metadata_body(metadata),
         },
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
+
+
+def _checked(
+    instance: StreamsInstance,
+    local: LocalStorePartition,
+    metadata: KeyQueryMetadata,
+    allow_stale: bool,
+    max_staleness: int | None,
+    *,
+    bounded: bool = False,
+) -> CopyFreshness:
+    """The copy's freshness, once it may answer.
+
+    With ``max_staleness_ms`` the bound alone judges, as a position bound does: any copy
+    within it answers, standby or restoring, and one beyond it (or not knowing its
+    staleness) is refused with 409. Without one, the copy must be fresh or the query
+    allow stale answers, unless a position bound (``bounded``) judges instead.
+    """
+    freshness = copy_freshness(local, fresh=_fresh(instance, local), now_ms=wall_clock_ms())
+    if max_staleness is not None:
+        _check_staleness(local, freshness, max_staleness, metadata)
+    elif not bounded:
+        _check_fresh(instance, local, allow_stale, metadata)
+    return freshness
+
+
+def _check_staleness(
+    local: LocalStorePartition,
+    freshness: CopyFreshness,
+    max_staleness: int,
+    metadata: KeyQueryMetadata,
+) -> None:
+    """409 with ``Retry-After`` when the copy is staler than the bound, or cannot tell."""
+    if freshness.within(max_staleness):
+        return
+    staleness = freshness.staleness_ms
+    copy = f'partition {local.partition} of store "{local.store}" ({_copy_kind(local)})'
+    if staleness is None:
+        why = (
+            f"does not know its staleness: it has not caught up with its changelog since it "
+            f"opened (lag {local.lag.offset_lag})"
+        )
+    else:
+        why = f"is {staleness} ms stale"
+    raise _QueryError(
+        409,
+        {
+            "error": f"this copy of {copy} {why}, beyond {MAX_STALENESS_PARAMETER}="
+            f"{max_staleness}; retry later, raise {MAX_STALENESS_PARAMETER}, ask another copy, "
+            f"or query without {MAX_STALENESS_PARAMETER} and with allow_stale=true",
+            MAX_STALENESS_PARAMETER: max_staleness,
+            "staleness_ms": staleness,
+            "as_of_ms": freshness.as_of_ms,
+            "role": local.role.value,
+            "lag": local.lag.offset_lag,
+            **_metadata_body(metadata),
+        },
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def _unmeasured_global(store: str) -> _QueryError:
+    """409 for a staleness bound on a global store: no copy of it measures its staleness.
+    No ``Retry-After``: retrying cannot help."""
+    return _QueryError(
+        409,
+        {
+            "error": f'global store "{store}" does not measure its staleness: no copy of it '
+            f"can show it is within {MAX_STALENESS_PARAMETER}; query it without "
+            f"{MAX_STALENESS_PARAMETER} (GET /v1/lags gives its lag in records)",
+            MAX_STALENESS_PARAMETER: None,
+            "staleness_ms": None,
+            "global": True,
+        },
+    )
+
+
+def _copy_kind(local: LocalStorePartition) -> str:
+    if local.role.value == "standby":
+        return "a standby copy"
+    return "the active copy" if local.running else "a restoring copy"
+
+
+def _reflects(
+    local: LocalStorePartition, position: Mapping[TopicPartition, int], freshness: CopyFreshness
+) -> dict[str, Any]:
+    """What an answer reflects: the copy's position when the read began, the last
+    changelog record its data includes, when that copy last committed (its active's
+    commits only), and its freshness (staleness.py)."""
+    return {
+        "position": position_to_json(position),
+        # Exact for every copy, so two copies of a partition compare by it: a replaying
+        # copy's input position is only what its store last committed as an active copy
+        # (the changelog does not carry positions), a lower bound.
+        "changelog_offset": local.lag.current_offset_position - 1,
+        "committed_at_ms": local.committed_at_ms,
+        "as_of_ms": freshness.as_of_ms,
+        "staleness_ms": freshness.staleness_ms,
+    }
+
+
+def _max_staleness(request: web.Request) -> int | None:
+    raw = request.query.get(MAX_STALENESS_PARAMETER)
+    if raw is None:
+        return None
+    try:
+        return parse_max_staleness(raw)
+    except EddylineError as error:
+        raise _QueryError(400, {"error": str(error)}) from None
 
 
 def _metadata(instance: StreamsInstance, store: str, key: bytes) -> KeyQueryMetadata:
@@ -1189,6 +1369,42 @@ def _read_at(levels: Sequence[IsolationLevel], asked: IsolationLevel | None) -> 
     if levels:
         return levels[0].value
     return None if asked is None else asked.value
+
+
+def _servable(
+    instance: StreamsInstance,
+    store: str,
+    allow_stale: bool,
+    max_staleness: int | None,
+    skipped: list[int],
+) -> list[tuple[LocalStorePartition, CopyFreshness]]:
+    """The local copies a range, all, window or session query over every key reads, in
+    partition order, with their freshness; the others' partitions go to ``skipped`` (a
+    router finds them on another member). With ``max_staleness_ms``, the copies within
+    it, whatever their role; else the fresh ones, or all of them when stale is allowed."""
+    now = wall_clock_ms()
+    servable = []
+    for local in sorted(instance.local_store_partitions(store), key=lambda p: p.partition):
+        fresh = _fresh(instance, local)
+        freshness = copy_freshness(local, fresh=fresh, now_ms=now)
+        if freshness.within(max_staleness) if max_staleness is not None else fresh or allow_stale:
+            servable.append((local, freshness))
+        else:
+            skipped.append(local.partition)
+    return servable
+
+
+def _copy_answer(
+    local: LocalStorePartition,
+    reader: StoreReader,
+    freshness: CopyFreshness,
+    instance: StreamsInstance,
+) -> dict[str, Any]:
+    """One copy's part of an answer over many partitions: who it is and what it reflects."""
+    return {
+        **_served_by(local, reader.isolation, instance),
+        **_reflects(local, reader.position(), freshness),
+    }
 
 
 def _served_by(

@@ -7,7 +7,14 @@ what make the lag; the engine hands it to queries
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+
+
+def wall_clock_ms() -> int:
+    """The wall-clock time in ms since the epoch: what ``caught_up_at_ms`` and a query's
+    staleness are measured in (one process's clock on both sides, so no clock skew)."""
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -17,10 +24,18 @@ class LagInfo:
     ``current_offset_position`` is the next changelog offset the store would
     apply (its committed offset + 1), ``end_offset_position`` the changelog's
     end as last seen; an active, running task reports a lag of 0.
+
+    ``caught_up_at_ms`` is the same lag in time (KIP-535's time lag): the
+    wall-clock time of the last changelog end this copy was seen to have applied
+    everything up to, so its data then included every write its task had
+    committed; None when it has not been caught up since it opened (a copy
+    restoring, or replaying a backlog). A running active copy's is the time of its
+    last commit. Not part of equality: two reads of the same offsets are the same lag.
     """
 
     current_offset_position: int
     end_offset_position: int
+    caught_up_at_ms: int | None = field(default=None, compare=False)
 
     @property
     def offset_lag(self) -> int:

@@ -28,7 +28,7 @@ from eddyline_runtime.restore.replay.changelog_replay import (
     replay_stamped_batch,
     replay_start,
 )
-from eddyline_runtime.restore.replay.lag import LagInfo
+from eddyline_runtime.restore.replay.lag import LagInfo, wall_clock_ms
 from eddyline_runtime.state import StateStore
 
 # Records per changelog fetch: one WriteBatch each.
@@ -52,10 +52,15 @@ class StandbyTask:
         # The epoch each copy's applied records are named by: the store's own (what it
         # commits with its offset), or the changelog's for a store that keeps none.
         self._epochs: dict[str, str | None] = {}
+        # When each store was last seen to have applied its changelog up to the end read
+        # then (LagInfo.caught_up_at_ms): the time is taken *before* the end is read, so
+        # every commit the store includes was made by then.
+        self._caught_up_at: dict[str, int] = {}
         self.replayed = 0
 
     def start(self, log: Log) -> None:
         for name, tp in self.changelogs.items():
+            read_at = wall_clock_ms()
             start = judge(self.stores[name], log, tp)
             if not start.trusted:
                 # Never serve such a copy as "caught up" (restoration refuses it too).
@@ -68,6 +73,8 @@ class StandbyTask:
             # (its offsets past the earlier epoch's end are then judged a loss).
             recorded = self.stores[name].changelog_epoch(tp)
             self._epochs[name] = start.log_epoch if recorded is None else recorded
+            if start.first_offset >= start.log_end:
+                self._caught_up_at[name] = read_at
 
     def replay(self, log: Log) -> int:
         """Apply what each changelog gained since the last call; returns records applied.
@@ -79,9 +86,11 @@ class StandbyTask:
         applied = 0
         for name, tp in self.changelogs.items():
             position = self._positions[name]
+            read_at = wall_clock_ms()
             end = log.end_offset(tp)
             self._end_offsets[name] = end
             if position == end:
+                self._caught_up_at[name] = read_at
                 continue  # nothing new (the epoch is only asked when there is)
             # The copy has applied everything before ``position``: judge that as a
             # committed offset, with the epoch its records are named by, by the one rule.
@@ -115,15 +124,22 @@ class StandbyTask:
                 # the fetch that found only that has told the log where committed data
                 # ends: ask again, or the copy reports a lag of 1 after every commit until
                 # its next replay (one round trip, once per commit read).
-                self._end_offsets[name] = log.end_offset(tp)
+                read_at = wall_clock_ms()
+                end = self._end_offsets[name] = log.end_offset(tp)
             elif epoch is not None:
                 self._epochs[name] = epoch
+            if self._positions[name] >= end:
+                self._caught_up_at[name] = read_at
             applied += records
         self.replayed += applied
         return applied
 
     def lag(self, store: str) -> LagInfo:
-        return LagInfo(self._positions.get(store, 0), self._end_offsets.get(store, 0))
+        return LagInfo(
+            self._positions.get(store, 0),
+            self._end_offsets.get(store, 0),
+            self._caught_up_at.get(store),
+        )
 
     def close(self) -> None:
         for store in self.stores.values():
