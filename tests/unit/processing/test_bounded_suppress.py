@@ -189,7 +189,9 @@ def test_until_window_closes_refuses_a_buffer_that_emits_early() -> None:
         assert "until_time_limit" in str(refused.value)
     # Strict configs are taken.
     Suppressed.until_window_closes(BufferConfig.max_records(3).shut_down_when_full())
-    Suppressed.until_window_closes(BufferConfig.max_bytes(10).emit_early_when_full().with_no_bound())
+    Suppressed.until_window_closes(
+        BufferConfig.max_bytes(10).emit_early_when_full().with_no_bound()
+    )
 
 
 def test_bad_bounds_and_waits_are_refused_with_the_way_out() -> None:

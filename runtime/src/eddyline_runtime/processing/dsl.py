@@ -66,7 +66,7 @@ from eddyline_runtime.processing.operators.stream_steps import (
     peek_step,
     select_key_step,
 )
-from eddyline_runtime.processing.operators.suppress import SuppressProcessor, Suppression
+from eddyline_runtime.processing.operators.suppress import Suppression, SuppressProcessor
 from eddyline_runtime.processing.operators.tables import (
     OldValues,
     TableAggregateProcessor,

@@ -107,8 +107,8 @@ class Suppression:
     window_size_ms: int
     key_serde: str | None
     value_serde: str | None
+    buffer_config: BufferConfig
     buffer_time: Literal["window-end", "first-update"] = "window-end"
-    buffer_config: BufferConfig = BufferConfig()
     # A table forwarding changes (new, old) passes its updates through this: the new
     # value is what is buffered and emitted (None: the updates are plain values).
     new_value: Callable[[Any], Any] | None = None
