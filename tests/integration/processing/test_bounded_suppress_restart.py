@@ -1,4 +1,9 @@
-"""A bounded ``until_time_limit`` suppression keeps its contract across a restart.
+"""``until_time_limit`` and bounded buffers on the embedded log: Kafka's table scenarios,
+and a bounded buffer that keeps its contract across a restart.
+
+Kafka's ``SuppressScenarioTest`` table scenarios (zero and 2 ms limits, a record and a
+byte bound emitting early; see tests/unit/processing/test_bounded_suppress.py) run
+through the driver and by an instance with the same outputs, step by step.
 
 The scenario runs twice (tests/support/scenarios.py): through the test driver without
 a stop, and by a ``StreamsInstance`` on the embedded log, exactly-once, RocksDB stores,
@@ -124,3 +129,86 @@ def test_a_key_updated_after_a_restart_keeps_the_buffer_time_of_its_first_update
         entry(11, "x", 13, "x2"),
         (b"\xffstream-time", _LONG.pack(13)),
     ]
+
+
+# -- Kafka's table scenarios, through the driver and by an instance -------------------
+
+
+def value_counts(suppressed: Suppressed) -> Topology:
+    """SuppressScenarioTest's table of values counted by ``groupBy((k, v) -> (v, k))``,
+    raw and suppressed side by side."""
+    builder = StreamsBuilder()
+    counts = (
+        builder.table(INPUT, "input-store", key_serde="string", value_serde="string")
+        .group_by(lambda key, value: (value, key), repartition_name="by-value")
+        .count("counts")
+    )
+    counts.suppress(suppressed).to_stream().to("suppressed", key_serde="string", value_serde="long")
+    counts.to_stream().to("raw", key_serde="string", value_serde="long")
+    return builder.build()
+
+
+FIRST_THREE = inputs(("k1", "v1", 0), ("k1", "v2", 1), ("k2", "v1", 2))
+RAW_FIRST_THREE = [("v1", 1, 0), ("v1", 0, 1), ("v2", 1, 1), ("v1", 1, 2)]
+FOREVER = 2**62  # Kafka's Long.MAX_VALUE wait: nothing is due by time
+
+
+@pytest.mark.parametrize(
+    ("suppressed", "steps", "raw", "expected", "emitted"),
+    [
+        pytest.param(
+            Suppressed.until_time_limit(0, BufferConfig.unbounded()),
+            [FIRST_THREE, inputs(("x", "x", 3)), inputs(("x", "y", 4))],
+            [*RAW_FIRST_THREE, ("x", 1, 3), ("x", 0, 4), ("y", 1, 4)],
+            [*RAW_FIRST_THREE, ("x", 1, 3), ("x", 0, 4), ("y", 1, 4)],
+            [4, 5, 7],
+            id="shouldImmediatelyEmitEventsWithZeroEmitAfter",
+        ),
+        pytest.param(
+            Suppressed.until_time_limit(2, BufferConfig.unbounded()),
+            [FIRST_THREE, inputs(("tick", "tick", 3)), inputs(("tick", "tock", 4))],
+            [*RAW_FIRST_THREE, ("tick", 1, 3), ("tick", 0, 4), ("tock", 1, 4)],
+            [("v1", 1, 2), ("v2", 1, 1)],
+            [1, 2, 2],
+            id="shouldSuppressIntermediateEventsWithTimeLimit",
+        ),
+        pytest.param(
+            Suppressed.until_time_limit(FOREVER, BufferConfig.max_records(1)),
+            [FIRST_THREE, inputs(("x", "x", 3))],
+            [*RAW_FIRST_THREE, ("x", 1, 3)],
+            [("v1", 0, 1), ("v2", 1, 1), ("v1", 1, 2)],
+            [2, 3],
+            id="shouldSuppressIntermediateEventsWithRecordLimit",
+        ),
+        pytest.param(
+            # One 27-byte entry fits, two do not (Kafka: 200 for its ~100-byte entries).
+            Suppressed.until_time_limit(FOREVER, BufferConfig.max_bytes(40)),
+            [FIRST_THREE, inputs(("x", "x", 3))],
+            [*RAW_FIRST_THREE, ("x", 1, 3)],
+            [("v1", 0, 1), ("v2", 1, 1), ("v1", 1, 2)],
+            [2, 3],
+            id="shouldSuppressIntermediateEventsWithBytesLimit",
+        ),
+    ],
+)
+def test_kafkas_table_suppress_scenarios_match_on_the_driver_and_an_instance(
+    tmp_path: Path,
+    suppressed: Suppressed,
+    steps: list[list[tuple[str, str, str, int]]],
+    raw: list[tuple[str, int, int]],
+    expected: list[tuple[str, int, int]],
+    emitted: list[int],
+) -> None:
+    scenario = Scenario(
+        "table-suppress",
+        lambda: value_counts(suppressed),
+        steps=steps,
+        outputs=["raw", "suppressed"],
+        stores=["counts"],
+        config=CONFIG,
+    )
+    driven = run_on_driver(scenario)
+    assert run_on_instance(scenario, tmp_path) == driven
+    assert driven.outputs["raw"] == raw
+    assert driven.outputs["suppressed"] == expected
+    assert [step["suppressed"] for step in driven.emitted] == emitted
