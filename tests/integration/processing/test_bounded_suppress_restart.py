@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -153,62 +154,74 @@ RAW_FIRST_THREE = [("v1", 1, 0), ("v1", 0, 1), ("v2", 1, 1), ("v1", 1, 2)]
 FOREVER = 2**62  # Kafka's Long.MAX_VALUE wait: nothing is due by time
 
 
+class Case(NamedTuple):
+    suppressed: Suppressed
+    steps: list[list[tuple[str, str, str, int]]]
+    raw: list[tuple[str, int, int]]
+    expected: list[tuple[str, int, int]]
+    # How many suppressed results were out after each step.
+    emitted: list[int]
+
+
 @pytest.mark.parametrize(
-    ("suppressed", "steps", "raw", "expected", "emitted"),
+    "case",
     [
         pytest.param(
-            Suppressed.until_time_limit(0, BufferConfig.unbounded()),
-            [FIRST_THREE, inputs(("x", "x", 3)), inputs(("x", "y", 4))],
-            [*RAW_FIRST_THREE, ("x", 1, 3), ("x", 0, 4), ("y", 1, 4)],
-            [*RAW_FIRST_THREE, ("x", 1, 3), ("x", 0, 4), ("y", 1, 4)],
-            [4, 5, 7],
+            Case(
+                Suppressed.until_time_limit(0, BufferConfig.unbounded()),
+                [FIRST_THREE, inputs(("x", "x", 3)), inputs(("x", "y", 4))],
+                [*RAW_FIRST_THREE, ("x", 1, 3), ("x", 0, 4), ("y", 1, 4)],
+                [*RAW_FIRST_THREE, ("x", 1, 3), ("x", 0, 4), ("y", 1, 4)],
+                [4, 5, 7],
+            ),
             id="shouldImmediatelyEmitEventsWithZeroEmitAfter",
         ),
         pytest.param(
-            Suppressed.until_time_limit(2, BufferConfig.unbounded()),
-            [FIRST_THREE, inputs(("tick", "tick", 3)), inputs(("tick", "tock", 4))],
-            [*RAW_FIRST_THREE, ("tick", 1, 3), ("tick", 0, 4), ("tock", 1, 4)],
-            [("v1", 1, 2), ("v2", 1, 1)],
-            [1, 2, 2],
+            Case(
+                Suppressed.until_time_limit(2, BufferConfig.unbounded()),
+                [FIRST_THREE, inputs(("tick", "tick", 3)), inputs(("tick", "tock", 4))],
+                [*RAW_FIRST_THREE, ("tick", 1, 3), ("tick", 0, 4), ("tock", 1, 4)],
+                [("v1", 1, 2), ("v2", 1, 1)],
+                [1, 2, 2],
+            ),
             id="shouldSuppressIntermediateEventsWithTimeLimit",
         ),
         pytest.param(
-            Suppressed.until_time_limit(FOREVER, BufferConfig.max_records(1)),
-            [FIRST_THREE, inputs(("x", "x", 3))],
-            [*RAW_FIRST_THREE, ("x", 1, 3)],
-            [("v1", 0, 1), ("v2", 1, 1), ("v1", 1, 2)],
-            [2, 3],
+            Case(
+                Suppressed.until_time_limit(FOREVER, BufferConfig.max_records(1)),
+                [FIRST_THREE, inputs(("x", "x", 3))],
+                [*RAW_FIRST_THREE, ("x", 1, 3)],
+                [("v1", 0, 1), ("v2", 1, 1), ("v1", 1, 2)],
+                [2, 3],
+            ),
             id="shouldSuppressIntermediateEventsWithRecordLimit",
         ),
         pytest.param(
             # One 27-byte entry fits, two do not (Kafka: 200 for its ~100-byte entries).
-            Suppressed.until_time_limit(FOREVER, BufferConfig.max_bytes(40)),
-            [FIRST_THREE, inputs(("x", "x", 3))],
-            [*RAW_FIRST_THREE, ("x", 1, 3)],
-            [("v1", 0, 1), ("v2", 1, 1), ("v1", 1, 2)],
-            [2, 3],
+            Case(
+                Suppressed.until_time_limit(FOREVER, BufferConfig.max_bytes(40)),
+                [FIRST_THREE, inputs(("x", "x", 3))],
+                [*RAW_FIRST_THREE, ("x", 1, 3)],
+                [("v1", 0, 1), ("v2", 1, 1), ("v1", 1, 2)],
+                [2, 3],
+            ),
             id="shouldSuppressIntermediateEventsWithBytesLimit",
         ),
     ],
 )
 def test_kafkas_table_suppress_scenarios_match_on_the_driver_and_an_instance(
-    tmp_path: Path,
-    suppressed: Suppressed,
-    steps: list[list[tuple[str, str, str, int]]],
-    raw: list[tuple[str, int, int]],
-    expected: list[tuple[str, int, int]],
-    emitted: list[int],
+    tmp_path: Path, case: Case
 ) -> None:
     scenario = Scenario(
         "table-suppress",
-        lambda: value_counts(suppressed),
-        steps=steps,
+        lambda: value_counts(case.suppressed),
+        steps=case.steps,
         outputs=["raw", "suppressed"],
         stores=["counts"],
         config=CONFIG,
     )
     driven = run_on_driver(scenario)
     assert run_on_instance(scenario, tmp_path) == driven
-    assert driven.outputs["raw"] == raw
-    assert driven.outputs["suppressed"] == expected
-    assert [step["suppressed"] for step in driven.emitted] == emitted
+    assert driven.outputs["raw"] == case.raw
+    assert driven.outputs["suppressed"] == case.expected
+    assert [step["suppressed"] for step in driven.emitted] == case.emitted
