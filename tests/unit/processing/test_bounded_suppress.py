@@ -110,6 +110,27 @@ def test_a_time_limit_holds_a_key_from_its_first_buffered_update() -> None:
         assert drain(driver, "output-suppressed") == []
 
 
+def test_the_buffer_publishes_kafkas_size_and_count_metrics() -> None:
+    """suppression-buffer-count/-size-avg/-max, recorded after each update: the first
+    three updates leave v1; v1; v1 and v2; v2 (v1 due at 2), entries of 27 bytes."""
+    suppressed = Suppressed.until_time_limit(2, BufferConfig.unbounded())
+    with TopologyTestDriver(value_counts(suppressed), CONFIG) as driver:
+        pipe_first_three(driver)
+        (node,) = {
+            dict(name.tags)["processor-node-id"]
+            for name in driver.metrics()
+            if name.name == "suppression-buffer-count-max"
+        }
+        assert node.startswith("KTABLE-SUPPRESS")
+        tags = {"thread-id": "suppress-test-driver", "task-id": "1_0", "processor-node-id": node}
+        group = "stream-processor-node-metrics"
+        assert driver.metric(group, "suppression-buffer-count-max", tags) == 2
+        assert driver.metric(group, "suppression-buffer-count-avg", tags) == 1.25
+        assert driver.metric(group, "suppression-buffer-size-max", tags) == 54
+        assert driver.metric(group, "suppression-buffer-size-avg", tags) == 27 * 1.25
+        assert driver.metric(group, "suppression-emit-total", tags) == 1
+
+
 def test_a_record_bound_emits_the_oldest_key_early() -> None:
     """shouldSuppressIntermediateEventsWithRecordLimit: max_records(1), emit early."""
     suppressed = Suppressed.until_time_limit(FOREVER, BufferConfig.max_records(1))

@@ -157,6 +157,15 @@ class SuppressProcessor(Processor):
         self._emit_latency = (
             context.node_sensor(f"{emitted}-latency") if self._spec.emit_final else None
         )
+        # Kafka's suppression-buffer-size-avg/-max (bytes) and -count-avg/-max (entries),
+        # recorded after each update, for the buffers that count their entries (see
+        # Suppression): an unbounded until_window_closes / emit_final buffer does not.
+        self._size_sensor = (
+            context.node_sensor("suppression-buffer-size") if self._indexed else None
+        )
+        self._count_sensor = (
+            context.node_sensor("suppression-buffer-count") if self._indexed else None
+        )
         self._buffer = key_value_store(context, self._spec.store)
         self._loaded = False
 
@@ -223,6 +232,9 @@ class SuppressProcessor(Processor):
         self._evict_due(clock - spec.wait_ms)
         if self._over_bound():
             self._enforce_bound()
+        if self._size_sensor is not None and self._count_sensor is not None:
+            self._size_sensor.record(self._bytes)
+            self._count_sensor.record(len(self._index))
 
     def _unindex(self, key_bytes: bytes) -> None:
         held = self._index.pop(key_bytes, None)
