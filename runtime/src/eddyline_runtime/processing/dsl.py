@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from functools import partial
-from operator import attrgetter
 from typing import Any, overload
 
 from eddyline_runtime.processing.joins import JoinWindows, ValueJoiner
@@ -76,6 +75,7 @@ from eddyline_runtime.processing.operators.tables import (
     TableRegroupProcessor,
     TableSourceProcessor,
     TableToStreamProcessor,
+    as_change,
 )
 from eddyline_runtime.processing.operators.windowed import (
     SessionAggregateProcessor,
@@ -1328,6 +1328,10 @@ class WindowedKTable(KTable):
         return _suppression(self, f"{buffer}-final-buffer", Suppressed(), emit_final=True)
 
 
+def _new_value(value: Any) -> Any:
+    return as_change(value).new
+
+
 def _suppression(
     table: KTable, buffer: str, suppressed: Suppressed, *, emit_final: bool = False
 ) -> KTable:
@@ -1360,7 +1364,7 @@ def _suppression(
         value_serde=table.value_serde,
         buffer_time="window-end" if suppressed.time_to_wait_ms is None else "first-update",
         buffer_config=suppressed.buffer_config,
-        new_value=None if table._old_values is None else attrgetter("new"),
+        new_value=None if table._old_values is None else _new_value,
         emit_final=emit_final,
     )
     builder.topology.add_processor(name, partial(SuppressProcessor, operation), table._node)
