@@ -58,6 +58,8 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "SlidingWindowedKStream",
         "SlidingWindows",
         "Suppressed",
+        "SuppressionBufferFullError",
+        "BufferConfig",
         "WindowedKTable",
         "BytesSerde",
         "Cancellable",

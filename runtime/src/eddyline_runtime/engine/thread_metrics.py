@@ -156,6 +156,10 @@ class ThreadMetrics:
                 ),
                 ("suppression-emit-total", "suppression-emit", "total"),
                 ("suppression-emit-rate", "suppression-emit", "rate"),
+                ("suppression-buffer-size-avg", "suppression-buffer-size", "avg"),
+                ("suppression-buffer-size-max", "suppression-buffer-size", "max"),
+                ("suppression-buffer-count-avg", "suppression-buffer-count", "avg"),
+                ("suppression-buffer-count-max", "suppression-buffer-count", "max"),
             ):
                 if source == sensor_name:
                     register(

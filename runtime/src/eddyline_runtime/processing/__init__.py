@@ -34,6 +34,7 @@ from eddyline_runtime.processing.operators.stores import (
     TimestampedKeyValueStore,
     WindowStore,
 )
+from eddyline_runtime.processing.operators.suppress import SuppressionBufferFullError
 from eddyline_runtime.processing.operators.tables import TableChange
 from eddyline_runtime.processing.topology import (
     Cancellable,
@@ -49,6 +50,7 @@ from eddyline_runtime.processing.topology import (
     TopologyError,
 )
 from eddyline_runtime.processing.windows import (
+    BufferConfig,
     SessionWindow,
     SessionWindowedSerde,
     SessionWindows,
@@ -63,6 +65,7 @@ from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, S
 
 __all__ = [
     "BranchedKStream",
+    "BufferConfig",
     "BytesSerde",
     "Cancellable",
     "Change",
@@ -95,6 +98,7 @@ __all__ = [
     "StreamsBuilder",
     "StringSerde",
     "Suppressed",
+    "SuppressionBufferFullError",
     "TableChange",
     "TimeWindow",
     "TimeWindowedKStream",

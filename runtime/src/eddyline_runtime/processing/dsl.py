@@ -65,7 +65,7 @@ from eddyline_runtime.processing.operators.stream_steps import (
     peek_step,
     select_key_step,
 )
-from eddyline_runtime.processing.operators.suppress import FinalResults, FinalResultsProcessor
+from eddyline_runtime.processing.operators.suppress import Suppression, SuppressProcessor
 from eddyline_runtime.processing.operators.tables import (
     OldValues,
     TableAggregateProcessor,
@@ -75,6 +75,7 @@ from eddyline_runtime.processing.operators.tables import (
     TableRegroupProcessor,
     TableSourceProcessor,
     TableToStreamProcessor,
+    as_change,
 )
 from eddyline_runtime.processing.operators.windowed import (
     SessionAggregateProcessor,
@@ -792,6 +793,28 @@ class KTable:
         self._builder.topology.add_processor(name, partial(StepProcessor, FORWARD_STEP), self._node)
         return KStream(self._builder, name, self.key_serde)
 
+    def suppress(self, suppressed: Suppressed) -> KTable:
+        """Kafka Streams' ``suppress``: each key's updates are held in a buffer and only
+        the latest is forwarded, ``Suppressed.until_time_limit(ms, buffer_config)`` after
+        the key's first held update, or (``until_window_closes``, a windowed table) once
+        its window closes. The buffer is a changelogged store committed with the task,
+        named ``suppressed.name`` or ``<table store>-suppress-buffer``; see docs/windows.md."""
+        if not isinstance(suppressed, Suppressed):
+            raise TopologyError(
+                "suppress takes Suppressed.until_time_limit(...) or "
+                f"Suppressed.until_window_closes(...), got {type(suppressed).__name__}"
+            )
+        buffer = suppressed.name
+        if buffer is None and self.store is not None:
+            buffer = f"{self.store}-suppress-buffer"
+        if not buffer:
+            raise TopologyError(
+                "suppress on a table without a store names its buffer: "
+                "Suppressed.until_time_limit(..., name=...). The name is the buffer's store "
+                "and changelog, so it must not change when the topology changes"
+            )
+        return _suppression(self, buffer, suppressed)
+
     def filter(
         self,
         predicate: Callable[[Any, Any], bool],
@@ -1300,40 +1323,53 @@ class WindowedKTable(KTable):
         # How long after a window's end it can still change: grace (sessions: gap + grace).
         self._close_after_ms = close_after_ms
 
-    def suppress(self, suppressed: Suppressed) -> KTable:
-        """Kafka Streams' ``suppress(Suppressed.untilWindowCloses(...))``: forward each
-        window's final value, once, when the stream time seen by this node (the newest
-        update timestamp) reaches the window's end + grace (sessions: + gap). The
-        buffer is a store of its own, changelogged and committed with the task, named
-        ``suppressed.name`` or ``<aggregation store>-suppress-buffer``."""
-        if not isinstance(suppressed, Suppressed):
-            raise TopologyError(
-                f"suppress takes Suppressed.until_window_closes(), got {type(suppressed).__name__}"
-            )
-        assert self.store is not None  # every windowed aggregation has its store
-        return self._final_results(suppressed.name or f"{self.store}-suppress-buffer", False)
+    def _final_results(self, buffer: str) -> KTable:
+        """``emit_final``: the window-close suppression, buffered in ``<buffer>-final-buffer``."""
+        return _suppression(self, f"{buffer}-final-buffer", Suppressed(), emit_final=True)
 
-    def _final_results(self, buffer: str, emit_final: bool = True) -> KTable:
-        builder = self._builder
-        if emit_final:
-            buffer = f"{buffer}-final-buffer"
-        name = builder._name("KTABLE-SUPPRESS")
-        kind = self._window_kind
-        operation = FinalResults(
-            store=buffer,
-            wait_ms=self._close_after_ms,
-            # Kafka's emit-on-window-close treats sliding window ends and session ends
-            # as inclusive: such a window can still take a record at end + grace.
-            strict=emit_final and kind in ("sliding", "session"),
-            window_kind="session" if kind == "session" else "time",
-            window_size_ms=self._window_size_ms,
-            key_serde=self._inner_key_serde,
-            value_serde=self.value_serde,
-            emit_final=emit_final,
+
+def _new_value(value: Any) -> Any:
+    return as_change(value).new
+
+
+def _suppression(
+    table: KTable, buffer: str, suppressed: Suppressed, *, emit_final: bool = False
+) -> KTable:
+    """The suppress node below ``table`` (processing/operators/suppress.py), buffering in
+    the store ``buffer``; its table forwards new values only."""
+    windowed = table if isinstance(table, WindowedKTable) else None
+    wait = suppressed.time_to_wait_ms
+    if wait is None and windowed is None:
+        raise TopologyError(
+            "Suppressed.until_window_closes needs the table of a windowed aggregation "
+            "(windowed_by(...).count(...)); for any other table use "
+            "Suppressed.until_time_limit(time_to_wait_ms, buffer_config)"
         )
-        builder.topology.add_processor(name, partial(FinalResultsProcessor, operation), self._node)
-        builder.topology.add_state_store(StoreSpec(buffer), name)
-        return KTable(builder, name, None, value_serde=self.value_serde)
+    builder = table._builder
+    name = builder._name("KTABLE-SUPPRESS")
+    kind = None if windowed is None else windowed._window_kind
+    if wait is None:  # until the window closes: its grace (sessions: gap + grace)
+        assert windowed is not None
+        wait = windowed._close_after_ms
+    operation = Suppression(
+        node=name,
+        store=buffer,
+        wait_ms=wait,
+        # Kafka's emit-on-window-close treats sliding window ends and session ends
+        # as inclusive: such a window can still take a record at end + grace.
+        strict=emit_final and kind in ("sliding", "session"),
+        window_kind=None if kind is None else "session" if kind == "session" else "time",
+        window_size_ms=0 if windowed is None else windowed._window_size_ms,
+        key_serde=table.key_serde if windowed is None else windowed._inner_key_serde,
+        value_serde=table.value_serde,
+        buffer_time="window-end" if suppressed.time_to_wait_ms is None else "first-update",
+        buffer_config=suppressed.buffer_config,
+        new_value=None if table._old_values is None else _new_value,
+        emit_final=emit_final,
+    )
+    builder.topology.add_processor(name, partial(SuppressProcessor, operation), table._node)
+    builder.topology.add_state_store(StoreSpec(buffer), name)
+    return KTable(builder, name, table.key_serde, value_serde=table.value_serde)
 
 
 def _store_spec(

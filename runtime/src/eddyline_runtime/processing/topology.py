@@ -125,9 +125,10 @@ class ProcessorContext(Protocol):
 
     def node_sensor(self, name: str) -> NodeSensor:
         """This node's sensor ``name`` (Kafka's ``stream-processor-node-metrics``, tagged
-        ``processor-node-id``): a name ending in ``-latency`` is published as
-        ``<name>-avg`` and ``<name>-max`` of the values recorded (ms), any other as
-        ``<name>-total`` (their sum) and ``<name>-rate`` (per second). Ask in ``init``:
+        ``processor-node-id``): a name ending in ``-latency`` (ms), and Kafka's
+        ``suppression-buffer-size``/``-count``, are published as ``<name>-avg`` and
+        ``<name>-max`` of the values recorded, any other as ``<name>-total`` (their sum)
+        and ``<name>-rate`` (per second). Ask in ``init``:
         a sensor first asked for later is counted but not published."""
 
     @property

@@ -28,8 +28,9 @@ transactional stores. The aggregations themselves are in
 
 from __future__ import annotations
 
+import enum
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Generic, TypeVar
 
 from eddyline_runtime.processing.topology import TopologyError
@@ -265,17 +266,150 @@ class SlidingWindows:
         return 2 * self.time_difference_ms + self.grace_ms
 
 
+class BufferFull(enum.StrEnum):
+    """What a bounded suppression buffer does when an update takes it over its bound:
+    Kafka's ``BufferFullStrategy`` (``EMIT`` and ``SHUT_DOWN``)."""
+
+    EMIT_EARLY = "emit_early"
+    SHUT_DOWN = "shut_down"
+
+
+def _bound(what: str, value: int) -> int:
+    if type(value) is not int or value < 0:
+        raise TopologyError(
+            f"BufferConfig: {what} must be a whole number >= 0, got {value!r}; for no "
+            "bound use BufferConfig.unbounded()"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class BufferConfig:
+    """How much a suppression buffer may hold: Kafka's ``Suppressed.BufferConfig``.
+
+    ``record_limit`` and ``byte_limit`` (None: no bound) bound the entries and their
+    bytes (see ``docs/windows.md`` for what is counted); ``when_full`` says what an
+    update that takes the buffer over a bound does. As in Kafka, a bound given on its
+    own emits early (``max_records``, ``max_bytes``: an *eager* config) and
+    ``unbounded()`` is *strict* (it can never be full). ``until_window_closes`` takes
+    strict configs only, since a window emitted early is not final.
+
+    Kafka's names: ``maxRecords`` -> ``max_records``, ``maxBytes`` -> ``max_bytes``,
+    ``withMaxRecords`` / ``withMaxBytes`` / ``withNoBound`` -> ``with_max_records`` /
+    ``with_max_bytes`` / ``with_no_bound``, ``emitEarlyWhenFull`` /
+    ``shutDownWhenFull`` -> ``emit_early_when_full`` / ``shut_down_when_full``.
+    """
+
+    record_limit: int | None = None
+    byte_limit: int | None = None
+    when_full: BufferFull = BufferFull.SHUT_DOWN
+
+    @classmethod
+    def max_records(cls, records: int) -> BufferConfig:
+        """At most ``records`` keys buffered; the oldest are emitted early beyond it."""
+        return cls(_bound("max_records", records), None, BufferFull.EMIT_EARLY)
+
+    @classmethod
+    def max_bytes(cls, size: int) -> BufferConfig:
+        """At most ``size`` bytes buffered; the oldest are emitted early beyond it."""
+        return cls(None, _bound("max_bytes", size), BufferFull.EMIT_EARLY)
+
+    @classmethod
+    def unbounded(cls) -> BufferConfig:
+        """No bound (the buffer is a store on disk, so it is bounded by the disk)."""
+        return cls()
+
+    def with_max_records(self, records: int) -> BufferConfig:
+        return replace(self, record_limit=_bound("max_records", records))
+
+    def with_max_bytes(self, size: int) -> BufferConfig:
+        return replace(self, byte_limit=_bound("max_bytes", size))
+
+    def with_no_bound(self) -> BufferConfig:
+        """Kafka's ``withNoBound``: unbounded, hence strict."""
+        return BufferConfig()
+
+    def emit_early_when_full(self) -> BufferConfig:
+        """Over a bound, emit the oldest entries (by buffer time) until within it."""
+        return replace(self, when_full=BufferFull.EMIT_EARLY)
+
+    def shut_down_when_full(self) -> BufferConfig:
+        """Over a bound, fail the task (``SuppressionBufferFullError``)."""
+        return replace(self, when_full=BufferFull.SHUT_DOWN)
+
+    @property
+    def bounded(self) -> bool:
+        return self.record_limit is not None or self.byte_limit is not None
+
+    @property
+    def strict(self) -> bool:
+        """Never emits before its time (Kafka's ``StrictBufferConfig``)."""
+        return not self.bounded or self.when_full is BufferFull.SHUT_DOWN
+
+    def describe(self) -> str:
+        """The config as the DSL writes it, for error messages."""
+        if not self.bounded:
+            return "BufferConfig.unbounded()"
+        bounds = [
+            f"{what}({limit})"
+            for what, limit in (("max_records", self.record_limit), ("max_bytes", self.byte_limit))
+            if limit is not None
+        ]
+        text = "BufferConfig." + ".with_".join(bounds)
+        return f"{text}.{self.when_full.value}_when_full()"
+
+
 @dataclass(frozen=True, slots=True)
 class Suppressed:
-    """``KTable.suppress`` configuration: Kafka Streams' ``Suppressed.untilWindowCloses``.
+    """``KTable.suppress`` configuration: Kafka Streams' ``Suppressed``.
 
-    ``name`` names the suppression buffer's store (and changelog); without it
-    the buffer is named after the aggregation's store, which is stable too.
+    ``time_to_wait_ms`` None: until the window closes (``until_window_closes``);
+    else until that much stream time has passed since the key's first buffered
+    update (``until_time_limit``). ``name`` names the suppression buffer's store
+    (and changelog); without it the buffer is named after the table's store, which
+    is stable too (a table without a store needs the name).
     """
 
     name: str | None = None
+    time_to_wait_ms: int | None = None
+    buffer_config: BufferConfig = BufferConfig()
 
     @classmethod
-    def until_window_closes(cls, name: str | None = None) -> Suppressed:
-        """One result per window: its final value, once stream time passes its end + grace."""
-        return cls(name)
+    def until_window_closes(
+        cls, buffer_config: BufferConfig | None = None, *, name: str | None = None
+    ) -> Suppressed:
+        """One result per window: its final value, once stream time passes its end + grace.
+        ``buffer_config`` must be strict: unbounded, or bounded with
+        ``shut_down_when_full()`` (Kafka's ``untilWindowCloses(StrictBufferConfig)``)."""
+        config = BufferConfig() if buffer_config is None else buffer_config
+        if not isinstance(config, BufferConfig):
+            raise TopologyError(
+                f"Suppressed.until_window_closes takes a BufferConfig, got {config!r}; "
+                "name the buffer with name=..."
+            )
+        if not config.strict:
+            raise TopologyError(
+                f"Suppressed.until_window_closes takes a strict buffer config, got "
+                f"{config.describe()}: a window emitted early would not be its final "
+                "result. Add .shut_down_when_full(), use BufferConfig.unbounded(), or use "
+                "Suppressed.until_time_limit to emit early"
+            )
+        return cls(name, None, config)
+
+    @classmethod
+    def until_time_limit(
+        cls, time_to_wait_ms: int, buffer_config: BufferConfig, *, name: str | None = None
+    ) -> Suppressed:
+        """Each key's latest update, once ``time_to_wait_ms`` of stream time has passed
+        since the key's first update still buffered (Kafka's ``untilTimeLimit``)."""
+        if type(time_to_wait_ms) is not int or time_to_wait_ms < 0:
+            raise TopologyError(
+                "Suppressed.until_time_limit: the time to wait must be a whole number of "
+                f"milliseconds >= 0, got {time_to_wait_ms!r}"
+            )
+        if not isinstance(buffer_config, BufferConfig):
+            raise TopologyError(
+                f"Suppressed.until_time_limit takes a BufferConfig, got {buffer_config!r}: "
+                "BufferConfig.max_records(n), .max_bytes(n) or .unbounded()"
+            )
+        return cls(name, time_to_wait_ms, buffer_config)
