@@ -171,7 +171,7 @@ real-cluster: $(STAMP) control-plane node-components ## Start the control plane 
 prometheus: ## Build (or reuse) Prometheus and promtool from their Go module, pinned by tools/prometheus (.cache/prometheus)
 	@scripts/build-prometheus >/dev/null
 
-monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor CRDs (Go module, pinned in the script) into .cache/prometheus-operator, once
+monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor/PrometheusRule CRDs (Go module, pinned in the script) into .cache/prometheus-operator, once
 	@scripts/monitoring-crds >/dev/null
 
 .PHONY: bench-scale
