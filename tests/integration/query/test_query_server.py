@@ -429,6 +429,7 @@ def test_promtool_check_metrics_passes_on_a_live_instances_metrics(cluster: Clus
         assert types["eddyline_stream_thread_metrics_commit_fenced_total"] == "counter"
         assert types["eddyline_stream_state_updater_metrics_active_restoring_tasks"] == "gauge"
         assert types["eddyline_stream_state_metrics_standby_offset_lag"] == "gauge"
+        assert types["eddyline_stream_metrics_acceptable_recovery_lag"] == "gauge"
         checked = promtool("check", "metrics", stdin=response.text)
         assert checked.returncode == 0, checked.stderr + checked.stdout
 

@@ -207,6 +207,16 @@ class StreamsInstance:
                 lambda: float(len(relocation.moves)),
                 description="Stores whose directories this start relocated (KIP-816)",
             )
+            # The bound a standby's lag is judged by (KIP-441), beside standby-offset-lag,
+            # so the chart's EddylineStandbyLagging alert compares the two per pod.
+            self.metrics.register(
+                MetricName.of("stream-metrics", "acceptable-recovery-lag"),
+                lambda: float(self.config.acceptable_recovery_lag),
+                description=(
+                    "acceptable.recovery.lag: the records a copy may trail its changelog by "
+                    "and still take its task over without warming up (KIP-441)"
+                ),
+            )
             # Stores set aside by earlier rebuilds are kept for an operator to republish,
             # within the configured count and age.
             for gone in prune_quarantine(
