@@ -30,7 +30,11 @@ RELEASE = "chart-alerts"
 TESTS = Path(__file__).resolve().parent / "alerts"
 RULES_PATH = "/apis/monitoring.coreos.com/v1/namespaces/{ns}/prometheusrules/{name}"
 # Series the alerts read that eddyline does not export: kube-state-metrics'.
-KUBE_STATE_METRICS = {"kube_pod_container_status_waiting_reason"}
+KUBE_STATE_METRICS = {
+    "kube_pod_container_status_waiting_reason",
+    "kube_job_failed",
+    "kube_job_status_start_time",
+}
 
 
 @pytest.fixture(scope="module")
