@@ -42,7 +42,7 @@ run: $(STAMP) ## The main job: word count on the embedded log (generate, process
 demo-store: $(STAMP) ## The store engine on its own: write, crash, reopen, query at both isolation levels
 	$(BIN)/eddyline demo store --state-dir $(STATE_DIR)/demo
 
-test: $(STAMP) kafka-jars spark-kafka-jars control-plane test-images node-components graphviz ## Run every test, slow ones included (what CI runs)
+test: $(STAMP) kafka-jars spark-kafka-jars control-plane test-images node-components graphviz prometheus ## Run every test, slow ones included (what CI runs)
 	@scripts/check-prerequisites --java
 	$(BIN)/pytest
 
@@ -167,8 +167,11 @@ cluster: $(STAMP) control-plane ## Start the tests' real control plane and kubel
 real-cluster: $(STAMP) control-plane node-components ## Start the control plane with three real kubelets on containerd for your own kubectl (root; Ctrl-C stops and cleans up)
 	$(BIN)/python -m tests.support.realnode
 
-.PHONY: monitoring-crds
-monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor CRDs (Go module, pinned in the script) into .cache/prometheus-operator, once
+.PHONY: monitoring-crds prometheus
+prometheus: ## Build (or reuse) Prometheus and promtool from their Go module, pinned by tools/prometheus (.cache/prometheus)
+	@scripts/build-prometheus >/dev/null
+
+monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor/PrometheusRule CRDs (Go module, pinned in the script) into .cache/prometheus-operator, once
 	@scripts/monitoring-crds >/dev/null
 
 .PHONY: bench-scale

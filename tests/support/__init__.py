@@ -21,6 +21,8 @@
   count on one pod with ``spec.restore`` (the restore-Job e2e tests);
 * ``assignor_groups``: the hypothesis strategies (groups, histories, reported lags) and the
   checks the assignor's property tests share;
+* ``prometheus``: the real ``promtool`` and Prometheus server, built from their Go module
+  (``promtool check metrics`` on an endpoint's text, ``promtool test rules`` on the chart's alerts);
 * ``kafka``: every Kafka stand-in: real brokers, librdkafka's mock cluster with its
   C-API hooks (``kafka.mock_cluster``), the adapter's fake clients (``kafka.fake_clients``).
 

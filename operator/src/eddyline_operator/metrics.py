@@ -1,11 +1,11 @@
 """The operator's own metrics, in Prometheus' text exposition format (``GET /metrics``).
 
 What an operator of the operator watches (issue 25's ops conventions, as Strimzi's operators
-export theirs): reconcile cycles per app and outcome, how long a cycle takes, how many apps
-this replica manages and how many of them are paused (``eddyline.dev/pause-reconciliation``),
-and the autoscaler's scaling decisions.
+export theirs): reconcile cycles per app and outcome, how long a cycle takes, when each app's
+last cycle succeeded, how many apps this replica manages and how many of them are paused
+(``eddyline.dev/pause-reconciliation``), and the autoscaler's scaling decisions.
 
-Why not ``prometheus_client``: it is not a dependency of the project, and five families
+Why not ``prometheus_client``: it is not a dependency of the project, and six families
 with a fixed set of labels are a few dozen lines; the runtime's exporter
 (``eddyline_runtime.query.prometheus``) writes its own text the same way.
 
@@ -25,8 +25,9 @@ from __future__ import annotations
 import bisect
 import math
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -40,6 +41,7 @@ CYCLE_SECONDS = PREFIX + "reconcile_cycle_duration_seconds"
 APPS = PREFIX + "apps"
 APPS_PAUSED = PREFIX + "apps_paused"
 SCALING_DECISIONS = PREFIX + "scaling_decisions_total"
+LAST_SUCCESS = PREFIX + "last_successful_reconcile_timestamp_seconds"
 
 # A cycle's outcomes: it planned and acted; the app is paused (nothing changed); it
 # raised (retried at the next beat); the StreamApp is gone or being deleted.
@@ -59,6 +61,13 @@ _TYPES = {
         "StreamApps whose last cycle found eddyline.dev/pause-reconciliation set, per namespace",
     ),
     SCALING_DECISIONS: ("counter", "Scaling decisions of the autoscaler, per app and direction"),
+    # An app whose cycles keep failing (or hang) ages here: the chart's
+    # EddylineOperatorNotReconciling alert reads it.
+    LAST_SUCCESS: (
+        "gauge",
+        "When the app's last reconcile cycle succeeded (ok or paused), in seconds since the "
+        "epoch; its daemon's start until the first, per app with a running daemon",
+    ),
 }
 
 Labels = tuple[tuple[str, str], ...]
@@ -86,7 +95,12 @@ class _Histogram:
 class OperatorMetrics:
     """The operator's series, thread-safe (cycles run on worker threads)."""
 
-    def __init__(self, buckets: tuple[float, ...] = CYCLE_BUCKETS) -> None:
+    def __init__(
+        self,
+        buckets: tuple[float, ...] = CYCLE_BUCKETS,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if list(buckets) != sorted(set(buckets)) or not buckets:
             raise ValueError(f"histogram buckets must be distinct and ascending, got {buckets}")
         self._buckets = buckets
@@ -96,16 +110,22 @@ class OperatorMetrics:
         self._decisions: Counter[Labels] = Counter()
         # The apps with a running daemon: (namespace, name) -> paused at its last cycle.
         self._apps: dict[tuple[str, str], bool] = {}
+        # The apps with a running daemon: (namespace, name) -> wall-clock time of their
+        # last successful cycle (of the daemon's start before the first).
+        self._succeeded: dict[tuple[str, str], float] = {}
+        self._clock = clock
 
     def app_started(self, namespace: str, app: str) -> None:
         with self._lock:
             self._apps.setdefault((namespace, app), False)
+            self._succeeded.setdefault((namespace, app), self._clock())
 
     def app_stopped(self, namespace: str, app: str) -> None:
         """The app's daemon ended (deleted, or another replica took over): it leaves the
         gauges; its counters stay, as counters must not go down."""
         with self._lock:
             self._apps.pop((namespace, app), None)
+            self._succeeded.pop((namespace, app), None)
 
     def record_cycle(self, namespace: str, app: str, outcome: str, seconds: float) -> None:
         if outcome not in OUTCOMES:
@@ -118,6 +138,7 @@ class OperatorMetrics:
             if key in self._apps and outcome in (OK, PAUSED):
                 # A failed cycle tells nothing about the annotation: keep what was known.
                 self._apps[key] = outcome == PAUSED
+                self._succeeded[key] = self._clock()
 
     def record_scaling_decision(self, namespace: str, app: str, direction: str) -> None:
         if not direction:
@@ -133,6 +154,7 @@ class OperatorMetrics:
             durations = {k: (list(h.counts), h.total, h.count) for k, h in self._durations.items()}
             decisions = dict(self._decisions)
             apps = dict(self._apps)
+            succeeded = dict(self._succeeded)
         managed: Counter[str] = Counter(namespace for namespace, _ in apps)
         paused: Counter[str] = Counter(ns for (ns, _), is_paused in apps.items() if is_paused)
         samples: dict[str, list[str]] = {name: [] for name in _TYPES}
@@ -156,6 +178,10 @@ class OperatorMetrics:
             ns = (("namespace", namespace),)
             samples[APPS].append(_sample(APPS, ns, managed[namespace]))
             samples[APPS_PAUSED].append(_sample(APPS_PAUSED, ns, paused[namespace]))
+        samples[LAST_SUCCESS] = [
+            _sample(LAST_SUCCESS, (("namespace", namespace), ("app", app)), at)
+            for (namespace, app), at in sorted(succeeded.items())
+        ]
         samples[SCALING_DECISIONS] = [
             _sample(SCALING_DECISIONS, labels, value) for labels, value in sorted(decisions.items())
         ]

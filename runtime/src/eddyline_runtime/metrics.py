@@ -121,15 +121,34 @@ class Sensor:
 
 
 class MetricsRegistry:
-    """Named metrics, each a function reading a sensor (or anything else) on demand."""
+    """Named metrics, each a function reading a sensor (or anything else) on demand, and
+    each (group, name) with its description, as Kafka's ``Metrics.metricName(name, group,
+    description, tags)`` carries one: the exporter's HELP text."""
 
     def __init__(self) -> None:
         self._metrics: dict[MetricName, Callable[[], float]] = {}
+        self._descriptions: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
-    def register(self, name: MetricName, read: Callable[[], float]) -> None:
+    def register(self, name: MetricName, read: Callable[[], float], *, description: str) -> None:
+        """Publish ``name``, read by ``read``. Every registration of one (group, name) must
+        describe it alike: a metric means one thing whatever its tags."""
+        text = " ".join(description.split())
+        if not text:
+            raise ValueError(f"metric {name.group}/{name.name}: give it a description (HELP)")
         with self._lock:
+            known = self._descriptions.setdefault((name.group, name.name), text)
+            if known != text:
+                raise ValueError(
+                    f"metric {name.group}/{name.name} is described twice: {known!r} and "
+                    f"{text!r}; register it with one description (a module constant)"
+                )
             self._metrics[name] = read
+
+    def descriptions(self) -> dict[tuple[str, str], str]:
+        """Every (group, name) ever registered, with its description."""
+        with self._lock:
+            return dict(self._descriptions)
 
     def unregister_tagged(self, tags: Mapping[str, str]) -> None:
         """Drop every metric carrying all of ``tags`` (a closed store's, say)."""

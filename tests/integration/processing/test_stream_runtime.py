@@ -231,7 +231,15 @@ def test_a_task_fenced_away_while_still_assigned_is_opened_again(
                 break
             assert time.monotonic() < deadline, f"counts stuck at {latest}"
             time.sleep(0.1)
-        assert sum(thread.migrated for thread in instance.threads) >= 1
+        fenced = sum(thread.migrated for thread in instance.threads)
+        assert fenced >= 1
+        # What /metrics exports per thread, as a counter the EddylineCommitsFenced alert reads.
+        exported = [
+            value
+            for name, value in instance.metrics.snapshot().items()
+            if (name.group, name.name) == ("stream-thread-metrics", "commit-fenced-total")
+        ]
+        assert exported and sum(exported) == fenced
         assert sorted(task.id for thread in instance.threads for task in thread.tasks) == sorted(
             tasks
         )

@@ -31,6 +31,7 @@ from eddyline_runtime.processing import Processor, StoreSpec, Topology
 from eddyline_runtime.query.layout import topology_hash
 from eddyline_runtime.query.server import QueryServer
 from tests.support.http_client import http_get
+from tests.support.prometheus import promtool
 from tests.support.query_cluster import (
     COUNTS_SUBTOPOLOGY,
     DEADLINE_SECONDS,
@@ -387,7 +388,11 @@ def test_metrics_are_prometheus_text_with_thread_and_store_metrics(cluster: Clus
     assert response.status == 200
     assert response.headers["Content-Type"].startswith("text/plain")
     lines = response.text.splitlines()
-    assert "# TYPE eddyline_stream_thread_metrics_commit_total gauge" in lines
+    # Kafka's cumulative -total metrics are counters (the name keeps its suffix in the 0.0.4
+    # text format); the rest are gauges; each family says what it is.
+    assert "# TYPE eddyline_stream_thread_metrics_commit_total counter" in lines
+    assert "# TYPE eddyline_stream_thread_metrics_commit_rate gauge" in lines
+    assert "# HELP eddyline_stream_thread_metrics_commit_total The total number of commits" in lines
     samples = {}
     for line in lines:
         if line.startswith("#"):
@@ -422,6 +427,27 @@ def test_metrics_are_prometheus_text_with_thread_and_store_metrics(cluster: Clus
         if n.startswith("eddyline_stream_state_metrics_standby_offset_lag{")
     }
     assert standby_lags and all(v == 0 for v in standby_lags.values()), standby_lags
+
+
+def test_promtool_check_metrics_passes_on_a_live_instances_metrics(cluster: Cluster) -> None:
+    """The real promtool lints a running instance's scrape: every family has HELP and a
+    type, counters and only counters end in _total, no abbreviated or non-base units."""
+    for node in cluster.nodes:
+        response = http_get(node.address, "/metrics")
+        assert response.status == 200
+        types = {
+            line.split()[2]: line.split()[3]
+            for line in response.text.splitlines()
+            if line.startswith("# TYPE ")
+        }
+        # Active tasks, standbys and restored stores: the families that carry the most kinds.
+        assert types["eddyline_stream_state_metrics_restore_total"] == "counter"
+        assert types["eddyline_stream_thread_metrics_commit_fenced_total"] == "counter"
+        assert types["eddyline_stream_state_updater_metrics_active_restoring_tasks"] == "gauge"
+        assert types["eddyline_stream_state_metrics_standby_offset_lag"] == "gauge"
+        assert types["eddyline_stream_metrics_acceptable_recovery_lag"] == "gauge"
+        checked = promtool("check", "metrics", stdin=response.text)
+        assert checked.returncode == 0, checked.stderr + checked.stdout
 
 
 # ---------------------------------------------------------------------------------------

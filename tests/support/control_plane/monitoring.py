@@ -1,8 +1,9 @@
-"""The Prometheus Operator's PodMonitor and ServiceMonitor CRDs in the real API server.
+"""The Prometheus Operator's PodMonitor, ServiceMonitor and PrometheusRule CRDs in the real
+API server.
 
 ``scripts/monitoring-crds`` fetches them (the pinned release's Go module, through the Go
-module proxy); installing them lets the API server validate the chart's monitors against
-the Prometheus Operator's own schemas, as a cluster running it would.
+module proxy); installing them lets the API server validate the chart's monitors and alert
+rules against the Prometheus Operator's own schemas, as a cluster running it would.
 """
 
 from __future__ import annotations

@@ -315,6 +315,7 @@ EVERYTHING = {
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
     "podMonitor": {"enabled": True},
     "dashboard": {"enabled": True, "namespace": "monitoring"},
+    "prometheusRule": {"enabled": True, "alertLabels": {"team": "streaming"}},
 }
 
 
@@ -340,6 +341,11 @@ def test_the_monitoring_values_render_clean(tmp_path: Path, values: dict[str, An
         ({"metrics": {"podMonitor": {"interval": "every minute"}}}, "interval"),
         ({"metrics": {"dashboard": {"labels": {"grafana_dashboard": 1}}}}, "grafana_dashboard"),
         ({"metrics": {"serviceMonitor": {"enable": True}}}, "enable"),
+        (
+            {"metrics": {"prometheusRule": {"restoringLongerThan": "half an hour"}}},
+            "restoringLongerThan",
+        ),
+        ({"metrics": {"prometheusRule": {"notReconcilingSeconds": 0}}}, "notReconcilingSeconds"),
     ],
 )
 def test_the_values_schema_refuses_bad_monitoring_values(values: dict[str, Any], path: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 from eddyline_operator import handlers, metrics
 from eddyline_operator.__main__ import main as operator_main
 from eddyline_operator.metrics import OperatorMetrics
+from tests.support.prometheus import promtool
 
 # One sample line of the text format: name, optional labels, value.
 SAMPLE = re.compile(
@@ -147,6 +148,57 @@ def test_the_endpoint_serves_the_registry_and_nothing_else() -> None:
         assert get(server.url.replace("/metrics", "/other"))[0] == 404
     finally:
         server.close()
+
+
+def test_promtool_check_metrics_passes_on_the_operators_endpoint() -> None:
+    """The real promtool lints what a scrape gets: types, HELP, the ``_total`` suffix on
+    counters only, base units. Every family has samples, so each is linted with its kind."""
+    registry = OperatorMetrics()
+    registry.app_started("apps", "wc")
+    registry.app_started("apps", "paused")
+    registry.record_cycle("apps", "wc", metrics.OK, 0.01)
+    registry.record_cycle("apps", "wc", metrics.FAILED, 2.0)
+    registry.record_cycle("apps", "paused", metrics.PAUSED, 0.2)
+    registry.record_scaling_decision("apps", "wc", "up")
+    server = metrics.serve("http://127.0.0.1:0/metrics", registry)
+    try:
+        status, _, text = get(server.url)
+    finally:
+        server.close()
+    assert status == 200
+    families = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert families == set(metrics._TYPES)
+    checked = promtool("check", "metrics", stdin=text)
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+def test_promtool_check_metrics_fails_on_a_counter_without_total() -> None:
+    """The check above can fail: promtool refuses what the exporter must never write."""
+    checked = promtool(
+        "check", "metrics", stdin="# HELP x_seconds X\n# TYPE x_seconds counter\nx_seconds 1\n"
+    )
+    assert checked.returncode != 0
+    assert 'counter metrics should have "_total" suffix' in checked.stderr
+
+
+def test_the_last_successful_cycle_is_kept_per_app_until_its_daemon_stops() -> None:
+    now = [1000.0]
+    registry = OperatorMetrics(clock=lambda: now[0])
+    registry.app_started("apps", "wc")  # no cycle yet: the daemon's start
+    name = (
+        'eddyline_operator_last_successful_reconcile_timestamp_seconds{namespace="apps",app="wc"}'
+    )
+    assert samples(registry.render())[name] == 1000
+    now[0] = 1060.0
+    registry.record_cycle("apps", "wc", metrics.OK, 0.01)
+    now[0] = 1120.0
+    registry.record_cycle("apps", "wc", metrics.FAILED, 0.01)  # a failure leaves it
+    assert samples(registry.render())[name] == 1060
+    now[0] = 1180.0
+    registry.record_cycle("apps", "wc", metrics.PAUSED, 0.01)  # paused: the operator works
+    assert samples(registry.render())[name] == 1180
+    registry.app_stopped("apps", "wc")
+    assert name not in samples(registry.render())
 
 
 def test_a_bad_address_or_a_taken_port_names_the_setting() -> None:

@@ -247,7 +247,9 @@ def test_parse_metrics_reads_what_the_pods_export() -> None:
                 topic="lines",
                 partition="2",
             ): -1.0,
-        }
+        },
+        # The HELP lines a pod serves too: the parser skips them.
+        {("stream-thread-metrics", "process-ratio"): "The fraction of time spent processing"},
     )
     sample = parse_metrics(text, 5.0)
     assert sample == PodSample(5.0, pytest.approx(0.4), 150.0, {"lines/1": 40.0})

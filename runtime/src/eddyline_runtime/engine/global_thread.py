@@ -373,7 +373,11 @@ class GlobalStores:
         def lag() -> float:
             return float(sum(held.ends[tp] - held.positions[tp] for tp in held.partitions))
 
-        self._metrics.register(MetricName.of("global-store-metrics", "records-lag", tags), lag)
+        self._metrics.register(
+            MetricName.of("global-store-metrics", "records-lag", tags),
+            lag,
+            description="How far the global store is behind the end of its topic, in records",
+        )
 
 
 class GlobalStreamThread(threading.Thread):

@@ -200,10 +200,22 @@ class StreamsInstance:
             self.metrics.register(
                 MetricName.of("stream-metrics", "state-relocation-seconds"),
                 lambda: relocation.seconds,
+                description="Seconds this start spent relocating state directories (KIP-816)",
             )
             self.metrics.register(
                 MetricName.of("stream-metrics", "state-relocated-stores"),
                 lambda: float(len(relocation.moves)),
+                description="Stores whose directories this start relocated (KIP-816)",
+            )
+            # The bound a standby's lag is judged by (KIP-441), beside standby-offset-lag,
+            # so the chart's EddylineStandbyLagging alert compares the two per pod.
+            self.metrics.register(
+                MetricName.of("stream-metrics", "acceptable-recovery-lag"),
+                lambda: float(self.config.acceptable_recovery_lag),
+                description=(
+                    "acceptable.recovery.lag: the records a copy may trail its changelog by "
+                    "and still take its task over without warming up (KIP-441)"
+                ),
             )
             # Stores set aside by earlier rebuilds are kept for an operator to republish,
             # within the configured count and age.
@@ -217,6 +229,7 @@ class StreamsInstance:
             self.metrics.register(
                 MetricName.of("stream-metrics", "state-set-aside-stores-total"),
                 lambda: float(len(self.stores_set_aside)),
+                description="Stores a rebuild set aside in the quarantine since the start",
             )
             # Tasks moved here: how many their previous owner released (promoted with
             # nothing to restore), how many waited the whole bound, and the last wait.
@@ -225,14 +238,18 @@ class StreamsInstance:
             self.metrics.register(
                 MetricName.of("stream-metrics", "task-released-total"),
                 lambda: float(release.counts["released"]),
+                description="Tasks moved here that their previous owner released in time",
             )
             self.metrics.register(
                 MetricName.of("stream-metrics", "task-release-bound-reached-total"),
                 lambda: float(release.counts["bound"]),
+                description="Tasks moved here that waited the whole bound for their release",
             )
             self.metrics.register(
-                MetricName.of("stream-metrics", "task-release-last-wait-ms"),
-                lambda: outcomes[-1].waited_seconds * 1000 if outcomes else 0.0,
+                # In seconds, Prometheus' base unit (promtool refuses "_ms" in a name).
+                MetricName.of("stream-metrics", "task-release-last-wait-seconds"),
+                lambda: outcomes[-1].waited_seconds if outcomes else 0.0,
+                description="How long, in seconds, the last task moved here waited for its release",
             )
             self.state = InstanceState.REBALANCING
             self.layout = layout

@@ -194,7 +194,6 @@ class StreamThread:
             global_stores=setup.global_stores,
         )
         self._collector = RecordCollector(setup.log, setup.layout)
-        self.migrated = 0  # tasks dropped because another member took them over
         self.state = ThreadState.CREATED
         self.error: BaseException | None = None
         self.final_metrics: dict[MetricName, float] = {}
@@ -417,7 +416,7 @@ class StreamThread:
         if not self._exactly_once and input_offsets:
             self.setup.log.commit_offsets(self.setup.config.application_id, input_offsets)
         for task_id in migrated:
-            self.migrated += 1
+            self._metrics.commit_fenced()
             self._tasks.close_active(task_id)
             self._inbox.reclaim(task_id)  # if still assigned here: an old membership fenced it
         self._budget.committed()
@@ -484,6 +483,11 @@ class StreamThread:
         return [outcomes[i] for i in range(len(prepared_tasks))]
 
     # -- what others may read ---------------------------------------------------------
+
+    @property
+    def migrated(self) -> int:
+        """Tasks dropped because another member took them over (fenced their commit)."""
+        return self._metrics.fenced_total
 
     @property
     def active(self) -> dict[TaskId, StreamTask]:

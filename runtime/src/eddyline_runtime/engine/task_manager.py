@@ -215,10 +215,16 @@ class TaskManager:
             for left in recycled.values():  # a store the active task no longer has
                 left.close()
             self._drop_standby(task_id)
-        for name, (changelog, verdict) in verdicts.items():
-            task.restoring(name, LagInfo(verdict.first_offset, verdict.log_end))
-            self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
-            task.restored(name)
+        if verdicts:
+            self._metrics.restore_started()
+        try:
+            for name, (changelog, verdict) in verdicts.items():
+                task.restoring(name, LagInfo(verdict.first_offset, verdict.log_end))
+                self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
+                task.restored(name)
+        finally:
+            if verdicts:
+                self._metrics.restore_ended()
         task.start(read_positions(log, config.application_id, inputs))
         self._metrics.task_created(task)
         return task

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Final
 
 from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.record_failures import DROP_REASONS
@@ -29,6 +30,117 @@ from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.restore.ingest.sst_restore import IngestResult
 from eddyline_runtime.restore.replay import RestoreResult, StandbyTask
+
+# Every metric this module registers, by (group, name), with its description (the HELP
+# text /metrics exports): Kafka Streams' wording where Kafka has the metric.
+DESCRIPTIONS: Final[Mapping[tuple[str, str], str]] = {
+    ("stream-task-metrics", "enforced-processing-total"): (
+        "The total number of records processed while the task's other inputs had no buffered data "
+        "(KIP-695 enforced processing)"
+    ),
+    ("stream-task-metrics", "enforced-processing-rate"): (
+        "The average number of enforced-processing records per second"
+    ),
+    ("stream-task-metrics", "record-lateness-avg"): (
+        "The average observed lateness of records, in ms behind the task's stream time"
+    ),
+    ("stream-task-metrics", "record-lateness-max"): (
+        "The max observed lateness of records, in ms behind the task's stream time"
+    ),
+    ("stream-task-metrics", "process-total"): "The total number of records processed by the task",
+    ("stream-task-metrics", "last-commit-timestamp"): (
+        "The wall-clock time, in ms since the epoch, of the task's last commit on this member (NaN"
+        " before its first)"
+    ),
+    ("stream-task-metrics", "dropped-records-total"): (
+        "The total number of records dropped by the task"
+    ),
+    ("stream-task-metrics", "dropped-records-rate"): (
+        "The average number of records dropped per second"
+    ),
+    ("stream-task-metrics", "dropped-records-by-reason-total"): (
+        "The total number of records dropped by the task, by reason"
+    ),
+    ("stream-task-metrics", "dead-letter-queue-records-total"): (
+        "The total number of records the error handlers wrote to the dead-letter queue (KIP-1034)"
+    ),
+    ("stream-task-metrics", "dead-letter-queue-records-rate"): (
+        "The average number of records written to the dead-letter queue per second"
+    ),
+    ("stream-processor-node-metrics", "window-aggregate-final-emit-total"): (
+        "The total number of final results a windowed aggregation emitted (emit on window close)"
+    ),
+    ("stream-processor-node-metrics", "window-aggregate-final-emit-rate"): (
+        "The average number of final window results emitted per second"
+    ),
+    ("stream-processor-node-metrics", "window-aggregate-final-emit-latency-avg"): (
+        "The average delay, in ms, between a window's close and the emit of its final result"
+    ),
+    ("stream-processor-node-metrics", "window-aggregate-final-emit-latency-max"): (
+        "The max delay, in ms, between a window's close and the emit of its final result"
+    ),
+    ("stream-processor-node-metrics", "suppression-emit-total"): (
+        "The total number of records emitted by the suppression buffer"
+    ),
+    ("stream-processor-node-metrics", "suppression-emit-rate"): (
+        "The average number of records emitted by the suppression buffer per second"
+    ),
+    ("consumer-fetch-manager-metrics", "records-lag"): (
+        "The latest lag of the input partition, in records (-1 before the first fetch)"
+    ),
+    ("stream-state-metrics", "standby-offset-lag"): (
+        "How far the standby's store is behind the end of its changelog, in records"
+    ),
+    ("stream-state-metrics", "restore-ingested-keys"): (
+        "Keys ingested from a Spark restore build's SST files (0: none, the changelog was replayed)"
+    ),
+    ("stream-state-metrics", "restore-ingested-offset"): (
+        "The changelog offset a Spark restore build's SST files cover (-1: no build)"
+    ),
+    ("stream-state-metrics", "restore-build-wait-seconds"): (
+        "Seconds the task waited for a Spark restore build before opening the store"
+    ),
+    ("stream-state-metrics", "restore-total"): (
+        "The total number of changelog records restored into the store"
+    ),
+    ("stream-state-metrics", "restore-rate"): (
+        "The average number of changelog records restored per second"
+    ),
+    ("stream-thread-metrics", "process-rate"): "The average number of records processed per second",
+    ("stream-thread-metrics", "process-total"): (
+        "The total number of records processed by the thread"
+    ),
+    ("stream-thread-metrics", "process-ratio"): (
+        "The fraction of time the thread spent processing records (KIP-444)"
+    ),
+    ("stream-thread-metrics", "commit-rate"): "The average number of commits per second",
+    ("stream-thread-metrics", "commit-total"): "The total number of commits",
+    ("stream-thread-metrics", "commit-latency-avg"): "The average commit latency, in ms",
+    ("stream-thread-metrics", "commit-latency-max"): "The max commit latency, in ms",
+    ("stream-thread-metrics", "commit-fenced-total"): (
+        "The total number of task commits dropped because another member fenced the task (it moved"
+        " away)"
+    ),
+    ("stream-state-updater-metrics", "active-restoring-tasks"): (
+        "The number of active tasks restoring their stores from changelogs now (KIP-869)"
+    ),
+    ("stream-record-cache-metrics", "hits-total"): "The total number of record cache hits",
+    ("stream-record-cache-metrics", "misses-total"): "The total number of record cache misses",
+    ("stream-record-cache-metrics", "forwards-saved-total"): (
+        "The total number of downstream forwards the record cache saved by deduplicating updates "
+        "(KIP-63)"
+    ),
+    ("stream-record-cache-metrics", "hit-ratio"): (
+        "The record cache's hit ratio since the thread started"
+    ),
+    ("stream-record-cache-metrics", "size-bytes"): "The record cache's current size, in bytes",
+    ("stream-record-cache-metrics", "overwrites-total"): (
+        "The total number of record cache entries overwritten before they were flushed"
+    ),
+    ("stream-record-cache-metrics", "evictions-total"): (
+        "The total number of record cache entries evicted"
+    ),
+}
 
 
 class ThreadMetrics:
@@ -47,6 +159,12 @@ class ThreadMetrics:
         self._tags = {"thread-id": thread_name}
         self._lag = lag
         self.processed_total = 0  # by every task this thread ran, closed ones included
+        # Task commits dropped because another member fenced the task: it moved away
+        # under this member (a rebalance, or a member that lost its membership).
+        self.fenced_total = 0
+        # Active tasks replaying their stores' changelogs now (restores run on the thread,
+        # one task at a time; /metrics is served by another thread meanwhile).
+        self._restoring_tasks = 0
         self._process_sensor = Sensor()
         self._commit_sensor = Sensor()
         # Per active task, the wall-clock time (ms since the epoch) of its last commit.
@@ -71,6 +189,18 @@ class ThreadMetrics:
     def committed(self, seconds: float) -> None:
         self._commit_sensor.record(seconds * 1000)
 
+    def restore_started(self) -> None:
+        """An active task began restoring its stores."""
+        self._restoring_tasks += 1
+
+    def restore_ended(self) -> None:
+        """That task's stores are restored (or the restore failed)."""
+        self._restoring_tasks -= 1
+
+    def commit_fenced(self) -> None:
+        """A task's commit was refused: another member fenced it (it was dropped uncommitted)."""
+        self.fenced_total += 1
+
     def task_committed(self, task_id: TaskId) -> None:
         """``task_id``'s transaction (or its at-least-once commit) completed just now."""
         self._last_commit_ms[task_id] = time.time() * 1000
@@ -81,7 +211,7 @@ class ThreadMetrics:
     def task_created(self, task: StreamTask) -> None:
         tags = self._task_tags(task.id)
         partitions = task.partitions
-        register = self._metrics.register
+        register = partial(_register, self._metrics)
         register(
             MetricName.of("stream-task-metrics", "enforced-processing-total", tags),
             lambda: float(partitions.enforced_processing),
@@ -183,7 +313,8 @@ class ThreadMetrics:
 
     def standby_created(self, standby: StandbyTask) -> None:
         for name in standby.changelogs:
-            self._metrics.register(
+            _register(
+                self._metrics,
                 MetricName.of(
                     "stream-state-metrics",
                     "standby-offset-lag",
@@ -201,7 +332,7 @@ class ThreadMetrics:
     ) -> None:
         """A store finished restoring; ``ingested``: what a Spark build gave it."""
         tags = {**self._task_tags(task_id), "store": result.store}
-        register = self._metrics.register
+        register = partial(_register, self._metrics)
         # What came from a Spark build: keys ingested and the offset they cover (-1: none,
         # the whole changelog was replayed), and how long the task waited for the build.
         register(
@@ -235,7 +366,7 @@ class ThreadMetrics:
         """A standby's (or warm-up's) store opened after a Spark build: what it gave (the
         same names as an active store's restore; the replay itself is standby-offset-lag)."""
         tags = {**self._task_tags(task_id), "store": store}
-        register = self._metrics.register
+        register = partial(_register, self._metrics)
         register(
             MetricName.of("stream-state-metrics", "restore-ingested-keys", tags),
             lambda: float(ingested.keys if ingested is not None else 0),
@@ -269,7 +400,7 @@ class ThreadMetrics:
         metrics, tags = self._metrics, self._tags
 
         def register(group: str, name: str, read: Callable[[], float]) -> None:
-            metrics.register(MetricName.of(group, name, tags), read)
+            _register(metrics, MetricName.of(group, name, tags), read)
 
         process, commit = self._process_sensor, self._commit_sensor
         register("stream-thread-metrics", "process-rate", process.total_rate)
@@ -279,6 +410,12 @@ class ThreadMetrics:
         register("stream-thread-metrics", "commit-total", lambda: commit.total_count)
         register("stream-thread-metrics", "commit-latency-avg", commit.avg)
         register("stream-thread-metrics", "commit-latency-max", commit.max)
+        register("stream-thread-metrics", "commit-fenced-total", lambda: float(self.fenced_total))
+        register(
+            "stream-state-updater-metrics",
+            "active-restoring-tasks",
+            lambda: float(self._restoring_tasks),
+        )
         register("stream-record-cache-metrics", "hits-total", lambda: float(cache.hits))
         register("stream-record-cache-metrics", "misses-total", lambda: float(cache.misses))
         register(
@@ -307,3 +444,8 @@ def _sensor_reading(sensor: Sensor, read: str) -> Callable[[], float]:
         "max": sensor.max,
     }
     return readings[read]
+
+
+def _register(metrics: MetricsRegistry, name: MetricName, read: Callable[[], float]) -> None:
+    """Register one of this module's metrics with its description from :data:`DESCRIPTIONS`."""
+    metrics.register(name, read, description=DESCRIPTIONS[name.group, name.name])

@@ -759,7 +759,9 @@ class _Handlers:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(
-            text=render_prometheus(self.instance.metrics.snapshot()),
+            text=render_prometheus(
+                self.instance.metrics.snapshot(), self.instance.metrics.descriptions()
+            ),
             content_type="text/plain",
             charset="utf-8",
         )

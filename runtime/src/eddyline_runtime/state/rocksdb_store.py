@@ -856,9 +856,14 @@ def _register_commit_metrics(
     registry: MetricsRegistry, sensor: Sensor, tags: Mapping[str, str]
 ) -> None:
     """KIP-892's store metrics; latencies in nanoseconds as Kafka's state metrics are."""
-    registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-rate", tags), sensor.rate)
-    registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-latency-avg", tags), sensor.avg)
-    registry.register(MetricName.of(STATE_METRICS_GROUP, "commit-latency-max", tags), sensor.max)
+    for name, read, description in (
+        ("commit-rate", sensor.rate, "The average number of store commits per second"),
+        ("commit-latency-avg", sensor.avg, "The average store commit latency, in ns"),
+        ("commit-latency-max", sensor.max, "The max store commit latency, in ns"),
+    ):
+        registry.register(
+            MetricName.of(STATE_METRICS_GROUP, name, tags), read, description=description
+        )
 
 
 MEMORY_METRICS_GROUP: Final = "rocksdb-memory-metrics"
@@ -867,9 +872,23 @@ MEMORY_METRICS_GROUP: Final = "rocksdb-memory-metrics"
 def _register_memory_metrics(registry: MetricsRegistry, memory: RocksDBMemory) -> None:
     """The process's shared RocksDB memory, untagged (one per process; registering again
     replaces the same gauges)."""
-    for name, read in (
-        ("block-cache-usage-bytes", lambda: float(memory.usage().cache_bytes)),
-        ("write-buffer-usage-bytes", lambda: float(memory.usage().write_buffer_bytes)),
-        ("budget-bytes", lambda: float(memory.budget_bytes)),
+    for name, read, description in (
+        (
+            "block-cache-usage-bytes",
+            lambda: float(memory.usage().cache_bytes),
+            "Bytes the process's shared RocksDB block cache holds",
+        ),
+        (
+            "write-buffer-usage-bytes",
+            lambda: float(memory.usage().write_buffer_bytes),
+            "Bytes the process's RocksDB memtables (write buffers) hold",
+        ),
+        (
+            "budget-bytes",
+            lambda: float(memory.budget_bytes),
+            "The RocksDB memory budget shared by the process's stores, in bytes",
+        ),
     ):
-        registry.register(MetricName.of(MEMORY_METRICS_GROUP, name, {}), read)
+        registry.register(
+            MetricName.of(MEMORY_METRICS_GROUP, name, {}), read, description=description
+        )
