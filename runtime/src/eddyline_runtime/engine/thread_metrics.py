@@ -85,6 +85,18 @@ DESCRIPTIONS: Final[Mapping[tuple[str, str], str]] = {
     ("stream-processor-node-metrics", "suppression-emit-rate"): (
         "The average number of records emitted by the suppression buffer per second"
     ),
+    ("stream-processor-node-metrics", "suppression-buffer-size-avg"): (
+        "The average size, in bytes, of the records a bounded or time-limited suppression buffered"
+    ),
+    ("stream-processor-node-metrics", "suppression-buffer-size-max"): (
+        "The max size, in bytes, of the records a bounded or time-limited suppression buffered"
+    ),
+    ("stream-processor-node-metrics", "suppression-buffer-count-avg"): (
+        "The average number of records a bounded or time-limited suppression buffered"
+    ),
+    ("stream-processor-node-metrics", "suppression-buffer-count-max"): (
+        "The max number of records a bounded or time-limited suppression buffered"
+    ),
     ("consumer-fetch-manager-metrics", "records-lag"): (
         "The latest lag of the input partition, in records (-1 before the first fetch)"
     ),
