@@ -49,7 +49,7 @@ def _second(value: str) -> str | None:
     return value.split("|")[1]
 
 
-def build(  # noqa: PLR0913 - Kafka's getTopology switches
+def build(
     *,
     left_join: bool,
     materialized: bool,
@@ -157,9 +157,7 @@ def test_join_from_left_then_delete_left_entity(run: Run, request: pytest.Fixtur
 
 
 @pytest.mark.parametrize("run", CASES, indirect=True)
-def test_join_from_right_then_delete_right_entity(
-    run: Run, request: pytest.FixtureRequest
-) -> None:
+def test_join_from_right_then_delete_right_entity(run: Run, request: pytest.FixtureRequest) -> None:
     """Kafka's doJoinFromRightThenDeleteRightEntity: a right row fans out to every
     subscriber of its key; its tombstone unsets them all (left join: with null)."""
     left_join = _left_join(request)

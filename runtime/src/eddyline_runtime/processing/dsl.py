@@ -872,7 +872,7 @@ class KTable:
     def join(
         self,
         other: KTable,
-        joiner: ValueJoiner | Callable[[Any], Any],
+        joiner: Callable[..., Any],  # the joiner, or the foreign-key extractor
         foreign_key_joiner: ValueJoiner | None = None,
         *,
         store_name: str | None = None,
@@ -925,7 +925,7 @@ class KTable:
     def left_join(
         self,
         other: KTable,
-        joiner: ValueJoiner | Callable[[Any], Any],
+        joiner: Callable[..., Any],  # the joiner, or the foreign-key extractor
         foreign_key_joiner: ValueJoiner | None = None,
         *,
         store_name: str | None = None,
@@ -1315,7 +1315,9 @@ def _foreign_key_join(  # noqa: PLR0917 - the public join methods' arguments, pa
             "is for the join on the key"
         )
     if name == "":
-        raise TopologyError("a foreign-key join's name names its internal topics: give a non-empty one")
+        raise TopologyError(
+            "a foreign-key join's name names its internal topics: give a non-empty one"
+        )
     for side, table in (("left", this), ("right", other)):
         if table.store is None:
             raise TopologyError(

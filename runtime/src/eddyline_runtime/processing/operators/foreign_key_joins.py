@@ -7,11 +7,11 @@ partition, and the right side *responds* to the left row's partition::
 
     left table ──send──> <name>-subscription-registration-topic (keyed by foreign key)
                               │
-    right table ──┐          receive (subscription store: foreign key | left key -> wrapper)
+    right table ──┐          receive (subscription store: foreign key | left key)
                   │           │
-                  │          join with the right table's row ──┐
-                  └─ foreign-join: prefix scan of the store ───┴─> <name>-subscription-response-topic
-                                                                     (keyed by left key)
+                  │          subscription join: the right table's row ──┐
+                  └─ foreign join: prefix scan of the store ────────────┴─> response topic
+                                                                 (keyed by left key)
                                                                           │
     left table's store <── response resolver: drop if the hash is stale, else joiner(left, right)
 
@@ -364,9 +364,7 @@ class SubscriptionJoinProcessor(Processor):
         elif instruction == Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE and found is None:
             return
         response = Response(subscription.hash, right_value, subscription.partition)
-        self.context.forward(
-            subscription.left_key, encode_response(response), timestamp=timestamp
-        )
+        self.context.forward(subscription.left_key, encode_response(response), timestamp=timestamp)
 
 
 class ForeignTableJoinProcessor(Processor):
