@@ -302,6 +302,51 @@ def test_a_null_foreign_key_drops_the_update_in_an_inner_join() -> None:
         assert driver.get_key_value_store(_subscription_store(driver)).all() == []
 
 
+def _none_or_second(value: str) -> str | None:
+    fk = _second(value)
+    return None if fk == "none" else fk
+
+
+def test_an_inner_join_follows_a_foreign_key_from_and_to_none() -> None:
+    """KAFKA-16407 (apache/kafka#19303, its SubscriptionSendProcessorSupplierTest cases):
+    an update whose old foreign key was None subscribes; one whose new key is None is
+    dropped and unsets the old result; an update keeping a key without a match says
+    nothing (the old value did not join either)."""
+    builder = build(left_join=False, materialized=True, extractor=_none_or_second)
+    with TopologyTestDriver(builder) as driver:
+        run = Run(driver, True)
+        run.right.pipe_input("rhs1", "rhsValue1", timestamp=BASE)
+        run.left.pipe_input("lhs1", "lhsValue1|none", timestamp=BASE + 1)
+        assert run.out() == {}
+        assert driver.dropped_records == 1
+        run.left.pipe_input("lhs1", "lhsValue1|rhs1", timestamp=BASE + 2)
+        assert run.out() == {"lhs1": "(lhsValue1|rhs1,rhsValue1)"}
+        run.left.pipe_input("lhs1", "lhsValue1b|none", timestamp=BASE + 3)
+        assert run.output.read_key_values_to_list() == [("lhs1", None)]
+        assert driver.dropped_records == 2
+        run.check_store({})
+        run.left.pipe_input("lhs2", "lhsValue2|rhs9", timestamp=BASE + 4)
+        run.left.pipe_input("lhs2", "lhsValue2b|rhs9", timestamp=BASE + 5)
+        assert run.output.read_key_values_to_list() == []
+
+
+def test_a_left_join_answers_a_foreign_key_change_and_a_delete_once() -> None:
+    """Kafka's leftJoinInstructions since apache/kafka#20605: the old key is unsubscribed
+    without an answer, so a key change and a delete each give one result."""
+    builder = build(left_join=True, materialized=False)
+    with TopologyTestDriver(builder) as driver:
+        run = Run(driver, False)
+        run.right.pipe_input("rhs2", "rhsValue2", timestamp=BASE)
+        run.left.pipe_input("lhs1", "lhsValue1|rhs1", timestamp=BASE + 1)
+        run.left.pipe_input("lhs1", "lhsValue1|rhs2", timestamp=BASE + 2)
+        run.left.pipe_input("lhs1", None, timestamp=BASE + 3)
+        assert run.output.read_key_values_to_list() == [
+            ("lhs1", "(lhsValue1|rhs1,null)"),
+            ("lhs1", "(lhsValue1|rhs2,rhsValue2)"),
+            ("lhs1", None),
+        ]
+
+
 def test_a_foreign_key_turning_null_unsubscribes_and_emits_in_a_left_join() -> None:
     """Kafka's shouldEmitRecordWhenOldAndNewFkDiffer: the old subscription is removed
     from the store, the row goes out with null."""

@@ -15,12 +15,13 @@ partition, and the right side *responds* to the left row's partition::
                                                                           │
     left table's store <── response resolver: drop if the hash is stale, else joiner(left, right)
 
-* **send** (Kafka's ``SubscriptionSendProcessorSupplier``): on each left change it
-  sends a :class:`Subscription` to the new foreign key, and, when the key changed,
-  one to the old key that removes the left row there. The instruction says what the
-  right side answers (:class:`Instruction`, Kafka's byte values). A null foreign key
-  subscribes nowhere: an inner join drops the update (logged and counted); a left
-  join sends it keyless, so the right side answers "no match" at once.
+* **send** (Kafka's ``SubscriptionSendProcessorSupplier``, with KAFKA-16407's fix of
+  foreign keys changing from or to None): on each left change it sends a
+  :class:`Subscription` to the new foreign key, and, when the key changed, one to the
+  old key that removes the left row there. The instruction says what the right side
+  answers (:class:`Instruction`, Kafka's byte values). A null foreign key subscribes
+  nowhere: an inner join drops the update (logged and counted; an old key's result
+  is unset); a left join sends it keyless, so the right side answers "no match".
 * **receive** keeps the subscription (or deletes it) in the subscription store, keyed
   ``len(fk) | fk | left key`` so the right side finds every subscriber of a foreign
   key by one prefix scan (Kafka's ``CombinedKeySchema``).
@@ -263,29 +264,30 @@ class SubscriptionSendProcessor(Processor):
         hashed = value_hash(None if new is None else self._left_values.serialize(new))
         left_key = self._left_keys.serialize(key)
         send: list[tuple[Any, Instruction]] = []
-        # Kafka's leftJoinInstructions / defaultJoinInstructions, case by case.
+        # Kafka's leftJoinInstructions / defaultJoinInstructions (as of KAFKA-16407 and
+        # its follow-up: a foreign key may change from or to None), case by case.
+        unsubscribe = old_fk is not None
         if self._spec.left:
-            if old is not None:
-                if old_fk is not None and not self._same(new_fk, old_fk):
-                    send.append((old_fk, Instruction.DELETE_KEY_AND_PROPAGATE))
-                send.append((new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
-            elif new is not None:
-                send.append((new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
-        elif old is not None:
-            if old_fk is None or (new is not None and new_fk is None):
-                _skip(self.context, "foreign key")
-                return
-            if new is None:
+            if old is None and new is None:
+                return  # an idempotent delete: nothing to answer
+            if unsubscribe and not self._same(new_fk, old_fk):
+                # The new subscription goes elsewhere; only its answer is wanted.
+                send.append((old_fk, Instruction.DELETE_KEY_NO_PROPAGATE))
+            # Always an answer, a delete's too: sent keyless when the new key is None.
+            send.append((new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
+        elif new is None:
+            if unsubscribe:
                 send.append((old_fk, Instruction.DELETE_KEY_AND_PROPAGATE))
-            else:
-                if not self._same(new_fk, old_fk):
-                    send.append((old_fk, Instruction.DELETE_KEY_NO_PROPAGATE))
-                # Propagate "no match" too: the old key's result must be unset.
-                send.append((new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
-        elif new is not None:
-            if new_fk is None:
-                _skip(self.context, "foreign key")
-                return
+        elif new_fk is None:
+            _skip(self.context, "foreign key")
+            if unsubscribe:  # unset the old key's result (if it had one)
+                send.append((old_fk, Instruction.DELETE_KEY_AND_PROPAGATE))
+        elif unsubscribe and not self._same(new_fk, old_fk):
+            send.append((old_fk, Instruction.DELETE_KEY_NO_PROPAGATE))
+            # "No match" too: the old key's result must be unset.
+            send.append((new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
+        else:
+            # An insert, or the same key: no earlier result to unset if there is no match.
             send.append((new_fk, Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE))
         partition = self.context.partition
         for foreign_key, instruction in send:
