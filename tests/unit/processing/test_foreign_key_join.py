@@ -509,3 +509,37 @@ def test_the_wire_formats_round_trip_and_refuse_a_newer_version() -> None:
     newer = bytes((5,)) + encode_subscription(Subscription(None, Instruction(0), b"k", 0))[1:]
     with pytest.raises(ForeignKeyJoinFormatError, match="finish the rolling upgrade"):
         decode_subscription(newer)
+
+
+@pytest.mark.parametrize("versioned", [False, True], ids=["kv", "versioned"])
+@pytest.mark.parametrize("left_join", [False, True], ids=["inner", "left"])
+def test_out_of_order_left_records_are_ignored_iff_the_left_table_is_versioned(
+    left_join: bool, versioned: bool
+) -> None:
+    """Kafka's shouldIgnoreOutOfOrderRecordsIffVersioned (its left-hand side part, KIP-914)."""
+    builder = build(left_join=left_join, materialized=True, left_versioned=versioned)
+    with TopologyTestDriver(builder) as driver:
+        run = Run(driver, True)
+        run.right.pipe_input("rhs1", "rhsValue1", timestamp=BASE + 4)
+        assert run.out() == {}
+        run.left.pipe_input("lhs1", "lhsValue1|rhs1", timestamp=BASE + 3)
+        run.left.pipe_input("lhs2", "lhsValue2|rhs1", timestamp=BASE + 5)
+        both = {"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs2": "(lhsValue2|rhs1,rhsValue1)"}
+        assert run.out() == both
+        run.check_store(both)
+        run.left.pipe_input("lhs2", None, timestamp=BASE + 6)
+        assert run.out() == {"lhs2": None}
+        run.check_store({"lhs1": both["lhs1"]})
+        run.left.pipe_input("lhs1", "lhsValue1_ooo|rhs1", timestamp=BASE + 2)
+        run.left.pipe_input("lhs2", "lhsValue2_ooo|rhs1", timestamp=BASE + 2)
+        ooo = {"lhs1": "(lhsValue1_ooo|rhs1,rhsValue1)", "lhs2": "(lhsValue2_ooo|rhs1,rhsValue1)"}
+        assert run.out() == ({} if versioned else ooo)
+        run.check_store({"lhs1": both["lhs1"]} if versioned else ooo)
+        run.left.pipe_input("lhs1", None, timestamp=BASE + 2)
+        assert run.out() == ({} if versioned else {"lhs1": None})
+        run.check_store({"lhs1": both["lhs1"]} if versioned else {"lhs2": ooo["lhs2"]})
+        run.left.pipe_input("lhs1", "lhsValue1_new|rhs1", timestamp=BASE + 8)
+        run.left.pipe_input("lhs2", "lhsValue2_new|rhs1", timestamp=BASE + 8)
+        new = {"lhs1": "(lhsValue1_new|rhs1,rhsValue1)", "lhs2": "(lhsValue2_new|rhs1,rhsValue1)"}
+        assert run.out() == new
+        run.check_store(new)
