@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -87,13 +87,13 @@ def test_foreign_key_join_converges_across_partitions_on_a_real_broker(
     orders: dict[str, str | None] = {}
     customers: dict[str, str | None] = {}
 
-    def order_rows(rows: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    def order_rows(rows: Sequence[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
         orders.update(rows)
-        return rows
+        return list(rows)
 
-    def customer_rows(rows: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    def customer_rows(rows: Sequence[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
         customers.update(rows)
-        return rows
+        return list(rows)
 
     instance = StreamsInstance(fk_join(left_join=False), config, log)
     instance.start()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from eddyline_runtime.processing import StreamsBuilder, Topology
-from tests.support.scenarios import Scenario, run_on_driver, run_on_instance
+from tests.support.scenarios import Input, Scenario, run_on_driver, run_on_instance
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,7 +52,7 @@ def fk_join(*, left_join: bool) -> Topology:
     return builder.build()
 
 
-STEPS = [
+STEPS: list[list[Input]] = [
     [(RIGHT, "rhs1", "rhsValue1", 1), (RIGHT, "rhs2", "rhsValue2", 2)],
     [(LEFT, "lhs1", "lhsValue1|rhs1", 3), (LEFT, "lhs2", "lhsValue2|rhs2", 4)],
     [(LEFT, "lhs3", "lhsValue3|rhs1", 5)],
