@@ -247,6 +247,39 @@ def test_click_enrichment_waits_for_profiles_produced_before_the_clicks(
 # -- custom processor (deduplication) --------------------------------------------------------
 
 
+def test_order_enrichment_converges_to_each_order_joined_with_its_customer(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    """The foreign-key join across two partitions per table: orders and customers are
+    read by different tasks, which interleave as they please, so which intermediate
+    rows go out differs from the driver's; the table they end in may not."""
+    app, search_path = load_example("order_enrichment", tmp_path)
+    log.create_topic("orders", 2)
+    log.create_topic("customers", 2)
+    customers = [(f"c{i}", {"name": f"n{i}", "tier": "basic"}, i) for i in range(4)]
+    orders = [(f"o{i}", {"customer_id": f"c{i % 5}", "amount": i}, 10 + i) for i in range(12)]
+    updates = [("c2", {"name": "n2", "tier": "gold"}, 50), ("c3", None, 51)]
+    moves = [("o1", {"customer_id": "c2", "amount": 1}, 60), ("o6", None, 61)]
+    produce_keyed(log, "customers", customers)
+    produce_keyed(log, "orders", orders)
+    produce_keyed(log, "customers", updates)
+    produce_keyed(log, "orders", moves)
+
+    run(app, log, search_path)
+
+    table: dict[str, Any] = {}
+    for key, value, _ in records_of(log, "enriched-orders"):
+        table[key] = value
+    final_customers = {key: value for key, value, _ in customers + updates}
+    final_orders = {key: value for key, value, _ in orders + moves}
+    assert {key: value for key, value in table.items() if value is not None} == {
+        key: {"order": order, "customer": final_customers.get(order["customer_id"])}
+        for key, order in final_orders.items()
+        if order is not None
+    }
+    assert table["o6"] is None  # the deleted order's last word is its tombstone
+
+
 def test_custom_processor_forwards_each_event_id_once_across_restarts(
     tmp_path: Path, log: SqliteLog
 ) -> None:

@@ -56,6 +56,25 @@ def test_a_join_of_topics_with_different_partition_counts_is_refused(tmp_path: P
         resolve_topics(builder.build(), "join", log)
 
 
+def test_foreign_key_join_topics_are_co_partitioned_with_their_readers(tmp_path: Path) -> None:
+    """The two sub-topologies of a foreign-key join write each other's inputs: the
+    subscription topic takes the right table's count, the response topic the left's
+    (Kafka's co-partitioning of them), not their writers'."""
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("orders", 4)
+    log.create_topic("customers", 2)
+    builder = StreamsBuilder()
+    orders = builder.table("orders", "orders-store", key_serde="string", value_serde="json")
+    customers = builder.table("customers", "customers-store", key_serde="string")
+    orders.join(customers, lambda order: order["customer"], lambda o, c: c, name="enrich")
+    layout = resolve_topics(builder.build(), "app", log)
+    assert layout.partitions == {0: 4, 1: 2}
+    topics = log.topics()
+    assert topics["app-enrich-subscription-registration-topic"].partitions == 2
+    assert topics["app-enrich-subscription-response-topic"].partitions == 4
+    assert topics["app-enrich-subscription-store-changelog"].partitions == 2
+
+
 def test_a_changelog_with_another_partition_count_is_a_conflict(tmp_path: Path) -> None:
     log = SqliteLog(tmp_path / "log.db")
     log.create_topic("lines", 2)

@@ -99,7 +99,7 @@ def resolve_topics(
     internal = set(topology.internal_topics)
     physical = physical_topics(topology, application_id, subtopologies)
     existing = dict(log.topics())
-    counts = _partition_counts(subtopologies, physical, internal, existing, log.url)
+    counts, reader_counts = _partition_counts(subtopologies, physical, internal, existing, log.url)
     if dead_letter_queue_topic is not None:
         if dead_letter_queue_topic not in existing:
             raise TopologyLayoutError(
@@ -120,7 +120,8 @@ def resolve_topics(
     for topic, sub in writer_of.items():
         name = physical[topic]
         if name not in existing:
-            topic_partitions[name] = log.create_topic(name, counts[sub.id]).partitions
+            partitions = reader_counts.get(topic, counts[sub.id])
+            topic_partitions[name] = log.create_topic(name, partitions).partitions
     changelogs = changelog_topics(topology, application_id, subtopologies)
     for sub in subtopologies:
         for store in sub.stores:
@@ -197,7 +198,9 @@ def _partition_counts(
     internal: set[str],
     existing: Mapping[str, TopicSpec],
     log_url: str,
-) -> dict[int, int]:
+) -> tuple[dict[int, int], dict[str, int]]:
+    """Each sub-topology's partition count, and the internal topics that take their
+    reader's count rather than their writer's (see the cycle below)."""
     missing = sorted(
         physical[topic]
         for sub in subtopologies
@@ -211,38 +214,55 @@ def _partition_counts(
         )
     writer_of = {topic: sub.id for sub in subtopologies for topic in sub.sink_topics}
     counts: dict[int, int] = {}
-    # Internal topics take their writer's count, so resolve writers first; a
-    # topology is acyclic, so each pass resolves at least one sub-topology.
+    reader_counts: dict[str, int] = {}
+
+    def known(topic: str) -> int | None:
+        if topic not in internal:
+            return existing[physical[topic]].partitions
+        if topic in reader_counts:
+            return reader_counts[topic]
+        writer = writer_of.get(topic)
+        return None if writer is None else counts.get(writer)
+
+    # Internal topics take their writer's count, so resolve writers first. A foreign-key
+    # join's two sub-topologies write each other's inputs (a cycle): once no writer can be
+    # resolved first, every blocked sub-topology reading a topic of known count takes that
+    # count at once, and the internal topics it reads from unresolved writers are
+    # co-partitioned with it, as Kafka co-partitions the subscription and response topics
+    # with their readers' tables.
     while len(counts) < len(subtopologies):
-        progressed = False
-        for sub in subtopologies:
-            if sub.id in counts:
-                continue
-            sizes: dict[str, int] = {}
-            for topic in sub.source_topics:
-                if topic in internal:
-                    writer = writer_of.get(topic)
-                    if writer is None or writer not in counts:
-                        break
-                    sizes[topic] = counts[writer]
-                else:
-                    sizes[topic] = existing[physical[topic]].partitions
-            else:
-                if sub.stores and len(set(sizes.values())) > 1:
-                    listed = ", ".join(f"{physical[t]} ({n})" for t, n in sizes.items())
+        decided: dict[int, tuple[int, list[str]]] = {}
+        for cycle in (False, True):
+            for sub in subtopologies:
+                if sub.id in counts or sub.id in decided:
+                    continue
+                sizes = {topic: known(topic) for topic in sub.source_topics}
+                resolved = {topic: n for topic, n in sizes.items() if n is not None}
+                if not resolved or (len(resolved) < len(sizes) and not cycle):
+                    continue
+                if any(t not in resolved and t not in writer_of for t in sizes):
+                    continue  # an input nothing writes: refused below
+                if sub.stores and len(set(resolved.values())) > 1:
+                    listed = ", ".join(f"{physical[t]} ({n})" for t, n in resolved.items())
                     raise TopologyLayoutError(
                         f"sub-topology {sub.id} joins topics with different partition counts: "
                         f"{listed}; stateful sub-topologies need co-partitioned inputs (same "
                         "key, same number of partitions): repartition one side or recreate it"
                     )
-                counts[sub.id] = max(sizes.values())
-                progressed = True
-        if not progressed:
+                decided[sub.id] = (max(resolved.values()), [t for t in sizes if t not in resolved])
+                if not cycle:
+                    counts[sub.id] = decided[sub.id][0]  # may resolve the next by its writer
+            if decided:
+                break
+        if not decided:
             unresolved = [sub.id for sub in subtopologies if sub.id not in counts]
             raise TopologyLayoutError(
                 f"sub-topologies {unresolved} read internal topics nothing writes"
             )
-    return counts
+        for sub_id, (count, followers) in decided.items():
+            counts[sub_id] = count
+            reader_counts.update(dict.fromkeys(followers, count))
+    return counts, reader_counts
 
 
 def store_homes(topology: Topology, layout: TopicLayout | None = None) -> StoreHomes:

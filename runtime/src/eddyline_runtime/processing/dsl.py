@@ -37,6 +37,14 @@ from eddyline_runtime.processing.operators.aggregations import (
     reducing,
     subtracting,
 )
+from eddyline_runtime.processing.operators.foreign_key_joins import (
+    ForeignKeyJoin,
+    ForeignTableJoinProcessor,
+    ResponseResolverProcessor,
+    SubscriptionJoinProcessor,
+    SubscriptionReceiveProcessor,
+    SubscriptionSendProcessor,
+)
 from eddyline_runtime.processing.operators.joins import (
     GlobalTableJoin,
     GlobalTableJoinProcessor,
@@ -860,6 +868,7 @@ class KTable:
         )
         return step._materialize(materialized, value_serde)
 
+    @overload
     def join(
         self,
         other: KTable,
@@ -868,14 +877,51 @@ class KTable:
         store_name: str,
         materialized: str | Materialized | None = None,
         value_serde: str = "json",
+    ) -> KTable: ...
+
+    @overload
+    def join(
+        self,
+        other: KTable,
+        foreign_key_extractor: Callable[[Any], Any],
+        joiner: ValueJoiner,
+        /,
+        *,
+        name: str | None = None,
+        materialized: str | Materialized | None = None,
+        value_serde: str = "json",
+    ) -> KTable: ...
+
+    def join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],  # the joiner, or the foreign-key extractor
+        foreign_key_joiner: ValueJoiner | None = None,
+        *,
+        store_name: str | None = None,
+        name: str | None = None,
+        materialized: str | Materialized | None = None,
+        value_serde: str = "json",
     ) -> KTable:
         """Inner table-table join on the key; results are table changes. ``store_name``
         names the stores each side keeps its table in (``<store_name>-left-store``,
-        ``-right-store``); ``materialized`` keeps the result in a store too."""
+        ``-right-store``); ``materialized`` keeps the result in a store too.
+
+        ``join(other, foreign_key_extractor, joiner)`` is Kafka's foreign-key join
+        (KIP-213): each row meets ``other``'s row whose key is
+        ``foreign_key_extractor(value)``; ``name`` (Kafka's ``TableJoined.withName``)
+        names its internal topics and store, else they are generated as Kafka's are.
+        See :mod:`~eddyline_runtime.processing.operators.foreign_key_joins`."""
+        if foreign_key_joiner is not None or name is not None:
+            return _foreign_key_join(
+                self, other, joiner, foreign_key_joiner, name, store_name, materialized,
+                value_serde, left=False,
+            )  # fmt: skip
         return _table_table_join(
-            self, other, joiner, store_name, ("inner", "inner"), materialized, value_serde
+            self, other, joiner, store_name or "", ("inner", "inner"), materialized, value_serde
         )
 
+    @overload
     def left_join(
         self,
         other: KTable,
@@ -884,10 +930,42 @@ class KTable:
         store_name: str,
         materialized: str | Materialized | None = None,
         value_serde: str = "json",
+    ) -> KTable: ...
+
+    @overload
+    def left_join(
+        self,
+        other: KTable,
+        foreign_key_extractor: Callable[[Any], Any],
+        joiner: ValueJoiner,
+        /,
+        *,
+        name: str | None = None,
+        materialized: str | Materialized | None = None,
+        value_serde: str = "json",
+    ) -> KTable: ...
+
+    def left_join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],  # the joiner, or the foreign-key extractor
+        foreign_key_joiner: ValueJoiner | None = None,
+        *,
+        store_name: str | None = None,
+        name: str | None = None,
+        materialized: str | Materialized | None = None,
+        value_serde: str = "json",
     ) -> KTable:
-        """Every row of this table, joined with ``other``'s row or None."""
+        """Every row of this table, joined with ``other``'s row or None; with a foreign-key
+        extractor (``left_join(other, foreign_key_extractor, joiner)``), with the row of
+        ``other`` its foreign key names, or None (also for a null foreign key)."""
+        if foreign_key_joiner is not None or name is not None:
+            return _foreign_key_join(
+                self, other, joiner, foreign_key_joiner, name, store_name, materialized,
+                value_serde, left=True,
+            )  # fmt: skip
         return _table_table_join(
-            self, other, joiner, store_name, ("left", "right"), materialized, value_serde
+            self, other, joiner, store_name or "", ("left", "right"), materialized, value_serde
         )
 
     def outer_join(
@@ -904,7 +982,9 @@ class KTable:
             self, other, joiner, store_name, ("outer", "outer"), materialized, value_serde
         )
 
-    def _materialize(self, store: str | Materialized | None, value_serde: str | None) -> KTable:
+    def _materialize(
+        self, store: str | Materialized | None, value_serde: str | None, node: str = ""
+    ) -> KTable:
         if store is None:
             return self
         if not store:
@@ -914,7 +994,7 @@ class KTable:
         value_serde = materialized.value_serde or value_serde
         table = materialized.store_name
         builder = self._builder
-        name = builder._name("KTABLE-MATERIALIZE")
+        name = node or builder._name("KTABLE-MATERIALIZE")
         keys, values = serde_for(key_serde), serde_for(value_serde)
         cell = OldValues()  # old values come from the store, not from the node above
         builder.topology.add_processor(
@@ -1235,6 +1315,98 @@ def _table_table_join(  # noqa: PLR0917 (the three join methods' arguments, pass
     joined = KTable(builder, merge, this.key_serde, old_values=result)
     joined.value_serde = value_serde  # how results serialize, stored or joined again
     return joined._materialize(materialized, value_serde)
+
+
+def _foreign_key_join(  # noqa: PLR0917 - the public join methods' arguments, passed on
+    this: KTable,
+    other: KTable,
+    extractor: Callable[[Any], Any],
+    joiner: ValueJoiner | None,
+    name: str | None,
+    store_name: str | None,
+    materialized: str | Materialized | None,
+    value_serde: str,
+    *,
+    left: bool,
+) -> KTable:
+    """Kafka's ``KTableImpl.doJoinOnForeignKey``: the nodes, topics and store of a
+    foreign-key join, named as Kafka names them (``<name>-...`` given a name)."""
+    if joiner is None or store_name is not None or not callable(extractor):
+        raise TopologyError(
+            "a foreign-key table join is join(other, foreign_key_extractor, joiner, name=...) "
+            "(or left_join): the extractor value -> other's key, then the joiner; store_name "
+            "is for the join on the key"
+        )
+    if name == "":
+        raise TopologyError(
+            "a foreign-key join's name names its internal topics: give a non-empty one"
+        )
+    for side, table in (("left", this), ("right", other)):
+        if table.store is None:
+            raise TopologyError(
+                f"a foreign-key join reads the {side} table's store, and this table has none: "
+                'pass materialized="<store>" to the operation that made it'
+            )
+    if this._old_values is None:
+        raise TopologyError(
+            "a foreign-key join needs the left table's old values (to unsubscribe a changed "
+            "foreign key), which an aggregation's result does not forward yet: write it to a "
+            "topic and read that with builder.table"
+        )
+    this._old_values.enable()
+    builder, topology = this._builder, this._builder.topology
+    assert this.store is not None and other.store is not None
+
+    def named(suffix: str, prefix: str) -> str:
+        # Kafka's NamedInternal.suffixWithOrElseGet: a given name still burns an index,
+        # so naming one join does not renumber the nodes after it.
+        generated = builder._name(prefix)
+        return f"{name}{suffix}" if name else generated
+
+    fk = "KTABLE-FK-JOIN-SUBSCRIPTION-"
+    # Every name first, in Kafka's order of numbering (KTableImpl.doJoinOnForeignKey).
+    registration = named("-subscription-registration", f"{fk}REGISTRATION") + "-topic"
+    send = named("-subscription-registration-processor", f"{fk}REGISTRATION")
+    sink = named("-subscription-registration-sink", "KTABLE-SINK")
+    source = named("-subscription-registration-source", "KTABLE-SOURCE")
+    spec_store = named("-subscription-store", f"{fk}STATE-STORE")
+    receive = named("-subscription-receive", f"{fk}PROCESSOR")
+    join = named("-subscription-join-foreign", f"{fk}PROCESSOR")
+    fan_out = named("-foreign-join-subscription", f"{fk}PROCESSOR")
+    response = named("-subscription-response", f"{fk}RESPONSE") + "-topic"
+    response_sink = named("-subscription-response-sink", "KTABLE-SINK")
+    response_source = named("-subscription-response-source", "KTABLE-SOURCE")
+    resolver = named("-subscription-response-resolver", f"{fk}RESPONSE-RESOLVER-PROCESSOR")
+    result = named("-result", "KTABLE-FK-JOIN-OUTPUT")
+    if materialized is None:
+        builder._name("KTABLE-FK-JOIN-OUTPUT-STATE-STORE")  # Kafka numbers it even unused
+    spec = ForeignKeyJoin(
+        extractor, joiner, left, this.store, other.store, spec_store,
+        this.key_serde, this.value_serde, other.key_serde, other.value_serde,
+    )  # fmt: skip
+    topology.internal_topics.extend((registration, response))
+    topology.add_processor(send, partial(SubscriptionSendProcessor, spec), this._node)
+    # Subscriptions and responses are bytes of their own format (foreign_key_joins):
+    # only the keys go through serdes, the foreign key the right table's (its partitioner).
+    topology.add_sink(sink, registration, send, key_serde=other.key_serde)
+    topology.add_source(source, [registration], key_serde=other.key_serde)
+    topology.add_processor(receive, partial(SubscriptionReceiveProcessor, spec), source)
+    topology.add_processor(join, partial(SubscriptionJoinProcessor, spec), receive)
+    topology.add_processor(fan_out, partial(ForeignTableJoinProcessor, spec), other._node)
+    topology.add_state_store(StoreSpec(spec_store, cached=False), receive, fan_out)
+    topology.add_state_store(topology.stores[other.store], join)
+    # A response is keyed by the left key's bytes as the subscription carried them.
+    topology.add_sink(response_sink, response, join, fan_out)
+    topology.add_source(response_source, [response], key_serde=this.key_serde)
+    topology.add_processor(resolver, partial(ResponseResolverProcessor, spec), response_source)
+    topology.add_state_store(topology.stores[this.store], resolver)
+    if materialized is not None:
+        resolved = KTable(builder, resolver, this.key_serde)
+        return resolved._materialize(materialized, value_serde, node=result)
+    topology.add_processor(result, PassThrough, resolver)
+    joined = KTable(builder, result, this.key_serde)
+    joined.value_serde = value_serde  # how results serialize, stored or joined again
+    return joined
 
 
 class SlidingWindowedKStream(TimeWindowedKStream):

@@ -11,6 +11,7 @@ processor a node's supplier gives and never asks what kind of operation it is.
 * :mod:`.tables`: KTable operations and table aggregations;
 * :mod:`.windowed`: time, session and sliding window aggregations;
 * :mod:`.joins`: stream-stream, stream-table and table-table joins;
+* :mod:`.foreign_key_joins`: foreign-key table-table joins (KIP-213);
 * :mod:`.suppress`: final results (``emit_final``, ``suppress``);
 * :mod:`.stores`: the store interfaces all of them use.
 """
