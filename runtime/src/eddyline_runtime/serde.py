@@ -16,13 +16,13 @@ A user serde may offer ``serialize_all``/``deserialize_all`` too.
 
 from __future__ import annotations
 
-import importlib
 import json
 import struct
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from eddyline_runtime.errors import ConfigError, EddylineError, one_of
+from eddyline_runtime.references import Reference, ReferenceLoadError, load_reference
 
 T = TypeVar("T")
 
@@ -165,14 +165,13 @@ def serde_for(name: str | None, *, key: str = "serde") -> Any:
         return BUILT_IN["bytes"]
     if name in BUILT_IN:
         return BUILT_IN[name]
-    module_name, _, attribute = name.partition(":")
     accepted = f"{one_of(BUILT_IN)} or a user serde as 'module:attribute'"
-    if not attribute:
+    if Reference.parse(name) is None:
         raise ConfigError(key, name, accepted)
     try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(key, name, accepted, hint=f"could not load it: {exc}") from None
+        found = load_reference(name)
+    except ReferenceLoadError as exc:
+        raise ConfigError(key, name, accepted, hint=f"could not load it: {exc.detail}") from None
     serde = found() if isinstance(found, type) else found
     if not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
         raise ConfigError(key, name, accepted, hint="it has no serialize/deserialize methods")

@@ -25,7 +25,6 @@ one record does not fill the dead-letter topic with copies of it.
 from __future__ import annotations
 
 import enum
-import importlib
 import logging
 import traceback
 from collections.abc import Callable
@@ -34,6 +33,12 @@ from dataclasses import dataclass
 from eddyline_runtime.config import LOG_AND_CONTINUE, LOG_AND_FAIL, ExceptionHandlerKind
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.processing.topology import Headers, PunctuationType
+from eddyline_runtime.references import (
+    Reference,
+    ReferenceFailure,
+    ReferenceLoadError,
+    load_reference,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -198,19 +203,21 @@ def exception_handler(kind: ExceptionHandlerKind, reference: str) -> ExceptionHa
     built_in = _BUILT_IN.get(reference)
     if built_in is not None:
         return built_in
-    module_name, _, function_name = reference.partition(":")
+    way_out = "install it in the image or fix the reference"
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise HandlerLoadError(
-            f'{kind.setting} "{reference}": cannot import module "{module_name}" '
-            f"({type(exc).__name__}: {exc}); install it in the image or fix the reference"
-        ) from exc
-    function = getattr(module, function_name, None)
+        function = load_reference(reference)
+    except ReferenceLoadError as exc:
+        if exc.failure is not ReferenceFailure.NO_ATTRIBUTE:
+            raise HandlerLoadError(
+                f'{kind.setting} "{reference}": {exc.detail}; {way_out}'
+            ) from exc
+        function = None
     if not callable(function):
+        parsed = Reference.parse(reference)
+        assert parsed is not None  # load_reference refused a malformed one
         raise HandlerLoadError(
-            f'{kind.setting} "{reference}": module "{module_name}" has no function '
-            f'"{function_name}"; a handler is a function (context, exception) -> Response'
+            f'{kind.setting} "{reference}": module "{parsed.module}" has no function '
+            f'"{parsed.attribute}"; a handler is a function (context, exception) -> Response'
         )
     handler: ExceptionHandler = function
     return handler
