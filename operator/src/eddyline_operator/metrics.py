@@ -223,10 +223,10 @@ class OperatorMetrics:
         samples[SCALING_DECISIONS] = [
             _sample(SCALING_DECISIONS, labels, value) for labels, value in sorted(decisions.items())
         ]
-        for name, counts in per_app.items():
+        for name, by_app in per_app.items():
             samples[name] = [
                 _sample(name, (("namespace", namespace), ("app", app)), value)
-                for (namespace, app), value in sorted(counts.items())
+                for (namespace, app), value in sorted(by_app.items())
             ]
         lines: list[str] = []
         for name, (kind, help_text) in _TYPES.items():
