@@ -215,6 +215,9 @@ def test_status_shows_six_pods_in_three_zones_and_every_tasks_copies(
     assert sorted(pods) == sorted(f"{APP}-{i}" for i in range(PODS))
     assert {p["zone"] for p in pods.values()} == set(ZONES)
     assert all(p["ready"] and p["topologyHash"] for p in pods.values())
+    # The running revision's describe hash (every pod's) and how to draw it.
+    assert {p["topologyHash"] for p in pods.values()} == {view["topologyHash"]}
+    assert view["drawCommand"] == f"eddyline describe MANIFEST --format svg > {APP}.svg"
     # Each pod's /metrics, through the proxy as well: busy share, rate and input lag.
     assert all(p["busy"] is not None and p["inputLag"] is not None for p in pods.values())
     assert view["status"]["phase"] == "Running" and view["status"]["revision"] == "1"
@@ -240,6 +243,8 @@ def test_status_shows_six_pods_in_three_zones_and_every_tasks_copies(
     for zone in ZONES:
         assert zone in text
     assert "Ready" in text and "revision 1" in text
+    assert f"(describe hash {view['topologyHash']})" in text
+    assert f"draw it: eddyline describe MANIFEST --format svg > {APP}.svg" in text
 
 
 def test_where_names_the_partition_and_the_pod_that_serves_a_key(

@@ -8,7 +8,10 @@ operator's Deployment runs on real nodes, reaching the API server through the ``
 Service, and is Ready by its probe on its health endpoint; ``kubectl apply`` of the examples'
 cluster manifest and the docs' topic step (docs/operator.md, run verbatim through bash), then
 ``kubectl wait --for=condition=Ready``; input produced by a pod on the log's claim, exact
-counts read by a pod through the query Service; ``kubectl delete`` leaves nothing of the app.
+counts read by a pod through the query Service; the README's last step, ``kubectl eddyline
+status wordcount``, run verbatim with the package's ``kubectl-eddyline`` on the PATH (as
+``pip install 'eddyline[kubectl]'`` puts it there), reads every pod through the API server's
+pod proxy; ``kubectl delete`` leaves nothing of the app.
 
 Where the README cannot be verbatim: the namespace is made beforehand with Pod Security
 ``restricted`` enforced (``--create-namespace`` would make it unlabelled), and the claims'
@@ -22,7 +25,9 @@ import collections
 import json
 import os
 import random
+import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from eddyline_runtime.spec import GROUP, PLURAL, VERSION
 from tests.e2e.test_operator_quickstart import documented_commands
 from tests.support.control_plane.client import Client, wait_until
 from tests.support.control_plane.operator import Kubectl, helm
@@ -47,6 +53,7 @@ RELEASE = "eddyline"
 DEPLOYMENT = f"{RELEASE}-eddyline-operator"  # the chart's fullname: release-chart
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
+README = REPO / "README.md"
 STORE = "word-counts"
 WORDS = [f"w{index:02d}" for index in range(20)]
 LOG_URL = "sqlite:////var/lib/eddyline/log/log.db"  # the docs' topic pod's mount of the claim
@@ -93,8 +100,12 @@ class QuickStart:
     home: Path
 
     def shell(self, script: str) -> str:
-        """``script`` through bash with the real ``kubectl``, its namespace ``eddyline``."""
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": str(self.home),
+        """``script`` through bash with the real ``kubectl``, its namespace ``eddyline``, and
+        the package's console scripts (``kubectl-eddyline``: kubectl's plugin) on the PATH,
+        found beside this interpreter; nothing else of the test's environment comes along."""
+        scripts = str(Path(sys.executable).parent)
+        env = {"PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
+               "HOME": str(self.home),
                "KUBECONFIG": str(self.kubectl.env["KUBECONFIG"])}  # fmt: skip
         done = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script], cwd=REPO, env=env,
@@ -149,6 +160,14 @@ class QuickStart:
         assert finished() == "Succeeded", f"pod {name} failed:\n{log}"
         self.kubectl("delete", "pod", name)
         return log
+
+
+def readme_cluster_steps() -> list[str]:
+    """The shell lines of the README's "On a cluster" quick start, continuations joined."""
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"### On a cluster\n.*?```sh\n(.*?)```", text, re.DOTALL)
+    assert found, "README.md lost its cluster quick start (### On a cluster, a sh block)"
+    return re.sub(r"\\\n\s*", "", found.group(1)).strip().splitlines()
 
 
 def import_images(cluster: RealCluster, images: Images, into: Path) -> None:
@@ -240,6 +259,34 @@ def test_the_quick_start_runs_the_word_count_with_exact_counts(quickstart: Quick
     answers = quickstart.one_shot("quickstart-counts", script, node)
     counts = json.loads(answers.strip().splitlines()[-1])
     assert counts == dict(expected), answers
+
+
+def test_the_readme_quick_start_ends_with_kubectl_eddyline_status(quickstart: QuickStart) -> None:
+    """The README's last step, verbatim: the plugin reads the app's status, membership and
+    every pod's /v1/layout through the API server (pods/proxy) on real nodes."""
+    last = readme_cluster_steps()[-1]
+    assert last.startswith(f"kubectl eddyline status {APP} -n {NAMESPACE}"), last
+    wait_until(lambda: _ready_with_hash(quickstart), "the app Ready with its hash", READY_TIMEOUT)
+    text = quickstart.shell(last)
+    print(text)
+    assert text.startswith(f"{APP} in {NAMESPACE}: Running"), text
+    hashes = {
+        line.split()[-1] for line in text.splitlines() if line.startswith(f"  {APP}-")
+    }  # the LAYOUT column of the pod rows: "hash <describe hash>" from each pod
+    recorded = quickstart.kubectl("get", "sapp", APP, "-o", "jsonpath={.status.topology.hash}")
+    assert hashes == {recorded}, text
+    assert f"(describe hash {recorded})" in text
+    assert f"draw it: eddyline describe MANIFEST --format svg > {APP}.svg" in text
+
+
+def _ready_with_hash(quickstart: QuickStart) -> bool:
+    app = quickstart.admin.get(f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}/{APP}")
+    status = (app or {}).get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return ready and bool((status.get("topology") or {}).get("hash"))
 
 
 def _app_objects(admin: Client) -> list[str]:

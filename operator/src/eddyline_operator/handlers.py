@@ -90,6 +90,7 @@ from eddyline_runtime.spec import (
     VERSION,
     AutoscalingStatus,
     Phase,
+    RestoreJobState,
     StreamAppStatus,
 )
 
@@ -565,7 +566,9 @@ def _carry_out(
         # before anything acts on it. A conflict raises: nothing is done this cycle, and the
         # next one decides again from what status then says.
         ahead, _ = compose_status(result.status, autoscaling=scaling, now=_now())
-        stored = _record_status(kube, state, namespace, name, ahead)
+        written = _record_status(kube, state, namespace, name, ahead)
+        _count_recorded(namespace, name, stored, ahead)
+        stored = written
         body = {**body, "status": stored}
     # Children that could not be applied, (reason, message): each object is tried on its
     # own, and status still says what happened (a refused child must never stop the cycle
@@ -608,7 +611,25 @@ def _carry_out(
         if error.status != 409:
             raise
         # Someone wrote in between: the daemon's next cycle writes again.
+        return True
+    _count_recorded(namespace, name, stored, status)
     return True
+
+
+def _count_recorded(namespace: str, name: str, before: Any, after: StreamAppStatus) -> None:
+    """Count what a status write that landed records for the first time: an upgrade's
+    rollback started (``status.upgrade`` gains its ``rollback``), restore Jobs failed (their
+    state becomes Failed). Only after the write landed: a cycle whose write conflicted
+    decides the same again from the status as it was, and is counted then, once."""
+    previous, _ = read_status(before)
+    was, now = previous.upgrade, after.upgrade
+    if now is not None and now.rollback is not None and (was is None or was.rollback is None):
+        metrics.METRICS.record_upgrade_rollback(namespace, name)
+    failed = RestoreJobState.FAILED
+    seen = {job.name for job in previous.restore_jobs or [] if job.state is failed}
+    newly = {job.name for job in after.restore_jobs or [] if job.state is failed} - seen
+    if newly:
+        metrics.METRICS.record_restore_job_failed(namespace, name, len(newly))
 
 
 def _apply_children(

@@ -3,9 +3,11 @@
 What an operator of the operator watches (issue 25's ops conventions, as Strimzi's operators
 export theirs): reconcile cycles per app and outcome, how long a cycle takes, when each app's
 last cycle succeeded, how many apps this replica manages and how many of them are paused
-(``eddyline.dev/pause-reconciliation``), and the autoscaler's scaling decisions.
+(``eddyline.dev/pause-reconciliation``), the autoscaler's scaling decisions, and per app the
+topology upgrades rolled back and the Spark restore Jobs that failed (the chart's
+EddylineUpgradeRolledBack alert reads the first).
 
-Why not ``prometheus_client``: it is not a dependency of the project, and six families
+Why not ``prometheus_client``: it is not a dependency of the project, and eight families
 with a fixed set of labels are a few dozen lines; the runtime's exporter
 (``eddyline_runtime.query.prometheus``) writes its own text the same way.
 
@@ -42,6 +44,8 @@ APPS = PREFIX + "apps"
 APPS_PAUSED = PREFIX + "apps_paused"
 SCALING_DECISIONS = PREFIX + "scaling_decisions_total"
 LAST_SUCCESS = PREFIX + "last_successful_reconcile_timestamp_seconds"
+UPGRADE_ROLLBACKS = PREFIX + "upgrade_rollbacks_total"
+RESTORE_JOBS_FAILED = PREFIX + "restore_jobs_failed_total"
 
 # A cycle's outcomes: it planned and acted; the app is paused (nothing changed); it
 # raised (retried at the next beat); the StreamApp is gone or being deleted.
@@ -68,7 +72,22 @@ _TYPES = {
         "When the app's last reconcile cycle succeeded (ok or paused), in seconds since the "
         "epoch; its daemon's start until the first, per app with a running daemon",
     ),
+    UPGRADE_ROLLBACKS: (
+        "counter",
+        "Full-cluster topology upgrades whose new revision failed and that the operator "
+        "rolled back (counted when the rollback starts), per app",
+    ),
+    RESTORE_JOBS_FAILED: (
+        "counter",
+        "Spark restore Jobs the operator saw fail (their pods replay the changelog instead), "
+        "per app",
+    ),
 }
+
+# The per-app counters that start at 0 with the app's daemon: Prometheus' increase() does not
+# see a series' first sample as an increase, so a counter that first appears at 1 (the
+# first rollback) would never make EddylineUpgradeRolledBack fire.
+_PER_APP_COUNTERS = (UPGRADE_ROLLBACKS, RESTORE_JOBS_FAILED)
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -108,6 +127,10 @@ class OperatorMetrics:
         self._cycles: Counter[Labels] = Counter()
         self._durations: dict[Labels, _Histogram] = {}
         self._decisions: Counter[Labels] = Counter()
+        # UPGRADE_ROLLBACKS and RESTORE_JOBS_FAILED: family -> (namespace, app) -> count.
+        self._per_app: dict[str, Counter[tuple[str, str]]] = {
+            name: Counter() for name in _PER_APP_COUNTERS
+        }
         # The apps with a running daemon: (namespace, name) -> paused at its last cycle.
         self._apps: dict[tuple[str, str], bool] = {}
         # The apps with a running daemon: (namespace, name) -> wall-clock time of their
@@ -119,6 +142,8 @@ class OperatorMetrics:
         with self._lock:
             self._apps.setdefault((namespace, app), False)
             self._succeeded.setdefault((namespace, app), self._clock())
+            for counts in self._per_app.values():
+                counts[(namespace, app)] += 0  # the series exists from now on, at 0
 
     def app_stopped(self, namespace: str, app: str) -> None:
         """The app's daemon ended (deleted, or another replica took over): it leaves the
@@ -146,6 +171,18 @@ class OperatorMetrics:
         with self._lock:
             self._decisions[(("namespace", namespace), ("app", app), ("direction", direction))] += 1
 
+    def record_upgrade_rollback(self, namespace: str, app: str) -> None:
+        """An upgrade's new revision failed and the operator started rolling it back."""
+        with self._lock:
+            self._per_app[UPGRADE_ROLLBACKS][(namespace, app)] += 1
+
+    def record_restore_job_failed(self, namespace: str, app: str, count: int = 1) -> None:
+        """``count`` restore Jobs of the app were seen failed (each once)."""
+        if count < 0:
+            raise ValueError(f"a count of failed restore Jobs cannot be negative, got {count}")
+        with self._lock:
+            self._per_app[RESTORE_JOBS_FAILED][(namespace, app)] += count
+
     def render(self) -> str:
         """Every family in Prometheus' text format (families without samples keep their
         ``# TYPE`` line, so a scrape shows what exists before anything happened)."""
@@ -155,6 +192,7 @@ class OperatorMetrics:
             decisions = dict(self._decisions)
             apps = dict(self._apps)
             succeeded = dict(self._succeeded)
+            per_app = {name: dict(counts) for name, counts in self._per_app.items()}
         managed: Counter[str] = Counter(namespace for namespace, _ in apps)
         paused: Counter[str] = Counter(ns for (ns, _), is_paused in apps.items() if is_paused)
         samples: dict[str, list[str]] = {name: [] for name in _TYPES}
@@ -185,6 +223,11 @@ class OperatorMetrics:
         samples[SCALING_DECISIONS] = [
             _sample(SCALING_DECISIONS, labels, value) for labels, value in sorted(decisions.items())
         ]
+        for name, by_app in per_app.items():
+            samples[name] = [
+                _sample(name, (("namespace", namespace), ("app", app)), value)
+                for (namespace, app), value in sorted(by_app.items())
+            ]
         lines: list[str] = []
         for name, (kind, help_text) in _TYPES.items():
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]

@@ -346,6 +346,10 @@ def test_the_monitoring_values_render_clean(tmp_path: Path, values: dict[str, An
             "restoringLongerThan",
         ),
         ({"metrics": {"prometheusRule": {"notReconcilingSeconds": 0}}}, "notReconcilingSeconds"),
+        (
+            {"metrics": {"prometheusRule": {"upgradeRolledBackWindow": 3600}}},
+            "upgradeRolledBackWindow",
+        ),
     ],
 )
 def test_the_values_schema_refuses_bad_monitoring_values(values: dict[str, Any], path: str) -> None:

@@ -13,10 +13,21 @@ import pytest
 from eddyline_operator import autoscaler, handlers, metrics
 from eddyline_operator.client import ApiError
 from eddyline_operator.reconcile import autoscale, names
-from eddyline_runtime.membership import MemberReport, StoreCopy
+from eddyline_operator.reconcile.status_record import dump_status
+from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.restore.job_result import JobState
 from tests.support.k8s_objects import body, node, pod, three_zones
 from tests.unit.operator.conftest import MemoryKube
+from tests.unit.operator.test_reconcile_restore_job import (
+    RESTORE,
+    finished_job,
+    job_pod,
+    report,
+    run,
+    verdict,
+)
+from tests.unit.operator.test_reconcile_upgrade import Driver, run_to_starting
 
 Obj = dict[str, Any]
 
@@ -511,3 +522,99 @@ def test_an_app_that_wants_pods_and_has_none_is_planned_at_every_beat(
     for _ in range(4):
         handlers.refresh_app(operator(memo), "apps", "wc")
     assert len(planned) == 4
+
+
+def rollbacks_of(app: str) -> float:
+    """The process registry's upgrade rollbacks of apps/<app>, 0 when it has no sample."""
+    prefix = f'{metrics.UPGRADE_ROLLBACKS}{{namespace="apps",app="{app}"}} '
+    for line in metrics.METRICS.render().splitlines():
+        if line.startswith(prefix):
+            return float(line.removeprefix(prefix))
+    return 0.0
+
+
+def test_a_rolled_back_upgrade_is_counted_once_when_its_rollback_is_written(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle that finds the new revision's pod refusing to start writes the rollback
+    ahead: that write, and only it, counts (the cycles after it continue the rollback)."""
+    upgrade = Driver()
+    upgrade.settle()
+    run_to_starting(upgrade)
+    upgrade.start_pods("2")
+    refused = "state stores are misplaced; set automatic.state.relocation"
+    upgrade.pods[1]["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 1, "reason": "Error", "message": refused}
+    }
+    kube.put(upgrade.app)
+    for each in three_zones():
+        kube.put({"kind": "Node", **each})
+    for running in upgrade.pods:
+        kube.put({"kind": "Pod", **running})
+    monkeypatch.setattr(handlers, "fetch_reports", lambda pods, port: upgrade.reports())
+    before = rollbacks_of("wc")
+
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    stored = kube.objects["StreamApp", "apps", "wc"]["status"]["upgrade"]
+    assert stored["rollback"]["reason"] == "PodFailed" and stored["step"] == "Stopping"
+    assert rollbacks_of("wc") == before + 1
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert rollbacks_of("wc") == before + 1
+
+
+def test_a_rollback_whose_write_conflicts_is_counted_by_the_cycle_that_writes_it(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upgrade = Driver()
+    upgrade.settle()
+    run_to_starting(upgrade)
+    upgrade.start_pods("2")
+    upgrade.pods[0]["status"]["containerStatuses"][0]["state"] = {
+        "terminated": {"exitCode": 1, "reason": "Error", "message": "refused"}
+    }
+    kube.put(upgrade.app)
+    for running in upgrade.pods:
+        kube.put({"kind": "Pod", **running})
+    monkeypatch.setattr(handlers, "fetch_reports", lambda pods, port: upgrade.reports())
+    before = rollbacks_of("wc")
+    original = kube.patch_streamapp_status
+
+    def conflict(namespace: str, name: str, patch: Obj) -> str | None:
+        raise ApiError(409, "the object has been modified")
+
+    kube.patch_streamapp_status = conflict  # type: ignore[method-assign]
+    with pytest.raises(ApiError):
+        handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert rollbacks_of("wc") == before
+    kube.patch_streamapp_status = original  # type: ignore[method-assign]
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert rollbacks_of("wc") == before + 1
+
+
+def test_a_restore_job_seen_failed_is_counted_once(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000), 1: (RESTORE_PENDING, 5000)})}
+    first = run(body(restore=RESTORE), reports=reports)
+    (job,) = first.create_jobs
+    app = body(restore=RESTORE)
+    app["status"] = dump_status(first.status)
+    kube.put(app)
+    failed = finished_job(job, complete=False)
+    kube.put({"kind": "Job", **failed})
+    its_pod = job_pod(failed, verdict(JobState.FAILED, {}, (0, 1)), exit_code=1)
+    kube.put({"kind": "Pod", **its_pod, "metadata": {**its_pod["metadata"], "namespace": "apps"}})
+    monkeypatch.setattr(handlers, "fetch_reports", lambda pods, port: reports)
+    counted = f'{metrics.RESTORE_JOBS_FAILED}{{namespace="apps",app="wc"}}'
+
+    def failures() -> float:
+        lines = metrics.METRICS.render().splitlines()
+        return next((float(line.split()[-1]) for line in lines if line.startswith(counted)), 0.0)
+
+    before = failures()
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    recorded = kube.objects["StreamApp", "apps", "wc"]["status"]["restoreJobs"]
+    assert [j["state"] for j in recorded] == ["Failed"]
+    assert failures() == before + 1
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
+    assert failures() == before + 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -309,3 +310,37 @@ def test_each_copy_shows_its_stores_bytes_on_disk_and_each_pod_its_total() -> No
 )
 def test_sizes_read_in_powers_of_1024_as_volumes_are_sized(size: int | None, text: str) -> None:
     assert size_text(size) == text
+
+
+def test_status_shows_the_running_describe_hash_and_how_to_draw_it() -> None:
+    pods, membership, reports = _view_inputs()
+    view = app_view(_app(), pods, membership, reports, {})
+    text = render_status(view, Style(colour=False, width=None), NOW)
+    lines = text.splitlines()
+    assert lines[1] == "  revision 2, topology wordcount:topology@2 (describe hash abc123)"
+    assert lines[2] == (
+        "  draw it: eddyline describe MANIFEST --format svg > wc.svg (MANIFEST: wc's "
+        "StreamApp YAML; --hash on it prints abc123 if it is this topology)"
+    )
+    document = json.loads(json.dumps(view.to_json()))
+    assert document["topologyHash"] == "abc123"
+    assert document["drawCommand"] == "eddyline describe MANIFEST --format svg > wc.svg"
+
+
+def test_the_running_hash_is_the_pods_when_they_agree_and_the_operators_record_otherwise() -> None:
+    pods, membership, reports = _view_inputs()
+    app = _app()
+    # The pods run a topology the operator has not recorded yet (an upgrade finishing).
+    app["status"]["topology"]["hash"] = "recorded"
+    assert app_view(app, pods, membership, reports, {}).topology_hash == "abc123"
+    # Pods of two revisions mid-upgrade: what the operator recorded.
+    other = replace(reports["wc-0"], member="wc-1", topology_hash="def456")
+    both = {**reports, "wc-1": other}
+    assert app_view(app, pods, membership, both, {}).topology_hash == "recorded"
+    # Nobody knows yet: the hint says so instead of a hash.
+    del app["status"]["topology"]
+    view = app_view(app, pods, membership, {}, {})
+    assert view.topology_hash is None
+    text = render_status(view, Style(colour=False, width=None), NOW)
+    assert "draw it: eddyline describe MANIFEST --format svg > wc.svg (no pod has reported" in text
+    assert json.loads(json.dumps(view.to_json()))["topologyHash"] is None

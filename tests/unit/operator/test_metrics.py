@@ -106,6 +106,29 @@ def test_record_scaling_decision_counts_in_the_process_registry() -> None:
         metrics.record_scaling_decision("apps", "wc", "")
 
 
+def test_rollbacks_and_failed_restore_jobs_start_at_zero_with_the_app_and_outlive_it() -> None:
+    """A series that first appears at 1 is no increase to Prometheus: each app's counters
+    exist at 0 from its daemon's start, so the first rollback fires the alert."""
+    registry = OperatorMetrics()
+    text = registry.render()
+    for name in (metrics.UPGRADE_ROLLBACKS, metrics.RESTORE_JOBS_FAILED):
+        assert f"# TYPE {name} counter" in text and f"# HELP {name} " in text
+    registry.app_started("apps", "wc")
+    key = '{namespace="apps",app="wc"}'
+    found = samples(registry.render())
+    assert found[metrics.UPGRADE_ROLLBACKS + key] == 0
+    assert found[metrics.RESTORE_JOBS_FAILED + key] == 0
+    registry.record_upgrade_rollback("apps", "wc")
+    registry.record_restore_job_failed("apps", "wc", 2)
+    registry.app_stopped("apps", "wc")
+    registry.app_started("apps", "wc")  # another replica's daemon, then this one's again
+    found = samples(registry.render())
+    assert found[metrics.UPGRADE_ROLLBACKS + key] == 1
+    assert found[metrics.RESTORE_JOBS_FAILED + key] == 2
+    with pytest.raises(ValueError, match="negative"):
+        registry.record_restore_job_failed("apps", "wc", -1)
+
+
 def test_label_values_are_escaped() -> None:
     registry = OperatorMetrics()
     registry.record_scaling_decision("apps", 'we"ird\\app', "up")

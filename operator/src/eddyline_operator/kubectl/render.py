@@ -153,11 +153,12 @@ def render_status(view: AppView, style: Style, now: datetime.datetime) -> str:
     summary = [
         f"revision {status.revision or '-'}",
         f"topology {running if running else '-'}"
-        + (f" (describe hash {running.hash})" if running and running.hash else ""),
+        + (f" (describe hash {view.topology_hash})" if view.topology_hash else ""),
     ]
     if running is None or str(running) != view.spec_topology:
         summary.append(f"spec asks {view.spec_topology}")
     parts.append(style.fit("  " + ", ".join(summary)))
+    parts.append(style.fit("  " + _draw_hint(view)))
     parts.append(
         style.fit(
             f"  pods {status.ready_replicas or 0}/{status.replicas or 0} ready, "
@@ -267,6 +268,16 @@ def render_status(view: AppView, style: Style, now: datetime.datetime) -> str:
     parts.extend(_autoscaling(status, style, now))
     # Every line fits, whichever section built it.
     return "\n".join(style.fit(line) for line in "\n".join(parts).splitlines()) + "\n"
+
+
+def _draw_hint(view: AppView) -> str:
+    """How to draw the topology that runs, and how to check a manifest is that topology."""
+    if view.topology_hash is None:
+        return f"draw it: {view.draw_command} (no pod has reported its describe hash yet)"
+    return (
+        f"draw it: {view.draw_command} (MANIFEST: {view.name}'s StreamApp YAML; --hash on "
+        f"it prints {view.topology_hash} if it is this topology)"
+    )
 
 
 def step_lines(steps: Sequence[UpgradeStepRecord], style: Style, until: str | None) -> list[str]:

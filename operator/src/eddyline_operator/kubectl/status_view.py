@@ -29,6 +29,12 @@ Obj = dict[str, Any]
 # A copy's role as the view names it: the assignment's words, refined by the pod's report.
 ACTIVE, STANDBY, WARMUP = "active", "standby", "warmup"
 
+# How to draw the topology that runs. `eddyline describe` reads the StreamApp's YAML and
+# imports the topology's module beside it: both are on the user's machine, not in the
+# cluster, so the command names the manifest and the user supplies it; `--hash` on the same
+# file prints the describe hash status shows when it is the topology that runs.
+DRAW_COMMAND = "eddyline describe MANIFEST --format svg > {app}.svg"
+
 
 @dataclass(frozen=True)
 class Copy:
@@ -89,6 +95,10 @@ class AppView:
     tasks: tuple[TaskRow, ...]
     # Store name -> the sub-topology that owns it, as the pods report it.
     stores: dict[str, int]
+    # The describe() hash of the topology that runs (running_hash), None before any pod or
+    # the operator has one; and the command that draws it.
+    topology_hash: str | None = None
+    draw_command: str = ""
 
     def to_json(self) -> Obj:
         """The view for scripts (``-o json``): the status as the API holds it, the rest as
@@ -102,6 +112,8 @@ class AppView:
             "status": self.status.model_dump(mode="json", by_alias=True, exclude_none=True),
             "membershipGeneration": self.membership_generation,
             "stores": self.stores,
+            "topologyHash": self.topology_hash,
+            "drawCommand": self.draw_command,
             "pods": [camel_case(asdict(pod)) for pod in self.pods],
             "tasks": [camel_case(asdict(task)) for task in self.tasks],
         }
@@ -225,7 +237,19 @@ def app_view(
         pods=tuple(pod_rows),
         tasks=tuple(rows),
         stores=dict(sorted(stores.items())),
+        topology_hash=running_hash(status, reports),
+        draw_command=DRAW_COMMAND.format(app=meta.get("name")),
     )
+
+
+def running_hash(status: StreamAppStatus, reports: Mapping[str, MemberReport]) -> str | None:
+    """The describe() hash of what runs: the one hash every pod that answered reports (what
+    runs now, even before the operator records it); otherwise (no pod answered, or pods of
+    two revisions mid-upgrade) the hash the operator recorded in ``status.topology``."""
+    reported = {report.topology_hash for report in reports.values()}
+    if len(reported) == 1:
+        return reported.pop()
+    return status.topology.hash if status.topology is not None else None
 
 
 def _total(sizes: Iterable[int | None]) -> int | None:
