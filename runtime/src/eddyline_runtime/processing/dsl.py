@@ -106,6 +106,7 @@ from eddyline_runtime.processing.windows import (
     Suppressed,
     TimeWindows,
 )
+from eddyline_runtime.resource_names import ResourceKind
 from eddyline_runtime.serde import serde_for
 
 # A GlobalKTable join's key mapper: (stream key, stream value) -> the table's key.
@@ -511,6 +512,15 @@ class KStream:
         generated = builder._name("KSTREAM-AGGREGATE-STATE-STORE")
         topic = f"{repartition_name or generated}-repartition"
         builder.internal_topics.append(topic)
+        if not repartition_name:
+            builder.topology.note_generated(
+                topic,
+                ResourceKind.REPARTITION_TOPIC,
+                operation="KStream.group_by",
+                way_out='name it with group_by(..., repartition_name="<name>") '
+                "(Kafka's Grouped.as); "
+                f'repartition_name="{generated}" keeps this name',
+            )
         builder.topology.add_sink(
             builder._name("KSTREAM-SINK"),
             topic,
@@ -1385,6 +1395,18 @@ def _foreign_key_join(  # noqa: PLR0917 - the public join methods' arguments, pa
         this.key_serde, this.value_serde, other.key_serde, other.value_serde,
     )  # fmt: skip
     topology.internal_topics.extend((registration, response))
+    if not name:
+        way_out = (
+            'name the join with name="<name>" (Kafka\'s TableJoined.withName): it names '
+            "its topics and subscription store"
+        )
+        operation = "KTable.left_join (foreign key)" if left else "KTable.join (foreign key)"
+        for generated, kind in (
+            (registration, ResourceKind.REPARTITION_TOPIC),
+            (spec_store, ResourceKind.STATE_STORE),
+            (response, ResourceKind.REPARTITION_TOPIC),
+        ):
+            topology.note_generated(generated, kind, operation=operation, way_out=way_out)
     topology.add_processor(send, partial(SubscriptionSendProcessor, spec), this._node)
     # Subscriptions and responses are bytes of their own format (foreign_key_joins):
     # only the keys go through serdes, the foreign key the right table's (its partitioner).
