@@ -362,6 +362,8 @@ class Topology:
         """Every generated store and internal topic name, with its meaning as the
         ``describe()`` graph gives it (the processors using it, the topics its writing
         sub-topology reads), in the order they were generated."""
+        if not self._generated:
+            return []
         inputs_of = {
             node: tuple(sorted(sub.source_topics))
             for sub in self.subtopologies()

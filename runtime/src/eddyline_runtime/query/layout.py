@@ -63,4 +63,5 @@ def member_report(instance: StreamsInstance) -> MemberReport:
             )
             for name, spec in instance.topology.global_stores.items()
         },
+        generated_names=tuple(instance.topology.generated_names()),
     )
