@@ -68,7 +68,8 @@ def test_pinning_the_old_generated_name_explicitly_allows_the_edit() -> None:
     """The way out that keeps the records in flight: the new revision names its topic as
     the old one was generated."""
     before = names(counts())
-    after = names(counts(filtered=True, repartition_name="KSTREAM-AGGREGATE-STATE-STORE-0000000002"))
+    pinned = "KSTREAM-AGGREGATE-STATE-STORE-0000000002"
+    after = names(counts(filtered=True, repartition_name=pinned))
     assert after == []
     assert moved_names(before, after) == []
 

@@ -857,8 +857,7 @@ class UpgradeFailure(_Strict):
 
 
 class GeneratedNameRecord(_Strict):
-    """A store or internal topic the running revision's DSL named itself, and what it meant
-    (``eddyline_runtime.resource_names.GeneratedName``), recorded when an upgrade starts."""
+    """A store or internal topic the running revision's DSL named itself, and its meaning."""
 
     name: str
     kind: ResourceKind

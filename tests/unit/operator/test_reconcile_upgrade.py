@@ -348,7 +348,8 @@ def _generated_names(*, filtered: bool, named: bool) -> tuple[GeneratedName, ...
     words = builder.stream("words", key_serde="string", value_serde="string")
     if filtered:
         words = words.filter(lambda key, value: bool(value))
-    grouped = words.group_by(lambda key, value: value, repartition_name="by-word" if named else None)
+    topic = "by-word" if named else None
+    grouped = words.group_by(lambda key, value: value, repartition_name=topic)
     grouped.count("word-counts")
     return tuple(builder.build().generated_names())
 

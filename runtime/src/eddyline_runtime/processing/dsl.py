@@ -1395,18 +1395,7 @@ def _foreign_key_join(  # noqa: PLR0917 - the public join methods' arguments, pa
         this.key_serde, this.value_serde, other.key_serde, other.value_serde,
     )  # fmt: skip
     topology.internal_topics.extend((registration, response))
-    if not name:
-        way_out = (
-            'name the join with name="<name>" (Kafka\'s TableJoined.withName): it names '
-            "its topics and subscription store"
-        )
-        operation = "KTable.left_join (foreign key)" if left else "KTable.join (foreign key)"
-        for generated, kind in (
-            (registration, ResourceKind.REPARTITION_TOPIC),
-            (spec_store, ResourceKind.STATE_STORE),
-            (response, ResourceKind.REPARTITION_TOPIC),
-        ):
-            topology.note_generated(generated, kind, operation=operation, way_out=way_out)
+    _note_foreign_key_join_names(topology, name, (registration, spec_store, response), left=left)
     topology.add_processor(send, partial(SubscriptionSendProcessor, spec), this._node)
     # Subscriptions and responses are bytes of their own format (foreign_key_joins):
     # only the keys go through serdes, the foreign key the right table's (its partitioner).
@@ -1429,6 +1418,27 @@ def _foreign_key_join(  # noqa: PLR0917 - the public join methods' arguments, pa
     joined = KTable(builder, result, this.key_serde)
     joined.value_serde = value_serde  # how results serialize, stored or joined again
     return joined
+
+
+def _note_foreign_key_join_names(
+    topology: Topology, name: str | None, generated: tuple[str, str, str], *, left: bool
+) -> None:
+    """Without ``name``, a foreign-key join's topics and subscription store (``generated``:
+    registration topic, store, response topic) are generated names."""
+    if name:
+        return
+    registration, store, response = generated
+    way_out = (
+        'name the join with name="<name>" (Kafka\'s TableJoined.withName): it names '
+        "its topics and subscription store"
+    )
+    operation = "KTable.left_join (foreign key)" if left else "KTable.join (foreign key)"
+    for resource, kind in (
+        (registration, ResourceKind.REPARTITION_TOPIC),
+        (store, ResourceKind.STATE_STORE),
+        (response, ResourceKind.REPARTITION_TOPIC),
+    ):
+        topology.note_generated(resource, kind, operation=operation, way_out=way_out)
 
 
 class SlidingWindowedKStream(TimeWindowedKStream):

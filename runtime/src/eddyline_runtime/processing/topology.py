@@ -376,7 +376,9 @@ class Topology:
                 writers = users
             else:
                 writers = [n for n in self.nodes.values() if n.kind == "sink" and name in n.topics]
-                readers = [n for n in self.nodes.values() if n.kind == "source" and name in n.topics]
+                readers = [
+                    n for n in self.nodes.values() if n.kind == "source" and name in n.topics
+                ]
                 users = writers + readers
             spec = self.stores.get(name)
             names.append(
