@@ -248,6 +248,9 @@ class MemberReport:
     # The stores and internal topics its topology named itself, with what each means: an
     # upgrade compares them across revisions (eddyline_runtime.resource_names.moved_names).
     generated_names: tuple[GeneratedName, ...] = ()
+    # Its topology's internal (repartition) topics, as the topology names them (without the
+    # application.id): with store_owners, every name an upgrade may find kept.
+    internal_topics: tuple[str, ...] = ()
 
     def max_standby_lag(self) -> int | None:
         """The largest lag of a standby copy held here; None when it holds none."""
@@ -300,6 +303,7 @@ class MemberReport:
                 for name, copy in sorted(self.global_stores.items())
             },
             "generated_names": [name.to_json() for name in self.generated_names],
+            "internal_topics": list(self.internal_topics),
         }
 
     @classmethod
@@ -341,6 +345,7 @@ class MemberReport:
                 generated_names=tuple(
                     GeneratedName.from_json(name) for name in data.get("generated_names") or ()
                 ),
+                internal_topics=tuple(str(t) for t in data.get("internal_topics") or ()),
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None

@@ -22,7 +22,7 @@ This module is a leaf: the DSL records the names, pods report them
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,9 +111,16 @@ def explicit_naming_error(names: Sequence[GeneratedName]) -> str:
     return "\n".join(lines)
 
 
-def moved_names(before: Iterable[GeneratedName], after: Iterable[GeneratedName]) -> list[str]:
+def moved_names(
+    before: Iterable[GeneratedName],
+    after: Iterable[GeneratedName],
+    *,
+    still_named: Collection[str] = (),
+) -> list[str]:
     """Why an upgrade from a topology with the generated names ``before`` to one with
     ``after`` would put state under the wrong name; empty when it would not.
+    ``still_named``: every store and internal topic name of the new topology, so that an
+    old generated name the new one gives explicitly (pinned) counts as kept, not vanished.
 
     The rule (docs/operator.md, "Generated names across an upgrade"), per kind:
 
@@ -138,7 +145,9 @@ def moved_names(before: Iterable[GeneratedName], after: Iterable[GeneratedName])
                 f"{_listed(now.attached)} reading {_listed(now.inputs)} now; {now.way_out}"
             )
     for kind in ResourceKind:
-        gone = sorted(n for n in old.keys() - new.keys() if old[n].kind is kind)
+        gone = sorted(
+            n for n in old.keys() - new.keys() if old[n].kind is kind and n not in still_named
+        )
         came = sorted(n for n in new.keys() - old.keys() if new[n].kind is kind)
         if gone and came:
             ways = "; ".join(sorted({new[n].way_out for n in came}))

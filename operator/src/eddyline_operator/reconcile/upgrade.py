@@ -376,7 +376,8 @@ def _moved_names(observed: UpgradeInput, record: UpgradeStatus) -> UpgradeFailur
         return None
     pod, report = min(reports.items())
     before = [name.generated_name() for name in record.generated_names]
-    problems = moved_names(before, report.generated_names)
+    kept = {*report.store_owners, *report.internal_topics}
+    problems = moved_names(before, report.generated_names, still_named=kept)
     if not problems:
         return None
     return UpgradeFailure(
