@@ -506,7 +506,10 @@ class KStream:
 
         The topic is ``<repartition_name>-repartition`` (Kafka Streams' ``Grouped.as``), else
         named after a generated node name, which shifts when a topology change adds nodes
-        before it: records still in the old topic at such an upgrade would never be read."""
+        before it: records still in the old topic at such an upgrade would never be read, so
+        an operator upgrade that renumbers it is refused, and
+        ``ensure.explicit.internal.resource.naming`` refuses it outright (docs/joins.md,
+        "Names of stores and internal topics")."""
         rekeyed = self._then("KSTREAM-KEY-SELECT", select_key_step(selector))
         builder = self._builder
         generated = builder._name("KSTREAM-AGGREGATE-STATE-STORE")
