@@ -132,3 +132,15 @@ def test_a_copy_with_a_new_spec_carries_its_own_settings() -> None:
     spec = app.spec.model_copy(update={"config": {"num.standby.replicas": 2}})
     assert app.model_copy(update={"spec": spec}).settings.num_standby_replicas == 2
     assert app.settings.num_standby_replicas == 0
+
+
+def test_a_streamapp_may_require_explicit_names_in_its_config() -> None:
+    """KIP-1111's setting is a cluster setting: spec.config carries it to the pods."""
+    app = parse_manifest(
+        {
+            **VALID,
+            "spec": {**VALID["spec"], "config": {"ensure.explicit.internal.resource.naming": True}},
+        }
+    )
+    assert app.streams_config().ensure_explicit_internal_resource_naming
+    assert not parse_manifest(VALID).streams_config().ensure_explicit_internal_resource_naming

@@ -391,6 +391,13 @@ class StreamsConfig(BaseModel):
         "KIP-816: move state whose sub-topology ordinal changed instead of rebuilding it",
         cluster=True,
     )
+    ensure_explicit_internal_resource_naming: bool = _setting(
+        "ensure.explicit.internal.resource.naming",
+        False,
+        "KIP-1111: refuse to start a topology in which any state store, changelog or "
+        "repartition topic has a generated name (names shift when the topology is edited)",
+        cluster=True,
+    )
     # A store whose changelog no longer fits it is set aside, not deleted (it may be the
     # best copy of its state left). Each is a whole store on disk.
     state_quarantine_max_stores: int = _setting(

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from eddyline_runtime.assignor import Assignment
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.resource_names import GeneratedName
 
 # The file name a local group publishes under its state.dir.
 MEMBERSHIP_FILE = "membership.json"
@@ -244,6 +245,12 @@ class MemberReport:
     leaving: bool = False
     # Global stores held here (every member holds each whole): store -> its copy.
     global_stores: dict[str, GlobalStoreCopy] = field(default_factory=dict)
+    # The stores and internal topics its topology named itself, with what each means: an
+    # upgrade compares them across revisions (eddyline_runtime.resource_names.moved_names).
+    generated_names: tuple[GeneratedName, ...] = ()
+    # Its topology's internal (repartition) topics, as the topology names them (without the
+    # application.id): with store_owners, every name an upgrade may find kept.
+    internal_topics: tuple[str, ...] = ()
 
     def max_standby_lag(self) -> int | None:
         """The largest lag of a standby copy held here; None when it holds none."""
@@ -295,6 +302,8 @@ class MemberReport:
                 name: {"topic": copy.topic, "bootstrapped": copy.bootstrapped, "lag": copy.lag}
                 for name, copy in sorted(self.global_stores.items())
             },
+            "generated_names": [name.to_json() for name in self.generated_names],
+            "internal_topics": list(self.internal_topics),
         }
 
     @classmethod
@@ -331,6 +340,12 @@ class MemberReport:
                     )
                     for name, copy in (data.get("global_stores") or {}).items()
                 },
+                # Absent from an older runtime's report: its generated names are not known,
+                # and an upgrade from it compares none.
+                generated_names=tuple(
+                    GeneratedName.from_json(name) for name in data.get("generated_names") or ()
+                ),
+                internal_topics=tuple(str(t) for t in data.get("internal_topics") or ()),
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None

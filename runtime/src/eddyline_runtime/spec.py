@@ -58,6 +58,7 @@ from eddyline_runtime.config import (
     unknown_setting_error,
 )
 from eddyline_runtime.errors import ConfigError, EddylineError
+from eddyline_runtime.resource_names import GeneratedName, ResourceKind
 
 API_VERSION = "eddyline.dev/v1alpha1"
 GROUP = "eddyline.dev"
@@ -855,6 +856,43 @@ class UpgradeFailure(_Strict):
     message: str = ""
 
 
+class GeneratedNameRecord(_Strict):
+    """A store or internal topic the running revision's DSL named itself, and its meaning."""
+
+    name: str
+    kind: ResourceKind
+    operation: str = ""
+    way_out: str = Field(default="", alias="wayOut")
+    attached: list[str] = Field(default_factory=list, description="the processors using it")
+    inputs: list[str] = Field(
+        default_factory=list, description="the topics its writing sub-topology reads"
+    )
+    logged: bool = False
+
+    @classmethod
+    def of(cls, name: GeneratedName) -> GeneratedNameRecord:
+        return cls(
+            name=name.name,
+            kind=name.kind,
+            operation=name.operation,
+            wayOut=name.way_out,
+            attached=list(name.attached),
+            inputs=list(name.inputs),
+            logged=name.logged,
+        )
+
+    def generated_name(self) -> GeneratedName:
+        return GeneratedName(
+            self.name,
+            self.kind,
+            self.operation,
+            self.way_out,
+            tuple(self.attached),
+            tuple(self.inputs),
+            self.logged,
+        )
+
+
 class UpgradeStatus(_Strict):
     """The upgrade under way: the operator's write-ahead log (each step is written here before
     the operator acts on it; a restarted operator resumes from it)."""
@@ -867,6 +905,13 @@ class UpgradeStatus(_Strict):
         default_factory=dict,
         description="store -> partition -> pods holding it before the upgrade, active first: "
         "new tasks are assigned where their (relocated) state is",
+    )
+    generated_names: list[GeneratedNameRecord] = Field(
+        default_factory=list,
+        alias="generatedNames",
+        description="the stores and internal topics the running revision's DSL named itself, "
+        "as its pods reported them when the upgrade started: the new revision's are compared "
+        "with them before any task is assigned",
     )
     rollback: UpgradeFailure | None = None
 

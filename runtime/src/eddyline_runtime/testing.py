@@ -189,6 +189,8 @@ class TopologyTestDriver:
         if not isinstance(config, StreamsConfig):
             properties = {"application.id": DEFAULT_APPLICATION_ID, **(config or {})}
             config = StreamsConfig.from_properties(properties, environ={})
+        if config.ensure_explicit_internal_resource_naming:  # before any directory exists
+            self.topology.ensure_explicit_naming()
         self._state_dir = Path(tempfile.mkdtemp(prefix="eddyline-test-driver-"))
         self.config = config.model_copy(update={"state_dir": self._state_dir})
         self._now_ms = (

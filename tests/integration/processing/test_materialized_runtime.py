@@ -3,6 +3,7 @@ one store with the record cache, one without, in the same task, and a restart.""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.processing import Materialized, StreamsBuilder
+from eddyline_runtime.processing import Materialized, StreamsBuilder, TopologyError
 from eddyline_runtime.serde import serde_for
 
 LONGS = serde_for("long")
@@ -155,3 +156,19 @@ def test_an_unlogged_store_is_refused_where_a_changelog_is_needed(
         instance.start()
     assert str(refused.value).startswith(refusal)
     assert "enable its logging" in str(refused.value)
+
+
+def test_an_instance_refuses_generated_names_with_explicit_naming_before_touching_state(
+    tmp_path: Path, log: SqliteLog
+) -> None:
+    """KIP-1111 on the real start path: refused before relocation or any store opens."""
+    builder = StreamsBuilder()
+    lines = builder.stream("lines", key_serde="string", value_serde="string")
+    lines.group_by(lambda key, value: value).count("per-line")
+    settings = {"ensure.explicit.internal.resource.naming": True}
+    instance = StreamsInstance(builder.build(), config(tmp_path, **settings), log)
+    with pytest.raises(TopologyError, match="repartition topic\\(s\\) has not been named"):
+        instance.start()
+    instance.close()
+    state = tmp_path / "state"
+    assert not [p for p in state.rglob("*") if re.fullmatch(r"\d+_\d+", p.name)]

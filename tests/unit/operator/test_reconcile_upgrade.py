@@ -8,6 +8,7 @@ would have produced (pods deleted, the ConfigMap applied, pods of the new revisi
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from typing import Any
 
@@ -19,6 +20,8 @@ from eddyline_operator.reconcile.status_record import dump_status
 from eddyline_operator.reconcile.upgrade import translate_placement
 from eddyline_runtime.membership import MemberReport, Membership, StoreCopy
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.processing import StreamsBuilder
+from eddyline_runtime.resource_names import GeneratedName
 from tests.support.k8s_objects import body, pod, stateful_set, three_zones
 
 Obj = dict[str, Any]
@@ -336,3 +339,89 @@ def test_an_invalid_spec_mid_upgrade_pauses_it_and_publishes_no_membership(
     assert result.membership is None and result.objects == []
     assert driver.step() == "Starting"
     assert condition(result, "Degraded")["reason"] == "InvalidSpec"
+
+
+def _generated_names(*, filtered: bool, named: bool) -> tuple[GeneratedName, ...]:
+    """Word count's generated names, from the real DSL: a filter before the group_by
+    renumbers an unnamed repartition topic."""
+    builder = StreamsBuilder()
+    words = builder.stream("words", key_serde="string", value_serde="string")
+    if filtered:
+        words = words.filter(lambda key, value: bool(value))
+    topic = "by-word" if named else None
+    grouped = words.group_by(lambda key, value: value, repartition_name=topic)
+    grouped.count("word-counts")
+    return tuple(builder.build().generated_names())
+
+
+class NamingDriver(Driver):
+    """Revision 2 inserts a filter before the counting; ``named``: its topic has a name."""
+
+    def __init__(self, *, named: bool) -> None:
+        super().__init__()
+        self.named = named
+
+    def reports(self) -> dict[str, MemberReport]:
+        names_of = _generated_names(filtered=self.revision == "2", named=self.named)
+        return {
+            member: dataclasses.replace(report, generated_names=names_of)
+            for member, report in super().reports().items()
+        }
+
+
+def test_an_upgrade_whose_generated_names_moved_is_refused_before_any_task_is_assigned() -> None:
+    driver = NamingDriver(named=False)
+    driver.settle()
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()  # Stopping: the running revision's generated names are recorded
+    recorded = driver.app["status"]["upgrade"]["generatedNames"]
+    assert [n["name"] for n in recorded] == ["KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition"]
+    assert recorded[0]["kind"] == "repartition topic"
+    assert recorded[0]["inputs"] == ["words"]
+    driver.pods = []
+    driver.cycle()  # Publishing
+    driver.cycle()  # Starting
+    driver.start_pods("2", count=1)  # the first pod of revision 2 reports
+
+    refused = driver.cycle()
+    upgrade = driver.app["status"]["upgrade"]
+    assert refused.write_ahead and upgrade["step"] == "Stopping"
+    assert upgrade["from"]["revision"] == "2" and upgrade["to"]["revision"] == "1"
+    assert upgrade["rollback"]["reason"] == "GeneratedNamesMoved"
+    # No task of revision 2 was ever assigned: its state was never touched by processing.
+    assert driver.membership is not None and not driver.membership.assignment.tasks
+    degraded = condition(refused, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "UpgradeRollingBack"
+    for text in (
+        "KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition",
+        "KSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition",
+        'repartition_name="<name>"',
+        "Name them explicitly",
+    ):
+        assert text in degraded["message"], text
+
+    driver.pods = []
+    driver.cycle()
+    driver.cycle()
+    driver.start_pods("1")
+    driver.cycle()
+    done = driver.cycle()
+    assert driver.step() is None
+    assert driver.app["status"]["failedTopology"]["revision"] == "2"
+    rolled_back = condition(done, "Degraded")
+    assert rolled_back["reason"] == "UpgradeRolledBack"
+    assert "GeneratedNamesMoved" in rolled_back["message"]
+    assert "KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition" in rolled_back["message"]
+
+
+def test_the_same_edit_with_named_resources_upgrades_as_before() -> None:
+    driver = NamingDriver(named=True)
+    driver.settle()
+    run_to_starting(driver)
+    assert driver.app["status"]["upgrade"]["generatedNames"] == []
+    driver.start_pods("2")
+    first = driver.cycle()
+    assert first.membership is not None and first.membership.assignment.tasks
+    driver.cycle()
+    assert driver.step() is None
+    assert driver.app["status"]["lastUpgrade"]["outcome"] == "Succeeded"

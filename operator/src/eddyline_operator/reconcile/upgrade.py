@@ -26,6 +26,10 @@ step resumes that step, and never starts an upgrade over::
                --a new pod's container exits with an error (its termination message says
                  why, e.g. relocation refused) or upgradeDeadlineSeconds pass--> Stopping,
                  rolling back: the target becomes the revision that ran before
+               --the first report of the target shows a generated store or topic name
+                 whose meaning moved (compared with the generated names recorded at
+                 Stopping; resource_names.moved_names), checked before any task is
+                 assigned--> Stopping, rolling back (reason GeneratedNamesMoved)
 
 Invariants, each decided from status and observed objects only:
 
@@ -58,8 +62,10 @@ from eddyline_operator.reconcile.status import is_deleting
 from eddyline_runtime.assignor import Assignment, assign
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.resource_names import moved_names
 from eddyline_runtime.spec import (
     ConditionType,
+    GeneratedNameRecord,
     LastUpgrade,
     StreamApp,
     StreamAppStatus,
@@ -179,6 +185,7 @@ def _begin(
             "step": STOPPING,
             "steps": [UpgradeStepRecord(step=STOPPING, startedAt=observed.now)],
             "placement": _placement(observed),
+            "generatedNames": _running_generated_names(observed),
             "rollback": None,
         }
     )
@@ -202,6 +209,11 @@ def _continue(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> 
     if step == PUBLISHING and _published(observed, target):
         return _advance(observed, base, record, STARTING, f"starting the pods of {target}")
     if step == STARTING:
+        # Before anything else in Starting: no task of the new revision is assigned until
+        # its generated names were compared with those that ran.
+        moved = None if record.rollback else _moved_names(observed, record)
+        if moved is not None:
+            return _roll_back(observed, base, record, moved)
         if _started(observed, target):
             return _finish(observed, base, record)
         failure = None if record.rollback else _failure(observed, record)
@@ -342,6 +354,40 @@ def _failure(observed: UpgradeInput, record: UpgradeStatus) -> UpgradeFailure | 
             f"({deadline} s)",
         )
     return None
+
+
+def _running_generated_names(observed: UpgradeInput) -> list[GeneratedNameRecord]:
+    """The generated names of the revision that runs, as its pods report them (every pod
+    runs one topology: the first report that has any speaks for all)."""
+    for _, report in sorted(_member_reports(observed).items()):
+        if report.generated_names:
+            return [GeneratedNameRecord.of(name) for name in report.generated_names]
+    return []
+
+
+def _moved_names(observed: UpgradeInput, record: UpgradeStatus) -> UpgradeFailure | None:
+    """The upgrade refused when a generated name's meaning moved between the revision that
+    ran (recorded at Stopping) and the new one (its pods' reports): relocating state by
+    that name would put it under the wrong operation, or orphan it
+    (:func:`eddyline_runtime.resource_names.moved_names` is the rule). Decided on the first
+    report of the new revision, before any of its tasks is assigned."""
+    reports = _member_reports(observed)
+    if not reports:
+        return None
+    pod, report = min(reports.items())
+    before = [name.generated_name() for name in record.generated_names]
+    kept = {*report.store_owners, *report.internal_topics}
+    problems = moved_names(before, report.generated_names, still_named=kept)
+    if not problems:
+        return None
+    return UpgradeFailure(
+        reason="GeneratedNamesMoved",
+        pod=pod,
+        message="state is relocated by store and topic name, and generated names moved: "
+        + "; ".join(problems)
+        + ". Name them explicitly (or keep the old numbering); see docs/operator.md, "
+        "'Generated names across an upgrade'",
+    )
 
 
 def _failure_text(failed: Topology, back_to: Topology, failure: UpgradeFailure) -> str:

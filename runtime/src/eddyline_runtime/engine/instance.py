@@ -178,6 +178,8 @@ class StreamsInstance:
             if self.state is not InstanceState.CREATED:
                 raise EddylineError(f"an instance starts once; this one is {self.state}")
             refuse_unlogged_stores(self.topology, self.config)
+            if self.config.ensure_explicit_internal_resource_naming:
+                self.topology.ensure_explicit_naming()
             layout = resolve_topics(
                 self.topology,
                 self.config.application_id,

@@ -106,6 +106,7 @@ from eddyline_runtime.processing.windows import (
     Suppressed,
     TimeWindows,
 )
+from eddyline_runtime.resource_names import ResourceKind
 from eddyline_runtime.serde import serde_for
 
 # A GlobalKTable join's key mapper: (stream key, stream value) -> the table's key.
@@ -505,12 +506,24 @@ class KStream:
 
         The topic is ``<repartition_name>-repartition`` (Kafka Streams' ``Grouped.as``), else
         named after a generated node name, which shifts when a topology change adds nodes
-        before it: records still in the old topic at such an upgrade would never be read."""
+        before it: records still in the old topic at such an upgrade would never be read, so
+        an operator upgrade that renumbers it is refused, and
+        ``ensure.explicit.internal.resource.naming`` refuses it outright (docs/joins.md,
+        "Names of stores and internal topics")."""
         rekeyed = self._then("KSTREAM-KEY-SELECT", select_key_step(selector))
         builder = self._builder
         generated = builder._name("KSTREAM-AGGREGATE-STATE-STORE")
         topic = f"{repartition_name or generated}-repartition"
         builder.internal_topics.append(topic)
+        if not repartition_name:
+            builder.topology.note_generated(
+                topic,
+                ResourceKind.REPARTITION_TOPIC,
+                operation="KStream.group_by",
+                way_out='name it with group_by(..., repartition_name="<name>") '
+                "(Kafka's Grouped.as); "
+                f'repartition_name="{generated}" keeps this name',
+            )
         builder.topology.add_sink(
             builder._name("KSTREAM-SINK"),
             topic,
@@ -1385,6 +1398,7 @@ def _foreign_key_join(  # noqa: PLR0917 - the public join methods' arguments, pa
         this.key_serde, this.value_serde, other.key_serde, other.value_serde,
     )  # fmt: skip
     topology.internal_topics.extend((registration, response))
+    _note_foreign_key_join_names(topology, name, (registration, spec_store, response), left=left)
     topology.add_processor(send, partial(SubscriptionSendProcessor, spec), this._node)
     # Subscriptions and responses are bytes of their own format (foreign_key_joins):
     # only the keys go through serdes, the foreign key the right table's (its partitioner).
@@ -1407,6 +1421,27 @@ def _foreign_key_join(  # noqa: PLR0917 - the public join methods' arguments, pa
     joined = KTable(builder, result, this.key_serde)
     joined.value_serde = value_serde  # how results serialize, stored or joined again
     return joined
+
+
+def _note_foreign_key_join_names(
+    topology: Topology, name: str | None, generated: tuple[str, str, str], *, left: bool
+) -> None:
+    """Without ``name``, a foreign-key join's topics and subscription store (``generated``:
+    registration topic, store, response topic) are generated names."""
+    if name:
+        return
+    registration, store, response = generated
+    way_out = (
+        'name the join with name="<name>" (Kafka\'s TableJoined.withName): it names '
+        "its topics and subscription store"
+    )
+    operation = "KTable.left_join (foreign key)" if left else "KTable.join (foreign key)"
+    for resource, kind in (
+        (registration, ResourceKind.REPARTITION_TOPIC),
+        (store, ResourceKind.STATE_STORE),
+        (response, ResourceKind.REPARTITION_TOPIC),
+    ):
+        topology.note_generated(resource, kind, operation=operation, way_out=way_out)
 
 
 class SlidingWindowedKStream(TimeWindowedKStream):

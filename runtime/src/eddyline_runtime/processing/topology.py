@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Protocol
 from eddyline_runtime import partitions
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.processing import description
+from eddyline_runtime.resource_names import GeneratedName, ResourceKind, explicit_naming_error
 
 # Record headers, as the log carries them: (name, value) pairs, names may repeat.
 Headers = tuple[tuple[str, bytes], ...]
@@ -346,6 +347,59 @@ class Topology:
         # Topics the topology owns (repartition topics): the runtime creates
         # them, prefixed with the application.id.
         self.internal_topics: list[str] = []
+        # Stores and internal topics the DSL named itself (Kafka's numbering): name ->
+        # (kind, the DSL call, how to name it). See eddyline_runtime.resource_names.
+        self._generated: dict[str, tuple[ResourceKind, str, str]] = {}
+
+    def note_generated(
+        self, name: str, kind: ResourceKind, *, operation: str, way_out: str
+    ) -> None:
+        """Record that the DSL generated ``name`` (a store or internal topic) for
+        ``operation``; ``way_out`` says which parameter names it instead."""
+        self._generated[name] = (kind, operation, way_out)
+
+    def generated_names(self) -> list[GeneratedName]:
+        """Every generated store and internal topic name, with its meaning as the
+        ``describe()`` graph gives it (the processors using it, the topics its writing
+        sub-topology reads), in the order they were generated."""
+        if not self._generated:
+            return []
+        inputs_of = {
+            node: tuple(sorted(sub.source_topics))
+            for sub in self.subtopologies()
+            for node in sub.nodes
+        }
+        names = []
+        for name, (kind, operation, way_out) in self._generated.items():
+            if kind is ResourceKind.STATE_STORE:
+                users = [n for n in self.nodes.values() if name in n.stores]
+                writers = users
+            else:
+                writers = [n for n in self.nodes.values() if n.kind == "sink" and name in n.topics]
+                readers = [
+                    n for n in self.nodes.values() if n.kind == "source" and name in n.topics
+                ]
+                users = writers + readers
+            spec = self.stores.get(name)
+            names.append(
+                GeneratedName(
+                    name,
+                    kind,
+                    operation,
+                    way_out,
+                    attached=tuple(sorted(n.name for n in users)),
+                    inputs=tuple(sorted({t for n in writers for t in inputs_of[n.name]})),
+                    logged=spec is not None and spec.persistent and spec.logged,
+                )
+            )
+        return names
+
+    def ensure_explicit_naming(self) -> None:
+        """KIP-1111's ``ensure.explicit.internal.resource.naming``: refuse this topology
+        if any store or internal topic has a generated name, listing every one."""
+        names = self.generated_names()
+        if names:
+            raise TopologyError("Invalid topology: " + explicit_naming_error(names))
 
     def add_source(
         self,

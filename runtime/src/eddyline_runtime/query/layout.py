@@ -63,4 +63,6 @@ def member_report(instance: StreamsInstance) -> MemberReport:
             )
             for name, spec in instance.topology.global_stores.items()
         },
+        generated_names=tuple(instance.topology.generated_names()),
+        internal_topics=tuple(instance.topology.internal_topics),
     )
