@@ -102,13 +102,23 @@ KAFKA_EXPECTED = {
 }
 
 
+def subscription_store(kind: str) -> str:
+    """The join's subscription store, by the name Kafka's node counter gives it."""
+    (name,) = [
+        store
+        for store in fk_join(left_join=kind == "left").stores
+        if store.startswith("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-")
+    ]
+    return name
+
+
 def scenario(kind: str, *, wipe: bool) -> Scenario:
     return Scenario(
         f"fk-{kind}-join{'-wiped' if wipe else ''}",
         lambda: fk_join(left_join=kind == "left"),
         steps=STEPS,
         outputs=["output"],
-        stores=["joined", "orders-store", "customers-store"],
+        stores=["joined", "orders-store", "customers-store", subscription_store(kind)],
         config={"statestore.cache.max.bytes": 0},
         restart_after=[1, 4, 6],
         wipe_on_restart=wipe,
