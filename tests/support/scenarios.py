@@ -137,6 +137,11 @@ def _node(topology: Topology, kind: str, topic: str) -> Node:
     return next(n for n in topology.nodes.values() if n.kind == kind and topic in n.topics)
 
 
+def source_node(topology: Topology, topic: str) -> Node:
+    """The source that reads ``topic``: its serdes write a step's records."""
+    return _node(topology, "source", topic)
+
+
 def run_on_instance(scenario: Scenario, directory: Path) -> ScenarioResult:
     topology = scenario.topology()
     state_dir = directory / "state"
@@ -157,7 +162,7 @@ def run_on_instance(scenario: Scenario, directory: Path) -> ScenarioResult:
                 while steps:
                     index, step = steps.pop(0)
                     for topic, key, value, timestamp in step:
-                        source = _node(topology, "source", topic)
+                        source = source_node(topology, topic)
                         record = Record(
                             serde_for(source.key_serde).serialize(key),
                             serde_for(source.value_serde).serialize(value),
@@ -166,10 +171,7 @@ def run_on_instance(scenario: Scenario, directory: Path) -> ScenarioResult:
                         log.produce(TopicPartition(topic, 0), [record])
                     instance.wait_until_caught_up(STEP_TIMEOUT_SECONDS)
                     emitted.append(
-                        {
-                            topic: len(_read_topic(log, topology, topic))
-                            for topic in scenario.outputs
-                        }
+                        {topic: len(read_topic(log, topology, topic)) for topic in scenario.outputs}
                     )
                     if index in scenario.restart_after:
                         break
@@ -178,15 +180,15 @@ def run_on_instance(scenario: Scenario, directory: Path) -> ScenarioResult:
             dropped.append(_dropped(instance))
             if steps and scenario.wipe_on_restart:
                 shutil.rmtree(state_dir)
-        outputs = {topic: _read_topic(log, topology, topic) for topic in scenario.outputs}
+        outputs = {topic: read_topic(log, topology, topic) for topic in scenario.outputs}
     finally:
         log.close()
     return ScenarioResult(
-        outputs, _read_stores(topology, scenario.stores, state_dir), emitted, dropped
+        outputs, read_stores(topology, scenario.stores, state_dir), emitted, dropped
     )
 
 
-def _read_topic(log: SqliteLog, topology: Topology, topic: str) -> list[Output]:
+def read_topic(log: SqliteLog, topology: Topology, topic: str) -> list[Output]:
     sink = _node(topology, "sink", topic)
     keys, values = serde_for(sink.key_serde), serde_for(sink.value_serde)
     tp = TopicPartition(topic, 0)
@@ -205,7 +207,7 @@ def _read_topic(log: SqliteLog, topology: Topology, topic: str) -> list[Output]:
         position = fetched.records[-1].offset + 1
 
 
-def _read_stores(
+def read_stores(
     topology: Topology, names: Sequence[str], state_dir: Path
 ) -> dict[str, list[tuple[Any, Any]]]:
     """Each store's committed contents, opened from the instance's state directory."""
