@@ -16,8 +16,11 @@
    answered.
 
 With ``max_staleness_ms`` (query/staleness.py) the bound, not the role, says
-which copy will do: the active host is asked first, then every copy as in step
-3, each with the bound, and the first within it answers; when none is,
+which copy will do: the active host is asked first, with the bound; then, from
+the layouts of step 3, only the copies their members report within the bound
+(each layout carries every copy's ``staleness_ms``), the active first, then the
+least stale; a copy reported beyond it, or not knowing its staleness, would
+refuse and is not asked. When none answers,
 :class:`~eddyline_runtime.query.staleness.StalenessBoundError` says how stale
 the freshest was. Every result says what it reflects: the member and topology
 revision that answered, the copy's position, its last commit as the active
@@ -135,6 +138,18 @@ class StoreCopyInfo:
     role: str  # active, restoring or standby (warm-ups are standbys to their member)
     lag: int
     assigned_active: bool  # the host the key's metadata names active
+    # How stale the copy's committed data was when its member reported (None: it cannot
+    # tell); ``reports_staleness`` False: a runtime that does not report it at all.
+    staleness_ms: int | None = None
+    reports_staleness: bool = False
+
+    def reported_within(self, max_staleness_ms: int) -> bool:
+        return self.staleness_ms is not None and self.staleness_ms <= max_staleness_ms
+
+    def reported_beyond(self, max_staleness_ms: int) -> bool:
+        """Its member said it is staler than the bound, or that it cannot tell: asking it
+        would be refused (409), so the router does not."""
+        return self.reports_staleness and not self.reported_within(max_staleness_ms)
 
 
 @dataclass(frozen=True)
@@ -243,6 +258,8 @@ class QueryRouter:
         # With a staleness bound: how stale each copy that refused for it (409) was.
         too_stale: list[int | None] = []
         bounded = MAX_STALENESS_PARAMETER in query
+        # Hosts that refused this query for the staleness bound already: not asked again.
+        refused_bound: set[str] = set()
         if active:
             status, body = self._get(active, path, query)
             if status == 200:
@@ -251,7 +268,8 @@ class QueryRouter:
             reported.add(active)
             if status == 0:
                 unreachable.add(active)
-            _note_too_stale(status, body, too_stale)
+            if _note_too_stale(status, body, too_stale):
+                refused_bound.add(active)
         else:
             attempts.append("no active host (the task is being reassigned)")
         if not (allow_stale or bounded):
@@ -267,6 +285,14 @@ class QueryRouter:
             reported=reported,
             unreachable=unreachable,
         )
+        if bounded:
+            copies = _by_staleness(
+                copies,
+                int(query[MAX_STALENESS_PARAMETER]),
+                refused=refused_bound,
+                attempts=attempts,
+                too_stale=too_stale,
+            )
         for copy in copies:
             status, body = self._get(copy.host, path, {**query, "allow_stale": "true"})
             if status != 200:
@@ -340,7 +366,18 @@ class QueryRouter:
                 attempts.append(f"{who}: lag {lag} exceeds the acceptable {self.acceptable_lag}")
                 continue
             member = str(body.get("member") or address)
-            found.setdefault(member, StoreCopyInfo(address, role, lag, address == active))
+            staleness = copy.get("staleness_ms")
+            found.setdefault(
+                member,
+                StoreCopyInfo(
+                    address,
+                    role,
+                    lag,
+                    address == active,
+                    staleness_ms=None if staleness is None else int(staleness),
+                    reports_staleness="staleness_ms" in copy,
+                ),
+            )
         if not held:
             # Say so: no copy is open anywhere (a task between its old owner closing it and
             # its new owner opening it), which no routing can help.
@@ -590,11 +627,51 @@ def _staleness_query(max_staleness_ms: int | None) -> dict[str, str]:
     return {MAX_STALENESS_PARAMETER: str(max_staleness_ms)}
 
 
-def _note_too_stale(status: int, body: dict[str, Any], too_stale: list[int | None]) -> None:
-    """A 409 for the staleness bound (not a position bound's): how stale the copy was."""
+def _note_too_stale(status: int, body: dict[str, Any], too_stale: list[int | None]) -> bool:
+    """A 409 for the staleness bound (not a position bound's): how stale the copy was.
+    True when it was one."""
     if status == 409 and MAX_STALENESS_PARAMETER in body:
         staleness = body.get("staleness_ms")
         too_stale.append(None if staleness is None else int(staleness))
+        return True
+    return False
+
+
+def _by_staleness(
+    copies: Sequence[StoreCopyInfo],
+    max_staleness_ms: int,
+    *,
+    refused: set[str],
+    attempts: list[str],
+    too_stale: list[int | None],
+) -> list[StoreCopyInfo]:
+    """The copies worth asking under a staleness bound, in the order to ask them.
+
+    First those whose member reported them within the bound: the active first, then
+    the least stale (a report is a moment old, so a copy may have crossed the bound
+    since: it then refuses and the next is asked). Then copies of members that report
+    no staleness (an older runtime), least lag first, as without a bound. Copies
+    reported beyond the bound, or not knowing their staleness, are not asked: each
+    would refuse; their reported staleness goes into the error when none answers.
+    """
+    within: list[StoreCopyInfo] = []
+    unreported: list[StoreCopyInfo] = []
+    for copy in copies:
+        if copy.host in refused:
+            continue
+        if copy.reported_within(max_staleness_ms):
+            within.append(copy)
+        elif copy.reported_beyond(max_staleness_ms):
+            stale = "unknown" if copy.staleness_ms is None else f"{copy.staleness_ms} ms"
+            attempts.append(
+                f"{copy.role} copy on {copy.host}: reported staleness {stale}, beyond "
+                f"{MAX_STALENESS_PARAMETER}={max_staleness_ms} (not asked)"
+            )
+            too_stale.append(copy.staleness_ms)
+        else:
+            unreported.append(copy)
+    within.sort(key=lambda c: (c.role != "active", c.staleness_ms, c.lag, c.host))
+    return [*within, *unreported]
 
 
 def _named_hosts(metadata: dict[str, Any]) -> list[str]:

@@ -157,6 +157,7 @@ from eddyline_runtime.query.staleness import (
     MAX_STALENESS_PARAMETER,
     CopyFreshness,
     copy_freshness,
+    is_fresh,
     parse_max_staleness,
 )
 from eddyline_runtime.restore.replay.lag import wall_clock_ms
@@ -1165,28 +1166,13 @@ def _key_options(
     return key, key_from, key_to
 
 
-def _fresh(instance: StreamsInstance, local: LocalStorePartition) -> bool:
-    """The running active copy of a task this instance's assignment gives it.
-
-    Between a new assignment and the stream thread closing a task that moved
-    away, the copy still runs here but the new owner may already process: its
-    answers are stale from then on.
-    """
-    if not local.current:
-        return False
-    assignment = instance.assignment
-    if assignment is None or local.task not in assignment.tasks:
-        return True  # no assignment to compare with: the thread's own view stands
-    return assignment.active_owner(local.task) == instance.member.id
-
-
 def _check_fresh(
     instance: StreamsInstance,
     local: LocalStorePartition,
     allow_stale: bool,
     metadata: KeyQueryMetadata,
 ) -> None:
-    if allow_stale or _fresh(instance, local):
+    if allow_stale or is_fresh(instance, local):
         return
     if local.role.value == "standby":
         why = "a standby copy"
@@ -1223,7 +1209,7 @@ def _checked(
     staleness) is refused with 409. Without one, the copy must be fresh or the query
     allow stale answers, unless a position bound (``bounded``) judges instead.
     """
-    freshness = copy_freshness(local, fresh=_fresh(instance, local), now_ms=wall_clock_ms())
+    freshness = copy_freshness(local, fresh=is_fresh(instance, local), now_ms=wall_clock_ms())
     if max_staleness is not None:
         _check_staleness(local, freshness, max_staleness, metadata)
     elif not bounded:
@@ -1387,7 +1373,7 @@ def _servable(
     now = wall_clock_ms()
     servable = []
     for local in sorted(instance.local_store_partitions(store), key=lambda p: p.partition):
-        fresh = _fresh(instance, local)
+        fresh = is_fresh(instance, local)
         freshness = copy_freshness(local, fresh=fresh, now_ms=now)
         if freshness.within(max_staleness) if max_staleness is not None else fresh or allow_stale:
             servable.append((local, freshness))
@@ -1416,7 +1402,7 @@ def _served_by(
         "partition": local.partition,
         "task": str(local.task),
         "role": local.role.value,
-        "stale": not _fresh(instance, local),
+        "stale": not is_fresh(instance, local),
         "lag": local.lag.offset_lag,
         "isolation": isolation.value,
     }

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.queryable import LocalStorePartition
 from eddyline_runtime.errors import EddylineError, InvalidArgumentError
 from eddyline_runtime.membership import StoreRole
@@ -52,6 +53,21 @@ class CopyFreshness:
     def within(self, max_staleness_ms: int) -> bool:
         staleness = self.staleness_ms
         return staleness is not None and staleness <= max_staleness_ms
+
+
+def is_fresh(instance: StreamsInstance, local: LocalStorePartition) -> bool:
+    """The running active copy of a task this instance's assignment gives it.
+
+    Between a new assignment and the stream thread closing a task that moved
+    away, the copy still runs here but the new owner may already process: its
+    answers are stale from then on.
+    """
+    if not local.current:
+        return False
+    assignment = instance.assignment
+    if assignment is None or local.task not in assignment.tasks:
+        return True  # no assignment to compare with: the thread's own view stands
+    return assignment.active_owner(local.task) == instance.member.id
 
 
 def copy_freshness(local: LocalStorePartition, *, fresh: bool, now_ms: int) -> CopyFreshness:
