@@ -114,9 +114,7 @@ def test_when_no_copy_is_reported_within_the_bound_none_is_asked_again() -> None
     assert key_requests(router) == ["a:1"]
 
 
-def test_copies_of_a_runtime_that_reports_no_staleness_are_still_asked_after_the_others() -> (
-    None
-):
+def test_copies_of_a_runtime_that_reports_no_staleness_are_still_asked_after_the_others() -> None:
     answers = cluster(active_staleness=5_000)
     # d and e run an older runtime: their layouts say nothing of staleness.
     answers["d:1"]["/v1/layout"] = layout("3", "d:1", {"role": "standby", "lag": 9})

@@ -115,8 +115,6 @@ on it while the new owner opens its own (query/client.py).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import heapq
 import itertools
 import json
@@ -143,6 +141,13 @@ from eddyline_runtime.engine.queryable import (
 )
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.query.cursor import (
+    EXCLUDE_PARTITIONS_PARAMETER,
+    CursorMovedError,
+    PageCursor,
+    continued,
+    parse_cursor,
+)
 from eddyline_runtime.query.layout import member_report, topology_hash
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits, install_log_limits
 from eddyline_runtime.query.position import (
@@ -525,7 +530,10 @@ class _Handlers:
             isolation, allow_stale = _read_options(request)
             max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
-            limit, after = _page_options(request)
+            every_key = store not in self.instance.topology.global_stores
+            limit, cursor = _page_options(request, every_key=every_key)
+            after = None if cursor is None else cursor.after
+            excluded = _excluded_partitions(request)
             key_range = KeyRange.closed(
                 None if frm is None else keys.serialize_text(frm),
                 None if to is None else keys.serialize_text(to),
@@ -553,9 +561,19 @@ class _Handlers:
                 return _moving(error).response()
             levels.append(reader.isolation)
             scans.append(reader.scan(key_range))
-        for local, freshness in _servable(
-            self.instance, store, allow_stale, max_staleness, skipped
-        ):
+        try:
+            selected = _every_key_copies(
+                self.instance,
+                store,
+                allow_stale,
+                max_staleness,
+                skipped,
+                cursor=cursor,
+                excluded=excluded,
+            )
+        except _QueryError as error:
+            return error.response()
+        for local, freshness in selected:
             served.append(local.partition)
             try:
                 reader = local.open_reader(isolation)
@@ -583,7 +601,7 @@ class _Handlers:
                 "store": store,
                 "isolation": _read_at(levels, isolation),
                 "entries": entries,
-                "next_cursor": _cursor(page[-1][0]) if more else None,
+                "next_cursor": _next_cursor(page[-1][0], served, every_key) if more else None,
                 "partitions": served,
                 "skipped_partitions": skipped,
                 "copies": copies,
@@ -686,11 +704,12 @@ class _Handlers:
             isolation, allow_stale = _read_options(request)
             max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
-            limit, after = _page_options(request)
             lower, upper = _time_bounds(request, kind)
             backward = _flag(request, "backward")
             key_text, from_text, to_text = _key_options(request, kind, path_key)
-            after_order = None if after is None else _order_of_cursor(after, kind)
+            every_key = key_text is None
+            limit, cursor = _page_options(request, every_key=every_key)
+            after_order = None if cursor is None else _order_of_cursor(cursor.after, kind)
             skipped: list[int] = []
             if key_text is not None:
                 key = keys.serialize_text(key_text)
@@ -703,7 +722,15 @@ class _Handlers:
             else:
                 key_from = None if from_text is None else keys.serialize_text(from_text)
                 key_to = None if to_text is None else keys.serialize_text(to_text)
-                selected = _servable(self.instance, store, allow_stale, max_staleness, skipped)
+                selected = _every_key_copies(
+                    self.instance,
+                    store,
+                    allow_stale,
+                    max_staleness,
+                    skipped,
+                    cursor=cursor,
+                    excluded=_excluded_partitions(request),
+                )
             copies = [local for local, _ in selected]
             # Each copy's position before its data is read: the answer is at least this new.
             answers = [
@@ -735,7 +762,11 @@ class _Handlers:
             "isolation": _read_at([reader.isolation for reader in readers], isolation),
             "backward": backward,
             "entries": entries,
-            "next_cursor": _order_cursor(page[-1][0]) if more else None,
+            "next_cursor": (
+                _order_cursor(page[-1][0], [c.partition for c in copies], every_key)
+                if more
+                else None
+            ),
         }
         if key_text is not None:
             body.update(key=key_text, **served_by)
@@ -962,8 +993,10 @@ def _render(serde: Any, data: bytes, store: str, option: str) -> Any:
     return value
 
 
-def _page_options(request: web.Request) -> tuple[int, bytes | None]:
-    """``limit`` (1..MAX_PAGE_ENTRIES) and the key a ``cursor`` resumes after."""
+def _page_options(request: web.Request, *, every_key: bool) -> tuple[int, PageCursor | None]:
+    """``limit`` (1..MAX_PAGE_ENTRIES) and the ``cursor`` a page resumes after
+    (query/cursor.py; ``every_key``: a query over every key, whose cursor names its
+    partitions)."""
     raw_limit = request.query.get("limit")
     limit = DEFAULT_PAGE_ENTRIES
     if raw_limit is not None:
@@ -983,23 +1016,64 @@ def _page_options(request: web.Request) -> tuple[int, bytes | None]:
     if raw_cursor is None:
         return limit, None
     try:
-        after = base64.urlsafe_b64decode(raw_cursor + "=" * (-len(raw_cursor) % 4))
-    except (binascii.Error, ValueError):
-        after = b""
-    if not after:
+        return limit, parse_cursor(raw_cursor, every_key=every_key)
+    except EddylineError as error:
+        raise _QueryError(400, {"error": str(error)}) from None
+
+
+def _next_cursor(last: bytes, partitions: Sequence[int], every_key: bool) -> str:
+    """The cursor after the last entry served: its key position and, for a query over
+    every key, the partitions the pages read (query/cursor.py)."""
+    return PageCursor(last, tuple(sorted(partitions)) if every_key else None).text()
+
+
+def _excluded_partitions(request: web.Request) -> set[int]:
+    """``exclude_partitions=P1,P2``: partitions a router has read elsewhere already."""
+    raw = request.query.get(EXCLUDE_PARTITIONS_PARAMETER, "")
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if not all(item.isdigit() for item in items):
         raise _QueryError(
             400,
             {
-                "error": f'cursor "{raw_cursor}" is not one this server returned; pass the '
-                "next_cursor of the previous page unchanged"
+                "error": f"{EXCLUDE_PARTITIONS_PARAMETER}={raw!r}: give partition numbers "
+                f"separated by commas (e.g. {EXCLUDE_PARTITIONS_PARAMETER}=0,2)"
             },
         )
-    return limit, after
+    return {int(item) for item in items}
 
 
-def _cursor(last_key: bytes) -> str:
-    """An opaque cursor: the last key served, URL-safe, so the next page starts after it."""
-    return base64.urlsafe_b64encode(last_key).decode().rstrip("=")
+def _every_key_copies(
+    instance: StreamsInstance,
+    store: str,
+    allow_stale: bool,
+    max_staleness: int | None,
+    skipped: list[int],
+    *,
+    cursor: PageCursor | None,
+    excluded: set[int],
+) -> list[tuple[LocalStorePartition, CopyFreshness]]:
+    """The copies a page over every key reads: :func:`_servable`'s, less the partitions
+    the request excludes, and on a later page exactly the cursor's (410 when one is no
+    longer served here: the query must start again)."""
+    servable = [
+        (local, freshness)
+        for local, freshness in _servable(instance, store, allow_stale, max_staleness, skipped)
+        if local.partition not in excluded
+    ]
+    try:
+        read, left = continued(cursor, (local.partition for local, _ in servable), store)
+    except CursorMovedError as error:
+        raise _QueryError(
+            410,
+            {
+                "error": str(error),
+                "cursor_partitions": error.partitions,
+                "moved_partitions": error.gone,
+            },
+        ) from None
+    skipped.extend(left)
+    skipped.sort()
+    return [(local, freshness) for local, freshness in servable if local.partition in read]
 
 
 def _time_option(request: web.Request, name: str) -> int | None:
@@ -1111,10 +1185,10 @@ def _page_after(
     return page[:limit], len(page) > limit
 
 
-def _order_cursor(order: tuple[bytes, int, int]) -> str:
-    """The cursor after a window or session entry: its key and two times, URL-safe."""
+def _order_cursor(order: tuple[bytes, int, int], partitions: Sequence[int], every_key: bool) -> str:
+    """The cursor after a window or session entry: its key and two times."""
     key, first, second = order
-    return _cursor(key + _ORDER_TIMES.pack(first, second))
+    return _next_cursor(key + _ORDER_TIMES.pack(first, second), partitions, every_key)
 
 
 def _order_of_cursor(after: bytes, kind: str) -> tuple[bytes, int, int]:
