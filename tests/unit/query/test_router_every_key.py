@@ -120,3 +120,38 @@ def test_a_partition_no_host_answers_fails_naming_it() -> None:
     )
     with pytest.raises(QueryFailedError, match=r"partitions \[1\] answered nowhere"):
         router.fetch_all_windows(STORE, max_staleness_ms=10)
+
+
+def test_a_one_key_page_whose_copy_went_away_is_continued_by_another_copy() -> None:
+    # a served the first page of apple's windows, then its copy moved to b: the cursor
+    # (a key position) is routed again and b's copy continues after it.
+    key_path = f"/v1/stores/{STORE}/windows/apple"
+    metadata_path = f"/v1/stores/{STORE}/metadata/apple"
+    answers: dict[str, Any] = {}
+
+    def page(start: int, more: bool) -> dict[str, Any]:
+        return {
+            "entries": [{"key": "apple", "start": start, "end": start + 10, "value": start}],
+            "next_cursor": f"~{start}" if more else None,
+            "role": "active",
+            "stale": False,
+            "lag": 0,
+            "partition": 0,
+        }
+
+    def on_a(query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        if "cursor" in query:
+            return 421, {"error": "this instance does not host partition 0"}
+        answers["a:1"][metadata_path] = (200, {"active_host": "b:1", "partition": 0})
+        return 200, page(0, more=True)
+
+    def on_b(query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        assert query["cursor"] == "~0"
+        return 200, page(10, more=False)
+
+    answers["a:1"] = {metadata_path: (200, {"active_host": "a:1", "partition": 0}), key_path: on_a}
+    answers["b:1"] = {key_path: on_b}
+    router = ScriptedRouter(["a:1"], answers)
+    result = router.fetch_windows(STORE, "apple")
+    assert [e.start for e in result.entries] == [0, 10]
+    assert result.host == "b:1"
