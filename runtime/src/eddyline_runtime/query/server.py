@@ -84,6 +84,11 @@ Errors a client can act on:
 * 409 with ``Retry-After``: the copy has not reached the query's position
   bound yet (the body holds the position it reached), or is staler than its
   ``max_staleness_ms`` (the body holds its ``staleness_ms``, null when unknown);
+* 410: a later page's cursor names a partition this instance no longer serves
+  for the query (its task moved away, or its copy fell beyond
+  ``max_staleness_ms``): the body names ``cursor_partitions`` and
+  ``moved_partitions``; start the query again without a cursor
+  (query/cursor.py);
 * 400: a bad parameter (the body names the accepted values), or a serde that
   does not fit the stored bytes.
 
@@ -91,9 +96,13 @@ Errors a client can act on:
 :data:`DEFAULT_PAGE_ENTRIES`, at most :data:`MAX_PAGE_ENTRIES`) in key order;
 when more remain, ``next_cursor`` is set and passing it back as ``cursor``
 returns the entries after the last one served. It is null on the last page:
-an answer is never cut short silently. Pages are read at different instants
-(each one committed state, or the owner's open transaction under
-READ_UNCOMMITTED), as Kafka Streams' range queries are per call.
+an answer is never cut short silently. A cursor is a key position, so any copy
+continues it; over every key it also names the partitions its pages read, and
+a later page reads exactly those (query/cursor.py). A query over every key may
+name ``exclude_partitions=P1,P2``: partitions a router read elsewhere, left out.
+Pages are read at different instants (each one committed state, or the owner's
+open transaction under READ_UNCOMMITTED), as Kafka Streams' range queries are
+per call.
 
 Serdes a request may name (``key_serde``, ``value_serde``) are the built-in
 ones and the store's own, never ``module:attribute``: a request must not
