@@ -18,7 +18,9 @@ clock, so no clock skew between pods enters). How each copy knows its *t*:
   commit (the new owner commits only after fencing it);
 * a standby, or a copy that restores: the last changelog end it was seen to have
   applied everything up to (``LagInfo.caught_up_at_ms``, the time taken before
-  the end was read); unknown (None) until it first catches up after opening.
+  the end was read); until it first catches up after opening, the time its store
+  was last known complete if it was closed cleanly (state/as_of_marker.py), else
+  unknown (None).
 
 A copy whose staleness is unknown is never within a bound: it cannot show that
 it is.
