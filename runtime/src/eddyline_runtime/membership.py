@@ -177,11 +177,19 @@ RESTORE_PENDING = StoreRole.RESTORE_PENDING
 class StoreCopy:
     """One store partition a member holds: its role, how far it trails its changelog, and
     the bytes it takes on disk (None: an in-memory store, a copy waiting for a restore build
-    that holds nothing yet, or a report from a runtime before sizes were reported)."""
+    that holds nothing yet, or a report from a runtime before sizes were reported).
+
+    ``as_of_ms`` and ``staleness_ms`` say how current the copy's committed data is when
+    the report is made (query/staleness.py defines both; None: the copy cannot tell, or a
+    runtime that did not report them). They change with every report, so they take no
+    part in a copy's equality: two reports of the same layout compare equal.
+    """
 
     role: StoreRole
     lag: int
     disk_bytes: int | None = None
+    as_of_ms: int | None = field(default=None, compare=False)
+    staleness_ms: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # A report read from JSON (or written by hand) names the role by its word.
@@ -198,11 +206,21 @@ def _store_role(word: Any) -> StoreRole:
         ) from None
 
 
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _copy_json(copy: StoreCopy) -> dict[str, Any]:
     # No size is written as none: a copy without one reads back the same (from_json).
     document: dict[str, Any] = {"role": copy.role.value, "lag": copy.lag}
     if copy.disk_bytes is not None:
         document["disk_bytes"] = copy.disk_bytes
+    if copy.role is not StoreRole.RESTORE_PENDING:
+        # Written even when unknown (null), so a reader tells "cannot tell" from a runtime
+        # that did not report staleness (the router asks the latter's copies anyway).
+        # A copy waiting for a build holds nothing and has no staleness to report.
+        document["as_of_ms"] = copy.as_of_ms
+        document["staleness_ms"] = copy.staleness_ms
     return document
 
 
@@ -317,6 +335,10 @@ class MemberReport:
                         int(copy["lag"]),
                         # Absent from an older runtime's report: its size is not known.
                         None if copy.get("disk_bytes") is None else int(copy["disk_bytes"]),
+                        # Absent from an older runtime's report, null when the copy cannot
+                        # tell: unknown either way.
+                        as_of_ms=_optional_int(copy.get("as_of_ms")),
+                        staleness_ms=_optional_int(copy.get("staleness_ms")),
                     )
                     for partition, copy in partitions.items()
                 }

@@ -31,7 +31,8 @@ from eddyline_runtime.query.layout import topology_hash
 from eddyline_runtime.query.position import position_from_json
 from eddyline_runtime.query.server import QueryServer
 from eddyline_runtime.query.staleness import StalenessBoundError
-from eddyline_runtime.restore.replay.lag import LagInfo
+from eddyline_runtime.restore.replay.lag import LagInfo, wall_clock_ms
+from eddyline_runtime.state.as_of_marker import AS_OF_FILE_NAME
 from tests.support.http_client import http_get
 from tests.support.logs import PausableLog
 from tests.support.ports import free_port
@@ -297,6 +298,10 @@ def run_word_count(log: SqliteLog, state: Path, lines: list[str]) -> dict[TopicP
         instance.close(30)
 
 
+def as_of_markers(state: Path) -> list[Path]:
+    return list(state.rglob(AS_OF_FILE_NAME))
+
+
 def test_a_restoring_copy_answers_stale_queries_with_its_position_and_no_bound(
     tmp_path: Path,
 ) -> None:
@@ -305,6 +310,9 @@ def test_a_restoring_copy_answers_stale_queries_with_its_position_and_no_bound(
     # The state of a copy from before the last lines: restoring it replays their changes.
     earlier = run_word_count(log, tmp_path / "state", ["a b a"])
     shutil.copytree(tmp_path / "state", tmp_path / "earlier-state")
+    # As a copy killed mid-run leaves it: no record of how current it was.
+    (marker,) = as_of_markers(tmp_path / "earlier-state")
+    marker.unlink()
     run_word_count(log, tmp_path / "state", ["a c"])
     address = f"127.0.0.1:{free_port()}"
     held = HeldRestoreLog(tmp_path / "log.db")
@@ -338,6 +346,63 @@ def test_a_restoring_copy_answers_stale_queries_with_its_position_and_no_bound(
         with pytest.raises(StalenessBoundError) as none_within:
             QueryRouter([address], timeout=1).get(STORE, "a", max_staleness_ms=AN_HOUR_MS)
         assert none_within.value.least_staleness_ms is None
+
+        held.released.set()
+        instance.wait_until_caught_up(30)
+        status, body = http_json(address, path, max_staleness_ms="0")
+        assert (status, body["value"], body["staleness_ms"]) == (200, 3, 0), body
+    finally:
+        held.released.set()
+        server.stop()
+        instance.close(30)
+        held.close()
+        log.close()
+
+
+def test_a_copy_closed_cleanly_knows_its_staleness_while_it_restores_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    # The same copy as above, closed cleanly this time: its store kept the time of its
+    # last commit (state/as_of_marker.py), so while it replays what came since it reports
+    # that time and answers a bound it keeps, instead of not knowing until it caught up.
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(INPUT, 1)
+    before = wall_clock_ms()
+    run_word_count(log, tmp_path / "state", ["a b a"])
+    closed = wall_clock_ms()
+    shutil.copytree(tmp_path / "state", tmp_path / "earlier-state")
+    assert len(as_of_markers(tmp_path / "earlier-state")) == 1
+    run_word_count(log, tmp_path / "state", ["a c"])
+    address = f"127.0.0.1:{free_port()}"
+    held = HeldRestoreLog(tmp_path / "log.db")
+    config = streams_config(
+        tmp_path / "earlier-state",
+        **{"num.standby.replicas": 0, "application.server": address},
+    )
+    instance = StreamsInstance(word_count(), config, held)
+    server = QueryServer(instance, "127.0.0.1", int(address.rpartition(":")[2]))
+    try:
+        instance.start()
+        server.start()
+        wait_for(held.waiting.is_set, "the copy is restoring")
+        # Read once at open: a later crash cannot revive it.
+        assert as_of_markers(tmp_path / "earlier-state") == []
+        path = key_path("a")
+        asked = wall_clock_ms()
+        status, body = http_json(address, path, max_staleness_ms=str(AN_HOUR_MS))
+        assert status == 200, body
+        assert (body["value"], body["role"], body["stale"]) == (2, "active", True)
+        assert body["lag"] > 0 and body["committed_at_ms"] is None
+        assert before <= body["as_of_ms"] <= closed
+        assert body["staleness_ms"] >= asked - closed
+        # Its data is older than the second run's commits: a bound below its staleness
+        # refuses it, saying how stale it is.
+        refused = http_get(address, path, max_staleness_ms=str(body["staleness_ms"] - 1))
+        assert refused.status == 409 and refused.json()["staleness_ms"] is not None
+        layout = http_json(address, "/v1/layout")[1]["stores"][STORE]["0"]
+        assert (layout["role"], layout["as_of_ms"]) == ("restoring", body["as_of_ms"])
+        result = QueryRouter([address], timeout=1).get(STORE, "a", max_staleness_ms=AN_HOUR_MS)
+        assert (result.value, result.reflects.as_of_ms) == (2, body["as_of_ms"])
 
         held.released.set()
         instance.wait_until_caught_up(30)

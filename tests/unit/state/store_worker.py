@@ -52,6 +52,8 @@ def serve_store(connection: Connection, directory: str, max_records: int) -> Non
         "committed_get": committed.get,
         "uncommitted_all": lambda: list(uncommitted.all()),
         "uncommitted_bytes": store.approximate_num_uncommitted_bytes,
+        "note_as_of": store.note_as_of,
+        "recorded_as_of": lambda: store.recorded_as_of_ms,
     }
     while True:
         command, args = connection.recv()

@@ -381,6 +381,11 @@ class StreamTask:
             self.topology.close()
         finally:
             for store in self.stores.values():
+                # Its committed data includes every write committed by its last commit
+                # (or, closed mid-restore, by what its last open knew): kept for the next
+                # open, so the copy reports its staleness before it catches up again.
+                as_of = self.committed_at_ms
+                store.store.note_as_of(store.store.recorded_as_of_ms if as_of is None else as_of)
                 store.close()
             if self.producer is not None:
                 self.producer.close()

@@ -219,7 +219,10 @@ class TaskManager:
             self._metrics.restore_started()
         try:
             for name, (changelog, verdict) in verdicts.items():
-                task.restoring(name, LagInfo(verdict.first_offset, verdict.log_end))
+                # Until it catches up, a copy reopened after a clean close is as current
+                # as it was then (state/as_of_marker.py); one rebuilt cannot tell.
+                recorded = stores[name].store.recorded_as_of_ms
+                task.restoring(name, LagInfo(verdict.first_offset, verdict.log_end, recorded))
                 self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
                 task.restored(name)
         finally:

@@ -16,8 +16,11 @@
    answered.
 
 With ``max_staleness_ms`` (query/staleness.py) the bound, not the role, says
-which copy will do: the active host is asked first, then every copy as in step
-3, each with the bound, and the first within it answers; when none is,
+which copy will do: the active host is asked first, with the bound; then, from
+the layouts of step 3, only the copies their members report within the bound
+(each layout carries every copy's ``staleness_ms``), the active first, then the
+least stale; a copy reported beyond it, or not knowing its staleness, would
+refuse and is not asked. When none answers,
 :class:`~eddyline_runtime.query.staleness.StalenessBoundError` says how stale
 the freshest was. Every result says what it reflects: the member and topology
 revision that answered, the copy's position, its last commit as the active
@@ -47,7 +50,8 @@ from typing import Any
 
 from eddyline_runtime.config import IsolationLevel
 from eddyline_runtime.errors import EddylineError, InvalidArgumentError
-from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.query.cursor import EXCLUDE_PARTITIONS_PARAMETER
 from eddyline_runtime.query.position import (
     POSITION_BOUND_PARAMETER,
     Position,
@@ -65,6 +69,10 @@ QUERYABLE_ROLES = frozenset({"active", "restoring", "standby"})
 # (scaled in, evicted) may still hold a copy for a moment. One that stops answering is
 # forgotten, so a long-lived router does not keep asking pods long gone.
 REMEMBERED_HOSTS = 64
+# How often a query over every key starts one host's pages again after a move refused its
+# cursor (410): each restart follows a task move, so more than a few in one query means
+# the group is rebalancing without pause and the caller had better retry later.
+CURSOR_RESTARTS = 3
 # Layout requests in flight at once when the router looks for copies.
 LAYOUT_FAN_OUT = 8
 STALE_HINT = "Retry later, or accept staler answers (a larger acceptable lag)"
@@ -135,6 +143,18 @@ class StoreCopyInfo:
     role: str  # active, restoring or standby (warm-ups are standbys to their member)
     lag: int
     assigned_active: bool  # the host the key's metadata names active
+    # How stale the copy's committed data was when its member reported (None: it cannot
+    # tell); ``reports_staleness`` False: a runtime that does not report it at all.
+    staleness_ms: int | None = None
+    reports_staleness: bool = False
+
+    def reported_within(self, max_staleness_ms: int) -> bool:
+        return self.staleness_ms is not None and self.staleness_ms <= max_staleness_ms
+
+    def reported_beyond(self, max_staleness_ms: int) -> bool:
+        """Its member said it is staler than the bound, or that it cannot tell: asking it
+        would be refused (409), so the router does not."""
+        return self.reports_staleness and not self.reported_within(max_staleness_ms)
 
 
 @dataclass(frozen=True)
@@ -243,6 +263,8 @@ class QueryRouter:
         # With a staleness bound: how stale each copy that refused for it (409) was.
         too_stale: list[int | None] = []
         bounded = MAX_STALENESS_PARAMETER in query
+        # Hosts that refused this query for the staleness bound already: not asked again.
+        refused_bound: set[str] = set()
         if active:
             status, body = self._get(active, path, query)
             if status == 200:
@@ -251,7 +273,8 @@ class QueryRouter:
             reported.add(active)
             if status == 0:
                 unreachable.add(active)
-            _note_too_stale(status, body, too_stale)
+            if _note_too_stale(status, body, too_stale):
+                refused_bound.add(active)
         else:
             attempts.append("no active host (the task is being reassigned)")
         if not (allow_stale or bounded):
@@ -267,6 +290,14 @@ class QueryRouter:
             reported=reported,
             unreachable=unreachable,
         )
+        if bounded:
+            copies = _by_staleness(
+                copies,
+                int(query[MAX_STALENESS_PARAMETER]),
+                refused=refused_bound,
+                attempts=attempts,
+                too_stale=too_stale,
+            )
         for copy in copies:
             status, body = self._get(copy.host, path, {**query, "allow_stale": "true"})
             if status != 200:
@@ -340,7 +371,18 @@ class QueryRouter:
                 attempts.append(f"{who}: lag {lag} exceeds the acceptable {self.acceptable_lag}")
                 continue
             member = str(body.get("member") or address)
-            found.setdefault(member, StoreCopyInfo(address, role, lag, address == active))
+            staleness = copy.get("staleness_ms")
+            found.setdefault(
+                member,
+                StoreCopyInfo(
+                    address,
+                    role,
+                    lag,
+                    address == active,
+                    staleness_ms=None if staleness is None else int(staleness),
+                    reports_staleness="staleness_ms" in copy,
+                ),
+            )
         if not held:
             # Say so: no copy is open anywhere (a task between its old owner closing it and
             # its new owner opening it), which no routing can help.
@@ -416,18 +458,22 @@ class QueryRouter:
         key_from: str | None = None,
         key_to: str | None = None,
         backward: bool = False,
+        max_staleness_ms: int | None = None,
     ) -> list[WindowedEntry]:
         """Every key's windows starting in [time_from, time_to] (Kafka's ``fetchAll``), or
         those of keys ``key_from..key_to`` (inclusive, None: open; Kafka's ``fetch(keyFrom,
         keyTo, from, to)``); ``backward``: each host's answer exactly reversed.
 
-        Asks every bootstrap host for the partitions it holds actively; all-key
-        queries therefore need ``bootstrap`` to name every instance. Each host's
-        entries come in key, then time order; hosts follow one another. Raises
-        :class:`QueryFailedError` when a partition of the store answered nowhere.
+        Asks every bootstrap host for the partitions it holds actively (with
+        ``max_staleness_ms``: every copy it holds within the bound, as :meth:`get`'s),
+        each partition from one host only; all-key queries therefore need ``bootstrap``
+        to name every instance. Each host's entries come in key, then time order; hosts
+        follow one another. A host whose partitions moved between its pages (410) is
+        asked again from the start; raises :class:`QueryFailedError` when a partition
+        of the store answered nowhere.
         """
         query = _bounds("from", time_from, "to", time_to) | _key_bounds(key_from, key_to)
-        query |= _direction(backward)
+        query |= _direction(backward) | _staleness_query(max_staleness_ms)
         return self._all_entries(store, "windows", query, isolation)
 
     def fetch_all_sessions(
@@ -440,10 +486,13 @@ class QueryRouter:
         key_from: str | None = None,
         key_to: str | None = None,
         backward: bool = False,
+        max_staleness_ms: int | None = None,
     ) -> list[WindowedEntry]:
-        """Every key's sessions so bounded, or a key range's; see :meth:`fetch_all_windows`."""
+        """Every key's sessions so bounded, or a key range's; see :meth:`fetch_all_windows`
+        (``max_staleness_ms`` too)."""
         query = _bounds("earliest_end", earliest_end, "latest_start", latest_start)
         query |= _key_bounds(key_from, key_to) | _direction(backward)
+        query |= _staleness_query(max_staleness_ms)
         return self._all_entries(store, "sessions", query, isolation)
 
     def _key_entries(
@@ -464,13 +513,20 @@ class QueryRouter:
         reflects = Reflects.of(body)
         entries = _entries(body)
         while body.get("next_cursor"):
-            # Later pages from the copy that served the first: one consistent source.
+            # Later pages from the copy that served the first while it can: one source.
             paged = {**query, "cursor": body["next_cursor"]}
             if body.get("stale"):
                 paged["allow_stale"] = "true"
-            status, body = self._get(host, path, paged)
+            status, answer = self._get(host, path, paged)
             if status != 200:
-                raise QueryFailedError(store, key, [f"{host}: {_describe(status, body)}"])
+                # That copy went away (its task moved): the cursor is a key position any
+                # copy of the partition continues from, so the next page is routed anew.
+                metadata = self.metadata(store, key)
+                query_on = {**query, "cursor": body["next_cursor"]}
+                host, answer = self._routed(
+                    store, key, path, metadata, query_on, allow_stale=allow_stale
+                )
+            body = answer
             entries.extend(_entries(body))
         return WindowedResult(
             entries=entries,
@@ -489,34 +545,99 @@ class QueryRouter:
         query: dict[str, str],
         isolation: IsolationLevel | str | None,
     ) -> list[WindowedEntry]:
+        """Each bootstrap host's pages in turn, every partition from one host only.
+
+        A host is asked to leave out the partitions read already (``exclude_partitions``);
+        its entries count only once its last page came (a move that refuses its cursor,
+        410, discards them and starts that host again). With the store's partitions known
+        (a member's layout), the hosts are asked once more for any none answered (a
+        partition that moved to a host asked before it got there).
+        """
         if isolation is not None:
             query["isolation"] = IsolationLevel.parse(isolation, key="isolation").value
         path = f"/v1/stores/{_quote(store)}/{what}"
+        expected = self._store_partitions(store)
         entries: list[WindowedEntry] = []
         served: set[int] = set()
         unserved: set[int] = set()
-        attempts: list[str] = []
-        for host in self.bootstrap:
-            status, body = self._get(host, path, query)
-            while status == 200:
-                fresh = [p for p in body["partitions"] if p not in served]
-                if fresh != body["partitions"]:
-                    # A partition twice (a moving task): not a consistent answer.
-                    attempts.append(f"{host}: served partitions another host served too")
+        failures: list[str] = []
+        for _ in range(1 if expected is None else 2):
+            for host in self.bootstrap:
+                if expected is not None and expected <= served:
                     break
-                entries.extend(_entries(body))
-                if not body.get("next_cursor"):
-                    served.update(body["partitions"])
-                    unserved.update(body["skipped_partitions"])
-                    break
-                status, body = self._get(host, path, {**query, "cursor": body["next_cursor"]})
-            if status != 200:
-                attempts.append(f"{host}: {_describe(status, body)}")
-        missing = sorted(unserved - served)
-        if missing or attempts:
-            attempts.append(f"partitions {missing} answered nowhere" if missing else "")
-            raise QueryFailedError(store, "*", [a for a in attempts if a])
+                read = self._host_entries(
+                    store, host, path, query, served=served, failures=failures
+                )
+                if read is not None:
+                    partitions, skipped, found = read
+                    served |= partitions
+                    unserved |= skipped
+                    entries.extend(found)
+            if expected is None or expected <= served:
+                break
+        missing = sorted((unserved | (expected or set())) - served)
+        if missing or (expected is None and failures):
+            why = [*failures, f"partitions {missing} answered nowhere" if missing else ""]
+            hint = STALE_HINT
+            if MAX_STALENESS_PARAMETER in query:
+                hint = "Retry later, or raise max_staleness_ms"
+            raise QueryFailedError(store, "*", [a for a in why if a], hint)
         return entries
+
+    def _host_entries(
+        self,
+        store: str,
+        host: str,
+        path: str,
+        query: dict[str, str],
+        *,
+        served: set[int],
+        failures: list[str],
+    ) -> tuple[set[int], set[int], list[WindowedEntry]] | None:
+        """One host's pages: (partitions read, partitions it skipped, entries), or None
+        (with a line in ``failures``) when it could not answer them all."""
+        asked = dict(query)
+        if served:
+            asked[EXCLUDE_PARTITIONS_PARAMETER] = ",".join(str(p) for p in sorted(served))
+        for _ in range(CURSOR_RESTARTS + 1):
+            found: list[WindowedEntry] = []
+            status, body = self._get(host, path, asked)
+            while status == 200:
+                partitions = {int(p) for p in body["partitions"]}
+                if partitions & served:
+                    # A server that ignores exclude_partitions (an older runtime) answered
+                    # a partition another host did: not one consistent answer.
+                    failures.append(f"{host}: served partitions another host served too")
+                    return None
+                found.extend(_entries(body))
+                if not body.get("next_cursor"):
+                    skipped = {int(p) for p in body["skipped_partitions"]}
+                    return partitions, skipped, found
+                status, body = self._get(host, path, {**asked, "cursor": body["next_cursor"]})
+            if status != 410:
+                failures.append(f"{host}: {_describe(status, body)}")
+                return None
+            # A partition the cursor reads moved away between two pages: start again.
+        failures.append(
+            f"{host}: its partitions moved {CURSOR_RESTARTS + 1} times during one query "
+            f'of store "{store}"'
+        )
+        return None
+
+    def _store_partitions(self, store: str) -> set[int] | None:
+        """The store's partitions, from the first member layout a bootstrap host gives
+        (its tasks of the sub-topology that owns the store); None when none answers or
+        the store has no task (a global store)."""
+        for host in self.bootstrap:
+            status, body = self._get(host, "/v1/layout")
+            if status != 200:
+                continue
+            owner = (body.get("store_owners") or {}).get(store)
+            if owner is None:
+                return None
+            tasks = (TaskId.parse(str(task)) for task in body.get("tasks", []))
+            return {task.partition for task in tasks if task.subtopology == int(owner)}
+        return None
 
     def _get_bounded(
         self,
@@ -590,11 +711,51 @@ def _staleness_query(max_staleness_ms: int | None) -> dict[str, str]:
     return {MAX_STALENESS_PARAMETER: str(max_staleness_ms)}
 
 
-def _note_too_stale(status: int, body: dict[str, Any], too_stale: list[int | None]) -> None:
-    """A 409 for the staleness bound (not a position bound's): how stale the copy was."""
+def _note_too_stale(status: int, body: dict[str, Any], too_stale: list[int | None]) -> bool:
+    """A 409 for the staleness bound (not a position bound's): how stale the copy was.
+    True when it was one."""
     if status == 409 and MAX_STALENESS_PARAMETER in body:
         staleness = body.get("staleness_ms")
         too_stale.append(None if staleness is None else int(staleness))
+        return True
+    return False
+
+
+def _by_staleness(
+    copies: Sequence[StoreCopyInfo],
+    max_staleness_ms: int,
+    *,
+    refused: set[str],
+    attempts: list[str],
+    too_stale: list[int | None],
+) -> list[StoreCopyInfo]:
+    """The copies worth asking under a staleness bound, in the order to ask them.
+
+    First those whose member reported them within the bound: the active first, then
+    the least stale (a report is a moment old, so a copy may have crossed the bound
+    since: it then refuses and the next is asked). Then copies of members that report
+    no staleness (an older runtime), least lag first, as without a bound. Copies
+    reported beyond the bound, or not knowing their staleness, are not asked: each
+    would refuse; their reported staleness goes into the error when none answers.
+    """
+    within: list[StoreCopyInfo] = []
+    unreported: list[StoreCopyInfo] = []
+    for copy in copies:
+        if copy.host in refused:
+            continue
+        if copy.reported_within(max_staleness_ms):
+            within.append(copy)
+        elif copy.reported_beyond(max_staleness_ms):
+            stale = "unknown" if copy.staleness_ms is None else f"{copy.staleness_ms} ms"
+            attempts.append(
+                f"{copy.role} copy on {copy.host}: reported staleness {stale}, beyond "
+                f"{MAX_STALENESS_PARAMETER}={max_staleness_ms} (not asked)"
+            )
+            too_stale.append(copy.staleness_ms)
+        else:
+            unreported.append(copy)
+    within.sort(key=lambda c: (c.role != "active", c.staleness_ms, c.lag, c.host))
+    return [*within, *unreported]
 
 
 def _named_hosts(metadata: dict[str, Any]) -> list[str]:

@@ -84,6 +84,11 @@ Errors a client can act on:
 * 409 with ``Retry-After``: the copy has not reached the query's position
   bound yet (the body holds the position it reached), or is staler than its
   ``max_staleness_ms`` (the body holds its ``staleness_ms``, null when unknown);
+* 410: a later page's cursor names a partition this instance no longer serves
+  for the query (its task moved away, or its copy fell beyond
+  ``max_staleness_ms``): the body names ``cursor_partitions`` and
+  ``moved_partitions``; start the query again without a cursor
+  (query/cursor.py);
 * 400: a bad parameter (the body names the accepted values), or a serde that
   does not fit the stored bytes.
 
@@ -91,9 +96,13 @@ Errors a client can act on:
 :data:`DEFAULT_PAGE_ENTRIES`, at most :data:`MAX_PAGE_ENTRIES`) in key order;
 when more remain, ``next_cursor`` is set and passing it back as ``cursor``
 returns the entries after the last one served. It is null on the last page:
-an answer is never cut short silently. Pages are read at different instants
-(each one committed state, or the owner's open transaction under
-READ_UNCOMMITTED), as Kafka Streams' range queries are per call.
+an answer is never cut short silently. A cursor is a key position, so any copy
+continues it; over every key it also names the partitions its pages read, and
+a later page reads exactly those (query/cursor.py). A query over every key may
+name ``exclude_partitions=P1,P2``: partitions a router read elsewhere, left out.
+Pages are read at different instants (each one committed state, or the owner's
+open transaction under READ_UNCOMMITTED), as Kafka Streams' range queries are
+per call.
 
 Serdes a request may name (``key_serde``, ``value_serde``) are the built-in
 ones and the store's own, never ``module:attribute``: a request must not
@@ -115,8 +124,6 @@ on it while the new owner opens its own (query/client.py).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import heapq
 import itertools
 import json
@@ -143,6 +150,13 @@ from eddyline_runtime.engine.queryable import (
 )
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.query.cursor import (
+    EXCLUDE_PARTITIONS_PARAMETER,
+    CursorMovedError,
+    PageCursor,
+    continued,
+    parse_cursor,
+)
 from eddyline_runtime.query.layout import member_report, topology_hash
 from eddyline_runtime.query.limits import ConnectionGuard, ConnectionLimits, install_log_limits
 from eddyline_runtime.query.position import (
@@ -157,6 +171,7 @@ from eddyline_runtime.query.staleness import (
     MAX_STALENESS_PARAMETER,
     CopyFreshness,
     copy_freshness,
+    is_fresh,
     parse_max_staleness,
 )
 from eddyline_runtime.restore.replay.lag import wall_clock_ms
@@ -524,7 +539,10 @@ class _Handlers:
             isolation, allow_stale = _read_options(request)
             max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
-            limit, after = _page_options(request)
+            every_key = store not in self.instance.topology.global_stores
+            limit, cursor = _page_options(request, every_key=every_key)
+            after = None if cursor is None else cursor.after
+            excluded = _excluded_partitions(request)
             key_range = KeyRange.closed(
                 None if frm is None else keys.serialize_text(frm),
                 None if to is None else keys.serialize_text(to),
@@ -552,9 +570,19 @@ class _Handlers:
                 return _moving(error).response()
             levels.append(reader.isolation)
             scans.append(reader.scan(key_range))
-        for local, freshness in _servable(
-            self.instance, store, allow_stale, max_staleness, skipped
-        ):
+        try:
+            selected = _every_key_copies(
+                self.instance,
+                store,
+                allow_stale,
+                max_staleness,
+                skipped,
+                cursor=cursor,
+                excluded=excluded,
+            )
+        except _QueryError as error:
+            return error.response()
+        for local, freshness in selected:
             served.append(local.partition)
             try:
                 reader = local.open_reader(isolation)
@@ -582,7 +610,7 @@ class _Handlers:
                 "store": store,
                 "isolation": _read_at(levels, isolation),
                 "entries": entries,
-                "next_cursor": _cursor(page[-1][0]) if more else None,
+                "next_cursor": _next_cursor(page[-1][0], served, every_key) if more else None,
                 "partitions": served,
                 "skipped_partitions": skipped,
                 "copies": copies,
@@ -685,11 +713,12 @@ class _Handlers:
             isolation, allow_stale = _read_options(request)
             max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
-            limit, after = _page_options(request)
             lower, upper = _time_bounds(request, kind)
             backward = _flag(request, "backward")
             key_text, from_text, to_text = _key_options(request, kind, path_key)
-            after_order = None if after is None else _order_of_cursor(after, kind)
+            every_key = key_text is None
+            limit, cursor = _page_options(request, every_key=every_key)
+            after_order = None if cursor is None else _order_of_cursor(cursor.after, kind)
             skipped: list[int] = []
             if key_text is not None:
                 key = keys.serialize_text(key_text)
@@ -702,7 +731,15 @@ class _Handlers:
             else:
                 key_from = None if from_text is None else keys.serialize_text(from_text)
                 key_to = None if to_text is None else keys.serialize_text(to_text)
-                selected = _servable(self.instance, store, allow_stale, max_staleness, skipped)
+                selected = _every_key_copies(
+                    self.instance,
+                    store,
+                    allow_stale,
+                    max_staleness,
+                    skipped,
+                    cursor=cursor,
+                    excluded=_excluded_partitions(request),
+                )
             copies = [local for local, _ in selected]
             # Each copy's position before its data is read: the answer is at least this new.
             answers = [
@@ -734,7 +771,11 @@ class _Handlers:
             "isolation": _read_at([reader.isolation for reader in readers], isolation),
             "backward": backward,
             "entries": entries,
-            "next_cursor": _order_cursor(page[-1][0]) if more else None,
+            "next_cursor": (
+                _order_cursor(page[-1][0], [c.partition for c in copies], every_key)
+                if more
+                else None
+            ),
         }
         if key_text is not None:
             body.update(key=key_text, **served_by)
@@ -961,8 +1002,10 @@ def _render(serde: Any, data: bytes, store: str, option: str) -> Any:
     return value
 
 
-def _page_options(request: web.Request) -> tuple[int, bytes | None]:
-    """``limit`` (1..MAX_PAGE_ENTRIES) and the key a ``cursor`` resumes after."""
+def _page_options(request: web.Request, *, every_key: bool) -> tuple[int, PageCursor | None]:
+    """``limit`` (1..MAX_PAGE_ENTRIES) and the ``cursor`` a page resumes after
+    (query/cursor.py; ``every_key``: a query over every key, whose cursor names its
+    partitions)."""
     raw_limit = request.query.get("limit")
     limit = DEFAULT_PAGE_ENTRIES
     if raw_limit is not None:
@@ -982,23 +1025,64 @@ def _page_options(request: web.Request) -> tuple[int, bytes | None]:
     if raw_cursor is None:
         return limit, None
     try:
-        after = base64.urlsafe_b64decode(raw_cursor + "=" * (-len(raw_cursor) % 4))
-    except (binascii.Error, ValueError):
-        after = b""
-    if not after:
+        return limit, parse_cursor(raw_cursor, every_key=every_key)
+    except EddylineError as error:
+        raise _QueryError(400, {"error": str(error)}) from None
+
+
+def _next_cursor(last: bytes, partitions: Sequence[int], every_key: bool) -> str:
+    """The cursor after the last entry served: its key position and, for a query over
+    every key, the partitions the pages read (query/cursor.py)."""
+    return PageCursor(last, tuple(sorted(partitions)) if every_key else None).text()
+
+
+def _excluded_partitions(request: web.Request) -> set[int]:
+    """``exclude_partitions=P1,P2``: partitions a router has read elsewhere already."""
+    raw = request.query.get(EXCLUDE_PARTITIONS_PARAMETER, "")
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if not all(item.isdigit() for item in items):
         raise _QueryError(
             400,
             {
-                "error": f'cursor "{raw_cursor}" is not one this server returned; pass the '
-                "next_cursor of the previous page unchanged"
+                "error": f"{EXCLUDE_PARTITIONS_PARAMETER}={raw!r}: give partition numbers "
+                f"separated by commas (e.g. {EXCLUDE_PARTITIONS_PARAMETER}=0,2)"
             },
         )
-    return limit, after
+    return {int(item) for item in items}
 
 
-def _cursor(last_key: bytes) -> str:
-    """An opaque cursor: the last key served, URL-safe, so the next page starts after it."""
-    return base64.urlsafe_b64encode(last_key).decode().rstrip("=")
+def _every_key_copies(
+    instance: StreamsInstance,
+    store: str,
+    allow_stale: bool,
+    max_staleness: int | None,
+    skipped: list[int],
+    *,
+    cursor: PageCursor | None,
+    excluded: set[int],
+) -> list[tuple[LocalStorePartition, CopyFreshness]]:
+    """The copies a page over every key reads: :func:`_servable`'s, less the partitions
+    the request excludes, and on a later page exactly the cursor's (410 when one is no
+    longer served here: the query must start again)."""
+    servable = [
+        (local, freshness)
+        for local, freshness in _servable(instance, store, allow_stale, max_staleness, skipped)
+        if local.partition not in excluded
+    ]
+    try:
+        read, left = continued(cursor, (local.partition for local, _ in servable), store)
+    except CursorMovedError as error:
+        raise _QueryError(
+            410,
+            {
+                "error": str(error),
+                "cursor_partitions": error.partitions,
+                "moved_partitions": error.gone,
+            },
+        ) from None
+    skipped.extend(left)
+    skipped.sort()
+    return [(local, freshness) for local, freshness in servable if local.partition in read]
 
 
 def _time_option(request: web.Request, name: str) -> int | None:
@@ -1110,10 +1194,10 @@ def _page_after(
     return page[:limit], len(page) > limit
 
 
-def _order_cursor(order: tuple[bytes, int, int]) -> str:
-    """The cursor after a window or session entry: its key and two times, URL-safe."""
+def _order_cursor(order: tuple[bytes, int, int], partitions: Sequence[int], every_key: bool) -> str:
+    """The cursor after a window or session entry: its key and two times."""
     key, first, second = order
-    return _cursor(key + _ORDER_TIMES.pack(first, second))
+    return _next_cursor(key + _ORDER_TIMES.pack(first, second), partitions, every_key)
 
 
 def _order_of_cursor(after: bytes, kind: str) -> tuple[bytes, int, int]:
@@ -1165,28 +1249,13 @@ def _key_options(
     return key, key_from, key_to
 
 
-def _fresh(instance: StreamsInstance, local: LocalStorePartition) -> bool:
-    """The running active copy of a task this instance's assignment gives it.
-
-    Between a new assignment and the stream thread closing a task that moved
-    away, the copy still runs here but the new owner may already process: its
-    answers are stale from then on.
-    """
-    if not local.current:
-        return False
-    assignment = instance.assignment
-    if assignment is None or local.task not in assignment.tasks:
-        return True  # no assignment to compare with: the thread's own view stands
-    return assignment.active_owner(local.task) == instance.member.id
-
-
 def _check_fresh(
     instance: StreamsInstance,
     local: LocalStorePartition,
     allow_stale: bool,
     metadata: KeyQueryMetadata,
 ) -> None:
-    if allow_stale or _fresh(instance, local):
+    if allow_stale or is_fresh(instance, local):
         return
     if local.role.value == "standby":
         why = "a standby copy"
@@ -1223,7 +1292,7 @@ def _checked(
     staleness) is refused with 409. Without one, the copy must be fresh or the query
     allow stale answers, unless a position bound (``bounded``) judges instead.
     """
-    freshness = copy_freshness(local, fresh=_fresh(instance, local), now_ms=wall_clock_ms())
+    freshness = copy_freshness(local, fresh=is_fresh(instance, local), now_ms=wall_clock_ms())
     if max_staleness is not None:
         _check_staleness(local, freshness, max_staleness, metadata)
     elif not bounded:
@@ -1387,7 +1456,7 @@ def _servable(
     now = wall_clock_ms()
     servable = []
     for local in sorted(instance.local_store_partitions(store), key=lambda p: p.partition):
-        fresh = _fresh(instance, local)
+        fresh = is_fresh(instance, local)
         freshness = copy_freshness(local, fresh=fresh, now_ms=now)
         if freshness.within(max_staleness) if max_staleness is not None else fresh or allow_stale:
             servable.append((local, freshness))
@@ -1416,7 +1485,7 @@ def _served_by(
         "partition": local.partition,
         "task": str(local.task),
         "role": local.role.value,
-        "stale": not _fresh(instance, local),
+        "stale": not is_fresh(instance, local),
         "lag": local.lag.offset_lag,
         "isolation": isolation.value,
     }

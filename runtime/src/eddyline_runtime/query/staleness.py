@@ -18,7 +18,9 @@ clock, so no clock skew between pods enters). How each copy knows its *t*:
   commit (the new owner commits only after fencing it);
 * a standby, or a copy that restores: the last changelog end it was seen to have
   applied everything up to (``LagInfo.caught_up_at_ms``, the time taken before
-  the end was read); unknown (None) until it first catches up after opening.
+  the end was read); until it first catches up after opening, the time its store
+  was last known complete if it was closed cleanly (state/as_of_marker.py), else
+  unknown (None).
 
 A copy whose staleness is unknown is never within a bound: it cannot show that
 it is.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.queryable import LocalStorePartition
 from eddyline_runtime.errors import EddylineError, InvalidArgumentError
 from eddyline_runtime.membership import StoreRole
@@ -52,6 +55,21 @@ class CopyFreshness:
     def within(self, max_staleness_ms: int) -> bool:
         staleness = self.staleness_ms
         return staleness is not None and staleness <= max_staleness_ms
+
+
+def is_fresh(instance: StreamsInstance, local: LocalStorePartition) -> bool:
+    """The running active copy of a task this instance's assignment gives it.
+
+    Between a new assignment and the stream thread closing a task that moved
+    away, the copy still runs here but the new owner may already process: its
+    answers are stale from then on.
+    """
+    if not local.current:
+        return False
+    assignment = instance.assignment
+    if assignment is None or local.task not in assignment.tasks:
+        return True  # no assignment to compare with: the thread's own view stands
+    return assignment.active_owner(local.task) == instance.member.id
 
 
 def copy_freshness(local: LocalStorePartition, *, fresh: bool, now_ms: int) -> CopyFreshness:

@@ -72,6 +72,7 @@ from eddyline_runtime.errors import InvalidArgumentError
 from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.metrics import MetricName, MetricsRegistry, Sensor
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.state.as_of_marker import take_as_of, write_as_of
 from eddyline_runtime.state.errors import (
     InvalidChangelogOffsetError,
     StateStoreError,
@@ -335,6 +336,8 @@ class RocksDBStore(StateStore):
             self._committed_offsets, self._committed_position, formatted = self._load_offsets()
             self._adopt_legacy_offset_files(created=created, formatted=formatted)
             self._write_checkpoint_file()
+            self._recorded_as_of = take_as_of(self.directory, self._committed_offsets)
+            self._noted_as_of: int | None = None
         except BaseException:
             # Leave nothing held: the caller may fix the cause and open again.
             self._release()
@@ -476,6 +479,13 @@ class RocksDBStore(StateStore):
     def committed_offset(self, partition: TopicPartition) -> int | None:
         return self._committed_offsets.get(partition)
 
+    def note_as_of(self, as_of_ms: int | None) -> None:
+        self._noted_as_of = as_of_ms
+
+    @property
+    def recorded_as_of_ms(self) -> int | None:
+        return self._recorded_as_of
+
     def committed_changelogs(self) -> Collection[TopicPartition]:
         return tuple(self._committed_offsets)
 
@@ -528,6 +538,8 @@ class RocksDBStore(StateStore):
             self._buffer.reset()
             self._flush_memtables()
             self._write_checkpoint_file()
+            if self._noted_as_of is not None and self._committed_offsets:
+                write_as_of(self.directory, self._committed_offsets, self._noted_as_of)
         finally:
             self._release()
             if self._metrics is not None:

@@ -274,6 +274,18 @@ class StateStore(ReadableKeyValueStore):
     def close(self) -> None:
         """Discard uncommitted writes and release the store. Idempotent."""
 
+    def note_as_of(self, as_of_ms: int | None) -> None:
+        """Its owner's word, before :meth:`close`: the committed data includes every write
+        its task committed by ``as_of_ms`` (None: it cannot tell). A store that persists
+        keeps it for its next open (state/as_of_marker.py); others forget it."""
+        del as_of_ms
+
+    @property
+    def recorded_as_of_ms(self) -> int | None:
+        """What :meth:`note_as_of` said before this store was last closed cleanly, if its
+        data is still what it was then; None otherwise (and for stores that keep none)."""
+        return None
+
     # -- iterators die with their store ------------------------------------------------
 
     def own_iterator(self, items: Iterator[KeyValue]) -> Iterator[KeyValue]:

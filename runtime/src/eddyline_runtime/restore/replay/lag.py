@@ -28,9 +28,11 @@ class LagInfo:
     ``caught_up_at_ms`` is the same lag in time (KIP-535's time lag): the
     wall-clock time of the last changelog end this copy was seen to have applied
     everything up to, so its data then included every write its task had
-    committed; None when it has not been caught up since it opened (a copy
-    restoring, or replaying a backlog). A running active copy's is the time of its
-    last commit. Not part of equality: two reads of the same offsets are the same lag.
+    committed. Before a copy first catches up after it opened (restoring, or
+    replaying a backlog) it is the time the copy was last known complete when it
+    was closed cleanly (state/as_of_marker.py), else None. A running active copy's
+    is the time of its last commit. Not part of equality: two reads of the same
+    offsets are the same lag.
     """
 
     current_offset_position: int

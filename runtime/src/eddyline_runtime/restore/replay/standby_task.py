@@ -73,8 +73,13 @@ class StandbyTask:
             # (its offsets past the earlier epoch's end are then judged a loss).
             recorded = self.stores[name].changelog_epoch(tp)
             self._epochs[name] = start.log_epoch if recorded is None else recorded
+            as_of = self.stores[name].recorded_as_of_ms
             if start.first_offset >= start.log_end:
                 self._caught_up_at[name] = read_at
+            elif as_of is not None:
+                # Behind, but as current as when it was last closed cleanly (its data only
+                # grows from there): state/as_of_marker.py.
+                self._caught_up_at[name] = as_of
 
     def replay(self, log: Log) -> int:
         """Apply what each changelog gained since the last call; returns records applied.
@@ -142,5 +147,6 @@ class StandbyTask:
         )
 
     def close(self) -> None:
-        for store in self.stores.values():
+        for name, store in self.stores.items():
+            store.note_as_of(self._caught_up_at.get(name))
             store.close()
