@@ -249,6 +249,8 @@ def started(
     keys: int,
 ) -> Iterator[SparkRestore]:
     """Everything above, torn down on exit (the namespace, the broker, the provisioner)."""
+    # The test's tmp_path exists already; the benchmark passes a directory of its own.
+    root.mkdir(parents=True, exist_ok=True)
     import_image(cluster, images, root, RESTORE_IMAGE)
     admin = cluster.admin()
     provisioner = LocalProvisioner(admin, host.DATA / "volumes", shared_across_nodes=True)
