@@ -188,7 +188,9 @@ def last_json_line(path: Path) -> dict[str, Any]:
     raise SystemExit(f"no JSON line in {path}: did the embedded-log run above fail?")
 
 
-def upgrades(operator: Operator, bootstrap: str, service: str, keys: int) -> dict[str, Any]:
+def upgrades(
+    operator: Operator, bootstrap: str, service: str, keys: int, *, rebuild_first: bool
+) -> dict[str, Any]:
     """``bench_upgrade.run`` on the broker: relocating, then resetting and rebuilding."""
     log = KafkaLog.open(f"kafka://{bootstrap}")
     try:
@@ -203,7 +205,7 @@ def upgrades(operator: Operator, bootstrap: str, service: str, keys: int) -> dic
     return {f"kafka_{key}": value for key, value in measured.items()}
 
 
-def run(kills: int, lines: int, upgrade_keys: int) -> dict[str, Any]:
+def run(kills: int, lines: int, upgrade_keys: int, rebuild_first: bool) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="bench-operator-kafka-"))
     examples = sorted(str(p) for p in (REPO / "examples").iterdir() if p.is_dir())
     with KafkaCluster(root / "kafka", 1) as broker:
@@ -231,11 +233,12 @@ def run(kills: int, lines: int, upgrade_keys: int) -> dict[str, Any]:
                 print(f"kafka kill {index + 1}: {shown}", flush=True)
             node_loss = bench.node_loss()
             print(f"kafka node loss: {node_loss}", flush=True)
-            upgraded = (
-                upgrades(operator, broker.bootstrap, bench.service, upgrade_keys)
-                if (upgrade_keys)
-                else {}
-            )
+            upgraded: dict[str, Any] = {}
+            if upgrade_keys:
+                upgraded = upgrades(
+                    operator, broker.bootstrap, bench.service, upgrade_keys,
+                    rebuild_first=rebuild_first,
+                )  # fmt: skip
             operator.kubectl("delete", "sapp", APP)
             wait_until(lambda: not operator.pods(APP), "every pod gone", READY_TIMEOUT)
         finally:
@@ -264,10 +267,13 @@ def main() -> int:
     parser.add_argument(
         "--upgrade-keys", type=int, default=100_000, help="keys for the upgrades (0: none)"
     )
+    parser.add_argument(
+        "--rebuild-first", action="store_true", help="the reset and rebuild before relocating"
+    )
     parser.add_argument("--merge", type=Path, help="a file whose last JSON line to extend")
     args = parser.parse_args()
     summary = last_json_line(args.merge) if args.merge is not None else {}
-    summary.update(run(args.kills, args.lines, args.upgrade_keys))
+    summary.update(run(args.kills, args.lines, args.upgrade_keys, args.rebuild_first))
     print(json.dumps(summary))
     return 0
 
