@@ -200,8 +200,9 @@ def upgrades(
     manifest_path = operator.root / "streamapp-kafka.yaml"
     manifest_path.write_text(yaml.safe_dump(manifest(APP, bootstrap, SECRET)), encoding="utf-8")
     measured = bench_upgrade.run(
-        operator, f"kafka://{bootstrap}", service, manifest_path, keys=keys
-    )
+        operator, f"kafka://{bootstrap}", service, manifest_path, keys=keys,
+        rebuild_first=rebuild_first,
+    )  # fmt: skip
     return {f"kafka_{key}": value for key, value in measured.items()}
 
 
