@@ -95,3 +95,29 @@ def test_a_failed_driver_is_judged_with_the_line_that_says_why(tmp_path: Path) -
         "java.net.UnknownHostException: kubernetes.default.svc: Name or service"
     )
     assert driver_reason(["INFO all fine\n"]) is None
+
+
+def test_a_driver_that_cannot_reach_its_master_is_judged_naming_the_address() -> None:
+    """An API server address that drops every packet: Spark's client gives up after its
+    connection timeout (and Spark's three retries), and says where it tried."""
+    lines = [
+        "Exception in thread \"main\" org.apache.spark.SparkException: No pod was found named "
+        "d-1 in the cluster in the namespace ns (this was supposed to be the driver pod.).\n",
+        "Caused by: io.fabric8.kubernetes.client.KubernetesClientException: An error has "
+        "occurred.\n",
+        "Caused by: io.netty.channel.ConnectTimeoutException: connection timed out after "
+        "10000 ms: /10.245.255.254:443\n",
+    ]
+    reason = driver_reason(lines)
+    assert reason == (
+        "io.netty.channel.ConnectTimeoutException: connection timed out after 10000 ms: "
+        "/10.245.255.254:443"
+    )
+    result = judge_build(
+        Path("/nonexistent"), application="a", store="s", partitions=[0], before=set(),
+        driver_exit_code=1, driver_error=reason, master="k8s://https://10.245.255.254:443",
+    )  # fmt: skip
+    assert result.message.startswith(
+        "the Spark driver (master k8s://https://10.245.255.254:443) exited with status 1: "
+        "io.netty.channel.ConnectTimeoutException"
+    ), result.message
