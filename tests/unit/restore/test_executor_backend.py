@@ -101,7 +101,7 @@ def test_a_driver_that_cannot_reach_its_master_is_judged_naming_the_address() ->
     """An API server address that drops every packet: Spark's client gives up after its
     connection timeout (and Spark's three retries), and says where it tried."""
     lines = [
-        "Exception in thread \"main\" org.apache.spark.SparkException: No pod was found named "
+        'Exception in thread "main" org.apache.spark.SparkException: No pod was found named '
         "d-1 in the cluster in the namespace ns (this was supposed to be the driver pod.).\n",
         "Caused by: io.fabric8.kubernetes.client.KubernetesClientException: An error has "
         "occurred.\n",
