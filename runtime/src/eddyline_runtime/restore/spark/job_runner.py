@@ -40,9 +40,12 @@ _REASONS: Final = (
     re.compile(r"(?:\w+ \"[^\"]*\" )?is forbidden: .*"),
     re.compile(r"(?:java\.net\.)?UnknownHostException: .*"),
     re.compile(r"(?:java\.net\.)?(?:ConnectException|NoRouteToHostException): .*"),
-    # An address that drops every packet: Netty (under fabric8's Vert.x client) or the JDK
-    # gives up after spark.kubernetes.driver.connectionTimeout, naming the address.
-    re.compile(r"(?:[\w$]+\.)*(?:ConnectTimeout|SocketTimeout|HttpConnectTimeout)Exception: .*"),
+    # An address that drops every packet: fabric8's Vert.x client gives up after
+    # spark.kubernetes.driver.connectionTimeout and names the address ("The timeout of 10000 ms
+    # has been exceeded when getting a connection to <host>:<port>", Spark 4.2); Netty's and
+    # the JDK's own timeouts end in TimeoutException too. Before Spark's own line, which says
+    # only "External scheduler cannot be instantiated".
+    re.compile(r"(?:[\w$]+\.)*\w*TimeoutException: .*"),
     re.compile(r"(?:Spark|KubernetesClient)Exception: .*"),
 )
 _REASON_CHARACTERS: Final = 600
