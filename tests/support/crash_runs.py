@@ -28,7 +28,7 @@ from typing import Any
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.stream_thread import CommitReport
-from eddyline_runtime.log import Record, SqliteLog
+from eddyline_runtime.log import Log, Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import Topology
 from tests.support.waiting import wait_for
@@ -96,7 +96,7 @@ def _committed_or_ended(events: Path, worker: subprocess.Popen[bytes]) -> bool:
     return commits(events) >= 1 or worker.poll() is not None
 
 
-def committed_records(log: SqliteLog, topic: str, partitions: int) -> Iterator[Record]:
+def committed_records(log: Log, topic: str, partitions: int) -> Iterator[Record]:
     """Every record of ``topic``, partition by partition, in offset order."""
     for partition in range(partitions):
         tp = TopicPartition(topic, partition)

@@ -37,7 +37,7 @@ from eddyline_runtime.membership import Membership, StoreRole
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import KeyRange
-from tests.support.crash_runs import REPO
+from tests.support.crash_runs import REPO, committed_records
 from tests.support.waiting import wait_for
 from tests.support.word_count import APP, INPUT, OUTPUT, STORE, streams_config, word_count
 
@@ -130,18 +130,10 @@ def assert_each_count_published_once(counts: dict[str, list[int]], produced: Cou
 def published(log: KafkaLog) -> dict[str, list[int]]:
     """Every committed count of the output topic, per word, in order."""
     counts: dict[str, list[int]] = {}
-    for partition in range(log.topics()[OUTPUT].partitions):
-        tp = TopicPartition(OUTPUT, partition)
-        offset, end = log.beginning_offset(tp), log.end_offset(tp)
-        while offset < end:
-            records = log.fetch(tp, offset, 10_000).records
-            if not records:
-                break
-            for record in records:
-                assert record.key is not None and record.value is not None
-                word = STRINGS.deserialize(record.key)
-                counts.setdefault(word, []).append(LONGS.deserialize(record.value))
-            offset = records[-1].offset + 1
+    for record in committed_records(log, OUTPUT, log.topics()[OUTPUT].partitions):
+        assert record.key is not None and record.value is not None
+        word = STRINGS.deserialize(record.key)
+        counts.setdefault(word, []).append(LONGS.deserialize(record.value))
     return counts
 
 
