@@ -36,6 +36,7 @@ from eddyline_runtime.processing.operators.stores import (
 )
 from eddyline_runtime.processing.operators.suppress import SuppressionBufferFullError
 from eddyline_runtime.processing.operators.tables import TableChange
+from eddyline_runtime.processing.operators.value_processors import ValueTransformerWithKey
 from eddyline_runtime.processing.topology import (
     Cancellable,
     Change,
@@ -107,6 +108,7 @@ __all__ = [
     "TimestampedKeyValueStore",
     "Topology",
     "TopologyError",
+    "ValueTransformerWithKey",
     "WindowStore",
     "Windowed",
     "WindowedKTable",
