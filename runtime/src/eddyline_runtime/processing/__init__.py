@@ -61,6 +61,7 @@ from eddyline_runtime.processing.windows import (
     TimeWindowedSerde,
     TimeWindows,
     Windowed,
+    WindowedSerdes,
 )
 from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, Serde, StringSerde
 
@@ -112,4 +113,5 @@ __all__ = [
     "WindowStore",
     "Windowed",
     "WindowedKTable",
+    "WindowedSerdes",
 ]
