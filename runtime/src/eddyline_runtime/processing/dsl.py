@@ -1663,5 +1663,6 @@ def _store_spec(
         cached=materialized.caching_enabled,
         logged=materialized.logging_enabled,
         versioned_history_ms=materialized.history_retention_ms,
+        changelog_configs=materialized.logging_configs,
         **window,
     )
