@@ -23,6 +23,7 @@ from eddyline_runtime.processing import (
     TopologyError,
     ValueTransformerWithKey,
 )
+from eddyline_runtime.processing.operators.value_processors import ProcessValuesProcessor
 from tests.support.stores import StoreFactory
 from tests.unit.processing.join_driver import JoinDriver
 
@@ -237,9 +238,6 @@ def test_process_values_refuses_another_key(store_factory: StoreFactory) -> None
 
 def test_topology_error_is_what_a_refused_forward_raises() -> None:
     """The refusals are TopologyErrors (an author's mistake, not the data's)."""
-    from eddyline_runtime.processing.operators.value_processors import (
-        ProcessValuesProcessor,
-    )
 
     class Recorder:
         def forward(self, *args: Any, **kwargs: Any) -> None:
