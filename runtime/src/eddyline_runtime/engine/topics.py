@@ -302,4 +302,10 @@ def store_homes(topology: Topology, layout: TopicLayout | None = None) -> StoreH
             for name in topology.global_stores
         }
     )
-    return StoreHomes(owners, homeless, None if layout is None else frozenset(layout.tasks()))
+    unlogged = frozenset(name for name in owners if not topology.stores[name].logged)
+    return StoreHomes(
+        owners,
+        homeless,
+        None if layout is None else frozenset(layout.tasks()),
+        unlogged=unlogged,
+    )
