@@ -39,7 +39,9 @@ def test_backfill_build_in_spark_equals_a_replay(
 ) -> None:
     # Spark's Python workers import the topology by reference, from this checkout.
     root = str(Path(__file__).resolve().parents[3])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    )
     application = "backfill-spark"
     state_dir = tmp_path / "replay-state"
     config = StreamsConfig.from_properties(

@@ -80,7 +80,13 @@ def test_backfilled_stores_equal_a_replay_byte_for_byte(
         for partition in range(PARTITIONS):
             task = TaskId(0, partition)
             built = run_task_history(
-                topology, config, layout, task, log, plan, work_dir=tmp_path / "work"
+                topology,
+                config,
+                layout=layout,
+                task_id=task,
+                log=log,
+                plan=plan,
+                work_dir=tmp_path / "work",
             )
             total += built.records
             expected = store_contents(config, state_dir, task, store)
@@ -117,7 +123,13 @@ def test_a_backfill_ending_earlier_holds_only_the_history_before_its_end(
             end_offsets={partition_key(tp): 100},
         )
         built = run_task_history(
-            topology, config, layout, TaskId(0, 0), log, plan, work_dir=tmp_path / "w"
+            topology,
+            config,
+            layout=layout,
+            task_id=TaskId(0, 0),
+            log=log,
+            plan=plan,
+            work_dir=tmp_path / "w",
         )
         assert built.records == 100
         contents = ingested(built.manifests["counts"], config, tmp_path / "ingested")

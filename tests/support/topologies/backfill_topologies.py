@@ -10,9 +10,7 @@ INPUT = "events"
 def keyed_count() -> Topology:
     """A count per key (no repartition: the input's key is the count's)."""
     builder = StreamsBuilder()
-    builder.stream(INPUT, key_serde="string", value_serde="string").group_by_key().count(
-        "counts"
-    )
+    builder.stream(INPUT, key_serde="string", value_serde="string").group_by_key().count("counts")
     return builder.build()
 
 

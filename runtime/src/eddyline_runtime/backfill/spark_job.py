@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -121,7 +121,7 @@ def fix_plan(
     )
 
 
-def run_partition(encoded: str, index: int, _rows: Iterator[object]) -> Iterator[str]:
+def run_partition(encoded: str, index: int, _rows: Iterable[int]) -> Iterator[str]:
     """Spark task ``index``: task ``0_index``'s history; yields its result as JSON."""
     plan = BackfillPlan.decode(encoded)
     topology = load_topology(plan.topology)
@@ -135,10 +135,10 @@ def run_partition(encoded: str, index: int, _rows: Iterator[object]) -> Iterator
             built = run_task_history(
                 topology,
                 config,
-                layout,
-                TaskId(0, index),
-                log,
-                plan,
+                layout=layout,
+                task_id=TaskId(0, index),
+                log=log,
+                plan=plan,
                 work_dir=Path(work) / "state",
                 attempt=attempt,
             )
