@@ -18,12 +18,13 @@ CAUGHT_UP_TIMEOUT_S = 120.0
 
 
 def write_history(
-    log: Log, topic: str, partitions: int, records: int, *, seed: int = 35
+    log: Log, topic: str, partitions: int, records: int, *, seed: int = 35, create: bool = True
 ) -> dict[TopicPartition, int]:
     """``records`` records over ``partitions`` partitions (keys hashed to a partition as
     the key decides, out-of-order timestamps within the grace and beyond it); returns
-    each partition's end offset."""
-    log.create_topic(topic, partitions)
+    each partition's end offset. ``create``: the topic does not exist yet."""
+    if create:
+        log.create_topic(topic, partitions)
     rng = random.Random(seed)
     batches: dict[int, list[Record]] = {p: [] for p in range(partitions)}
     for index in range(records):

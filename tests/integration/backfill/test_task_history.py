@@ -19,7 +19,8 @@ from eddyline_runtime.backfill.task_history import partition_key
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.log.sqlite_log import SqliteLog
-from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.log.port import Record
+from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.restore.manifest import read_manifest
 from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
@@ -135,5 +136,54 @@ def test_a_backfill_ending_earlier_holds_only_the_history_before_its_end(
         contents = ingested(built.manifests["counts"], config, tmp_path / "ingested")
         total = sum(int.from_bytes(value[-8:], "big") for _, value in contents)
         assert total == 100
+    finally:
+        log.close()
+
+
+def test_aborted_records_in_the_history_are_not_in_the_backfilled_state(
+    tmp_path: Path,
+) -> None:
+    """The history is read read_committed: an aborted transaction's records, between
+    committed ones, count neither in the replay nor in the backfill."""
+    topology = keyed_count()
+    application = "backfill-aborted"
+    state_dir = tmp_path / "replay-state"
+    config = StreamsConfig.from_properties(
+        {"application.id": application, "state.dir": str(state_dir)}, environ={}
+    )
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        write_history(log, INPUT, 1, 300)
+        (tp,) = [TopicPartition(INPUT, 0)]
+        producer = log.transactional_producer("history-writer")
+        producer.begin()
+        producer.send_batch(tp, [Record(b"user-1", b"aborted", 10_000)] * 50)
+        producer.abort()
+        write_history(log, INPUT, 1, 200, seed=36, create=False)
+        end = log.end_offset(tp)
+        replay(topology, config, log)
+        assert log.committed_offsets(application, [tp]) == {tp: end}
+        layout = backfill_layout(topology, application, {INPUT: 1})
+        plan = BackfillPlan(
+            application=application,
+            topology="unused: the task runs in this process",
+            stores=("counts",),
+            log_url=log.url,
+            output=str(tmp_path / "builds"),
+            build_id="b1",
+            end_offsets={partition_key(tp): end},
+        )
+        built = run_task_history(
+            topology,
+            config,
+            layout=layout,
+            task_id=TaskId(0, 0),
+            log=log,
+            plan=plan,
+            work_dir=tmp_path / "w",
+        )
+        assert built.records == 500
+        expected = store_contents(config, state_dir, TaskId(0, 0), "counts")
+        assert ingested(built.manifests["counts"], config, tmp_path / "ingested") == expected
     finally:
         log.close()
