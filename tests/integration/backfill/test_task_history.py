@@ -18,8 +18,8 @@ from eddyline_runtime.backfill import BackfillPlan, backfill_layout, run_task_hi
 from eddyline_runtime.backfill.task_history import partition_key
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.key_ranges import KeyRange
-from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.log.port import Record
+from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.restore.manifest import read_manifest
