@@ -16,7 +16,7 @@ from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.processing.topology import Topology
-from tests.integration.backfill.test_task_history import ingested
+from tests.integration.backfill.test_task_history import ingested_build
 from tests.support.backfill import replay, store_contents, write_history
 from tests.support.topologies.backfill_topologies import INPUT, keyed_count, windowed_count
 
@@ -82,6 +82,6 @@ def test_a_backfill_on_kafka_equals_an_exactly_once_replay(
         total += built.records
         expected = store_contents(config, state_dir, task, store)
         assert expected
-        got = ingested(built.manifests[store], config, tmp_path / f"ingested-{partition}")
+        got = ingested_build(plan, built, store, config, tmp_path / f"ingested-{partition}")
         assert got == expected
     assert total == RECORDS

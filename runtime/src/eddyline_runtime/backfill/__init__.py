@@ -10,6 +10,7 @@ from eddyline_runtime.backfill.task_history import (
     TaskBackfill,
     backfill_layout,
     run_task_history,
+    write_manifests,
 )
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "TaskBackfill",
     "backfill_layout",
     "run_task_history",
+    "write_manifests",
 ]

@@ -30,6 +30,7 @@ from eddyline_runtime.backfill.task_history import (
     backfill_layout,
     partition_key,
     run_task_history,
+    write_manifests,
 )
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.topics import TopicLayout
@@ -37,6 +38,7 @@ from eddyline_runtime.log import Log, open_log
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.loader import load_topology
 from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore.manifest import RestoreManifest
 
 APP_NAME: Final = "eddyline-backfill"
 
@@ -148,7 +150,9 @@ def run_partition(encoded: str, index: int, _rows: Iterable[int]) -> Iterator[st
         {
             "task": str(built.task),
             "records": built.records,
-            "manifests": dict(built.manifests),
+            "manifests": {
+                store: manifest.model_dump_json() for store, manifest in built.manifests.items()
+            },
             "keys": dict(built.keys),
             "end_offsets": dict(built.end_offsets),
         }
@@ -172,6 +176,16 @@ def run_backfill(spark: SparkSession, plan: BackfillPlan) -> BackfillResult:
         .collect()
     )
     results = sorted((json.loads(row) for row in rows), key=lambda r: str(r["task"]))
+    # Every task succeeded: now, and only now, the manifests (the restore sink's rule).
+    manifests = [
+        RestoreManifest.model_validate_json(text)
+        for task in results
+        for text in task["manifests"].values()
+    ]
+    paths = write_manifests(plan, manifests)
+    for task in results:
+        partition = str(task["task"]).split("_")[1]
+        task["manifests"] = {store: paths[f"{store}/{partition}"] for store in task["manifests"]}
     output = Path(plan.output) / plan.application
     output.mkdir(parents=True, exist_ok=True)
     path = output / f"{plan.build_id}-{RESULT_NAME}"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -128,8 +128,9 @@ class TaskBackfill:
 
     task: TaskId
     records: int
-    # Store -> its manifest's path (keys: the store's live keys).
-    manifests: Mapping[str, str]
+    # Store -> its manifest, not written yet: the driver writes every task's once all
+    # succeeded (write_manifests), so a failed or retried attempt leaves no manifest.
+    manifests: Mapping[str, RestoreManifest]
     keys: Mapping[str, int]
     end_offsets: Mapping[str, int]
 
@@ -356,16 +357,16 @@ def _write_stores(  # noqa: PLR0917 - the run's facts, passed on
     task_id: TaskId,
     processed: int,
     attempt: int,
-) -> tuple[dict[str, str], dict[str, int]]:
+) -> tuple[dict[str, RestoreManifest], dict[str, int]]:
     """Each wanted store's committed contents, in key order, as one SST and a manifest."""
-    manifests: dict[str, str] = {}
+    manifests: dict[str, RestoreManifest] = {}
     keys: dict[str, int] = {}
     created = datetime.datetime.now(datetime.UTC).isoformat()
     for name in plan.stores:
         store = task.stores.get(name)
         if store is None:
             continue
-        directory = build_directory(Path(plan.output), plan.application, name, plan.build_id)
+        directory = manifest_directory(plan, name)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / sst_name(task_id.partition, task_id.partition, attempt, 0)
         writer = SortedFileWriter(path, store=name)
@@ -407,9 +408,33 @@ def _write_stores(  # noqa: PLR0917 - the run's facts, passed on
             keys=count,
             files=files,
         )
-        manifests[name] = str(write_manifest(directory, manifest))
+        manifests[name] = manifest
         keys[name] = count
     return manifests, keys
+
+
+def manifest_directory(plan: BackfillPlan, store: str) -> Path:
+    return build_directory(Path(plan.output), plan.application, store, plan.build_id)
+
+
+def write_manifests(plan: BackfillPlan, manifests: Iterable[RestoreManifest]) -> dict[str, str]:
+    """After every task succeeded: write the manifests (each atomically), then delete any
+    SST file of the build that no manifest names (a failed or superseded attempt's).
+    Returns "<store>/<partition>" -> the manifest's path."""
+    written: dict[str, str] = {}
+    listed: dict[str, set[str]] = {store: set() for store in plan.stores}
+    for manifest in manifests:
+        directory = manifest_directory(plan, manifest.store)
+        path = write_manifest(directory, manifest)
+        written[f"{manifest.store}/{manifest.changelog.partition}"] = str(path)
+        listed[manifest.store].update(file.name for file in manifest.files)
+    for store, names in listed.items():
+        directory = manifest_directory(plan, store)
+        if directory.is_dir():
+            for entry in directory.glob("*.sst"):
+                if entry.name not in names:
+                    entry.unlink()
+    return written
 
 
 def _committed_items(store: StateStore) -> Iterator[tuple[bytes, bytes]]:
