@@ -2,7 +2,8 @@
 
 The word count runs on three pods (one standby per stateful task) behind the operator, the
 real StatefulSet controller and the kubelet stand-in. Input is produced and fully counted
-first; then, while a settings change rolls the pods one at a time, a client keeps querying
+first; then, while a settings change rolls the pods one at a time (and while a pod is
+SIGKILLed and restarted by its kubelet), a client keeps querying
 every word through the query Service with the ``QueryRouter`` and a staleness bound wide
 enough to take a standby's answer. No input arrives during the roll, so every copy that
 answers (active, standby, or one restoring its tail) holds the final count: any answer that
@@ -12,8 +13,10 @@ differs is wrong, and any query that raises is failed. The test counts both and 
 from __future__ import annotations
 
 import collections
+import datetime
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,9 +136,16 @@ def _counts_exact(router: QueryRouter, expected: collections.Counter[str]) -> bo
         return False
 
 
-def test_a_rolling_restart_fails_no_query_and_answers_every_word_right(
-    operator: Operator, control_plane: Cluster
-) -> None:
+@dataclass
+class App:
+    operator: Operator
+    router: QueryRouter
+    expected: collections.Counter[str]
+
+
+@pytest.fixture(scope="module")
+def app(operator: Operator, control_plane: Cluster) -> App:
+    """The word count, settled, with every word counted; no input arrives after this."""
     assert control_plane.provisioner is not None
     claim = control_plane.provisioner.directory(NAMESPACE, f"{APP}-log")
     claim.mkdir(parents=True)
@@ -153,32 +163,80 @@ def test_a_rolling_restart_fails_no_query_and_answers_every_word_right(
         expected: collections.Counter[str] = collections.Counter()
         produce(log_url, expected, 2_000)
         wait_until(lambda: _counts_exact(router, expected), "exact counts", READY_TIMEOUT)
-
-        uids = {name: pod["metadata"]["uid"] for name, pod in operator.pods(APP).items()}
-        load = QueryLoad(router, expected).start()
-        started = time.monotonic()
-        try:
-            generation = _apply(operator, **{"commit.interval.ms": 200})
-
-            def rolled() -> bool:
-                pods = operator.pods(APP)
-                replaced = all(
-                    name in pods and pods[name]["metadata"]["uid"] != uid
-                    for name, uid in uids.items()
-                )
-                return replaced and _settled(operator, generation)
-
-            wait_until(rolled, "every pod replaced and the app settled", READY_TIMEOUT)
-            time.sleep(2)  # a few more rounds of queries against the settled pods
-        finally:
-            load.stop()
-        print(
-            f"rolling restart: {load.queries} queries in {time.monotonic() - started:.1f} s, "
-            f"{len(load.failed)} failed, {len(load.wrong)} wrong, answered by {dict(load.roles)}"
-        )
     except (AssertionError, TimeoutError):
         print(operator.describe_failure(APP))
         raise
+    return App(operator, router, expected)
+
+
+def _under_load(app: App, what: str, operation: Callable[[], None]) -> QueryLoad:
+    """Runs ``operation`` (which returns once it is over) while the query load runs."""
+    load = QueryLoad(app.router, app.expected).start()
+    started = time.monotonic()
+    try:
+        operation()
+        time.sleep(2)  # a few more rounds of queries against the settled pods
+    except (AssertionError, TimeoutError):
+        print(app.operator.describe_failure(APP))
+        raise
+    finally:
+        load.stop()
+    print(
+        f"{what}: {load.queries} queries in {time.monotonic() - started:.1f} s, "
+        f"{len(load.failed)} failed, {len(load.wrong)} wrong, answered by {dict(load.roles)}"
+    )
+    return load
+
+
+def test_a_rolling_restart_fails_no_query_and_answers_every_word_right(app: App) -> None:
+    operator = app.operator
+    uids = {name: pod["metadata"]["uid"] for name, pod in operator.pods(APP).items()}
+
+    def roll() -> None:
+        generation = _apply(operator, **{"commit.interval.ms": 200})
+
+        def rolled() -> bool:
+            pods = operator.pods(APP)
+            replaced = all(
+                name in pods and pods[name]["metadata"]["uid"] != uid for name, uid in uids.items()
+            )
+            return replaced and _settled(operator, generation)
+
+        wait_until(rolled, "every pod replaced and the app settled", READY_TIMEOUT)
+
+    load = _under_load(app, "rolling restart", roll)
     assert load.queries > len(WORDS)
+    assert load.failed == [], load.failed[:10]
+    assert load.wrong == [], load.wrong[:10]
+
+
+def test_a_sigkilled_pod_fails_no_query_and_answers_every_word_right(
+    app: App, control_plane: Cluster
+) -> None:
+    operator = app.operator
+    assert control_plane.kubelets is not None
+    kubelets = control_plane.kubelets
+    victim = f"{APP}-1"
+
+    def kill() -> None:
+        # Second precision, as the API's times: the Ready transition must come after this.
+        killed_at = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        kubelets.kill_container(NAMESPACE, victim)
+
+        def restarted() -> bool:
+            status = operator.pods(APP)[victim]["status"]
+            statuses = status.get("containerStatuses", [])
+            ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+            # Ready again after the kill: the restarted process restored and runs its tasks.
+            back = ready.get("status") == "True" and (
+                datetime.datetime.fromisoformat(ready["lastTransitionTime"]) >= killed_at
+            )
+            return bool(statuses and statuses[0]["restartCount"] > 0 and back) and _settled(
+                operator, 1
+            )
+
+        wait_until(restarted, f"{victim} restarted by its kubelet and settled", READY_TIMEOUT)
+
+    load = _under_load(app, "pod SIGKILL", kill)
     assert load.failed == [], load.failed[:10]
     assert load.wrong == [], load.wrong[:10]
