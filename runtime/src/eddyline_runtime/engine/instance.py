@@ -595,6 +595,24 @@ class StreamsInstance:
         }
         return wanted <= running
 
+    def serving(self) -> bool:
+        """This instance can answer interactive queries: started and not closing, no thread
+        failed, every global store bootstrapped, and at least one copy of a store open here
+        (active, standby or restoring; a topology with only global stores needs none).
+
+        The query side's readiness (``/readyz/serving``), split from :meth:`ready` (the
+        processing one): a pod restoring, or waiting for an assignment that moves tasks to it,
+        still answers from the copies it holds, within a caller's ``allow_stale`` or
+        ``max_staleness_ms``; docs/queries.md says which consumer uses which signal."""
+        if not self.healthy() or not self.global_stores.bootstrapped.is_set():
+            return False
+        if self.state not in (InstanceState.REBALANCING, InstanceState.RUNNING):
+            return False  # not started yet, or closing: store reads answer 503
+        partitioned = list(self.topology.stores)
+        if not partitioned:
+            return True
+        return any(self.local_store_partitions(store) for store in partitioned)
+
     def healthy(self) -> bool:
         """No stream thread failed (liveness)."""
         return self._failure() is None and self.state is not InstanceState.ERROR
