@@ -26,7 +26,7 @@ import yaml
 
 from eddyline_operator.reconcile import names
 from eddyline_runtime.log import open_log
-from tests.support.cluster_word_count import produce_lines, random_lines
+from tests.support.cluster_word_count import PARTITIONS, produce_lines, random_lines
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.monitoring import install_monitoring_crds
 from tests.support.control_plane.operator import Operator
@@ -41,7 +41,6 @@ NAMESPACE = "prometheus-sd"
 APP = "wordcount"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
 REPLICAS = 2
-PARTITIONS = 2
 VALUES = {"metrics": {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}}
 # Only what Prometheus' Kubernetes discovery of pods reads (Prometheus' own RBAC example,
 # narrowed to pods in one namespace as the PodMonitor's namespaceSelector is).
