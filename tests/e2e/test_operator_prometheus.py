@@ -16,6 +16,7 @@ on, with the ServiceMonitor's ``honorLabels``.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,3 +194,54 @@ def test_prometheus_scrapes_the_app_through_kubernetes_discovery_as_the_pod_moni
             return bool(result) and float(result[0]["value"][1]) == 1
 
         wait_for(operator_apps, "the operator's app count, with the app's namespace", 60)
+
+        # Every query of the shipped dashboard answers with series, but those named in
+        # EXPECTED_EMPTY (each with its reason): the dashboard never goes blank unnoticed.
+        def blank_panels() -> dict[str, str]:
+            return {
+                title: expr
+                for title, expr in dashboard_queries(operator.namespace)
+                if title not in EXPECTED_EMPTY
+                and not prometheus_api(url, "query", query=expr)["result"]
+            }
+
+        blank: dict[str, str] = {}
+
+        def dashboard_filled() -> bool:
+            blank.clear()
+            blank.update(blank_panels())
+            return not blank
+
+        try:
+            wait_for(dashboard_filled, "every dashboard panel's queries with series", 90)
+        except AssertionError as error:
+            raise AssertionError(f"dashboard panels without series: {blank}") from error
+
+
+DASHBOARD = REPO / "charts" / "eddyline-operator" / "dashboards" / "eddyline.json"
+# Grafana's $__rate_interval: max($__interval + scrape interval, 4 x scrape interval); the
+# second wins at a test's 1 s scrape interval.
+RATE_INTERVAL = "4s"
+# Panels whose queries may answer no series in this test, and why. The issue asks for the
+# events behind them to be driven (an autoscaling decision): not done yet, so named here.
+EXPECTED_EMPTY = {
+    "Scaling decisions": "the app has no spec.autoscaling in this test, so the operator "
+    "exports no scaling_decisions_total series for it (driving a decision is still to do)",
+}
+
+
+def dashboard_queries(namespace: str) -> list[tuple[str, str]]:
+    """(panel title, query) for every target of the shipped dashboard, with $namespace, $app
+    and $__rate_interval as Grafana substitutes them for this namespace and app."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    queries = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = (
+                target["expr"]
+                .replace("$namespace", namespace)
+                .replace("$app", APP)
+                .replace("$__rate_interval", RATE_INTERVAL)
+            )
+            queries.append((panel["title"], expr))
+    return queries
