@@ -9,12 +9,28 @@ between the test choosing it and the replica binding it, and the replica,
 restarted on the same port, never became ready. Outside the ephemeral range
 only an explicit ``bind`` takes a port; the choice is random there, so two
 test runs rarely pick the same one, and it is still checked free.
+
+A port handed out is also *claimed* (a file per port in a directory shared by
+every process of this user, under one lock) and not handed out again while
+the process that claimed it lives, up to an hour. "Free now" alone was not
+enough: a server that restarts on its port (the operator's liveness endpoint
+across a stop and a start) leaves it unbound for a moment, and another test's
+``free_port`` handed the same port out then; the operator, started again, found
+it taken (CI: ``address already in use`` for kopf's liveness). A claim also
+keeps two test runs on one machine (several engineers) from choosing one port
+before either binds it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import random
 import socket
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -28,6 +44,11 @@ _HIGHEST = 65_535
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # Linux's default, where the file cannot be read.
 _DEFAULT_EPHEMERAL = (32_768, 60_999)
+# Where claims are kept: one directory per user, shared by all its test processes.
+_CLAIMS = Path(tempfile.gettempdir()) / f"eddyline-ports-{os.getuid()}"
+# A claim lapses after this long even if its process lives (longer than a full test run, so a
+# run never gets a port twice; shorter than forever, so a long-lived shell cannot hold many).
+_CLAIM_S = 3600.0
 
 
 def free_port() -> int:
@@ -45,7 +66,7 @@ def free_port_range(count: int) -> int:
         )
     for _ in range(_ATTEMPTS):
         base = random.choice(starts)
-        if all(_is_free(base + i) for i in range(count)):
+        if _claim(range(base, base + count)):
             return base
     raise RuntimeError(
         f"found no {count} consecutive free ports on {HOST} outside the ephemeral range "
@@ -80,3 +101,45 @@ def _is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _claim(ports: range) -> bool:
+    """Claims every port of ``ports`` for this process if none is claimed by a live one and
+    all are free now; all or none."""
+    with _claims_locked():
+        if any(_claimed(port) for port in ports) or not all(_is_free(p) for p in ports):
+            return False
+        for port in ports:
+            (_CLAIMS / str(port)).write_text(str(os.getpid()))
+    return True
+
+
+def _claimed(port: int) -> bool:
+    path = _CLAIMS / str(port)
+    try:
+        age = time.time() - path.stat().st_mtime
+        pid = int(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return age < _CLAIM_S and _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process with that pid: alive
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _claims_locked() -> Iterator[None]:
+    _CLAIMS.mkdir(mode=0o700, exist_ok=True)
+    with (_CLAIMS / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
