@@ -47,7 +47,6 @@ import yaml
 
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from tests.e2e.test_realnode_pods import container_id, memory_cgroup
 from tests.support.cluster_word_count import (
     PARTITIONS,
     STORE,
@@ -66,6 +65,7 @@ from tests.support.kafka.streamapp import create_input, manifest, published
 from tests.support.realnode import host
 from tests.support.realnode.cluster import API_ADDRESS, RealCluster
 from tests.support.realnode.eddyline_images import EXAMPLES_IMAGE, OPERATOR_IMAGE, ensure_images
+from tests.support.realnode.host import memory_cgroup
 
 pytestmark = [pytest.mark.realnode, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -244,10 +244,7 @@ class KafkaApp:
 
     def host_pid(self, pod: dict[str, Any]) -> int:
         """The host PID of the pod's container's first process (``eddyline run``)."""
-        node = self.cluster.nodes[pod["spec"]["nodeName"]]
-        pid = node.task_pid(container_id(pod))
-        assert pid is not None, f"no running task for {pod['metadata']['name']}"
-        return pid
+        return self.cluster.pod_pid(pod)
 
     def apply(self, document: dict[str, Any]) -> str:
         return self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))

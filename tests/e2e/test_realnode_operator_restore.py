@@ -43,7 +43,6 @@ import yaml
 
 from eddyline_operator.reconcile import restore_executors, restore_job
 from eddyline_runtime.query.client import QueryRouter
-from tests.e2e.test_realnode_pods import container_id
 from tests.support.cluster_word_count import (
     counts_exact,
     first_mismatch,
@@ -173,9 +172,7 @@ class RestoreApp:
         killed; the kubelet restarts the container on the empty claim."""
         pod = self.pod()
         assert pod is not None
-        node = self.cluster.nodes[pod["spec"]["nodeName"]]
-        pid = node.task_pid(container_id(pod))
-        assert pid is not None, f"no running task for {APP}-0"
+        pid = self.cluster.pod_pid(pod)
         os.kill(pid, signal.SIGSTOP)
         state = self.provisioner.directory(NAMESPACE, f"state-{APP}-0")
         removed = 0

@@ -25,7 +25,8 @@ import pytest
 
 from tests.support.control_plane.client import ApiError, Client, wait_until
 from tests.support.realnode import cluster_dns, host
-from tests.support.realnode.cluster import API_ADDRESS, ZONES, RealCluster
+from tests.support.realnode.cluster import API_ADDRESS, ZONES, RealCluster, container_id
+from tests.support.realnode.host import memory_cgroup, memory_limit
 
 # The first test's setup may build kubelet and kube-proxy (minutes, cold) when the tier runs
 # without `make test` or `make test-realnode`, which build them first.
@@ -176,8 +177,7 @@ def test_each_container_runs_confined_as_its_spec_says(
 ) -> None:
     for found in pods:
         node = real_cluster.nodes[found["spec"]["nodeName"]]
-        pid = node.task_pid(container_id(found))
-        assert pid is not None, f"no running task for {found['metadata']['name']}"
+        pid = real_cluster.pod_pid(found)
         status = dict(
             line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
         )
@@ -208,9 +208,7 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
     admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", client)
     path = f"/api/v1/namespaces/{NAMESPACE}/pods/in-cluster"
     found = wait_until(lambda: ready(admin.get(path)), "in-cluster pod Ready", RUNNING_TIMEOUT)
-    node = real_cluster.nodes[found["spec"]["nodeName"]]
-    pid = node.task_pid(container_id(found))
-    assert pid is not None
+    pid = real_cluster.pod_pid(found)
     environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     service_ip = next(host.SERVICE_NETWORK.hosts())
     assert f"KUBERNETES_SERVICE_HOST={service_ip}".encode() in environment
@@ -430,23 +428,3 @@ def ready(found: dict[str, Any] | None) -> dict[str, Any] | None:
     conditions = ((found or {}).get("status") or {}).get("conditions") or []
     is_ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
     return found if is_ready else None
-
-
-def container_id(found: dict[str, Any]) -> str:
-    [status] = found["status"]["containerStatuses"]
-    runtime, _, identifier = str(status["containerID"]).partition("://")
-    assert runtime == "containerd"
-    return identifier
-
-
-def memory_cgroup(pid: int) -> str:
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            return path
-    raise AssertionError(f"process {pid} has no memory cgroup")
-
-
-def memory_limit(pid: int) -> int:
-    limit = Path("/sys/fs/cgroup/memory") / memory_cgroup(pid).lstrip("/") / "memory.limit_in_bytes"
-    return int(limit.read_text())

@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tests.support.control_plane.client import Client
 from tests.support.control_plane.plane import CLOUD_CONTROLLERS, ControlPlane, build_binaries
@@ -71,6 +71,13 @@ class RealCluster:
         # Only the holder of the machine-wide lock may purge: a run that failed to take it must
         # not take down the nodes of the run that holds it.
         self._locked = False
+
+    def pod_pid(self, pod: dict[str, Any]) -> int:
+        """The host PID of a running pod's container's first process, through its node (to
+        freeze, kill or inspect it as the kernel sees it)."""
+        pid = self.nodes[pod["spec"]["nodeName"]].task_pid(container_id(pod))
+        assert pid is not None, f"no running task for {pod['metadata']['name']}"
+        return pid
 
     def admin(self) -> Client:
         return self.plane.admin()
@@ -163,3 +170,11 @@ class RealCluster:
         result = action()
         self.timings[step] = time.monotonic() - started
         return result
+
+
+def container_id(pod: dict[str, Any]) -> str:
+    """The containerd ID of a one-container pod's container, from its status."""
+    [status] = pod["status"]["containerStatuses"]
+    runtime, _, identifier = str(status["containerID"]).partition("://")
+    assert runtime == "containerd", status["containerID"]
+    return identifier

@@ -412,3 +412,18 @@ def purge() -> None:
                 f"-{sandbox}-" in cached.name for sandbox in sandboxes
             ):
                 cached.unlink(missing_ok=True)
+
+
+def memory_cgroup(pid: int) -> str:
+    """The memory cgroup (v1) path of a host process, as the kubelet placed it."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path
+    raise AssertionError(f"process {pid} has no memory cgroup")
+
+
+def memory_limit(pid: int) -> int:
+    """The memory limit of a host process's cgroup, in bytes."""
+    limit = Path("/sys/fs/cgroup/memory") / memory_cgroup(pid).lstrip("/") / "memory.limit_in_bytes"
+    return int(limit.read_text())
