@@ -74,9 +74,7 @@ class Input:
 
     def __init__(self, orders: int, customers: int, seed: int = 33) -> None:
         rng = random.Random(seed)
-        self.customers = {
-            f"c{i:07d}": f"name{i}|{TIERS[i % len(TIERS)]}" for i in range(customers)
-        }
+        self.customers = {f"c{i:07d}": f"name{i}|{TIERS[i % len(TIERS)]}" for i in range(customers)}
         self.orders = {
             f"o{i:08d}": f"c{rng.randrange(customers):07d}|{rng.randrange(1, 100_000) / 100}"
             for i in range(orders)
@@ -321,7 +319,8 @@ def main() -> None:
     result["eddyline_config"] = configs["eddyline"]
     result["load_average"] = load
     met = result["eddyline_vs_kstreams_records_per_s"] >= 0.5
-    print(f"target: eddyline foreign-key join records/s >= 0.5x kstreams: {'met' if met else 'NOT met'}")
+    verdict = "met" if met else "NOT met"
+    print(f"target: eddyline foreign-key join records/s >= 0.5x kstreams: {verdict}")
     print(json.dumps(result))
 
 
