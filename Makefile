@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store graphviz topology-pictures test test-fast test-realnode soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-joins bench-windows clean
+.PHONY: help setup run demo-store graphviz topology-pictures test test-fast test-realnode soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-joins bench-windows bench-backfill clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -116,6 +116,9 @@ bench-operator: $(STAMP) kafka-jars control-plane ## Operator benchmark on the r
 
 bench-log: $(STAMP) kafka-jars ## Log benchmark: produce/fetch rates, transaction commit latency; SQLite and Kafka (the project's broker, or EDDYLINE_TEST_KAFKA_BOOTSTRAP's) (last line JSON)
 	$(BIN)/python -m tests.bench.bench_log
+
+bench-backfill: $(STAMP) ## Backfill benchmark (first slice): a windowed count's store by the PySpark backfill vs a replay through the engine, results checked equal (last line JSON; BENCH_BACKFILL_ARGS="--records N --partitions P")
+	$(BIN)/python -m tests.bench.bench_backfill $(BENCH_BACKFILL_ARGS)
 
 bench-restore: $(STAMP) ## Restore benchmark: serial replay vs Spark build + SST ingest, 2M records, then restore Jobs with 1 and 2 executor pods on the real nodes (root; last line JSON)
 	$(BIN)/python tests/bench/bench_restore.py

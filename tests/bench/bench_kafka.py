@@ -16,13 +16,15 @@ fast restarts would: static membership (``group.instance.id``), so a restarted i
 its tasks back without a rebalance. Both configurations are printed in the JSON.
 
 **Throughput.** ``--words`` words (default 1,000,000, the issue's size) in lines of
-``WORDS_PER_LINE``, over ``PARTITIONS`` input partitions, Zipf-like over ``VOCABULARY``
-words. Each engine is a fresh process (fresh application id, state directory and output
-topic) on the same input topic; the runs are interleaved, ``--runs`` (3) each, medians
-reported. Timed from spawning the process (start-up included) until a ``read_committed``
-consumer of the output topic has seen every word's final count; CPU seconds are the
-process's (every thread: ``/proc/<pid>/stat``) at that moment. The final counts are checked
-against the generated text: a lost or duplicated word would never match (the run fails).
+``WORDS_PER_LINE``, over ``--partitions`` input partitions (4), Zipf-like over ``VOCABULARY``
+words, each engine with ``--threads`` stream threads (1): ``--partitions 8 --threads 2`` shows
+where tasks outnumber threads. Each engine is a fresh process (fresh application id, state
+directory and output topic) on the same input topic; the runs are interleaved, ``--runs`` (3)
+each, medians reported. Timed from spawning the process (start-up included) until a
+``read_committed`` consumer of the output topic has seen every word's final count; CPU seconds
+are the process's (every thread: ``/proc/<pid>/stat``) at that moment. The final counts are
+checked against the generated text: a lost or duplicated word would never match (the run
+fails).
 
 **Restart after SIGKILL.** A store of ``--keys`` (1,000,000) keys: each engine first counts
 an input of that many distinct words (its own topic), then a feeder keeps writing lines of
@@ -81,7 +83,7 @@ from tests.support.kafka.broker import KafkaCluster, environment_bootstrap, kafk
 from tests.support.waiting import wait_for
 
 ROOT: Final = Path(__file__).resolve().parents[2]
-PARTITIONS: Final = 4
+DEFAULT_PARTITIONS: Final = 4
 WORDS_PER_LINE: Final = 8
 VOCABULARY: Final = 10_000
 HOT_KEYS: Final = 64
@@ -103,16 +105,19 @@ def text(words: int, seed: int = 21) -> list[str]:
     ]
 
 
-def create_topics(admin: AdminClient, *names: str) -> None:
-    futures = admin.create_topics([NewTopic(name, PARTITIONS, 1) for name in names])
+def create_topics(admin: AdminClient, partitions: int, *names: str) -> None:
+    futures = admin.create_topics([NewTopic(name, partitions, 1) for name in names])
     for future in futures.values():
         future.result()
 
 
-def produce(bootstrap: str, topic: str, lines: list[str], partition: int | None = None) -> None:
+def produce(
+    bootstrap: str, topic: str, lines: list[str], partitions: int, partition: int | None = None
+) -> None:
+    """``lines`` round-robin over ``partitions``, or all to ``partition``."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
     for index, line in enumerate(lines):
-        target = index % PARTITIONS if partition is None else partition
+        target = index % partitions if partition is None else partition
         while True:
             try:
                 producer.produce(topic, line.encode(), partition=target)
@@ -127,7 +132,7 @@ def produce(bootstrap: str, topic: str, lines: list[str], partition: int | None 
 class OutputWatcher:
     """A ``read_committed`` consumer of an output topic, keeping each word's latest count."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         self.latest: dict[str, int] = {}
         self._consumer = Consumer(
             {
@@ -138,7 +143,7 @@ class OutputWatcher:
                 "fetch.wait.max.ms": 10,
             }
         )
-        self._consumer.assign([KafkaPartition(topic, p, 0) for p in range(PARTITIONS)])
+        self._consumer.assign([KafkaPartition(topic, p, 0) for p in range(partitions)])
 
     def poll(self, seconds: float = 0.05) -> list[str]:
         """Reads what is there; returns the words whose count changed."""
@@ -174,8 +179,13 @@ class Engine:
         workdir: Path,
         classes: Path | None,
         commit_mode: str | None = None,
+        *,
+        partitions: int = DEFAULT_PARTITIONS,
+        threads: int = 1,
     ) -> None:
         self.name = name
+        self.partitions = partitions  # of every topic a run creates
+        self.threads = threads  # num.stream.threads
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.classes = classes
@@ -191,7 +201,7 @@ class Engine:
                 "application.id": application_id,
                 "state.dir": str(state_dir),
                 "processing.guarantee": "exactly_once_v2",
-                "num.stream.threads": 1,
+                "num.stream.threads": self.threads,
                 "statestore.cache.max.bytes": CACHE_MAX_BYTES,
                 "commit.mode": self.commit_mode,
             }
@@ -200,7 +210,7 @@ class Engine:
             "bootstrap.servers": self.bootstrap,
             "state.dir": str(state_dir),
             "processing.guarantee": "exactly_once_v2",
-            "num.stream.threads": 1,
+            "num.stream.threads": self.threads,
             "statestore.cache.max.bytes": CACHE_MAX_BYTES,
             # Static membership: a restarted instance takes its tasks back at once.
             "group.instance.id": f"{application_id}-instance-0",
@@ -298,8 +308,8 @@ def throughput_run(
     tag = f"{engine.name}-tp-{run}"
     app = f"{tag}-{uuid.uuid4().hex[:6]}"
     output = f"{app}-out"
-    create_topics(admin, output)
-    watcher = OutputWatcher(engine.bootstrap, output)
+    create_topics(admin, engine.partitions, output)
+    watcher = OutputWatcher(engine.bootstrap, output, engine.partitions)
     want = dict(expected)
     words = sum(expected.values())
     config = engine.config(app, engine.workdir / "state" / app, tx_stores=False)
@@ -387,9 +397,10 @@ def percentile(ordered: list[float], share: float) -> float:
 class Feeder:
     """Writes lines of hot words into the input until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         self._topic = topic
+        self._partitions = partitions
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -399,7 +410,7 @@ class Feeder:
         index = 0
         while not self._stop.wait(0.005):
             line = " ".join(f"hot{rng.randrange(HOT_KEYS)}" for _ in range(WORDS_PER_LINE))
-            self._producer.produce(self._topic, line.encode(), partition=index % PARTITIONS)
+            self._producer.produce(self._topic, line.encode(), partition=index % self._partitions)
             self._producer.poll(0)
             index += 1
 
@@ -415,15 +426,16 @@ def restart_runs(
     label = f"{engine.name}{'-tx' if tx_stores else ''}"
     app = f"{label}-rs-{uuid.uuid4().hex[:6]}"
     input_topic, output = f"{app}-in", f"{app}-out"
-    create_topics(admin, input_topic, output)
+    create_topics(admin, engine.partitions, input_topic, output)
     keyset = [f"k{i:07d}" for i in range(keys)]
     produce(
         engine.bootstrap,
         input_topic,
         [" ".join(keyset[i : i + WORDS_PER_LINE]) for i in range(0, keys, WORDS_PER_LINE)],
+        engine.partitions,
     )
     config = engine.config(app, engine.workdir / "state" / app, tx_stores=tx_stores)
-    watcher = OutputWatcher(engine.bootstrap, output)
+    watcher = OutputWatcher(engine.bootstrap, output, engine.partitions)
     log = engine.workdir / f"{label}-rs.log"
     process = engine.spawn(config, input_topic, output, f"{label}-rs")
     started = time.monotonic()
@@ -441,14 +453,20 @@ def restart_runs(
             flush=True,
         )
         for restart in range(restarts):
-            feeder = Feeder(engine.bootstrap, input_topic)
+            feeder = Feeder(engine.bootstrap, input_topic, engine.partitions)
             time.sleep(0.5 + rng.random() * 0.5)
             process.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             process.wait()
             feeder.stop()
             probe = f"probe{restart}{uuid.uuid4().hex[:6]}"
-            produce(engine.bootstrap, input_topic, [probe], partition=restart % PARTITIONS)
+            produce(
+                engine.bootstrap,
+                input_topic,
+                [probe],
+                engine.partitions,
+                partition=restart % engine.partitions,
+            )
             process = engine.spawn(config, input_topic, output, f"{label}-rs")
             while_running(
                 lambda probe=probe: probe in watcher.poll(0.01) or probe in watcher.latest,
@@ -509,6 +527,8 @@ def report(
         "kafka_version": libs.parent.name,
         "words": args.words,
         "keys": args.keys,
+        "partitions": args.partitions,
+        "threads": args.threads,
     }
     for name, measured in runs.items():
         result[f"{name}_eos_words_per_s"] = round(
@@ -560,7 +580,7 @@ def check_targets(result: dict[str, Any]) -> dict[str, bool | None]:
     }
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--classes",
@@ -571,6 +591,13 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help="input (and output) partitions, so tasks per sub-topology",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="num.stream.threads of both")
     parser.add_argument("--restarts", type=int, default=3, help="0: throughput only")
     parser.add_argument(
         "--commit-mode",
@@ -584,7 +611,11 @@ def main() -> None:
         type=Path,
         help="instead: one eddyline run with its stream thread under cProfile; print the top",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     load = {"start": [round(x, 2) for x in os.getloadavg()]}
     print(f"load average at the start: {load['start']}", flush=True)
     libs = kafka_libs()
@@ -596,18 +627,22 @@ def main() -> None:
             cluster = stack.enter_context(KafkaCluster(workdir / "kafka", 1, libs))
             bootstrap = cluster.bootstrap
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        engines = {"kstreams": Engine("kstreams", bootstrap, workdir, args.classes)}
+        shape = {"partitions": args.partitions, "threads": args.threads}
+        engines = {"kstreams": Engine("kstreams", bootstrap, workdir, args.classes, **shape)}
         for i, mode in enumerate(args.commit_mode):
             name = "eddyline" if i == 0 else f"eddyline_{mode}"
-            engines[name] = Engine(name, bootstrap, workdir, args.classes, commit_mode=mode)
+            engines[name] = Engine(
+                name, bootstrap, workdir, args.classes, commit_mode=mode, **shape
+            )
         lines = text(args.words)
         expected = Counter(word for line in lines for word in line.split())
         input_topic = f"bench-lines-{uuid.uuid4().hex[:6]}"
-        create_topics(admin, input_topic)
-        produce(bootstrap, input_topic, lines)
+        create_topics(admin, args.partitions, input_topic)
+        produce(bootstrap, input_topic, lines, args.partitions)
         print(
             f"input: {args.words:,} words, {len(lines):,} lines, {len(expected):,} distinct, "
-            f"{PARTITIONS} partitions; broker {bootstrap}, Kafka {libs.parent.name}",
+            f"{args.partitions} partitions, {args.threads} stream thread(s); "
+            f"broker {bootstrap}, Kafka {libs.parent.name}",
             flush=True,
         )
 

@@ -22,6 +22,13 @@ than the chart's grace) and ``node_loss_to_processing_s`` (the survivors, asked 
 answer exact counts, the new lines included; target under 15 s) are taken. The node then
 boots again and its pod rejoins.
 
+Then, with ``--upgrade-keys N`` (default 100,000), the topology upgrade of
+``bench_upgrade.py`` on this log (issue 36): ``N`` distinct words counted, the upgrade to
+``topology_v2`` relocating state, and the reverse upgrade with every state claim emptied
+(Kafka Streams' reset and rebuild, here from the broker's changelogs), keys ``kafka_upgrade_*``
+and ``kafka_rebuild_*``. On the embedded log a restore reads SQLite on the same disk; here it
+reads the changelog over the network, which is where relocation must win. ``0`` skips it.
+
 ``--merge FILE`` adds these keys to the last JSON line of FILE (``bench_operator.py``'s
 output, which the Makefile tees there) so that ``make bench-operator`` still ends with one
 JSON object. The machine is shared: numbers taken under load are noisy.
@@ -41,13 +48,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from tests.support.cluster_word_count import STORE, counts_exact, produce_lines, random_lines
+from tests.bench import bench_upgrade
+from tests.support.cluster_word_count import (
+    PARTITIONS,
+    STORE,
+    counts_exact,
+    produce_lines,
+    random_lines,
+)
 from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
 from tests.support.kafka.broker import KafkaCluster
-from tests.support.kafka.streamapp import READY_TIMEOUT, create_input, deploy, ready
+from tests.support.kafka.streamapp import READY_TIMEOUT, create_input, deploy, manifest, ready
 from tests.support.node_loss import members, membership, survivor_addresses, wait_dropped
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,7 +188,25 @@ def last_json_line(path: Path) -> dict[str, Any]:
     raise SystemExit(f"no JSON line in {path}: did the embedded-log run above fail?")
 
 
-def run(kills: int, lines: int) -> dict[str, Any]:
+def upgrades(
+    operator: Operator, bootstrap: str, service: str, keys: int, *, rebuild_first: bool
+) -> dict[str, Any]:
+    """``bench_upgrade.run`` on the broker: relocating, then resetting and rebuilding."""
+    log = KafkaLog.open(f"kafka://{bootstrap}")
+    try:
+        log.create_topic("watched-words", PARTITIONS)  # topology_v2's new first sub-topology
+    finally:
+        log.close()
+    manifest_path = operator.root / "streamapp-kafka.yaml"
+    manifest_path.write_text(yaml.safe_dump(manifest(APP, bootstrap, SECRET)), encoding="utf-8")
+    measured = bench_upgrade.run(
+        operator, f"kafka://{bootstrap}", service, manifest_path, keys=keys,
+        rebuild_first=rebuild_first,
+    )  # fmt: skip
+    return {f"kafka_{key}": value for key, value in measured.items()}
+
+
+def run(kills: int, lines: int, upgrade_keys: int, rebuild_first: bool) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="bench-operator-kafka-"))
     examples = sorted(str(p) for p in (REPO / "examples").iterdir() if p.is_dir())
     with KafkaCluster(root / "kafka", 1) as broker:
@@ -199,6 +234,12 @@ def run(kills: int, lines: int) -> dict[str, Any]:
                 print(f"kafka kill {index + 1}: {shown}", flush=True)
             node_loss = bench.node_loss()
             print(f"kafka node loss: {node_loss}", flush=True)
+            upgraded: dict[str, Any] = {}
+            if upgrade_keys:
+                upgraded = upgrades(
+                    operator, broker.bootstrap, bench.service, upgrade_keys,
+                    rebuild_first=rebuild_first,
+                )  # fmt: skip
             operator.kubectl("delete", "sapp", APP)
             wait_until(lambda: not operator.pods(APP), "every pod gone", READY_TIMEOUT)
         finally:
@@ -211,6 +252,7 @@ def run(kills: int, lines: int) -> dict[str, Any]:
         "kafka_lines_to_exact_counts_s": round(first_counts, 3),
         "kafka_kills": measured,
         **node_loss,
+        **upgraded,
     }
     for key in MARKS:
         values = [k[key] for k in measured]
@@ -223,10 +265,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--lines", type=int, default=5_000, help="lines before the first kill")
+    parser.add_argument(
+        "--upgrade-keys", type=int, default=100_000, help="keys for the upgrades (0: none)"
+    )
+    parser.add_argument(
+        "--rebuild-first", action="store_true", help="the reset and rebuild before relocating"
+    )
     parser.add_argument("--merge", type=Path, help="a file whose last JSON line to extend")
     args = parser.parse_args()
     summary = last_json_line(args.merge) if args.merge is not None else {}
-    summary.update(run(args.kills, args.lines))
+    summary.update(run(args.kills, args.lines, args.upgrade_keys, args.rebuild_first))
     print(json.dumps(summary))
     return 0
 

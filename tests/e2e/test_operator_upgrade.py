@@ -347,6 +347,8 @@ def test_a_revision_the_runtime_refuses_is_rolled_back_without_restores(
     harness = app.harness
     app.produce(500)
     wait_for(app.counts_exact, "exact counts before", TIMEOUT)
+    # The counter EddylineUpgradeRolledBack fires on, from the operator's own /metrics.
+    assert rollbacks_counted(harness) == 0  # exported at 0 before the first one
     # Revision 5 is the first topology again ("word-counts" goes back from 2 to 1), and
     # relocation is off: the pods refuse to start, naming the misplaced stores.
     config = {"processing.guarantee": "exactly_once_v2", "num.standby.replicas": 1}
@@ -368,10 +370,25 @@ def test_a_revision_the_runtime_refuses_is_rolled_back_without_restores(
     assert degraded["reason"] == "UpgradeRolledBack"
     assert "automatic.state.relocation" in degraded["message"]
     assert "wordcount-" in degraded["message"]  # the pod that refused
+    assert rollbacks_counted(harness) == 1
     app.produce(500)
     wait_for(app.counts_exact, "exact counts after the rollback", TIMEOUT)
     assert app.restored_records() == 0
     app.output_is_exactly_once()
+
+
+def rollbacks_counted(harness: Operator) -> float:
+    """``eddyline_operator_upgrade_rollbacks_total`` for the app, as the operator exports it."""
+    with urllib.request.urlopen(harness.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    series = (
+        f'eddyline_operator_upgrade_rollbacks_total{{namespace="{harness.namespace}",app="{APP}"}} '
+    )
+    values = [
+        float(line.removeprefix(series)) for line in text.splitlines() if line.startswith(series)
+    ]
+    assert len(values) == 1, f"no {series.strip()} in the operator's metrics:\n{text[-3000:]}"
+    return values[0]
 
 
 class MembershipRecorder:

@@ -99,6 +99,8 @@ EXPECTED: dict[ModuleType, set[str]] = {
         "TopologyError",
         "WindowStore",
         "Windowed",
+        "WindowedSerdes",
+        "ValueTransformerWithKey",
     },
     replay: {
         "ChangelogBehindStoreError",

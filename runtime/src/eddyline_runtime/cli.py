@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from eddyline_runtime.backfill_cli import add_backfill_commands, run_backfill_command
 from eddyline_runtime.restore_cli import add_restore_commands, run_restore_command
 from eddyline_runtime.state_cli import add_state_commands, run_state_command
 
@@ -46,6 +47,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None) -> i
     _add_demo_commands(commands)
     _add_log_commands(commands)
     add_restore_commands(commands)
+    add_backfill_commands(commands)
     add_state_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -63,6 +65,8 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO | None) -> int:
         return _run_describe(args)
     if args.command == "restore":
         return run_restore_command(args)
+    if args.command == "backfill":
+        return run_backfill_command(args)
     if args.command == "state":
         return run_state_command(args)
     if args.command == "demo":

@@ -344,13 +344,23 @@ def _refuse_global_store_of(app: StreamApp, manifest: Path, store: str) -> None:
 
 
 def _refuse_global_store(topology: Topology, store: str) -> None:
-    """Refuse a Spark build or ingest for a global store, saying why and what happens instead."""
+    """Refuse a Spark build or ingest for a store without a changelog of its own (a global
+    store, or one with logging disabled), saying why and what happens instead."""
     spec = topology.global_stores.get(store)
     if spec is not None:
         raise RestoreCommandError(
             f'store "{store}" is a global store: it has no changelog of its own and no task, '
             "so no Spark restore build serves it; every instance rebuilds it by reading its "
             f'topic "{spec.topic}" from the offsets it committed (docs/joins.md, "Global tables")'
+        )
+    local = topology.stores.get(store)
+    if local is not None and not local.logged:
+        raise RestoreCommandError(
+            f'store "{store}" has logging disabled (Materialized.with_logging_disabled or '
+            "StoreSpec(logged=False)): it has no changelog, so no Spark restore build can "
+            "rebuild it; its state lives on its member's disk only. Enable its logging "
+            "(the next run creates the changelog, which then holds the changes made from "
+            "there on) to build it from the log"
         )
 
 

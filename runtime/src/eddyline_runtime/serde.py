@@ -17,8 +17,9 @@ A user serde may offer ``serialize_all``/``deserialize_all`` too.
 from __future__ import annotations
 
 import json
+import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from eddyline_runtime.errors import ConfigError, EddylineError, one_of
@@ -159,12 +160,37 @@ def deserialize_all(serde: Any, data: Sequence[bytes | None]) -> list[Any]:
     return [serde.deserialize(item) for item in data]
 
 
+# Serdes built around another one, named ``<kind>(<arguments>)`` (the windowed keys'
+# ``time-windowed(string,60000)``): each kind's factory takes the argument text and
+# returns the serde. They are registered by the module owning the types the serde
+# makes (processing.windows for Windowed keys), which this leaf module cannot import;
+# a topology using one has imported that module to build itself.
+_WRAPPED: dict[str, Callable[[str, str], Any]] = {}
+_WRAPPED_NAME = re.compile(r"([a-z][a-z-]*)\((.*)\)")
+
+
+def register_wrapped_serde(kind: str, factory: Callable[[str, str], Any]) -> None:
+    """Make ``<kind>(<arguments>)`` a serde name: ``factory(arguments, key)`` builds the
+    serde (and raises ``ConfigError`` for setting ``key`` when the arguments are wrong)."""
+    _WRAPPED[kind] = factory
+
+
 def serde_for(name: str | None, *, key: str = "serde") -> Any:
-    """A built-in serde by name, a user serde as ``module:attribute``; None passes bytes."""
+    """A built-in serde by name, a wrapping one as ``<kind>(<arguments>)`` (see
+    :func:`register_wrapped_serde`), a user serde as ``module:attribute``; None passes
+    bytes."""
     if name is None:
         return BUILT_IN["bytes"]
     if name in BUILT_IN:
         return BUILT_IN[name]
+    wrapped = _WRAPPED_NAME.fullmatch(name)
+    if wrapped is not None:
+        factory = _WRAPPED.get(wrapped[1])
+        if factory is None:
+            raise ConfigError(
+                key, name, f"a wrapping serde of kind {one_of(_WRAPPED) or '(none registered)'}"
+            )
+        return factory(wrapped[2], key)
     accepted = f"{one_of(BUILT_IN)} or a user serde as 'module:attribute'"
     if Reference.parse(name) is None:
         raise ConfigError(key, name, accepted)

@@ -30,10 +30,11 @@ from confluent_kafka.admin._config import ConfigResource
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.task_manager import RestoreReport
+from eddyline_runtime.engine.topics import resolve_topics
 from eddyline_runtime.log import ProducerFencedError, Record, TopicSpec
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
-from eddyline_runtime.processing import StreamsBuilder, Topology
+from eddyline_runtime.processing import Materialized, StreamsBuilder, Topology
 from eddyline_runtime.restore.replay import LagInfo, StandbyTask
 from eddyline_runtime.serde import serde_for
 from eddyline_runtime.state import RocksDBStore
@@ -425,6 +426,28 @@ def test_topic_retention_is_the_topics_retention_ms_and_compact_delete_policy(
     log.set_topic_retention("windows-changelog", None)
     assert broker_config() == ("compact", "-1")
     assert log.topics()["windows-changelog"] == TopicSpec("windows-changelog", 1, True)
+
+
+def test_a_stores_changelog_configs_reach_the_broker(log: KafkaLog) -> None:
+    """``Materialized.with_logging_enabled(configs)``: the changelog of a key-value store
+    given ``compact,delete`` and a retention, as the broker describes it; another store's
+    stays ``compact`` (Kafka Streams' default)."""
+    log.create_topic("input", 1)
+    builder = StreamsBuilder()
+    grouped = builder.stream("input", key_serde="string").group_by_key()
+    configs = {"cleanup.policy": "compact,delete", "retention.ms": "7200000"}
+    grouped.count(Materialized.as_("aged").with_logging_enabled(configs))
+    grouped.count("kept")
+    resolve_topics(builder.build(), "app", log)
+    admin = AdminClient({"bootstrap.servers": log.settings.bootstrap})
+
+    def broker_config(topic: str) -> tuple[str, str]:
+        resource = ConfigResource("topic", log.real_topic(topic))
+        described = next(iter(admin.describe_configs([resource]).values())).result()
+        return described["cleanup.policy"].value, described["retention.ms"].value
+
+    assert broker_config("app-aged-changelog") == ("compact,delete", "7200000")
+    assert broker_config("app-kept-changelog")[0] == "compact"
 
 
 def test_members_racing_to_create_a_topic_all_list_it_as_soon_as_they_return(

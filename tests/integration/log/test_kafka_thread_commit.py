@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.config import CommitMode, StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.stream_thread import CommitReport
 from eddyline_runtime.log import CommittedTransaction, Record, TransactionTimeoutError
@@ -113,10 +113,8 @@ def log(kafka_bootstrap: str, prefix: str) -> Iterator[KafkaLog]:
     log.close()
 
 
-def with_mode(tmp_path: Path, application_id: str, mode: str) -> StreamsConfig:
-    return config(tmp_path, application_id).model_copy(
-        update={"commit_mode": StreamsConfig.from_properties({"commit.mode": mode}).commit_mode}
-    )
+def with_mode(tmp_path: Path, application_id: str, mode: CommitMode) -> StreamsConfig:
+    return config(tmp_path, application_id).model_copy(update={"commit_mode": mode})
 
 
 def assert_exact(log: KafkaLog) -> None:
@@ -138,7 +136,9 @@ def test_a_threads_task_transactions_commit_together(
     )
     try:
         run_until_caught_up(
-            StreamsInstance(word_count(), with_mode(tmp_path, "tc", "concurrent"), committing)
+            StreamsInstance(
+                word_count(), with_mode(tmp_path, "tc", CommitMode.CONCURRENT), committing
+            )
         )
     finally:
         committing.close()
@@ -164,7 +164,7 @@ def test_one_task_fenced_in_a_commit_cycle_loses_and_doubles_nothing(
     try:
         instance = StreamsInstance(
             word_count(),
-            with_mode(tmp_path, "tf", "concurrent"),
+            with_mode(tmp_path, "tf", CommitMode.CONCURRENT),
             committing,
             on_commit=[reports.append],
         )

@@ -1,34 +1,25 @@
 """The process ``test_join_crash.py`` SIGKILLs and restarts: a windowed stream-stream left join.
 
-Usage::
+Usage (from the repository's root)::
 
-    join_eos_worker.py LOG STATE_DIR EVENTS
+    python -m tests.integration.processing.join_eos_worker LOG STATE_DIR EVENTS
 
-It runs :func:`topology` (application id ``joins``) on the SQLite log at LOG
-under exactly-once until every input record is processed and committed, then
-closes cleanly, unless the parent kills it first. Each commit appends one JSON
-line to EVENTS (one ``write()`` on an ``O_APPEND`` file, so lines survive a
-SIGKILL); ``{"event": "closed"}`` follows a clean close. Each record waits half a millisecond
-so that a run lasts long enough for kills to land between commits.
+It runs :func:`topology` (application id ``joins``) on the SQLite log at LOG under
+exactly-once until every input record is processed and committed, then closes cleanly,
+unless the parent kills it first (tests/support/crash_runs.py, which also says what
+EVENTS holds). Each record waits half a millisecond so that a run lasts long enough for
+kills to land between commits.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from eddyline_runtime.config import StreamsConfig
-from eddyline_runtime.engine.instance import StreamsInstance
-from eddyline_runtime.engine.stream_thread import CommitReport
-from eddyline_runtime.log import SqliteLog
 from eddyline_runtime.processing import JoinWindows, StreamsBuilder, Topology
+from tests.support.crash_runs import run_worker
 
 MINUTE = 60_000
-MAX_SECONDS = 120.0
 
 
 def joined(impression: Any, click: Any) -> str:
@@ -55,39 +46,5 @@ def topology() -> Topology:
     return builder.build()
 
 
-def main() -> None:
-    where, state_dir, events_path = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    fd = os.open(events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def emit(event: dict[str, Any]) -> None:
-        os.write(fd, (json.dumps(event) + "\n").encode())
-
-    def committed(report: CommitReport) -> None:
-        emit({"event": "commit", "records": report.records})
-
-    config = StreamsConfig.from_properties(
-        {
-            "application.id": "joins",
-            "state.dir": str(state_dir),
-            "processing.guarantee": "exactly_once_v2",
-            "commit.interval.ms": 0,  # a commit after each batch (<= 1,000 records per task)
-        }
-    )
-    log = SqliteLog(Path(where))
-    instance = StreamsInstance(topology(), config, log, on_commit=[committed])
-    started = time.monotonic()
-    instance.start()
-    try:
-        while not instance.caught_up():
-            if time.monotonic() - started > MAX_SECONDS:
-                raise TimeoutError(f"not caught up after {MAX_SECONDS} s: {instance.input_lags()}")
-            time.sleep(0.01)
-    finally:
-        instance.close()
-        log.close()
-    emit({"event": "closed"})
-    os.close(fd)
-
-
 if __name__ == "__main__":
-    main()
+    run_worker(topology(), application_id="joins")

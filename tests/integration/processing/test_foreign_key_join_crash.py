@@ -13,23 +13,16 @@ behind that answers later updates of a customer the order no longer names.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition, partition_for_key
-from tests.support.waiting import wait_for
+from tests.support.crash_runs import committed_records, kill_and_restart
 
-WORKER = Path(__file__).with_name("fk_join_eos_worker.py")
+WORKER = "tests.integration.processing.fk_join_eos_worker"
 ORDERS, CUSTOMERS, PARTITIONS, KILLS, BURSTS = 1500, 40, 2, 3, 4
 
 
@@ -85,27 +78,13 @@ def generate(log: SqliteLog) -> dict[str, str]:
 
 def output_table(log: SqliteLog) -> dict[str, str]:
     table: dict[str, str] = {}
-    for partition in range(PARTITIONS):
-        tp = TopicPartition("joined", partition)
-        offset, end = log.beginning_offset(tp), log.end_offset(tp)
-        while offset < end:
-            records = log.fetch(tp, offset, 10_000).records
-            if not records:
-                break
-            for record in records:
-                assert record.key is not None
-                if record.value is None:
-                    table.pop(record.key.decode(), None)
-                else:
-                    table[record.key.decode()] = record.value.decode()
-            offset = records[-1].offset + 1
+    for record in committed_records(log, "joined", PARTITIONS):
+        assert record.key is not None
+        if record.value is None:
+            table.pop(record.key.decode(), None)
+        else:
+            table[record.key.decode()] = record.value.decode()
     return table
-
-
-def commits(events: Path) -> int:
-    if not events.exists():
-        return 0
-    return sum(json.loads(line)["event"] == "commit" for line in events.read_text().splitlines())
 
 
 @pytest.mark.slow
@@ -115,39 +94,7 @@ def test_a_foreign_key_join_survives_sigkills_under_exactly_once(tmp_path: Path)
     log = SqliteLog(path)
     expected = generate(log)
     log.close()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("EDDYLINE_")}
-    rng = random.Random(2013)
-    stderr_path = tmp_path / "worker.stderr"
-    killed = 0
-    for run in range(KILLS + 1):
-        events = tmp_path / f"events-{run}.jsonl"
-        if run == 2:
-            # A pod that lost its disk: the subscription store comes back from its changelog.
-            shutil.rmtree(tmp_path / "state")
-        with stderr_path.open("ab") as stderr:
-            worker = subprocess.Popen(
-                [sys.executable, str(WORKER), str(path), str(tmp_path / "state"), str(events)],
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                env=env,
-            )
-        if run < KILLS:
-            wait_for(
-                lambda events=events, worker=worker: (
-                    commits(events) >= 1 or worker.poll() is not None
-                ),
-                "a commit",
-                60,
-            )
-            time.sleep(rng.uniform(0.0, 0.5))
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGKILL)
-                assert worker.wait(timeout=30) == -signal.SIGKILL
-                killed += 1
-        else:
-            assert worker.wait(timeout=150) == 0, stderr_path.read_text()[-3000:]
-            assert '"closed"' in events.read_text()
-    assert killed == KILLS, "a run ended before its kill: the input is too small to crash in"
+    kill_and_restart(WORKER, path, tmp_path, kills=KILLS, seed=2013, final_timeout=150)
     log = SqliteLog(path)
     try:
         found = output_table(log)

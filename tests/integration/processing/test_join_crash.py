@@ -13,14 +13,6 @@ stores, committed with the output in one transaction.
 
 from __future__ import annotations
 
-import json
-import os
-import random
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -28,9 +20,9 @@ import pytest
 
 from eddyline_runtime.log import Record, SqliteLog
 from eddyline_runtime.partitions import TopicPartition
-from tests.support.waiting import wait_for
+from tests.support.crash_runs import committed_records, kill_and_restart
 
-WORKER = Path(__file__).with_name("join_eos_worker.py")
+WORKER = "tests.integration.processing.join_eos_worker"
 IMPRESSIONS, PARTITIONS, KILLS = 6000, 2, 3
 
 
@@ -56,24 +48,10 @@ def generate(log: SqliteLog) -> Counter[tuple[str, str]]:
 
 
 def committed_output(log: SqliteLog) -> Counter[tuple[str, str]]:
-    found: Counter[tuple[str, str]] = Counter()
-    for partition in range(PARTITIONS):
-        tp = TopicPartition("joined", partition)
-        offset, end = log.beginning_offset(tp), log.end_offset(tp)
-        while offset < end:
-            records = log.fetch(tp, offset, 10_000).records
-            if not records:
-                break
-            for record in records:
-                found[(record.key.decode(), record.value.decode())] += 1  # type: ignore[union-attr]
-            offset = records[-1].offset + 1
-    return found
-
-
-def commits(events: Path) -> int:
-    if not events.exists():
-        return 0
-    return sum(json.loads(line)["event"] == "commit" for line in events.read_text().splitlines())
+    return Counter(
+        (record.key.decode(), record.value.decode())  # type: ignore[union-attr]
+        for record in committed_records(log, "joined", PARTITIONS)
+    )
 
 
 @pytest.mark.slow
@@ -83,40 +61,8 @@ def test_a_stream_stream_join_survives_sigkills_under_exactly_once(tmp_path: Pat
     log = SqliteLog(path)
     expected = generate(log)
     log.close()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("EDDYLINE_")}
-    rng = random.Random(24)
-    stderr_path = tmp_path / "worker.stderr"
-    killed = 0
-    for run in range(KILLS + 1):
-        events = tmp_path / f"events-{run}.jsonl"
-        if run == 2:
-            # A pod that lost its disk: every join store comes back from its changelog.
-            shutil.rmtree(tmp_path / "state")
-        with stderr_path.open("ab") as stderr:
-            worker = subprocess.Popen(
-                [sys.executable, str(WORKER), str(path), str(tmp_path / "state"), str(events)],
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                env=env,
-            )
-        if run < KILLS:
-            # After a commit (a batch of up to 1,000 records per task), within the next batch.
-            wait_for(
-                lambda events=events, worker=worker: (
-                    commits(events) >= 1 or worker.poll() is not None
-                ),
-                "a commit",
-                60,
-            )
-            time.sleep(rng.uniform(0.0, 0.5))
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGKILL)
-                assert worker.wait(timeout=30) == -signal.SIGKILL
-                killed += 1
-        else:
-            assert worker.wait(timeout=120) == 0, stderr_path.read_text()[-3000:]
-            assert '"closed"' in events.read_text()
-    assert killed == KILLS, "a run ended before its kill: the input is too small to crash in"
+    # After a commit (a batch of up to 1,000 records per task), within the next batch.
+    kill_and_restart(WORKER, path, tmp_path, kills=KILLS, seed=24, final_timeout=120)
     log = SqliteLog(path)
     try:
         found = committed_output(log)

@@ -227,6 +227,22 @@ def test_eddyline_query_fails_with_exit_code_1_and_the_reason(steady: Cluster) -
 # ---------------------------------------------------------------------------------------
 
 
+def test_when_its_only_bootstrap_host_goes_the_router_asks_the_members_it_learned_of(
+    cluster: Cluster,
+) -> None:
+    """The bootstrap is often the query Service, which may have no Ready pod for a moment
+    (every pod restarting or restoring): the members an earlier answer named still serve,
+    and the router asks them for the key's metadata instead of failing."""
+    partition = 0
+    active, _standby, other = cluster.copies(partition)
+    router = QueryRouter([other.address], timeout=1)
+    word = a_word_in(partition)
+    assert router.get(STORE, word).value == EXPECTED[word]
+    other.stop()
+    result = router.get(STORE, word)
+    assert (result.value, result.host, result.role) == (EXPECTED[word], active.address, "active")
+
+
 def test_without_its_active_host_the_router_answers_from_the_standby(cluster: Cluster) -> None:
     partition = 0
     word = a_word_in(partition)

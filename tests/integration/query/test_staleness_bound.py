@@ -414,3 +414,54 @@ def test_a_copy_closed_cleanly_knows_its_staleness_while_it_restores_after_a_res
         instance.close(30)
         held.close()
         log.close()
+
+
+def test_a_restoring_pod_is_serving_but_not_processing_ready_and_neither_once_closing(
+    tmp_path: Path,
+) -> None:
+    """Readiness split (issue 36): ``/readyz`` (processing: rollouts, the disruption
+    budget, the upgrade's Starting step) stays 503 while a copy restores, but
+    ``/readyz/serving`` (the query side) is 200 as soon as a copy is open and answers
+    stale queries; once the instance closes, neither is."""
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic(INPUT, 1)
+    run_word_count(log, tmp_path / "state", ["a b a"])
+    shutil.copytree(tmp_path / "state", tmp_path / "earlier-state")
+    run_word_count(log, tmp_path / "state", ["a c"])
+    address = f"127.0.0.1:{free_port()}"
+    held = HeldRestoreLog(tmp_path / "log.db")
+    config = streams_config(
+        tmp_path / "earlier-state",
+        **{"num.standby.replicas": 0, "application.server": address},
+    )
+    instance = StreamsInstance(word_count(), config, held)
+    server = QueryServer(instance, "127.0.0.1", int(address.rpartition(":")[2]))
+    try:
+        server.start()
+        assert http_json(address, "/readyz/serving") == (
+            503,
+            {"serving": False, "processing": False, "state": "CREATED"},
+        )
+        instance.start()
+        wait_for(held.waiting.is_set, "the copy is restoring")
+        status, body = http_json(address, "/readyz/serving")
+        assert (status, body["serving"], body["processing"]) == (200, True, False), body
+        assert http_json(address, "/readyz")[0] == 503
+        status, answer = http_json(address, key_path("a"), allow_stale="true")
+        assert (status, answer["value"], answer["stale"]) == (200, 2, True), answer
+
+        held.released.set()
+        instance.wait_until_caught_up(30)
+        wait_for(lambda: http_json(address, "/readyz")[0] == 200, "processing ready", 5)
+        status, body = http_json(address, "/readyz/serving")
+        assert (status, body["serving"], body["processing"]) == (200, True, True), body
+
+        instance.close(30)
+        status, body = http_json(address, "/readyz/serving")
+        assert (status, body["serving"]) == (503, False), body
+    finally:
+        held.released.set()
+        server.stop()
+        instance.close(30)
+        held.close()
+        log.close()

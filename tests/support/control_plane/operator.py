@@ -128,8 +128,11 @@ class Operator:
         namespace: str,
         *,
         extra_env: dict[str, str] | None = None,
+        values: Obj | None = None,
     ) -> None:
+        """``values``: the chart's values for the install (e.g. the monitors enabled)."""
         self.cluster = cluster
+        self.values = values or {}
         # The chart's cluster-scoped objects are named after the release: one release name
         # per namespace, so modules sharing the session's control plane never collide.
         self.release = namespace
@@ -143,6 +146,9 @@ class Operator:
         self.env: dict[str, str] = {}
         self.service_account = ""
         self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        # Where the running operator serves its metrics (set by :meth:`start`), for a test
+        # that scrapes it (the rollback counter, the dashboard's operator panels).
+        self.metrics_url = ""
 
     def install(self) -> Operator:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -155,7 +161,7 @@ class Operator:
         )
         (installed,) = helm(
             self.cluster.kubeconfig, self.root / "helm-home", self.namespace, self.release,
-            {"action": "install"},
+            {"action": "install", "values": self.values},
         )  # fmt: skip
         if "error" in installed:
             raise RuntimeError(f"helm install failed: {installed['error']}")
@@ -179,7 +185,16 @@ class Operator:
         return self.cluster.plane.service_account_token(self.namespace, self.service_account)
 
     def start(self) -> None:
-        self.process = self.spawn(self.log, {"EDDYLINE_OPERATOR_LIVENESS": self.liveness})
+        # A port of this process's own each start (the chart's value names $(POD_IP), which
+        # only a kubelet expands); a module's extra_env may name its own.
+        self.metrics_url = self.extra_env.get(
+            "EDDYLINE_OPERATOR_METRICS", f"http://127.0.0.1:{free_port()}/metrics"
+        )
+        self.process = self.spawn(
+            self.log,
+            {"EDDYLINE_OPERATOR_LIVENESS": self.liveness,
+             "EDDYLINE_OPERATOR_METRICS": self.metrics_url},
+        )  # fmt: skip
 
     def spawn(self, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
         """Another operator process with the chart's environment (a second replica)."""

@@ -46,12 +46,14 @@ def operator_fixture(
     extra_env: Mapping[str, str] | None = None,
     watching: bool = True,
     before: Callable[[], None] | None = None,
+    values: Mapping[str, Any] | None = None,
 ) -> Any:
     """A module-scoped fixture yielding the :class:`Operator` of ``namespace``.
 
     ``directory`` names its temporary directory (default: the namespace); ``extra_env`` is
     added to the operator's environment; ``watching`` waits for kopf's liveness endpoint
-    before the first test; ``before`` runs first (a prerequisite check that raises).
+    before the first test; ``before`` runs first (a prerequisite check that raises);
+    ``values`` are the chart's values for the install.
     """
 
     @pytest.fixture(scope="module")
@@ -65,6 +67,7 @@ def operator_fixture(
             tmp_path_factory.mktemp(directory or namespace),
             namespace,
             extra_env=dict(extra_env or {}),
+            values=dict(values or {}),
         )
         running.install()  # the release is named after the namespace: no collision
         running.start()

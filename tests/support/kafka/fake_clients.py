@@ -158,10 +158,19 @@ class FakeAdmin:
         self.broker.check("describe_configs", [r.name for r in resources])
         return {
             resource: _Future(
-                {"cleanup.policy": _Entry(self.broker.topics[resource.name][1]["cleanup.policy"])}
+                {key: _Entry(value) for key, value in self.broker.topics[resource.name][1].items()}
             )
             for resource in resources
         }
+
+    def incremental_alter_configs(self, resources: list[Any], **_: Any) -> dict[Any, _Future]:
+        """SET operations only (what the adapter sends): the topic's configs updated."""
+        self.broker.check("incremental_alter_configs", [r.name for r in resources])
+        for resource in resources:
+            configs = self.broker.topics[resource.name][1]
+            for entry in resource.incremental_configs:
+                configs[entry.name] = entry.value
+        return {resource: _Future() for resource in resources}
 
 
 class FakeProducer:

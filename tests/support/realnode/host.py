@@ -39,6 +39,9 @@ from pathlib import Path
 # after a crash must find what the crashed one left.
 STATE = Path("/run/eddyline-realnode")
 DATA = Path("/var/lib/eddyline-realnode")
+# What a tier needs on DATA's disk: three nodes' image imports (~1.7 GiB each), their
+# containers and volumes, and headroom so the kubelets never see disk pressure.
+MIN_FREE_BYTES = 10 * 2**30
 LOCK = Path("/run/eddyline-realnode.lock")
 LOCK_WAIT_VARIABLE = "EDDYLINE_REALNODE_LOCK_WAIT_S"
 CGROUP_PARENT = "eddyline-realnode"
@@ -93,6 +96,15 @@ def check_host() -> None:
         raise HostError(
             f"real nodes are configured for the cgroup v1 hierarchy and found no memory "
             f"controller at {CGROUP_MOUNTS / 'memory'}"
+        )
+    DATA.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(DATA).free
+    if free < MIN_FREE_BYTES:
+        raise HostError(
+            f"real nodes need {MIN_FREE_BYTES / 2**30:.0f} GiB free where {DATA} lives (each "
+            f"node imports the eddyline, examples and restore images, about 1.7 GiB); "
+            f"{free / 2**30:.1f} GiB is free: free some space (old git worktrees and their "
+            f".venv, `docker image prune`, /tmp/pytest-of-*) and run again"
         )
 
 

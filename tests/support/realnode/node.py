@@ -236,8 +236,12 @@ state = "{self.state / "containerd"}"
                 "imagefs.available": "1%",
                 "nodefs.inodesFree": "1%",
             },
-            "imageGCHighThresholdPercent": 99,
-            "imageGCLowThresholdPercent": 98,
+            # No image garbage collection (100 turns it off): every image here was imported
+            # (no registry can be reached), so one collected is gone for the rest of the run.
+            # A full disk once had the kubelets remove the pause image mid-tier, and every
+            # pod after that failed to get a sandbox.
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
             "maxPods": 30,
             "serializeImagePulls": False,
             # The kubelet's iptables canary chains would outlive the run in the host's tables.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -252,10 +252,9 @@ def test_the_old_owner_is_fenced_once_before_the_copy_is_asked_whether_it_caught
     failures = [RuntimeError("coordinator not available")]
     delivered = threading.Event()
 
-    def fence(task: TaskId) -> None:
-        events.append(f"fence {task}")
-        if failures:
-            raise failures.pop()
+    def fence(tasks: Sequence[TaskId]) -> dict[TaskId, Exception]:
+        events.extend(f"fence {task}" for task in tasks)
+        return dict.fromkeys(tasks, failures.pop()) if failures else {}
 
     def caught_up(task: TaskId) -> bool:
         events.append(f"caught up? {task}")
@@ -276,3 +275,47 @@ def test_the_old_owner_is_fenced_once_before_the_copy_is_asked_whether_it_caught
         release.close()
     assert events == [f"fence {T0}", f"fence {T0}", f"caught up? {T0}", f"caught up? {T0}"]
     assert [(o.task, o.how) for o in release.outcomes] == [(T0, "released")]
+
+
+def test_tasks_let_go_in_one_round_are_fenced_in_one_call_and_a_failed_one_alone_waits() -> None:
+    """A rebalance moving many tasks off one member fences them together (one round trip
+    on Kafka); the id that could not be fenced is tried again alone, and its copy is not
+    asked whether it caught up until it was fenced."""
+    calls: list[list[TaskId]] = []
+    asked: list[TaskId] = []
+    delivered = threading.Event()
+    fail_once = {T1: RuntimeError("coordinator not available")}
+
+    def fence(tasks: Sequence[TaskId]) -> dict[TaskId, Exception]:
+        calls.append(list(tasks))
+        failed = {task: fail_once.pop(task) for task in tasks if task in fail_once}
+        return failed
+
+    def caught_up(task: TaskId) -> bool:
+        asked.append(task)
+        return True
+
+    both_moved = Assignment(
+        active={"l": frozenset(), "s": frozenset({T0, T1})},
+        standby={"l": frozenset({T0, T1}), "s": frozenset()},
+        members=MEMBERS,
+    )
+    release = TaskRelease(
+        "s",
+        caught_up=caught_up,
+        deliver=delivered.set,
+        fence=fence,
+        probe=OldOwner(frozenset()),
+        poll_seconds=0.01,
+    )
+    try:
+        assert release.hold(BEFORE, both_moved) == {T0, T1}
+        wait_for(lambda: not release.held(), "both tasks let go")
+    finally:
+        release.close()
+    assert calls == [[T0, T1], [T1]]
+    assert asked == [T0, T1]
+    assert sorted((o.task, o.how) for o in release.outcomes) == [
+        (T0, "released"),
+        (T1, "released"),
+    ]

@@ -136,6 +136,8 @@ def test_pending_partitions_above_the_threshold_launch_one_job_for_the_store() -
     assert args[args.index("--master") + 1] == "local[2]"
     assert args[args.index("--result-file") + 1] == container["terminationMessagePath"]
     assert job["spec"]["backoffLimit"] == 0
+    # Past waitSeconds (default 600) no pod waits for the build: the Job ends there.
+    assert job["spec"]["activeDeadlineSeconds"] == 600
     # Its pods never join the app's Services or membership.
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert "app.kubernetes.io/instance" not in labels
@@ -377,3 +379,24 @@ def test_a_warm_up_pending_after_a_build_gets_a_job_for_its_partitions_only() ->
         job_pods=[job_pod(done, built)],
     )
     assert again.create_jobs == []
+
+
+def test_a_job_past_its_deadline_says_it_outlived_the_pods_wait() -> None:
+    """A driver that hangs is killed by the Job controller at activeDeadlineSeconds (no
+    verdict is written): the status says why, and what the pods do instead."""
+    reports = {"wc-0": report("wc-0", {0: (RESTORE_PENDING, 5000)})}
+    app = body(restore={**RESTORE, "waitSeconds": 120})
+    (job,) = run(app, reports=reports).create_jobs
+    assert job["spec"]["activeDeadlineSeconds"] == 120
+    job["status"] = {
+        "startTime": NOW,
+        "conditions": [
+            {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+             "message": "Job was active longer than specified deadline"},
+        ],
+    }  # fmt: skip
+    pod = job_pod(job, None, exit_code=137)
+    outcome = restore_job.observe_job(job, [pod])
+    assert outcome.state.value == "Failed"
+    assert "longer than spec.restore.waitSeconds (120 s)" in outcome.message, outcome.message
+    assert "replay the changelog" in outcome.message

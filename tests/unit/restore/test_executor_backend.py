@@ -95,3 +95,31 @@ def test_a_failed_driver_is_judged_with_the_line_that_says_why(tmp_path: Path) -
         "java.net.UnknownHostException: kubernetes.default.svc: Name or service"
     )
     assert driver_reason(["INFO all fine\n"]) is None
+
+
+def test_a_driver_that_cannot_reach_its_master_is_judged_naming_the_address() -> None:
+    """An API server address that drops every packet: Spark 4.2's client gives up after its
+    connection timeout and says where it tried (lines as a driver printed them, in a network
+    namespace whose route to the address led nowhere)."""
+    lines = [
+        "26/11/28 06:26:40 ERROR SparkContext: Error initializing SparkContext.\n",
+        "org.apache.spark.SparkException: External scheduler cannot be instantiated\n",
+        "Caused by: java.lang.reflect.InvocationTargetException\n",
+        "Caused by: io.fabric8.kubernetes.client.KubernetesClientException: The timeout of "
+        "10000 ms has been exceeded when getting a connection to 10.245.255.254:443\n",
+        "Caused by: io.vertx.core.impl.NoStackTraceTimeoutException: The timeout of 10000 ms "
+        "has been exceeded when getting a connection to 10.245.255.254:443\n",
+    ]
+    reason = driver_reason(lines)
+    assert reason == (
+        "io.vertx.core.impl.NoStackTraceTimeoutException: The timeout of 10000 ms has been "
+        "exceeded when getting a connection to 10.245.255.254:443"
+    )
+    result = judge_build(
+        Path("/nonexistent"), application="a", store="s", partitions=[0], before=set(),
+        driver_exit_code=1, driver_error=reason, master="k8s://https://10.245.255.254:443",
+    )  # fmt: skip
+    assert result.message.startswith(
+        "the Spark driver (master k8s://https://10.245.255.254:443) exited with status 1: "
+        "io.vertx.core.impl.NoStackTraceTimeoutException"
+    ), result.message

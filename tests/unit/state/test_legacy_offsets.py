@@ -16,6 +16,7 @@ from eddyline_runtime.state import (
     TopicPartition,
 )
 from eddyline_runtime.state.offset_checkpoint import read_offsets, write_offsets
+from eddyline_runtime.state.rocksdb_store import OFFSETS_COLUMN_FAMILY
 
 CHANGELOG = TopicPartition("app-counts-changelog", 3)
 SOURCE = TopicPartition("words", 3)
@@ -187,3 +188,32 @@ def test_a_file_where_the_store_directory_goes_is_named(tmp_path: Path, in_the_w
     message = str(refused.value)
     assert f"{tmp_path / in_the_way} is a file" in message, message
     assert "move it out" in message
+
+
+def test_entries_of_a_later_release_are_kept_and_never_read_as_offsets(tmp_path: Path) -> None:
+    """A rollback to this release must not take a newer release's entries for positions."""
+    directory = tmp_path / "counts"
+    with RocksDBStore("counts", directory) as store:
+        store.put(b"k", b"v")
+        store.update_position(SOURCE, 500)
+        store.commit({CHANGELOG: 200})
+    later = {b"m:as-of": b"1764300000000", b"x\x00\x00\x00\x03words": b"\x00" * 8}
+    options = Options(raw_mode=True)
+    db = Rdict(str(directory), options, column_families={OFFSETS_COLUMN_FAMILY: options})
+    offsets = db.get_column_family(OFFSETS_COLUMN_FAMILY)
+    for key, value in later.items():
+        offsets[key] = value
+    offsets.close()
+    db.close()
+    with RocksDBStore("counts", directory) as store:
+        assert store.position() == {SOURCE: 500}
+        assert store.committed_offset(CHANGELOG) == 200
+        store.put(b"k", b"w")
+        store.commit({CHANGELOG: 201})
+    db = Rdict(str(directory), options, column_families={OFFSETS_COLUMN_FAMILY: options})
+    offsets = db.get_column_family(OFFSETS_COLUMN_FAMILY)
+    try:
+        assert {key: offsets[key] for key in later} == later
+    finally:
+        offsets.close()
+        db.close()

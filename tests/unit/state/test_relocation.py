@@ -56,7 +56,9 @@ class Remember(Processor):
         pass
 
 
-def two_stores(*, first: str | None = None, persistent: bool = True) -> Topology:
+def two_stores(
+    *, first: str | None = None, persistent: bool = True, logged: bool = True
+) -> Topology:
     """Store "a" in one sub-topology and "b" in the next, behind ``first`` if given."""
     topology = Topology()
     if first is not None:
@@ -65,7 +67,8 @@ def two_stores(*, first: str | None = None, persistent: bool = True) -> Topology
     for store in ("a", "b"):
         topology.add_source(f"{store}-in", [f"{store}-topic"])
         topology.add_processor(f"{store}-proc", Remember, f"{store}-in")
-        topology.add_state_store(StoreSpec(store, persistent=persistent), f"{store}-proc")
+        spec = StoreSpec(store, persistent=persistent, logged=logged)
+        topology.add_state_store(spec, f"{store}-proc")
     return topology
 
 
@@ -344,6 +347,23 @@ def test_with_relocation_off_start_is_refused_naming_every_misplaced_store_and_t
     assert "set automatic.state.relocation: true (the default) to move them" in message
     assert "or move them yourself" in message
     assert tree(state_dir) == before | {"2_3/counts"}
+
+
+def test_with_relocation_off_a_misplaced_unlogged_store_is_said_to_be_lost(
+    state_dir: Path,
+) -> None:
+    """A store with logging disabled has no changelog to restore from: the refusal says
+    that leaving it behind loses its state, where a logged one's says it restores."""
+    write_store(state_dir / "0_0" / "a", "a", 0)
+
+    with pytest.raises(MisplacedStateError) as raised:
+        relocate_state(state_dir, two_stores(first="new", logged=False), automatic=False)
+    assert 'store "a"' in str(raised.value)
+    assert "logging disabled: it has no changelog" in str(raised.value)
+
+    with pytest.raises(MisplacedStateError) as logged:
+        relocate_state(state_dir, two_stores(first="new"), automatic=False)
+    assert "logging disabled" not in str(logged.value)
 
 
 def test_with_relocation_off_state_already_in_place_starts(old_word_count_state: Path) -> None:

@@ -403,6 +403,11 @@ def job(
             # One attempt: a failed build writes its verdict and the waiting pods replay at
             # once; a retry would only race their fallback.
             "backoffLimit": 0,
+            # A driver that hangs (an API server or a broker that never answers) must not
+            # hold its pods and the store's next build forever. Past waitSeconds the pods
+            # that reported the partitions have stopped waiting and replay the changelog, so
+            # a build finishing later serves no one: the Job controller ends it there.
+            "activeDeadlineSeconds": restore.wait_seconds,
             "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
@@ -459,6 +464,13 @@ def observe_job(job_obj: Obj, pods: Sequence[Obj]) -> JobOutcome:
     failed = (conditions.get("Failed") or {}).get("status") == "True"
     if failed:
         reason = verdict.message if verdict is not None else conditions["Failed"].get("message")
+        if verdict is None and conditions["Failed"].get("reason") == "DeadlineExceeded":
+            deadline = (job_obj.get("spec") or {}).get("activeDeadlineSeconds")
+            reason = (
+                f"it ran longer than spec.restore.waitSeconds ({deadline} s), after which the "
+                "waiting pods replay the changelog, and the Job controller killed its driver; "
+                "its pod's log says where it was stuck"
+            )
         return outcome(
             RestoreJobState.FAILED, f"Job {name} failed: {reason or 'no verdict (pod killed?)'}"
         )

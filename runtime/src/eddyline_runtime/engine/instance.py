@@ -157,7 +157,7 @@ class StreamsInstance:
             self.member.id,
             caught_up=self._copy_caught_up,
             deliver=self._redeliver,
-            fence=self._fence_previous_owner,
+            fence=self._fence_previous_owners,
             probe=release_probe,
         )
         # Global stores (GlobalKTable): held whole here, loaded by the global thread before
@@ -352,17 +352,27 @@ class StreamsInstance:
             ):
                 thread.assign(active, standby)
 
-    def _fence_previous_owner(self, task: TaskId) -> None:
-        """Under exactly-once, open (and close) a producer for ``task``'s transactional id:
-        when that returns, every transaction an earlier owner made with it is decided (its
-        markers are in the changelogs, an open one aborted) and its producer can commit
-        nothing more, so a changelog end read afterwards is final until this member writes
-        (engine/task_release.py). The stream thread's own producer, opened at the promotion,
-        fences this one in turn. Under at-least-once an owner appends without transactions:
-        there is nothing to fence."""
+    def _fence_previous_owners(self, tasks: Sequence[TaskId]) -> dict[TaskId, Exception]:
+        """Under exactly-once, open (and close) a producer for each task's transactional
+        id, all at once (``Log.transactional_producers``: one round trip for them all on
+        Kafka): when that returns, every transaction an earlier owner made with an id is
+        decided (its markers are in the changelogs, an open one aborted) and its producer
+        can commit nothing more, so a changelog end read afterwards is final until this
+        member writes (engine/task_release.py). The stream thread's own producer, opened at
+        the promotion, fences this one in turn. Under at-least-once an owner appends
+        without transactions: there is nothing to fence. Returns the tasks whose id could
+        not be fenced, each with its error."""
         if self.config.processing_guarantee is not ProcessingGuarantee.EXACTLY_ONCE_V2:
-            return
-        self.log.transactional_producer(f"{self.config.application_id}-{task}").close()
+            return {}
+        ids = {task: f"{self.config.application_id}-{task}" for task in tasks}
+        started = self.log.transactional_producers(list(ids.values()))
+        failed: dict[TaskId, Exception] = {}
+        for task, transactional_id in ids.items():
+            try:
+                started.take(transactional_id).close()
+            except Exception as error:  # that id's start failed; the others are fenced
+                failed[task] = error
+        return failed
 
     def _copy_caught_up(self, task: TaskId) -> bool:
         """This member's standby copy of ``task`` read everything its previous owner's final
@@ -370,7 +380,7 @@ class StreamsInstance:
         has nothing to wait for).
 
         Called once that owner let the task go *and* was fenced
-        (:meth:`_fence_previous_owner`): no earlier owner can commit to the changelogs any
+        (:meth:`_fence_previous_owners`): no earlier owner can commit to the changelogs any
         more and every transaction it made is decided, so the end read here is final (the
         invariant, engine/task_release.py). The old owner's word that it released the task
         was not enough: a copy compared with an end read before a commit's markers landed
@@ -584,6 +594,24 @@ class StreamsInstance:
             if task.running
         }
         return wanted <= running
+
+    def serving(self) -> bool:
+        """This instance can answer interactive queries: started and not closing, no thread
+        failed, every global store bootstrapped, and at least one copy of a store open here
+        (active, standby or restoring; a topology with only global stores needs none).
+
+        The query side's readiness (``/readyz/serving``), split from :meth:`ready` (the
+        processing one): a pod restoring, or waiting for an assignment that moves tasks to it,
+        still answers from the copies it holds, within a caller's ``allow_stale`` or
+        ``max_staleness_ms``; docs/queries.md says which consumer uses which signal."""
+        if not self.healthy() or not self.global_stores.bootstrapped.is_set():
+            return False
+        if self.state not in (InstanceState.REBALANCING, InstanceState.RUNNING):
+            return False  # not started yet, or closing: store reads answer 503
+        partitioned = list(self.topology.stores)
+        if not partitioned:
+            return True
+        return any(self.local_store_partitions(store) for store in partitioned)
 
     def healthy(self) -> bool:
         """No stream thread failed (liveness)."""

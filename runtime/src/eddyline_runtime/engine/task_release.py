@@ -28,7 +28,7 @@ membership authority:
   copy replay it (issue 38).
 
 "Caught up" means the copy read its changelogs to an end read *after the old
-owner was fenced* (instance.py ``_fence_previous_owner``, then
+owner was fenced* (instance.py ``_fence_previous_owners``, then
 ``_copy_caught_up``). The catch-up invariant: **the end a copy is compared with before
 its promotion holds every record any earlier owner of the task can ever
 commit.** The release signal alone cannot give that: it is another process's
@@ -74,7 +74,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from eddyline_runtime.assignor import Assignment
@@ -160,7 +160,7 @@ class TaskRelease:
         *,
         caught_up: Callable[[TaskId], bool],
         deliver: Callable[[], None],
-        fence: Callable[[TaskId], None] = lambda task: None,
+        fence: Callable[[Sequence[TaskId]], Mapping[TaskId, Exception]] = lambda tasks: {},
         probe: LayoutProbe = probe_layout,
         wait_seconds: float = RELEASE_WAIT_SECONDS,
         limit_seconds: float = RELEASE_HOLD_LIMIT_SECONDS,
@@ -168,8 +168,10 @@ class TaskRelease:
     ) -> None:
         """``caught_up(task)``: this member's copy of ``task`` read its changelogs to their
         end; ``deliver()``: hand the threads the assignment again (some task was let go);
-        ``fence(task)``: make sure no earlier owner of ``task`` can commit anything more
-        (called once the old owner let it go, before ``caught_up``; see the module).
+        ``fence(tasks)``: make sure no earlier owner of each task can commit anything more
+        (called once the old owner let it go, before ``caught_up``; see the module), for
+        every task a round found let go at once, so their round trips overlap; it returns
+        the tasks it could not fence, each with its error.
         ``wait_seconds``: the copy's time to catch up once the old owner let the task go;
         ``limit_seconds``: the longest hold in all (an old owner still reporting it). The
         callables are called from the watcher thread, never under this object's lock."""
@@ -273,6 +275,7 @@ class TaskRelease:
         """One look at every held task; returns those to let go and why."""
         let_go: dict[TaskId, str] = {}
         answers: dict[str, frozenset[TaskId] | None] = {}
+        released: list[TaskId] = []
         for task, entry in sorted(held.items()):
             now = time.monotonic()
             left = self._limit_seconds - (now - entry.since)
@@ -290,22 +293,33 @@ class TaskRelease:
                     continue
                 entry.released_at = time.monotonic()
                 entry.unreachable = running is None
-            # Released, or its owner gone: first make sure it can commit nothing more (the
-            # end read below must hold its last commit, whatever its word was; see the
-            # module docstring), then, once the copy read to that end, promote with nothing
-            # to restore. A copy slow to get there is promoted at the bound.
-            if not entry.fenced:
-                try:
-                    self._fence(task)
-                except Exception as error:  # tried again next round, within the bounds
-                    logger.warning("task %s: fencing %s failed: %s", task, entry.owner, error)
-                    if time.monotonic() - entry.released_at >= self._wait_seconds:
-                        let_go[task] = "bound"  # the promotion's own producer fences it
-                    continue
-                entry.fenced = True
+            released.append(task)
+        # Released, or its owner gone: first make sure it can commit nothing more (the end
+        # read below must hold its last commit, whatever its word was; see the module
+        # docstring), then, once the copy read to that end, promote with nothing to
+        # restore. A copy slow to get there is promoted at the bound. Every task let go
+        # in this round is fenced in one call: a rebalance moving many tasks off one
+        # member costs one round trip, not one per task.
+        unfenced = [task for task in released if not held[task].fenced]
+        failed: Mapping[TaskId, Exception] = {}
+        if unfenced:
+            try:
+                failed = self._fence(unfenced)
+            except Exception as error:  # every one of them: tried again next round
+                failed = dict.fromkeys(unfenced, error)
+        for task in released:
+            entry = held[task]
+            released_at = entry.released_at
+            assert released_at is not None  # set in the loop above
+            if task in failed:
+                logger.warning("task %s: fencing %s failed: %s", task, entry.owner, failed[task])
+                if time.monotonic() - released_at >= self._wait_seconds:
+                    let_go[task] = "bound"  # the promotion's own producer fences it
+                continue
+            entry.fenced = True
             if self._caught_up(task):
                 let_go[task] = "unreachable" if entry.unreachable else "released"
-            elif time.monotonic() - entry.released_at >= self._wait_seconds:
+            elif time.monotonic() - released_at >= self._wait_seconds:
                 let_go[task] = "bound"
         return let_go
 

@@ -10,7 +10,9 @@ Before any task starts, the runtime resolves the topology against the log:
 * each logged store has a compacted changelog ``<application.id>-<store>-changelog``
   with one partition per task of its sub-topology; a window or session
   store's changelog also gets ``retention.ms`` (cleanup ``compact,delete``): the store's retention
-  plus ``windowstore.changelog.additional.retention.ms``, as Kafka Streams sets it;
+  plus ``windowstore.changelog.additional.retention.ms``, as Kafka Streams sets it; a
+  key-value store's gets the ``retention.ms`` its ``Materialized.with_logging_enabled``
+  configs give (with ``cleanup.policy=compact,delete``, the only policy that takes one);
 * output topics that do not exist yet are created with the partition count of
   the sub-topology that writes them. Input topics must exist: the user's data
   cannot be guessed, so a missing one is an error naming the way out.
@@ -137,6 +139,10 @@ def resolve_topics(
                         spec.retention_ms, window_changelog_additional_retention_ms
                     ),
                 )
+            elif "retention.ms" in (configs := dict(spec.changelog_configs)):
+                # A key-value store's compact,delete changelog (checked when the
+                # topology was built: retention.ms comes with that policy only).
+                log.set_topic_retention(changelogs[store], int(configs["retention.ms"]))
     return TopicLayout(
         application_id=application_id,
         physical=physical,
@@ -296,4 +302,10 @@ def store_homes(topology: Topology, layout: TopicLayout | None = None) -> StoreH
             for name in topology.global_stores
         }
     )
-    return StoreHomes(owners, homeless, None if layout is None else frozenset(layout.tasks()))
+    unlogged = frozenset(name for name in owners if not topology.stores[name].logged)
+    return StoreHomes(
+        owners,
+        homeless,
+        None if layout is None else frozenset(layout.tasks()),
+        unlogged=unlogged,
+    )

@@ -43,7 +43,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from eddyline_runtime.log.errors import (
     InvalidTopicError,
@@ -375,6 +375,14 @@ class SqliteLog(Log):
             rows = db.execute("SELECT name, partitions, compacted FROM topics").fetchall()
         return {name: TopicSpec(name, count, bool(compacted)) for name, count, compacted in rows}
 
+    def _existing_partition_row(self, db: sqlite3.Connection, tp: TopicPartition) -> _PartitionRow:
+        """``tp``'s row, or the error naming the topics there are."""
+        row = _partition_row(db, tp)
+        if row is None:
+            self._topic(db, tp)  # raises, naming the topics there are
+            raise UnknownTopicError(f"partition {tp}", [])
+        return row
+
     def _topic(self, db: sqlite3.Connection, tp: TopicPartition) -> int:
         """The topic's id, after checking the partition exists."""
         known = self._topic_ids.get(tp.topic)
@@ -545,20 +553,10 @@ class SqliteLog(Log):
     def partition_epoch(self, tp: TopicPartition) -> str:
         """The topic's id and the partition's epoch, as ``<topic id>:<epoch>.<tag>``
         (``<topic id>:<epoch>`` for an epoch begun before epochs had tags).
-
-        Looked up by name, never through the cached topic id: a topic deleted
-        and created again (by another process, say) is another incarnation.
         """
         with self._read() as db:
-            row = db.execute(
-                "SELECT t.uuid, p.epoch, p.epoch_tag FROM topics t JOIN partitions p "
-                "ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
-                (tp.topic, tp.partition),
-            ).fetchone()
-            if row is None:
-                self._topic(db, tp)  # raises, naming the topics there are
-                raise UnknownTopicError(f"partition {tp}", [])
-        return _epoch_name(row[0], row[1], row[2])
+            row = self._existing_partition_row(db, tp)
+        return _epoch_name(row.uuid, row.epoch, row.epoch_tag)
 
     def epoch_end_offset(self, tp: TopicPartition, epoch: str) -> int | None:
         """The first offset written after ``epoch`` ended: a later epoch's start, or the end.
@@ -573,20 +571,16 @@ class SqliteLog(Log):
         if not number.isdigit():
             return None
         with self._read() as db:
-            row = db.execute(
-                "SELECT t.uuid, t.id, p.epoch, p.next_offset, p.epoch_tag FROM topics t "
-                "JOIN partitions p ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
-                (tp.topic, tp.partition),
-            ).fetchone()
-            if row is None or row[0] != incarnation or int(number) > row[2]:
+            row = _partition_row(db, tp)
+            if row is None or row.uuid != incarnation or int(number) > row.epoch:
                 return None
-            if int(number) == row[2]:
+            if int(number) == row.epoch:
                 # The current epoch runs to the end, if it is the one the copy saw.
-                return int(row[3]) if tag == row[4] else None
+                return row.next_offset if tag == row.epoch_tag else None
             began = db.execute(
                 "SELECT tag FROM partition_epochs WHERE topic_id = ? AND partition = ? "
                 "AND epoch = ?",
-                (row[1], tp.partition, int(number)),
+                (row.topic_id, tp.partition, int(number)),
             ).fetchone()
             # Epoch 0, and epochs begun before the history kept tags, have the tag ''.
             if (began[0] if began is not None else "") != tag:
@@ -594,7 +588,7 @@ class SqliteLog(Log):
             later = db.execute(
                 "SELECT epoch, start_offset FROM partition_epochs WHERE topic_id = ? "
                 "AND partition = ? AND epoch > ? ORDER BY epoch",
-                (row[1], tp.partition, int(number)),
+                (row.topic_id, tp.partition, int(number)),
             ).fetchall()
         # Only a history holding the very next epoch says where this one ended; an
         # epoch started later by a truncation may begin above that point.
@@ -613,15 +607,7 @@ class SqliteLog(Log):
         once a writer begins, never wrongly trusted.
         """
         with self._read() as db:
-            row = db.execute(
-                "SELECT t.uuid, t.id, p.epoch, p.next_offset, p.epoch_tag FROM topics t "
-                "JOIN partitions p ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
-                (tp.topic, tp.partition),
-            ).fetchone()
-            if row is None:
-                self._topic(db, tp)  # raises, naming the topics there are
-                raise UnknownTopicError(f"partition {tp}", [])
-            uuid, topic_id, current, next_offset, current_tag = row
+            uuid, topic_id, current, next_offset, current_tag = self._existing_partition_row(db, tp)
             if not 0 <= offset < next_offset:
                 return None
             began = db.execute(
@@ -1236,6 +1222,30 @@ def _decode_row_headers(encoded: str | None) -> Headers:
     if not encoded:
         return ()
     return tuple((name, bytes.fromhex(value)) for name, value in json.loads(encoded))
+
+
+class _PartitionRow(NamedTuple):
+    """What the epoch lookups read of one partition, found by topic name."""
+
+    uuid: str  # the topic's incarnation
+    topic_id: int
+    epoch: int
+    next_offset: int
+    epoch_tag: str
+
+
+def _partition_row(db: sqlite3.Connection, tp: TopicPartition) -> _PartitionRow | None:
+    """Looked up by name, never through the cached topic id: a topic deleted and
+    created again (by another process, say) is another incarnation."""
+    row = db.execute(
+        "SELECT t.uuid, t.id, p.epoch, p.next_offset, p.epoch_tag FROM topics t "
+        "JOIN partitions p ON p.topic_id = t.id WHERE t.name = ? AND p.partition = ?",
+        (tp.topic, tp.partition),
+    ).fetchone()
+    if row is None:
+        return None
+    uuid, topic_id, epoch, next_offset, tag = row
+    return _PartitionRow(str(uuid), int(topic_id), int(epoch), int(next_offset), str(tag))
 
 
 def _epoch_name(incarnation: str, epoch: int, tag: str) -> str:

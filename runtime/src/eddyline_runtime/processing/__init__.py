@@ -36,6 +36,7 @@ from eddyline_runtime.processing.operators.stores import (
 )
 from eddyline_runtime.processing.operators.suppress import SuppressionBufferFullError
 from eddyline_runtime.processing.operators.tables import TableChange
+from eddyline_runtime.processing.operators.value_processors import ValueTransformerWithKey
 from eddyline_runtime.processing.topology import (
     Cancellable,
     Change,
@@ -60,6 +61,7 @@ from eddyline_runtime.processing.windows import (
     TimeWindowedSerde,
     TimeWindows,
     Windowed,
+    WindowedSerdes,
 )
 from eddyline_runtime.serde import BytesSerde, IntSerde, JsonSerde, LongSerde, Serde, StringSerde
 
@@ -107,7 +109,9 @@ __all__ = [
     "TimestampedKeyValueStore",
     "Topology",
     "TopologyError",
+    "ValueTransformerWithKey",
     "WindowStore",
     "Windowed",
     "WindowedKTable",
+    "WindowedSerdes",
 ]

@@ -85,6 +85,12 @@ from eddyline_runtime.processing.operators.tables import (
     TableToStreamProcessor,
     as_change,
 )
+from eddyline_runtime.processing.operators.value_processors import (
+    ProcessValuesProcessor,
+    StreamTransformValuesProcessor,
+    TableTransformValuesProcessor,
+    ValueTransformerSupplier,
+)
 from eddyline_runtime.processing.operators.windowed import (
     SessionAggregateProcessor,
     SessionWindowedAggregation,
@@ -482,14 +488,45 @@ class KStream:
         continues down the returned stream.
         """
         name = self._builder._name("KSTREAM-PROCESSOR")
-        topology = self._builder.topology
-        topology.add_processor(name, supplier, self._node)
-        for store in stores:
-            topology.add_state_store(
-                store if isinstance(store, StoreSpec) else StoreSpec(store), name
-            )
+        self._builder.topology.add_processor(name, supplier, self._node)
+        _connect_stores(self._builder, name, stores)
         # A processor may forward other keys (Kafka Streams marks process() output so, KIP-820).
         return KStream(self._builder, name, self._key_serde)._rekey()
+
+    def process_values(
+        self,
+        supplier: Callable[[], Processor],
+        stores: Sequence[str | StoreSpec] = (),
+    ) -> KStream:
+        """Kafka's ``processValues`` (KIP-820): ``process`` for a processor that keeps
+        keys, so the stream below is not re-keyed (a ``group_by_key`` after it needs no
+        repartition topic). A forward under another key than the record's, or from a
+        punctuation, raises :class:`TopologyError` naming ``process`` as the way out."""
+        name = self._builder._name("KSTREAM-PROCESSVALUES")
+        self._builder.topology.add_processor(
+            name, lambda: ProcessValuesProcessor(supplier()), self._node
+        )
+        _connect_stores(self._builder, name, stores)
+        stream = KStream(self._builder, name, self._key_serde)
+        stream._rekeyed = self._rekeyed
+        return stream
+
+    def transform_values(
+        self,
+        supplier: ValueTransformerSupplier,
+        stores: Sequence[str | StoreSpec] = (),
+    ) -> KStream:
+        """Kafka's ``KStream.transformValues``: each record's value replaced by
+        ``transform(key, value)`` of a :class:`ValueTransformerWithKey` (one per task,
+        from ``supplier``) that may use ``stores``; keys are kept."""
+        name = self._builder._name("KSTREAM-TRANSFORMVALUES")
+        self._builder.topology.add_processor(
+            name, lambda: StreamTransformValuesProcessor(supplier()), self._node
+        )
+        _connect_stores(self._builder, name, stores)
+        stream = KStream(self._builder, name, self._key_serde)
+        stream._rekeyed = self._rekeyed
+        return stream
 
     def group_by_key(self) -> KGroupedStream:
         return KGroupedStream(self._builder, self._node, self._key_serde)
@@ -881,6 +918,30 @@ class KTable:
         )
         return step._materialize(materialized, value_serde)
 
+    def transform_values(
+        self,
+        supplier: ValueTransformerSupplier,
+        *,
+        materialized: str | Materialized | None = None,
+        value_serde: str = "json",
+        stores: Sequence[str | StoreSpec] = (),
+    ) -> KTable:
+        """Kafka's ``KTable.transformValues``: each row's value replaced by
+        ``transform(key, value)`` of a :class:`ValueTransformerWithKey` (one per task, from
+        ``supplier``) that may use ``stores``. It is called for tombstones too (value None)
+        and what it returns is the row's new value. When a node below needs old values,
+        a table not ``materialized`` transforms the old value again, which suits a
+        transformer that depends on its input only; materialize a stateful one so old
+        values come from the store (see
+        :mod:`~eddyline_runtime.processing.operators.value_processors`)."""
+        step = self._table_step(
+            "KTABLE-TRANSFORMVALUES",
+            lambda cell: TableTransformValuesProcessor(supplier(), cell),
+            value_serde,
+        )
+        _connect_stores(self._builder, step._node, stores)
+        return step._materialize(materialized, value_serde)
+
     @overload
     def join(
         self,
@@ -1169,6 +1230,15 @@ class BranchedKStream:
         self._builder.topology.add_processor(name, PassThrough, self._node)
         self._routes.append((predicate, name))
         self._branches[name] = KStream(self._builder, name, self._key_serde)
+
+
+def _connect_stores(builder: StreamsBuilder, node: str, stores: Sequence[str | StoreSpec]) -> None:
+    """Attach ``stores`` to ``node``: a name is a persistent, logged key-value store; a
+    ``StoreSpec`` says otherwise (in memory, unlogged)."""
+    for store in stores:
+        builder.topology.add_state_store(
+            store if isinstance(store, StoreSpec) else StoreSpec(store), node
+        )
 
 
 def _stream_table_join(
@@ -1593,5 +1663,6 @@ def _store_spec(
         cached=materialized.caching_enabled,
         logged=materialized.logging_enabled,
         versioned_history_ms=materialized.history_retention_ms,
+        changelog_configs=materialized.logging_configs,
         **window,
     )

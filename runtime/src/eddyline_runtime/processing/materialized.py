@@ -34,10 +34,21 @@ Logging (the store's changelog topic) is on unless disabled. A store without a
 changelog survives a clean restart on the same disk, but nothing can rebuild it:
 a run refuses it with standbys configured or under exactly-once
 (``eddyline_runtime.engine.instance.refuse_unlogged_stores``).
+``with_logging_enabled(configs)`` gives the changelog topic's configs at creation
+(Kafka's ``withLoggingEnabled(topicConfig)``); a key-value store's changelog is
+``cleanup.policy=compact`` unless they say ``compact,delete`` with a
+``retention.ms``, and a window or session store's is Kafka's ``compact,delete``
+with the store's retention plus ``windowstore.changelog.additional.retention.ms``
+(``engine/topics.py`` applies both, on the embedded log and on a broker). Configs
+eddyline would not apply as asked are refused naming the store
+(:func:`check_changelog_configs`), not dropped. A ``retention.ms`` given is set on
+the changelog at every start, an existing one included; dropping it from the configs
+later does not set the topic back to ``compact`` (do that with the broker's tools).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from eddyline_runtime.processing.topology import TopologyError
@@ -56,6 +67,8 @@ class Materialized:
     logging_enabled: bool = True
     # A versioned store's history retention (KIP-889); None: not versioned.
     history_retention_ms: int | None = None
+    # The changelog topic's configs given to with_logging_enabled, as sorted pairs.
+    logging_configs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.store_name, str) or not self.store_name:
@@ -83,6 +96,7 @@ class Materialized:
                     f'versioned store "{self.store_name}": a versioned store has no record '
                     "cache (as in Kafka Streams); drop with_caching_enabled"
                 )
+        check_changelog_configs(self.store_name, dict(self.logging_configs))
 
     @classmethod
     def as_(cls, store_name: str) -> Materialized:
@@ -112,13 +126,69 @@ class Materialized:
         """Write and forward every update (no record cache in front of this store)."""
         return replace(self, caching_enabled=False)
 
-    def with_logging_enabled(self) -> Materialized:
-        return replace(self, logging_enabled=True)
+    def with_logging_enabled(self, configs: Mapping[str, str] | None = None) -> Materialized:
+        """A changelog (the default), created with ``configs`` (Kafka's
+        ``withLoggingEnabled(topicConfig)``): see :func:`check_changelog_configs`."""
+        pairs = tuple(sorted((configs or {}).items()))
+        return replace(self, logging_enabled=True, logging_configs=pairs)
 
     def with_logging_disabled(self) -> Materialized:
         """No changelog: the store lives on this member's disk only. A run refuses it
         where a changelog is needed (standbys, exactly-once recovery)."""
-        return replace(self, logging_enabled=False)
+        return replace(self, logging_enabled=False, logging_configs=())
+
+
+# The changelog configs eddyline applies, on the embedded log and on a broker (through
+# Log.create_topic and Log.set_topic_retention). Others are refused rather than dropped.
+CHANGELOG_CONFIGS = ("cleanup.policy", "retention.ms")
+
+
+def check_changelog_configs(store: str, configs: Mapping[str, str]) -> None:
+    """Refuse changelog configs eddyline would not apply as asked.
+
+    A key-value store's changelog is ``cleanup.policy=compact`` (Kafka's default);
+    ``{"cleanup.policy": "compact,delete", "retention.ms": "<ms>"}`` also deletes
+    records older than that. ``delete`` alone is refused (the changelog would
+    lose keys that were never updated, and a restore would lose them with it), and
+    ``retention.ms`` without ``delete`` in the policy is refused (a compacted
+    topic ignores it). A window or session store's changelog is set from the
+    store's retention (see docs/windows.md) and takes none of these."""
+    for key, value in configs.items():
+        if key not in CHANGELOG_CONFIGS:
+            raise TopologyError(
+                f'store "{store}": changelog config {key!r} is not one eddyline applies '
+                f"(it applies {', '.join(CHANGELOG_CONFIGS)}); set it on the topic with the "
+                "broker's tools (kafka-configs.sh --alter --entity-type topics), or drop it"
+            )
+        if not isinstance(value, str):
+            raise TopologyError(
+                f'store "{store}": changelog config {key}={value!r} must be a string, as '
+                f'Kafka topic configs are ({key}="{value}")'
+            )
+    policy = configs.get("cleanup.policy", "compact")
+    if policy not in ("compact", "compact,delete"):
+        raise TopologyError(
+            f'store "{store}": changelog cleanup.policy={policy!r}: a changelog is '
+            '"compact" or "compact,delete"; "delete" alone would drop keys never updated '
+            "since, and a restore of the store with them"
+        )
+    retention = configs.get("retention.ms")
+    if policy == "compact,delete" and retention is None:
+        raise TopologyError(
+            f'store "{store}": cleanup.policy=compact,delete deletes by age: give '
+            '"retention.ms" too (milliseconds)'
+        )
+    if retention is not None:
+        if policy != "compact,delete":
+            raise TopologyError(
+                f'store "{store}": retention.ms on a changelog that is only compacted does '
+                'nothing: add "cleanup.policy": "compact,delete", or drop retention.ms'
+            )
+        if not retention.isdigit():
+            raise TopologyError(
+                f'store "{store}": changelog retention.ms={retention!r} is not a number of '
+                "milliseconds >= 0"
+            )
 
 
 def as_materialized(store: str | Materialized) -> Materialized:

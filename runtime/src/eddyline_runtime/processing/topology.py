@@ -265,6 +265,24 @@ class StoreSpec:
     timestamped: bool = False
     cached: bool = True
     versioned_history_ms: int | None = None
+    # Its changelog's topic configs (Materialized.with_logging_enabled), sorted pairs:
+    # cleanup.policy and retention.ms of a key-value store (processing.materialized).
+    changelog_configs: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.changelog_configs and self.retention_ms is not None:
+            raise TopologyError(
+                f'store "{self.name}": a window or session store\'s changelog is '
+                "compact,delete with retention.ms = the store's retention + "
+                "windowstore.changelog.additional.retention.ms (as Kafka Streams sets it), "
+                "so it takes no changelog configs: use Materialized.with_retention, or that "
+                "setting"
+            )
+        if self.changelog_configs and not self.logged:
+            raise TopologyError(
+                f'store "{self.name}": changelog configs for a store without a changelog; '
+                "drop them, or enable logging"
+            )
 
     @property
     def retention_ms(self) -> int | None:

@@ -33,8 +33,9 @@ import struct
 from dataclasses import dataclass, replace
 from typing import Final, Generic, TypeVar
 
+from eddyline_runtime.errors import ConfigError
 from eddyline_runtime.processing.topology import TopologyError
-from eddyline_runtime.serde import Serde, SerdeError
+from eddyline_runtime.serde import Serde, SerdeError, register_wrapped_serde, serde_for
 
 K = TypeVar("K")
 
@@ -221,6 +222,50 @@ class SessionWindowedSerde(Generic[K]):
         start: int = _TIMESTAMP.unpack_from(data, len(data) - _TIMESTAMP.size)[0]
         key = self._inner.deserialize(data[:-size])
         return Windowed(key, SessionWindow(start, end))  # type: ignore[arg-type]
+
+
+class WindowedSerdes:
+    """Kafka's ``WindowedSerdes``: names of the serdes for windowed keys, for ``to()``,
+    ``builder.stream()`` and stores (``key_serde=WindowedSerdes.time_windowed_serde_from(
+    "string", 60_000)``). Their bytes are Kafka's ``TimeWindowedSerializer``'s and
+    ``SessionWindowedSerializer``'s, so Kafka Streams' deserializers read what
+    eddyline writes and the other way round. A time-windowed key carries its window's
+    start only: reading one back needs the window size (its end is start + size)."""
+
+    @staticmethod
+    def time_windowed_serde_from(inner: str, window_size_ms: int) -> str:
+        """The serde name for ``Windowed`` keys of windows of ``window_size_ms``, inner
+        keys with the serde named ``inner``: ``time-windowed(<inner>,<size>)``."""
+        name = f"time-windowed({inner},{window_size_ms})"
+        serde_for(name, key="key_serde")  # refused here, where the author wrote it
+        return name
+
+    @staticmethod
+    def session_windowed_serde_from(inner: str) -> str:
+        """The serde name for session-``Windowed`` keys: ``session-windowed(<inner>)``."""
+        name = f"session-windowed({inner})"
+        serde_for(name, key="key_serde")
+        return name
+
+
+def _time_windowed(arguments: str, key: str) -> TimeWindowedSerde[object]:
+    inner, _, size = arguments.rpartition(",")
+    if not inner or not size.strip().isdigit() or int(size) <= 0:
+        raise ConfigError(
+            key,
+            f"time-windowed({arguments})",
+            "time-windowed(<key serde>,<window size in ms, > 0>)",
+            hint='WindowedSerdes.time_windowed_serde_from("string", 60000) writes one',
+        )
+    return TimeWindowedSerde(serde_for(inner.strip(), key=key), int(size))
+
+
+def _session_windowed(arguments: str, key: str) -> SessionWindowedSerde[object]:
+    return SessionWindowedSerde(serde_for(arguments.strip(), key=key))
+
+
+register_wrapped_serde("time-windowed", _time_windowed)
+register_wrapped_serde("session-windowed", _session_windowed)
 
 
 @dataclass(frozen=True, slots=True)

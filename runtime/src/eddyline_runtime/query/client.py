@@ -198,11 +198,19 @@ class QueryRouter:
         self._remembered: dict[str, None] = {}
 
     def metadata(self, store: str, key: str) -> dict[str, Any]:
+        """The key's ``KeyQueryMetadata``, from the bootstrap hosts, then from the member
+        hosts earlier answers named, newest first.
+
+        The bootstrap is often the query Service, whose endpoints are only the pods
+        Ready (processing): while every pod restarts, restores or closes, it may have
+        none, or send the request to a closing pod (503), though members it named
+        before still serve their copies; asking them too keeps the router answering."""
         attempts: list[str] = []
         path = f"/v1/stores/{_quote(store)}/metadata/{_quote(key)}"
-        for host in self.bootstrap:
+        for host in dict.fromkeys([*self.bootstrap, *reversed(self._remembered)]):
             status, body = self._get(host, path)
             if status == 200:
+                self._remember(_named_hosts(body))
                 return body
             attempts.append(f"{host}: {_describe(status, body)}")
             if status == 404:

@@ -44,6 +44,9 @@ Endpoints (JSON unless noted)::
     GET /v1/layout                              task layout and store roles (query/layout.py),
                                                 and this instance's query address
     GET /healthz   /readyz   /metrics (Prometheus text)
+    GET /readyz/serving                         the query side's readiness: 200 while this
+                                                instance answers queries from some copy it
+                                                holds, processing or not (docs/queries.md)
 
 Store reads take ``isolation=READ_COMMITTED|READ_UNCOMMITTED`` (default:
 ``default.state.isolation.level``; a response's ``isolation`` is the level its
@@ -191,6 +194,9 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = 1
 # A page of /range or /all: small enough to answer in milliseconds and keep the
 # event loop (and /healthz on it) responsive, large enough for few round trips.
+# The query side's readiness: a query Service or router probes it, never a rollout or a
+# PodDisruptionBudget, which keep to /readyz (processing).
+SERVING_READINESS_PATH: Final = "/readyz/serving"
 DEFAULT_PAGE_ENTRIES = 1_000
 MAX_PAGE_ENTRIES = 10_000
 
@@ -300,6 +306,7 @@ def _application(instance: StreamsInstance) -> web.Application:
     app.router.add_get("/v1/layout", handlers.layout)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
+    app.router.add_get(SERVING_READINESS_PATH, handlers.serving)
     app.router.add_get("/metrics", handlers.metrics)
     return app
 
@@ -798,6 +805,9 @@ class _Handlers:
     async def readyz(self, request: web.Request) -> web.Response:
         return _probe_response(self.instance, "/readyz")
 
+    async def serving(self, request: web.Request) -> web.Response:
+        return _probe_response(self.instance, SERVING_READINESS_PATH)
+
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(
             text=render_prometheus(
@@ -852,7 +862,8 @@ class _Handlers:
 
 
 def probe_answer(instance: StreamsInstance, path: str) -> tuple[int, bytes] | None:
-    """The answer to a liveness (``/healthz``) or readiness (``/readyz``) probe.
+    """The answer to a liveness (``/healthz``), processing readiness (``/readyz``) or
+    serving readiness (``/readyz/serving``) probe.
 
     (status, JSON body), or None for any other path. The connection guard
     answers probes with it too when every connection slot is busy.
@@ -865,6 +876,11 @@ def probe_answer(instance: StreamsInstance, path: str) -> tuple[int, bytes] | No
     if path == "/readyz":
         ready = instance.ready()
         return (200 if ready else 503), json.dumps({"ready": ready, "state": state}).encode()
+    if path == SERVING_READINESS_PATH:
+        # Both signals in one answer: a caller sees a pod that serves but does not process.
+        serving, processing = instance.serving(), instance.ready()
+        body = {"serving": serving, "processing": processing, "state": state}
+        return (200 if serving else 503), json.dumps(body).encode()
     return None
 
 

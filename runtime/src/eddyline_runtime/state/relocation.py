@@ -96,6 +96,8 @@ class StoreHomes:
     # a task that exists: state under a partition the topology does not have
     # (say 9_9 when inputs have 4 partitions) is not ours to place.
     tasks: Collection[TaskId] | None = None
+    # Stores with logging disabled: a misplaced one left behind is lost, not restored.
+    unlogged: Collection[str] = frozenset()
 
 
 class StoreMove:
@@ -186,7 +188,12 @@ class RelocationReport:
 class MisplacedStateError(StateRelocationError):
     """``automatic.state.relocation`` is false and stores are under the wrong task directory."""
 
-    def __init__(self, state_dir: Path, misplaced: Sequence[StoreMove]) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        misplaced: Sequence[StoreMove],
+        unlogged: Collection[str] = frozenset(),
+    ) -> None:
         self.state_dir = state_dir
         self.misplaced = tuple(misplaced)
         lines = [
@@ -196,7 +203,14 @@ class MisplacedStateError(StateRelocationError):
         ]
         for move in self.misplaced:
             taken = " (which already holds a store of that name)" if move.target_taken() else ""
-            lines.append(f'  store "{move.store}": {move}{taken}')
+            # Without a changelog there is nothing to restore from: left behind, it is lost.
+            lost = (
+                " (logging disabled: it has no changelog, so it would start empty and its "
+                "state be lost; only moving it keeps it)"
+                if move.store in unlogged
+                else ""
+            )
+            lines.append(f'  store "{move.store}": {move}{taken}{lost}')
         lines.append(
             f"set {SETTING}: true (the default) to move them, or move them yourself; "
             "this instance does not start with misplaced state"
@@ -248,7 +262,7 @@ def relocate_state(
     if not plan.misplaced:
         return _finish(plan, (), (), started)
     if not automatic:
-        raise MisplacedStateError(Path(root), [m.as_move() for m in plan.misplaced])
+        raise MisplacedStateError(Path(root), [m.as_move() for m in plan.misplaced], homes.unlogged)
     # Check every lock before moving anything: a refusal leaves state.dir as it was.
     locked = []
     for misplaced in plan.misplaced:

@@ -109,6 +109,7 @@ STATE_METRICS_GROUP: Final = "stream-state-metrics"
 _CHANGELOG_KIND: Final = b"c"
 _POSITION_KIND: Final = b"p"
 _EPOCH_KIND: Final = b"e"  # the changelog incarnation (Log.partition_epoch) of an offset
+_OFFSET_KINDS: Final = frozenset((_CHANGELOG_KIND, _POSITION_KIND, _EPOCH_KIND))
 # Written when eddyline creates the database: offsets are eddyline's from then on,
 # so a legacy .checkpoint file never speaks for it.
 _FORMAT_KEY: Final = b"m:format"
@@ -657,7 +658,13 @@ class RocksDBStore(StateStore):
             if key == _FORMAT_KEY:
                 formatted = True
                 continue
-            kind, tp = _decode_offset_key(key)
+            kind = key[:1]
+            if kind not in _OFFSET_KINDS:
+                # A later release's entry (metadata under ``m:``, say): this release has
+                # no use for it, and reading it as an offset would invent a position
+                # after a rollback. Kept as it is, so rolling forward again finds it.
+                continue
+            tp = _decode_offset_key(key)
             if kind == _EPOCH_KIND:
                 self._committed_epochs[tp] = value.decode()
             else:
@@ -851,9 +858,10 @@ def _offset_key(kind: bytes, tp: TopicPartition) -> bytes:
     return kind + _PARTITION.pack(tp.partition) + tp.topic.encode()
 
 
-def _decode_offset_key(key: bytes) -> tuple[bytes, TopicPartition]:
+def _decode_offset_key(key: bytes) -> TopicPartition:
+    """The partition an offset entry (``<kind><partition><topic>``) is about."""
     partition = _PARTITION.unpack_from(key, 1)[0]
-    return key[:1], TopicPartition(key[1 + _PARTITION.size :].decode(), partition)
+    return TopicPartition(key[1 + _PARTITION.size :].decode(), partition)
 
 
 def _not_bytes(store: str, operation: str, key: object, value: object) -> TypeError:

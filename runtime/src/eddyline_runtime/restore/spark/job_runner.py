@@ -40,6 +40,12 @@ _REASONS: Final = (
     re.compile(r"(?:\w+ \"[^\"]*\" )?is forbidden: .*"),
     re.compile(r"(?:java\.net\.)?UnknownHostException: .*"),
     re.compile(r"(?:java\.net\.)?(?:ConnectException|NoRouteToHostException): .*"),
+    # An address that drops every packet: fabric8's Vert.x client gives up after
+    # spark.kubernetes.driver.connectionTimeout and names the address ("The timeout of 10000 ms
+    # has been exceeded when getting a connection to <host>:<port>", Spark 4.2); Netty's and
+    # the JDK's own timeouts end in TimeoutException too. Before Spark's own line, which says
+    # only "External scheduler cannot be instantiated".
+    re.compile(r"(?:[\w$]+\.)*\w*TimeoutException: .*"),
     re.compile(r"(?:Spark|KubernetesClient)Exception: .*"),
 )
 _REASON_CHARACTERS: Final = 600
@@ -104,12 +110,15 @@ def judge_build(
     before: set[str],
     driver_exit_code: int,
     driver_error: str | None = None,
+    master: str | None = None,
 ) -> JobResult:
     """The Job's verdict from the driver's exit status and the manifests on disk.
 
     Success needs a zero exit status and one new build directory holding a
     readable manifest for every requested partition whose files all exist.
-    ``driver_error`` is why a failed driver failed, as its output says (:func:`driver_reason`).
+    ``driver_error`` is why a failed driver failed, as its output says (:func:`driver_reason`);
+    ``master``, when given, is named beside it: an error about an address reads clearly only
+    next to the API server the driver was told to use.
     """
 
     def failed(message: str, build_id: str | None = None) -> JobResult:
@@ -126,7 +135,8 @@ def judge_build(
     new = sorted(build_directories(output, application, store) - before)
     if driver_exit_code != 0:
         why = f": {driver_error}" if driver_error else ""
-        return failed(f"the Spark driver exited with status {driver_exit_code}{why}")
+        where = f" (master {master})" if master else ""
+        return failed(f"the Spark driver{where} exited with status {driver_exit_code}{why}")
     if not new:
         return failed("the driver exited 0 but wrote no build directory")
     build_id = new[-1]
@@ -235,6 +245,7 @@ def run_restore_job(
             before=before,
             driver_exit_code=code,
             driver_error=reason,
+            master=master,
         )
     write_job_result(output, job_name, result)
     if result_file is not None:

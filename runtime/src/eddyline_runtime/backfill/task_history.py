@@ -1,0 +1,442 @@
+"""One task partition's history through the engine's own task code, ending in SSTs.
+
+What runs is what a pod runs for the task (and what :mod:`eddyline_runtime.testing`
+runs): a :class:`~eddyline_runtime.engine.task.StreamTask` with its
+:class:`~eddyline_runtime.engine.partition_group.PartitionGroup` (KIP-695 timestamp
+order), :class:`~eddyline_runtime.engine.task_topology.TaskTopology` and
+:class:`~eddyline_runtime.engine.task_store.TaskStore` over RocksDB. Only the log
+and the stream thread stand aside: the history is read up to fixed end offsets
+and fed in chunks, and the commits write nothing to the log (the outputs of the
+history are not re-emitted; see ``docs/backfill.md``).
+
+The order (the backfill's reference order): per input partition by offset; across
+co-partitioned inputs, the PartitionGroup's timestamp order with every partition
+buffered, so it never waits and never proceeds without a partition that still has
+history (its lag is the history left to feed). A live run may differ where its
+fetches left an input empty and ``max.task.idle.ms`` let it proceed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from eddyline_runtime import __version__
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.partition_group import PartitionGroup
+from eddyline_runtime.engine.record_cache import ThreadCache
+from eddyline_runtime.engine.record_failures import RecordFailures
+from eddyline_runtime.engine.task import StreamTask
+from eddyline_runtime.engine.task_store import TaskStore
+from eddyline_runtime.engine.task_topology import TaskTopology
+from eddyline_runtime.engine.topics import (
+    TopicLayout,
+    changelog_topics,
+    physical_topics,
+)
+from eddyline_runtime.errors import EddylineError
+from eddyline_runtime.key_ranges import KeyRange
+from eddyline_runtime.log import FetchedColumns, Log
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore.manifest import (
+    MANIFEST_FORMAT_VERSION,
+    ChangelogRef,
+    ManifestFile,
+    RestoreManifest,
+    build_directory,
+    sst_name,
+    write_manifest,
+)
+from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions, StateStore, store_directory
+from eddyline_runtime.state.sst_files import SortedFileWriter
+
+# Records fetched per input partition at a time: bounds a task's buffered history.
+FETCH_RECORDS: Final = 10_000
+# Records processed between two commits of the task's stores (a commit flushes the
+# record cache into RocksDB; nothing is written to the log).
+COMMIT_RECORDS: Final = 50_000
+RESULT_NAME: Final = "backfill-result.json"
+
+
+class BackfillError(EddylineError):
+    """A backfill cannot run as asked (bad input offsets, unknown stores, ...)."""
+
+
+class NotBackfillableError(BackfillError):
+    """The topology has a shape this backfill does not build yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillPlan:
+    """What the driver fixes before the job; passed to every task (JSON-encodable)."""
+
+    application: str
+    topology: str  # module:function, loaded on every executor
+    stores: tuple[str, ...]
+    log_url: str
+    output: str
+    build_id: str
+    # Input partition ("topic:partition") -> the offset the history ends at (exclusive).
+    end_offsets: Mapping[str, int]
+    properties: Mapping[str, object] = field(default_factory=dict)
+
+    def encode(self) -> str:
+        return json.dumps(
+            {
+                "application": self.application,
+                "topology": self.topology,
+                "stores": list(self.stores),
+                "log_url": self.log_url,
+                "output": self.output,
+                "build_id": self.build_id,
+                "end_offsets": dict(self.end_offsets),
+                "properties": dict(self.properties),
+            }
+        )
+
+    @classmethod
+    def decode(cls, text: str) -> BackfillPlan:
+        raw = json.loads(text)
+        return cls(
+            application=raw["application"],
+            topology=raw["topology"],
+            stores=tuple(raw["stores"]),
+            log_url=raw["log_url"],
+            output=raw["output"],
+            build_id=raw["build_id"],
+            end_offsets=dict(raw["end_offsets"]),
+            properties=dict(raw["properties"]),
+        )
+
+    def end_offset(self, tp: TopicPartition) -> int:
+        return self.end_offsets[partition_key(tp)]
+
+
+def partition_key(tp: TopicPartition) -> str:
+    return f"{tp.topic}:{tp.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskBackfill:
+    """What one task partition's run built: its manifests and where its history ends."""
+
+    task: TaskId
+    records: int
+    # Store -> its manifest, not written yet: the driver writes every task's once all
+    # succeeded (write_manifests), so a failed or retried attempt leaves no manifest.
+    manifests: Mapping[str, RestoreManifest]
+    keys: Mapping[str, int]
+    end_offsets: Mapping[str, int]
+
+
+def backfill_layout(
+    topology: Topology, application_id: str, input_partitions: Mapping[str, int]
+) -> TopicLayout:
+    """The layout a run over these input topics has: named as ``resolve_topics`` names
+    them, one task per partition. Refuses what this backfill does not build yet: more
+    than one sub-topology (a repartition or a through-topic) and inputs that are not
+    co-partitioned."""
+    subtopologies = tuple(topology.subtopologies())
+    if len(subtopologies) != 1:
+        stores = sorted(store for sub in subtopologies for store in sub.stores)
+        raise NotBackfillableError(
+            f"the topology has {len(subtopologies)} sub-topologies (a repartition links "
+            f"them; stores: {', '.join(stores) or 'none'}): backfilling behind a "
+            "repartition is not supported yet. Backfill a topology with one "
+            "sub-topology, or replay the history through the app"
+        )
+    (sub,) = subtopologies
+    physical = physical_topics(topology, application_id, subtopologies)
+    counts = set()
+    for topic in sub.source_topics:
+        name = physical[topic]
+        if name not in input_partitions:
+            raise BackfillError(
+                f'input topic "{name}" is not in the log; create it, or check the topology'
+            )
+        counts.add(input_partitions[name])
+    if len(counts) != 1:
+        raise NotBackfillableError(
+            f"inputs {', '.join(sorted(physical[t] for t in sub.source_topics))} have "
+            f"different partition counts ({sorted(counts)}): they are not co-partitioned"
+        )
+    changelogs = changelog_topics(topology, application_id, subtopologies)
+    (partitions,) = counts
+    return TopicLayout(
+        application_id=application_id,
+        physical=physical,
+        partitions={sub.id: partitions},
+        changelogs=changelogs,
+        topic_partitions={
+            **{physical[t]: input_partitions[physical[t]] for t in sub.source_topics},
+            **dict.fromkeys(changelogs.values(), partitions),
+        },
+        subtopologies=subtopologies,
+    )
+
+
+def _task(  # noqa: PLR0917 - the task's parts, as TaskManager.create_active takes them
+    topology: Topology,
+    config: StreamsConfig,
+    layout: TopicLayout,
+    task_id: TaskId,
+    state_dir: Path,
+    history_left: Callable[[TopicPartition], int],
+    start_offsets: Mapping[TopicPartition, int],
+) -> tuple[StreamTask, ThreadCache]:
+    """The task as ``TaskManager.create_active`` assembles it, without a producer; and
+    the record cache its stores share (a commit flushes it)."""
+    subtopology = layout.subtopology(task_id)
+    cache = ThreadCache(config.cache_bytes_per_thread)
+    stores: dict[str, TaskStore] = {}
+    try:
+        for name in subtopology.stores:
+            stores[name] = TaskStore(
+                RocksDBStore(
+                    name,
+                    store_directory(state_dir, task_id, name),
+                    RocksDBStoreOptions.from_config(config),
+                ),
+                changelog=layout.changelog_partition(name, task_id),
+                cache=cache if topology.stores[name].cached else None,
+                cache_name=f"{task_id}/{name}",
+            )
+        task_topology = TaskTopology(
+            topology,
+            subtopology,
+            task_id.partition,
+            stores,
+            # A wall-clock punctuation has no history to replay: the clock stands still.
+            wall_clock_ms=lambda: 0,
+            failures=RecordFailures.from_config(config),
+            physical_topics=layout.physical,
+        )
+    except BaseException:
+        for store in stores.values():
+            store.close()
+        raise
+    inputs = layout.input_partitions(task_id)
+    partitions = PartitionGroup(
+        inputs,
+        # Never idle: an input with history left is waited for (its lag), an input
+        # at its end offset has nothing more to come.
+        max_task_idle_ms=0,
+        current_lag=history_left,
+        clock_ms=lambda: 0,
+    )
+    task = StreamTask(
+        task_id,
+        topology=task_topology,
+        stores=stores,
+        partitions=partitions,
+        logical_topics={physical: logical for logical, physical in layout.physical.items()},
+    )
+    task.start({tp: start_offsets[tp] for tp in inputs})
+    return task, cache
+
+
+def _commit(task: StreamTask, cache: ThreadCache) -> None:
+    """A stream thread's commit with nothing written to the log: the outputs of the
+    history are dropped, the stores committed (no changelog offset: see the docs)."""
+    cache.flush()
+    task.drain_output_columns()
+    task.drain_changelogs()
+    task.commit_stores({})
+    task.grant_commit_request()
+
+
+def run_task_history(
+    topology: Topology,
+    config: StreamsConfig,
+    *,
+    layout: TopicLayout,
+    task_id: TaskId,
+    log: Log,
+    plan: BackfillPlan,
+    work_dir: Path,
+    attempt: int = 0,
+) -> TaskBackfill:
+    """Process task ``task_id``'s history (each input partition from its beginning to its
+    end offset in ``plan``), then write each of ``plan.stores`` the task has as one sorted
+    SST and a restore manifest under ``plan.output`` (the layout ``eddyline restore
+    ingest`` and a pod's restore read). ``work_dir`` holds the task's RocksDB stores and
+    is removed at the end."""
+    inputs = layout.input_partitions(task_id)
+    positions = {tp: log.beginning_offset(tp) for tp in inputs}
+    ends = {tp: plan.end_offset(tp) for tp in inputs}
+    for tp in inputs:
+        if ends[tp] < positions[tp]:
+            raise BackfillError(
+                f"the history of {tp} ends at {ends[tp]}, before its first retained offset "
+                f"{positions[tp]}: records were deleted by retention; pass an end offset "
+                ">= it, or backfill from a longer-retained log"
+            )
+    start_offsets = dict(positions)
+    fetched = dict(positions)
+
+    def history_left(tp: TopicPartition) -> int:
+        return ends[tp] - fetched[tp]
+
+    shutil.rmtree(work_dir, ignore_errors=True)
+    task, cache = _task(topology, config, layout, task_id, work_dir, history_left, start_offsets)
+    processed = since_commit = 0
+    try:
+        while True:
+            fed = False
+            for tp in inputs:
+                if task.partitions.buffered(tp) == 0 and fetched[tp] < ends[tp]:
+                    _feed(task, log, tp, fetched, ends[tp])
+                    fed = True
+            done = task.process(FETCH_RECORDS)
+            processed += done
+            since_commit += done
+            if since_commit >= COMMIT_RECORDS:
+                _commit(task, cache)
+                since_commit = 0
+            if done == 0 and not fed:
+                if task.partitions.buffered() or any(fetched[tp] < ends[tp] for tp in inputs):
+                    # Timestamp order held back records with every input fed: a bug.
+                    raise BackfillError(
+                        f"task {task_id} stopped with history left "
+                        f"({task.partitions.buffered()} records buffered); report this"
+                    )
+                break
+        _commit(task, cache)
+        manifests, keys = _write_stores(task, layout, plan, task_id, processed, attempt)
+    finally:
+        task.close()
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return TaskBackfill(
+        task_id,
+        processed,
+        manifests,
+        keys,
+        {partition_key(tp): ends[tp] for tp in inputs},
+    )
+
+
+def _feed(
+    task: StreamTask, log: Log, tp: TopicPartition, fetched: dict[TopicPartition, int], end: int
+) -> None:
+    """Buffer the next records of ``tp`` below ``end``; skips offsets the log no longer
+    has (transaction markers, aborted records) by moving on to what it returns."""
+    columns = log.fetch_columns(tp, fetched[tp], FETCH_RECORDS)
+    if not columns.offsets:
+        if columns.end_offset < end:
+            raise BackfillError(
+                f"{tp} ends at offset {columns.end_offset}, before the backfill's end "
+                f"offset {end}; pass end offsets the log has"
+            )
+        # Nothing committed between here and the end: the rest is markers or aborted.
+        fetched[tp] = end
+        return
+    keep = sum(1 for offset in columns.offsets if offset < end)
+    chunk = FetchedColumns(
+        columns.offsets[:keep],
+        columns.keys[:keep],
+        columns.values[:keep],
+        columns.timestamps[:keep],
+        columns.end_offset,
+        None if columns.headers is None else columns.headers[:keep],
+    )
+    task.add_input(tp, chunk)
+    # A record at or past the end was fetched: the history of ``tp`` is all buffered.
+    fetched[tp] = end if keep < len(columns.offsets) else columns.offsets[-1] + 1
+
+
+def _write_stores(  # noqa: PLR0917 - the run's facts, passed on
+    task: StreamTask,
+    layout: TopicLayout,
+    plan: BackfillPlan,
+    task_id: TaskId,
+    processed: int,
+    attempt: int,
+) -> tuple[dict[str, RestoreManifest], dict[str, int]]:
+    """Each wanted store's committed contents, in key order, as one SST and a manifest."""
+    manifests: dict[str, RestoreManifest] = {}
+    keys: dict[str, int] = {}
+    created = datetime.datetime.now(datetime.UTC).isoformat()
+    for name in plan.stores:
+        store = task.stores.get(name)
+        if store is None:
+            continue
+        directory = manifest_directory(plan, name)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / sst_name(task_id.partition, task_id.partition, attempt, 0)
+        writer = SortedFileWriter(path, store=name)
+        count = 0
+        batch_keys: list[bytes] = []
+        batch_values: list[bytes] = []
+        for key, value in _committed_items(store.store):
+            batch_keys.append(key)
+            batch_values.append(value)
+            if len(batch_keys) >= FETCH_RECORDS:
+                writer.add(batch_keys, batch_values)
+                count += len(batch_keys)
+                batch_keys, batch_values = [], []
+        if batch_keys:
+            writer.add(batch_keys, batch_values)
+            count += len(batch_keys)
+        sst = writer.finish()
+        changelog = layout.changelog_partition(name, task_id)
+        files: tuple[ManifestFile, ...] = ()
+        if sst is not None:
+            files = (ManifestFile(name=path.name, sha256=sst.sha256, bytes=sst.size, keys=count),)
+        manifest = RestoreManifest(
+            format_version=MANIFEST_FORMAT_VERSION,
+            eddyline_version=__version__,
+            build_id=plan.build_id,
+            created_at=created,
+            application=plan.application,
+            store=name,
+            changelog=ChangelogRef(
+                topic=changelog.topic if changelog else f"{plan.application}-{name}-changelog",
+                partition=task_id.partition,
+            ),
+            # A new store's changelog is empty when the backfill ingests: nothing to replay.
+            offset=-1,
+            log_start=0,
+            log_end=0,
+            changelog_epoch=None,
+            records_read=processed,
+            keys=count,
+            files=files,
+        )
+        manifests[name] = manifest
+        keys[name] = count
+    return manifests, keys
+
+
+def manifest_directory(plan: BackfillPlan, store: str) -> Path:
+    return build_directory(Path(plan.output), plan.application, store, plan.build_id)
+
+
+def write_manifests(plan: BackfillPlan, manifests: Iterable[RestoreManifest]) -> dict[str, str]:
+    """After every task succeeded: write the manifests (each atomically), then delete any
+    SST file of the build that no manifest names (a failed or superseded attempt's).
+    Returns "<store>/<partition>" -> the manifest's path."""
+    written: dict[str, str] = {}
+    listed: dict[str, set[str]] = {store: set() for store in plan.stores}
+    for manifest in manifests:
+        directory = manifest_directory(plan, manifest.store)
+        path = write_manifest(directory, manifest)
+        written[f"{manifest.store}/{manifest.changelog.partition}"] = str(path)
+        listed[manifest.store].update(file.name for file in manifest.files)
+    for store, names in listed.items():
+        directory = manifest_directory(plan, store)
+        if directory.is_dir():
+            for entry in directory.glob("*.sst"):
+                if entry.name not in names:
+                    entry.unlink()
+    return written
+
+
+def _committed_items(store: StateStore) -> Iterator[tuple[bytes, bytes]]:
+    """Every committed entry, in key order (RocksDB's byte order: the SST's)."""
+    yield from store.scan(KeyRange())

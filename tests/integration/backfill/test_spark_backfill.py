@@ -1,0 +1,119 @@
+"""``eddyline backfill build`` in PySpark (local[2]): the stores it writes equal a replay's.
+
+One Spark task per task partition runs that partition's history through the
+engine's task code; the end offsets default to the app's committed positions.
+The builds, ingested as a pod ingests a restore build, hold the bytes the
+StreamsInstance's stores hold. Spark starts once per module (its JVM costs
+seconds of CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.cli import main
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.log.sqlite_log import SqliteLog
+from eddyline_runtime.partitions import TaskId
+from tests.integration.backfill.test_task_history import ingested
+from tests.support.backfill import replay, store_contents, write_history
+from tests.support.topologies.backfill_topologies import INPUT, repartitioned_count, windowed_count
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
+    reason="PySpark needs a Java runtime",
+)
+
+REFERENCE = "tests.support.topologies.backfill_topologies:windowed_count"
+PARTITIONS = 3
+RECORDS = 4_500
+
+
+def test_backfill_build_in_spark_equals_a_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Spark's Python workers import the topology by reference, from this checkout.
+    root = str(Path(__file__).resolve().parents[3])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    )
+    application = "backfill-spark"
+    state_dir = tmp_path / "replay-state"
+    config = StreamsConfig.from_properties(
+        {"application.id": application, "state.dir": str(state_dir)}, environ={}
+    )
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        write_history(log, INPUT, PARTITIONS, RECORDS)
+        replay(windowed_count(), config, log)
+        url = log.url
+    finally:
+        log.close()
+    output = tmp_path / "builds"
+    code = main(
+        [
+            "backfill",
+            "build",
+            "--topology",
+            REFERENCE,
+            "--application",
+            application,
+            "--store",
+            "window-counts",
+            "--log-url",
+            url,
+            "--output",
+            str(output),
+            "--master",
+            "local[2]",
+            "--build-id",
+            "b1",
+        ]
+    )
+    assert code == 0
+    assert f"{RECORDS:,} records through {PARTITIONS} tasks" in capsys.readouterr().out
+    result = json.loads((output / application / "b1-backfill-result.json").read_text())
+    assert sum(task["records"] for task in result["tasks"]) == RECORDS
+    for task in result["tasks"]:
+        partition = int(task["task"].split("_")[1])
+        expected = store_contents(config, state_dir, TaskId(0, partition), "window-counts")
+        assert expected
+        got = ingested(
+            task["manifests"]["window-counts"], config, tmp_path / f"ingested-{partition}"
+        )
+        assert got == expected
+
+
+def test_a_repartitioned_topology_is_refused_before_spark_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        log.create_topic(INPUT, 2)
+        url = log.url
+    finally:
+        log.close()
+    assert repartitioned_count().stores  # the store the error must name
+    code = main(
+        [
+            "backfill",
+            "build",
+            "--topology",
+            "tests.support.topologies.backfill_topologies:repartitioned_count",
+            "--application",
+            "app",
+            "--store",
+            "value-counts",
+            "--log-url",
+            url,
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
+    assert code != 0
+    assert "value-counts" in capsys.readouterr().err

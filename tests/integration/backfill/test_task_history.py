@@ -1,0 +1,209 @@
+"""A backfill's stores equal, byte for byte, those a replay through the engine builds.
+
+The history (thousands of records over four partitions, timestamps partly out of
+order) is replayed by an ordinary StreamsInstance to its end; the backfill then
+runs each task partition's history, up to the offsets the instance committed,
+through the engine's task code, and writes SSTs and manifests. The manifests'
+files, ingested as a pod's restore ingests them, hold exactly the bytes of the
+instance's stores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eddyline_runtime.backfill import (
+    BackfillPlan,
+    backfill_layout,
+    run_task_history,
+    write_manifests,
+)
+from eddyline_runtime.backfill.task_history import TaskBackfill, partition_key
+from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.key_ranges import KeyRange
+from eddyline_runtime.log.port import Record
+from eddyline_runtime.log.sqlite_log import SqliteLog
+from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore.manifest import read_manifest
+from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
+from eddyline_runtime.state.sst_files import build_store_from_sst_files
+from tests.support.backfill import replay, store_contents, write_history
+from tests.support.topologies.backfill_topologies import INPUT, keyed_count, windowed_count
+
+PARTITIONS = 4
+RECORDS = 6_000
+
+
+def ingested_build(
+    plan: BackfillPlan, built: TaskBackfill, store: str, config: StreamsConfig, target: Path
+) -> list[tuple[bytes, bytes]]:
+    """The task's manifests written as the driver writes them, then ingested."""
+    paths = write_manifests(plan, built.manifests.values())
+    return ingested(paths[f"{store}/{built.task.partition}"], config, target)
+
+
+def ingested(manifest_path: str, config: StreamsConfig, target: Path) -> list[tuple[bytes, bytes]]:
+    """What a pod's restore ingest makes of a manifest: the store's bytes."""
+    manifest = read_manifest(Path(manifest_path))
+    directory = Path(manifest_path).parent
+    build_store_from_sst_files(
+        manifest.store,
+        target,
+        [(directory / f.name, f.sha256, f.keys) for f in manifest.files],
+        {},
+    )
+    store = RocksDBStore(manifest.store, target, RocksDBStoreOptions.from_config(config))
+    try:
+        return list(store.scan(KeyRange()))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("build", "store"), [(keyed_count, "counts"), (windowed_count, "window-counts")]
+)
+def test_backfilled_stores_equal_a_replay_byte_for_byte(
+    tmp_path: Path, build: object, store: str
+) -> None:
+    topology: Topology = build()  # type: ignore[operator]
+    application = "backfill-test"
+    state_dir = tmp_path / "replay-state"
+    config = StreamsConfig.from_properties(
+        {"application.id": application, "state.dir": str(state_dir)}, environ={}
+    )
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        ends = write_history(log, INPUT, PARTITIONS, RECORDS)
+        replay(topology, config, log)
+        committed = log.committed_offsets(application, list(ends))
+        assert committed == ends  # the batch ends where the app's stream continues
+        layout = backfill_layout(topology, application, {INPUT: PARTITIONS})
+        plan = BackfillPlan(
+            application=application,
+            topology="tests.support.topologies.backfill_topologies:keyed_count",
+            stores=(store,),
+            log_url=log.url,
+            output=str(tmp_path / "builds"),
+            build_id="b1",
+            end_offsets={partition_key(tp): offset for tp, offset in committed.items()},
+        )
+        total = 0
+        for partition in range(PARTITIONS):
+            task = TaskId(0, partition)
+            built = run_task_history(
+                topology,
+                config,
+                layout=layout,
+                task_id=task,
+                log=log,
+                plan=plan,
+                work_dir=tmp_path / "work",
+            )
+            total += built.records
+            expected = store_contents(config, state_dir, task, store)
+            assert expected, "the replay built an empty store: the test proves nothing"
+            got = ingested_build(plan, built, store, config, tmp_path / f"ingested-{partition}")
+            assert got == expected, f"task {task}: backfilled {store} differs from the replay"
+            assert built.keys[store] == len(expected)
+        assert total == RECORDS
+    finally:
+        log.close()
+
+
+def test_a_backfill_ending_earlier_holds_only_the_history_before_its_end(
+    tmp_path: Path,
+) -> None:
+    """End offsets bound the history: records at or after them are not in the state."""
+    topology = keyed_count()
+    application = "backfill-end"
+    config = StreamsConfig.from_properties(
+        {"application.id": application, "state.dir": str(tmp_path / "s")}, environ={}
+    )
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        ends = write_history(log, INPUT, 1, 500)
+        (tp,) = ends
+        layout = backfill_layout(topology, application, {INPUT: 1})
+        plan = BackfillPlan(
+            application=application,
+            topology="tests.support.topologies.backfill_topologies:keyed_count",
+            stores=("counts",),
+            log_url=log.url,
+            output=str(tmp_path / "builds"),
+            build_id="b1",
+            end_offsets={partition_key(tp): 100},
+        )
+        built = run_task_history(
+            topology,
+            config,
+            layout=layout,
+            task_id=TaskId(0, 0),
+            log=log,
+            plan=plan,
+            work_dir=tmp_path / "w",
+        )
+        assert built.records == 100
+        # A failed attempt's file, which no manifest names: the driver's write removes it.
+        stray = (
+            Path(plan.output) / application / "counts" / "b1" / "p00000-s00000-a00000009-000.sst"
+        )
+        stray.write_bytes(b"a killed attempt's half-written file")
+        contents = ingested_build(plan, built, "counts", config, tmp_path / "ingested")
+        assert not stray.exists()
+        total = sum(int.from_bytes(value[-8:], "big") for _, value in contents)
+        assert total == 100
+    finally:
+        log.close()
+
+
+def test_aborted_records_in_the_history_are_not_in_the_backfilled_state(
+    tmp_path: Path,
+) -> None:
+    """The history is read read_committed: an aborted transaction's records, between
+    committed ones, count neither in the replay nor in the backfill."""
+    topology = keyed_count()
+    application = "backfill-aborted"
+    state_dir = tmp_path / "replay-state"
+    config = StreamsConfig.from_properties(
+        {"application.id": application, "state.dir": str(state_dir)}, environ={}
+    )
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        write_history(log, INPUT, 1, 300)
+        (tp,) = [TopicPartition(INPUT, 0)]
+        producer = log.transactional_producer("history-writer")
+        producer.begin()
+        producer.send_batch(tp, [Record(b"user-1", b"aborted", 10_000)] * 50)
+        producer.abort()
+        write_history(log, INPUT, 1, 200, seed=36, create=False)
+        end = log.end_offset(tp)
+        replay(topology, config, log)
+        assert log.committed_offsets(application, [tp]) == {tp: end}
+        layout = backfill_layout(topology, application, {INPUT: 1})
+        plan = BackfillPlan(
+            application=application,
+            topology="unused: the task runs in this process",
+            stores=("counts",),
+            log_url=log.url,
+            output=str(tmp_path / "builds"),
+            build_id="b1",
+            end_offsets={partition_key(tp): end},
+        )
+        built = run_task_history(
+            topology,
+            config,
+            layout=layout,
+            task_id=TaskId(0, 0),
+            log=log,
+            plan=plan,
+            work_dir=tmp_path / "w",
+        )
+        assert built.records == 500
+        expected = store_contents(config, state_dir, TaskId(0, 0), "counts")
+        got = ingested_build(plan, built, "counts", config, tmp_path / "ingested")
+        assert got == expected
+    finally:
+        log.close()
