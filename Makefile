@@ -19,7 +19,7 @@ BYTEWAX := bytewax==0.21.1
 STATE_DIR ?= $(CURDIR)/.eddyline-state
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run demo-store graphviz topology-pictures test test-fast test-realnode soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-windows bench-backfill clean
+.PHONY: help setup run demo-store graphviz topology-pictures test test-fast test-realnode soak-e2e kafka kafka-jars spark-kafka-jars lint crds bench-store bench-runtime bench-relocation bench-failover bench-log bench-operator bench-restore bench-kafka bench-joins bench-windows bench-backfill clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -129,6 +129,11 @@ bench-kafka: $(STAMP) kafka-jars ## Kafka benchmark: word count in eddyline vs K
 	@mkdir -p $(KSTREAMS_CLASSES)
 	javac -d $(KSTREAMS_CLASSES) -cp "$$(scripts/kafka-jars)/*" tests/bench/kstreams/WordCount.java
 	$(BIN)/python -m tests.bench.bench_kafka --classes $(KSTREAMS_CLASSES) $(BENCH_KAFKA_ARGS)
+
+bench-joins: $(STAMP) kafka-jars ## Joins benchmark: a foreign-key join in eddyline vs Kafka Streams on one broker, EOS joined records/s, CPU (last line JSON)
+	@mkdir -p $(KSTREAMS_CLASSES)
+	javac -d $(KSTREAMS_CLASSES) -cp "$$(scripts/kafka-jars)/*" tests/bench/kstreams/FkJoin.java
+	$(BIN)/python -m tests.bench.bench_joins --classes $(KSTREAMS_CLASSES) $(BENCH_JOINS_ARGS)
 
 # Images: built by the project's own container engine (scripts/container-engine: Debian's
 # docker.io, installed and started on first use, as root), tagged under the names the chart

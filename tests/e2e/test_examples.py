@@ -247,19 +247,27 @@ def test_click_enrichment_waits_for_profiles_produced_before_the_clicks(
 # -- custom processor (deduplication) --------------------------------------------------------
 
 
-def test_order_enrichment_converges_to_each_order_joined_with_its_customer(
+def test_order_enrichment_converges_to_each_order_joined_with_its_customer_in_eur(
     tmp_path: Path, log: SqliteLog
 ) -> None:
     """The foreign-key join across two partitions per table: orders and customers are
     read by different tasks, which interleave as they please, so which intermediate
-    rows go out differs from the driver's; the table they end in may not."""
+    rows go out differs from the driver's; the table they end in may not. The rates
+    are written before the run: the global table holds the latest before any order."""
     app, search_path = load_example("order_enrichment", tmp_path)
     log.create_topic("orders", 2)
     log.create_topic("customers", 2)
+    log.create_topic("currency-rates", 1)
+    rates = {"USD": 0.9, "GBP": 1.2}  # no CHF: those orders have eur null
+    currencies = ["USD", "GBP", "CHF"]
     customers = [(f"c{i}", {"name": f"n{i}", "tier": "basic"}, i) for i in range(4)]
-    orders = [(f"o{i}", {"customer_id": f"c{i % 5}", "amount": i}, 10 + i) for i in range(12)]
+    orders = [
+        (f"o{i}", {"customer_id": f"c{i % 5}", "amount": i, "currency": currencies[i % 3]}, 10 + i)
+        for i in range(12)
+    ]
     updates = [("c2", {"name": "n2", "tier": "gold"}, 50), ("c3", None, 51)]
-    moves = [("o1", {"customer_id": "c2", "amount": 1}, 60), ("o6", None, 61)]
+    moves = [("o1", {"customer_id": "c2", "amount": 1, "currency": "GBP"}, 60), ("o6", None, 61)]
+    produce_keyed(log, "currency-rates", [("USD", 0.5, 0), *[(c, r, 1) for c, r in rates.items()]])
     produce_keyed(log, "customers", customers)
     produce_keyed(log, "orders", orders)
     produce_keyed(log, "customers", updates)
@@ -272,8 +280,17 @@ def test_order_enrichment_converges_to_each_order_joined_with_its_customer(
         table[key] = value
     final_customers = {key: value for key, value, _ in customers + updates}
     final_orders = {key: value for key, value, _ in orders + moves}
+
+    def eur(order: dict[str, Any]) -> float | None:
+        rate = rates.get(order["currency"])
+        return None if rate is None else round(order["amount"] * rate, 2)
+
     assert {key: value for key, value in table.items() if value is not None} == {
-        key: {"order": order, "customer": final_customers.get(order["customer_id"])}
+        key: {
+            "order": order,
+            "customer": final_customers.get(order["customer_id"]),
+            "eur": eur(order),
+        }
         for key, order in final_orders.items()
         if order is not None
     }

@@ -132,36 +132,45 @@ def test_customer_accounts_join_two_tables_into_a_table() -> None:
         assert driver.get_key_value_store("customers").all() == [("c2", {"name": "Bo"})]
 
 
-def test_order_enrichment_joins_each_order_with_the_customer_it_names() -> None:
+def test_order_enrichment_joins_each_order_with_its_customer_and_converts_it_to_eur() -> None:
     with example_driver("order_enrichment") as driver:
+        rates = driver.create_input_topic("currency-rates")
         orders = driver.create_input_topic("orders")
         customers = driver.create_input_topic("customers")
         rows = driver.create_output_topic("enriched-orders")
         ann, bo = {"name": "Ann", "tier": "gold"}, {"name": "Bo", "tier": "basic"}
-        o1, o2 = {"customer_id": "c1", "amount": 30}, {"customer_id": "c2", "amount": 5}
+        o1 = {"customer_id": "c1", "amount": 30, "currency": "USD"}
+        o2 = {"customer_id": "c2", "amount": 5, "currency": "CHF"}
 
+        rates.pipe_input("USD", 0.9, 500)
         customers.pipe_input("c1", ann, 1_000)
         orders.pipe_input("o1", o1, 2_000)
-        orders.pipe_input("o2", o2, 3_000)  # no customer c2 yet: customer None
+        orders.pipe_input("o2", o2, 3_000)  # no customer c2 yet, no CHF rate yet: both None
         customers.pipe_input("c2", bo, 4_000)  # answers o2
+        rates.pipe_input("CHF", 1.1, 4_500)  # sends nothing: the rows joined from now on use it
         gold = {**bo, "tier": "gold"}
-        customers.pipe_input("c2", gold, 5_000)  # re-sends every order of c2
+        customers.pipe_input("c2", gold, 5_000)  # re-sends every order of c2, now in EUR
         moved = {**o1, "customer_id": "c2"}
         orders.pipe_input("o1", moved, 6_000)  # o1 now names c2
         customers.pipe_input("c1", None, 7_000)  # nobody names c1 any more: nothing
-        orders.pipe_input("o2", None, 8_000)  # the order's tombstone
+        orders.pipe_input("o2", None, 8_000)  # the order's tombstone gets past the conversion
+        orders.pipe_input("o3", {"customer_id": "c2", "amount": 1}, 9_000)  # no currency
 
         assert [(r.key, r.value) for r in rows.read_records_to_list()] == [
-            ("o1", {"order": o1, "customer": ann}),
-            ("o2", {"order": o2, "customer": None}),
-            ("o2", {"order": o2, "customer": bo}),
-            ("o2", {"order": o2, "customer": gold}),
-            ("o1", {"order": moved, "customer": gold}),
+            ("o1", {"order": o1, "customer": ann, "eur": 27.0}),
+            ("o2", {"order": o2, "customer": None, "eur": None}),
+            ("o2", {"order": o2, "customer": bo, "eur": None}),
+            ("o2", {"order": o2, "customer": gold, "eur": 5.5}),
+            ("o1", {"order": moved, "customer": gold, "eur": 27.0}),
             ("o2", None),
+            ("o3", {"order": {"customer_id": "c2", "amount": 1}, "customer": gold, "eur": None}),
         ]
+        # The joined table is stored before the conversion (a rate is not part of it).
         assert driver.get_key_value_store("enriched-orders").all() == [
-            ("o1", {"order": moved, "customer": gold})
+            ("o1", {"order": moved, "customer": gold}),
+            ("o3", {"order": {"customer_id": "c2", "amount": 1}, "customer": gold}),
         ]
+        assert driver.get_key_value_store("currency-rates").all() == [("CHF", 1.1), ("USD", 0.9)]
 
 
 def test_currency_conversion_enriches_orders_from_the_global_table() -> None:
