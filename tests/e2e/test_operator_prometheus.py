@@ -162,7 +162,6 @@ def start_wordcount(operator: Operator) -> str:
     log_url = f"sqlite:///{claim}/log.db"
     log = open_log(log_url)  # input topics exist before the app, as on a real cluster
     log.create_topic(INPUT.topic, 1)
-    log.create_topic("watched-words", 1)
     log.close()
     document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
     document["spec"].update(replicas=1, topology=TOPOLOGY, autoscaling=AUTOSCALING)
@@ -258,10 +257,10 @@ def test_prometheus_scrapes_the_app_through_kubernetes_discovery_as_the_pod_moni
 
         wait_for(operator_apps, "the operator's app count, with the app's namespace", 60)
 
-        drive_the_lag_alert(operator, url, log_url)
+        stopped = drive_the_lag_alert(operator, url, log_url)
         # The pod the scale out added is discovered and scraped as well.
         check_discovered(operator, url, monitor, scrape, 2)
-        check_caught_up(operator, url)
+        check_caught_up(operator, url, stopped)
 
         # Every query of the shipped dashboard answers with series, but those named in
         # EXPECTED_EMPTY (each with its reason): the dashboard never goes blank unnoticed.
@@ -286,37 +285,37 @@ def test_prometheus_scrapes_the_app_through_kubernetes_discovery_as_the_pod_moni
             raise AssertionError(f"dashboard panels without series: {blank}") from error
 
 
-def drive_the_lag_alert(operator: Operator, url: str, log_url: str) -> None:
+def drive_the_lag_alert(operator: Operator, url: str, log_url: str) -> float:
     """The backlog grows until the chart's lag alert fires and the autoscaler has scaled out
-    (on the same lag: maxLagRecords); then the test stops writing."""
+    (on the same lag: maxLagRecords); then the test stops writing. When it stopped
+    (``time.monotonic()``)."""
     producer = Producer(log_url, BUFFERED, PRODUCE_RATE)
     producer.start()
     started = time.monotonic()
     try:
-        states = watch_lag_alert(operator, url, until="firing")
+        states, firing = watch_lag_alert(operator, url, until="firing")
         fired = time.monotonic() - started
         wait_for(lambda: scaled_out(operator), "the autoscaler's scale out", SCALE_TIMEOUT)
     finally:
         producer.stop()
-    stopped = time.monotonic() - started
+    stopped = time.monotonic()
     # Pending first (for the rule's `for:`), then firing; in between it may have gone back
     # (a task the scale out moved reports no lag, -1, until its new pod fetched).
     assert states[0] == "pending" and states[-1] == "firing", states
-    firing = lag_alert(operator, url)
-    assert firing is not None and firing["state"] == "firing", firing
     assert firing["labels"]["severity"] == "warning", firing
     assert float(firing["value"]) > 0, firing  # the lag, in records
     print(
         f"lag alert: states {states}, firing after {fired:.1f} s; {producer.written} lines "
-        f"written in {stopped:.1f} s"
+        f"written in {stopped - started:.1f} s"
     )
+    return stopped
 
 
-def check_caught_up(operator: Operator, url: str) -> None:
+def check_caught_up(operator: Operator, url: str, stopped: float) -> None:
     """The app works its backlog off: Prometheus sees the input partition's lag known and 0
     (not merely unknown, -1, on a pod that took the task over), the summed lag 0, and the
-    lag alert resolved (gone from /api/v1/alerts, its rule inactive)."""
-    started = time.monotonic()
+    lag alert resolved (gone from /api/v1/alerts, its rule inactive). ``stopped``: when the
+    test stopped writing (``time.monotonic()``)."""
     labels = f'namespace="{operator.namespace}", app="{APP}"'
 
     def caught_up() -> bool:
@@ -332,7 +331,7 @@ def check_caught_up(operator: Operator, url: str) -> None:
     wait_for(caught_up, "the app caught up with its input, in Prometheus", CATCH_UP_TIMEOUT)
     wait_for(lambda: lag_alert(operator, url) is None, "the lag alert resolved", RESOLVE_TIMEOUT)
     assert lag_rule_state(url) == "inactive"
-    print(f"caught up and the alert resolved {time.monotonic() - started:.1f} s after the stop")
+    print(f"caught up and the alert resolved {time.monotonic() - stopped:.1f} s after the stop")
 
 
 def wait_running(operator: Operator, replicas: int) -> dict[str, str]:
@@ -400,20 +399,22 @@ def lag_alert(operator: Operator, url: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def watch_lag_alert(operator: Operator, url: str, *, until: str) -> list[str]:
+def watch_lag_alert(
+    operator: Operator, url: str, *, until: str
+) -> tuple[list[str], dict[str, Any]]:
     """The lag alert's states as seen from its first appearance (each change once, "absent"
-    while it is gone), polled until it is in state ``until``."""
+    while it is gone), polled until it is in state ``until``; and the alert then."""
     states: list[str] = []
 
-    def reached() -> bool:
+    def reached() -> dict[str, Any] | None:
         alert = lag_alert(operator, url)
         state = "absent" if alert is None else str(alert["state"])
         if (states or state != "absent") and (not states or states[-1] != state):
             states.append(state)
-        return state == until
+        return alert if state == until else None
 
-    wait_for(reached, f"the {LAG_ALERT} alert {until}", ALERT_TIMEOUT, interval=0.25)
-    return states
+    alert = wait_for(reached, f"the {LAG_ALERT} alert {until}", ALERT_TIMEOUT, interval=0.25)
+    return states, alert
 
 
 def lag_rule_state(url: str) -> str:
