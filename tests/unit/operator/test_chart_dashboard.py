@@ -347,6 +347,10 @@ def test_the_monitoring_values_render_clean(tmp_path: Path, values: dict[str, An
         ),
         ({"metrics": {"prometheusRule": {"notReconcilingSeconds": 0}}}, "notReconcilingSeconds"),
         (
+            {"metrics": {"prometheusRule": {"inputLagGrowingResolution": "1 minute"}}},
+            "inputLagGrowingResolution",
+        ),
+        (
             {"metrics": {"prometheusRule": {"upgradeRolledBackWindow": 3600}}},
             "upgradeRolledBackWindow",
         ),
