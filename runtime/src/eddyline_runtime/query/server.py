@@ -1442,12 +1442,12 @@ def _metadata_body(metadata: KeyQueryMetadata) -> dict[str, Any]:
 
 
 def _member_hosts(instance: StreamsInstance) -> list[str]:
-    """Every member's query address in the assignment this instance knows: the hosts a
-    router asks for copies (warm-ups, restoring ones) the key's metadata does not name."""
+    """Every member's query address in the assignment this instance knows, and this
+    instance's own: the hosts a router asks for copies (warm-ups, restoring ones, and those
+    a member holds while no assignment names it) the key's metadata does not name."""
     assignment = instance.assignment
-    if assignment is None:
-        return []
-    return sorted({m.address for m in assignment.members if m.address})
+    members = [] if assignment is None else [m.address for m in assignment.members]
+    return sorted({a for a in [*members, instance.member.address] if a})
 
 
 def _read_at(levels: Sequence[IsolationLevel], asked: IsolationLevel | None) -> str | None:
