@@ -30,11 +30,15 @@ V1 = {"ref": "wordcount:topology", "revision": "1"}
 V2 = {"ref": "wordcount:topology_v2", "revision": "2"}
 
 
-def layout_report(member: str, revision: str, *, restoring: bool = False) -> MemberReport:
-    """Word count's layout: v1 counts in sub-topology 1, v2 (a new first one) in 2."""
+def layout_report(
+    member: str, revision: str, *, restoring: bool = False, parked: bool = False
+) -> MemberReport:
+    """Word count's layout: v1 counts in sub-topology 1, v2 (a new first one) in 2.
+    ``parked``: given nothing, the pod holds its copy as a standby (it serves, not
+    processes)."""
     owner = 1 if revision == "1" else 2
     tasks = frozenset(TaskId(s, p) for s in range(owner + 1) for p in PARTITIONS)
-    role = "restoring" if restoring else "active"
+    role = "restoring" if restoring else "standby" if parked else "active"
     return MemberReport(
         member=member,
         topology_hash=f"hash-v{revision}",
@@ -141,11 +145,13 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     }
     driver.app["spec"]["topology"] = dict(V2)
 
+    # Stopping: processing stops, the pods stay (they serve their copies as standbys).
     stopping = driver.cycle()
     assert stopping.write_ahead and driver.step() == "Stopping"
-    assert stateful_set(stopping.objects)["spec"]["replicas"] == 0
+    assert stateful_set(stopping.objects)["spec"]["replicas"] == 3
     assert "revision: '1'" in driver.manifest or 'revision: "1"' in str(driver.manifest)
-    assert sorted(stopping.delete_pods) == ["wc-0", "wc-1", "wc-2"]
+    assert stopping.delete_pods == []
+    assert driver.membership is not None and not driver.membership.assignment.tasks
     assert [e.reason for e in stopping.events] == ["UpgradeStarted"]
     assert condition(stopping, "Upgrading")["reason"] == "Stopping"
     assert condition(stopping, "Progressing")["reason"] == "TopologyUpgrade"
@@ -154,25 +160,41 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
         str(p): m for m, ps in active_before.items() for p in ps
     }
 
-    driver.pods = [pod(i, deleting=True) for i in range(3)]
+    # A pod that still reports an active copy has not closed its tasks yet.
     waiting = driver.cycle()
     assert not waiting.write_ahead and driver.step() == "Stopping"
 
-    driver.pods = []
-    publishing = driver.cycle()
+    old = {f"wc-{i}": layout_report(f"wc-{i}", "1", parked=True) for i in range(3)}
+    publishing = driver.cycle(reports=old)
     assert publishing.write_ahead and driver.step() == "Publishing"
-    assert stateful_set(publishing.objects)["spec"]["replicas"] == 0
     assert "wordcount:topology_v2" in str(driver.manifest)
+    assert stateful_set(publishing.objects)["spec"]["replicas"] == 3
     assert driver.membership is not None and not driver.membership.assignment.tasks
 
-    starting = driver.cycle()
-    assert starting.write_ahead and driver.step() == "Starting"
-    assert stateful_set(starting.objects)["spec"]["replicas"] == 3
+    # One pod at a time, highest ordinal first, each only while every other pod serves.
+    replaced: list[str] = []
+    reports = dict(old)
+    for index in (2, 1, 0):
+        name = f"wc-{index}"
+        rolling = driver.cycle(reports=reports)
+        assert rolling.delete_pods == [name] and driver.step() == "Publishing"
+        replaced.append(name)
+        driver.pods = [
+            pod(i, deleting=True) if i == index else p for i, p in enumerate(driver.pods)
+        ]
+        del reports[name]
+        assert driver.cycle(reports=reports).delete_pods == []  # on its way out
+        driver.pods[index] = pod(index, revision="2", config_hash=driver.template_hash)
+        latest = driver.cycle(reports=reports)
+        assert latest.delete_pods == []  # not serving yet
+        reports[name] = layout_report(name, "2", parked=True)
+    assert replaced == ["wc-2", "wc-1", "wc-0"]
+    # The last pod of the old revision replaced: Starting (which waits for every report).
+    assert latest.write_ahead and driver.step() == "Starting"
+    assert stateful_set(latest.objects)["spec"]["replicas"] == 3
 
-    driver.start_pods("2", count=1)
-    assert driver.cycle().membership is None  # one pod alone would take every task
-    driver.start_pods("2")
-    first = driver.cycle()
+    driver.revision = "2"
+    first = driver.cycle(reports=reports)
     assert first.membership is not None
     for member, partitions in active_before.items():
         assert {
@@ -191,6 +213,18 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     ]
     assert condition(done, "Upgrading")["status"] == "False"
     assert [e.reason for e in done.events] == ["UpgradeSucceeded"]
+
+
+def test_without_pods_the_upgrade_goes_through_its_steps_as_well(driver: Driver) -> None:
+    """Pods that went away (deleted from outside, a node lost) neither process nor need
+    replacing: nothing waits for them."""
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()
+    driver.pods = []
+    driver.cycle()
+    assert driver.step() == "Publishing"
+    driver.cycle()
+    assert driver.step() == "Starting"
 
 
 def test_the_same_status_decides_the_same_step_after_an_operator_restart(driver: Driver) -> None:
