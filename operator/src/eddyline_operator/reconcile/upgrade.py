@@ -2,10 +2,12 @@
 
 Sub-topology ordinals shift when a topology gains or loses a sub-topology, so old and new
 pods cannot share a consumer group (KIP-816's non-goal: no mixed versions). An upgrade
-therefore stops every pod, publishes the new revision, and starts them all again; the pods
-relocate their state directories at start (``relocate_state``, active and standby alike)
-and restore only their changelog tails. This module decides each step; the handlers carry
-it out.
+therefore stops processing on every pod, publishes the new revision, replaces the pods one
+at a time, and starts processing again; the pods relocate their state directories at start
+(``relocate_state``, active and standby alike) and restore only their changelog tails.
+Queries are answered throughout: a pod the membership gives nothing keeps the copies on its
+disk open as standbys and serves them (docs/queries.md, "Through a full-cluster topology
+upgrade"). This module decides each step; the handlers carry it out.
 
 The state machine. ``status.upgrade`` holds the step; an arrow is taken only on what the
 operator observes, and the new step is written to status *before* the operator acts on it
@@ -14,11 +16,20 @@ step resumes that step, and never starts an upgrade over::
 
     (none) --spec.topology differs from status.topology, or a pod reports another
              describe() hash for the same revision--> Stopping
-    Stopping   StatefulSet at 0 replicas, old template; pods get SIGTERM (clean final commit)
-               --no pod of the app is left (terminating ones count)--> Publishing
-    Publishing ConfigMap and template of the target revision applied, still 0 replicas; the
-               membership reset to an empty assignment (old task ids mean other tasks now)
-               --the ConfigMap holds the target and the membership is the reset one--> Starting
+    Stopping   old template, spec replicas; the membership reset to an empty assignment (old
+               task ids mean other tasks in the new revision), so every pod commits and
+               closes its active tasks and keeps serving its copies as standbys
+               --no member pod reports an active or restoring copy--> Publishing
+    Publishing ConfigMap and template of the target revision applied (the StatefulSet is
+               OnDelete: running pods keep theirs); one pod of the old revision deleted at a
+               time, highest ordinal first, and only while every other pod is there and
+               serves (reports a copy open), so each partition keeps a serving copy; the
+               StatefulSet recreates it from the target template, and it serves its
+               relocated copies, given nothing, before any task is assigned
+               --the ConfigMap holds the target, the membership is the reset one and every
+                 pod runs the target revision--> Starting
+               --a new pod's container exits with an error, or upgradeDeadlineSeconds pass
+                 (counted from Publishing)--> Stopping, rolling back
     Starting   spec replicas of the target; once every pod is a member and reported, one
                assignment puts each task where its store's state was (by store name: the
                placement recorded at Stopping), so nothing is restored but tails
@@ -34,8 +45,10 @@ step resumes that step, and never starts an upgrade over::
 Invariants, each decided from status and observed objects only:
 
 * one upgrade at a time: while ``status.upgrade`` exists, a new spec.topology waits;
-* never mixed revisions: pods of the target start only once no pod of the old revision
-  exists (Stopping -> Publishing requires zero pods), and the objects rendered are always
+* never two revisions processing: pods of the target start only once no pod processes
+  (Stopping -> Publishing requires every member to report no active copy under the reset
+  membership), and none is assigned a task before every pod runs the target (Starting);
+  pods of both revisions serve side by side, read-only. The objects rendered are always
   those of ``status.topology`` (what runs) or the step's revision, never the spec's directly;
 * a rolled-back revision is recorded in ``status.failedTopology`` and not tried again until
   spec.topology changes; a rollback that fails too is not rolled back again (Degraded).
