@@ -136,6 +136,25 @@ def run_to_starting(driver: Driver) -> None:
     assert driver.step() == "Starting"
 
 
+def replace_pods_one_at_a_time(driver: Driver, reports: dict[str, MemberReport]) -> Plan:
+    """Publishing's roll: one pod at a time, highest ordinal first, each only while every
+    other pod is there and serves; ``reports`` follow the pods. The last cycle's plan."""
+    for index in (2, 1, 0):
+        name = f"wc-{index}"
+        rolling = driver.cycle(reports=reports)
+        assert rolling.delete_pods == [name] and driver.step() == "Publishing"
+        driver.pods = [
+            pod(i, deleting=True) if i == index else p for i, p in enumerate(driver.pods)
+        ]
+        del reports[name]
+        assert driver.cycle(reports=reports).delete_pods == []  # on its way out
+        driver.pods[index] = pod(index, revision="2", config_hash=driver.template_hash)
+        latest = driver.cycle(reports=reports)
+        assert latest.delete_pods == []  # not serving yet
+        reports[name] = layout_report(name, "2", parked=True)
+    return latest
+
+
 def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -> None:
     before = driver.membership
     assert before is not None
@@ -171,24 +190,8 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     assert stateful_set(publishing.objects)["spec"]["replicas"] == 3
     assert driver.membership is not None and not driver.membership.assignment.tasks
 
-    # One pod at a time, highest ordinal first, each only while every other pod serves.
-    replaced: list[str] = []
     reports = dict(old)
-    for index in (2, 1, 0):
-        name = f"wc-{index}"
-        rolling = driver.cycle(reports=reports)
-        assert rolling.delete_pods == [name] and driver.step() == "Publishing"
-        replaced.append(name)
-        driver.pods = [
-            pod(i, deleting=True) if i == index else p for i, p in enumerate(driver.pods)
-        ]
-        del reports[name]
-        assert driver.cycle(reports=reports).delete_pods == []  # on its way out
-        driver.pods[index] = pod(index, revision="2", config_hash=driver.template_hash)
-        latest = driver.cycle(reports=reports)
-        assert latest.delete_pods == []  # not serving yet
-        reports[name] = layout_report(name, "2", parked=True)
-    assert replaced == ["wc-2", "wc-1", "wc-0"]
+    latest = replace_pods_one_at_a_time(driver, reports)
     # The last pod of the old revision replaced: Starting (which waits for every report).
     assert latest.write_ahead and driver.step() == "Starting"
     assert stateful_set(latest.objects)["spec"]["replicas"] == 3
@@ -224,6 +227,27 @@ def test_without_pods_the_upgrade_goes_through_its_steps_as_well(driver: Driver)
     driver.cycle()
     assert driver.step() == "Publishing"
     driver.cycle()
+    assert driver.step() == "Starting"
+
+
+def test_a_pod_made_before_publishing_is_replaced_whatever_its_revision_label(
+    driver: Driver,
+) -> None:
+    """A rollback's pods of the revision it returns to that were never replaced still have
+    the template of before (the settings changed with the topology, say): only a pod made
+    since this Publishing began has the template Publishing applied."""
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()  # Stopping
+    parked = {f"wc-{i}": layout_report(f"wc-{i}", "2", parked=True) for i in range(3)}
+    driver.pods = [pod(i, revision="2") for i in range(3)]
+    for made in driver.pods:
+        made["metadata"]["creationTimestamp"] = "2026-11-23T09:00:00Z"
+    driver.cycle(reports=parked)
+    assert driver.step() == "Publishing"
+    assert driver.cycle(reports=parked).delete_pods == ["wc-2"]
+    for made in driver.pods:
+        made["metadata"]["creationTimestamp"] = driver.now
+    assert driver.cycle(reports=parked).delete_pods == []
     assert driver.step() == "Starting"
 
 

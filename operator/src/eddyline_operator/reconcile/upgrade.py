@@ -467,12 +467,25 @@ def _paused(observed: UpgradeInput) -> bool:
 
 
 def _of_target(pod: Obj, report: MemberReport | None, record: UpgradeStatus) -> bool:
-    """Whether ``pod`` runs the revision the step moves to: its revision label, or, for
-    new code under the same revision, a report of another topology hash than the source's."""
+    """Whether ``pod`` runs the template the step moves to: created since this direction's
+    Publishing began (the template was applied then; a pod made before it has the template
+    of before, other settings too, as a rollback's pods that were never replaced), and of
+    the target revision: its revision label, or, for new code under the same revision, a
+    report of another topology hash than the source's."""
     source, target = record.from_topology, record.to_topology
+    since = _publishing_since(record)
+    created = pod["metadata"].get("creationTimestamp")
+    if since is not None and created is not None and _seconds_between(since, created) < 0:
+        return False
     if source.revision != target.revision:
         return pod_revision(pod) == target.revision
     return report is not None and source.hash is not None and report.topology_hash != source.hash
+
+
+def _publishing_since(record: UpgradeStatus) -> str | None:
+    """When this direction's Publishing began (RollBackPublishing while rolling back)."""
+    name = _step_name(record, PUBLISHING)
+    return next((s.started_at for s in reversed(record.steps) if s.step == name), None)
 
 
 def _serving(pod: Obj, reports: Mapping[str, MemberReport]) -> bool:
