@@ -612,8 +612,56 @@ def test_a_key_no_assignment_covers_yet_is_503_with_retry_after(tmp_path: Path) 
         assert response.status == 503, response.text
         assert "Retry-After" in response.headers
         assert "no assignment covers" in response.json()["error"]
-        metadata = http_get(address, f"/v1/stores/{STORE}/metadata/apple")
-        assert metadata.json()["partition"] == -1
+        # No host, but the key's partition: a router looks for the copies members hold
+        # while no assignment names them (an upgrade's reset membership).
+        metadata = http_get(address, f"/v1/stores/{STORE}/metadata/apple").json()
+        assert (metadata["active_host"], metadata["standby_hosts"]) == (None, [])
+        assert metadata["partition"] == 0
+    finally:
+        server.stop()
+        instance.close(30)
+        log.close()
+
+
+def test_an_instance_given_nothing_serves_the_copies_on_its_disk_as_standbys(
+    tmp_path: Path,
+) -> None:
+    """A topology upgrade publishes an empty assignment while no pod may process: a member
+    given nothing keeps its copies open as standbys and answers stale queries from them
+    (docs/queries.md, "Through a full-cluster topology upgrade"), where before it held
+    nothing and every key was 503."""
+    log = SqliteLog(tmp_path / "log.db")
+    log.create_topic("lines", 1)
+    log.produce(TopicPartition("lines", 0), [Record(None, b"apple apple", 1)])
+    first = StreamsInstance(word_count(), streams_config(tmp_path / "state"), log)
+    first.start()
+    try:
+        first.wait_until_caught_up(DEADLINE_SECONDS)
+    finally:
+        first.close(30)
+    nothing = Assignment(active={}, standby={})
+    instance = StreamsInstance(
+        word_count(), streams_config(tmp_path / "state"), log, assignment=nothing
+    )
+    server = QueryServer(instance, "127.0.0.1", 0)
+    try:
+        instance.start()
+        address = str(server.start())
+        wait_for(
+            lambda: bool(instance.local_store_partitions(STORE)),
+            "the copy on disk open as a standby",
+            DEADLINE_SECONDS,
+        )
+        stale = http_get(address, key_path("apple") + "?allow_stale=true").json()
+        assert (stale["value"], stale["role"], stale["stale"]) == (2, "standby", True), stale
+        bounded = http_get(address, key_path("apple") + "?max_staleness_ms=600000")
+        assert bounded.status == 200 and bounded.json()["value"] == 2, bounded.text
+        fresh = http_get(address, key_path("apple"))
+        assert fresh.status == 503, fresh.text  # a standby is not the active copy
+        assert http_get(address, "/readyz/serving").status == 200
+        assert http_get(address, "/readyz").status == 503  # it processes nothing
+        metadata = http_get(address, f"/v1/stores/{STORE}/metadata/apple").json()
+        assert (metadata["active_host"], metadata["partition"]) == (None, 0), metadata
     finally:
         server.stop()
         instance.close(30)

@@ -73,7 +73,8 @@ class ServiceProxy:
             await asyncio.sleep(0.3)
 
     def endpoints(self, address: str, port: int) -> list[tuple[str, int]]:
-        """The ready pods behind a Service port, as (pod IP, container port)."""
+        """The ready pods behind a Service port (every pod with an IP, under
+        ``publishNotReadyAddresses``), as (pod IP, container port)."""
         service = next(
             (s for s in self.services.items() if s["spec"].get("clusterIP") == address), None
         )
@@ -90,7 +91,14 @@ class ServiceProxy:
             labels = pod["metadata"].get("labels", {})
             if any(labels.get(k) != v for k, v in spec["selector"].items()):
                 continue
-            if pod["metadata"].get("deletionTimestamp") or not _ready(pod):
+            # As the EndpointSlice controller: publishNotReadyAddresses puts every pod
+            # with an IP behind the Service, terminating ones included (includeTerminating),
+            # whatever its Ready condition says.
+            if not spec.get("publishNotReadyAddresses") and (
+                pod["metadata"].get("deletionTimestamp") or not _ready(pod)
+            ):
+                continue
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                 continue
             ip = pod.get("status", {}).get("podIP")
             number = next(

@@ -30,11 +30,15 @@ V1 = {"ref": "wordcount:topology", "revision": "1"}
 V2 = {"ref": "wordcount:topology_v2", "revision": "2"}
 
 
-def layout_report(member: str, revision: str, *, restoring: bool = False) -> MemberReport:
-    """Word count's layout: v1 counts in sub-topology 1, v2 (a new first one) in 2."""
+def layout_report(
+    member: str, revision: str, *, restoring: bool = False, parked: bool = False
+) -> MemberReport:
+    """Word count's layout: v1 counts in sub-topology 1, v2 (a new first one) in 2.
+    ``parked``: given nothing, the pod holds its copy as a standby (it serves, not
+    processes)."""
     owner = 1 if revision == "1" else 2
     tasks = frozenset(TaskId(s, p) for s in range(owner + 1) for p in PARTITIONS)
-    role = "restoring" if restoring else "active"
+    role = "restoring" if restoring else "standby" if parked else "active"
     return MemberReport(
         member=member,
         topology_hash=f"hash-v{revision}",
@@ -132,6 +136,25 @@ def run_to_starting(driver: Driver) -> None:
     assert driver.step() == "Starting"
 
 
+def replace_pods_one_at_a_time(driver: Driver, reports: dict[str, MemberReport]) -> Plan:
+    """Publishing's roll: one pod at a time, highest ordinal first, each only while every
+    other pod is there and serves; ``reports`` follow the pods. The last cycle's plan."""
+    for index in (2, 1, 0):
+        name = f"wc-{index}"
+        rolling = driver.cycle(reports=reports)
+        assert rolling.delete_pods == [name] and driver.step() == "Publishing"
+        driver.pods = [
+            pod(i, deleting=True) if i == index else p for i, p in enumerate(driver.pods)
+        ]
+        del reports[name]
+        assert driver.cycle(reports=reports).delete_pods == []  # on its way out
+        driver.pods[index] = pod(index, revision="2", config_hash=driver.template_hash)
+        latest = driver.cycle(reports=reports)
+        assert latest.delete_pods == []  # not serving yet
+        reports[name] = layout_report(name, "2", parked=True)
+    return latest
+
+
 def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -> None:
     before = driver.membership
     assert before is not None
@@ -141,11 +164,13 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     }
     driver.app["spec"]["topology"] = dict(V2)
 
+    # Stopping: processing stops, the pods stay (they serve their copies as standbys).
     stopping = driver.cycle()
     assert stopping.write_ahead and driver.step() == "Stopping"
-    assert stateful_set(stopping.objects)["spec"]["replicas"] == 0
+    assert stateful_set(stopping.objects)["spec"]["replicas"] == 3
     assert "revision: '1'" in driver.manifest or 'revision: "1"' in str(driver.manifest)
-    assert sorted(stopping.delete_pods) == ["wc-0", "wc-1", "wc-2"]
+    assert stopping.delete_pods == []
+    assert driver.membership is not None and not driver.membership.assignment.tasks
     assert [e.reason for e in stopping.events] == ["UpgradeStarted"]
     assert condition(stopping, "Upgrading")["reason"] == "Stopping"
     assert condition(stopping, "Progressing")["reason"] == "TopologyUpgrade"
@@ -154,25 +179,25 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
         str(p): m for m, ps in active_before.items() for p in ps
     }
 
-    driver.pods = [pod(i, deleting=True) for i in range(3)]
+    # A pod that still reports an active copy has not closed its tasks yet.
     waiting = driver.cycle()
     assert not waiting.write_ahead and driver.step() == "Stopping"
 
-    driver.pods = []
-    publishing = driver.cycle()
+    old = {f"wc-{i}": layout_report(f"wc-{i}", "1", parked=True) for i in range(3)}
+    publishing = driver.cycle(reports=old)
     assert publishing.write_ahead and driver.step() == "Publishing"
-    assert stateful_set(publishing.objects)["spec"]["replicas"] == 0
     assert "wordcount:topology_v2" in str(driver.manifest)
+    assert stateful_set(publishing.objects)["spec"]["replicas"] == 3
     assert driver.membership is not None and not driver.membership.assignment.tasks
 
-    starting = driver.cycle()
-    assert starting.write_ahead and driver.step() == "Starting"
-    assert stateful_set(starting.objects)["spec"]["replicas"] == 3
+    reports = dict(old)
+    latest = replace_pods_one_at_a_time(driver, reports)
+    # The last pod of the old revision replaced: Starting (which waits for every report).
+    assert latest.write_ahead and driver.step() == "Starting"
+    assert stateful_set(latest.objects)["spec"]["replicas"] == 3
 
-    driver.start_pods("2", count=1)
-    assert driver.cycle().membership is None  # one pod alone would take every task
-    driver.start_pods("2")
-    first = driver.cycle()
+    driver.revision = "2"
+    first = driver.cycle(reports=reports)
     assert first.membership is not None
     for member, partitions in active_before.items():
         assert {
@@ -191,6 +216,39 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     ]
     assert condition(done, "Upgrading")["status"] == "False"
     assert [e.reason for e in done.events] == ["UpgradeSucceeded"]
+
+
+def test_without_pods_the_upgrade_goes_through_its_steps_as_well(driver: Driver) -> None:
+    """Pods that went away (deleted from outside, a node lost) neither process nor need
+    replacing: nothing waits for them."""
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()
+    driver.pods = []
+    driver.cycle()
+    assert driver.step() == "Publishing"
+    driver.cycle()
+    assert driver.step() == "Starting"
+
+
+def test_a_pod_made_before_publishing_is_replaced_whatever_its_revision_label(
+    driver: Driver,
+) -> None:
+    """A rollback's pods of the revision it returns to that were never replaced still have
+    the template of before (the settings changed with the topology, say): only a pod made
+    since this Publishing began has the template Publishing applied."""
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()  # Stopping
+    parked = {f"wc-{i}": layout_report(f"wc-{i}", "2", parked=True) for i in range(3)}
+    driver.pods = [pod(i, revision="2") for i in range(3)]
+    for made in driver.pods:
+        made["metadata"]["creationTimestamp"] = "2026-11-23T09:00:00Z"
+    driver.cycle(reports=parked)
+    assert driver.step() == "Publishing"
+    assert driver.cycle(reports=parked).delete_pods == ["wc-2"]
+    for made in driver.pods:
+        made["metadata"]["creationTimestamp"] = driver.now
+    assert driver.cycle(reports=parked).delete_pods == []
+    assert driver.step() == "Starting"
 
 
 def test_the_same_status_decides_the_same_step_after_an_operator_restart(driver: Driver) -> None:

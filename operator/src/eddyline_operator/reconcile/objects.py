@@ -205,7 +205,15 @@ def headless_service(app: StreamApp, namespace: str, owner: Obj) -> Obj:
 
 
 def query_service(app: StreamApp, namespace: str, owner: Obj) -> Obj:
-    """Interactive queries, load-balanced over ready pods (they route keys themselves)."""
+    """Interactive queries, load-balanced over every pod, Ready or not (they route keys
+    themselves).
+
+    ``publishNotReadyAddresses``: a pod's ``Ready`` is processing readiness, and a pod
+    that restores, or waits for an upgrade's first assignment, still serves the copies it
+    holds (``/readyz/serving``); a Service of Ready pods only had no endpoint at all
+    through a topology upgrade. A request may then reach a pod that cannot answer it yet
+    (503, or refused while it starts): the ``QueryRouter`` asks the other members
+    (docs/queries.md, "The query Service")."""
     name = app.metadata.name
     return {
         "apiVersion": "v1",
@@ -214,6 +222,7 @@ def query_service(app: StreamApp, namespace: str, owner: Obj) -> Obj:
         "spec": {
             "type": "ClusterIP",
             "selector": names.selector_labels(name),
+            "publishNotReadyAddresses": True,
             "ports": [_service_port()],
         },
     }

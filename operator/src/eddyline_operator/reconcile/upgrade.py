@@ -2,10 +2,12 @@
 
 Sub-topology ordinals shift when a topology gains or loses a sub-topology, so old and new
 pods cannot share a consumer group (KIP-816's non-goal: no mixed versions). An upgrade
-therefore stops every pod, publishes the new revision, and starts them all again; the pods
-relocate their state directories at start (``relocate_state``, active and standby alike)
-and restore only their changelog tails. This module decides each step; the handlers carry
-it out.
+therefore stops processing on every pod, publishes the new revision, replaces the pods one
+at a time, and starts processing again; the pods relocate their state directories at start
+(``relocate_state``, active and standby alike) and restore only their changelog tails.
+Queries are answered throughout: a pod the membership gives nothing keeps the copies on its
+disk open as standbys and serves them (docs/queries.md, "Through a full-cluster topology
+upgrade"). This module decides each step; the handlers carry it out.
 
 The state machine. ``status.upgrade`` holds the step; an arrow is taken only on what the
 operator observes, and the new step is written to status *before* the operator acts on it
@@ -14,11 +16,20 @@ step resumes that step, and never starts an upgrade over::
 
     (none) --spec.topology differs from status.topology, or a pod reports another
              describe() hash for the same revision--> Stopping
-    Stopping   StatefulSet at 0 replicas, old template; pods get SIGTERM (clean final commit)
-               --no pod of the app is left (terminating ones count)--> Publishing
-    Publishing ConfigMap and template of the target revision applied, still 0 replicas; the
-               membership reset to an empty assignment (old task ids mean other tasks now)
-               --the ConfigMap holds the target and the membership is the reset one--> Starting
+    Stopping   old template, spec replicas; the membership reset to an empty assignment (old
+               task ids mean other tasks in the new revision), so every pod commits and
+               closes its active tasks and keeps serving its copies as standbys
+               --no member pod reports an active or restoring copy--> Publishing
+    Publishing ConfigMap and template of the target revision applied (the StatefulSet is
+               OnDelete: running pods keep theirs); one pod of the old revision deleted at a
+               time, highest ordinal first, and only while every other pod is there and
+               serves (reports a copy open), so each partition keeps a serving copy; the
+               StatefulSet recreates it from the target template, and it serves its
+               relocated copies, given nothing, before any task is assigned
+               --the ConfigMap holds the target, the membership is the reset one and every
+                 pod runs the target revision--> Starting
+               --a new pod's container exits with an error, or upgradeDeadlineSeconds pass
+                 (counted from Publishing)--> Stopping, rolling back
     Starting   spec replicas of the target; once every pod is a member and reported, one
                assignment puts each task where its store's state was (by store name: the
                placement recorded at Stopping), so nothing is restored but tails
@@ -34,8 +45,10 @@ step resumes that step, and never starts an upgrade over::
 Invariants, each decided from status and observed objects only:
 
 * one upgrade at a time: while ``status.upgrade`` exists, a new spec.topology waits;
-* never mixed revisions: pods of the target start only once no pod of the old revision
-  exists (Stopping -> Publishing requires zero pods), and the objects rendered are always
+* never two revisions processing: pods of the target start only once no pod processes
+  (Stopping -> Publishing requires every member to report no active copy under the reset
+  membership), and none is assigned a task before every pod runs the target (Starting);
+  pods of both revisions serve side by side, read-only. The objects rendered are always
   those of ``status.topology`` (what runs) or the step's revision, never the spec's directly;
 * a rolled-back revision is recorded in ``status.failedTopology`` and not tried again until
   spec.topology changes; a rollback that fails too is not rolled back again (Degraded).
@@ -58,7 +71,7 @@ from eddyline_operator.reconcile.membership import (
     members,
 )
 from eddyline_operator.reconcile.seed import Seed
-from eddyline_operator.reconcile.status import is_deleting
+from eddyline_operator.reconcile.status import is_deleting, pod_revision
 from eddyline_runtime.assignor import Assignment, assign
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
@@ -202,12 +215,20 @@ def _begin(
 def _continue(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> Decision:
     step = record.step
     target = record.to_topology
-    if step == STOPPING and not observed.pods:
+    if step == STOPPING and _paused(observed):
         return _advance(
-            observed, base, record, PUBLISHING, f"every pod is gone; publishing {target}"
+            observed,
+            base,
+            record,
+            PUBLISHING,
+            f"no pod processes; publishing {target} and replacing the pods one at a time",
         )
-    if step == PUBLISHING and _published(observed, target):
+    if step == PUBLISHING and _published(observed, target) and _rolled(observed, record):
         return _advance(observed, base, record, STARTING, f"starting the pods of {target}")
+    if step == PUBLISHING and not record.rollback:
+        failure = _failure(observed, record)
+        if failure is not None:
+            return _roll_back(observed, base, record, failure)
     if step == STARTING:
         # Before anything else in Starting: no task of the new revision is assigned until
         # its generated names were compared with those that ran.
@@ -240,15 +261,17 @@ def _act(
     base.upgrade, base.write_ahead = record, write_ahead
     base.hold_membership = True
     if step == STOPPING:
-        base.render, base.replicas = source, 0
-        base.delete_pods = sorted(
-            p["metadata"]["name"] for p in observed.pods if not is_deleting(p)
-        )
-        waiting = f"{len(observed.pods)} pods of {source} still stopping"
-    elif step == PUBLISHING:
-        base.render, base.replicas = target, 0
+        # Processing stops, serving does not: every pod, given nothing, commits and closes
+        # its active tasks and keeps its copies open as standbys, which it serves.
+        base.render, base.replicas = source, None
         base.membership = _reset(observed.membership)
-        waiting = f"publishing {target}"
+        waiting = f"{len(_processing(observed))} pods of {source} still processing"
+    elif step == PUBLISHING:
+        base.render, base.replicas = target, None
+        base.membership = _reset(observed.membership)
+        if _published(observed, target):
+            base.delete_pods = _next_to_replace(observed, record)
+        waiting = f"publishing {target}; {_rolling_message(observed, record)}"
     else:
         base.render, base.replicas = target, None
         base.membership = _first_assignment(observed, record)
@@ -341,7 +364,10 @@ def _failure(observed: UpgradeInput, record: UpgradeStatus) -> UpgradeFailure | 
                     pod=pod["metadata"]["name"],
                     message=str(ended.get("message") or f"exit code {code}").strip(),
                 )
-    started = next((s.started_at for s in reversed(record.steps) if s.step == STARTING), None)
+    # The deadline runs from the first step that starts pods of the new revision.
+    started = next(
+        (s.started_at for s in reversed(record.steps) if s.step in (PUBLISHING, STARTING)), None
+    )
     deadline = observed.app.spec.topology.upgrade_deadline_seconds
     if started is not None and _seconds_between(started, observed.now) > deadline:
         waiting = sorted(p["metadata"]["name"] for p in observed.pods if not is_ready(p)) or [
@@ -417,6 +443,98 @@ def _rolled_back_message(last: LastUpgrade | None, failed: Topology) -> Seed:
 def _member_reports(observed: UpgradeInput) -> dict[str, MemberReport]:
     live = {p["metadata"]["name"] for p in observed.pods if is_member(p)}
     return {m: r for m, r in observed.reports.items() if m in live}
+
+
+def _processing(observed: UpgradeInput) -> list[str]:
+    """The member pods that still report an active (or restoring active) copy."""
+    return sorted(
+        member
+        for member, report in _member_reports(observed).items()
+        if any(
+            copy.role is not StoreRole.STANDBY
+            for partitions in report.stores.values()
+            for copy in partitions.values()
+        )
+    )
+
+
+def _paused(observed: UpgradeInput) -> bool:
+    """The reset membership is published and no pod processes: each committed and closed
+    its active tasks (their copies stay open, as standbys, and answer queries)."""
+    membership = observed.membership
+    reset = membership is None or not membership.assignment.tasks
+    return reset and not _processing(observed)
+
+
+def _of_target(pod: Obj, report: MemberReport | None, record: UpgradeStatus) -> bool:
+    """Whether ``pod`` runs the template the step moves to: created since this direction's
+    Publishing began (the template was applied then; a pod made before it has the template
+    of before, other settings too, as a rollback's pods that were never replaced), and of
+    the target revision: its revision label, or, for new code under the same revision, a
+    report of another topology hash than the source's."""
+    source, target = record.from_topology, record.to_topology
+    since = _publishing_since(record)
+    created = pod["metadata"].get("creationTimestamp")
+    if since is not None and created is not None and _seconds_between(since, created) < 0:
+        return False
+    if source.revision != target.revision:
+        return pod_revision(pod) == target.revision
+    return report is not None and source.hash is not None and report.topology_hash != source.hash
+
+
+def _publishing_since(record: UpgradeStatus) -> str | None:
+    """When this direction's Publishing began (RollBackPublishing while rolling back)."""
+    name = _step_name(record, PUBLISHING)
+    return next((s.started_at for s in reversed(record.steps) if s.step == name), None)
+
+
+def _serving(pod: Obj, reports: Mapping[str, MemberReport]) -> bool:
+    """A pod that reported its layout with at least one copy open: it answers queries."""
+    report = reports.get(pod["metadata"]["name"])
+    return report is not None and any(partitions for partitions in report.stores.values())
+
+
+def _next_to_replace(observed: UpgradeInput, record: UpgradeStatus) -> list[str]:
+    """One pod of the old revision to delete (the StatefulSet recreates it from the new
+    template), and only while every other pod is there and serving: the copies of the
+    others cover the one replaced (each partition has a copy on another pod with a standby),
+    so some pod answers for every key throughout. Highest ordinal first, as a
+    StatefulSet rolls."""
+    wanted = 0 if observed.app.spec.suspended else observed.app.spec.replicas
+    reports = _member_reports(observed)
+    live = [p for p in observed.pods if not is_deleting(p)]
+    if len(live) != len(observed.pods) or len(live) < wanted:
+        return []  # a pod is on its way out or not created yet
+    old = [p for p in live if not _of_target(p, reports.get(p["metadata"]["name"]), record)]
+    if not old:
+        return []
+    if not all(_serving(p, reports) for p in live):
+        return []
+    return [max((p["metadata"]["name"] for p in old), key=_ordinal)]
+
+
+def _rolled(observed: UpgradeInput, record: UpgradeStatus) -> bool:
+    """Every pod runs the new revision (reported by the new ones)."""
+    reports = _member_reports(observed)
+    live = [p for p in observed.pods if not is_deleting(p)]
+    return len(live) == len(observed.pods) and all(
+        _of_target(p, reports.get(p["metadata"]["name"]), record) for p in live
+    )
+
+
+def _rolling_message(observed: UpgradeInput, record: UpgradeStatus) -> str:
+    reports = _member_reports(observed)
+    new = sum(
+        1
+        for p in observed.pods
+        if not is_deleting(p) and _of_target(p, reports.get(p["metadata"]["name"]), record)
+    )
+    return f"{new}/{observed.app.spec.replicas} pods replaced"
+
+
+def _ordinal(name: str) -> int:
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
 
 
 def _published(observed: UpgradeInput, target: Topology) -> bool:

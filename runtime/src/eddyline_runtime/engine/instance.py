@@ -46,7 +46,7 @@ from eddyline_runtime.restore.ingest.build_wait import PendingRestore
 from eddyline_runtime.restore.replay import LagInfo
 from eddyline_runtime.state import StoreReader
 from eddyline_runtime.state.relocation import RelocationReport, relocate_state
-from eddyline_runtime.state.state_directory import prune_quarantine
+from eddyline_runtime.state.state_directory import prune_quarantine, task_directory
 
 logger = logging.getLogger(__name__)
 
@@ -436,7 +436,11 @@ class StreamsInstance:
         mine = (
             assignment.tasks_of(self.member.id)
             if self.member.id in assignment.active
-            else MemberTasks(frozenset(), frozenset())
+            # Given nothing (a pod before its first assignment, and every pod while an
+            # upgrade's membership is the reset one): the copies on its disk run as
+            # standbys, which only read their changelogs, so the pod still answers
+            # queries from them (docs/queries.md, "Through a topology upgrade").
+            else MemberTasks(frozenset(), self._copies_on_disk())
         )
         if held:
             mine = MemberTasks(mine.active - held, mine.standby | held, mine.warmup)
@@ -454,6 +458,21 @@ class StreamsInstance:
             )
             for index in range(count)
         ]
+
+    def _copies_on_disk(self) -> frozenset[TaskId]:
+        """The stateful tasks of this topology with a persistent store's directory in
+        state.dir (after relocation, so under this topology's ordinals)."""
+        if self.layout is None:
+            return frozenset()
+        persistent = [name for name, spec in self.topology.stores.items() if spec.persistent]
+        return frozenset(
+            task
+            for task in self.layout.stateful_tasks()
+            if any(
+                (task_directory(self.config.state_dir, task) / store).is_dir()
+                for store in persistent
+            )
+        )
 
     def _layout(self) -> TopicLayout:
         if self.layout is None:
@@ -554,8 +573,10 @@ class StreamsInstance:
 
         None when the topology has no store of that name (as Kafka Streams'
         ``queryMetadataForKey`` answers null, and the HTTP API 404). Before
-        this instance knows an assignment that covers the key's task, Kafka's
-        ``KeyQueryMetadata.NOT_AVAILABLE``: no host, partition -1.
+        this instance knows an assignment that covers the key's task: no host, but
+        the key's partition (a property of the key and the topology, not of the
+        assignment), so that a router still finds the copies members hold while no
+        assignment names them (an upgrade's reset membership; docs/queries.md).
         """
         layout = self._layout()
         subtopology = next((sub for sub in layout.subtopologies if store in sub.stores), None)
@@ -565,7 +586,7 @@ class StreamsInstance:
         task = TaskId(subtopology.id, partition)
         assignment = self.assignment
         if assignment is None or task not in assignment.tasks:
-            return KeyQueryMetadata.NOT_AVAILABLE
+            return KeyQueryMetadata(None, (), partition)
 
         def host(member_id: str) -> HostInfo | None:
             address = assignment.member(member_id).address

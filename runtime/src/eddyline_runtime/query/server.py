@@ -380,7 +380,7 @@ class _Handlers:
             max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
-            metadata = _available(_metadata(self.instance, store, key), store)
+            metadata = _available(self.instance, _metadata(self.instance, store, key), store)
             local = self._hosted(store, metadata)
             bounded = bound is not None
             freshness = _checked(
@@ -438,7 +438,7 @@ class _Handlers:
             max_staleness = _max_staleness(request)
             keys, values = _serdes(self.instance, store, request)
             key = keys.serialize_text(request.match_info["key"])
-            metadata = _available(_metadata(self.instance, store, key), store)
+            metadata = _available(self.instance, _metadata(self.instance, store, key), store)
             local = self._hosted(store, metadata)
             freshness = _checked(self.instance, local, metadata, allow_stale, max_staleness)
             position = local.open_reader(isolation).position()
@@ -731,7 +731,7 @@ class _Handlers:
                 key = keys.serialize_text(key_text)
                 key_from: bytes | None = key
                 key_to: bytes | None = key
-                metadata = _available(_metadata(self.instance, store, key), store)
+                metadata = _available(self.instance, _metadata(self.instance, store, key), store)
                 local = self._hosted(store, metadata)
                 freshness = _checked(self.instance, local, metadata, allow_stale, max_staleness)
                 selected = [(local, freshness)]
@@ -1413,9 +1413,17 @@ def _metadata(instance: StreamsInstance, store: str, key: bytes) -> KeyQueryMeta
     return metadata
 
 
-def _available(metadata: KeyQueryMetadata, store: str) -> KeyQueryMetadata:
-    """A key's metadata for serving it: 503 while no assignment covers it yet."""
-    if not metadata.available:
+def _available(
+    instance: StreamsInstance, metadata: KeyQueryMetadata, store: str
+) -> KeyQueryMetadata:
+    """A key's metadata for serving it: 503 while no assignment covers it yet, unless this
+    instance holds a copy of its partition anyway (one given nothing keeps its copies on
+    disk open as standbys: an upgrade's reset membership), which answers by the usual rules."""
+    unassigned = metadata.active_host is None and not metadata.standby_hosts
+    held = any(
+        local.partition == metadata.partition for local in instance.local_store_partitions(store)
+    )
+    if not metadata.available or (unassigned and not held):
         raise _QueryError(
             503,
             {"error": f'no assignment covers this key of store "{store}" yet; retry shortly'},
@@ -1442,12 +1450,12 @@ def _metadata_body(metadata: KeyQueryMetadata) -> dict[str, Any]:
 
 
 def _member_hosts(instance: StreamsInstance) -> list[str]:
-    """Every member's query address in the assignment this instance knows: the hosts a
-    router asks for copies (warm-ups, restoring ones) the key's metadata does not name."""
+    """Every member's query address in the assignment this instance knows, and this
+    instance's own: the hosts a router asks for copies (warm-ups, restoring ones, and those
+    a member holds while no assignment names it) the key's metadata does not name."""
     assignment = instance.assignment
-    if assignment is None:
-        return []
-    return sorted({m.address for m in assignment.members if m.address})
+    members = [] if assignment is None else [m.address for m in assignment.members]
+    return sorted({a for a in [*members, instance.member.address] if a})
 
 
 def _read_at(levels: Sequence[IsolationLevel], asked: IsolationLevel | None) -> str | None:
