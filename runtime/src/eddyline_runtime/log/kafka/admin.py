@@ -27,9 +27,12 @@ from eddyline_runtime.log.errors import (
 from eddyline_runtime.log.kafka.connection import KafkaConnection
 from eddyline_runtime.log.kafka.errors import kafka_error
 from eddyline_runtime.log.port import TopicSpec
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.partitions import TopicPartition
 
 _T = TypeVar("_T")
+# librdkafka's default message.max.bytes: it refuses a larger record before sending it.
+_CLIENT_MESSAGE_MAX_BYTES = 1_000_000
 
 
 class KafkaTopics:
@@ -41,6 +44,8 @@ class KafkaTopics:
         self._client: AdminClient | None = None
         # Real topic name -> compacted, as last seen (partition counts: connection.listed).
         self.compacted: dict[str, bool] = {}
+        # Real topic name -> the largest record it takes (record_size_limit).
+        self._record_limits: dict[str, RecordSizeLimit] = {}
 
     def client(self) -> AdminClient:
         if self._client is None:
@@ -177,6 +182,36 @@ class KafkaTopics:
         real = self.check_partition(TopicPartition(name, 0))
         policy, retention = self._described(name, real)
         return retention if "delete" in policy.split(",") else None
+
+    def record_size_limit(self, name: str) -> RecordSizeLimit:
+        """The topic's ``max.message.bytes``, or the producer's ``message.max.bytes``
+        (librdkafka refuses a larger record itself) when that is smaller. Asked once per
+        topic (DescribeConfigs) and kept: a limit raised later is seen by the next log
+        handle, a restarted app; one lowered later is caught by the broker as before."""
+        real = self.check_partition(TopicPartition(name, 0))
+        known = self._record_limits.get(real)
+        if known is not None:
+            return known
+        described = self._ask(
+            lambda admin, timeout: _results(
+                admin.describe_configs([ConfigResource("topic", real)], request_timeout=timeout)
+            ),
+            action=f'reading the configuration of topic "{name}"',
+            acl=f'DESCRIBE_CONFIGS on topic "{real}"',
+        )
+        entry = next(iter(described.values())).get("max.message.bytes")
+        # The broker's default (message.max.bytes, 1 MB + 12) when a topic sets none.
+        topic_limit = int(entry.value) if entry is not None and entry.value else 1_048_588
+        client_limit = int(
+            self._connection.settings.client.get("message.max.bytes", _CLIENT_MESSAGE_MAX_BYTES)
+        )
+        limit = (
+            RecordSizeLimit(topic_limit, "the topic's max.message.bytes")
+            if topic_limit <= client_limit
+            else RecordSizeLimit(client_limit, "message.max.bytes in the log settings")
+        )
+        self._record_limits[real] = limit
+        return limit
 
     def _described(self, name: str, real: str) -> tuple[str, int | None]:
         """(cleanup.policy, retention.ms or None for -1) as a broker describes them."""

@@ -50,6 +50,7 @@ from eddyline_runtime.log.kafka.reader import (
     message_offset,
 )
 from eddyline_runtime.log.kafka_settings import KafkaLogSettings, kafka_log_settings
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.log.port import (
     ChangeBatch,
     CommittedTransaction,
@@ -176,6 +177,9 @@ class KafkaLog(Log):
 
     def topic_retention(self, topic: str) -> int | None:
         return self.topic_admin.retention(topic)
+
+    def record_size_limit(self, topic: str) -> RecordSizeLimit:
+        return self.topic_admin.record_size_limit(topic)
 
     # -- records -----------------------------------------------------------------------
 
