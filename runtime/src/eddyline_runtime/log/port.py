@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import NamedTuple, overload
 
-from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.log.record_size import RecordSizeLimit
+from eddyline_runtime.partitions import TopicPartition
 
 Headers = tuple[tuple[str, bytes], ...]
 

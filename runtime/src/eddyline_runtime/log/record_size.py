@@ -51,8 +51,8 @@ class RecordTooLargeError(ValueError):
         self.topic, self.size, self.limit = topic, size, limit
         # Short: the task's one-line failure keeps 120 characters of it.
         super().__init__(
-            f'{what} is {size} bytes, over topic "{topic}"\'s limit {limit.max_bytes} '
-            f"({limit.setting}); raise that or make the record smaller"
+            f'{what} is {size} bytes, over "{topic}"\'s {limit.setting}={limit.max_bytes}; '
+            "raise it or shrink the record"
         )
 
 

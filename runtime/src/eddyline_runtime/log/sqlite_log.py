@@ -432,7 +432,7 @@ class SqliteLog(Log):
         with self._read() as db:
             self._topic(db, TopicPartition(topic, 0))
         limit = self._connection().getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
-        return RecordSizeLimit(limit, "SQLite's SQLITE_LIMIT_LENGTH")
+        return RecordSizeLimit(limit, "SQLITE_LIMIT_LENGTH")
 
     def enforce_retention(self, now_ms: int) -> int:
         """Delete, in each partition of a topic with retention, the longest run of records

@@ -206,9 +206,9 @@ class KafkaTopics:
             self._connection.settings.client.get("message.max.bytes", _CLIENT_MESSAGE_MAX_BYTES)
         )
         limit = (
-            RecordSizeLimit(topic_limit, "the topic's max.message.bytes")
+            RecordSizeLimit(topic_limit, "max.message.bytes")
             if topic_limit <= client_limit
-            else RecordSizeLimit(client_limit, "message.max.bytes in the log settings")
+            else RecordSizeLimit(client_limit, "message.max.bytes (log settings)")
         )
         self._record_limits[real] = limit
         return limit

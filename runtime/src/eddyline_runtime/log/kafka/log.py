@@ -50,7 +50,6 @@ from eddyline_runtime.log.kafka.reader import (
     message_offset,
 )
 from eddyline_runtime.log.kafka_settings import KafkaLogSettings, kafka_log_settings
-from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.log.port import (
     ChangeBatch,
     CommittedTransaction,
@@ -62,6 +61,7 @@ from eddyline_runtime.log.port import (
     TopicSpec,
     TransactionalProducer,
 )
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.partitions import TopicPartition
 
 # Idle producers are polled this often by their thread's fetches, so statistics
