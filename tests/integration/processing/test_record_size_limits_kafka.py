@@ -132,7 +132,7 @@ def test_fail_stops_the_task_naming_the_topic_the_size_and_the_limit(
     message = str(cause)
     assert "\n" not in message
     assert f"at offset 10: RecordTooLargeError: this record is {size} bytes" in message
-    assert f'over "{log.real_topic("out")}"\'s max.message.bytes={LIMIT}' in message
+    assert f'over "out"\'s max.message.bytes={LIMIT}; raise it' in message
     assert "raise it or shrink the record" in message
     assert "production.exception.handler" in message
     assert all(len(record.value or b"") < LIMIT for record in values(log, "out"))
@@ -148,14 +148,17 @@ def test_the_dead_letter_topic_gets_the_input_record_with_the_reason(
             growing(), config(tmp_path / handler, "exactly_once_v2", **settings), log
         )
         instance.start()
-        try:
-            if handler == "log-and-fail":
-                with pytest.raises(StreamsFailedError):
+        if handler == "log-and-fail":
+            with pytest.raises(StreamsFailedError):  # close() raises what failed the task
+                try:
                     instance.wait_until_caught_up(TIMEOUT)
-            else:
+                finally:
+                    instance.close()
+        else:
+            try:
                 instance.wait_until_caught_up(TIMEOUT)
-        finally:
-            instance.close()
+            finally:
+                instance.close()
     # The continuing run wrote the dead-letter record once; the failing one wrote none
     # (a failing answer's dead-letter records are not written: docs/errors.md).
     [dead] = values(log, "dlq")
