@@ -54,6 +54,7 @@ from eddyline_runtime.log.record_size import (
     MOST_OVERHEAD_WITHOUT_HEADERS,
     RecordSizeLimit,
     RecordTooLargeError,
+    headers_size_bound,
     record_size_upper_bound,
 )
 from eddyline_runtime.metrics import Sensor
@@ -978,8 +979,10 @@ class TaskTopology:
         Checked before anything is sent, so it holds under exactly-once too: the
         transaction never meets the broker's refusal."""
         quick = (0 if key is None else len(key)) + (0 if value is None else len(value))
-        if not headers and quick + MOST_OVERHEAD_WITHOUT_HEADERS <= limit.max_bytes:
-            return None
+        if headers:
+            quick += headers_size_bound(headers)
+        if quick + MOST_OVERHEAD_WITHOUT_HEADERS <= limit.max_bytes:
+            return None  # far under the limit: no need of the exact estimate
         size = record_size_upper_bound(key, value, headers)
         if size <= limit.max_bytes:
             return None
