@@ -178,7 +178,7 @@ class KafkaLog(Log):
     def topic_retention(self, topic: str) -> int | None:
         return self.topic_admin.retention(topic)
 
-    def record_size_limit(self, topic: str) -> RecordSizeLimit:
+    def record_size_limit(self, topic: str) -> RecordSizeLimit | None:
         return self.topic_admin.record_size_limit(topic)
 
     # -- records -----------------------------------------------------------------------
