@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsFailedError, StreamsInstance
