@@ -233,3 +233,14 @@ def test_without_limits_nothing_is_checked() -> None:
     plain = TaskTopology(topology, topology.subtopologies()[0], 0, {})
     plain.process("in", None, BIG.encode(), 1, partition=0, offset=0)
     assert values_out(plain) == [BIG.upper().encode()]
+
+
+def test_a_batch_over_the_limit_together_keeps_records_that_fit_alone() -> None:
+    """The limit is per record (a broker batch of them is librdkafka's to size)."""
+    topology = task()
+    values = [b"z" * 150] * 3
+    topology.process_batch("in", [None] * 3, values, [1, 2, 3], offsets=[0, 1, 2])
+    assert values_out(topology) == [b"Z" * 150] * 3
+    assert topology.output_bytes == 0  # drained
+    topology.process_batch("in", [None] * 3, values, [1, 2, 3], offsets=[3, 4, 5])
+    assert topology.output_bytes == 450

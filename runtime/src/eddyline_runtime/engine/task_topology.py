@@ -936,10 +936,14 @@ class TaskTopology:
                 key_objects, value_objects, indices = items
                 keys = serialize_all(key_serde, key_objects)
                 values = serialize_all(value_serde, value_objects)
+            size = sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))
             limit = self._record_limits.get(topic)
-            # Most batches are far below the limit: the longest key and value tell at once.
-            if limit is not None and (
-                max(map(len, filter(None, keys)), default=0)
+            # Most batches are far under the limit as a whole (the sum is counted anyway),
+            # or else by their longest key and value: no record is looked at alone.
+            if (
+                limit is not None
+                and size + MOST_OVERHEAD_WITHOUT_HEADERS > limit.max_bytes
+                and max(map(len, filter(None, keys)), default=0)
                 + max(map(len, filter(None, values)), default=0)
                 + MOST_OVERHEAD_WITHOUT_HEADERS
                 > limit.max_bytes
@@ -955,13 +959,12 @@ class TaskTopology:
                 )
                 if not keys:
                     return
+                size = sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))
             # A batch carries no headers.
             self._output_columns(topic).extend(
                 keys, values, list(map(timestamps.__getitem__, indices))
             )
-            self.output_bytes += sum(map(len, filter(None, keys))) + sum(
-                map(len, filter(None, values))
-            )
+            self.output_bytes += size
 
         return handle
 
