@@ -8,7 +8,8 @@ The mock cluster has no CreateTopics or DescribeConfigs, so topics are created
 through its C API (``MockControl``) and the cleanup policy the adapter would
 read with DescribeConfigs is remembered from creation, and the partition
 epoch (DescribeTopics' topic id) is unknown (None, as for a log that cannot
-tell): the only stand-ins here. Exactly-once is not run: the mock's transactions are not Kafka's.
+tell), and no record is checked against a size limit (DescribeConfigs' max.message.bytes):
+the only stand-ins here. Exactly-once is not run: the mock's transactions are not Kafka's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from eddyline_runtime.engine.task_manager import RestoreReport
 from eddyline_runtime.log import Record, TopicSpec
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.log.kafka_settings import kafka_log_settings
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.serde import serde_for
 from tests.support.kafka.mock_cluster import MockCluster, MockControl
@@ -57,6 +59,9 @@ class MockClusterLog(KafkaLog):
 
     def partition_epoch(self, tp: TopicPartition) -> str | None:  # type: ignore[override]
         return None  # the mock answers no DescribeTopics
+
+    def record_size_limit(self, topic: str) -> RecordSizeLimit | None:
+        return None  # nor DescribeConfigs: no record is checked against a size limit
 
 
 @pytest.fixture(scope="module")

@@ -200,6 +200,19 @@ class RecordFailures:
         self.dropped_by_reason[f"{context.kind.value}-error"] += 1
         return response.dead_letter_queue_records
 
+    @staticmethod
+    def dead_letter_too_large(context: ErrorHandlerContext, error: BaseException) -> EddylineError:
+        """The error the task stops with when a dead-letter record for ``context`` is
+        larger than the dead-letter topic takes: no handler setting is named, as none
+        would help (``error`` names the topic's limit, the way out)."""
+        if context.punctuation_type is not None:
+            return PunctuationError(
+                context.task_id, context.processor_node_id, context.punctuation_type, error
+            )
+        return TaskProcessingError(
+            context.task_id, context.topic, context.partition, context.offset, error
+        )
+
     def dropped_by_processor(self) -> None:
         self.dropped_by_reason[DROPPED_BY_PROCESSOR] += 1
 

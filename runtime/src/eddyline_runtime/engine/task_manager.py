@@ -48,9 +48,10 @@ from eddyline_runtime.engine.thread_metrics import ThreadMetrics
 from eddyline_runtime.engine.topics import TopicLayout
 from eddyline_runtime.log import LagTracker, Log, TransactionalProducer
 from eddyline_runtime.log.positions import read_positions
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId, TopicPartition
-from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.processing.topology import SubTopology, Topology
 from eddyline_runtime.restore.replay import (
     ChangelogMismatchError,
     LagInfo,
@@ -202,6 +203,7 @@ class TaskManager:
                 global_stores=self._global_stores,
                 failures=RecordFailures.from_config(config),
                 physical_topics=layout.physical,
+                record_limits=self._record_limits(subtopology),
             ),
             stores=stores,
             partitions=partitions,
@@ -231,6 +233,24 @@ class TaskManager:
         task.start(read_positions(log, config.application_id, inputs))
         self._metrics.task_created(task)
         return task
+
+    def _record_limits(self, subtopology: SubTopology) -> dict[str, RecordSizeLimit]:
+        """The largest record the log takes in each topic the task writes to (its sinks',
+        and the dead-letter topic): the sink hands a larger one to the production handler
+        before it is sent. The Kafka adapter asks the broker once per topic."""
+        nodes = self._topology.nodes
+        outputs = {
+            nodes[name].topics[0] for name in subtopology.nodes if nodes[name].kind == "sink"
+        }
+        dead_letters = self._config.errors_dead_letter_queue_topic_name
+        if dead_letters is not None:
+            outputs.add(dead_letters)
+        limits: dict[str, RecordSizeLimit] = {}
+        for topic in sorted(outputs):
+            limit = self._log.record_size_limit(self._layout.physical.get(topic, topic))
+            if limit is not None:
+                limits[topic] = limit
+        return limits
 
     def close_active(self, task_id: TaskId) -> None:
         """Close a task whose work is committed (or abandoned, when it was migrated)."""

@@ -50,6 +50,13 @@ from eddyline_runtime.engine.record_failures import RecordFailures, is_fatal
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_windows import TaskSessionStore, TaskWindowStore
 from eddyline_runtime.log.port import RecordColumns
+from eddyline_runtime.log.record_size import (
+    MOST_OVERHEAD_WITHOUT_HEADERS,
+    RecordSizeLimit,
+    RecordTooLargeError,
+    headers_size_bound,
+    record_size_upper_bound,
+)
 from eddyline_runtime.metrics import Sensor
 from eddyline_runtime.processing.exception_handlers import DeadLetterRecord, ErrorHandlerContext
 from eddyline_runtime.processing.topology import (
@@ -235,6 +242,7 @@ class TaskTopology:
         "_next_stream_punctuation",
         "_nodes",
         "_processors",
+        "_record_limits",
         "_serdes",
         "_sources",
         "_stream_schedules",
@@ -270,10 +278,13 @@ class TaskTopology:
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         failures: RecordFailures | None = None,
         physical_topics: Mapping[str, str] | None = None,
+        record_limits: Mapping[str, RecordSizeLimit] | None = None,
     ) -> None:
         """``failures``: the handlers for records that cannot be processed (default:
         Kafka's, log-and-fail); ``physical_topics``: logical -> log topic names, which
-        failed records are reported by (default: the same)."""
+        failed records are reported by (default: the same); ``record_limits``: output
+        topic (logical, and the dead-letter topic) -> the largest record the log takes
+        there (``Log.record_size_limit``; default: none, the test driver's case)."""
         missing = [name for name in subtopology.stores if name not in stores]
         if missing:
             raise TopologyError(f"task {subtopology.task_id(partition)} lacks stores {missing}")
@@ -317,9 +328,9 @@ class TaskTopology:
             if name in self.stores and spec.versioned_history_ms is not None
         }
         # Records a processor dropped (Kafka's task metrics dropped-records-total/-rate).
-        self.dropped_records = 0
-        self.dropped_records_sensor = Sensor()
+        self.dropped_records, self.dropped_records_sensor = 0, Sensor()
         self.failures = RecordFailures() if failures is None else failures
+        self._record_limits: Mapping[str, RecordSizeLimit] = dict(record_limits or {})
         if physical_topics is not None:
             self.failures.topic_names = dict(physical_topics)
         # (node, sensor name) -> the sensor a processor asked for (node-level metrics).
@@ -628,10 +639,13 @@ class TaskTopology:
         self.dropped_records += 1
         self.dropped_records_sensor.record()
         if records:
-            self._send_dead_letters(records, context.timestamp)
+            self._send_dead_letters(records, context)
 
-    def _send_dead_letters(self, records: Sequence[DeadLetterRecord], timestamp: int) -> None:
+    def _send_dead_letters(
+        self, records: Sequence[DeadLetterRecord], context: ErrorHandlerContext
+    ) -> None:
         known = self.failures.dead_letter_queue_topic
+        timestamp = context.timestamp
         for record in records:
             if not isinstance(record, DeadLetterRecord) or record.topic != known:
                 raise TopologyError(
@@ -640,6 +654,20 @@ class TaskTopology:
                     f"{known!r}; set errors.dead.letter.queue.topic.name to the (existing) "
                     "topic the handler writes to"
                 )
+            limit = self._record_limits.get(record.topic)
+            if limit is not None:
+                too_large = self._too_large(
+                    record.topic,
+                    limit,
+                    record.key,
+                    record.value,
+                    record.headers,
+                    what="its dead-letter record",
+                )
+                if too_large is not None:
+                    # Dropping it would lose the record the handler set aside; writing part
+                    # of it would mislead. Stop, as a refusal by the log does.
+                    raise self.failures.dead_letter_too_large(context, too_large)
             self._output_columns(record.topic).append(
                 record.key,
                 record.value,
@@ -777,7 +805,16 @@ class TaskTopology:
                 self._record_failed(ExceptionHandlerKind.PRODUCTION, name, key, value, exc)
                 return
             context = self.record_context
-            columns = self._output_columns(node.topics[0])
+            topic = node.topics[0]
+            limit = self._record_limits.get(topic)
+            if limit is not None:
+                too_large = self._too_large(topic, limit, key_bytes, value_bytes, context.headers)
+                if too_large is not None:
+                    self._record_failed(
+                        ExceptionHandlerKind.PRODUCTION, name, key, value, too_large
+                    )
+                    return
+            columns = self._output_columns(topic)
             columns.append(key_bytes, value_bytes, context.timestamp, context.headers)
             self.output_bytes += (0 if key_bytes is None else len(key_bytes)) + (
                 0 if value_bytes is None else len(value_bytes)
@@ -899,15 +936,88 @@ class TaskTopology:
                 key_objects, value_objects, indices = items
                 keys = serialize_all(key_serde, key_objects)
                 values = serialize_all(value_serde, value_objects)
+            size = sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))
+            limit = self._record_limits.get(topic)
+            # Most batches are far under the limit as a whole (the sum is counted anyway),
+            # or else by their longest key and value: no record is looked at alone.
+            if (
+                limit is not None
+                and size + MOST_OVERHEAD_WITHOUT_HEADERS > limit.max_bytes
+                and max(map(len, filter(None, keys)), default=0)
+                + max(map(len, filter(None, values)), default=0)
+                + MOST_OVERHEAD_WITHOUT_HEADERS
+                > limit.max_bytes
+            ):
+                keys, values, indices = self._within_limit(
+                    node.name,
+                    topic,
+                    limit,
+                    keys=keys,
+                    values=values,
+                    items=items,
+                    timestamps=timestamps,
+                )
+                if not keys:
+                    return
+                size = sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))
             # A batch carries no headers.
             self._output_columns(topic).extend(
                 keys, values, list(map(timestamps.__getitem__, indices))
             )
-            self.output_bytes += sum(map(len, filter(None, keys))) + sum(
-                map(len, filter(None, values))
-            )
+            self.output_bytes += size
 
         return handle
+
+    def _too_large(
+        self,
+        topic: str,
+        limit: RecordSizeLimit,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        *,
+        what: str = "this record",
+    ) -> RecordTooLargeError | None:
+        """The error for a serialized record over ``topic``'s limit, None when it fits.
+        Checked before anything is sent, so it holds under exactly-once too: the
+        transaction never meets the broker's refusal."""
+        quick = (0 if key is None else len(key)) + (0 if value is None else len(value))
+        if headers:
+            quick += headers_size_bound(headers)
+        if quick + MOST_OVERHEAD_WITHOUT_HEADERS <= limit.max_bytes:
+            return None  # far under the limit: no need of the exact estimate
+        size = record_size_upper_bound(key, value, headers)
+        if size <= limit.max_bytes:
+            return None
+        return RecordTooLargeError(
+            self.failures.topic_names.get(topic, topic), size, limit, what=what
+        )
+
+    def _within_limit(
+        self,
+        sink: str,
+        topic: str,
+        limit: RecordSizeLimit,
+        *,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        items: Items,
+        timestamps: Sequence[int],
+    ) -> tuple[list[bytes | None], list[bytes | None], list[int]]:
+        """The serialized batch without the records over ``topic``'s limit; each of those
+        goes to the production handler (which skips it, or fails the task)."""
+        kept: list[bool] = []
+        for key_bytes, value_bytes, key, value, i in zip(keys, values, *items, strict=True):
+            too_large = self._too_large(topic, limit, key_bytes, value_bytes, ())
+            if too_large is not None:
+                self._enter(timestamps, i)
+                self._record_failed(ExceptionHandlerKind.PRODUCTION, sink, key, value, too_large)
+            kept.append(too_large is None)
+        return (
+            list(compress(keys, kept)),
+            list(compress(values, kept)),
+            list(compress(items.indices, kept)),
+        )
 
     def _serializable(self, sink: str, items: Items, timestamps: Sequence[int]) -> Items:
         """The items sink ``sink`` can serialize; each other one goes to the production

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import NamedTuple, overload
 
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.partitions import TopicPartition
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -374,6 +375,16 @@ class Log(abc.ABC):
 
     def topic_retention(self, topic: str) -> int | None:
         """``topic``'s ``retention.ms``; None when its records are kept forever."""
+        return None
+
+    def record_size_limit(self, topic: str) -> RecordSizeLimit | None:
+        """The largest record ``topic`` takes (see :mod:`~eddyline_runtime.log.record_size`),
+        or None when the log has no limit of its own. The runtime asks once per output
+        topic when it creates a task; an adapter that must ask a server keeps the answer.
+
+        Kafka: the topic's ``max.message.bytes`` (DescribeConfigs), or the producer's
+        ``message.max.bytes`` when that is smaller; the embedded log: SQLite's
+        ``SQLITE_LIMIT_LENGTH``, the largest value a column holds."""
         return None
 
     def enforce_retention(self, now_ms: int) -> int:

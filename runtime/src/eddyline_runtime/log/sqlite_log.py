@@ -75,6 +75,7 @@ from eddyline_runtime.log.record_batch import (
     DecodedBatch,
     encode_batch,
 )
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.partitions import TopicPartition
 
 # How long a writer waits for another process's write transaction (they are
@@ -421,6 +422,17 @@ class SqliteLog(Log):
             row = db.execute("SELECT retention_ms FROM topics WHERE name = ?", (topic,)).fetchone()
         retention: int | None = row[0]
         return retention
+
+    def record_size_limit(self, topic: str) -> RecordSizeLimit | None:
+        """SQLite's ``SQLITE_LIMIT_LENGTH`` (1 GB unless SQLite was built otherwise): the
+        largest blob a column holds, so a record whose key or value is larger cannot be
+        stored. Compared with Kafka's size estimate, which counts more than the larger of
+        key and value: conservative. Records stored together in one batch row are limited
+        together too, which this does not see (the write then fails as before)."""
+        with self._read() as db:
+            self._topic(db, TopicPartition(topic, 0))
+        limit = self._connection().getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        return RecordSizeLimit(limit, "SQLITE_LIMIT_LENGTH")
 
     def enforce_retention(self, now_ms: int) -> int:
         """Delete, in each partition of a topic with retention, the longest run of records

@@ -9,6 +9,7 @@ and session store changelogs), which eddyline sets with IncrementalAlterConfigs.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,15 +22,20 @@ from confluent_kafka.cimpl import NewTopic
 
 from eddyline_runtime.log.errors import (
     InvalidTopicError,
+    LogAuthorizationError,
     TopicConflictError,
     UnknownTopicError,
 )
 from eddyline_runtime.log.kafka.connection import KafkaConnection
 from eddyline_runtime.log.kafka.errors import kafka_error
 from eddyline_runtime.log.port import TopicSpec
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.partitions import TopicPartition
 
 _T = TypeVar("_T")
+logger = logging.getLogger(__name__)
+# librdkafka's default message.max.bytes: it refuses a larger record before sending it.
+_CLIENT_MESSAGE_MAX_BYTES = 1_000_000
 
 
 class KafkaTopics:
@@ -41,6 +47,8 @@ class KafkaTopics:
         self._client: AdminClient | None = None
         # Real topic name -> compacted, as last seen (partition counts: connection.listed).
         self.compacted: dict[str, bool] = {}
+        # Real topic name -> the largest record it takes (record_size_limit).
+        self._record_limits: dict[str, RecordSizeLimit | None] = {}
 
     def client(self) -> AdminClient:
         if self._client is None:
@@ -177,6 +185,49 @@ class KafkaTopics:
         real = self.check_partition(TopicPartition(name, 0))
         policy, retention = self._described(name, real)
         return retention if "delete" in policy.split(",") else None
+
+    def record_size_limit(self, name: str) -> RecordSizeLimit | None:
+        """The topic's ``max.message.bytes``, or the producer's ``message.max.bytes``
+        (librdkafka refuses a larger record itself) when that is smaller. Asked once per
+        topic (DescribeConfigs) and kept: a limit raised later is seen by the next log
+        handle, a restarted app; one lowered later is caught by the broker as before.
+        None, said once, when the app may not read the topic's configuration: the check
+        is a courtesy, and an app that ran without that ACL before keeps running."""
+        real = self.check_partition(TopicPartition(name, 0))
+        if real in self._record_limits:
+            return self._record_limits[real]
+        acl = f'DESCRIBE_CONFIGS on topic "{real}"'
+        try:
+            described = self._ask(
+                lambda admin, timeout: _results(
+                    admin.describe_configs([ConfigResource("topic", real)], request_timeout=timeout)
+                ),
+                action=f'reading the configuration of topic "{name}"',
+                acl=acl,
+            )
+        except LogAuthorizationError:
+            logger.warning(
+                'records to topic "%s" are not checked against its max.message.bytes: the '
+                "app lacks %s, so a record the broker refuses stops the task instead of "
+                "reaching production.exception.handler; grant it to have them handled",
+                name,
+                acl,
+            )
+            self._record_limits[real] = None
+            return None
+        entry = next(iter(described.values())).get("max.message.bytes")
+        # The broker's default (message.max.bytes, 1 MB + 12) when a topic sets none.
+        topic_limit = int(entry.value) if entry is not None and entry.value else 1_048_588
+        client_limit = int(
+            self._connection.settings.client.get("message.max.bytes", _CLIENT_MESSAGE_MAX_BYTES)
+        )
+        limit = (
+            RecordSizeLimit(topic_limit, "max.message.bytes")
+            if topic_limit <= client_limit
+            else RecordSizeLimit(client_limit, "message.max.bytes (log settings)")
+        )
+        self._record_limits[real] = limit
+        return limit
 
     def _described(self, name: str, real: str) -> tuple[str, int | None]:
         """(cleanup.policy, retention.ms or None for -1) as a broker describes them."""

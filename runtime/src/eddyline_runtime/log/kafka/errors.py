@@ -68,8 +68,9 @@ def record_refused(error: KafkaError, action: str) -> RecordRefusedError:
     if code in _TOO_LARGE_CODES:
         hint = (
             "make the record smaller, or raise the topic's max.message.bytes (and, for "
-            "records over 1 MB, message.max.bytes in the log settings); to skip such "
-            "records, make them fail the sink's serde (production.exception.handler)"
+            "records over 1 MB, message.max.bytes in the log settings); records that each "
+            "fit are refused together when their batch does not: set batch.size in the log "
+            "settings under the topic's max.message.bytes (docs/errors.md)"
         )
     elif code == KafkaError.INVALID_TIMESTAMP:
         hint = (

@@ -61,6 +61,7 @@ from eddyline_runtime.log.port import (
     TopicSpec,
     TransactionalProducer,
 )
+from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.partitions import TopicPartition
 
 # Idle producers are polled this often by their thread's fetches, so statistics
@@ -176,6 +177,9 @@ class KafkaLog(Log):
 
     def topic_retention(self, topic: str) -> int | None:
         return self.topic_admin.retention(topic)
+
+    def record_size_limit(self, topic: str) -> RecordSizeLimit | None:
+        return self.topic_admin.record_size_limit(topic)
 
     # -- records -----------------------------------------------------------------------
 
