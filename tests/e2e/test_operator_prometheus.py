@@ -21,6 +21,9 @@ grows; ``EddylineInputLagGrowing`` goes pending, then firing (Prometheus' /api/v
 the autoscaler scales out to the app's two tasks (its second pod is discovered too). Once the
 test stops writing the pods work the backlog off and the alert resolves. Then every query of
 the shipped dashboard answers with series, "Scaling decisions" and the standby lag included.
+Before all that, while the app has one pod, that pod crashes having lost its state claim and
+restores its store from its changelog, which the dashboard's "Restore" panel shows (records
+restored, above 0, for that pod).
 """
 
 from __future__ import annotations
@@ -106,6 +109,9 @@ ALERT_TIMEOUT = 180
 SCALE_TIMEOUT = 180
 CATCH_UP_TIMEOUT = 300
 RESOLVE_TIMEOUT = 30
+RESTORE_TIMEOUT = 120
+# Input lines counted before the restore: a changelog of a few dozen records (20 words).
+RESTORE_LINES = 300
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +217,8 @@ def test_prometheus_scrapes_the_app_through_kubernetes_discovery_as_the_pod_moni
 ) -> None:
     """Discovery from the PodMonitor, the chart's lag alert pending, firing and resolved on a
     growing backlog, the autoscaler's scale out under it (a pod that appears later is
-    discovered too), then every dashboard panel with series."""
+    discovered too), a restore after a lost state claim (before those), then every dashboard
+    panel with series."""
     plane = operator.cluster.plane
     monitor = rendered(operator, "PodMonitor")
     scrape = pod_monitor_scrape_config(
@@ -256,6 +263,7 @@ def test_prometheus_scrapes_the_app_through_kubernetes_discovery_as_the_pod_moni
             return bool(result) and float(result[0]["value"][1]) == 1
 
         wait_for(operator_apps, "the operator's app count, with the app's namespace", 60)
+        drive_a_restore(operator, url, log_url)
 
         stopped = drive_the_lag_alert(operator, url, log_url)
         # The pod the scale out added is discovered and scraped as well.
@@ -332,6 +340,80 @@ def check_caught_up(operator: Operator, url: str, stopped: float) -> None:
     wait_for(lambda: lag_alert(operator, url) is None, "the lag alert resolved", RESOLVE_TIMEOUT)
     assert lag_rule_state(url) == "inactive"
     print(f"caught up and the alert resolved {time.monotonic() - stopped:.1f} s after the stop")
+
+
+def drive_a_restore(operator: Operator, url: str, log_url: str) -> None:
+    """The app's only pod crashes having lost its state claim: with no other member to take
+    its tasks over, it keeps them (the operator keeps the last assignment while every pod is
+    down) and restores their store from its changelog, which the dashboard's "Restore" panel
+    shows as records restored for that pod (the panel's own query, not one of the test's).
+    Before the crash the panel shows 0 for it: nothing restored yet."""
+    kubelets, provisioner = operator.cluster.kubelets, operator.cluster.provisioner
+    assert kubelets is not None and provisioner is not None
+    pod = f"{APP}-0"
+    (query,) = [
+        expr
+        for title, expr in dashboard_queries(operator.namespace)
+        if title == RESTORE_PANEL and "restore_total" in expr
+    ]
+
+    def restored() -> float | None:
+        found = {
+            r["metric"]["pod"]: float(r["value"][1])
+            for r in prometheus_api(url, "query", query=query)["result"]
+        }
+        return found.get(pod)
+
+    assert restored() in (None, 0.0), "a restore before the test drove one"
+    # A changelog worth restoring: a few hundred lines, counted and committed (each counted
+    # word is a changelog record once its task commits).
+    log = open_log(log_url)
+    try:
+        now = int(time.time() * 1000)
+        lines = random_lines(random.Random(3434), WORDS, RESTORE_LINES, 3)
+        log.produce(INPUT, [Record(None, line.encode(), now) for line in lines])
+        changelog = wait_for(
+            lambda: changelog_records(log_url), "the count store's changelog records", 60
+        )
+    finally:
+        log.close()
+    restarts = restart_count(operator, pod)
+    crashed = time.monotonic()
+    kubelets.crash_with_volume_emptied(
+        operator.namespace, pod, provisioner.directory(operator.namespace, f"state-{pod}")
+    )
+    records = wait_for(
+        lambda: restored() or None, f"{pod}'s restored records in Prometheus", RESTORE_TIMEOUT
+    )
+    assert restart_count(operator, pod) == restarts + 1
+    # No more than its changelog holds (its keyed records: a transaction's markers are not
+    # restored).
+    assert records <= changelog_records(log_url), (changelog, records)
+    print(
+        f"restore: {pod} restored {records:,.0f} changelog records, in Prometheus "
+        f"{time.monotonic() - crashed:.1f} s after its crash"
+    )
+
+
+def changelog_records(log_url: str) -> int:
+    """The keyed records in the app's changelog topics (what a restore replays)."""
+    log = open_log(log_url, read_only=True)
+    try:
+        return sum(
+            1
+            for name, spec in log.topics().items()
+            if name.endswith("-changelog")
+            for partition in range(spec.partitions)
+            for record in log.fetch(TopicPartition(name, partition), 0, 1_000_000).records
+            if record.key is not None
+        )
+    finally:
+        log.close()
+
+
+def restart_count(operator: Operator, pod: str) -> int:
+    statuses = operator.pods(APP)[pod]["status"].get("containerStatuses", [])
+    return int(statuses[0]["restartCount"]) if statuses else 0
 
 
 def wait_running(operator: Operator, replicas: int) -> dict[str, str]:
@@ -440,9 +522,12 @@ DASHBOARD = REPO / "charts" / "eddyline-operator" / "dashboards" / "eddyline.jso
 # Grafana's $__rate_interval: max($__interval + scrape interval, 4 x scrape interval); the
 # second wins at a test's 1 s scrape interval.
 RATE_INTERVAL = "4s"
+# The panel whose "restored" series the test drives above 0 (drive_a_restore).
+RESTORE_PANEL = "Restore"
 # Panels whose queries may answer no series in this test, and why: none. The test drives the
 # events behind every panel (a scale decision for "Scaling decisions", a second pod for the
-# standby lag); a panel that must stay empty here is named with its reason.
+# standby lag, a lost state claim for "Restore"); a panel that must stay empty here is named
+# with its reason.
 EXPECTED_EMPTY: dict[str, str] = {}
 
 

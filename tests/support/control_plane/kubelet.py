@@ -33,6 +33,7 @@ import base64
 import contextlib
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -773,6 +774,19 @@ class Kubelets:
 
     def kill_container(self, namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> int:
         return self.node_of(namespace, pod_name).kill_container(namespace, pod_name, sig)
+
+    def crash_with_volume_emptied(self, namespace: str, pod_name: str, volume: Path) -> int:
+        """A pod's container crashes having lost ``volume`` (a claim's directory, emptied):
+        the container is frozen (SIGSTOP) so it writes nothing more there, the directory is
+        emptied, then the container is killed. A kubelet restarts a first crash at once, so
+        the restart finds the volume empty with no back-off to wait out. Its pid."""
+        pid = self.kill_container(namespace, pod_name, signal.SIGSTOP)
+        try:
+            for entry in volume.iterdir():
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        finally:
+            os.killpg(pid, signal.SIGKILL)
+        return pid
 
     def kill_node(self, name: str) -> None:
         self.nodes[name].kill()
