@@ -59,7 +59,7 @@ from typing import Any
 
 import kopf
 
-from eddyline_operator import autoscaler, metrics
+from eddyline_operator import autoscaler, metrics, profiling
 from eddyline_operator.children import (
     APPLY_FAILED,
     NAME_CONFLICT,
@@ -184,7 +184,7 @@ class Operator:
         # connections; with one executor the pool is sized to it.
         self.workers = workers
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            workers, thread_name_prefix="eddyline-cycle"
+            workers, thread_name_prefix="eddyline-cycle", initializer=profiling.profile_thread
         )
 
     @property
