@@ -324,30 +324,13 @@ async def follow_app(
             # copy of this task's context, as asyncio.to_thread would: kopf.event finds
             # kopf's settings there.
             cycle = functools.partial(refresh_app, operator, namespace, name, settled)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            delay = await loop.run_in_executor(
+            delay = await asyncio.get_running_loop().run_in_executor(
                 operator.executor, contextvars.copy_context().run, cycle
             )
-            await stopped.wait(beat_wait(delay, loop.time() - started, settled))
+            await stopped.wait(delay)
     finally:
         state.watched = None
         metrics.METRICS.app_stopped(namespace or "default", name)
-
-
-def beat_wait(delay: float, elapsed: float, settled: float) -> float:
-    """How long the daemon waits after a cycle that took ``elapsed`` seconds (its wait for a
-    thread included) and asked for the next in ``delay``.
-
-    The settled beat is a period, from one cycle's start to the next: a cycle that waited on a
-    busy API server (a drift check of a dozen GETs) no longer pushes the app's next beat that
-    much later (at 200 apps those were the beats beyond 2.5 s). It is shortened by at most
-    half, so an operator whose cycles take longer than a beat still waits between them
-    rather than sending more as the API server slows. Shorter delays (a settling app, a
-    Lease's recheck) are waited whole, as they were."""
-    if delay < settled:
-        return delay
-    return max(delay - elapsed, delay / 2)
 
 
 def settled_seconds(environ: Mapping[str, str]) -> float:

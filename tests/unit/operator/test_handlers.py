@@ -712,16 +712,3 @@ def test_apps_applied_at_once_re_apply_spread_over_the_period_each_within_it() -
     per_second = collections.Counter(int(d) for d in due_after)
     assert max(per_second.values()) <= 30  # 200 apps at once would be 200
     assert len(per_second) >= period * 0.8
-
-
-def test_the_settled_beat_runs_from_one_cycles_start_to_the_next_within_bounds() -> None:
-    """A settled app's next cycle starts a beat after the last one started; a cycle longer
-    than half the beat still leaves half a beat between them; a settling app's short delay
-    is waited whole."""
-    beat = handlers.SETTLED_SECONDS
-    assert handlers.beat_wait(beat, 0.6, beat) == pytest.approx(beat - 0.6)
-    assert handlers.beat_wait(beat, 5.0, beat) == beat / 2
-    assert handlers.beat_wait(60.0, 0.5, 60.0) == pytest.approx(59.5)
-    settling = handlers.SETTLING_SECONDS
-    assert handlers.beat_wait(settling, 0.6, beat) == settling
-    assert handlers.beat_wait(1.5, 0.4, beat) == 1.5  # a Lease's recheck: as asked
