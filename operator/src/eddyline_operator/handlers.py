@@ -694,9 +694,9 @@ def _apply_children(
         # server-side apply per child per app every REAPPLY_SECONDS was most of the API
         # server's work with many apps).
         children.apply(result.objects, outcome, unless_same=not changed)
-        if outcome.changed or outcome.refusals:
-            # The config ConfigMap may have changed: read them again next cycle (after a
-            # re-apply that sent nothing, the read of this cycle still holds).
+        if changed or outcome.changed or outcome.refusals:
+            # The ConfigMaps may have changed (or be pruned): read them again next cycle.
+            # After a drift check that sent nothing, this cycle's read still holds.
             state.configs = None
         if changed and result.prune_kinds:  # what is wanted changes only with the spec
             children.prune(result.objects, result.prune_kinds)
