@@ -42,7 +42,8 @@ the same mix of apps on an operator with no ``EDDYLINE_OPERATOR_RESYNC_SECONDS``
 from the operator's own cycle counters scraped every BEAT_SCRAPE_SECONDS),
 ``beat_cycles_per_s``, ``beat_operator_cores`` and ``beat_operator_rss_mb``,
 ``beat_apiserver_cores``, ``beat_apiserver_requests_per_s`` (every client's) and the top
-kinds of them, ``beat_pool_warnings`` ("Connection pool is full" in the operator's log) and
+kinds of them, ``beat_requests_per_cycle`` (those requests over the operator's cycles),
+``beat_pool_warnings`` ("Connection pool is full" in the operator's log) and
 ``beat_load_1m`` (the machine's 1-minute load average before and after the window).
 
 The last line is JSON. The machine is shared: numbers taken under load are noisy.
@@ -318,6 +319,8 @@ def chart_beat(
             "beat_operator_rss_mb": round(operator_rss_mb(harness), 1),
             "beat_apiserver_cores": round(apiserver_cores, 3),
             "beat_apiserver_requests_per_s": round(requests, 1),
+            # Every client's requests, over the operator's cycles: most are the operator's.
+            "beat_requests_per_cycle": round(requests * elapsed / cycles, 2) if cycles else None,
             "beat_apiserver_requests_top": {
                 kind: round(count / elapsed, 1) for kind, count in by_kind.most_common(6)
             },
@@ -381,26 +384,32 @@ def main() -> int:
     parser.add_argument(
         "--beat-only", action="store_true", help="only the run at the chart's beat (its keys)"
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="the chart's-beat operator writes its cProfile here (EDDYLINE_OPERATOR_PROFILE)",
+    )
     parser.add_argument("--lines", type=int, default=5_000, help="lines before the first kill")
     parser.add_argument(
         "--upgrade-keys", type=int, default=100_000, help="keys in the store for the upgrades"
     )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-operator-"))
+    profile = {"EDDYLINE_OPERATOR_PROFILE": str(args.profile.resolve())} if args.profile else {}
     cluster = start_cluster(root)
     try:
         if args.apps_only:
             print(json.dumps({"benchmark": "operator", **many_apps(cluster, root, args.apps)}))
             return 0
         if args.beat_only:
-            beat = chart_beat(cluster, root, args.beat_apps, args.beat_window)
+            beat = chart_beat(cluster, root, args.beat_apps, args.beat_window, profile)
             print(json.dumps({"benchmark": "operator", **beat}))
             return 0
         summary = single_app(cluster, root, args)
         # Issue 23: many apps on one operator (its own namespace, the first operator stopped).
         summary.update(many_apps(cluster, root, args.apps))
         # Issue 38: as many apps as the chart's 2 s beat must serve on 2 cores.
-        summary.update(chart_beat(cluster, root, args.beat_apps, args.beat_window))
+        summary.update(chart_beat(cluster, root, args.beat_apps, args.beat_window, profile))
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -11,6 +11,7 @@ highest priority, and one of equal priority would pause both. Without a peering 
 runs ``--standalone`` (one replica, as a local run). Extra arguments go to ``kopf run``
 unchanged. ``EDDYLINE_OPERATOR_METRICS`` (e.g. ``http://0.0.0.0:9090/metrics``; unset: none)
 is where the operator's own Prometheus metrics are served (``eddyline_operator.metrics``).
+``EDDYLINE_OPERATOR_PROFILE`` (a file; unset: none) profiles it (``eddyline_operator.profiling``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # This package was imported before kopf (as the script's parent), so its __init__ did
     # not register the handlers, and `kopf run -m` will not import it again.
-    from eddyline_operator import handlers, metrics  # noqa: F401
+    from eddyline_operator import handlers, metrics, profiling  # noqa: F401
+
+    profiling.start()  # EDDYLINE_OPERATOR_PROFILE=<file>: a CPU profile, written at exit
 
     args = kopf_arguments(sys.argv[1:] if argv is None else argv, dict(os.environ))
     address = os.environ.get(metrics.METRICS_ENV, "").strip()

@@ -47,6 +47,9 @@ class Outcome:
     refusals: list[Refusal] = field(default_factory=list)
     # Objects no child may name this cycle, ref -> why (a conflict, or withheld in turn).
     unavailable: dict[Ref, str] = field(default_factory=dict)
+    # Whether any child was created or changed (an apply that found every child as it
+    # would be applied sent nothing: what was read before it still holds).
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ class Children:
                 outcome.refusals.append((APPLY_FAILED, refused(what, error)))
                 continue
             if result != "unchanged":
+                outcome.changed = True
                 self.announce(result.capitalize(), f"{result} {what}")
 
     def remove_withheld(self, obj: Obj) -> None:

@@ -22,9 +22,10 @@ every app. The number of apps is now bounded by memory.
 
 What a beat costs the API server, with many apps (issue 38): the StreamApp comes from kopf's
 watch (``_observed_app``), the membership and manifest ConfigMaps are read only after this
-operator wrote one or every ``REAPPLY_SECONDS`` (``_configs``), the periodic re-apply sends
-only children that drifted, and an app without pods whose last cycle had nothing to do is
-not planned again until what it observes changes (``_quiet_key``): such a beat is one LIST.
+operator wrote one or with the periodic re-apply (``_configs``), the periodic re-apply sends
+only children that drifted and comes at each app's own phase of ``REAPPLY_SECONDS`` (``_due``),
+and an app without pods whose last cycle had nothing to do is not planned again until what
+it observes (the StreamApp, a pod event) changes (``_quiet_key``): such a beat sends nothing.
 
 A lock per StreamApp keeps cycles of the same app from interleaving (the
 membership generation must grow by one at a time).
@@ -59,7 +60,7 @@ from typing import Any
 
 import kopf
 
-from eddyline_operator import autoscaler, metrics
+from eddyline_operator import autoscaler, metrics, profiling
 from eddyline_operator.children import (
     APPLY_FAILED,
     NAME_CONFLICT,
@@ -106,7 +107,9 @@ RESYNC_ENV = "EDDYLINE_OPERATOR_RESYNC_SECONDS"
 # readiness and the next step of a rollout are noticed within this long.
 SETTLING_SECONDS = 0.25
 # Owned objects are re-applied at least this often even when the spec did not change
-# (someone deleted a Service, say); otherwise only when what we would apply changed.
+# (someone deleted a Service, say); otherwise only when what we would apply changed. Each
+# app has its own phase in this period (_due): apps created together must not all re-apply
+# in the same second (a burst of a dozen requests per app, every app's beat slipping).
 REAPPLY_SECONDS = 30.0
 # Overrides NODE_GRACE_SECONDS (seconds, > 0): how long a node's Lease may go unrenewed (or
 # its Ready condition stay other than True) before its pods leave the membership.
@@ -161,6 +164,9 @@ class AppState:
     # (_quiet_key): a beat that observes the same returns that plan without planning again.
     last_plan: Plan | None = None
     quiet: tuple[Any, ...] | None = None
+    # Events of the app's pods from kopf's pod watch so far (pod_changed counts each before
+    # its cycle): part of the quiet key, so a quiet beat needs no LIST to know no pod came.
+    pod_events: int = 0
 
     def forget_observed(self) -> None:
         """Read everything from the server at the next cycle (a daemon starts: another
@@ -184,7 +190,7 @@ class Operator:
         # connections; with one executor the pool is sized to it.
         self.workers = workers
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            workers, thread_name_prefix="eddyline-cycle"
+            workers, thread_name_prefix="eddyline-cycle", initializer=profiling.profile_thread
         )
 
     @property
@@ -198,6 +204,11 @@ class Operator:
     def app(self, namespace: str, name: str) -> AppState:
         with self._lock:
             return self._apps.setdefault((namespace, name), AppState())
+
+    def pod_event(self, namespace: str, name: str) -> None:
+        """Count an event of one of app ``name``'s pods (kopf's pod watch)."""
+        with self._lock:
+            self._apps.setdefault((namespace, name), AppState()).pod_events += 1
 
 
 def operator_of(memo: Any) -> Operator:
@@ -400,7 +411,9 @@ def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     labels = body.get("metadata", {}).get("labels") or {}
     app, namespace = labels.get(names.LABEL_INSTANCE), body.get("metadata", {}).get("namespace")
     if app and namespace:
-        run_cycle(operator_of(memo), str(namespace), str(app), fetch=False, force_apply=False)
+        operator = operator_of(memo)
+        operator.pod_event(str(namespace), str(app))  # before the cycle: it LISTs the pods
+        run_cycle(operator, str(namespace), str(app), fetch=False, force_apply=False)
 
 
 def run_cycle(
@@ -413,10 +426,15 @@ def run_cycle(
         body = _observed_app(kube, state, namespace, name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return None
-        pods = kube.list("Pod", namespace, selector=names.selector_string(name))
-        quiet = _quiet_key(state, body, pods)
+        # The last cycle had nothing to do and saw no pod; no pod event since (read before
+        # the LIST below, so an event during this cycle is a difference next time) and the
+        # same StreamApp: the same nothing again, without a request.
+        quiet = _quiet_key(state, body, namespace, name)
         if quiet is not None and quiet == state.quiet and not force_apply:
-            return state.last_plan  # the same observation as a cycle that had nothing to do
+            return state.last_plan
+        pods = kube.list("Pod", namespace, selector=names.selector_string(name))
+        if pods:
+            quiet = None
         wanted = {p.get("spec", {}).get("nodeName") for p in pods} - {None}
         nodes = operator.cluster.nodes(kube, wanted)
         leases = operator.cluster.leases(kube)
@@ -472,23 +490,25 @@ def run_cycle(
         return result
 
 
-def _quiet_key(state: AppState, body: Any, pods: list[Any]) -> tuple[Any, ...] | None:
-    """What a cycle of an app that wants no pods and has none (suspended, or 0 replicas)
-    plans from, as a key; None otherwise, or when there is more to observe (restore Jobs, an
-    autoscaler) or its ConfigMaps are due a read.
+def _quiet_key(state: AppState, body: Any, namespace: str, name: str) -> tuple[Any, ...] | None:
+    """What a cycle of an app that wants no pods (suspended, or 0 replicas) plans from, as
+    a key, as long as it has none (the caller drops the key when its LIST finds a pod); None
+    when there is more to observe (restore Jobs, an autoscaler), or its ConfigMaps or the
+    re-apply of its children are due.
 
     Without pods nothing outside the StreamApp and its two ConfigMaps can change what a cycle
-    decides (no reports, no nodes, no leases), and a pod that appears is a pod event: a cycle
-    that sees the same StreamApp version and the same ConfigMap read as the last one, which
-    had nothing to do, would decide the same nothing again. Such a beat is one LIST of pods;
-    the children are still re-applied every REAPPLY_SECONDS (the configs' read time is part
-    of the key, and read again as often). With many idle apps (suspended ones) this is most
-    of the operator's beats."""
-    if pods or state.configs is None:
+    decides (no reports, no nodes, no leases), and a pod that appears is a pod event, counted
+    in the key: a cycle that sees the same StreamApp version, the same ConfigMap read and no
+    pod event since the last one, which had nothing to do and no pod, would decide the same
+    nothing again. Such a beat sends no request (it was a LIST of pods per beat, half of the
+    API server's requests at 200 apps); the children are still re-applied once per
+    REAPPLY_SECONDS, the ConfigMaps read in the same cycle. With many idle apps (suspended
+    ones) this is most of the operator's beats. A pod of the app's labels that lacks the
+    managed-by label (no pod event: kopf's watch filters on it; the StatefulSet's pods all
+    carry it) is seen at the next re-apply."""
+    if state.configs is None or _due(state.configs[0], namespace, name):
         return None
-    if time.monotonic() - state.configs[0] >= REAPPLY_SECONDS:
-        return None
-    if time.monotonic() - state.applied_at > REAPPLY_SECONDS:
+    if _due(state.applied_at, namespace, name):
         return None
     spec = body.get("spec") or {}
     if not spec.get("suspend") and spec.get("replicas", 1) != 0:
@@ -497,7 +517,23 @@ def _quiet_key(state: AppState, body: Any, pods: list[Any]) -> tuple[Any, ...] |
         return None
     if (body.get("status") or {}).get("restoreJobs"):
         return None
-    return (body.get("metadata", {}).get("resourceVersion"), state.configs[0], state.applied_hash)
+    version = body.get("metadata", {}).get("resourceVersion")
+    return (version, state.configs[0], state.applied_hash, state.pod_events)
+
+
+def _due(done_at: float, namespace: str, name: str) -> bool:
+    """Whether what was last done at ``done_at`` (time.monotonic()) is due again: once per
+    REAPPLY_SECONDS, at the app's own phase in that period (from a digest of its name, so
+    many apps spread over it), at most REAPPLY_SECONDS after it was done."""
+    if REAPPLY_SECONDS <= 0:
+        return True
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).digest()
+    phase = int.from_bytes(digest[:4], "big") / 2**32 * REAPPLY_SECONDS
+
+    def period(at: float) -> int:
+        return int((at + phase) // REAPPLY_SECONDS)
+
+    return period(time.monotonic()) != period(done_at)
 
 
 def _at_rest(result: Plan) -> bool:
@@ -534,8 +570,9 @@ def _configs(
     kube: Kube, state: AppState, namespace: str, name: str
 ) -> tuple[Membership | None, str | None]:
     """The published membership and the applied manifest (AppState.configs says when they
-    are read again)."""
-    if state.configs is not None and time.monotonic() - state.configs[0] < REAPPLY_SECONDS:
+    are read again: in the cycle that re-applies the children, as both are due at the same
+    moments, or after a write)."""
+    if state.configs is not None and not _due(state.configs[0], namespace, name):
         return state.configs[1], state.configs[2]
     read_at = time.monotonic()
     membership = kube.read_membership(namespace, names.membership_map(name))
@@ -651,13 +688,16 @@ def _apply_children(
     outcome = Outcome()
     digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
     changed = force_apply or digest != state.applied_hash
-    if result.objects and (changed or time.monotonic() - state.applied_at > REAPPLY_SECONDS):
-        state.configs = None  # the ConfigMaps may change: read them again next cycle
+    if result.objects and (changed or _due(state.applied_at, namespace, name)):
         children.membership_conflict(outcome)
         # Unchanged since the last apply: only the objects that drifted are sent again (a
         # server-side apply per child per app every REAPPLY_SECONDS was most of the API
         # server's work with many apps).
         children.apply(result.objects, outcome, unless_same=not changed)
+        if changed or outcome.changed or outcome.refusals:
+            # The ConfigMaps may have changed (or be pruned): read them again next cycle.
+            # After a drift check that sent nothing, this cycle's read still holds.
+            state.configs = None
         if changed and result.prune_kinds:  # what is wanted changes only with the spec
             children.prune(result.objects, result.prune_kinds)
         if not outcome.refusals:  # otherwise every object is tried again next cycle

@@ -4,6 +4,7 @@ and writes status."""
 
 from __future__ import annotations
 
+import collections
 import copy
 from typing import Any
 
@@ -386,6 +387,19 @@ def _scaling_decisions(namespace: str, app: str, direction: str) -> int:
     return 0
 
 
+def counting_lists(kube: MemoryKube) -> list[str]:
+    """The kind of every LIST the cycles send from now on."""
+    lists: list[str] = []
+    original = kube.list
+
+    def list_(kind: str, namespace: str | None, **kwargs: Any) -> list[Obj]:
+        lists.append(kind)
+        return original(kind, namespace, **kwargs)
+
+    kube.list = list_  # type: ignore[method-assign]
+    return lists
+
+
 def counting_reads(kube: MemoryKube) -> list[tuple[str, str]]:
     """The (kind, name) of every GET the cycles send from now on."""
     reads: list[tuple[str, str]] = []
@@ -468,7 +482,8 @@ def test_an_app_without_pods_that_had_nothing_to_do_is_not_planned_again_until_i
     kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A suspended app's beat, once a cycle found nothing to do, plans again only when the
-    StreamApp's version, a pod or the ConfigMaps' read changes: its other beats are one LIST."""
+    StreamApp's version, a pod event or the ConfigMaps' read changes: its other beats send
+    no request but the StreamApp's GET (none with kopf's watched view)."""
     planned: list[str] = []
     original = handlers.plan
 
@@ -483,11 +498,12 @@ def test_an_app_without_pods_that_had_nothing_to_do_is_not_planned_again_until_i
         handlers.refresh_app(operator(memo), "apps", "wc")
     settled = len(planned)
     assert first is not None and first.status.phase == "Suspended"
-    reads = counting_reads(kube)
+    reads, lists = counting_reads(kube), counting_lists(kube)
     patches = len(kube.status_patches)
     assert handlers.refresh_app(operator(memo), "apps", "wc") == handlers.SETTLED_SECONDS
     assert len(planned) == settled and len(kube.status_patches) == patches
     assert reads == [("StreamApp", "wc")]  # no watched view here: a GET stands in for it
+    assert lists == []  # no pod event since a LIST found none: no LIST
     # The spec changes: a new version, planned again.
     stored = kube.objects["StreamApp", "apps", "wc"]
     stored["metadata"]["resourceVersion"] = "100"
@@ -618,3 +634,81 @@ def test_a_restore_job_seen_failed_is_counted_once(
     assert failures() == before + 1
     handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=False)
     assert failures() == before + 1
+
+
+def test_a_pod_event_ends_a_quiet_beat_and_the_pod_is_listed_and_planned(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quiet beat trusts kopf's pod watch: a pod that appears is a pod event, whose cycle
+    LISTs the pods and plans; every beat after it plans too while the pod exists."""
+    planned: list[int] = []
+    original = handlers.plan
+    monkeypatch.setattr(handlers, "plan", lambda observed: planned.append(1) or original(observed))
+    kube.put(body(suspend=True))
+    handlers.run_cycle(operator(memo), "apps", "wc", fetch=True, force_apply=True)
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    settled, lists = len(planned), counting_lists(kube)
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert len(planned) == settled and lists == []
+    stray = {"kind": "Pod", **pod(0)}
+    kube.put(stray)
+    handlers.pod_changed(body=kopf.Body(copy.deepcopy(stray)), memo=memo)
+    assert len(planned) == settled + 1 and lists.count("Pod") == 1
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert len(planned) == settled + 3 and lists.count("Pod") == 3
+
+
+class Clock:
+    """time.monotonic() for the handlers, moved by the test."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_re_apply_that_changed_nothing_keeps_the_config_maps_read(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-apply and the ConfigMaps' read fall due in the same cycle; when every child
+    was as it would be applied, the next beats do not read the ConfigMaps again."""
+    clock = Clock()
+    monkeypatch.setattr(handlers, "time", clock)
+    kube.put(body(suspend=True))
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    clock.now += handlers.REAPPLY_SECONDS  # the next period: re-apply and reads are due
+    reads = counting_reads(kube)
+    kube.applies.clear()
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert ("ConfigMap", "wc-config") in reads
+    assert kube.applies and all(unless_same for _, unless_same in kube.applies)  # drift check
+    reads.clear()
+    for _ in range(3):
+        clock.now += 1.0
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    assert ("ConfigMap", "wc-config") not in reads and ("ConfigMap", "wc-membership") not in reads
+
+
+def test_apps_applied_at_once_re_apply_spread_over_the_period_each_within_it() -> None:
+    """Each app re-applies at its own phase of REAPPLY_SECONDS: 200 apps created in the same
+    second do not all send their drift checks in the same second again, and none waits
+    longer than the period."""
+    period, done = handlers.REAPPLY_SECONDS, 1000.0
+    due_after: list[float] = []
+    for app in (f"app-{i}" for i in range(200)):
+        waited = 0.0
+        with pytest.MonkeyPatch.context() as patch:
+            clock = Clock(done)
+            patch.setattr(handlers, "time", clock)
+            while not handlers._due(done, "apps", app):
+                clock.now += 0.5
+                waited += 0.5
+        due_after.append(waited)
+    assert max(due_after) <= period
+    per_second = collections.Counter(int(d) for d in due_after)
+    assert max(per_second.values()) <= 30  # 200 apps at once would be 200
+    assert len(per_second) >= period * 0.8
