@@ -162,7 +162,7 @@ class ConnectionGuard:
             # connections accepted after a probe (in the same batch or the next,
             # before the loop reads the probe's socket) would otherwise evict the
             # probe with its request in flight, and the kubelet sees a reset.
-            if connection.request_arrived or _has_input(connection.handler.transport):
+            if _request_waiting(connection):
                 continue
             self.evicted += 1
             _log_limited(
@@ -200,6 +200,11 @@ class ConnectionGuard:
         for key, connection in list(self._connections.items()):
             if connection.busy_since is not None:
                 overdue = now - connection.busy_since > self.limits.request_timeout_seconds
+            elif _request_waiting(connection):
+                # Not idle either: its request is in, the loop has not run its handler
+                # yet (a loaded machine, a burst accepted first). Closing it here reset
+                # a kubelet's probe after the idle timeout under load.
+                overdue = False
             else:
                 overdue = now - connection.since > self.limits.idle_timeout_seconds
             if overdue:
@@ -216,6 +221,12 @@ class ConnectionGuard:
         connection.handler.force_close()
         if transport is not None:
             transport.abort()
+
+
+def _request_waiting(connection: _Connection) -> bool:
+    """Whether a request (or any bytes) of this connection waits for the loop to handle it:
+    such a connection is not idle, for the cap's evictions and the idle timeout alike."""
+    return connection.request_arrived or _has_input(connection.handler.transport)
 
 
 def _has_input(transport: asyncio.BaseTransport | None) -> bool:
