@@ -207,6 +207,8 @@ class _WindowedAggregate(Processor):
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.value_serde)
         self._emit_final = emit_final
+        # emit_final: the earliest end of a window not emitted yet (set with _observed).
+        self._next_end = 0
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -289,12 +291,12 @@ class WindowAggregateProcessor(_WindowedAggregate):
         timestamp = context.timestamp
         grace = self._windows.grace_ms
         if self._emit_final:
-            previous = self._observed
-            if previous is None:
-                previous = self._observed = _newest_stored_timestamp(self._store)
+            if self._observed is None:
+                self._observed = _newest_stored_timestamp(self._store)
+                self._next_end = self._first_end_after(self._observed - grace)
             stream_time = self._observe(timestamp)
-            if stream_time > previous:
-                self._emit_closed(previous - grace, stream_time - grace)
+            if stream_time - grace >= self._next_end:
+                self._emit_closed(stream_time - grace)
         else:
             stream_time = self._observe(timestamp)
         close_time = stream_time - grace
@@ -320,18 +322,20 @@ class WindowAggregateProcessor(_WindowedAggregate):
         window_text = f"[{window.start},{window.end})"
         _skip_expired(self.context, self._dropped, window_text, (close_time, stream_time), key)
 
-    def _emit_closed(self, after: int, close_time: int) -> None:
-        """Forward the final result of every window ending in ``(after, close_time]``.
-
-        Window starts are multiples of the advance, so whether one ends in the interval
-        is arithmetic: most records close nothing and cost no read."""
+    def _first_end_after(self, time: int) -> int:
+        """The earliest window end after ``time``: window starts are multiples of the
+        advance, so which record closes a window is arithmetic, and most records close
+        none and cost no read."""
         size, advance = self._windows.size_ms, self._windows.advance_ms
-        lowest, highest = max(0, after - size + 1), close_time - size  # their starts
-        first = -(-lowest // advance) * advance
-        if first > highest:
-            return
+        return -(-max(0, time - size + 1) // advance) * advance + size
+
+    def _emit_closed(self, close_time: int) -> None:
+        """Forward the final result of every window ending in ``[self._next_end,
+        close_time]``: those the observed stream time closed since the last call."""
+        size = self._windows.size_ms
+        first, self._next_end = self._next_end - size, self._first_end_after(close_time)
         closed = sorted(
-            self._store.fetch_all(first, highest),
+            self._store.fetch_all(first, close_time - size),
             # The suppression buffer's order: window end, then the windowed key's bytes
             # (the key's, then its start's), as TimeWindowedSerde writes them.
             key=lambda entry: (entry[1], entry[0] + _START.pack(entry[1])),
