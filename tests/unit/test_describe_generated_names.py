@@ -108,6 +108,7 @@ def test_an_upgrade_that_renumbers_a_generated_name_is_refused_naming_it(
     assert "refused (GeneratedNamesMoved)" in err
     assert f"[{GENERATED}] vanished" in err
     assert "KSTREAM-AGGREGATE-STATE-STORE-0000000005-repartition" in err
+    assert 'repartition_name="KSTREAM-AGGREGATE-STATE-STORE-0000000003" keeps' in err
 
 
 @pytest.mark.parametrize("new", ["v1", "pinned", "named"])

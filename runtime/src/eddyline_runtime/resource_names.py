@@ -168,7 +168,10 @@ def moved_names(
         )
         came = sorted(n for n in new.keys() - old.keys() if new[n].kind is kind)
         if gone and came:
-            ways = "; ".join(sorted({new[n].way_out for n in came}))
+            # The old names' way out: pinning an old generated name keeps its state (a
+            # new one starts empty). Reports of older pods may carry none.
+            pins = {old[n].way_out for n in gone if old[n].way_out}
+            ways = "; ".join(sorted(pins or {new[n].way_out for n in came}))
             problems.append(
                 f"generated {kind} name(s) {_listed(gone)} vanished while {_listed(came)} "
                 f"appeared: the numbering shifted, and state under the old name(s) would be "
