@@ -15,7 +15,7 @@ from eddyline_runtime.processing.loader import load_topology
 # Revision 1 counts words through a generated repartition topic; "shifted" adds a stream
 # before it (renumbering it), "pinned" adds the same stream but names the topic as
 # revision 1 generated it, "named" names every resource.
-TOPOLOGIES = '''
+TOPOLOGIES = """
 from eddyline_runtime.processing import StreamsBuilder
 
 
@@ -51,7 +51,7 @@ def pinned():
 
 def named():
     return _count(StreamsBuilder(), repartition_name="words")
-'''
+"""
 
 GENERATED = "KSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition"
 
