@@ -55,6 +55,9 @@ def test_a_filter_inserted_before_an_aggregation_shifts_its_generated_topic_and_
     assert "vanished while" in problem
     assert "KSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition" in problem
     assert 'repartition_name="<name>"' in problem
+    # The pin suggested is the old name, which keeps the old topic's records.
+    assert 'repartition_name="KSTREAM-AGGREGATE-STATE-STORE-0000000002" keeps' in problem
+    assert 'repartition_name="KSTREAM-AGGREGATE-STATE-STORE-0000000003"' not in problem
 
 
 def test_the_same_edit_with_a_named_repartition_topic_is_allowed() -> None:

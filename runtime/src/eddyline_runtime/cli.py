@@ -206,19 +206,37 @@ def _add_describe_command(commands: argparse._SubParsersAction[argparse.Argument
         action="store_true",
         help="print only the describe hash (the one the pods report and the operator records)",
     )
+    describe.add_argument(
+        "--upgrade-from",
+        type=Path,
+        metavar="OLD_MANIFEST",
+        help="instead of describing, check an upgrade from OLD_MANIFEST's topology to this "
+        "one as the operator does: exit 1, naming each, if a generated store or topic name "
+        "moved (GeneratedNamesMoved)",
+    )
 
 
 def _run_describe(args: argparse.Namespace) -> int:
     from eddyline_runtime.processing import description, topology_picture
     from eddyline_runtime.processing.loader import load_topology
+    from eddyline_runtime.resource_names import generated_name_notes
     from eddyline_runtime.runner import load_app
 
-    app = load_app(args.manifest)
-    topology = load_topology(app.spec.topology.ref, [args.manifest.resolve().parent])
+    def topology_of(manifest: Path) -> Topology:
+        app = load_app(manifest)
+        return load_topology(app.spec.topology.ref, [manifest.resolve().parent])
+
+    topology = topology_of(args.manifest)
+    if args.upgrade_from is not None:
+        return _check_upgrade(topology_of(args.upgrade_from), topology, args.upgrade_from)
     text = topology.describe()
     if args.hash:
         print(description.describe_hash(text))
         return 0
+    # Kafka's text stays exactly Kafka's on stdout (diffable, hashed); the generated
+    # names are flagged beside it, on stderr.
+    for note in generated_name_notes(topology.generated_names()):
+        print(note, file=sys.stderr)
     drawings: dict[str, Callable[[Topology], str]] = {
         "text": lambda _: text,
         "dot": topology_picture.to_dot,
@@ -227,6 +245,23 @@ def _run_describe(args: argparse.Namespace) -> int:
     }
     sys.stdout.write(drawings[args.format](topology))
     return 0
+
+
+def _check_upgrade(old: Topology, new: Topology, old_manifest: Path) -> int:
+    """The operator's check of an upgrade's generated names, before applying it: the
+    same rule (:func:`eddyline_runtime.resource_names.moved_names`) on the two topologies,
+    every store and internal topic of the new one counting as still named."""
+    from eddyline_runtime.resource_names import moved_names
+
+    kept = {*new.stores, *new.global_stores, *new.internal_topics}
+    problems = moved_names(old.generated_names(), new.generated_names(), still_named=kept)
+    if not problems:
+        print(f"upgrade from {old_manifest}: allowed (no generated name moved)")
+        return 0
+    print(f"upgrade from {old_manifest}: refused (GeneratedNamesMoved)", file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem}", file=sys.stderr)
+    return 1
 
 
 def _run_manifest(args: argparse.Namespace) -> int:

@@ -111,6 +111,24 @@ def explicit_naming_error(names: Sequence[GeneratedName]) -> str:
     return "\n".join(lines)
 
 
+def generated_name_notes(names: Sequence[GeneratedName]) -> list[str]:
+    """What ``eddyline describe`` says of each generated name, after Kafka's text (which
+    it leaves as Kafka prints it): the name, that it is numbered by its node's position,
+    and how to name it. Empty when the topology names everything."""
+    if not names:
+        return []
+    notes = [
+        f"{len(names)} generated name(s): numbered by the position of the node that made "
+        "them, so an edit earlier in the topology renumbers them, and an upgrade then "
+        "orphans their state or is refused (GeneratedNamesMoved). Name them in the "
+        "topology code:"
+    ]
+    for name in names:
+        changelog = f" and its changelog {changelog_suffix(name.name)}" if name.logged else ""
+        notes.append(f'  {name.kind} "{name.name}"{changelog} ({name.operation}): {name.way_out}')
+    return notes
+
+
 def moved_names(
     before: Iterable[GeneratedName],
     after: Iterable[GeneratedName],
@@ -150,7 +168,10 @@ def moved_names(
         )
         came = sorted(n for n in new.keys() - old.keys() if new[n].kind is kind)
         if gone and came:
-            ways = "; ".join(sorted({new[n].way_out for n in came}))
+            # The old names' way out: pinning an old generated name keeps its state (a
+            # new one starts empty). Reports of older pods may carry none.
+            pins = {old[n].way_out for n in gone if old[n].way_out}
+            ways = "; ".join(sorted(pins or {new[n].way_out for n in came}))
             problems.append(
                 f"generated {kind} name(s) {_listed(gone)} vanished while {_listed(came)} "
                 f"appeared: the numbering shifted, and state under the old name(s) would be "

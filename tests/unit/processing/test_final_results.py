@@ -13,12 +13,14 @@ buffer is in memory with a changelog, eddyline's a transactional store.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any, ClassVar
 
 from eddyline_runtime.engine.record_cache import ThreadCache
 from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
+from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.processing import (
     KTable,
@@ -32,6 +34,8 @@ from eddyline_runtime.processing import (
     WindowedKTable,
 )
 from tests.support.stores import StoreFactory
+
+_LONG = struct.Struct(">q")
 
 
 class Sink(Processor):
@@ -213,8 +217,8 @@ def test_emit_final_closes_windows_on_the_newest_update(store_factory: StoreFact
 def test_a_crash_rolls_back_uncommitted_evictions_and_never_repeats_committed_ones(
     store_factory: StoreFactory, tmp_path: Path
 ) -> None:
-    """The buffer is a transactional store: what a crash loses comes out again after
-    the restart (once), what was committed never does, and what is buffered stays."""
+    """The window store is transactional: what a crash loses comes out again after
+    the restart (once), what was committed never does, and what is still open stays."""
     Sink.seen = {}
 
     def topology() -> Topology:
@@ -252,7 +256,7 @@ def test_a_crash_rolls_back_uncommitted_evictions_and_never_repeats_committed_on
         store.commit({})
         store.close()
 
-    # After a clean restart the buffer still holds [c@20/30]: 26 keeps it, 40 closes it.
+    # After a clean restart the store still holds [c@20/30]: 26 keeps it, 40 closes it.
     Sink.seen = {}
     stores = open_stores(store_factory, topology(), **directories)
     task = run(topology(), [], stores)
@@ -318,3 +322,76 @@ def test_a_window_expiring_before_a_flush_still_gives_its_final_result(
     cached.flush()
     assert Sink.seen["final"] == [("[a@0/10]", 2, 2)]
     assert task.dropped_records == 0
+
+
+def emit_final_topology() -> Topology:
+    builder = StreamsBuilder()
+    (
+        grouped(builder)
+        .windowed_by(TimeWindows.of_size_with_grace(10, 0))
+        .emit_final()
+        .count("counts")
+        .to_stream()
+        .process(lambda: Sink("final"))
+    )
+    return builder.build()
+
+
+def test_emit_final_reads_closed_windows_from_its_store_and_buffers_nothing(
+    store_factory: StoreFactory,
+) -> None:
+    """KIP-825: a time-windowed emit_final forwards no update; the windows a record closes
+    are read from the aggregation's store, so the final buffer (kept for the topology's
+    shape) stays empty. Before, every update was written to it and read back."""
+    Sink.seen = {}
+    topology = emit_final_topology()
+    stores = open_stores(store_factory, topology)
+    run(topology, [("b", 3), ("a", 1), ("a", 12), ("c", 25)], stores)
+    assert Sink.seen["final"] == [("[a@0/10]", 1, 1), ("[b@0/10]", 1, 3), ("[a@10/20]", 1, 12)]
+    assert list(stores["counts-final-buffer"].scan(KeyRange(None, None))) == []
+
+
+def test_emit_final_orders_a_close_by_window_end_then_key_bytes(
+    store_factory: StoreFactory,
+) -> None:
+    """Hopping windows closed by one record come out oldest end first, then in the order
+    of the windowed key's bytes (key, then start), as the suppression buffer gave them;
+    the store's scan gives them in key order per segment instead."""
+    Sink.seen = {}
+    builder = StreamsBuilder()
+    (
+        grouped(builder)
+        .windowed_by(TimeWindows.of_size_with_grace(10, 0).advance_by(5))
+        .emit_final()
+        .count("counts")
+        .to_stream()
+        .process(lambda: Sink("final"))
+    )
+    topology = builder.build()
+    run(topology, [("a0", 7), ("a", 6), ("b", 2), ("z", 40)], open_stores(store_factory, topology))
+    assert [key for key, _, _ in Sink.seen["final"]] == [
+        "[a@0/10]",
+        "[a0@0/10]",
+        "[b@0/10]",
+        "[a@5/15]",
+        "[a0@5/15]",
+    ]
+
+
+def test_a_final_buffer_an_earlier_release_filled_is_emptied_and_emits_nothing_twice(
+    store_factory: StoreFactory,
+) -> None:
+    """Before KIP-825's scan, emit_final buffered every open window in
+    ``<store>-final-buffer``. A task restored with such a buffer emits each window once,
+    from the aggregation's store, and empties the buffer at its first result."""
+    Sink.seen = {}
+    topology = emit_final_topology()
+    stores = open_stores(store_factory, topology)
+    task = run(topology, [("a", 1), ("a", 2)], stores)
+    # What the earlier release's buffer held here: [a@0/10] = 2 (last update at 2), clock 2.
+    buffer = stores["counts-final-buffer"]
+    buffer.put(_LONG.pack(10) + b"a" + _LONG.pack(0), _LONG.pack(2) + _LONG.pack(2))
+    buffer.put(b"\xffstream-time", _LONG.pack(2))
+    feed(task, [("b", 11), ("c", 30)], first_offset=2)
+    assert Sink.seen["final"] == [("[a@0/10]", 2, 2), ("[b@10/20]", 1, 11)]
+    assert list(buffer.scan(KeyRange(None, None))) == []

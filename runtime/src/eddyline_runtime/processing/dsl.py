@@ -720,8 +720,9 @@ class TimeWindowedKStream:
         builder = self._builder
         name = builder._name("KSTREAM-AGGREGATE")
         operation = WindowedAggregation(
-            table_store, self._windows, initializer, aggregator, key_serde, value_serde
-        )
+            table_store, self._windows, initializer, aggregator, key_serde, value_serde,
+            emit_final=self._emit_final,
+        )  # fmt: skip
         builder.topology.add_processor(
             name, partial(WindowAggregateProcessor, operation), self._node
         )
@@ -740,7 +741,9 @@ class TimeWindowedKStream:
             builder, name, key_serde, table_store, value_serde, kind="time",
             size_ms=self._windows.size_ms, close_after_ms=self._windows.grace_ms,
         )  # fmt: skip
-        return table._final_results(table_store) if self._emit_final else table
+        if not self._emit_final:
+            return table
+        return table._final_results(table_store, finals_forwarded=True)
 
 
 class SessionWindowedKStream:
@@ -1600,9 +1603,17 @@ class WindowedKTable(KTable):
         # How long after a window's end it can still change: grace (sessions: gap + grace).
         self._close_after_ms = close_after_ms
 
-    def _final_results(self, buffer: str) -> KTable:
-        """``emit_final``: the window-close suppression, buffered in ``<buffer>-final-buffer``."""
-        return _suppression(self, f"{buffer}-final-buffer", Suppressed(), emit_final=True)
+    def _final_results(self, buffer: str, *, finals_forwarded: bool = False) -> KTable:
+        """``emit_final``: the window-close suppression, buffered in ``<buffer>-final-buffer``;
+        with ``finals_forwarded`` the aggregation emits its final results itself and the
+        node passes them on (its buffer store stays, empty, so the topology is unchanged)."""
+        return _suppression(
+            self,
+            f"{buffer}-final-buffer",
+            Suppressed(),
+            emit_final=True,
+            finals_forwarded=finals_forwarded,
+        )
 
 
 def _new_value(value: Any) -> Any:
@@ -1610,7 +1621,12 @@ def _new_value(value: Any) -> Any:
 
 
 def _suppression(
-    table: KTable, buffer: str, suppressed: Suppressed, *, emit_final: bool = False
+    table: KTable,
+    buffer: str,
+    suppressed: Suppressed,
+    *,
+    emit_final: bool = False,
+    finals_forwarded: bool = False,
 ) -> KTable:
     """The suppress node below ``table`` (processing/operators/suppress.py), buffering in
     the store ``buffer``; its table forwards new values only."""
@@ -1643,6 +1659,7 @@ def _suppression(
         buffer_config=suppressed.buffer_config,
         new_value=None if table._old_values is None else _new_value,
         emit_final=emit_final,
+        finals_forwarded=finals_forwarded,
     )
     builder.topology.add_processor(name, partial(SuppressProcessor, operation), table._node)
     builder.topology.add_state_store(StoreSpec(buffer), name)

@@ -115,6 +115,9 @@ class Suppression:
     # emit_final (Kafka's EmitStrategy.onWindowClose) rather than suppress: which of
     # Kafka's node metrics it keeps (see SuppressProcessor.init).
     emit_final: bool = False
+    # The aggregation above emits its final results itself (a time-windowed emit_final,
+    # WindowedAggregation.emit_final): this node only passes them on and counts them.
+    finals_forwarded: bool = False
 
 
 class SuppressProcessor(Processor):
@@ -187,6 +190,9 @@ class SuppressProcessor(Processor):
         return None if first is None else int(_TIME.unpack_from(first[0])[0])
 
     def process(self, key: Any, value: Any) -> None:
+        if self._spec.finals_forwarded:
+            self._pass_on(key, value)
+            return
         if not self._loaded:
             self._load()
         context = self.context
@@ -235,6 +241,25 @@ class SuppressProcessor(Processor):
         if self._size_sensor is not None and self._count_sensor is not None:
             self._size_sensor.record(self._bytes)
             self._count_sensor.record(len(self._index))
+
+    def _pass_on(self, key: Any, value: Any) -> None:
+        """A final result the windowed aggregation emitted (it found the closed window
+        by a scan of its store, KIP-825): forwarded as it is, and counted.
+
+        The buffer store stays declared (the topology, its stores and changelogs are
+        those of earlier releases) and holds nothing. A buffer an earlier release
+        filled held exactly the windows that had not closed at its last commit; the
+        aggregation's store holds them too and emits them when they close, so such a
+        buffer is emptied here, at the first result, after its restoration."""
+        if not self._loaded:
+            self._loaded = True
+            for raw, _ in list(self._buffer.scan(KeyRange(None, None))):
+                self._buffer.delete(raw)
+        started = time.perf_counter()
+        self.context.forward(key, value)
+        self._emitted.record(1)
+        if self._emit_latency is not None:
+            self._emit_latency.record((time.perf_counter() - started) * 1000)
 
     def _unindex(self, key_bytes: bytes) -> None:
         held = self._index.pop(key_bytes, None)

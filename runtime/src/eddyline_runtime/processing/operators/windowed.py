@@ -50,6 +50,7 @@ transactional RocksDB store).
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,9 @@ from eddyline_runtime.value_and_timestamp import split_timestamped, timestamped_
 
 logger = logging.getLogger(__name__)
 
+# A window start in a windowed key's bytes (TimeWindowedSerde: key bytes, then this).
+_START = struct.Struct(">q")
+
 
 @dataclass(frozen=True)
 class WindowedAggregation:
@@ -89,6 +93,9 @@ class WindowedAggregation:
     aggregator: Any
     key_serde: str | None
     value_serde: str | None
+    # emit_final(): the aggregation forwards no updates, only each window's final result
+    # once it closes, found by a scan of its store (KIP-825; see WindowAggregateProcessor).
+    emit_final: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,7 +194,11 @@ class _WindowedAggregate(Processor):
     _store: WindowStore
 
     def __init__(
-        self, spec: WindowedAggregation | SlidingWindowedAggregation, window_ms: int
+        self,
+        spec: WindowedAggregation | SlidingWindowedAggregation,
+        window_ms: int,
+        *,
+        emit_final: bool = False,
     ) -> None:
         self._store_name = spec.store
         self._window_ms = window_ms  # a window's end - start
@@ -195,14 +206,22 @@ class _WindowedAggregate(Processor):
         self._observed: int | None = None
         self._keys: Any = serde_for(spec.key_serde)
         self._values: Any = serde_for(spec.value_serde)
+        self._emit_final = emit_final
+        # emit_final: the earliest end of a window not emitted yet (set with _observed).
+        self._next_end = 0
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self._store = window_store(context, self._store_name)
         self._observed = None  # read from this store at the first record
         self._dropped = context.record_dropped
+        if self._emit_final:
+            # No update is a result: nothing is forwarded on a write or a flush.
+            self._forwards_updates = False
+            return
         # The cache's deletes are expired segments being dropped: not results.
-        self._forwards_on_flush = self._store.set_flush_listener(self._flushed, deletes=False)
+        forwards_on_flush = self._store.set_flush_listener(self._flushed, deletes=False)
+        self._forwards_updates = not forwards_on_flush
 
     def _observe(self, timestamp: int) -> int:
         """Advance the aggregation's observed stream time to ``timestamp``; returns it.
@@ -223,7 +242,7 @@ class _WindowedAggregate(Processor):
         written = self._store.put(
             stored_key, start, timestamped_value(newest, self._values.serialize(aggregate))
         )
-        if written and not self._forwards_on_flush:
+        if written and self._forwards_updates:
             window = TimeWindow(start, start + self._window_ms)
             self.context.forward(Windowed(key, window), aggregate, timestamp=newest)
         return written
@@ -241,8 +260,26 @@ class _WindowedAggregate(Processor):
 
 
 class WindowAggregateProcessor(_WindowedAggregate):
+    """Kafka's ``KStreamWindowAggregate``; with ``emit_final`` its ``onWindowClose``
+    strategy as KIP-825 built it: updates are only written to the store, and each time
+    the observed stream time closes windows, the windows it closed are read from the
+    store by one range scan and forwarded, each once.
+
+    Which windows a record closes: those ending in ``(previous close time, close
+    time]``, the close time being ``observed - grace``. They are emitted before the
+    record's own writes (which only touch windows still open, so the order changes
+    nothing), while the store's retention still shows them. At a restart the previous
+    close time is the one the aggregation had at its last commit (its observed time is
+    started at the store's newest record timestamp, see ``_observe``), and every window
+    that closed up to that commit was emitted in it: nothing is emitted twice or lost,
+    and no clock needs a store of its own. The results, and their order, are those the
+    window-close suppression buffer gave before (by window end, then by the windowed
+    key's bytes), so ``emit_final`` outputs are unchanged; only their moment is
+    earlier: at the record that closes the window, not at the next cache flush.
+    """
+
     def __init__(self, spec: WindowedAggregation) -> None:
-        super().__init__(spec, spec.windows.size_ms)
+        super().__init__(spec, spec.windows.size_ms, emit_final=spec.emit_final)
         self._spec = spec
         self._windows = spec.windows
 
@@ -252,8 +289,17 @@ class WindowAggregateProcessor(_WindowedAggregate):
             _skip_null(context, self._dropped, value)
             return
         timestamp = context.timestamp
-        stream_time = self._observe(timestamp)
-        close_time = stream_time - self._windows.grace_ms
+        grace = self._windows.grace_ms
+        if self._emit_final:
+            if self._observed is None:
+                self._observed = _newest_stored_timestamp(self._store)
+                self._next_end = self._first_end_after(self._observed - grace)
+            stream_time = self._observe(timestamp)
+            if stream_time - grace >= self._next_end:
+                self._emit_closed(stream_time - grace)
+        else:
+            stream_time = self._observe(timestamp)
+        close_time = stream_time - grace
         stored_key = self._keys.serialize(key)
         for window in self._windows.windows_for(timestamp):
             if window.end <= close_time:
@@ -275,6 +321,34 @@ class WindowAggregateProcessor(_WindowedAggregate):
     def _skip(self, key: Any, window: TimeWindow, close_time: int, stream_time: int) -> None:
         window_text = f"[{window.start},{window.end})"
         _skip_expired(self.context, self._dropped, window_text, (close_time, stream_time), key)
+
+    def _first_end_after(self, time: int) -> int:
+        """The earliest window end after ``time``: window starts are multiples of the
+        advance, so which record closes a window is arithmetic, and most records close
+        none and cost no read."""
+        size, advance = self._windows.size_ms, self._windows.advance_ms
+        return -(-max(0, time - size + 1) // advance) * advance + size
+
+    def _emit_closed(self, close_time: int) -> None:
+        """Forward the final result of every window ending in ``[self._next_end,
+        close_time]``: those the observed stream time closed since the last call."""
+        size = self._windows.size_ms
+        first, self._next_end = self._next_end - size, self._first_end_after(close_time)
+        closed = sorted(
+            self._store.fetch_all(first, close_time - size),
+            # The suppression buffer's order: window end, then the windowed key's bytes
+            # (the key's, then its start's), as TimeWindowedSerde writes them.
+            key=lambda entry: (entry[1], entry[0] + _START.pack(entry[1])),
+        )
+        keys, values, forward = self._keys, self._values, self.context.forward
+        for stored_key, start, stored in closed:
+            newest, data = split_timestamped(stored)
+            window = TimeWindow(start, start + size)
+            forward(
+                Windowed(keys.deserialize(stored_key), window),
+                values.deserialize(data),
+                timestamp=newest,
+            )
 
 
 class SessionAggregateProcessor(Processor):
