@@ -196,3 +196,72 @@ def _high_watermark(log: Log, tp: TopicPartition) -> int:
         return int(high)
     finally:
         consumer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
+    reason="PySpark needs a Java runtime",
+)
+def test_the_spark_job_killed_while_writing_changelogs_and_run_again_writes_each_once(
+    tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    """``eddyline backfill build`` (PySpark, local[2]) SIGKILLed, driver, JVM and all, once
+    its first changelog records are on the broker; run again with the same end offsets:
+    every changelog partition holds the store's contents once, as read_committed sees
+    it, whatever each task's write had reached (open: aborted by the re-run's producer;
+    committed: kept, and not written again)."""
+    suffix = uuid.uuid4().hex[:8]
+    topic, application, keys = f"kill-events-{suffix}", f"kill-{suffix}", 40_000
+    log = backfill_kill.open_test_log(f"kafka://{kafka_bootstrap}", "")
+    try:
+        log.create_topic(topic, 2)
+        for partition in range(2):
+            # A key per record: the state is as large as the history, so the writes last.
+            batch = [
+                Record(f"k-{index:06d}".encode(), b"v", index)
+                for index in range(partition, keys, 2)
+            ]
+            for start in range(0, len(batch), 5_000):
+                log.produce(TopicPartition(topic, partition), batch[start : start + 5_000])
+        ends = [f"{topic}:{p}={log.end_offset(TopicPartition(topic, p))}" for p in range(2)]
+        root = str(Path(__file__).resolve().parents[3])
+        env = {**os.environ, "PYTHONPATH": root, "EDDYLINE_TEST_BACKFILL_INPUT": topic}
+        args = [sys.executable, "-m", "eddyline_runtime.cli", "backfill", "build"]
+        args += ["--topology", "tests.support.topologies.backfill_topologies:keyed_count_of_env"]
+        args += ["--application", application, "--store", "counts", "--log-url", log.url]
+        args += ["--output", str(tmp_path / "builds"), "--master", "local[2]"]
+        for end in ends:
+            args += ["--end-offset", end]
+        changelogs = [TopicPartition(changelog_topic(application, "counts"), p) for p in range(2)]
+        with open(tmp_path / "killed.log", "wb") as output:
+            job = subprocess.Popen(
+                args, cwd=root, env=env, stdout=output, stderr=output, start_new_session=True
+            )
+            try:
+                wait_for(
+                    lambda: (
+                        job.poll() is not None
+                        or (
+                            changelogs[0].topic in log.topics()
+                            and any(_high_watermark(log, tp) > 0 for tp in changelogs)
+                        )
+                    ),
+                    "the job's first changelog records",
+                    300,
+                )
+                assert job.poll() is None, (tmp_path / "killed.log").read_text()
+            finally:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+        rerun = subprocess.run(
+            args, cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        for tp in changelogs:
+            records = committed_changelog(log, tp)
+            written = [key for _, key, _ in records]
+            assert len(written) == len(set(written)) == keys // 2, f"{tp}: duplicates or gaps"
+            assert all(key.startswith(b"k-") for key in written)
+    finally:
+        log.close()
