@@ -11,12 +11,14 @@ writes the contents exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -174,30 +176,6 @@ def test_a_writer_killed_mid_transaction_leaves_nothing_and_the_rerun_writes_onc
         assert list(store.scan(KeyRange())) == expected
 
 
-def _high_watermark(log: Log, tp: TopicPartition) -> int:
-    """The end of ``tp`` including records of open transactions (read_uncommitted)."""
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as KafkaPartition
-
-    bootstrap = log.url.removeprefix("kafka://")
-    # librdkafka's consumers read read_committed by default: their high watermark is
-    # then the last stable offset, which an open transaction holds back.
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "watermark-probe",
-            "isolation.level": "read_uncommitted",
-        }
-    )
-    try:
-        _, high = consumer.get_watermark_offsets(
-            KafkaPartition(getattr(log, "topic_prefix", "") + tp.topic, tp.partition), timeout=10
-        )
-        return int(high)
-    finally:
-        consumer.close()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
@@ -212,12 +190,12 @@ def test_the_spark_job_killed_while_writing_changelogs_and_run_again_writes_each
     it, whatever each task's write had reached (open: aborted by the re-run's producer;
     committed: kept, and not written again)."""
     suffix = uuid.uuid4().hex[:8]
-    topic, application, keys = f"kill-events-{suffix}", f"kill-{suffix}", 40_000
+    # A key per record, 50,000 per task: the writes last long enough to be caught.
+    topic, application, keys = f"kill-events-{suffix}", f"kill-{suffix}", 100_000
     log = backfill_kill.open_test_log(f"kafka://{kafka_bootstrap}", "")
     try:
         log.create_topic(topic, 2)
         for partition in range(2):
-            # A key per record: the state is as large as the history, so the writes last.
             batch = [
                 Record(f"k-{index:06d}".encode(), b"v", index)
                 for index in range(partition, keys, 2)
@@ -234,7 +212,7 @@ def test_the_spark_job_killed_while_writing_changelogs_and_run_again_writes_each
         for end in ends:
             args += ["--end-offset", end]
         changelogs = [TopicPartition(changelog_topic(application, "counts"), p) for p in range(2)]
-        with open(tmp_path / "killed.log", "wb") as output:
+        with _watermark_probe(log) as probe, open(tmp_path / "killed.log", "wb") as output:
             job = subprocess.Popen(
                 args, cwd=root, env=env, stdout=output, stderr=output, start_new_session=True
             )
@@ -244,13 +222,16 @@ def test_the_spark_job_killed_while_writing_changelogs_and_run_again_writes_each
                         job.poll() is not None
                         or (
                             changelogs[0].topic in log.topics()
-                            and any(_high_watermark(log, tp) > 0 for tp in changelogs)
+                            and any(probe(tp) > 0 for tp in changelogs)
                         )
                     ),
                     "the job's first changelog records",
                     300,
                 )
-                assert job.poll() is None, (tmp_path / "killed.log").read_text()
+                assert job.poll() is None, (
+                    "the job ended before its changelog writes were seen (polling too slow "
+                    f"for them?): {(tmp_path / 'killed.log').read_text()[-3000:]}"
+                )
             finally:
                 os.killpg(job.pid, signal.SIGKILL)
                 job.wait()
@@ -265,3 +246,39 @@ def test_the_spark_job_killed_while_writing_changelogs_and_run_again_writes_each
             assert all(key.startswith(b"k-") for key in written)
     finally:
         log.close()
+
+
+def _high_watermark(log: Log, tp: TopicPartition) -> int:
+    """The end of ``tp`` including records of open transactions (read_uncommitted)."""
+    with _watermark_probe(log) as probe:
+        return probe(tp)
+
+
+@contextlib.contextmanager
+def _watermark_probe(log: Log) -> Iterator[Callable[[TopicPartition], int]]:
+    """One consumer asked again and again (a new one per poll would be too slow to see a
+    write that lasts a second)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    # librdkafka's consumers read read_committed by default: their high watermark is
+    # then the last stable offset, which an open transaction holds back.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": log.url.removeprefix("kafka://"),
+            "group.id": "watermark-probe",
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    prefix = getattr(log, "topic_prefix", "")
+
+    def high(tp: TopicPartition) -> int:
+        _, end = consumer.get_watermark_offsets(
+            KafkaPartition(prefix + tp.topic, tp.partition), timeout=10
+        )
+        return int(end)
+
+    try:
+        yield high
+    finally:
+        consumer.close()
