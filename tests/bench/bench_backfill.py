@@ -30,13 +30,12 @@ import time
 from pathlib import Path
 
 from eddyline_runtime.backfill import spark_job
-from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.processing.loader import load_topology
 from eddyline_runtime.restore.spark.spark_build import spark_session
 from tests.integration.backfill.test_task_history import ingested
-from tests.support.backfill import replay, store_contents, write_history
+from tests.support.backfill import reference_replay, store_contents, write_history
 from tests.support.topologies.backfill_topologies import INPUT
 
 REFERENCE = "tests.support.topologies.backfill_topologies:windowed_count"
@@ -56,15 +55,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-backfill-") as work:
         directory = Path(work)
         state_dir = directory / "replay-state"
-        config = StreamsConfig.from_properties(
-            {"application.id": application, "state.dir": str(state_dir)}, environ={}
-        )
         topology = load_topology(REFERENCE)
         log = SqliteLog(directory / "log.db")
         try:
             write_history(log, INPUT, args.partitions, args.records)
             started = time.monotonic()
-            replay(topology, config, log)
+            # As another application: the backfilled app's changelogs start empty, as a
+            # new store's do (the backfill writes them); its positions are the replay's.
+            config, _ = reference_replay(topology, application, log, state_dir)
             replay_s = time.monotonic() - started
             url = log.url
         finally:

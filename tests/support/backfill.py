@@ -1,17 +1,29 @@
-"""A history on a log, replayed through a StreamsInstance: what a backfill must equal."""
+"""A history on a log, replayed through a StreamsInstance (what a backfill must equal),
+and the backfill run in process, its changelogs read and its stores restored."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
 
+from eddyline_runtime.backfill import (
+    BackfillPlan,
+    TaskBackfill,
+    backfill_layout,
+    ensure_changelogs,
+    run_task_history,
+    write_manifests,
+)
+from eddyline_runtime.backfill.task_history import partition_key
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.log import Log
 from eddyline_runtime.log.port import Record
-from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
 from eddyline_runtime.processing.topology import Topology
+from eddyline_runtime.restore.ingest.sst_restore import RebuildResult, rebuild_store
 from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions, store_directory
 
 CAUGHT_UP_TIMEOUT_S = 120.0
@@ -64,5 +76,107 @@ def store_contents(
     )
     try:
         return list(opened.scan(KeyRange()))
+    finally:
+        opened.close()
+
+
+def reference_replay(
+    topology: Topology,
+    application: str,
+    log: Log,
+    state_dir: Path,
+    properties: Mapping[str, object] | None = None,
+) -> tuple[StreamsConfig, dict[TopicPartition, int]]:
+    """The replay a backfill must equal, run as **another** application, so the
+    backfilled app's changelogs stay empty (as a new store's are when the backfill
+    starts); the replay's committed positions are then committed as the app's (the
+    old revision's final commit). Returns the replay's config and those positions."""
+    config = StreamsConfig.from_properties(
+        {
+            **(properties or {}),
+            "application.id": f"{application}-replay",
+            "state.dir": str(state_dir),
+        },
+        environ={},
+    )
+    replay(topology, config, log)
+    sources = {topic for sub in topology.subtopologies() for topic in sub.source_topics}
+    inputs = [
+        TopicPartition(topic, partition)
+        for topic, spec in log.topics().items()
+        if topic in sources
+        for partition in range(spec.partitions)
+    ]
+    committed = dict(log.committed_offsets(config.application_id, inputs))
+    log.commit_offsets(application, committed)
+    return config, committed
+
+
+def backfill_plan(
+    application: str,
+    store: str,
+    log: Log,
+    output: Path,
+    ends: Mapping[TopicPartition, int],
+    *,
+    build_id: str = "b1",
+) -> BackfillPlan:
+    return BackfillPlan(
+        application=application,
+        topology="unused: the tasks run in this process",
+        stores=(store,),
+        log_url=log.url,
+        output=str(output),
+        build_id=build_id,
+        end_offsets={partition_key(tp): offset for tp, offset in ends.items()},
+    )
+
+
+def backfill_in_process(
+    topology: Topology,
+    config: StreamsConfig,
+    log: Log,
+    plan: BackfillPlan,
+    work: Path,
+) -> list[TaskBackfill]:
+    """What the Spark job does, without Spark: the driver's changelog topics, then every
+    task partition's history (SSTs, changelog records) and the manifests, written."""
+    partitions = {name: spec.partitions for name, spec in log.topics().items()}
+    layout = backfill_layout(topology, plan.application, partitions)
+    ensure_changelogs(log, layout, plan.stores)
+    built = [
+        run_task_history(
+            topology, config, layout=layout, task_id=task, log=log, plan=plan, work_dir=work
+        )
+        for task in layout.tasks()
+    ]
+    write_manifests(plan, [m for task in built for m in task.manifests.values()])
+    return built
+
+
+def committed_changelog(log: Log, tp: TopicPartition) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) of every record of ``tp`` a read_committed reader sees."""
+    seen: list[tuple[int, bytes, bytes]] = []
+    position = log.beginning_offset(tp)
+    while True:
+        columns = log.fetch_columns(tp, position, 10_000)
+        if not columns.offsets:
+            return seen
+        for offset, key, value in zip(columns.offsets, columns.keys, columns.values, strict=True):
+            assert key is not None and value is not None
+            seen.append((offset, key, value))
+        position = columns.offsets[-1] + 1
+
+
+def rebuilt(
+    log: Log, application: str, store: str, partition: int, *, directory: Path, builds: Path
+) -> tuple[RebuildResult, list[tuple[bytes, bytes]]]:
+    """A pod's restore of a missing store (``rebuild_store``: the newest fitting build
+    under ``builds``, then the changelog after it), and the store's bytes."""
+    changelog = TopicPartition(changelog_topic(application, store), partition)
+    result = rebuild_store(store, directory, log, changelog, application=application, output=builds)
+    opened = RocksDBStore(store, directory)
+    try:
+        return result, list(opened.scan(KeyRange()))
     finally:
         opened.close()

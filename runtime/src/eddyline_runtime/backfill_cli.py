@@ -11,19 +11,15 @@ It writes, per task partition, the stores' SSTs and manifests in the layout
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.spark_requirements import java_missing, spark_missing
 
-SPARK_MISSING = (
-    "backfill build needs PySpark and a Java 17+ runtime: pip install 'eddyline[spark]' and "
-    "install a JRE (e.g. apt-get install openjdk-17-jre-headless), or run it in the restore image"
-)
+SPARK_MISSING = spark_missing("backfill build")
 
 
 class BackfillCommandError(EddylineError):
@@ -97,7 +93,7 @@ def run_backfill_command(args: argparse.Namespace, out: TextIO | None = None) ->
     except ImportError:
         print(f"error: {SPARK_MISSING}", file=sys.stderr)
         return 2
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    if java_missing():
         print(f"error: {SPARK_MISSING}", file=sys.stderr)
         return 2
     from eddyline_runtime.processing.loader import load_topology

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -26,16 +24,14 @@ from eddyline_runtime.log.kafka_settings import KAFKA_SCHEME, settings_from_envi
 from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
 from eddyline_runtime.progress import ProgressLine, progress_wanted
 from eddyline_runtime.restore.build_progress import OFFSETS, STARTING
+from eddyline_runtime.restore.spark_requirements import java_missing, spark_missing
 
 if TYPE_CHECKING:
     from eddyline_runtime.config import StreamsConfig
     from eddyline_runtime.processing.topology import Topology
     from eddyline_runtime.spec import StreamApp
 
-SPARK_MISSING = (
-    "restore build needs PySpark and a Java 17+ runtime: pip install 'eddyline[spark]' and "
-    "install a JRE (e.g. apt-get install openjdk-17-jre-headless), or run it in the restore image"
-)
+SPARK_MISSING = spark_missing("restore build")
 
 
 class RestoreCommandError(EddylineError):
@@ -179,7 +175,7 @@ def _build(args: argparse.Namespace, app: StreamApp, config: StreamsConfig, out:
     except ImportError:
         print(f"error: {SPARK_MISSING}", file=sys.stderr)
         return 2
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    if java_missing():
         print(f"error: {SPARK_MISSING}", file=sys.stderr)
         return 2
     settings: dict[str, str] = {}

@@ -17,11 +17,16 @@ from pathlib import Path
 import pytest
 
 from eddyline_runtime.cli import main
-from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.log.sqlite_log import SqliteLog
-from eddyline_runtime.partitions import TaskId
+from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
+from eddyline_runtime.restore.manifest import read_manifest
 from tests.integration.backfill.test_task_history import ingested
-from tests.support.backfill import replay, store_contents, write_history
+from tests.support.backfill import (
+    committed_changelog,
+    reference_replay,
+    store_contents,
+    write_history,
+)
 from tests.support.topologies.backfill_topologies import INPUT, repartitioned_count, windowed_count
 
 pytestmark = pytest.mark.skipif(
@@ -44,13 +49,10 @@ def test_backfill_build_in_spark_equals_a_replay(
     )
     application = "backfill-spark"
     state_dir = tmp_path / "replay-state"
-    config = StreamsConfig.from_properties(
-        {"application.id": application, "state.dir": str(state_dir)}, environ={}
-    )
     log = SqliteLog(tmp_path / "log.db")
     try:
         write_history(log, INPUT, PARTITIONS, RECORDS)
-        replay(windowed_count(), config, log)
+        config, _ = reference_replay(windowed_count(), application, log, state_dir)
         url = log.url
     finally:
         log.close()
@@ -87,6 +89,17 @@ def test_backfill_build_in_spark_equals_a_replay(
             task["manifests"]["window-counts"], config, tmp_path / f"ingested-{partition}"
         )
         assert got == expected
+        # The job wrote the store's contents to its changelog, once, and the manifest
+        # names its last offset: a restore from the changelog alone finds them.
+        changelog = TopicPartition(changelog_topic(application, "window-counts"), partition)
+        log = SqliteLog(tmp_path / "log.db", read_only=True)
+        try:
+            records = committed_changelog(log, changelog)
+        finally:
+            log.close()
+        assert [(key, value) for _, key, value in records] == expected
+        manifest = read_manifest(Path(task["manifests"]["window-counts"]))
+        assert manifest.offset == records[-1][0]
 
 
 def test_a_repartitioned_topology_is_refused_before_spark_starts(

@@ -1,7 +1,8 @@
 """A backfill's stores equal, byte for byte, those a replay through the engine builds.
 
-The history (thousands of records over four partitions, timestamps partly out of
-order) is replayed by an ordinary StreamsInstance to its end; the backfill then
+The history (thousands of records over several partitions, timestamps partly out of
+order) is replayed by an ordinary StreamsInstance to its end (as another application,
+so the backfilled app's changelogs stay empty, as a new store's are); the backfill then
 runs each task partition's history, up to the offsets the instance committed,
 through the engine's task code, and writes SSTs and manifests. The manifests'
 files, ingested as a pod's restore ingests them, hold exactly the bytes of the
@@ -10,6 +11,7 @@ instance's stores.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,24 +19,36 @@ import pytest
 from eddyline_runtime.backfill import (
     BackfillPlan,
     backfill_layout,
+    ensure_changelogs,
     run_task_history,
     write_manifests,
 )
-from eddyline_runtime.backfill.task_history import TaskBackfill, partition_key
+from eddyline_runtime.backfill.task_history import (
+    TaskBackfill,
+    manifest_directory,
+    partition_key,
+)
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.key_ranges import KeyRange
+from eddyline_runtime.log import Log
 from eddyline_runtime.log.port import Record
 from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.topology import Topology
-from eddyline_runtime.restore.manifest import read_manifest
+from eddyline_runtime.restore.manifest import manifest_name, read_manifest
 from eddyline_runtime.state import RocksDBStore, RocksDBStoreOptions
 from eddyline_runtime.state.sst_files import build_store_from_sst_files
-from tests.support.backfill import replay, store_contents, write_history
+from tests.support.backfill import (
+    backfill_in_process,
+    backfill_plan,
+    reference_replay,
+    store_contents,
+    write_history,
+)
 from tests.support.topologies.backfill_topologies import INPUT, keyed_count, windowed_count
 
-PARTITIONS = 4
-RECORDS = 6_000
+PARTITIONS = 3
+RECORDS = 3_000
 
 
 def ingested_build(
@@ -66,51 +80,31 @@ def ingested(manifest_path: str, config: StreamsConfig, target: Path) -> list[tu
     ("build", "store"), [(keyed_count, "counts"), (windowed_count, "window-counts")]
 )
 def test_backfilled_stores_equal_a_replay_byte_for_byte(
-    tmp_path: Path, build: object, store: str
+    tmp_path: Path, log: Log, build: object, store: str
 ) -> None:
+    """On the embedded log, and on Kafka up to the positions an exactly-once replay
+    committed (the history read read_committed)."""
     topology: Topology = build()  # type: ignore[operator]
-    application = "backfill-test"
-    state_dir = tmp_path / "replay-state"
-    config = StreamsConfig.from_properties(
-        {"application.id": application, "state.dir": str(state_dir)}, environ={}
+    application = f"backfill-{uuid.uuid4().hex[:8]}"
+    ends = write_history(log, INPUT, PARTITIONS, RECORDS)
+    config, committed = reference_replay(
+        topology,
+        application,
+        log,
+        tmp_path / "replay-state",
+        {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 100},
     )
-    log = SqliteLog(tmp_path / "log.db")
-    try:
-        ends = write_history(log, INPUT, PARTITIONS, RECORDS)
-        replay(topology, config, log)
-        committed = log.committed_offsets(application, list(ends))
-        assert committed == ends  # the batch ends where the app's stream continues
-        layout = backfill_layout(topology, application, {INPUT: PARTITIONS})
-        plan = BackfillPlan(
-            application=application,
-            topology="tests.support.topologies.backfill_topologies:keyed_count",
-            stores=(store,),
-            log_url=log.url,
-            output=str(tmp_path / "builds"),
-            build_id="b1",
-            end_offsets={partition_key(tp): offset for tp, offset in committed.items()},
-        )
-        total = 0
-        for partition in range(PARTITIONS):
-            task = TaskId(0, partition)
-            built = run_task_history(
-                topology,
-                config,
-                layout=layout,
-                task_id=task,
-                log=log,
-                plan=plan,
-                work_dir=tmp_path / "work",
-            )
-            total += built.records
-            expected = store_contents(config, state_dir, task, store)
-            assert expected, "the replay built an empty store: the test proves nothing"
-            got = ingested_build(plan, built, store, config, tmp_path / f"ingested-{partition}")
-            assert got == expected, f"task {task}: backfilled {store} differs from the replay"
-            assert built.keys[store] == len(expected)
-        assert total == RECORDS
-    finally:
-        log.close()
+    assert committed == ends  # the batch ends where the app's stream continues
+    plan = backfill_plan(application, store, log, tmp_path / "builds", committed)
+    built = backfill_in_process(topology, config, log, plan, tmp_path / "work")
+    for task in built:
+        expected = store_contents(config, tmp_path / "replay-state", task.task, store)
+        assert expected, "the replay built an empty store: the test proves nothing"
+        path = manifest_directory(plan, store) / manifest_name(task.task.partition)
+        got = ingested(str(path), config, tmp_path / f"ingested-{task.task}")
+        assert got == expected, f"task {task.task}: backfilled {store} differs from the replay"
+        assert task.keys[store] == len(expected)
+    assert sum(task.records for task in built) == RECORDS
 
 
 def test_a_backfill_ending_earlier_holds_only_the_history_before_its_end(
@@ -127,6 +121,7 @@ def test_a_backfill_ending_earlier_holds_only_the_history_before_its_end(
         ends = write_history(log, INPUT, 1, 500)
         (tp,) = ends
         layout = backfill_layout(topology, application, {INPUT: 1})
+        ensure_changelogs(log, layout, ["counts"])
         plan = BackfillPlan(
             application=application,
             topology="tests.support.topologies.backfill_topologies:keyed_count",
@@ -167,9 +162,6 @@ def test_aborted_records_in_the_history_are_not_in_the_backfilled_state(
     topology = keyed_count()
     application = "backfill-aborted"
     state_dir = tmp_path / "replay-state"
-    config = StreamsConfig.from_properties(
-        {"application.id": application, "state.dir": str(state_dir)}, environ={}
-    )
     log = SqliteLog(tmp_path / "log.db")
     try:
         write_history(log, INPUT, 1, 300)
@@ -180,30 +172,14 @@ def test_aborted_records_in_the_history_are_not_in_the_backfilled_state(
         producer.abort()
         write_history(log, INPUT, 1, 200, seed=36, create=False)
         end = log.end_offset(tp)
-        replay(topology, config, log)
-        assert log.committed_offsets(application, [tp]) == {tp: end}
-        layout = backfill_layout(topology, application, {INPUT: 1})
-        plan = BackfillPlan(
-            application=application,
-            topology="unused: the task runs in this process",
-            stores=("counts",),
-            log_url=log.url,
-            output=str(tmp_path / "builds"),
-            build_id="b1",
-            end_offsets={partition_key(tp): end},
-        )
-        built = run_task_history(
-            topology,
-            config,
-            layout=layout,
-            task_id=TaskId(0, 0),
-            log=log,
-            plan=plan,
-            work_dir=tmp_path / "w",
-        )
+        config, committed = reference_replay(topology, application, log, state_dir)
+        assert committed == {tp: end}
+        plan = backfill_plan(application, "counts", log, tmp_path / "builds", committed)
+        (built,) = backfill_in_process(topology, config, log, plan, tmp_path / "w")
         assert built.records == 500
         expected = store_contents(config, state_dir, TaskId(0, 0), "counts")
-        got = ingested_build(plan, built, "counts", config, tmp_path / "ingested")
+        path = manifest_directory(plan, "counts") / manifest_name(0)
+        got = ingested(str(path), config, tmp_path / "ingested")
         assert got == expected
     finally:
         log.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from eddyline_runtime.processing import StreamsBuilder, TimeWindows, Topology
 
 INPUT = "events"
@@ -33,4 +35,13 @@ def repartitioned_count() -> Topology:
     builder.stream(INPUT, key_serde="string", value_serde="string").group_by(
         lambda _key, value: value, key_serde="string", value_serde="string"
     ).count("value-counts")
+    return builder.build()
+
+
+def keyed_count_of_env() -> Topology:
+    """:func:`keyed_count` over the topic ``EDDYLINE_TEST_BACKFILL_INPUT`` names (a test
+    on a shared broker gives it a fresh one; Spark's local workers inherit the variable)."""
+    builder = StreamsBuilder()
+    topic = os.environ.get("EDDYLINE_TEST_BACKFILL_INPUT", INPUT)
+    builder.stream(topic, key_serde="string", value_serde="string").group_by_key().count("counts")
     return builder.build()

@@ -9,8 +9,10 @@ import pytest
 from eddyline_runtime.backfill import BackfillError
 from eddyline_runtime.backfill.spark_job import fix_plan
 from eddyline_runtime.backfill_cli import BackfillCommandError, parse_end_offset
+from eddyline_runtime.cli import main
 from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.restore.spark_requirements import java_missing, spark_missing
 from tests.support.topologies.backfill_topologies import INPUT, keyed_count
 
 
@@ -33,44 +35,59 @@ def _log_with_input(tmp_path: Path) -> str:
         log.close()
 
 
-def test_a_store_the_topology_lacks_is_refused_naming_the_ones_it_has(tmp_path: Path) -> None:
-    with pytest.raises(BackfillError, match=r"no store 'nope'.*its stores: counts"):
+@pytest.mark.parametrize(
+    ("stores", "end_offsets", "error"),
+    [
+        # A store the topology lacks: refused, naming the ones it has.
+        (["nope"], None, r"no store 'nope'.*its stores: counts"),
+        # No committed positions and none given: the plan asks for end offsets.
+        (["counts"], None, r'group "app" has no committed position.*--end-offset'),
+        # Given end offsets must cover every input partition.
+        (["counts"], {TopicPartition(INPUT, 0): 0}, r"no end offset for .*give one per input"),
+    ],
+    ids=["unknown-store", "no-committed-positions", "end-offsets-missing-a-partition"],
+)
+def test_a_plan_that_cannot_be_fixed_is_refused_with_the_way_out(
+    tmp_path: Path,
+    stores: list[str],
+    end_offsets: dict[TopicPartition, int] | None,
+    error: str,
+) -> None:
+    with pytest.raises(BackfillError, match=error):
         fix_plan(
             keyed_count(),
             application="app",
             reference="m:f",
-            stores=["nope"],
+            stores=stores,
             log_url=_log_with_input(tmp_path),
             output=tmp_path / "out",
             build_id="b",
+            end_offsets=end_offsets,
         )
 
 
-def test_without_committed_positions_the_plan_asks_for_end_offsets(tmp_path: Path) -> None:
-    with pytest.raises(BackfillError, match=r'group "app" has no committed position.*--end-offset'):
-        fix_plan(
-            keyed_count(),
-            application="app",
-            reference="m:f",
-            stores=["counts"],
-            log_url=_log_with_input(tmp_path),
-            output=tmp_path / "out",
-            build_id="b",
-        )
-
-
-def test_given_end_offsets_must_cover_every_input_partition(tmp_path: Path) -> None:
-    with pytest.raises(BackfillError, match=r"no end offset for .*give one per input partition"):
-        fix_plan(
-            keyed_count(),
-            application="app",
-            reference="m:f",
-            stores=["counts"],
-            log_url=_log_with_input(tmp_path),
-            output=tmp_path / "out",
-            build_id="b",
-            end_offsets={TopicPartition(INPUT, 0): 0},
-        )
+def test_without_java_backfill_build_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one message of both Spark commands (restore/spark_requirements.py), naming
+    the command that needs it; said before any JVM starts."""
+    url = _log_with_input(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-java-here"))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    assert java_missing()
+    args = [
+        "backfill",
+        "build",
+        "--topology",
+        "tests.support.topologies.backfill_topologies:keyed_count",
+    ]
+    args += ["--application", "app", "--store", "counts", "--log-url", url]
+    args += ["--output", str(tmp_path / "out"), "--end-offset", f"{INPUT}:0=0"]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: backfill build needs PySpark and a Java 17+ runtime")
+    assert error.strip() == f"error: {spark_missing('backfill build')}"
+    assert spark_missing("restore build").startswith("restore build needs PySpark")
 
 
 def test_a_plan_holds_the_given_end_offsets(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from eddyline_runtime.backfill.task_history import (
     BackfillError,
     BackfillPlan,
     backfill_layout,
+    ensure_changelogs,
     partition_key,
     run_task_history,
     write_manifests,
@@ -131,6 +132,9 @@ def run_partition(encoded: str, index: int, _rows: Iterable[int]) -> Iterator[st
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
     log = open_log(plan.log_url, read_only=True)
+    # The history is read read-only (never the embedded log's write lock); the
+    # changelog write at the end needs a writable open.
+    writer = open_log(plan.log_url)
     try:
         layout = layout_of(topology, plan, log)
         with tempfile.TemporaryDirectory(prefix="eddyline-backfill-") as work:
@@ -143,8 +147,10 @@ def run_partition(encoded: str, index: int, _rows: Iterable[int]) -> Iterator[st
                 plan=plan,
                 work_dir=Path(work) / "state",
                 attempt=attempt,
+                changelog_log=writer,
             )
     finally:
+        writer.close()
         log.close()
     yield json.dumps(
         {
@@ -163,9 +169,12 @@ def run_backfill(spark: SparkSession, plan: BackfillPlan) -> BackfillResult:
     """Run every task partition's share as one Spark task; write the job's result
     (the offsets the stores stop at, the manifests) beside the builds."""
     topology = load_topology(plan.topology)
-    log = open_log(plan.log_url, read_only=True)
+    log = open_log(plan.log_url)
     try:
-        tasks = layout_of(topology, plan, log).partitions[0]
+        layout = layout_of(topology, plan, log)
+        tasks = layout.partitions[0]
+        # Created here, once, so the tasks only write their partitions.
+        ensure_changelogs(log, layout, plan.stores)
     finally:
         log.close()
     encoded = plan.encode()

@@ -23,10 +23,15 @@ import json
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Final
 
 from eddyline_runtime import __version__
+from eddyline_runtime.backfill.changelog_writer import (
+    backfill_transactional_id,
+    write_store_changelog,
+)
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.partition_group import PartitionGroup
 from eddyline_runtime.engine.record_cache import ThreadCache
@@ -261,6 +266,7 @@ def run_task_history(
     plan: BackfillPlan,
     work_dir: Path,
     attempt: int = 0,
+    changelog_log: Log | None = None,
 ) -> TaskBackfill:
     """Process task ``task_id``'s history (each input partition from its beginning to its
     end offset in ``plan``), then write each of ``plan.stores`` the task has as one sorted
@@ -308,7 +314,9 @@ def run_task_history(
                     )
                 break
         _commit(task, cache)
-        manifests, keys = _write_stores(task, layout, plan, task_id, processed, attempt)
+        manifests, keys = _write_stores(
+            task, layout, plan, task_id, processed, attempt, changelog_log or log
+        )
     finally:
         task.close()
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -357,8 +365,10 @@ def _write_stores(  # noqa: PLR0917 - the run's facts, passed on
     task_id: TaskId,
     processed: int,
     attempt: int,
+    log: Log,
 ) -> tuple[dict[str, RestoreManifest], dict[str, int]]:
-    """Each wanted store's committed contents, in key order, as one SST and a manifest."""
+    """Each wanted store's committed contents, in key order, as one SST, its changelog's
+    records and a manifest naming the changelog offset the SST corresponds to."""
     manifests: dict[str, RestoreManifest] = {}
     keys: dict[str, int] = {}
     created = datetime.datetime.now(datetime.UTC).isoformat()
@@ -385,9 +395,19 @@ def _write_stores(  # noqa: PLR0917 - the run's facts, passed on
             count += len(batch_keys)
         sst = writer.finish()
         changelog = layout.changelog_partition(name, task_id)
+        if changelog is None:
+            raise BackfillError(
+                f'store "{name}" has no changelog; only logged stores are backfilled'
+            )
         files: tuple[ManifestFile, ...] = ()
         if sst is not None:
             files = (ManifestFile(name=path.name, sha256=sst.sha256, bytes=sst.size, keys=count),)
+        written = write_store_changelog(
+            log,
+            changelog,
+            partial(_committed_items, store.store),
+            transactional_id=backfill_transactional_id(plan.application, name, task_id.partition),
+        )
         manifest = RestoreManifest(
             format_version=MANIFEST_FORMAT_VERSION,
             eddyline_version=__version__,
@@ -395,15 +415,13 @@ def _write_stores(  # noqa: PLR0917 - the run's facts, passed on
             created_at=created,
             application=plan.application,
             store=name,
-            changelog=ChangelogRef(
-                topic=changelog.topic if changelog else f"{plan.application}-{name}-changelog",
-                partition=task_id.partition,
-            ),
-            # A new store's changelog is empty when the backfill ingests: nothing to replay.
-            offset=-1,
-            log_start=0,
-            log_end=0,
-            changelog_epoch=None,
+            changelog=ChangelogRef(topic=changelog.topic, partition=changelog.partition),
+            # The SST is the changelog up to and including this offset: the pod that
+            # ingests it resumes the changelog right after it and replays nothing.
+            offset=written.last_offset,
+            log_start=written.log_start,
+            log_end=written.log_end,
+            changelog_epoch=written.epoch,
             records_read=processed,
             keys=count,
             files=files,
@@ -440,3 +458,21 @@ def write_manifests(plan: BackfillPlan, manifests: Iterable[RestoreManifest]) ->
 def _committed_items(store: StateStore) -> Iterator[tuple[bytes, bytes]]:
     """Every committed entry, in key order (RocksDB's byte order: the SST's)."""
     yield from store.scan(KeyRange())
+
+
+def ensure_changelogs(log: Log, layout: TopicLayout, stores: Iterable[str]) -> None:
+    """The driver's step before the job: each backfilled store's changelog exists,
+    compacted, one partition per task (as a run creates it), so the tasks only write."""
+    (partitions,) = set(layout.partitions.values())
+    existing = log.topics()
+    for store in stores:
+        topic = layout.changelogs[store]
+        spec = existing.get(topic)
+        if spec is None:
+            log.create_topic(topic, partitions, compacted=True)
+        elif spec.partitions != partitions:
+            raise BackfillError(
+                f'changelog topic "{topic}" has {spec.partitions} partitions and the '
+                f"backfill has {partitions} tasks; delete the topic (a new store has no "
+                "other state) and run the backfill again"
+            )
