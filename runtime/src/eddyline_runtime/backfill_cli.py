@@ -17,9 +17,12 @@ from typing import TextIO
 
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
+from eddyline_runtime.progress import ProgressLine, progress_wanted
 from eddyline_runtime.restore.spark_requirements import java_missing, spark_missing
 
 SPARK_MISSING = spark_missing("backfill build")
+# The progress line's label while the task partitions' histories run.
+RUNNING_HISTORY = "running the history"
 
 
 class BackfillCommandError(EddylineError):
@@ -64,6 +67,11 @@ def add_backfill_commands(commands: argparse._SubParsersAction[argparse.Argument
     )
     build.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
     build.add_argument("--build-id", help="names the build (default: a new one)")
+    build.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no live progress line (automatic when stdout is not a terminal)",
+    )
 
 
 def _setting(text: str, option: str) -> tuple[str, str]:
@@ -112,9 +120,22 @@ def run_backfill_command(args: argparse.Namespace, out: TextIO | None = None) ->
         properties=properties,
     )
     spark = spark_session(args.master, app_name=spark_job.APP_NAME)
+    line = ProgressLine(
+        out,
+        label=RUNNING_HISTORY,
+        unit="task partitions",
+        enabled=progress_wanted(out, no_progress=args.no_progress),
+    )
     try:
-        result = spark_job.run_backfill(spark, plan)
+        result = spark_job.run_backfill(
+            spark,
+            plan,
+            on_progress=(lambda done, total: line.update(done, total=total, force=done == total))
+            if line.enabled
+            else None,
+        )
     finally:
+        line.close()
         spark.stop()
     print(
         f"backfill {plan.build_id}: {result.records:,} records through "

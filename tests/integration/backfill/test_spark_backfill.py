@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
+from eddyline_runtime.backfill_cli import RUNNING_HISTORY
 from eddyline_runtime.cli import main
 from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
@@ -57,6 +59,9 @@ def test_backfill_build_in_spark_equals_a_replay(
     finally:
         log.close()
     output = tmp_path / "builds"
+    # As in a terminal: the command draws its progress line (task partitions done of all),
+    # then erases it before its summary.
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     code = main(
         [
             "backfill",
@@ -78,7 +83,9 @@ def test_backfill_build_in_spark_equals_a_replay(
         ]
     )
     assert code == 0
-    assert f"{RECORDS:,} records through {PARTITIONS} tasks" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"{RECORDS:,} records through {PARTITIONS} tasks" in printed
+    assert f"{RUNNING_HISTORY}: {PARTITIONS:,} of {PARTITIONS:,} task partitions" in printed
     result = json.loads((output / application / "b1-backfill-result.json").read_text())
     assert sum(task["records"] for task in result["tasks"]) == RECORDS
     for task in result["tasks"]:

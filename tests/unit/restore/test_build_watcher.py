@@ -70,7 +70,7 @@ def test_the_watcher_reports_nothing_first_and_the_finished_stages_last() -> Non
     context = Context()
     reports: list[list[StageCounts]] = []
     ran_in_group: list[str | None] = []
-    spark_build._watched(
+    spark_build.run_watched(
         cast(SparkSession, Session(context)),
         lambda: ran_in_group.append(context.group),
         reports.append,
@@ -87,8 +87,8 @@ def test_a_tracker_or_a_report_that_fails_never_fails_the_build() -> None:
     def failing_report(stages: Any) -> None:
         raise OSError("the terminal went away")
 
-    spark_build._watched(cast(SparkSession, Session(Context())), ran.set, failing_report)
+    spark_build.run_watched(cast(SparkSession, Session(Context())), ran.set, failing_report)
     assert ran.is_set()
     reports: list[list[StageCounts]] = []
-    spark_build._watched(cast(SparkSession, Session(Context(broken=True))), ran.set, reports.append)
+    spark_build.run_watched(cast(SparkSession, Session(Context(broken=True))), ran.set, reports.append)
     assert reports == [[]]  # the first report, then the broken tracker ended the watch

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -40,6 +40,7 @@ from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.processing.loader import load_topology
 from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.restore.manifest import RestoreManifest
+from eddyline_runtime.restore.spark.spark_build import run_watched
 
 APP_NAME: Final = "eddyline-backfill"
 
@@ -165,9 +166,17 @@ def run_partition(encoded: str, index: int, _rows: Iterable[int]) -> Iterator[st
     )
 
 
-def run_backfill(spark: SparkSession, plan: BackfillPlan) -> BackfillResult:
+def run_backfill(
+    spark: SparkSession,
+    plan: BackfillPlan,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> BackfillResult:
     """Run every task partition's share as one Spark task; write the job's result
-    (the offsets the stores stop at, the manifests) beside the builds."""
+    (the offsets the stores stop at, the manifests) beside the builds.
+
+    ``on_progress(done, total)``, if given, is called from a watcher thread about twice a
+    second with the task partitions finished of all (Spark's status tracker sees a task
+    only when it ends, so a partition's share is the unit)."""
     topology = load_topology(plan.topology)
     log = open_log(plan.log_url)
     try:
@@ -178,12 +187,26 @@ def run_backfill(spark: SparkSession, plan: BackfillPlan) -> BackfillResult:
     finally:
         log.close()
     encoded = plan.encode()
-    spark.sparkContext.setJobGroup(f"backfill-{plan.build_id}", "eddyline backfill")
-    rows = (
-        spark.sparkContext.parallelize(range(tasks), tasks)
-        .mapPartitionsWithIndex(lambda index, rows: run_partition(encoded, index, rows))
-        .collect()
-    )
+    rows: list[str] = []
+
+    def run() -> None:
+        rows.extend(
+            spark.sparkContext.parallelize(range(tasks), tasks)
+            .mapPartitionsWithIndex(lambda index, rows: run_partition(encoded, index, rows))
+            .collect()
+        )
+
+    if on_progress is None:
+        spark.sparkContext.setJobGroup(f"backfill-{plan.build_id}", "eddyline backfill")
+        run()
+    else:
+        run_watched(
+            spark,
+            run,
+            lambda stages: on_progress(
+                min(tasks, sum(min(s.completed, s.tasks) for s in stages)), tasks
+            ),
+        )
     results = sorted((json.loads(row) for row in rows), key=lambda r: str(r["task"]))
     # Every task succeeded: now, and only now, the manifests (the restore sink's rule).
     manifests = [

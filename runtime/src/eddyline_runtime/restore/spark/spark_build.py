@@ -194,7 +194,7 @@ def build(
         writer.save()
     else:
         offsets = sum(r.end - r.start for r in ranges)
-        _watched(spark, writer.save, lambda stages: on_progress(build_progress(stages, offsets)))
+        run_watched(spark, writer.save, lambda stages: on_progress(build_progress(stages, offsets)))
     manifests = {p: directory / manifest_name(p) for p in partitions}
     missing = [p for p, path in manifests.items() if not path.is_file()]
     if missing:
@@ -223,14 +223,15 @@ def changelog_source(log_url: str, settings: Mapping[str, object] | None = None)
     return LogPortSource(log_url)
 
 
-def _watched(
+def run_watched(
     spark: SparkSession,
     run: Callable[[], None],
     report: Callable[[list[StageCounts]], None],
 ) -> None:
     """``run()`` under a job group of its own, with ``report`` given the group's stages
     from a watcher thread while it runs, and once more when it has returned (so the
-    last report is the finished build, however short it was)."""
+    last report is the finished build, however short it was). A restore build's and a
+    backfill's progress lines both come from here."""
     context = spark.sparkContext
     tracker = context.statusTracker()
     group = f"eddyline-restore-{uuid.uuid4().hex[:12]}"
@@ -260,7 +261,7 @@ def _watched(
 
     # The group is the calling thread's (PySpark pins Python threads to JVM threads), so
     # the watcher sees exactly this build's jobs, even beside other work in the session.
-    context.setJobGroup(group, "eddyline restore build")
+    context.setJobGroup(group, "eddyline build")
     watcher = threading.Thread(target=watch, name="restore-build-progress", daemon=True)
     watcher.start()
     try:
