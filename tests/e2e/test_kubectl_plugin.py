@@ -303,7 +303,9 @@ def test_an_upgrade_the_operator_rolls_back_is_followed_to_its_end_and_exits_2(
     lines = done.stdout.splitlines()
     assert lines[0] == f"{APP}: upgrading from wordcount:topology@1 to wordcount:no_such_topology@2"
     steps = [line.split()[1] for line in lines[1:-1]]
-    assert steps[:3] == ["Stopping", "Publishing", "Starting"], done.stdout
+    # The first pod replaced with the new revision fails while Publishing rolls the pods:
+    # the rollback starts there, before any pod of the new revision processes.
+    assert steps[:3] == ["Stopping", "Publishing", "RollBackStopping"], done.stdout
     assert "RollBackStopping" in steps and steps[-1] == "RollBackStarting", done.stdout
     assert lines[-1].startswith(
         f"{APP}: wordcount:no_such_topology@2 was rolled back; wordcount:topology@1 runs again"

@@ -483,3 +483,31 @@ def test_the_same_edit_with_named_resources_upgrades_as_before() -> None:
     driver.cycle()
     assert driver.step() is None
     assert driver.app["status"]["lastUpgrade"]["outcome"] == "Succeeded"
+
+
+def test_a_rollback_replaces_the_failing_pod_first_though_it_serves_nothing(
+    driver: Driver,
+) -> None:
+    """The first pod Publishing replaced cannot run the new revision: it never reports a
+    copy. The rollback's Publishing must replace it at once (it serves nothing, so deleting
+    it takes no answer away); waiting for every pod to serve first would wait on the very
+    pod that fails (a `kubectl eddyline upgrade` to a missing function waited 88 s)."""
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()  # Stopping
+    reports = {f"wc-{i}": layout_report(f"wc-{i}", "1", parked=True) for i in range(3)}
+    driver.cycle(reports=reports)
+    assert driver.step() == "Publishing"
+    assert driver.cycle(reports=reports).delete_pods == ["wc-2"]
+    driver.pods[2] = pod(2, revision="2", config_hash=driver.template_hash)
+    del reports["wc-2"]
+    driver.pods[2]["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 1, "reason": "Error", "message": "no such topology"}
+    }
+    driver.cycle(reports=reports)
+    assert driver.app["status"]["upgrade"]["rollback"]["pod"] == "wc-2"
+    for _ in range(3):
+        plan = driver.cycle(reports=reports)
+        if driver.step() == "Publishing" and plan.delete_pods:
+            break
+    assert driver.app["status"]["upgrade"]["step"] == "Publishing"
+    assert plan.delete_pods == ["wc-2"]

@@ -496,9 +496,11 @@ def _serving(pod: Obj, reports: Mapping[str, MemberReport]) -> bool:
 
 def _next_to_replace(observed: UpgradeInput, record: UpgradeStatus) -> list[str]:
     """One pod of the old revision to delete (the StatefulSet recreates it from the new
-    template), and only while every other pod is there and serving: the copies of the
-    others cover the one replaced (each partition has a copy on another pod with a standby),
-    so some pod answers for every key throughout. Highest ordinal first, as a
+    template). A pod that serves nothing (failing, as a rollback's pods of the revision
+    that failed, or holding no copy) goes first: deleting it takes no answer away. A pod
+    that serves goes only while every other pod is there and serving: the copies of the
+    others cover the one replaced (each partition has a copy on another pod with a
+    standby), so some pod answers for every key throughout. Highest ordinal first, as a
     StatefulSet rolls."""
     wanted = 0 if observed.app.spec.suspended else observed.app.spec.replicas
     reports = _member_reports(observed)
@@ -506,9 +508,10 @@ def _next_to_replace(observed: UpgradeInput, record: UpgradeStatus) -> list[str]
     if len(live) != len(observed.pods) or len(live) < wanted:
         return []  # a pod is on its way out or not created yet
     old = [p for p in live if not _of_target(p, reports.get(p["metadata"]["name"]), record)]
-    if not old:
-        return []
-    if not all(_serving(p, reports) for p in live):
+    idle = [p for p in old if not _serving(p, reports)]
+    if idle:
+        return [max((p["metadata"]["name"] for p in idle), key=_ordinal)]
+    if not old or not all(_serving(p, reports) for p in live):
         return []
     return [max((p["metadata"]["name"] for p in old), key=_ordinal)]
 
