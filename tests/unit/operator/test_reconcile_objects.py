@@ -258,6 +258,8 @@ def test_services_select_the_pods_and_serve_the_query_port() -> None:
     selector = built["StatefulSet/wc"]["spec"]["selector"]["matchLabels"]
     assert headless["spec"]["selector"] == query["spec"]["selector"] == selector
     assert query["spec"]["ports"][0]["port"] == 7070
+    # Ready pods only, outside a topology upgrade (test_reconcile_upgrade: every pod during).
+    assert query["spec"]["publishNotReadyAddresses"] is False
 
 
 def test_the_config_hash_changes_with_what_pods_run_and_only_with_that() -> None:

@@ -116,6 +116,10 @@ def conditions(result: Plan) -> list[Obj]:
     return [c.model_dump(mode="json", by_alias=True) for c in result.status.conditions]
 
 
+def query_service(result: Plan) -> Obj:
+    return next(o for o in result.objects if o["metadata"]["name"] == names.query_service("wc"))
+
+
 def condition(result: Plan, type_: str) -> Obj:
     return next(c for c in conditions(result) if c["type"] == type_)
 
@@ -171,6 +175,9 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     assert "revision: '1'" in driver.manifest or 'revision: "1"' in str(driver.manifest)
     assert stopping.delete_pods == []
     assert driver.membership is not None and not driver.membership.assignment.tasks
+    # No pod will be Ready (processing) until Starting ends, yet each serves: the query
+    # Service takes every pod while the upgrade runs, the Ready ones again after it.
+    assert query_service(stopping)["spec"]["publishNotReadyAddresses"] is True
     assert [e.reason for e in stopping.events] == ["UpgradeStarted"]
     assert condition(stopping, "Upgrading")["reason"] == "Stopping"
     assert condition(stopping, "Progressing")["reason"] == "TopologyUpgrade"
@@ -216,6 +223,7 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     ]
     assert condition(done, "Upgrading")["status"] == "False"
     assert [e.reason for e in done.events] == ["UpgradeSucceeded"]
+    assert query_service(done)["spec"]["publishNotReadyAddresses"] is False
 
 
 def test_without_pods_the_upgrade_goes_through_its_steps_as_well(driver: Driver) -> None:

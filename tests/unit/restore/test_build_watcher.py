@@ -90,5 +90,7 @@ def test_a_tracker_or_a_report_that_fails_never_fails_the_build() -> None:
     spark_build.run_watched(cast(SparkSession, Session(Context())), ran.set, failing_report)
     assert ran.is_set()
     reports: list[list[StageCounts]] = []
-    spark_build.run_watched(cast(SparkSession, Session(Context(broken=True))), ran.set, reports.append)
+    spark_build.run_watched(
+        cast(SparkSession, Session(Context(broken=True))), ran.set, reports.append
+    )
     assert reports == [[]]  # the first report, then the broken tracker ended the watch

@@ -204,16 +204,18 @@ def headless_service(app: StreamApp, namespace: str, owner: Obj) -> Obj:
     }
 
 
-def query_service(app: StreamApp, namespace: str, owner: Obj) -> Obj:
-    """Interactive queries, load-balanced over every pod, Ready or not (they route keys
-    themselves).
+def query_service(app: StreamApp, namespace: str, owner: Obj, *, upgrading: bool = False) -> Obj:
+    """Interactive queries, load-balanced over the pods (they route keys themselves): the
+    Ready ones, and while a topology upgrade runs every pod, Ready or not.
 
-    ``publishNotReadyAddresses``: a pod's ``Ready`` is processing readiness, and a pod
-    that restores, or waits for an upgrade's first assignment, still serves the copies it
-    holds (``/readyz/serving``); a Service of Ready pods only had no endpoint at all
-    through a topology upgrade. A request may then reach a pod that cannot answer it yet
-    (503, or refused while it starts): the ``QueryRouter`` asks the other members
-    (docs/queries.md, "The query Service")."""
+    A pod's ``Ready`` is processing readiness. Through a topology upgrade no pod processes
+    (Stopping pauses them all, Publishing replaces them, Starting assigns), yet each
+    serves the copies it holds (``/readyz/serving``): a Service of Ready pods only had no
+    endpoint at all then. So ``publishNotReadyAddresses`` is on while ``status.upgrade``
+    exists; a request may then reach a pod that cannot answer it (a 503, refused while it
+    starts, a frozen one) and the ``QueryRouter`` asks the other members. Outside an
+    upgrade it is off, so a pod its kubelet finds unready (frozen, overloaded, restoring)
+    leaves the Service, as Kubernetes users expect (docs/queries.md, "The query Service")."""
     name = app.metadata.name
     return {
         "apiVersion": "v1",
@@ -222,7 +224,7 @@ def query_service(app: StreamApp, namespace: str, owner: Obj) -> Obj:
         "spec": {
             "type": "ClusterIP",
             "selector": names.selector_labels(name),
-            "publishNotReadyAddresses": True,
+            "publishNotReadyAddresses": upgrading,
             "ports": [_service_port()],
         },
     }
@@ -526,15 +528,17 @@ def owned_objects(
     owner: Obj,
     *,
     executor_role: str = restore_job.DEFAULT_EXECUTOR_ROLE,
+    upgrading: bool = False,
 ) -> list[Obj]:
-    """What the app owns besides its StatefulSet and the membership ConfigMap."""
+    """What the app owns besides its StatefulSet and the membership ConfigMap
+    (``upgrading``: a topology upgrade runs, see :func:`query_service`)."""
     objects = [
         service_account(app, namespace, owner),
         membership_role(app, namespace, owner),
         membership_role_binding(app, namespace, owner),
         config_map(app, namespace, owner),
         headless_service(app, namespace, owner),
-        query_service(app, namespace, owner),
+        query_service(app, namespace, owner, upgrading=upgrading),
         pod_disruption_budget(app, namespace, owner),
     ]
     if uses_embedded_log(app):

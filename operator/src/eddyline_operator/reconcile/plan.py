@@ -540,7 +540,11 @@ class _Cycle:
         """The objects to apply (the StatefulSet last, at the upgrade step's size; none while
         the embedded log waits for a node), and the pod template's hash."""
         desired = objects.owned_objects(
-            app, self.namespace, self.owner, executor_role=self.observed.executor_role
+            app,
+            self.namespace,
+            self.owner,
+            executor_role=self.observed.executor_role,
+            upgrading=upgrade.upgrade is not None,
         )
         stateful_set = objects.stateful_set(
             app,
