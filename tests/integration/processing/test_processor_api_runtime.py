@@ -346,9 +346,12 @@ def test_an_unlogged_store_reports_no_changelog_lag(tmp_path: Path, log: SqliteL
         instance.close()
 
 
-def test_key_metadata_before_an_assignment_covers_the_key_is_not_available(
+def test_key_metadata_before_an_assignment_covers_the_key_names_its_partition_and_no_host(
     tmp_path: Path, log: SqliteLog
 ) -> None:
+    """Unlike Kafka's NOT_AVAILABLE (partition -1): the partition is a property of the key
+    and the topology, and a router needs it to find the copies members hold while no
+    assignment names them (a topology upgrade's pause; docs/queries.md)."""
     log.create_topic("events", 1)
     instance = StreamsInstance(
         relay(),
@@ -364,6 +367,5 @@ def test_key_metadata_before_an_assignment_covers_the_key_is_not_available(
         unknown = instance.key_query_metadata("no-such-store", b"k")
     finally:
         instance.close()
-    assert metadata == KeyQueryMetadata.NOT_AVAILABLE
-    assert metadata.partition == -1 and not metadata.available
+    assert metadata == KeyQueryMetadata(None, (), 0)
     assert unknown is None

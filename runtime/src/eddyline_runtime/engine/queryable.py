@@ -51,8 +51,9 @@ class HostInfo:
 class KeyQueryMetadata:
     """Where a key's store partition lives: the active copy's host, the standbys' hosts.
 
-    :attr:`NOT_AVAILABLE` (no host, partition -1) answers while no assignment
-    covers the key: ask again shortly.
+    While no assignment covers the key: no host, but the key's partition (a router finds
+    the copies members hold, as through a topology upgrade's pause). :attr:`NOT_AVAILABLE`
+    (no host, partition -1) is Kafka's value for a key with no partition known.
     """
 
     active_host: HostInfo | None
