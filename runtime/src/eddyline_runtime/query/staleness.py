@@ -28,6 +28,7 @@ it is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eddyline_runtime.engine.instance import StreamsInstance
@@ -97,16 +98,23 @@ class StalenessBoundError(EddylineError):
     """No copy of the store could show that it is within the staleness bound.
 
     ``least_staleness_ms`` is the least staleness a copy reported (None: no copy
-    knew its own, e.g. every one is restoring).
+    knew its own, e.g. every one is restoring); ``attempts`` says what each copy
+    asked did, as :class:`~eddyline_runtime.query.client.QueryFailedError`'s do.
     """
 
     def __init__(
-        self, store: str, key: str, max_staleness_ms: int, least_staleness_ms: int | None
+        self,
+        store: str,
+        key: str,
+        max_staleness_ms: int,
+        least_staleness_ms: int | None,
+        attempts: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.key = key
         self.max_staleness_ms = max_staleness_ms
         self.least_staleness_ms = least_staleness_ms
+        self.attempts = list(attempts)
         seen = (
             "no copy knows its staleness yet (each is restoring or replaying a backlog)"
             if least_staleness_ms is None
@@ -114,6 +122,7 @@ class StalenessBoundError(EddylineError):
         )
         super().__init__(
             f'no copy of store "{store}" can answer key "{key}" within '
-            f"{MAX_STALENESS_PARAMETER}={max_staleness_ms}: {seen}; retry later, raise the "
-            "bound, or allow stale answers without one"
+            f"{MAX_STALENESS_PARAMETER}={max_staleness_ms}: {seen}"
+            + "".join(f"; {attempt}" for attempt in attempts)
+            + "; retry later, raise the bound, or allow stale answers without one"
         )
