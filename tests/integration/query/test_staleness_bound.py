@@ -23,8 +23,10 @@ from typing import Any, TypeAlias
 
 import pytest
 
+from eddyline_runtime.assignor import Assignment
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import ChangeBatch, SqliteLog
+from eddyline_runtime.membership import StoreRole
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.query.layout import topology_hash
@@ -250,6 +252,63 @@ def test_the_router_answers_from_a_copy_within_the_bound_or_says_how_stale_the_f
     assert result.reflects.as_of_ms == held.behind["as_of_ms"]
     assert result.reflects.changelog_offset == held.replicated
     assert result.reflects.member == held.standby.member.id
+
+
+@pytest.mark.usefixtures("pausable_standby_replay")
+def test_a_standby_promoted_to_active_keeps_its_staleness_while_it_restores_the_tail(
+    cluster: Cluster,
+) -> None:
+    # The active goes away while its standby is behind: the standby's member takes the task
+    # on the same open store and restores the tail. Until it is done, its copy is as current
+    # as the standby last saw it (as_of_ms), so a query with a bound it keeps is answered;
+    # the copy used to forget that at the promotion and refuse every bound (e2e: a pod
+    # SIGKILLed, its standby promoted, and no copy of the partition knowing its staleness).
+    held = hold_standby_behind(cluster, 0)
+    standby, gone = held.standby, held.active
+    task = TaskId(COUNTS_SUBTOPOLOGY, held.partition)
+    promoted = Assignment(
+        active={
+            **cluster.assignment.active,
+            gone.member.id: cluster.assignment.active[gone.member.id] - {task},
+            standby.member.id: cluster.assignment.active[standby.member.id] | {task},
+        },
+        standby={
+            **cluster.assignment.standby,
+            standby.member.id: cluster.assignment.standby[standby.member.id] - {task},
+        },
+        members=cluster.assignment.members,
+    )
+    standby.log.restoration_released.clear()
+    try:
+        gone.stop()
+        for node in (standby, held.other):
+            node.instance.apply_assignment(promoted)
+        wait_for(standby.log.restoration_waiting.is_set, "the promoted standby restores")
+        [copy] = [
+            local
+            for local in standby.instance.local_store_partitions(STORE)
+            if local.task.partition == held.partition
+        ]
+        assert copy.role is StoreRole.ACTIVE and not copy.running
+        status, body = http_json(
+            standby.address, key_path(held.word), max_staleness_ms=str(AN_HOUR_MS)
+        )
+        assert status == 200, body
+        assert (body["role"], body["value"]) == ("active", EXPECTED[held.word])
+        assert body["as_of_ms"] == held.behind["as_of_ms"]
+        result = QueryRouter([held.other.address], timeout=1).get(
+            STORE, held.word, max_staleness_ms=AN_HOUR_MS
+        )
+        assert (result.host, result.value) == (standby.address, EXPECTED[held.word])
+    finally:
+        standby.log.restoration_released.set()
+    wait_for(
+        lambda: (
+            http_json(standby.address, key_path(held.word))[1].get("value")
+            == EXPECTED[held.word] + 6
+        ),
+        "the promoted copy restored the tail and counts",
+    )
 
 
 def test_a_bad_max_staleness_is_400_naming_the_form(cluster: Cluster) -> None:

@@ -146,6 +146,13 @@ class TaskManager:
         subtopology = layout.subtopology(task_id)
         standby = self.standbys.get(task_id)
         recycled: dict[str, StateStore] = {} if standby is None else dict(standby.stores)
+        # How current each recycled copy is (LagInfo.caught_up_at_ms): the standby knows,
+        # the store only what it recorded at its own open, maybe long ago or nothing.
+        recycled_as_of = (
+            {}
+            if standby is None
+            else {name: standby.lag(name).caught_up_at_ms for name in recycled}
+        )
         stores: dict[str, TaskStore] = {}
         verdicts: dict[str, tuple[TopicPartition, ReplayStart]] = {}
         try:
@@ -222,8 +229,12 @@ class TaskManager:
         try:
             for name, (changelog, verdict) in verdicts.items():
                 # Until it catches up, a copy reopened after a clean close is as current
-                # as it was then (state/as_of_marker.py); one rebuilt cannot tell.
-                recorded = stores[name].store.recorded_as_of_ms
+                # as it was then (state/as_of_marker.py), a recycled standby's as its
+                # standby last saw it; one rebuilt cannot tell.
+                store = stores[name].store
+                recorded = store.recorded_as_of_ms
+                if standby is not None and standby.stores.get(name) is store:
+                    recorded = _latest(recycled_as_of.get(name), recorded)
                 task.restoring(name, LagInfo(verdict.first_offset, verdict.log_end, recorded))
                 self._restored(task_id, restore(stores[name].store, log, changelog, start=verdict))
                 task.restored(name)
@@ -434,3 +445,9 @@ class TaskManager:
                 )
             )
         return found
+
+
+def _latest(first: int | None, second: int | None) -> int | None:
+    """The later of two as-of times (None: unknown)."""
+    known = [time for time in (first, second) if time is not None]
+    return max(known) if known else None
