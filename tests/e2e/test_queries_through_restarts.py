@@ -254,13 +254,6 @@ def test_a_sigkilled_pod_fails_no_query_and_answers_every_word_right(
     assert load.wrong == [], load.wrong[:10]
 
 
-@pytest.mark.skip(
-    reason="issue 36, cause not found yet: of two runs (2026-11-28, load average 20 to 35 "
-    "from other work) one had 0 of 2,455 failed, the other 1 of 1,082: StalenessBoundError, "
-    "no copy of the key's partition reported knowing its staleness (a survivor's layout "
-    "lost to the 2 s timeout under load leaves only the restoring copy is one guess); "
-    "a test that fails now and then is a defect, so it is not run until that is found"
-)
 def test_a_wiped_store_restoring_fails_no_query_and_answers_every_word_right(
     app: App, control_plane: Cluster
 ) -> None:
