@@ -63,7 +63,8 @@ class KeyQueryMetadata:
     NOT_AVAILABLE: ClassVar[KeyQueryMetadata]
 
     @property
-    def available(self) -> bool:
+    def partition_known(self) -> bool:
+        """The key's partition is known (it may have no host yet): not NOT_AVAILABLE."""
         return self.partition >= 0
 
 

@@ -1423,7 +1423,7 @@ def _available(
     held = any(
         local.partition == metadata.partition for local in instance.local_store_partitions(store)
     )
-    if not metadata.available or (unassigned and not held):
+    if not metadata.partition_known or (unassigned and not held):
         raise _QueryError(
             503,
             {"error": f'no assignment covers this key of store "{store}" yet; retry shortly'},
