@@ -50,3 +50,29 @@ def topology_v2() -> StreamsBuilder:
         .to(OUTPUT_TOPIC, key_serde="string", value_serde="long")
     )
     return builder
+
+
+# Revision 3 adds an aggregation beside revision 2's: how many words of each length were
+# counted, in a new ``word-lengths`` store, with a repartition topic named for it. An
+# upgrade to it keeps ``word-counts`` where it is (relocated, as from 1 to 2); the new store
+# starts empty and counts what arrives from then on (docs/queries.md, "Stores that differ
+# between the revisions"; docs/backfill.md builds it from the input's history instead).
+LENGTHS_STORE = "word-lengths"
+
+
+def topology_v3() -> StreamsBuilder:
+    builder = StreamsBuilder()
+    builder.stream(ALERTS_INPUT_TOPIC, value_serde="string").to(ALERTS_TOPIC, value_serde="string")
+    words = builder.stream(INPUT_TOPIC, value_serde="string").flat_map_values(
+        lambda line: line.lower().split()
+    )
+    (
+        words.group_by(lambda _, word: word, value_serde="string", repartition_name=V1_REPARTITION)
+        .count(STORE)
+        .to_stream()
+        .to(OUTPUT_TOPIC, key_serde="string", value_serde="long")
+    )
+    words.group_by(
+        lambda _, word: str(len(word)), value_serde="string", repartition_name="word-lengths"
+    ).count(LENGTHS_STORE)
+    return builder

@@ -42,6 +42,7 @@ APP = "wordcount"
 NAMESPACE = "queries-through-restarts"
 MANIFEST = REPO / "examples" / "wordcount" / "streamapp.cluster.yaml"
 STORE = "word-counts"
+LENGTHS = "word-lengths"  # the store revision 4 (wordcount:topology_v3) adds
 WORDS = [f"w{index:02d}" for index in range(40)]
 PARTITIONS = 4
 # Bounds for a broken run on a loaded 2-core machine, not expectations.
@@ -61,6 +62,8 @@ class QueryLoad:
 
     router: QueryRouter
     expected: collections.Counter[str]
+    store: str = STORE
+    keys: list[str] = field(default_factory=lambda: list(WORDS))
     queries: int = 0
     failed: list[str] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
@@ -82,13 +85,13 @@ class QueryLoad:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for word in WORDS:
+            for word in self.keys:
                 if self._stop.is_set():
                     return
                 self.queries += 1
                 started = time.monotonic()
                 try:
-                    result = self.router.get(STORE, word, max_staleness_ms=MAX_STALENESS_MS)
+                    result = self.router.get(self.store, word, max_staleness_ms=MAX_STALENESS_MS)
                 except Exception as error:  # every kind counts: the promise is "never fails"
                     self.failed.append(f"{word}: {type(error).__name__}: {error}")
                     continue
@@ -132,16 +135,38 @@ def _settled(operator: Operator, generation: int) -> bool:
     )
 
 
-def _apply(operator: Operator, **config: Any) -> int:
+def _apply(
+    operator: Operator,
+    topology: dict[str, str] | None = None,
+    config: dict[str, Any] | None = None,
+) -> int:
+    """The manifest with ``config`` over its settings and ``topology`` for its own."""
     document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
-    document["spec"]["config"].update(config)
+    document["spec"]["config"].update(config or {})
+    if topology is not None:
+        document["spec"]["topology"] = topology
     operator.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
     return int(operator.app(APP)["metadata"]["generation"])
 
 
-def _counts_exact(router: QueryRouter, expected: collections.Counter[str]) -> bool:
+def _upgraded(operator: Operator, revision: str, outcome: str = "Succeeded") -> bool:
+    """The last upgrade ended with ``outcome`` and the app runs ``revision``; an upgrade
+    that ended otherwise fails the test at once."""
+    status = operator.app(APP).get("status", {})
+    if status.get("upgrade") is not None:
+        return False
+    last = status.get("lastUpgrade") or {}
+    if last.get("outcome") not in (None, outcome):
+        raise RuntimeError(f"the upgrade ended {last.get('outcome')}, not {outcome}: {last}")
+    running = (status.get("topology") or {}).get("revision")
+    return last.get("outcome") == outcome and running == revision
+
+
+def _counts_exact(
+    router: QueryRouter, expected: collections.Counter[str], store: str = STORE
+) -> bool:
     try:
-        return all(router.get(STORE, word).value == count for word, count in expected.items())
+        return all(router.get(store, key).value == count for key, count in expected.items())
     except Exception:
         return False
 
@@ -180,10 +205,13 @@ def app(operator: Operator, control_plane: Cluster) -> App:
     return App(operator, router, expected)
 
 
-def _under_load(app: App, what: str, operation: Callable[[], None]) -> QueryLoad:
-    """Runs ``operation`` (which returns once it is over) while the query load runs."""
-    load = QueryLoad(app.router, app.expected).start()
+def _under_load(app: App, what: str, operation: Callable[[], None], *also: QueryLoad) -> QueryLoad:
+    """Runs ``operation`` (which returns once it is over) while the query load runs (and
+    ``also`` loads, started and stopped with it)."""
+    load = QueryLoad(app.router, app.expected)
     started = time.monotonic()
+    for each in (load, *also):
+        each.start()
     try:
         operation()
         time.sleep(2)  # a few more rounds of queries against the settled pods
@@ -191,12 +219,15 @@ def _under_load(app: App, what: str, operation: Callable[[], None]) -> QueryLoad
         print(app.operator.describe_failure(APP))
         raise
     finally:
-        load.stop()
-    print(
-        f"{what}: {load.queries} queries in {time.monotonic() - started:.1f} s, "
-        f"{len(load.failed)} failed, {len(load.wrong)} wrong, answered by {dict(load.roles)}, "
-        f"slowest {load.slowest * 1000:.0f} ms"
-    )
+        for each in (load, *also):
+            each.stop()
+    for each in (load, *also):
+        print(
+            f"{what}, {each.store}: {each.queries} queries in "
+            f"{time.monotonic() - started:.1f} s, {len(each.failed)} failed, "
+            f"{len(each.wrong)} wrong, answered by {dict(each.roles)}, "
+            f"slowest {each.slowest * 1000:.0f} ms"
+        )
     return load
 
 
@@ -205,7 +236,7 @@ def test_a_rolling_restart_fails_no_query_and_answers_every_word_right(app: App)
     uids = {name: pod["metadata"]["uid"] for name, pod in operator.pods(APP).items()}
 
     def roll() -> None:
-        generation = _apply(operator, **{"commit.interval.ms": 200})
+        generation = _apply(operator, config={"commit.interval.ms": 200})
 
         def rolled() -> bool:
             pods = operator.pods(APP)
@@ -322,19 +353,8 @@ def test_a_topology_upgrade_fails_no_query_and_answers_every_word_right(app: App
     uids = {name: pod["metadata"]["uid"] for name, pod in operator.pods(APP).items()}
 
     def upgrade() -> None:
-        document: dict[str, Any] = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
-        document["spec"]["topology"] = {"ref": "wordcount:topology_v2", "revision": "2"}
-        operator.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
-
-        def upgraded() -> bool:
-            status = operator.app(APP).get("status", {})
-            revision = (status.get("topology") or {}).get("revision")
-            last = (status.get("lastUpgrade") or {}).get("outcome")
-            if last == "RolledBack":
-                raise RuntimeError(f"the upgrade was rolled back: {status.get('lastUpgrade')}")
-            return status.get("upgrade") is None and revision == "2"
-
-        wait_until(upgraded, "the upgrade to revision 2 done", UPGRADE_TIMEOUT)
+        _apply(operator, {"ref": "wordcount:topology_v2", "revision": "2"})
+        wait_until(lambda: _upgraded(operator, "2"), "the upgrade to revision 2", UPGRADE_TIMEOUT)
 
     load = _under_load(app, "topology upgrade", upgrade)
     pods = operator.pods(APP)
@@ -344,3 +364,70 @@ def test_a_topology_upgrade_fails_no_query_and_answers_every_word_right(app: App
     # The copies answered while no pod processed: the old pods' and the new ones' before
     # the first assignment of the new revision (a standby's, by the report's word).
     assert load.roles["standby"] > 0, dict(load.roles)
+
+
+def test_a_rolled_back_upgrade_fails_no_query_and_answers_every_word_right(app: App) -> None:
+    """Revision 3 runs the first topology again with relocation off: its first pod refuses
+    the stores it finds under revision 2's sub-topologies, and the operator rolls back to
+    revision 2 (test_operator_upgrade's case) while the query load runs."""
+    operator = app.operator
+
+    def rolled_back() -> None:
+        _apply(
+            operator,
+            {"ref": "wordcount:topology", "revision": "3"},
+            {"automatic.state.relocation": False},
+        )
+        wait_until(
+            lambda: _upgraded(operator, "2", outcome="RolledBack"),
+            "the upgrade to revision 3 rolled back",
+            UPGRADE_TIMEOUT,
+        )
+        wait_until(lambda: _settled(operator, 1), "revision 2 settled again", READY_TIMEOUT)
+
+    load = _under_load(app, "rolled-back upgrade", rolled_back)
+    assert load.failed == [], (len(load.failed), load.failed[:5])
+    assert load.wrong == [], load.wrong[:10]
+    revisions = {
+        p["metadata"]["labels"]["eddyline.dev/revision"] for p in operator.pods(APP).values()
+    }
+    assert revisions == {"2"}
+
+
+def test_a_store_the_new_revision_adds_is_refused_clearly_until_it_runs_then_counts(
+    app: App, control_plane: Cluster
+) -> None:
+    """Revision 4 adds ``word-lengths`` beside ``word-counts`` (docs/queries.md, "Stores
+    that differ between the revisions"): the old store answers every query throughout; the
+    new one has no copy before its first assignment, so a query for it fails saying so
+    (never a wrong value), then it answers, empty, and counts what arrives after."""
+    operator = app.operator
+    lengths = QueryLoad(app.router, collections.Counter(), store=LENGTHS, keys=["2", "3", "4"])
+
+    def upgrade() -> None:
+        _apply(operator, {"ref": "wordcount:topology_v3", "revision": "4"})
+        wait_until(lambda: _upgraded(operator, "4"), "the upgrade to revision 4", UPGRADE_TIMEOUT)
+
+    load = _under_load(app, "upgrade adding a store", upgrade, lengths)
+    assert load.failed == [], (len(load.failed), load.failed[:5])
+    assert load.wrong == [], load.wrong[:10]
+    assert lengths.wrong == [], lengths.wrong[:10]
+    unexplained = [f for f in lengths.failed if "QueryFailedError" not in f]
+    assert unexplained == [], unexplained[:5]
+    assert lengths.roles["active"] > 0, "the new store never answered before the end"
+
+    assert control_plane.provisioner is not None
+    claim = control_plane.provisioner.directory(NAMESPACE, f"{APP}-log")
+    arrived: collections.Counter[str] = collections.Counter()
+    produce(f"sqlite:///{claim}/log.db", arrived, 200)
+    app.expected.update(arrived)
+    # Only what arrived after revision 4 started: the new store is not built from history.
+    by_length = collections.Counter(str(len(word)) for word in arrived.elements())
+    wait_until(
+        lambda: (
+            _counts_exact(app.router, app.expected)
+            and _counts_exact(app.router, by_length, LENGTHS)
+        ),
+        "exact counts in both stores",
+        READY_TIMEOUT,
+    )
