@@ -380,11 +380,15 @@ class StreamTask:
         try:
             self.topology.close()
         finally:
-            for store in self.stores.values():
+            for name, store in self.stores.items():
                 # Its committed data includes every write committed by its last commit
-                # (or, closed mid-restore, by what its last open knew): kept for the next
-                # open, so the copy reports its staleness before it catches up again.
+                # (or, closed mid-restore, by what was known when it began: its restore's
+                # caught-up time): kept for the next open, so the copy reports its
+                # staleness before it catches up again.
                 as_of = self.committed_at_ms
+                if as_of is None:
+                    restoring = self._restoring.get(name)
+                    as_of = None if restoring is None else restoring.caught_up_at_ms
                 store.store.note_as_of(store.store.recorded_as_of_ms if as_of is None else as_of)
                 store.close()
             if self.producer is not None:
