@@ -149,17 +149,20 @@ def _apply(
     return int(operator.app(APP)["metadata"]["generation"])
 
 
-def _upgraded(operator: Operator, revision: str, outcome: str = "Succeeded") -> bool:
-    """The last upgrade ended with ``outcome`` and the app runs ``revision``; an upgrade
-    that ended otherwise fails the test at once."""
+def _upgraded(operator: Operator, attempted: str, outcome: str = "Succeeded") -> bool:
+    """The upgrade to revision ``attempted`` ended with ``outcome`` (a rollback's record
+    goes from it back to the revision before); one that ended otherwise fails the test."""
     status = operator.app(APP).get("status", {})
     if status.get("upgrade") is not None:
         return False
     last = status.get("lastUpgrade") or {}
-    if last.get("outcome") not in (None, outcome):
+    ends = {(last.get(end) or {}).get("revision") for end in ("from", "to")}
+    if attempted not in ends:
+        return False  # the previous upgrade's record: this one has not begun or not ended
+    if last.get("outcome") != outcome:
         raise RuntimeError(f"the upgrade ended {last.get('outcome')}, not {outcome}: {last}")
     running = (status.get("topology") or {}).get("revision")
-    return last.get("outcome") == outcome and running == revision
+    return (running == attempted) == (outcome == "Succeeded")
 
 
 def _counts_exact(
@@ -379,7 +382,7 @@ def test_a_rolled_back_upgrade_fails_no_query_and_answers_every_word_right(app: 
             {"automatic.state.relocation": False},
         )
         wait_until(
-            lambda: _upgraded(operator, "2", outcome="RolledBack"),
+            lambda: _upgraded(operator, "3", outcome="RolledBack"),
             "the upgrade to revision 3 rolled back",
             UPGRADE_TIMEOUT,
         )
