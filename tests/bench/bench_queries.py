@@ -63,6 +63,7 @@ e2e test's figures from before the change.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -88,7 +89,7 @@ from eddyline_runtime.log import open_log
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.query.client import QueryRouter
 from eddyline_runtime.serde import LongSerde
-from tests.bench.bench_operator import percentile
+from tests.bench.bench_kafka import percentile
 from tests.bench.bench_scale import Producer, balanced, evict, load_keys, uncommitted_records
 from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
@@ -188,7 +189,7 @@ def summarize(
         f"{operation}_queries": float(len(answers)),
         f"{operation}_failed": float(sum(a.failed for a in answers)),
         f"{operation}_wrong": float(wrong),
-        f"{operation}_p99_ms": round(percentile(latencies, 0.99), 1) if latencies else -1.0,
+        f"{operation}_p99_ms": round(percentile(sorted(latencies), 0.99), 1) if latencies else -1.0,
         f"{operation}_max_staleness_ms": float(max(staleness, default=-1)),
         f"{operation}_duration_s": round(duration_s, 3),
         f"{operation}_qps": round(len(answers) / duration_s, 1) if duration_s > 0 else 0.0,
@@ -602,10 +603,9 @@ class Bench:
                 for k, v in summary.items()
                 if k.startswith(prefix)
             )
-            roles: dict[str, int] = {}
-            for answer in inside:
-                roles[answer.role or "failed"] = roles.get(answer.role or "failed", 0) + 1
-            print(f"{operation}: {shown}; answered by {roles}", flush=True)
+            roles = collections.Counter(a.role or "failed" for a in inside)
+            found = sum(a.found for a in inside)
+            print(f"{operation}: {shown}; answered by {dict(roles)}, {found} found", flush=True)
             for line in [a.error for a in inside if a.failed][:3] + bad[:3]:
                 print(f"  {line}", flush=True)
         return summary
@@ -631,7 +631,7 @@ def _ready_since(pod: Mapping[str, Any], since: datetime.datetime) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keys", type=int, default=20_000, help="distinct words loaded")
+    parser.add_argument("--keys", type=int, default=50_000, help="distinct words loaded")
     parser.add_argument("--rate", type=int, default=200, help="live input, words/s")
     parser.add_argument("--log", choices=["sqlite", "kafka"], default="sqlite")
     parser.add_argument("--clients", type=int, default=3, help="query client processes")
