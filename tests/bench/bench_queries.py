@@ -606,20 +606,20 @@ class Bench:
         for answer in answers:
             if not answer.failed:
                 by_partition.setdefault(answer.partition, []).append(answer)
-        wrong: dict[tuple[float, str], str] = {}
+        wrong: dict[int, str] = {}
         for partition, group in sorted(by_partition.items()):
             if not 0 <= partition < PARTITIONS:
                 for answer in group:
-                    wrong[(answer.started, answer.key)] = f"partition {partition}"
+                    wrong[id(answer)] = f"partition {partition}"
                 continue
             upto = max((a.changelog_offset or -1) for a in group)
             records = changelog_records(self.log_url, partition, upto)
             for answer, why in wrong_answers(group, records):
-                wrong[(answer.started, answer.key)] = why
+                wrong[id(answer)] = why
         summary: dict[str, float] = {}
         for operation, (start, end) in self.windows.items():
             inside = [a for a in answers if start <= a.started <= end]
-            bad = [wrong[(a.started, a.key)] for a in inside if (a.started, a.key) in wrong]
+            bad = [wrong[id(a)] for a in inside if id(a) in wrong]
             summary.update(summarize(operation, inside, len(bad), end - start))
             prefix = operation + "_"
             shown = ", ".join(
