@@ -186,3 +186,9 @@ monitoring-crds: ## Fetch the Prometheus Operator's PodMonitor/ServiceMonitor/Pr
 # BENCH_SCALE_ARGS: e.g. "--keys 50000 --skip autoscale" for a quick run (the default loads 1M keys).
 bench-scale: $(STAMP) control-plane ## Scaling benchmark on the real control plane: word count with 1M keys under steady input, scale 3->6->3 and evict, warm-ups vs cold moves, then the autoscaler under 3x load (last line JSON; BENCH_SCALE_ARGS="--keys N --rate W --skip autoscale")
 	$(BIN)/python -m tests.bench.bench_scale $(BENCH_SCALE_ARGS)
+
+.PHONY: bench-queries
+# BENCH_QUERIES_ARGS: e.g. "--keys 1000000 --log kafka" for the issue's size (the default, 50,000
+# keys on the embedded log, takes about 10 minutes on a loaded 2-core machine).
+bench-queries: $(STAMP) kafka-jars control-plane ## Queries through every operation on the real control plane: word count, 8 partitions, 3 pods, 1 standby, live input, query clients through the query Service; upgrade, rolling restart, scale out/in, evict, node loss (kafka only), pod kill, wiped restore; failed/wrong/p99/staleness per operation (last line JSON; BENCH_QUERIES_ARGS="--keys N --log kafka")
+	$(BIN)/python -m tests.bench.bench_queries $(BENCH_QUERIES_ARGS)

@@ -242,14 +242,18 @@ class ColdOperator(Operator):
 
 
 class Producer(threading.Thread):
-    """Lines of ``WORDS_PER_LINE`` loaded words at ``rate`` words/s, every partition every
-    100 ms, through a log of its own, until stopped."""
+    """Lines of ``WORDS_PER_LINE`` loaded words at ``rate`` words/s, every partition of the
+    input (``partitions`` of them) every 100 ms, through a log of its own, until stopped.
+    Shared with ``bench_queries.py``."""
 
-    def __init__(self, log_url: str, keys: list[str], rate: int) -> None:
+    def __init__(
+        self, log_url: str, keys: list[str], rate: int, *, partitions: int = PARTITIONS
+    ) -> None:
         super().__init__(name="producer", daemon=True)
         self.log_url = log_url
         self.keys = keys
         self.rate = rate
+        self.partitions = partitions
         self.produced = 0
         self.stopped = threading.Event()
         self.error: BaseException | None = None
@@ -269,8 +273,8 @@ class Producer(threading.Thread):
                     for _ in range(max(1, words // WORDS_PER_LINE))
                 ]
                 now = int(time.time() * 1000)
-                for partition in range(PARTITIONS):
-                    part = lines[partition::PARTITIONS] or [rng.choice(self.keys)]
+                for partition in range(self.partitions):
+                    part = lines[partition :: self.partitions] or [rng.choice(self.keys)]
                     records = [Record(None, line.encode(), now) for line in part]
                     log.produce(TopicPartition(INPUT, partition), records)
                 self.produced += words
@@ -283,15 +287,16 @@ class Producer(threading.Thread):
             log.close()
 
 
-def load_keys(log_url: str, keys: list[str]) -> None:
+def load_keys(log_url: str, keys: list[str], *, partitions: int = PARTITIONS) -> None:
+    """Every key once, ``WORDS_PER_LINE`` to a line, over the input's ``partitions``."""
     log = open_log(log_url)
     try:
         lines = [
             " ".join(keys[i : i + WORDS_PER_LINE]) for i in range(0, len(keys), WORDS_PER_LINE)
         ]
         now = int(time.time() * 1000)
-        for partition in range(PARTITIONS):
-            part = lines[partition::PARTITIONS]
+        for partition in range(partitions):
+            part = lines[partition::partitions]
             for start in range(0, len(part), 2_000):
                 records = [Record(None, line.encode(), now) for line in part[start : start + 2_000]]
                 log.produce(TopicPartition(INPUT, partition), records)
@@ -604,24 +609,7 @@ class Bench:
         self.harness.kubectl("scale", "sapp", APP, f"--replicas={replicas}")
 
     def evict(self, pod: str) -> Callable[[], None]:
-        def act() -> None:
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": pod, "namespace": self.namespace},
-            }
-            path = f"/api/v1/namespaces/{self.namespace}/pods/{pod}/eviction"
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    self.harness.admin.create(path, body)
-                    return
-                except ApiError as error:  # 429: the PDB allows none right now
-                    if error.code != 429 or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-
-        return act
+        return lambda: evict(self.harness, pod)
 
     def steps(self, prefix: str) -> dict[str, float]:
         results: dict[str, float] = {}
@@ -767,6 +755,26 @@ class Bench:
                     f"autoscaling: no {what} within {self.args.step_timeout:.0f} s; status: "
                     f"{self.harness.app(APP).get('status', {}).get('autoscaling')}"
                 )
+            time.sleep(0.5)
+
+
+def evict(harness: Operator, pod: str, timeout: float = 120) -> None:
+    """Evict ``pod`` through the Eviction API, retrying while the PDB allows none (429) for
+    up to ``timeout`` s. Shared with ``bench_queries.py``."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": harness.namespace},
+    }
+    path = f"/api/v1/namespaces/{harness.namespace}/pods/{pod}/eviction"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            harness.admin.create(path, body)
+            return
+        except ApiError as error:  # 429: the PDB allows none right now
+            if error.code != 429 or time.monotonic() > deadline:
+                raise
             time.sleep(0.5)
 
 
