@@ -29,7 +29,7 @@ import yaml
 
 from eddyline_runtime.log import Record, open_log
 from eddyline_runtime.partitions import TopicPartition
-from eddyline_runtime.query.client import QueryRouter
+from eddyline_runtime.query.client import QueryFailedError, QueryRouter
 from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import Operator
@@ -434,3 +434,34 @@ def test_a_store_the_new_revision_adds_is_refused_clearly_until_it_runs_then_cou
         "exact counts in both stores",
         READY_TIMEOUT,
     )
+
+
+def test_a_store_the_new_revision_drops_answers_until_its_pods_go_then_is_refused(
+    app: App,
+) -> None:
+    """Revision 5 is ``topology_v2`` again, without ``word-lengths`` (docs/queries.md,
+    "Stores that differ between the revisions"): the kept store answers every query; the
+    dropped one answers right (from the old pods' copies) or fails saying so, never with a
+    wrong value, and once the upgrade is done every pod refuses it as unknown (404)."""
+    operator = app.operator
+    # What revision 4 counted (the test before this one): the copies keep it until they go.
+    counted = {key: app.router.get(LENGTHS, key).value for key in ("2", "3", "4")}
+    lengths = QueryLoad(
+        app.router,
+        collections.Counter({key: count for key, count in counted.items() if count}),
+        store=LENGTHS,
+        keys=sorted(counted),
+    )
+
+    def upgrade() -> None:
+        _apply(operator, {"ref": "wordcount:topology_v2", "revision": "5"})
+        wait_until(lambda: _upgraded(operator, "5"), "the upgrade to revision 5", UPGRADE_TIMEOUT)
+
+    load = _under_load(app, "upgrade dropping a store", upgrade, lengths)
+    assert load.failed == [], (len(load.failed), load.failed[:5])
+    assert load.wrong == [], load.wrong[:10]
+    assert lengths.wrong == [], lengths.wrong[:10]
+    unexplained = [f for f in lengths.failed if "QueryFailedError" not in f]
+    assert unexplained == [], unexplained[:5]
+    with pytest.raises(QueryFailedError, match=f'no store named "{LENGTHS}"'):
+        app.router.get(LENGTHS, "3")
