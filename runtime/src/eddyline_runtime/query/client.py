@@ -323,9 +323,7 @@ class QueryRouter:
         if too_stale:
             known = [staleness for staleness in too_stale if staleness is not None]
             bound = int(query[MAX_STALENESS_PARAMETER])
-            raise StalenessBoundError(
-                store, key, bound, min(known) if known else None, attempts
-            )
+            raise StalenessBoundError(store, key, bound, min(known) if known else None, attempts)
         raise QueryFailedError(store, key, attempts)
 
     def _copies(
