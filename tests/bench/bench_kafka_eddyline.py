@@ -9,6 +9,10 @@ close prints ``COMMITS {json}``: every commit's duration and task transactions p
 the benchmark's commit latency and transactions per second.
 With ``EDDYLINE_BENCH_PROFILE=FILE`` the stream thread's loop runs under cProfile (a profiler
 sees only the thread that enabled it) and its stats are written to FILE when it closes.
+With ``EDDYLINE_BENCH_SERIAL_STARTS=1`` a thread's new tasks start their transactional
+producers one after another, each ``init_transactions`` waiting for the previous one (the
+port's default ``Log.transactional_producers``, as eddyline started them before issue 32), so
+``--start-mode concurrent,serial`` shows the concurrent start's saving in one run.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ from eddyline_runtime.engine import stream_thread as stream_thread_module
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.stream_thread import CommitReport
 from eddyline_runtime.log.kafka import KafkaLog
+from eddyline_runtime.log.port import Log
 from eddyline_runtime.processing import StreamsBuilder, Topology
+
+SERIAL_STARTS_ENV = "EDDYLINE_BENCH_SERIAL_STARTS"
 
 
 def word_count(input_topic: str, output_topic: str) -> Topology:
@@ -63,6 +70,8 @@ def profile_stream_threads(path: str) -> None:
 def main() -> None:
     if os.environ.get("EDDYLINE_BENCH_PROFILE"):
         profile_stream_threads(os.environ["EDDYLINE_BENCH_PROFILE"])
+    if os.environ.get(SERIAL_STARTS_ENV) == "1":
+        KafkaLog.transactional_producers = Log.transactional_producers  # type: ignore[method-assign]
     spec = json.loads(Path(sys.argv[1]).read_text())
     input_topic, output_topic = sys.argv[2], sys.argv[3]
     stop = threading.Event()
