@@ -46,6 +46,12 @@ are transactional under exactly-once and restore the changelog's tail after thei
 ``transactions_per_s_per_thread``, each thread's task transactions over the span from its
 first commit to its last, averaged over the threads.
 
+**Start modes.** ``--start-mode`` (default ``concurrent``) lists how eddyline's restarts start
+a thread's tasks' transactional producers: ``concurrent`` (``KafkaLog.transactional_producers``,
+every ``init_transactions`` in flight together) or ``serial`` (one after another, as before
+issue 32). Each mode has its own store and kills; the first is ``eddyline_restart_s``, the
+other ``eddyline_serial_starts_restart_s`` (or ``eddyline_concurrent_starts_restart_s``).
+
 The last line printed is one JSON object for tools; the targets are printed for information.
 ``load_average`` holds the 1-, 5- and 15-minute load averages at the start and the end: the
 figures mean something only on a quiet machine (1-minute load below 1 at both).
@@ -79,7 +85,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.bench.bench_kafka_eddyline import SERIAL_STARTS_ENV
+from tests.bench.bench_kafka_eddyline import PROFILE_CLOCK_ENV, PROFILE_CLOCKS, SERIAL_STARTS_ENV
 from tests.support.kafka.broker import KafkaCluster, environment_bootstrap, kafka_libs
 from tests.support.waiting import wait_for
 
@@ -635,6 +641,12 @@ def arguments() -> argparse.Namespace:
         type=Path,
         help="instead: one eddyline run with its stream thread under cProfile; print the top",
     )
+    parser.add_argument(
+        "--profile-clock",
+        choices=PROFILE_CLOCKS,
+        default="wall",
+        help="--profile's timer: wall (waits count) or cpu (the stream thread's CPU time)",
+    )
     return parser.parse_args()
 
 
@@ -671,7 +683,10 @@ def main() -> None:
         )
 
         if args.profile is not None:
-            env = {"EDDYLINE_BENCH_PROFILE": str(args.profile)}
+            env = {
+                "EDDYLINE_BENCH_PROFILE": str(args.profile),
+                PROFILE_CLOCK_ENV: args.profile_clock,
+            }
             throughput_run(engines["eddyline"], admin, input_topic, expected, 0, env=env)
             stats = pstats.Stats(str(args.profile))
             stats.sort_stats("tottime").print_stats(30)
