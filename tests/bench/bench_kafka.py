@@ -46,6 +46,12 @@ are transactional under exactly-once and restore the changelog's tail after thei
 ``transactions_per_s_per_thread``, each thread's task transactions over the span from its
 first commit to its last, averaged over the threads.
 
+**Start modes.** ``--start-mode`` (default ``concurrent``) lists how eddyline's restarts start
+a thread's tasks' transactional producers: ``concurrent`` (``KafkaLog.transactional_producers``,
+every ``init_transactions`` in flight together) or ``serial`` (one after another, as before
+issue 32). Each mode has its own store and kills; the first is ``eddyline_restart_s``, the
+other ``eddyline_serial_starts_restart_s`` (or ``eddyline_concurrent_starts_restart_s``).
+
 The last line printed is one JSON object for tools; the targets are printed for information.
 ``load_average`` holds the 1-, 5- and 15-minute load averages at the start and the end: the
 figures mean something only on a quiet machine (1-minute load below 1 at both).
@@ -79,6 +85,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.bench.bench_kafka_eddyline import PROFILE_CLOCK_ENV, PROFILE_CLOCKS, SERIAL_STARTS_ENV
 from tests.support.kafka.broker import KafkaCluster, environment_bootstrap, kafka_libs
 from tests.support.waiting import wait_for
 
@@ -182,6 +189,7 @@ class Engine:
         *,
         partitions: int = DEFAULT_PARTITIONS,
         threads: int = 1,
+        serial_starts: bool = False,
     ) -> None:
         self.name = name
         self.partitions = partitions  # of every topic a run creates
@@ -190,6 +198,8 @@ class Engine:
         self.workdir = workdir
         self.classes = classes
         self.commit_mode = commit_mode  # eddyline's commit.mode; None for Kafka Streams
+        # eddyline only: tasks' producers started one after another (--start-mode serial).
+        self.serial_starts = serial_starts
 
     @property
     def is_eddyline(self) -> bool:
@@ -251,8 +261,11 @@ class Engine:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})},
+                env={**os.environ, **self._env(), **(env or {})},
             )
+
+    def _env(self) -> dict[str, str]:
+        return {SERIAL_STARTS_ENV: "1"} if self.serial_starts else {}
 
     def _log4j(self) -> Path:
         path = self.workdir / "log4j2.properties"
@@ -496,16 +509,20 @@ def has_transactional_stores(libs: Path) -> bool:
 COMMIT_MODES: Final = ("concurrent", "serial")
 
 
-def commit_modes(value: str) -> list[str]:
-    """``--commit-mode``: commit.mode values, comma-separated, each once."""
-    modes = [mode.strip() for mode in value.split(",") if mode.strip()]
-    unknown = [mode for mode in modes if mode not in COMMIT_MODES]
-    if not modes or unknown or len(set(modes)) != len(modes):
-        raise argparse.ArgumentTypeError(
-            f"--commit-mode {value!r}: give one or more of {', '.join(COMMIT_MODES)}, "
-            "comma-separated, each once (the first is reported as 'eddyline')"
-        )
-    return modes
+def mode_list(option: str) -> Callable[[str], list[str]]:
+    """``--commit-mode``, ``--start-mode``: modes, comma-separated, each once."""
+
+    def parse(value: str) -> list[str]:
+        modes = [mode.strip() for mode in value.split(",") if mode.strip()]
+        unknown = [mode for mode in modes if mode not in COMMIT_MODES]
+        if not modes or unknown or len(set(modes)) != len(modes):
+            raise argparse.ArgumentTypeError(
+                f"{option} {value!r}: give one or more of {', '.join(COMMIT_MODES)}, "
+                "comma-separated, each once (the first is reported as 'eddyline')"
+            )
+        return modes
+
+    return parse
 
 
 def median(values: list[float], digits: int = 2) -> float | None:
@@ -552,12 +569,16 @@ def report(
         median(restart["kstreams_tx"]) if "kstreams_tx" in restart else None
     )
     result["eddyline_restart_s"] = median(restart["eddyline"])
+    for name, kills in restart.items():
+        if name.endswith("_starts"):  # --start-mode's other mode
+            result[f"{name}_restart_s"] = median(kills)
     result["eddyline_vs_kstreams_words_per_s"] = round(
         result["eddyline_eos_words_per_s"] / result["kstreams_eos_words_per_s"], 2
     )
     result["kstreams_config"] = configs["kstreams"]
     result["eddyline_config"] = configs["eddyline"]
     result["eddyline_commit_modes"] = args.commit_mode
+    result["eddyline_start_modes"] = args.start_mode
     result["load_average"] = load
     return result
 
@@ -601,15 +622,30 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--restarts", type=int, default=3, help="0: throughput only")
     parser.add_argument(
         "--commit-mode",
-        type=commit_modes,
+        type=mode_list("--commit-mode"),
         default=["concurrent", "serial"],
         help="eddyline's commit.mode values to measure, comma-separated; the first is "
         "'eddyline' in the JSON (default: concurrent,serial)",
     )
     parser.add_argument(
+        "--start-mode",
+        type=mode_list("--start-mode"),
+        default=["concurrent"],
+        help="how eddyline's restarts start the tasks' transactional producers, "
+        "comma-separated: concurrent (KafkaLog.transactional_producers) or serial (one "
+        "init_transactions after another, as before issue 32); the first is "
+        "'eddyline_restart_s', another 'eddyline_serial_starts_restart_s' (default: concurrent)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         help="instead: one eddyline run with its stream thread under cProfile; print the top",
+    )
+    parser.add_argument(
+        "--profile-clock",
+        choices=PROFILE_CLOCKS,
+        default="wall",
+        help="--profile's timer: wall (waits count) or cpu (the stream thread's CPU time)",
     )
     return parser.parse_args()
 
@@ -647,7 +683,10 @@ def main() -> None:
         )
 
         if args.profile is not None:
-            env = {"EDDYLINE_BENCH_PROFILE": str(args.profile)}
+            env = {
+                "EDDYLINE_BENCH_PROFILE": str(args.profile),
+                PROFILE_CLOCK_ENV: args.profile_clock,
+            }
             throughput_run(engines["eddyline"], admin, input_topic, expected, 0, env=env)
             stats = pstats.Stats(str(args.profile))
             stats.sort_stats("tottime").print_stats(30)
@@ -661,8 +700,21 @@ def main() -> None:
 
         restart: dict[str, list[float]] = {"kstreams": [], "eddyline": []}
         if args.restarts > 0:  # --restarts 0: throughput only
-            for name in ("kstreams", "eddyline"):
-                restart[name] = restart_runs(engines[name], admin, args.keys, args.restarts, False)
+            restart["kstreams"] = restart_runs(
+                engines["kstreams"], admin, args.keys, args.restarts, False
+            )
+            for i, mode in enumerate(args.start_mode):
+                name = "eddyline" if i == 0 else f"eddyline_{mode}_starts"
+                engine = Engine(
+                    name,
+                    bootstrap,
+                    workdir,
+                    args.classes,
+                    commit_mode=args.commit_mode[0],
+                    serial_starts=mode == "serial",
+                    **shape,
+                )
+                restart[name] = restart_runs(engine, admin, args.keys, args.restarts, False)
         if tx_supported and args.restarts > 0:
             restart["kstreams_tx"] = restart_runs(
                 engines["kstreams"], admin, args.keys, args.restarts, True

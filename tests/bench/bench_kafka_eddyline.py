@@ -8,7 +8,13 @@ It prints ``RUNNING`` once started and runs until SIGTERM (closes cleanly) or SI
 close prints ``COMMITS {json}``: every commit's duration and task transactions per thread, for
 the benchmark's commit latency and transactions per second.
 With ``EDDYLINE_BENCH_PROFILE=FILE`` the stream thread's loop runs under cProfile (a profiler
-sees only the thread that enabled it) and its stats are written to FILE when it closes.
+sees only the thread that enabled it) and its stats are written to FILE when it closes;
+``EDDYLINE_BENCH_PROFILE_CLOCK=cpu`` times it by the thread's CPU time instead of the wall
+clock (``wall``, the default), so the two profiles separate computing from waiting.
+With ``EDDYLINE_BENCH_SERIAL_STARTS=1`` a thread's new tasks start their transactional
+producers one after another, each ``init_transactions`` waiting for the previous one (the
+port's default ``Log.transactional_producers``, as eddyline started them before issue 32), so
+``--start-mode concurrent,serial`` shows the concurrent start's saving in one run.
 """
 
 from __future__ import annotations
@@ -28,7 +34,12 @@ from eddyline_runtime.engine import stream_thread as stream_thread_module
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.engine.stream_thread import CommitReport
 from eddyline_runtime.log.kafka import KafkaLog
+from eddyline_runtime.log.port import Log
 from eddyline_runtime.processing import StreamsBuilder, Topology
+
+SERIAL_STARTS_ENV = "EDDYLINE_BENCH_SERIAL_STARTS"
+PROFILE_CLOCK_ENV = "EDDYLINE_BENCH_PROFILE_CLOCK"
+PROFILE_CLOCKS = ("wall", "cpu")
 
 
 def word_count(input_topic: str, output_topic: str) -> Topology:
@@ -44,9 +55,16 @@ def word_count(input_topic: str, output_topic: str) -> Topology:
     return builder.build()
 
 
-def profile_stream_threads(path: str) -> None:
-    """Runs every stream thread's loop under one cProfile, dumped to ``path`` when it ends."""
-    profiler = cProfile.Profile()
+def profile_stream_threads(path: str, clock: str) -> None:
+    """Runs every stream thread's loop under one cProfile, dumped to ``path`` when it ends.
+
+    ``clock`` ``wall`` times calls by the wall clock (a call waiting on the broker counts
+    its wait), ``cpu`` by the thread's CPU time (``time.thread_time``: a wait counts
+    nothing, and other processes on a busy machine do not inflate it). Wall minus CPU per
+    function is what it waited."""
+    if clock not in PROFILE_CLOCKS:
+        raise SystemExit(f"{PROFILE_CLOCK_ENV}={clock!r}: give one of {', '.join(PROFILE_CLOCKS)}")
+    profiler = cProfile.Profile(time.thread_time) if clock == "cpu" else cProfile.Profile()
     original_run = stream_thread_module.StreamThread._run
 
     def profiled_run(self: stream_thread_module.StreamThread) -> None:
@@ -62,7 +80,11 @@ def profile_stream_threads(path: str) -> None:
 
 def main() -> None:
     if os.environ.get("EDDYLINE_BENCH_PROFILE"):
-        profile_stream_threads(os.environ["EDDYLINE_BENCH_PROFILE"])
+        profile_stream_threads(
+            os.environ["EDDYLINE_BENCH_PROFILE"], os.environ.get(PROFILE_CLOCK_ENV, "wall")
+        )
+    if os.environ.get(SERIAL_STARTS_ENV) == "1":
+        KafkaLog.transactional_producers = Log.transactional_producers  # type: ignore[method-assign]
     spec = json.loads(Path(sys.argv[1]).read_text())
     input_topic, output_topic = sys.argv[2], sys.argv[3]
     stop = threading.Event()

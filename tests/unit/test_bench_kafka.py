@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.bench_kafka import commit_figures, commit_modes, percentile
+from tests.bench.bench_kafka import commit_figures, mode_list, percentile
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -42,8 +42,10 @@ def test_a_run_that_printed_no_commits_has_no_commit_figures(tmp_path: Path) -> 
     assert commit_figures(log) == {}
 
 
-def test_commit_modes_are_checked_and_keep_their_order() -> None:
-    assert commit_modes("serial, concurrent") == ["serial", "concurrent"]
+@pytest.mark.parametrize("option", ["--commit-mode", "--start-mode"])
+def test_modes_are_checked_and_keep_their_order(option: str) -> None:
+    modes = mode_list(option)
+    assert modes("serial, concurrent") == ["serial", "concurrent"]
     for wrong in ("", "fast", "serial,serial"):
-        with pytest.raises(argparse.ArgumentTypeError, match="concurrent, serial"):
-            commit_modes(wrong)
+        with pytest.raises(argparse.ArgumentTypeError, match=f"{option} .*concurrent, serial"):
+            modes(wrong)
