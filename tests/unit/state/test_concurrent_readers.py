@@ -140,3 +140,48 @@ def test_uncommitted_reader_snapshot_ignores_later_writes(store_factory: StoreFa
     store.delete(b"a")
     store.commit({CHANGELOG: 2})
     assert list(iterator) == [(b"a", b"1"), (b"b", b"2")]
+
+
+def test_a_committed_get_reads_its_value_with_the_changelog_offset_of_that_commit(
+    store_factory: StoreFactory,
+) -> None:
+    # A query's answer says which changelog record its value includes: read apart, a
+    # commit between the two would pair a value with an older offset (an answer a client
+    # checking it against the changelog finds wrong). Transaction t ends at offset 100 * t.
+    store = store_factory()
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    checked = [0]
+
+    def reader_loop() -> None:
+        try:
+            while not stop.is_set():
+                reader = store.reader(IsolationLevel.READ_COMMITTED)
+                value, offsets = reader.get_with_changelog_offsets(b"k050")
+                if value is None:
+                    assert offsets == {}, offsets
+                    continue
+                assert offsets == {CHANGELOG: len(KEYS) * int(value)}, (value, offsets)
+                checked[0] += 1
+        except BaseException as error:
+            failures.append(error)
+            stop.set()
+
+    readers = [threading.Thread(target=reader_loop) for _ in range(2)]
+    for thread in readers:
+        thread.start()
+    result: list[int] = []
+    owner = threading.Thread(target=lambda: result.append(owner_loop(store, stop)))
+    owner.start()
+    time.sleep(RUN_SECONDS)
+    stop.set()
+    owner.join()
+    for thread in readers:
+        thread.join()
+    if failures:
+        raise failures[0]
+    assert result[0] > 5 and checked[0] > 5, (result, checked)
+    # Uncommitted reads may include writes past any committed offset: no offsets claimed.
+    assert (
+        store.reader(IsolationLevel.READ_UNCOMMITTED).get_with_changelog_offsets(b"k050")[1] is None
+    )

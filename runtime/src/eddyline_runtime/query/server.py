@@ -67,8 +67,10 @@ copy (``partition``, ``task``, ``role``, ``stale``, ``lag``) and what it read:
 ``position`` (KIP-796, taken before the data is read, so the data is at least
 that new; a standby's is only what its store last committed as an active copy,
 a lower bound), ``changelog_offset`` (the last changelog record the copy's
-data includes: exact for every copy), ``committed_at_ms`` (the copy's last
-commit as its task's active copy; null for a standby or restoring copy),
+data includes: exact for a key's value read committed, which reads the two
+together; elsewhere taken before the data is read, a lower bound),
+``committed_at_ms`` (the copy's last commit as its task's active copy; null for
+a standby or restoring copy),
 ``as_of_ms`` (the copy includes every write its task committed by then; null:
 unknown) and ``staleness_ms`` (the answer's time minus ``as_of_ms``; 0 for the
 fresh active copy). docs/queries.md states the invariant for users.
@@ -394,6 +396,7 @@ class _Handlers:
                 _check_reached(store, position, bound, metadata)
             versioned = versioned_reader(self.instance.topology, local, isolation)
             version: dict[str, Any] = {}
+            read_with: int | None = None  # the changelog offset the value was read with
             if versioned is None:
                 if "as_of" in request.query:
                     raise _QueryError(
@@ -403,7 +406,10 @@ class _Handlers:
                             "applies to a table materialized with Materialized.as_versioned"
                         },
                     )
-                value = reader.get(key)
+                value, offsets = reader.get_with_changelog_offsets(key)
+                if offsets is not None and len(offsets) == 1:
+                    # The store's one changelog, read with the data: exact.
+                    [read_with] = offsets.values()
             else:
                 # KIP-960's VersionedKeyQuery: the latest version, or the one valid at as_of.
                 as_of = _time_option(request, "as_of")
@@ -424,7 +430,7 @@ class _Handlers:
                 "value": rendered,
                 **version,
                 **_served_by(local, reader.isolation, self.instance),
-                **_reflects(local, position, freshness),
+                **_reflects(local, position, freshness, changelog_offset=read_with),
                 **self._answerer(),
             }
         )
@@ -1374,17 +1380,26 @@ def _copy_kind(local: LocalStorePartition) -> str:
 
 
 def _reflects(
-    local: LocalStorePartition, position: Mapping[TopicPartition, int], freshness: CopyFreshness
+    local: LocalStorePartition,
+    position: Mapping[TopicPartition, int],
+    freshness: CopyFreshness,
+    *,
+    changelog_offset: int | None = None,
 ) -> dict[str, Any]:
     """What an answer reflects: the copy's position when the read began, the last
-    changelog record its data includes, when that copy last committed (its active's
+    changelog record its data includes (``changelog_offset`` when read with the data,
+    else the copy's as the request began), when that copy last committed (its active's
     commits only), and its freshness (staleness.py)."""
     return {
         "position": position_to_json(position),
-        # Exact for every copy, so two copies of a partition compare by it: a replaying
-        # copy's input position is only what its store last committed as an active copy
-        # (the changelog does not carry positions), a lower bound.
-        "changelog_offset": local.lag.current_offset_position - 1,
+        # Any copy's, so two copies of a partition compare by it (a replaying copy's
+        # input position is only what its store last committed as an active copy: the
+        # changelog does not carry positions). Read with the data (a key's committed
+        # value) it is exact; otherwise taken as the request began, before the data was
+        # read, a commit in between can make the data newer: a lower bound.
+        "changelog_offset": (
+            local.lag.current_offset_position - 1 if changelog_offset is None else changelog_offset
+        ),
         "committed_at_ms": local.committed_at_ms,
         "as_of_ms": freshness.as_of_ms,
         "staleness_ms": freshness.staleness_ms,

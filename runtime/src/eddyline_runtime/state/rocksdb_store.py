@@ -792,6 +792,24 @@ class _RocksDBReader(StoreReader):
     def position(self) -> Mapping[TopicPartition, int]:
         return self._store.position(self.isolation)
 
+    def get_with_changelog_offsets(
+        self, key: bytes
+    ) -> tuple[bytes | None, Mapping[TopicPartition, int] | None]:
+        if self.isolation is not IsolationLevel.READ_COMMITTED:
+            return self.get(key), None
+        store = self._store
+        if store._closed:
+            raise StoreClosedError(store.name, "get")
+        check_key(store.name, "get", key)
+        # A commit writes the data and its offsets in one batch and updates the offsets
+        # kept in memory under this lock: holding it, the two describe the same commit.
+        with store._commit_lock:
+            try:
+                value = store._db.get(key)
+            except DbClosedError:
+                raise StoreClosedError(store.name, "get") from None
+            return value, dict(store._committed_offsets)
+
     def scan(self, key_range: KeyRange) -> Iterator[KeyValue]:
         store = self._store
         if store._closed:

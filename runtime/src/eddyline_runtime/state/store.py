@@ -142,6 +142,15 @@ class StoreReader(ReadableKeyValueStore):
     def position(self) -> Mapping[TopicPartition, int]:
         """KIP-796 input position the data visible to this reader reflects."""
 
+    def get_with_changelog_offsets(
+        self, key: bytes
+    ) -> tuple[bytes | None, Mapping[TopicPartition, int] | None]:
+        """:meth:`get`, and the committed changelog offsets of the very data it read (the
+        last record of each changelog it includes), so an answer can say exactly what it
+        reflects; None when this reader cannot tell them together (uncommitted writes are
+        visible, or the store keeps no offsets): the caller falls back to a lower bound."""
+        return self.get(key), None
+
 
 class StateStore(ReadableKeyValueStore):
     """A named, transactional key-value store owned by one stream thread."""
