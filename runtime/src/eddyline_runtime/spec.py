@@ -729,8 +729,8 @@ class StreamAppSpec(_Strict):
                 "the embedded sqlite log pins every pod to one node",
             ),
             (
-                "!has(self.topology.backfill) || (has(self.restore) && has(self.restore.when) "
-                "&& self.restore.when != 'Never')",
+                "!has(self.topology) || !has(self.topology.backfill) || (has(self.restore) "
+                "&& has(self.restore.when) && self.restore.when != 'Never')",
                 BACKFILL_NEEDS_RESTORE,
             ),
         )

@@ -228,14 +228,19 @@ def _reconcile(cycle: _Cycle, observed: Observed) -> Plan:
 
 
 def with_topology(app: StreamApp, chosen_topology: Topology) -> StreamApp:
-    """``app`` with the given topology ref and revision (what runs, or the upgrade's step)."""
-    if chosen_topology.same_spec(topology(app.spec.topology.ref, app.spec.topology.revision)):
+    """``app`` with the given topology ref and revision (what runs, or the upgrade's step).
+    Without spec.topology.backfill: it instructs an upgrade (upgrade.py reads it from the
+    spec), the pods never read it, and in their manifest its change alone would restart
+    them."""
+    same = chosen_topology.same_spec(topology(app.spec.topology.ref, app.spec.topology.revision))
+    if same and app.spec.topology.backfill is None:
         return app
     chosen = TopologySpec.model_validate(
         {
             **app.spec.topology.model_dump(by_alias=True),
             "ref": chosen_topology.ref,
             "revision": chosen_topology.revision,
+            "backfill": None,
         }
     )
     return app.model_copy(update={"spec": app.spec.model_copy(update={"topology": chosen})})
