@@ -142,6 +142,40 @@ def pod_uids(harness: Operator) -> dict[str, str]:
     return {name: p["metadata"]["uid"] for name, p in harness.pods(APP).items()}
 
 
+def a_failed_backfill_rolls_back(
+    harness: Operator, tmp_path: Path, history: History, router: QueryRouter
+) -> None:
+    """A backfill whose Job fails (its store is not in the topology): rolled back, and not
+    one pod replaced, as nothing of revision 2 was published."""
+    before = pod_uids(harness)
+    apply(
+        harness,
+        tmp_path,
+        {
+            "ref": f"{MODULE}:topology_v2",
+            "revision": "2",
+            "backfill": {"stores": ["no-such-store"]},
+        },
+    )
+    failed = wait_for(lambda: last_upgrade_to(harness, "2"), "revision 2 rolled back", TIMEOUT)
+    assert failed["outcome"] == "RolledBack", failed
+    assert failed["rollback"]["reason"] == "BackfillFailed", failed
+    assert "no-such-store" in failed["rollback"]["message"], failed
+    assert [s["step"] for s in failed["steps"]] == [
+        "Stopping",
+        "Backfilling",
+        "RollBackStarting",
+    ]
+    status = harness.app(APP)["status"]
+    assert status["failedTopology"]["revision"] == "2"
+    backfilling = harness.condition(APP, "Backfilling")
+    assert backfilling is not None and backfilling["reason"] == "BackfillFailed", backfilling
+    wait_for(lambda: settled(harness, "1"), "revision 1 running again", TIMEOUT)
+    assert pod_uids(harness) == before
+    history.produce(1_000)
+    wait_for(lambda: history.exact(router, COUNTS), "counts exact after it", TIMEOUT)
+
+
 def test_an_upgrade_backfills_a_new_store_from_history_and_rolls_back_a_failed_backfill(
     harness: Operator, tmp_path: Path
 ) -> None:
@@ -161,35 +195,7 @@ def test_an_upgrade_backfills_a_new_store_from_history_and_rolls_back_a_failed_b
         router = QueryRouter([f"{service['spec']['clusterIP']}:7070"], timeout=2)
         wait_for(lambda: history.exact(router, COUNTS), "revision 1 counts exact", TIMEOUT)
 
-        # A backfill whose Job fails (its store is not in the topology): rolled back, and
-        # not one pod replaced, as nothing of revision 2 was published.
-        before = pod_uids(harness)
-        apply(
-            harness,
-            tmp_path,
-            {
-                "ref": f"{MODULE}:topology_v2",
-                "revision": "2",
-                "backfill": {"stores": ["no-such-store"]},
-            },
-        )
-        failed = wait_for(lambda: last_upgrade_to(harness, "2"), "revision 2 rolled back", TIMEOUT)
-        assert failed["outcome"] == "RolledBack", failed
-        assert failed["rollback"]["reason"] == "BackfillFailed", failed
-        assert "no-such-store" in failed["rollback"]["message"], failed
-        assert [s["step"] for s in failed["steps"]] == [
-            "Stopping",
-            "Backfilling",
-            "RollBackStarting",
-        ]
-        status = harness.app(APP)["status"]
-        assert status["failedTopology"]["revision"] == "2"
-        backfilling = harness.condition(APP, "Backfilling")
-        assert backfilling is not None and backfilling["reason"] == "BackfillFailed", backfilling
-        wait_for(lambda: settled(harness, "1"), "revision 1 running again", TIMEOUT)
-        assert pod_uids(harness) == before
-        history.produce(1_000)
-        wait_for(lambda: history.exact(router, COUNTS), "counts exact after it", TIMEOUT)
+        a_failed_backfill_rolls_back(harness, tmp_path, history, router)
 
         # The backfill that works, with the operator killed while its Job runs and input
         # arriving after the positions the history ends at were fixed.
