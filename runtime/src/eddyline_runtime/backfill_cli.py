@@ -174,8 +174,10 @@ def run_backfill_command(args: argparse.Namespace, out: TextIO | None = None) ->
 
 
 # A termination message holds at most 4096 bytes (the kubelet cuts the rest): a verdict
-# longer than this leaves its end offsets out (the result file beside the build has them).
+# longer than this leaves its end offsets out (the result file beside the build has them),
+# and an error's text is cut to _ERROR_LIMIT characters, so the verdict stays JSON.
 _MESSAGE_LIMIT = 4000
+_ERROR_LIMIT = 2000
 
 
 def run_backfill_job(args: argparse.Namespace, out: TextIO) -> int:
@@ -186,7 +188,7 @@ def run_backfill_job(args: argparse.Namespace, out: TextIO) -> int:
     except Exception as error:  # every failure must reach the operator as a verdict
         verdict = BackfillVerdict(
             state=BackfillState.FAILED,
-            message=f"{type(error).__name__}: {error}",
+            message=f"{type(error).__name__}: {error}"[:_ERROR_LIMIT],
             buildId=args.build_id,
         )
     text = verdict.to_text()
@@ -197,7 +199,7 @@ def run_backfill_job(args: argparse.Namespace, out: TextIO) -> int:
                 "message": f"{verdict.message} ({len(verdict.end_offsets)} end offsets: see "
                 "the result file beside the build)",
             }
-        ).to_text()[:_MESSAGE_LIMIT]
+        ).to_text()
     if args.result_file is not None:
         args.result_file.write_text(text, encoding="utf-8")
     print(text, file=out)
