@@ -73,7 +73,7 @@ from eddyline_operator.children import (
 )
 from eddyline_operator.client import ApiError, Kube, fetch_reports
 from eddyline_operator.cluster import ClusterView
-from eddyline_operator.reconcile import names, objects, ownership, restore_job
+from eddyline_operator.reconcile import backfill_job, names, objects, ownership, restore_job
 from eddyline_operator.reconcile.conditions import compose_status
 from eddyline_operator.reconcile.membership import (
     NODE_GRACE_SECONDS,
@@ -465,6 +465,7 @@ def run_cycle(
             default_image=os.environ.get(RUNTIME_IMAGE_ENV, objects.DEFAULT_IMAGE),
             executor_role=os.environ.get(EXECUTOR_ROLE_ENV, restore_job.DEFAULT_EXECUTOR_ROLE),
             **_restore_jobs(kube, body, namespace, name),
+            **_backfill_jobs(kube, body, namespace, name),
             leases=leases,
             node_grace_seconds=grace,
             stateful_set_events=stateful_set_events(kube, body, pods, state.events),
@@ -742,6 +743,18 @@ def _restore_jobs(kube: Kube, body: Any, namespace: str, name: str) -> dict[str,
     jobs = kube.list("Job", namespace, selector=selector)
     pods = kube.list("Pod", namespace, selector=selector) if jobs else []
     return {"jobs": jobs, "job_pods": pods}
+
+
+def _backfill_jobs(kube: Kube, body: Any, namespace: str, name: str) -> dict[str, list[Any]]:
+    """The app's backfill Jobs and their pods; listed only while an upgrade with a backfill
+    runs (its Backfilling step observes them)."""
+    upgrade = (body.get("status") or {}).get("upgrade") or {}
+    if not upgrade.get("backfill"):
+        return {"backfill_jobs": [], "backfill_job_pods": []}
+    selector = backfill_job.selector_string(name)
+    jobs = kube.list("Job", namespace, selector=selector)
+    pods = kube.list("Pod", namespace, selector=selector) if jobs else []
+    return {"backfill_jobs": jobs, "backfill_job_pods": pods}
 
 
 def post_event(body: Any, type_: str, reason: str, message: str) -> None:

@@ -19,6 +19,7 @@ from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.progress import ProgressLine, progress_wanted
 from eddyline_runtime.restore.spark_requirements import java_missing, spark_missing
+from eddyline_runtime.spec import BackfillState, BackfillVerdict, load_manifest
 
 SPARK_MISSING = spark_missing("backfill build")
 # The progress line's label while the task partitions' histories run.
@@ -72,6 +73,30 @@ def add_backfill_commands(commands: argparse._SubParsersAction[argparse.Argument
         action="store_true",
         help="no live progress line (automatic when stdout is not a terminal)",
     )
+    _add_job_command(actions)
+
+
+def _add_job_command(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    job = actions.add_parser(
+        "job",
+        help="what the operator's backfill Job runs during a topology upgrade: build the "
+        "stores of the new revision from history up to the app's committed positions, and "
+        "write a verdict (JSON) to --result-file",
+    )
+    job.add_argument("--manifest", type=Path, required=True, help="the StreamApp YAML file")
+    job.add_argument(
+        "--topology",
+        required=True,
+        help="the new revision's topology, module:function (the manifest's is the one that "
+        "runs until the upgrade publishes the new one)",
+    )
+    job.add_argument("--store", action="append", required=True, help="a store (repeatable)")
+    job.add_argument("--output", type=Path, required=True, help="the restore claim's mount")
+    job.add_argument("--log-url", help="open this log instead of spec.log.url")
+    job.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
+    job.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    job.add_argument("--build-id", required=True, help="names the build (the operator's)")
+    job.add_argument("--result-file", type=Path, help="where the verdict goes as well")
 
 
 def _setting(text: str, option: str) -> tuple[str, str]:
@@ -93,6 +118,8 @@ def parse_end_offset(text: str) -> tuple[TopicPartition, int]:
 
 def run_backfill_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if args.backfill_action == "job":
+        return run_backfill_job(args, out)
     ends = dict(parse_end_offset(item) for item in args.end_offset) or None
     properties = dict(_setting(item, "--property") for item in args.property)
     try:
@@ -144,3 +171,89 @@ def run_backfill_command(args: argparse.Namespace, out: TextIO | None = None) ->
         file=out,
     )
     return 0
+
+
+# A termination message holds at most 4096 bytes (the kubelet cuts the rest): a verdict
+# longer than this leaves its end offsets out (the result file beside the build has them),
+# and an error's text is cut to _ERROR_LIMIT characters, so the verdict stays JSON.
+_MESSAGE_LIMIT = 4000
+_ERROR_LIMIT = 2000
+
+
+def run_backfill_job(args: argparse.Namespace, out: TextIO) -> int:
+    """Build, and say how it went in a verdict (stdout and ``--result-file``); 0 only on
+    success. Any error becomes a Failed verdict naming it: the operator rolls back on it."""
+    try:
+        verdict = _backfill_job(args)
+    except Exception as error:  # every failure must reach the operator as a verdict
+        verdict = BackfillVerdict(
+            state=BackfillState.FAILED,
+            message=f"{type(error).__name__}: {error}"[:_ERROR_LIMIT],
+            buildId=args.build_id,
+        )
+    text = verdict.to_text()
+    if len(text) > _MESSAGE_LIMIT:
+        text = verdict.model_copy(
+            update={
+                "end_offsets": {},
+                "message": f"{verdict.message} ({len(verdict.end_offsets)} end offsets: see "
+                "the result file beside the build)",
+            }
+        ).to_text()
+    if args.result_file is not None:
+        args.result_file.write_text(text, encoding="utf-8")
+    print(text, file=out)
+    return 0 if verdict.state is BackfillState.SUCCEEDED else 1
+
+
+def _backfill_job(args: argparse.Namespace) -> BackfillVerdict:
+    app = load_manifest(args.manifest)
+    if java_missing():
+        raise BackfillCommandError(SPARK_MISSING)
+    from eddyline_runtime.backfill import backfill_layout, spark_job
+    from eddyline_runtime.log import open_log
+    from eddyline_runtime.log.positions import read_positions
+    from eddyline_runtime.processing.loader import load_topology
+    from eddyline_runtime.restore.spark.spark_build import spark_session
+
+    config = app.streams_config()
+    application = config.application_id
+    log_url = args.log_url or app.spec.log.url
+    topology = load_topology(args.topology)
+    log = open_log(log_url, read_only=True)
+    try:
+        layout = backfill_layout(
+            topology, application, {name: spec.partitions for name, spec in log.topics().items()}
+        )
+        inputs = [tp for task in layout.tasks() for tp in layout.input_partitions(task)]
+        # Where the new revision's tasks resume (the positions rule, log/positions.py): no
+        # pod processes during the upgrade's Backfilling step, so they hold still, and the
+        # history ends exactly there.
+        ends = read_positions(log, application, inputs)
+    finally:
+        log.close()
+    plan = spark_job.fix_plan(
+        topology,
+        application=application,
+        reference=args.topology,
+        stores=args.store,
+        log_url=log_url,
+        output=args.output,
+        build_id=args.build_id,
+        end_offsets=ends,
+        properties=dict(app.spec.config),
+    )
+    conf = dict(_setting(item, "--conf") for item in args.conf)
+    spark = spark_session(args.master, conf, app_name=spark_job.APP_NAME)
+    try:
+        result = spark_job.run_backfill(spark, plan)
+    finally:
+        spark.stop()
+    return BackfillVerdict(
+        state=BackfillState.SUCCEEDED,
+        message=f"built {', '.join(plan.stores)} from {result.records:,} records in "
+        f"{len(result.tasks)} task partitions",
+        buildId=plan.build_id,
+        records=result.records,
+        endOffsets=dict(plan.end_offsets),
+    )

@@ -159,6 +159,44 @@ class ClaimRetention(enum.StrEnum):
     DELETE = "Delete"
 
 
+class BackfillFrom(enum.StrEnum):
+    """Where a backfill's history starts."""
+
+    # The first offset the log still holds of every input partition (docs/backfill.md: an
+    # earlier start that retention deleted cannot be read).
+    EARLIEST_RETAINED = "EarliestRetained"
+
+
+class BackfillSpec(_Strict):
+    """Stores of a new topology revision built from the input's history by a Spark Job during
+    the upgrade to that revision (docs/backfill.md, "The operator's side")."""
+
+    stores: list[str] = Field(
+        min_length=1,
+        description="stores of the new revision to build from history; each must be new in "
+        "that revision (no store of that name runs before the upgrade), in its one "
+        "sub-topology, and logged",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    from_: BackfillFrom = Field(
+        default=BackfillFrom.EARLIEST_RETAINED,
+        alias="from",
+        description="where the history starts: EarliestRetained (the first offset the log "
+        "still holds; a timestamp is not supported yet)",
+    )
+
+    @field_validator("stores")
+    @classmethod
+    def _unique_names(cls, stores: list[str]) -> list[str]:
+        doubled = sorted({store for store in stores if stores.count(store) > 1})
+        if doubled:
+            raise ValueError(f"names {', '.join(repr(s) for s in doubled)} more than once")
+        blank = [store for store in stores if not store.strip()]
+        if blank:
+            raise ValueError("a store name is empty")
+        return stores
+
+
 class TopologySpec(_Strict):
     ref: str = Field(
         pattern=_TOPOLOGY_REFERENCE,
@@ -177,6 +215,11 @@ class TopologySpec(_Strict):
         ge=1,
         description="how long the pods of a new topology revision may take to be ready (every "
         "active task restored) before the upgrade is rolled back to the revision that ran",
+    )
+    backfill: BackfillSpec | None = Field(
+        default=None,
+        description="stores of this revision to build from the input's history (a Spark Job) "
+        "when an upgrade to it begins; read once, at that moment",
     )
 
 
@@ -670,6 +713,13 @@ _StreamsSettings = Annotated[
 ]
 
 
+# The backfill Job writes its build where restore builds go, and pods ingest it from there.
+BACKFILL_NEEDS_RESTORE = (
+    "topology.backfill needs spec.restore.when Always or WhenLagAbove: the backfill's build "
+    "goes to the restore claim, which Never does not create"
+)
+
+
 class StreamAppSpec(_Strict):
     model_config = ConfigDict(
         json_schema_extra=_rules(
@@ -677,6 +727,11 @@ class StreamAppSpec(_Strict):
                 "!self.log.url.startsWith('sqlite:') || self.standbyPlacement.spread != 'Required'",
                 "standbyPlacement.spread Required needs a log every node reaches (kafka://): "
                 "the embedded sqlite log pins every pod to one node",
+            ),
+            (
+                "!has(self.topology) || !has(self.topology.backfill) || (has(self.restore) "
+                "&& has(self.restore.when) && self.restore.when != 'Never')",
+                BACKFILL_NEEDS_RESTORE,
             ),
         )
     )
@@ -734,6 +789,12 @@ class StreamAppSpec(_Strict):
         return {"ref": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
+    def _backfill_needs_the_restore_claim(self) -> StreamAppSpec:
+        if self.topology.backfill is not None and self.restore.when is RestoreWhen.NEVER:
+            raise ValueError(BACKFILL_NEEDS_RESTORE)
+        return self
+
+    @model_validator(mode="after")
     def _placement_needs_a_shared_log(self) -> StreamAppSpec:
         if self.log.url.startswith("sqlite:") and (
             self.standby_placement.spread is SpreadPolicy.REQUIRED
@@ -777,6 +838,8 @@ class ConditionType(enum.StrEnum):
     UPGRADING = "Upgrading"
     # A Spark restore Job builds state (spec.restore).
     RESTORING = "Restoring"
+    # A topology upgrade's backfill Job builds stores from history (spec.topology.backfill).
+    BACKFILLING = "Backfilling"
     # Pods above spec.replicas hand their tasks over, one at a time (scale_in.py).
     SCALING_IN = "ScalingIn"
     # eddyline.dev/pause-reconciliation is "true".
@@ -834,6 +897,8 @@ class UpgradeStep(enum.StrEnum):
     """The step of a full-cluster topology upgrade under way."""
 
     STOPPING = "Stopping"
+    # Only with spec.topology.backfill, and never while rolling back (docs/backfill.md).
+    BACKFILLING = "Backfilling"
     PUBLISHING = "Publishing"
     STARTING = "Starting"
 
@@ -893,6 +958,54 @@ class GeneratedNameRecord(_Strict):
         )
 
 
+class BackfillState(enum.StrEnum):
+    PENDING = "Pending"  # recorded at Stopping: the Job starts once no pod processes
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class BackfillRecord(_Strict):
+    """An upgrade's backfill: what it builds, its Job, and how it went (the Job's verdict)."""
+
+    stores: list[str]
+    from_: BackfillFrom = Field(default=BackfillFrom.EARLIEST_RETAINED, alias="from")
+    job: str = Field(description="the backfill Job's name (fixed at Stopping)")
+    build_id: str = Field(alias="buildId", description="names the build in the restore claim")
+    state: BackfillState = BackfillState.PENDING
+    message: str = ""
+    records: int | None = Field(default=None, description="history records run, once done")
+    end_offsets: dict[str, int] = Field(
+        default_factory=dict,
+        alias="endOffsets",
+        description="topic:partition -> the offset the history ends at (exclusive): the "
+        "committed positions the new revision resumes from",
+    )
+    started_at: str | None = Field(default=None, alias="startedAt")
+    finished_at: str | None = Field(default=None, alias="finishedAt")
+
+
+class BackfillVerdict(_Strict):
+    """What the backfill Job (``eddyline backfill job``) says as its termination message: both
+    the Job and the operator read it, so it lives with the status it fills in."""
+
+    state: BackfillState
+    message: str = ""
+    build_id: str = Field(default="", alias="buildId")
+    records: int | None = None
+    end_offsets: dict[str, int] = Field(default_factory=dict, alias="endOffsets")
+
+    @classmethod
+    def from_text(cls, text: str) -> BackfillVerdict | None:
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError:
+            return None
+
+    def to_text(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+
 class UpgradeStatus(_Strict):
     """The upgrade under way: the operator's write-ahead log (each step is written here before
     the operator acts on it; a restarted operator resumes from it)."""
@@ -913,6 +1026,7 @@ class UpgradeStatus(_Strict):
         "as its pods reported them when the upgrade started: the new revision's are compared "
         "with them before any task is assigned",
     )
+    backfill: BackfillRecord | None = None
     rollback: UpgradeFailure | None = None
 
 
@@ -922,6 +1036,7 @@ class LastUpgrade(_Strict):
     outcome: UpgradeOutcome
     steps: list[UpgradeStepRecord] = Field(default_factory=list)
     finished_at: str = Field(alias="finishedAt", json_schema_extra={"format": "date-time"})
+    backfill: BackfillRecord | None = None
     rollback: UpgradeFailure | None = None
 
 

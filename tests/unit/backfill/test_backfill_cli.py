@@ -13,6 +13,7 @@ from eddyline_runtime.cli import main
 from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.restore.spark_requirements import java_missing, spark_missing
+from eddyline_runtime.spec import BackfillState, BackfillVerdict
 from tests.support.topologies.backfill_topologies import INPUT, keyed_count
 
 
@@ -102,3 +103,40 @@ def test_a_plan_holds_the_given_end_offsets(tmp_path: Path) -> None:
         end_offsets={TopicPartition(INPUT, 0): 0, TopicPartition(INPUT, 1): 0},
     )
     assert plan.end_offsets == {f"{INPUT}:0": 0, f"{INPUT}:1": 0}
+
+
+@pytest.mark.skipif(bool(java_missing()), reason="needs Java (make setup says how)")
+def test_the_job_says_why_it_failed_in_its_verdict(tmp_path: Path) -> None:
+    """``eddyline backfill job`` (the operator's backfill Job): a store the new revision
+    lacks ends in a Failed verdict naming it, in the result file the operator reads (the
+    termination message), and exit 1; before any Spark session starts."""
+    url = _log_with_input(tmp_path)
+    manifest = tmp_path / "streamapp.yaml"
+    manifest.write_text(
+        "apiVersion: eddyline.dev/v1alpha1\nkind: StreamApp\nmetadata: {name: app}\n"
+        f"spec: {{topology: 'm:f', log: {{url: '{url}'}}}}\n",
+        encoding="utf-8",
+    )
+    result = tmp_path / "verdict.json"
+    code = main(
+        [
+            "backfill",
+            "job",
+            "--manifest",
+            str(manifest),
+            "--topology",
+            "tests.support.topologies.backfill_topologies:keyed_count",
+            "--store",
+            "nope",
+            "--output",
+            str(tmp_path / "builds"),
+            "--build-id",
+            "b1",
+            "--result-file",
+            str(result),
+        ]
+    )
+    assert code == 1
+    verdict = BackfillVerdict.from_text(result.read_text(encoding="utf-8"))
+    assert verdict is not None and verdict.state is BackfillState.FAILED
+    assert "no store 'nope'" in verdict.message and verdict.build_id == "b1"

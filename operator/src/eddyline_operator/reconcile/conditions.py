@@ -116,10 +116,10 @@ def summarize(
     scaling_in: Seed | None = None,
     restoring: Seed | None = None,
 ) -> Summary:
-    """Ready, Progressing, Degraded and Upgrading (then ScalingIn and Restoring when seeded),
-    and the phase they add up to; read top to bottom. ``lost`` says which pods left the
-    membership because their node is lost, and ``members_left`` how many members are on
-    live nodes; ``create_failure`` is the StatefulSet controller's FailedCreate message
+    """Ready, Progressing, Degraded and Upgrading (then ScalingIn, Restoring and Backfilling
+    when seeded), and the phase they add up to; read top to bottom. ``lost`` says which pods
+    left the membership because their node is lost, and ``members_left`` how many members
+    are on live nodes; ``create_failure`` is the StatefulSet controller's FailedCreate message
     (pod_creation.py), which counts only while pods are missing."""
     live, ready_count = pods.live, pods.ready
     if len(live) >= desired_replicas:
@@ -194,6 +194,8 @@ def summarize(
         phase = Phase.DEGRADED
     made = [ready_cond, progressing, degraded, conditions.seeded(upgrade.upgrading)]
     made.extend(_seeded(conditions, events, scaling_in, restoring))
+    if upgrade.backfilling is not None:  # an upgrade's backfill (upgrade.py posts its events)
+        made.append(conditions.seeded(upgrade.backfilling))
     return Summary(made, phase, events)
 
 

@@ -24,7 +24,15 @@ from typing import Any
 
 import yaml
 
-from eddyline_operator.reconcile import log_node, names, objects, pod_creation, prune, restore_job
+from eddyline_operator.reconcile import (
+    backfill_job,
+    log_node,
+    names,
+    objects,
+    pod_creation,
+    prune,
+    restore_job,
+)
 from eddyline_operator.reconcile.conditions import (
     Conditions,
     PodCounts,
@@ -100,6 +108,9 @@ class Observed:
     # The app's restore Jobs and their pods (restore_job.selector_string).
     jobs: Sequence[Obj] = ()
     job_pods: Sequence[Obj] = ()
+    # The app's backfill Jobs and their pods (backfill_job.selector_string).
+    backfill_jobs: Sequence[Obj] = ()
+    backfill_job_pods: Sequence[Obj] = ()
     # The Leases in kube-node-lease (one per node, renewed by its kubelet) and how long one
     # may go unrenewed before the node's pods leave the membership.
     leases: Sequence[Obj] = ()
@@ -121,7 +132,7 @@ class Plan:
     events: list[Event]
     # A new upgrade step: status must be written before anything else is done (write-ahead).
     write_ahead: bool = False
-    create_jobs: list[Obj] = field(default_factory=list)  # restore Jobs to launch
+    create_jobs: list[Obj] = field(default_factory=list)  # restore and backfill Jobs to launch
     # Run the next cycle within this many seconds: when a member's node Lease would pass
     # its grace (a dead node sends no event). None: no such deadline.
     recheck_seconds: float | None = None
@@ -217,14 +228,19 @@ def _reconcile(cycle: _Cycle, observed: Observed) -> Plan:
 
 
 def with_topology(app: StreamApp, chosen_topology: Topology) -> StreamApp:
-    """``app`` with the given topology ref and revision (what runs, or the upgrade's step)."""
-    if chosen_topology.same_spec(topology(app.spec.topology.ref, app.spec.topology.revision)):
+    """``app`` with the given topology ref and revision (what runs, or the upgrade's step).
+    Without spec.topology.backfill: it instructs an upgrade (upgrade.py reads it from the
+    spec), the pods never read it, and in their manifest its change alone would restart
+    them."""
+    same = chosen_topology.same_spec(topology(app.spec.topology.ref, app.spec.topology.revision))
+    if same and app.spec.topology.backfill is None:
         return app
     chosen = TopologySpec.model_validate(
         {
             **app.spec.topology.model_dump(by_alias=True),
             "ref": chosen_topology.ref,
             "revision": chosen_topology.revision,
+            "backfill": None,
         }
     )
     return app.model_copy(update={"spec": app.spec.model_copy(update={"topology": chosen})})
@@ -289,6 +305,8 @@ class _Cycle:
                 applied=applied_topology(observed.applied_manifest),
                 node_labels=self.node_labels,
                 now=observed.now,
+                backfill_jobs=observed.backfill_jobs,
+                backfill_job_pods=observed.backfill_job_pods,
             )
         )
 
@@ -529,7 +547,7 @@ class _Cycle:
             status,
             self.events,
             write_ahead=upgrade.write_ahead,
-            create_jobs=restores.create,
+            create_jobs=[*restores.create, *self.backfill(app, pinned, upgrade)],
             recheck_seconds=self.recheck,
             prune_kinds=prune.kinds(app),
         )
@@ -562,6 +580,25 @@ class _Cycle:
             desired.append(stateful_set)
         template = stateful_set["spec"]["template"]
         return desired, str(template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH])
+
+    def backfill(self, app: StreamApp, pinned: log_node.LogPin, upgrade: Decision) -> list[Obj]:
+        """The upgrade's backfill Job, while its Backfilling step wants it created."""
+        record, running = upgrade.launch_backfill, upgrade.upgrade
+        if record is None or running is None:
+            return []
+        return [
+            backfill_job.job(
+                app,
+                self.namespace,
+                self.owner,
+                record=record,
+                target_ref=running.to_topology.ref,
+                image=app.spec.image or self.observed.default_image,
+                log_node=pinned.node,
+                embedded_log=objects.uses_embedded_log(app),
+                log_url=objects.pod_log_url(app),
+            )
+        ]
 
     def restores(self, app: StreamApp, pinned: log_node.LogPin) -> restore_job.RestorePlan:
         observed = self.observed

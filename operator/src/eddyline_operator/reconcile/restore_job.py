@@ -254,6 +254,65 @@ def job(
 ) -> Obj:
     """The Job that builds ``store``'s ``partitions``; with the embedded log it mounts the
     shared log claim and runs on the log's node."""
+    job_id = job_name(app.metadata.name, store, partitions, attempt)
+    args = [
+        "restore",
+        "job",
+        "--manifest",
+        f"{names.CONFIG_MOUNT}/{names.MANIFEST_KEY}",
+        "--store",
+        store,
+        "--partitions",
+        ",".join(str(p) for p in partitions),
+        "--output",
+        RESTORE_MOUNT,
+        "--log-url",
+        log_url,
+        "--master",
+        app.spec.restore.master,
+        "--job-name",
+        job_id,
+        "--result-file",
+        TERMINATION_LOG,
+    ]
+    return spark_job(
+        app,
+        namespace,
+        owner,
+        job_id=job_id,
+        args=args,
+        labels={LABEL_JOB: job_id, LABEL_STORE: store},
+        component=COMPONENT,
+        image=image,
+        log_node=log_node,
+        embedded_log=embedded_log,
+        # A driver that hangs (an API server or a broker that never answers) must not
+        # hold its pods and the store's next build forever. Past waitSeconds the pods
+        # that reported the partitions have stopped waiting and replay the changelog, so
+        # a build finishing later serves no one: the Job controller ends it there.
+        active_deadline_seconds=app.spec.restore.wait_seconds,
+    )
+
+
+def spark_job(
+    app: StreamApp,
+    namespace: str,
+    owner: Obj,
+    *,
+    job_id: str,
+    args: Sequence[str],
+    labels: Mapping[str, str],
+    component: str,
+    image: str,
+    log_node: str | None,
+    embedded_log: bool,
+    active_deadline_seconds: int,
+) -> Obj:
+    """A Job whose one container runs ``eddyline <args>`` as a Spark driver with
+    spec.restore's settings (image, master, executors, resources) and the restore claim
+    mounted: restore Jobs, and the backfill Job of a topology upgrade (backfill_job.py).
+    ``labels`` (beside the app's and ``component``) go on the Job, its pod and its
+    executors; the Spark conf is appended to ``args`` as ``--conf KEY=VALUE``."""
     name = app.metadata.name
     log_mount = (
         (
@@ -264,7 +323,6 @@ def job(
         else None
     )
     restore = app.spec.restore
-    job_id = job_name(name, store, partitions, attempt)
     restore_image = restore.image or image
     conf: dict[str, str] = {"spark.local.dir": "/tmp"}
     if restore_executors.uses_executor_pods(restore.master):
@@ -286,10 +344,10 @@ def job(
                 # Spark sets the cpu request; a limit too, so a namespace whose ResourceQuota
                 # counts limits admits the executors.
                 "spark.kubernetes.executor.limit.cores": str(restore.executor_cores),
-                f"spark.kubernetes.executor.label.{LABEL_JOB}": job_id,
-                f"spark.kubernetes.executor.label.{LABEL_STORE}": store,
             }
         )
+        for key, value in labels.items():
+            conf[f"spark.kubernetes.executor.label.{key}"] = value
         conf.update(restore_executors.spark_conf(service_account_name(name)))
         claims = [("restore", claim_name(name), RESTORE_MOUNT)]
         if embedded_log:
@@ -298,26 +356,7 @@ def job(
             prefix = f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{volume}"
             conf[f"{prefix}.options.claimName"] = claim
             conf[f"{prefix}.mount.path"] = path
-    args = [
-        "restore",
-        "job",
-        "--manifest",
-        f"{names.CONFIG_MOUNT}/{names.MANIFEST_KEY}",
-        "--store",
-        store,
-        "--partitions",
-        ",".join(str(p) for p in partitions),
-        "--output",
-        RESTORE_MOUNT,
-        "--log-url",
-        log_url,
-        "--master",
-        restore.master,
-        "--job-name",
-        job_id,
-        "--result-file",
-        TERMINATION_LOG,
-    ]
+    args = list(args)
     for key, value in sorted(conf.items()):
         args += ["--conf", f"{key}={value}"]
     mounts: list[Obj] = [
@@ -339,7 +378,7 @@ def job(
                        "readOnly": True})  # fmt: skip
         volumes.append({"name": "executor-template", "configMap": {"name": template}})
     container: Obj = {
-        "name": COMPONENT,
+        "name": component,
         "image": restore_image,
         "imagePullPolicy": app.spec.image_pull_policy.value,
         "command": ["eddyline"],
@@ -372,7 +411,7 @@ def job(
     }
     if resources:
         container["resources"] = resources
-    labels = _labels(name, {LABEL_JOB: job_id, LABEL_STORE: store})
+    all_labels = _labels(name, {names.LABEL_COMPONENT: component, **labels})
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "serviceAccountName": service_account_name(name),
@@ -398,18 +437,14 @@ def job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {**_meta(job_id, namespace, name, owner), "labels": labels},
+        "metadata": {**_meta(job_id, namespace, name, owner), "labels": all_labels},
         "spec": {
-            # One attempt: a failed build writes its verdict and the waiting pods replay at
-            # once; a retry would only race their fallback.
+            # One attempt: a failed build writes its verdict and whoever waits for it (pods,
+            # or an upgrade) acts at once; a retry would only race that.
             "backoffLimit": 0,
-            # A driver that hangs (an API server or a broker that never answers) must not
-            # hold its pods and the store's next build forever. Past waitSeconds the pods
-            # that reported the partitions have stopped waiting and replay the changelog, so
-            # a build finishing later serves no one: the Job controller ends it there.
-            "activeDeadlineSeconds": restore.wait_seconds,
+            "activeDeadlineSeconds": active_deadline_seconds,
             "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": {"metadata": {"labels": all_labels}, "spec": pod_spec},
         },
     }
 

@@ -19,7 +19,17 @@ step resumes that step, and never starts an upgrade over::
     Stopping   old template, spec replicas; the membership reset to an empty assignment (old
                task ids mean other tasks in the new revision), so every pod commits and
                closes its active tasks and keeps serving its copies as standbys
-               --no member pod reports an active or restoring copy--> Publishing
+               --no member pod reports an active or restoring copy--> Publishing, or
+                 Backfilling when the upgrade has a backfill (spec.topology.backfill)
+    Backfilling  as Stopping (old template, the reset membership: nothing processes, so the
+               committed positions hold still); the backfill Job (backfill_job.py, named
+               when the upgrade began) builds the new revision's stores from the history up
+               to those positions into the restore claim and writes their changelogs
+               --its verdict says Succeeded--> Publishing (the pods of the target ingest the
+                 build when their tasks open the stores, before they process)
+               --the Job failed (its verdict, a killed pod, its deadline)--> Starting,
+                 rolling back: nothing of the target was published, so the pods that run are
+                 the old revision's; they are given their tasks back where they were
     Publishing ConfigMap and template of the target revision applied (the StatefulSet is
                OnDelete: running pods keep theirs); one pod of the old revision deleted at a
                time, highest ordinal first, and only while every other pod is there and
@@ -51,7 +61,11 @@ Invariants, each decided from status and observed objects only:
   pods of both revisions serve side by side, read-only. The objects rendered are always
   those of ``status.topology`` (what runs) or the step's revision, never the spec's directly;
 * a rolled-back revision is recorded in ``status.failedTopology`` and not tried again until
-  spec.topology changes; a rollback that fails too is not rolled back again (Degraded).
+  spec.topology changes; a rollback that fails too is not rolled back again (Degraded);
+* a backfill's history ends at the committed positions the new revision resumes from: no
+  pod processes from the end of Stopping until Starting assigns the new revision's tasks,
+  so a record before them is in the built stores exactly once and one after them is
+  processed by the stream exactly once (docs/backfill.md, "The operator's side").
 """
 
 from __future__ import annotations
@@ -61,6 +75,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eddyline_operator.reconcile import backfill_job
 from eddyline_operator.reconcile.events import Event
 from eddyline_operator.reconcile.membership import (
     TaskLayout,
@@ -77,6 +92,8 @@ from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.resource_names import moved_names
 from eddyline_runtime.spec import (
+    BackfillRecord,
+    BackfillState,
     ConditionType,
     GeneratedNameRecord,
     LastUpgrade,
@@ -93,6 +110,7 @@ from eddyline_runtime.spec import (
 Obj = dict[str, Any]
 
 STOPPING, PUBLISHING, STARTING = UpgradeStep.STOPPING, UpgradeStep.PUBLISHING, UpgradeStep.STARTING
+BACKFILLING = UpgradeStep.BACKFILLING
 # Exit codes above this are deaths by a signal (128 + n): a kill from outside, not the
 # runtime refusing to start, so they do not roll an upgrade back.
 _SIGNAL_EXIT_CODES = 128
@@ -118,6 +136,9 @@ class UpgradeInput:
     applied: Topology | None  # the topology in the config ConfigMap (last published)
     node_labels: Mapping[str, Mapping[str, str]]
     now: str
+    # The app's backfill Jobs and their pods (backfill_job.selector_string).
+    backfill_jobs: Sequence[Obj] = ()
+    backfill_job_pods: Sequence[Obj] = ()
 
 
 # Upgrading while no upgrade is under way.
@@ -141,6 +162,9 @@ class Decision:
     events: list[Event] = field(default_factory=list)
     upgrading: Seed = NO_UPGRADE
     degraded: Seed | None = None  # a Degraded condition the upgrade asks for
+    backfilling: Seed | None = None  # the Backfilling condition (an upgrade with a backfill)
+    # The backfill Job to create this cycle (it may exist already: a create meets a 409).
+    launch_backfill: BackfillRecord | None = None
 
     @property
     def active(self) -> bool:
@@ -168,6 +192,9 @@ def decide(observed: UpgradeInput) -> Decision:
         last_upgrade=status.last_upgrade,
         failed_topology=failed,
     )
+    last = status.last_upgrade
+    if last is not None and last.backfill is not None:
+        base.backfilling = backfill_job.condition(last.backfill, rolling_back=False)
     if record is not None:
         return _continue(observed, base, record)
     live_reports = _member_reports(observed)
@@ -183,13 +210,51 @@ def decide(observed: UpgradeInput) -> Decision:
         if failed is not None:
             base.degraded = _rolled_back_message(status.last_upgrade, failed)
         return base
+    backfill = observed.app.spec.topology.backfill
+    running_stores = sorted(
+        {store for report in live_reports.values() for store in report.store_owners}
+        & set(backfill.stores if backfill is not None else ())
+    )
+    if running_stores:
+        # The backfill replaces a store's changelog; one the running revision has would be
+        # lost to it, and to a rollback. Nothing starts: the user renames the store.
+        base.degraded = Seed(
+            ConditionType.DEGRADED,
+            True,
+            "BackfillStoreRuns",
+            f"spec.topology.backfill names {', '.join(repr(s) for s in running_stores)}, "
+            f"which {running} runs already: a backfill builds new stores only (its changelog "
+            "is written anew); give the store another name in the new revision, or leave "
+            "it out of spec.topology.backfill",
+        )
+        return base
     return _begin(observed, base, running, wanted, "RevisionChanged")
+
+
+def _backfill_record(observed: UpgradeInput, target: Topology) -> BackfillRecord | None:
+    """The upgrade's backfill, fixed when it begins: the stores, the Job's name, the build."""
+    backfill = observed.app.spec.topology.backfill
+    if backfill is None:
+        return None
+    name = backfill_job.job_name(
+        observed.app.metadata.name, str(target), backfill.stores, observed.now
+    )
+    return BackfillRecord.model_validate(
+        {
+            "stores": backfill.stores,
+            "from": backfill.from_,
+            "job": name,
+            "buildId": backfill_job.build_id(name, observed.now),
+        }
+    )
 
 
 def _begin(
     observed: UpgradeInput, base: Decision, source: Topology, target: Topology, why: str
 ) -> Decision:
     """Record the intent (Stopping) with where every store's state is now."""
+    # A new revision only: new code under the same revision has no spec to backfill by.
+    backfill = _backfill_record(observed, target) if why == "RevisionChanged" else None
     # "from" is a Python keyword: the record is validated from its aliases.
     record = UpgradeStatus.model_validate(
         {
@@ -199,6 +264,7 @@ def _begin(
             "steps": [UpgradeStepRecord(step=STOPPING, startedAt=observed.now)],
             "placement": _placement(observed),
             "generatedNames": _running_generated_names(observed),
+            "backfill": backfill,
             "rollback": None,
         }
     )
@@ -215,6 +281,18 @@ def _begin(
 def _continue(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> Decision:
     step = record.step
     target = record.to_topology
+    backfill = record.backfill
+    if step == STOPPING and _paused(observed) and backfill is not None and not record.rollback:
+        return _advance(
+            observed,
+            base,
+            record,
+            BACKFILLING,
+            f"no pod processes; backfill Job {backfill.job} builds {', '.join(backfill.stores)} "
+            f"of {target} from the history up to the committed positions",
+        )
+    if step == BACKFILLING and backfill is not None:
+        return _backfilling(observed, base, record, backfill)
     if step == STOPPING and _paused(observed):
         return _advance(
             observed,
@@ -243,6 +321,47 @@ def _continue(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> 
     return _act(observed, base, record, write_ahead=False)
 
 
+def _backfilling(
+    observed: UpgradeInput, base: Decision, record: UpgradeStatus, backfill: BackfillRecord
+) -> Decision:
+    """Backfilling: the Job as observed decides; its verdict lands in status.upgrade.backfill."""
+    seen = backfill_job.observe(backfill.job, observed.backfill_jobs, observed.backfill_job_pods)
+    if seen is None or seen.state is BackfillState.RUNNING:
+        message = seen.message if seen is not None else f"Job {backfill.job} being created"
+        started = backfill.started_at or observed.now
+        state = BackfillState.RUNNING if seen is not None else backfill.state
+        update = {"state": state, "message": message, "started_at": started}
+        record = record.model_copy(update={"backfill": backfill.model_copy(update=update)})
+        return _act(observed, base, record, write_ahead=False)
+    verdict = seen.verdict
+    done = backfill.model_copy(
+        update={
+            "state": seen.state,
+            "message": seen.message,
+            "records": verdict.records if verdict is not None else None,
+            "end_offsets": dict(verdict.end_offsets) if verdict is not None else {},
+            "started_at": backfill.started_at or observed.now,
+            "finished_at": observed.now,
+        }
+    )
+    record = record.model_copy(update={"backfill": done})
+    if seen.state is BackfillState.SUCCEEDED:
+        base.events.append(Event("Normal", "BackfillSucceeded", seen.message))
+        return _advance(
+            observed,
+            base,
+            record,
+            PUBLISHING,
+            f"backfill done; publishing {record.to_topology} and replacing the pods one at a "
+            "time (they ingest the built stores before they process)",
+        )
+    base.events.append(Event("Warning", "BackfillFailed", seen.message))
+    failure = UpgradeFailure(reason="BackfillFailed", pod=backfill.job, message=seen.message)
+    # Nothing of the target was published: the pods run the old revision still, and are
+    # given their tasks back (Starting) instead of being replaced.
+    return _roll_back(observed, base, record, failure, step=STARTING)
+
+
 def _advance(
     observed: UpgradeInput, base: Decision, record: UpgradeStatus, step: UpgradeStep, message: str
 ) -> Decision:
@@ -260,7 +379,20 @@ def _act(
     source, target = record.from_topology, record.to_topology
     base.upgrade, base.write_ahead = record, write_ahead
     base.hold_membership = True
-    if step == STOPPING:
+    if record.backfill is not None:
+        base.backfilling = backfill_job.condition(
+            record.backfill, rolling_back=record.rollback is not None
+        )
+    if step == BACKFILLING:
+        # As in Stopping: nothing processes (the positions the history ends at hold still),
+        # the old revision's pods serve; the Job is created until it is seen.
+        base.render, base.replicas = source, None
+        base.membership = _reset(observed.membership)
+        assert record.backfill is not None
+        if backfill_job.observe(record.backfill.job, observed.backfill_jobs, ()) is None:
+            base.launch_backfill = record.backfill
+        waiting = record.backfill.message or f"Job {record.backfill.job} being created"
+    elif step == STOPPING:
         # Processing stops, serving does not: every pod, given nothing, commits and closes
         # its active tasks and keeps its copies open as standbys, which it serves.
         base.render, base.replicas = source, None
@@ -300,6 +432,8 @@ def _finish(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> De
     outcome = UpgradeOutcome.ROLLED_BACK if rollback else UpgradeOutcome.SUCCEEDED
     base.topology = base.render = ran
     base.upgrade, base.write_ahead = None, True
+    if record.backfill is not None:
+        base.backfilling = backfill_job.condition(record.backfill, rolling_back=False)
     base.last_upgrade = LastUpgrade.model_validate(
         {
             "from": source,
@@ -307,6 +441,7 @@ def _finish(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> De
             "outcome": outcome,
             "steps": record.steps,
             "finishedAt": observed.now,
+            "backfill": record.backfill,
             "rollback": rollback,
         }
     )
@@ -328,18 +463,23 @@ def _finish(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> De
 
 
 def _roll_back(
-    observed: UpgradeInput, base: Decision, record: UpgradeStatus, failure: UpgradeFailure
+    observed: UpgradeInput,
+    base: Decision,
+    record: UpgradeStatus,
+    failure: UpgradeFailure,
+    *,
+    step: UpgradeStep = STOPPING,
 ) -> Decision:
     source, target = record.from_topology, record.to_topology
     swapped = record.model_copy(
         update={
             "from_topology": target,
             "to_topology": source,
-            "step": STOPPING,
+            "step": step,
             "rollback": failure,
         }
     )
-    entered = UpgradeStepRecord(step=_step_name(swapped, STOPPING), startedAt=observed.now)
+    entered = UpgradeStepRecord(step=_step_name(swapped, step), startedAt=observed.now)
     swapped = swapped.model_copy(update={"steps": [*record.steps, entered]})
     base.failed_topology = target
     base.events.append(Event("Warning", "UpgradeFailed", _failure_text(target, source, failure)))
