@@ -40,6 +40,7 @@ from tests.support.logs import PausableLog
 from tests.support.ports import free_port
 from tests.support.query_cluster import (
     COUNTS_SUBTOPOLOGY,
+    PARTITIONS,
     STORE,
     Node,
     partition_of,
@@ -308,6 +309,58 @@ def test_a_standby_promoted_to_active_keeps_its_staleness_while_it_restores_the_
             == EXPECTED[held.word] + 6
         ),
         "the promoted copy restored the tail and counts",
+    )
+
+
+@pytest.mark.usefixtures("pausable_standby_replay")
+def test_a_task_moved_away_stays_served_here_as_a_standby_while_new_tasks_restore(
+    cluster: Cluster,
+) -> None:
+    # One assignment moves partition p's task from X to its standby's member (X keeps a
+    # standby of it) and gives X a task it holds no copy of, whose restore is held. X must
+    # serve p from its standby while it restores: its copy was closed and opened only after
+    # every new active task had restored, so p's new owner (restoring the tail) was the only
+    # copy left and knew no staleness.
+    partition = 1
+    mover, taker, _ = cluster.copies(partition)
+    fresh = next(q for q in range(PARTITIONS) if cluster.other_node(q) is mover)
+    source = cluster.active_node(fresh)
+    moved, gained = TaskId(COUNTS_SUBTOPOLOGY, partition), TaskId(COUNTS_SUBTOPOLOGY, fresh)
+    before = cluster.assignment
+    active = {member: set(tasks) for member, tasks in before.active.items()}
+    standby = {member: set(tasks) for member, tasks in before.standby.items()}
+    active[mover.member.id] -= {moved}
+    active[taker.member.id] |= {moved}
+    standby[taker.member.id] -= {moved}
+    standby[mover.member.id] |= {moved}
+    active[source.member.id] -= {gained}
+    active[mover.member.id] |= {gained}
+    reassigned = Assignment(
+        active={member: frozenset(tasks) for member, tasks in active.items()},
+        standby={member: frozenset(tasks) for member, tasks in standby.items()},
+        members=before.members,
+    )
+    mover.log.restoration_released.clear()
+    try:
+        for node in cluster.nodes:
+            node.instance.apply_assignment(reassigned)
+        wait_for(mover.log.restoration_waiting.is_set, f"member {mover.member.id} restores")
+        held = {
+            (local.partition, local.role) for local in mover.instance.local_store_partitions(STORE)
+        }
+        assert (partition, StoreRole.STANDBY) in held, held
+        word = a_word_in(partition)
+        status, body = http_json(mover.address, key_path(word), max_staleness_ms=str(AN_HOUR_MS))
+        assert status == 200, body
+        assert (body["role"], body["value"]) == ("standby", EXPECTED[word])
+    finally:
+        mover.log.restoration_released.set()
+    wait_for(
+        lambda: (
+            http_json(mover.address, key_path(a_word_in(fresh)))[1].get("value")
+            == EXPECTED[a_word_in(fresh)]
+        ),
+        "the gained task restored and answers",
     )
 
 

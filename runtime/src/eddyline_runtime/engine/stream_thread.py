@@ -276,6 +276,12 @@ class StreamThread:
         for task_id in dropped:
             if task_id not in active or task_id not in tasks.standbys:
                 tasks.close_standby(task_id)
+        # A task that moved away but stays here as a standby opens as one at once, before
+        # the new active tasks restore (which can take long): this member keeps serving a
+        # copy of it meanwhile, which may be the only one up (its new owner restoring).
+        for task_id in sorted(t for t in leaving if t in standby and t not in active):
+            if task_id not in tasks.standbys:
+                tasks.create_standby(task_id)
         self.state = ThreadState.RESTORING
         new_tasks = sorted(t for t in active if t not in tasks.active)
         # Every missing store that will wait for a build is reported at once, so one Spark
