@@ -61,6 +61,13 @@ _MUTABLE_SPEC: dict[str, tuple[str, ...]] = {
     "PersistentVolumeClaim": (),
 }
 
+# Spec fields the server leaves out when they are false (Go's ``omitempty`` on a plain bool),
+# by kind: a child that wants false there holds it when the server shows nothing. Without
+# this the query Service (``publishNotReadyAddresses: false`` outside an upgrade) was sent
+# again by every drift check of every app. Only plain bools: a pointer bool whose absence
+# means true (``automountServiceAccountToken``) must never be listed.
+_ABSENT_WHEN_FALSE: dict[str, tuple[str, ...]] = {"Service": ("publishNotReadyAddresses",)}
+
 
 # Server-side apply: the field manager that owns what the operator writes, and the patch type.
 FIELD_MANAGER = "eddyline-operator"
@@ -274,7 +281,7 @@ class Kube:
         if existing is not None and check is not None:
             check(existing)
         body = obj if existing is None else _keep_immutable(obj, existing)
-        if existing is not None and unless_same and _contains(existing, body):
+        if existing is not None and unless_same and _contains(_as_read(kind, existing), body):
             return "unchanged"
         applied = self.request(
             "PATCH",
@@ -437,6 +444,17 @@ def _keep_immutable(obj: Obj, existing: Obj) -> Obj:
         elif key in old_spec:
             spec[key] = value if _contains(old_spec[key], value) else old_spec[key]
     return {**obj, "spec": spec}
+
+
+def _as_read(kind: str, existing: Obj) -> Obj:
+    """``existing`` (of ``kind``) with each spec field of ``_ABSENT_WHEN_FALSE`` it leaves
+    out as false."""
+    fields = _ABSENT_WHEN_FALSE.get(kind, ())
+    spec = existing.get("spec")
+    missing = [k for k in fields if isinstance(spec, dict) and k not in spec]
+    if not missing:
+        return existing
+    return {**existing, "spec": {**(spec or {}), **dict.fromkeys(missing, False)}}
 
 
 def _same_object(before: Obj, after: Obj) -> bool:
