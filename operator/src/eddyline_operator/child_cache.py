@@ -62,7 +62,10 @@ class ChildCache:
                 self._seen.pop(key, None)
             return
         # A copy of its own: kopf keeps using the event's dict, and readers get copies too.
+        # Without managedFields, which no reader looks at (the drift check compares without
+        # them) and which are most of a small object's bytes.
         snapshot: Obj = json.loads(json.dumps(obj))
+        snapshot.get("metadata", {}).pop("managedFields", None)
         with self._lock:
             self._seen[key] = snapshot
 

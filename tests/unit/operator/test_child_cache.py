@@ -69,6 +69,16 @@ def test_a_watch_behind_the_operators_own_write_is_not_trusted() -> None:
     assert cache.lookup("Service", "apps", "wc-query") is None
 
 
+def test_the_watched_copy_leaves_managed_fields_out() -> None:
+    """The drift check compares without them; they were most of the cache's memory."""
+    cache = ChildCache(["Service"])
+    stored = labelled("5")
+    stored["metadata"]["managedFields"] = [{"manager": "eddyline-operator"}]
+    cache.record("Service", "ADDED", stored)
+    cache.confirm("Service", "apps", "wc-query", stored)
+    assert cache.lookup("Service", "apps", "wc-query") == labelled("5")
+
+
 def test_kinds_the_cache_is_not_given_are_never_served_from_it() -> None:
     cache = ChildCache(["Service"])
     pod = {"metadata": {"name": "wc-0", "namespace": "apps", "resourceVersion": "1"}}
