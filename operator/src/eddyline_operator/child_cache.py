@@ -20,6 +20,10 @@ edited by hand is still found as it is (a GET, once its watch event arrived), an
 nobody touched costs nothing. What a watch has not delivered yet is not known here, exactly
 as it is not known to a GET sent a moment earlier.
 
+A confirmed version is trusted for TRUST_SECONDS, then read from the server again: kopf
+re-lists after a gap in a watch (a 410, a paused replica resuming) without reporting what
+was deleted in the gap, and a copy of such an object would otherwise look current forever.
+
 No import of kopf or kubernetes: the client reads and confirms, the handlers record.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,6 +40,10 @@ Key = tuple[str, str, str]
 
 # kopf's watch event type for an object that is gone (or no longer matches the selector).
 DELETED = "DELETED"
+# How long a version the server answered stands in for a GET: a child deleted in a watch's
+# gap is read again (and made again) within this long. Ten drift checks (REAPPLY_SECONDS);
+# at 200 apps of ten children that is about 7 GETs per second, against 80 without the cache.
+TRUST_SECONDS = 300.0
 
 
 def _version(obj: Mapping[str, Any]) -> str | None:
@@ -51,7 +60,8 @@ class ChildCache:
         self.kinds = frozenset(kinds)
         self._lock = threading.Lock()
         self._seen: dict[Key, Obj] = {}
-        self._confirmed: dict[Key, str] = {}
+        # Key -> (resourceVersion, time.monotonic() when the server answered it).
+        self._confirmed: dict[Key, tuple[str, float]] = {}
 
     def record(self, kind: str, event_type: str | None, obj: Mapping[str, Any]) -> None:
         """A watch event of ``kind``: the object as delivered, or gone (``DELETED``)."""
@@ -83,7 +93,9 @@ class ChildCache:
         with self._lock:
             found = self._seen.get(key)
             confirmed = self._confirmed.get(key)
-        if found is None or confirmed is None or _version(found) != confirmed:
+        if found is None or confirmed is None or _version(found) != confirmed[0]:
+            return None
+        if time.monotonic() - confirmed[1] >= TRUST_SECONDS:
             return None
         copied: Obj = json.loads(json.dumps(found))
         return copied
@@ -101,7 +113,7 @@ class ChildCache:
             if version is None:
                 self._confirmed.pop(key, None)
             else:
-                self._confirmed[key] = version
+                self._confirmed[key] = (version, time.monotonic())
 
     def __len__(self) -> int:
         with self._lock:

@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 import kopf
+import pytest
 
-from eddyline_operator import handlers
+from eddyline_operator import child_cache, handlers
 from eddyline_operator.child_cache import DELETED, ChildCache
 from eddyline_operator.client import Kube
 from eddyline_operator.reconcile import names
@@ -77,6 +78,25 @@ def test_the_watched_copy_leaves_managed_fields_out() -> None:
     cache.record("Service", "ADDED", stored)
     cache.confirm("Service", "apps", "wc-query", stored)
     assert cache.lookup("Service", "apps", "wc-query") == labelled("5")
+
+
+def test_a_confirmed_version_is_trusted_for_a_while_then_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf re-lists after a watch's gap without a DELETED for what went in it: a copy of a
+    child deleted then would look current forever, so a version the server answered stands
+    in for a GET only for TRUST_SECONDS."""
+    now = [1000.0]
+    monkeypatch.setattr(child_cache.time, "monotonic", lambda: now[0])
+    cache = ChildCache(["Service"])
+    cache.record("Service", None, labelled("5"))
+    cache.confirm("Service", "apps", "wc-query", labelled("5"))
+    now[0] += child_cache.TRUST_SECONDS - 1
+    assert cache.lookup("Service", "apps", "wc-query") is not None
+    now[0] += 1
+    transport = RecordingTransport(None)  # deleted in the gap: the server has none
+    assert Kube(transport, children=cache).apply(wanted(), unless_same=True) == "created"
+    assert methods(transport) == ["GET", "PATCH"]
 
 
 def test_kinds_the_cache_is_not_given_are_never_served_from_it() -> None:
