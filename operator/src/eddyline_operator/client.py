@@ -18,6 +18,7 @@ from typing import Any
 
 import kubernetes
 
+from eddyline_operator.child_cache import ChildCache
 from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership
 from eddyline_runtime.spec import GROUP, PLURAL, VERSION
 
@@ -60,6 +61,13 @@ _MUTABLE_SPEC: dict[str, tuple[str, ...]] = {
     "PersistentVolumeClaim": (),
 }
 
+# Spec fields the server leaves out when they are false (Go's ``omitempty`` on a plain bool),
+# by kind: a child that wants false there holds it when the server shows nothing. Without
+# this the query Service (``publishNotReadyAddresses: false`` outside an upgrade) was sent
+# again by every drift check of every app. Only plain bools: a pointer bool whose absence
+# means true (``automountServiceAccountToken``) must never be listed.
+_ABSENT_WHEN_FALSE: dict[str, tuple[str, ...]] = {"Service": ("publishNotReadyAddresses",)}
+
 
 # Server-side apply: the field manager that owns what the operator writes, and the patch type.
 FIELD_MANAGER = "eddyline-operator"
@@ -91,11 +99,24 @@ def _load_incluster_config() -> None:
 class Kube:
     """A small, dict-based Kubernetes client over the ``kubernetes`` package's transport."""
 
-    def __init__(self, api_client: Any | None = None, *, pool_size: int | None = None) -> None:
+    # The watched children reads are served from (none: every read is a GET); see __init__.
+    _children: ChildCache | None = None
+
+    def __init__(
+        self,
+        api_client: Any | None = None,
+        *,
+        pool_size: int | None = None,
+        children: ChildCache | None = None,
+    ) -> None:
         """``pool_size``: the HTTP connections kept open to the API server, at least the
         number of threads that send requests at once (the client's default is 5 per CPU:
         a thread that finds the pool full opens a connection, a TLS handshake on both ends,
-        and throws it away after one request, logging "Connection pool is full")."""
+        and throws it away after one request, logging "Connection pool is full").
+        ``children``: the watched copies of the apps' children (child_cache.py): a
+        :meth:`get` of one is served from there when it holds the version the server last
+        answered this client with, and every answer about one is confirmed to it."""
+        self._children = children
         if api_client is None:
             try:
                 _load_incluster_config()
@@ -178,7 +199,18 @@ class Kube:
         return path
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
-        return self.request("GET", self.path(kind, namespace, name))
+        if self._children is not None and namespace:
+            found = self._children.lookup(kind, namespace, name)
+            if found is not None:
+                return found
+        answer = self.request("GET", self.path(kind, namespace, name))
+        self._confirm(kind, namespace, name, answer)
+        return answer
+
+    def _confirm(self, kind: str, namespace: str | None, name: str, answer: Obj | None) -> None:
+        """Tell the child cache what the server answered about an object (None: none)."""
+        if self._children is not None and namespace:
+            self._children.confirm(kind, namespace, name, answer)
 
     def list(
         self,
@@ -199,17 +231,20 @@ class Kube:
     def create(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
         created = self.request("POST", self.path(obj["kind"], meta.get("namespace")), body=obj)
+        self._confirm(obj["kind"], meta.get("namespace"), meta["name"], created)
         return created or {}
 
     def merge_patch(
         self, kind: str, namespace: str | None, name: str, patch: Obj, sub: str = ""
     ) -> Obj | None:
-        return self.request(
+        patched = self.request(
             "PATCH",
             self.path(kind, namespace, name, sub),
             body=patch,
             content_type="application/merge-patch+json",
         )
+        self._confirm(kind, namespace, name, patched)
+        return patched
 
     def delete(
         self, kind: str, namespace: str | None, name: str, *, propagation: str = "Background"
@@ -221,6 +256,7 @@ class Kube:
             self.path(kind, namespace, name),
             body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
         )
+        self._confirm(kind, namespace, name, None)  # gone, or on its way: read it again
         return gone is not None
 
     def apply(self, obj: Obj, *, check: Check | None = None, unless_same: bool = False) -> str:
@@ -240,11 +276,12 @@ class Kube:
         sending it."""
         kind, meta = obj["kind"], obj["metadata"]
         namespace, name = meta.get("namespace"), meta["name"]
+        # The watched copy when it is the version last answered (no request), else a GET.
         existing = self.get(kind, namespace, name)
         if existing is not None and check is not None:
             check(existing)
         body = obj if existing is None else _keep_immutable(obj, existing)
-        if existing is not None and unless_same and _contains(existing, body):
+        if existing is not None and unless_same and _contains(_as_read(kind, existing), body):
             return "unchanged"
         applied = self.request(
             "PATCH",
@@ -253,6 +290,7 @@ class Kube:
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
             content_type=APPLY_PATCH,
         )
+        self._confirm(kind, namespace, name, applied)
         if existing is None:
             return "created"
         return "unchanged" if _same_object(existing, applied or {}) else "updated"
@@ -406,6 +444,17 @@ def _keep_immutable(obj: Obj, existing: Obj) -> Obj:
         elif key in old_spec:
             spec[key] = value if _contains(old_spec[key], value) else old_spec[key]
     return {**obj, "spec": spec}
+
+
+def _as_read(kind: str, existing: Obj) -> Obj:
+    """``existing`` (of ``kind``) with each spec field of ``_ABSENT_WHEN_FALSE`` it leaves
+    out as false."""
+    fields = _ABSENT_WHEN_FALSE.get(kind, ())
+    spec = existing.get("spec")
+    missing = [k for k in fields if isinstance(spec, dict) and k not in spec]
+    if not missing:
+        return existing
+    return {**existing, "spec": {**(spec or {}), **dict.fromkeys(missing, False)}}
 
 
 def _same_object(before: Obj, after: Obj) -> bool:

@@ -61,6 +61,7 @@ from typing import Any
 import kopf
 
 from eddyline_operator import autoscaler, metrics, profiling
+from eddyline_operator.child_cache import ChildCache
 from eddyline_operator.children import (
     APPLY_FAILED,
     NAME_CONFLICT,
@@ -135,6 +136,25 @@ WORKERS_ENV = "EDDYLINE_OPERATOR_WORKERS"
 # The key of the :class:`Operator` in kopf's memo.
 MEMO_KEY = "eddyline"
 
+# The kinds of the apps' children that kopf watches into the operator's ChildCache (kind ->
+# group, version, plural), each filtered by the server to the operator's managed-by label:
+# every child the drift check reads (objects.desired_objects, restore_job.owned_objects, the
+# membership ConfigMap). Jobs and pods are listed, not read one by one.
+CHILD_KINDS: dict[str, tuple[str, str, str]] = {
+    "ConfigMap": ("", "v1", "configmaps"),
+    "Service": ("", "v1", "services"),
+    "ServiceAccount": ("", "v1", "serviceaccounts"),
+    "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
+    "StatefulSet": ("apps", "v1", "statefulsets"),
+    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+}
+# The label selector of those watches: only the operator's own objects are streamed, and one
+# whose label is taken off arrives as DELETED (the server's rule for a selector it no longer
+# matches), so the cache never holds a copy that stopped being the operator's.
+CHILD_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.OPERATOR}"
+
 
 @dataclass
 class AppState:
@@ -184,6 +204,9 @@ class Operator:
         self._lock = threading.Lock()
         self._apps: dict[tuple[str, str], AppState] = {}
         self.cluster = ClusterView()
+        # The apps' children as kopf's watches deliver them (record_child): the drift check
+        # reads them from here instead of a GET per child (child_cache.py).
+        self.children = ChildCache(CHILD_KINDS)
         # Every cycle runs on one of these threads (configure hands it to kopf for the sync
         # handlers too): the asyncio loop's default executor has min(32, CPUs + 4) threads,
         # 6 on 2 CPUs, and kopf's another 6, together more than the client's 10 pooled
@@ -198,7 +221,7 @@ class Operator:
         with self._lock:
             if self._kube is None:
                 # A connection per worker, and one for a thread outside them (the metrics).
-                self._kube = Kube(pool_size=self.workers + 1)
+                self._kube = Kube(pool_size=self.workers + 1, children=self.children)
             return self._kube
 
     def app(self, namespace: str, name: str) -> AppState:
@@ -239,6 +262,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # this long after its last keep-alive (kopf's default is 60 s).
     settings.peering.lifetime = PEERING_LIFETIME_SECONDS
     settings.watching.server_timeout = 60
+    # The children's watches stream only the operator's objects (CHILD_SELECTOR), not every
+    # ConfigMap and Service of the watched namespaces.
+    settings.watching.label_selectors[_is_child_kind] = CHILD_SELECTOR
     settings.networking.request_timeout = 90
     # Startup handlers run before any object is watched, so every object's memo (a shallow
     # copy of this one) holds the same Operator.
@@ -414,6 +440,31 @@ def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         operator = operator_of(memo)
         operator.pod_event(str(namespace), str(app))  # before the cycle: it LISTs the pods
         run_cycle(operator, str(namespace), str(app), fetch=False, force_apply=False)
+
+
+def _is_child_kind(resource: kopf.Resource) -> bool:
+    """Whether kopf's ``resource`` is one of CHILD_KINDS (its watch takes CHILD_SELECTOR)."""
+    return (resource.group, resource.version, resource.plural) in CHILD_KINDS.values()
+
+
+def _child_recorder(kind: str) -> Any:
+    """kopf's event handler for the watch of ``kind``: record each event in the cache."""
+
+    async def record_child(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        # Async: a dictionary write under a lock, on kopf's loop, borrows no cycle thread.
+        found = event.get("object") or {}
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        children = operator_of(memo).children
+        if labels.get(names.LABEL_MANAGED_BY) == names.OPERATOR:
+            children.record(kind, event.get("type"), found)
+        else:  # the server filters on the label; should one come through, it is not ours
+            children.forget(kind, found)
+
+    return record_child
+
+
+for _kind, (_group, _version, _plural) in CHILD_KINDS.items():
+    kopf.on.event(_group, _version, _plural, id=f"record-{_plural}")(_child_recorder(_kind))
 
 
 def run_cycle(

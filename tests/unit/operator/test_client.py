@@ -145,6 +145,25 @@ def test_a_child_that_holds_what_would_be_applied_is_not_sent_again_on_a_re_appl
     assert [m for m, _, _, _ in transport.sent] == ["GET", "PATCH"]
 
 
+def test_a_false_the_server_leaves_out_is_no_drift() -> None:
+    """The query Service wants ``publishNotReadyAddresses: false`` outside an upgrade; the
+    server stores a false plain bool as nothing. The drift check sends it only when the
+    server holds true."""
+    stored = service(clusterIP="10.0.0.7", type="ClusterIP")
+    stored["spec"]["ports"][0].update(protocol="TCP", targetPort=7070)
+    transport = RecordingTransport(stored)
+    assert Kube(transport).apply(service(publishNotReadyAddresses=False), unless_same=True) == (
+        "unchanged"
+    )
+    assert [m for m, _, _, _ in transport.sent] == ["GET"]
+    stored["spec"]["publishNotReadyAddresses"] = True
+    transport = RecordingTransport(stored)
+    assert Kube(transport).apply(service(publishNotReadyAddresses=False), unless_same=True) == (
+        "updated"
+    )
+    assert transport.sent[-1][2]["spec"]["publishNotReadyAddresses"] is False
+
+
 def test_a_status_write_returns_the_version_it_left() -> None:
     transport = RecordingTransport(None, patched={"metadata": {"resourceVersion": "42"}})
     assert Kube(transport).patch_streamapp_status("apps", "wc", {"phase": "Running"}) == "42"
