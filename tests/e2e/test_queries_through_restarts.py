@@ -397,6 +397,29 @@ def test_a_rolled_back_upgrade_fails_no_query_and_answers_every_word_right(app: 
     assert revisions == {"2"}
 
 
+def _upgrade_changing_a_store(
+    app: App, what: str, ref: str, revision: str, changed: QueryLoad
+) -> None:
+    """Upgrades to ``ref`` as ``revision`` under the load of every word of the store both
+    revisions have, and ``changed``'s of the store only one has: the first fails no query;
+    the second fails only saying that no copy or no such store answers, never wrong."""
+
+    def upgrade() -> None:
+        _apply(app.operator, {"ref": ref, "revision": revision})
+        wait_until(
+            lambda: _upgraded(app.operator, revision),
+            f"the upgrade to revision {revision}",
+            UPGRADE_TIMEOUT,
+        )
+
+    load = _under_load(app, what, upgrade, changed)
+    assert load.failed == [], (len(load.failed), load.failed[:5])
+    assert load.wrong == [], load.wrong[:10]
+    assert changed.wrong == [], changed.wrong[:10]
+    unexplained = [f for f in changed.failed if "QueryFailedError" not in f]
+    assert unexplained == [], unexplained[:5]
+
+
 def test_a_store_the_new_revision_adds_is_refused_clearly_until_it_runs_then_counts(
     app: App, control_plane: Cluster
 ) -> None:
@@ -404,19 +427,9 @@ def test_a_store_the_new_revision_adds_is_refused_clearly_until_it_runs_then_cou
     that differ between the revisions"): the old store answers every query throughout; the
     new one has no copy before its first assignment, so a query for it fails saying so
     (never a wrong value), then it answers, empty, and counts what arrives after."""
-    operator = app.operator
     lengths = QueryLoad(app.router, collections.Counter(), store=LENGTHS, keys=["2", "3", "4"])
 
-    def upgrade() -> None:
-        _apply(operator, {"ref": "wordcount:topology_v3", "revision": "4"})
-        wait_until(lambda: _upgraded(operator, "4"), "the upgrade to revision 4", UPGRADE_TIMEOUT)
-
-    load = _under_load(app, "upgrade adding a store", upgrade, lengths)
-    assert load.failed == [], (len(load.failed), load.failed[:5])
-    assert load.wrong == [], load.wrong[:10]
-    assert lengths.wrong == [], lengths.wrong[:10]
-    unexplained = [f for f in lengths.failed if "QueryFailedError" not in f]
-    assert unexplained == [], unexplained[:5]
+    _upgrade_changing_a_store(app, "upgrade adding a store", "wordcount:topology_v3", "4", lengths)
     assert lengths.roles["active"] > 0, "the new store never answered before the end"
 
     assert control_plane.provisioner is not None
@@ -443,7 +456,6 @@ def test_a_store_the_new_revision_drops_answers_until_its_pods_go_then_is_refuse
     "Stores that differ between the revisions"): the kept store answers every query; the
     dropped one answers right (from the old pods' copies) or fails saying so, never with a
     wrong value, and once the upgrade is done every pod refuses it as unknown (404)."""
-    operator = app.operator
     # What revision 4 counted (the test before this one): the copies keep it until they go.
     counted = {key: app.router.get(LENGTHS, key).value for key in ("2", "3", "4")}
     lengths = QueryLoad(
@@ -453,15 +465,8 @@ def test_a_store_the_new_revision_drops_answers_until_its_pods_go_then_is_refuse
         keys=sorted(counted),
     )
 
-    def upgrade() -> None:
-        _apply(operator, {"ref": "wordcount:topology_v2", "revision": "5"})
-        wait_until(lambda: _upgraded(operator, "5"), "the upgrade to revision 5", UPGRADE_TIMEOUT)
-
-    load = _under_load(app, "upgrade dropping a store", upgrade, lengths)
-    assert load.failed == [], (len(load.failed), load.failed[:5])
-    assert load.wrong == [], load.wrong[:10]
-    assert lengths.wrong == [], lengths.wrong[:10]
-    unexplained = [f for f in lengths.failed if "QueryFailedError" not in f]
-    assert unexplained == [], unexplained[:5]
+    _upgrade_changing_a_store(
+        app, "upgrade dropping a store", "wordcount:topology_v2", "5", lengths
+    )
     with pytest.raises(QueryFailedError, match=f'no store named "{LENGTHS}"'):
         app.router.get(LENGTHS, "3")

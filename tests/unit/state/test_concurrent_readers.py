@@ -55,6 +55,30 @@ def owner_loop(store: RocksDBStore, stop: threading.Event) -> int:
     return transaction
 
 
+def run_owner_beside(
+    store: RocksDBStore,
+    readers: list[threading.Thread],
+    stop: threading.Event,
+    failures: list[BaseException],
+) -> int:
+    """Run the owner for RUN_SECONDS while ``readers`` run (they stop on ``stop`` and put
+    what failed them in ``failures``); raises their first failure, else returns how many
+    transactions the owner committed."""
+    for thread in readers:
+        thread.start()
+    result: list[int] = []
+    owner = threading.Thread(target=lambda: result.append(owner_loop(store, stop)))
+    owner.start()
+    time.sleep(RUN_SECONDS)
+    stop.set()
+    owner.join()
+    for thread in readers:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return result[0]
+
+
 def slow_items(entries: Iterator[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     taken = []
     for entry in entries:
@@ -114,19 +138,8 @@ def test_readers_see_one_consistent_snapshot_while_the_owner_commits(
         for isolation in IsolationLevel
         for _ in range(2)
     ]
-    for thread in readers:
-        thread.start()
-    result: list[int] = []
-    owner = threading.Thread(target=lambda: result.append(owner_loop(store, stop)))
-    owner.start()
-    time.sleep(RUN_SECONDS)
-    stop.set()
-    owner.join()
-    for thread in readers:
-        thread.join()
-    if failures:
-        raise failures[0]
-    assert result[0] > 5, "the owner barely committed; the test proved little"
+    transactions = run_owner_beside(store, readers, stop, failures)
+    assert transactions > 5, "the owner barely committed; the test proved little"
     assert all(count > 5 for count in checks.values()), checks
 
 
@@ -168,19 +181,8 @@ def test_a_committed_get_reads_its_value_with_the_changelog_offset_of_that_commi
             stop.set()
 
     readers = [threading.Thread(target=reader_loop) for _ in range(2)]
-    for thread in readers:
-        thread.start()
-    result: list[int] = []
-    owner = threading.Thread(target=lambda: result.append(owner_loop(store, stop)))
-    owner.start()
-    time.sleep(RUN_SECONDS)
-    stop.set()
-    owner.join()
-    for thread in readers:
-        thread.join()
-    if failures:
-        raise failures[0]
-    assert result[0] > 5 and checked[0] > 5, (result, checked)
+    transactions = run_owner_beside(store, readers, stop, failures)
+    assert transactions > 5 and checked[0] > 5, (transactions, checked)
     # Uncommitted reads may include writes past any committed offset: no offsets claimed.
     assert (
         store.reader(IsolationLevel.READ_UNCOMMITTED).get_with_changelog_offsets(b"k050")[1] is None
