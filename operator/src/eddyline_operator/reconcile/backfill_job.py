@@ -124,7 +124,7 @@ def observe(name: str, jobs: Sequence[Obj], pods: Sequence[Obj]) -> Observed | N
     if found is None:
         return None
     mine = [p for p in pods if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == name]
-    verdict = _verdict(mine)
+    verdict = restore_job.pod_verdict(mine, BackfillVerdict.from_text)
     conditions = {c.get("type"): c for c in (found.get("status") or {}).get("conditions") or []}
     if (conditions.get("Failed") or {}).get("status") == "True":
         why = verdict.message if verdict is not None else conditions["Failed"].get("message")
@@ -143,18 +143,6 @@ def observe(name: str, jobs: Sequence[Obj], pods: Sequence[Obj]) -> Observed | N
         return Observed(BackfillState.SUCCEEDED, f"Job {name}: {verdict.message}", verdict)
     phase = next((p.get("status", {}).get("phase") for p in mine), None) or "Pending"
     return Observed(BackfillState.RUNNING, f"Job {name} running: driver pod {phase}", None)
-
-
-def _verdict(pods: Sequence[Obj]) -> BackfillVerdict | None:
-    for pod in pods:
-        for status in pod.get("status", {}).get("containerStatuses") or []:
-            terminated = (status.get("state") or {}).get("terminated") or {}
-            message = terminated.get("message")
-            if message:
-                found = BackfillVerdict.from_text(str(message))
-                if found is not None:
-                    return found
-    return None
 
 
 def condition(record: BackfillRecord, *, rolling_back: bool) -> Seed:

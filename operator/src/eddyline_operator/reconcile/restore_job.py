@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -45,6 +45,8 @@ from eddyline_runtime.spec import (
 )
 
 Obj = dict[str, Any]
+# What a Job's verdict parses to (pod_verdict): the restore's or the backfill's.
+T = TypeVar("T")
 
 # Where pods and Jobs mount the claim that holds builds (every path appears in args/env,
 # so a stand-in kubelet can map it; docs/operator.md).
@@ -461,13 +463,15 @@ class JobOutcome:
     started: str | None
 
 
-def _verdict(pods: Sequence[Obj]) -> JobResult | None:
+def pod_verdict(pods: Sequence[Obj], parse: Callable[[str], T | None]) -> T | None:
+    """The verdict a Spark Job's driver wrote as its termination message, parsed by ``parse``
+    (the restore's JobResult or the backfill's verdict); None while no pod has said one."""
     for pod in pods:
         for status in pod.get("status", {}).get("containerStatuses") or []:
             terminated = (status.get("state") or {}).get("terminated") or {}
             message = terminated.get("message")
             if message:
-                found = JobResult.from_text(str(message))
+                found = parse(str(message))
                 if found is not None:
                     return found
     return None
@@ -489,7 +493,7 @@ def observe_job(job_obj: Obj, pods: Sequence[Obj]) -> JobOutcome:
         if (p.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) == name
         and (p.get("metadata", {}).get("labels") or {}).get(names.LABEL_COMPONENT) == COMPONENT
     ]
-    verdict = _verdict(mine)
+    verdict = pod_verdict(mine, JobResult.from_text)
     partitions = tuple(verdict.partitions) if verdict is not None else _partitions_of(job_obj)
 
     def outcome(state: RestoreJobState, message: str) -> JobOutcome:
