@@ -134,8 +134,8 @@ class LocalGroup:
     # Whether the assignment in force is the balanced target (no warm-up pending).
     balanced: bool = True
     _replicas: dict[str, _Replica] = field(default_factory=dict)
-    # The lags each replica last reported, per task it holds a copy of.
-    _lags: dict[str, dict[TaskId, int]] = field(default_factory=dict)
+    # What each replica last reported (its copies' lags and staleness).
+    _reports: dict[str, MemberReport] = field(default_factory=dict)
     _next_lag_read: float = 0.0
     _next_probing: float = 0.0
     # Held from start() to stop(): one supervisor per state directory.
@@ -273,12 +273,12 @@ class LocalGroup:
                 continue  # not answering now: keep what it reported last
             finally:
                 connection.close()
-            self._lags[replica.member.id] = report.task_lags()
+            self._reports[replica.member.id] = report
 
     @property
     def reported_lags(self) -> dict[str, dict[TaskId, int]]:
         """The lags the replicas last reported (a copy): what warm-ups are judged by."""
-        return {member_id: dict(lags) for member_id, lags in self._lags.items()}
+        return {member_id: report.task_lags() for member_id, report in self._reports.items()}
 
     def scale(self, replicas: int) -> None:
         """Add replicas up to ``replicas`` (each warms up before tasks move to it), or
@@ -305,7 +305,7 @@ class LocalGroup:
         if not leaving:
             return
         for replica in leaving:
-            self._lags.pop(replica.member.id, None)
+            self._reports.pop(replica.member.id, None)
         self._publish()
         for replica in leaving:
             process = replica.process
@@ -381,7 +381,7 @@ class LocalGroup:
         """Forget a replica's process; closing its lifeline tells it to exit if it still runs."""
         replica.process = None
         # What it reported is gone with it; it reports again once it runs.
-        self._lags.pop(replica.member.id, None)
+        self._reports.pop(replica.member.id, None)
         if replica.lifeline is not None:
             os.close(replica.lifeline)
             replica.lifeline = None
@@ -408,7 +408,14 @@ class LocalGroup:
             previous=self.assignment,
             stateful=self.layout.stateful_tasks(),
             warmups=WarmupPolicy(
-                dict(self._lags), self.acceptable_recovery_lag, self.max_warmup_replicas
+                self.reported_lags,
+                self.acceptable_recovery_lag,
+                self.max_warmup_replicas,
+                # A copy that cannot tell its staleness is not caught up (assignor, point 9).
+                staleness_unknown={
+                    member_id: report.tasks_of_unknown_staleness()
+                    for member_id, report in self._reports.items()
+                },
             ),
         )
         self.balanced = computed == target

@@ -183,6 +183,8 @@ class StoreCopy:
     the report is made (query/staleness.py defines both; None: the copy cannot tell, or a
     runtime that did not report them). They change with every report, so they take no
     part in a copy's equality: two reports of the same layout compare equal.
+    ``reports_staleness`` tells the two Nones apart: True when the member reported them
+    (null meaning the copy cannot tell), False for a runtime from before staleness.
     """
 
     role: StoreRole
@@ -190,6 +192,12 @@ class StoreCopy:
     disk_bytes: int | None = None
     as_of_ms: int | None = field(default=None, compare=False)
     staleness_ms: int | None = field(default=None, compare=False)
+    reports_staleness: bool = field(default=False, compare=False)
+
+    @property
+    def staleness_unknown(self) -> bool:
+        """The member said this copy cannot tell how current it is (docs/queries.md)."""
+        return self.reports_staleness and self.as_of_ms is None
 
     def __post_init__(self) -> None:
         # A report read from JSON (or written by hand) names the role by its word.
@@ -299,6 +307,21 @@ class MemberReport:
                 lags[task] = max(lags.get(task, 0), copy.lag)
         return lags
 
+    def tasks_of_unknown_staleness(self) -> frozenset[TaskId]:
+        """The tasks of which some store copy here cannot tell how current it is (restoring
+        or replaying from nothing, reopened after a crash): not caught up for the assignor
+        (``assignor.WarmupPolicy.staleness_unknown``), whatever their lag. A copy of a
+        runtime that does not report staleness is judged by its lag alone, as before."""
+        unknown: set[TaskId] = set()
+        for store, partitions in self.stores.items():
+            subtopology = self.store_owners.get(store)
+            if subtopology is None:
+                continue
+            for partition, copy in partitions.items():
+                if copy.role is not StoreRole.RESTORE_PENDING and copy.staleness_unknown:
+                    unknown.add(TaskId(subtopology, partition))
+        return frozenset(unknown)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "member": self.member,
@@ -339,6 +362,7 @@ class MemberReport:
                         # tell: unknown either way.
                         as_of_ms=_optional_int(copy.get("as_of_ms")),
                         staleness_ms=_optional_int(copy.get("staleness_ms")),
+                        reports_staleness="as_of_ms" in copy,
                     )
                     for partition, copy in partitions.items()
                 }

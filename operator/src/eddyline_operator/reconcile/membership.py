@@ -356,9 +356,11 @@ def warmup_policy(
     There is no probing timer here: each cycle (every few seconds, with fresh reports) assigns
     again, so a warm-up that catches up becomes active at the next cycle, well before
     ``probing.rebalance.interval.ms``."""
-    lags = {m.id: reports[m.id].task_lags() for m in current if m.id in reports}
+    reporting = [m.id for m in current if m.id in reports]
     return WarmupPolicy(
-        lags,
+        {m: reports[m].task_lags() for m in reporting},
         acceptable_recovery_lag=config.acceptable_recovery_lag,
         max_warmup_replicas=config.max_warmup_replicas,
+        # A copy that cannot tell its staleness is not caught up (the assignor's point 9).
+        staleness_unknown={m: reports[m].tasks_of_unknown_staleness() for m in reporting},
     )
