@@ -214,9 +214,7 @@ def test_a_warm_up_within_the_lag_that_cannot_tell_its_staleness_is_not_caught_u
     tasks = [TaskId(0, p) for p in range(4)]
     a, b, c = Member("a"), Member("b"), Member("c")
     before = assign(tasks, [a, b], 1)
-    first = assign(
-        tasks, [a, b, c], 1, previous=before, warmups=WarmupPolicy({}, ACCEPTABLE, 1)
-    )
+    first = assign(tasks, [a, b, c], 1, previous=before, warmups=WarmupPolicy({}, ACCEPTABLE, 1))
     (warming,) = first.warmup["c"]
     lags = {"c": {warming: 10}}
     building = WarmupPolicy(lags, ACCEPTABLE, 1, staleness_unknown={"c": {warming}})

@@ -63,12 +63,16 @@ from eddyline_runtime.assignor import (
     DEFAULT_MAX_WARMUP_REPLICAS,
     Assignment,
     Member,
-    WarmupPolicy,
     assign,
 )
 from eddyline_runtime.engine.topics import TopicLayout
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership
+from eddyline_runtime.membership import (
+    MEMBERSHIP_FILE,
+    MemberReport,
+    Membership,
+    warmup_policy,
+)
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.state.state_directory import DirectoryLock, LockHolder
 
@@ -407,15 +411,10 @@ class LocalGroup:
             self.num_standby_replicas,
             previous=self.assignment,
             stateful=self.layout.stateful_tasks(),
-            warmups=WarmupPolicy(
-                self.reported_lags,
-                self.acceptable_recovery_lag,
-                self.max_warmup_replicas,
-                # A copy that cannot tell its staleness is not caught up (assignor, point 9).
-                staleness_unknown={
-                    member_id: report.tasks_of_unknown_staleness()
-                    for member_id, report in self._reports.items()
-                },
+            warmups=warmup_policy(
+                self._reports,
+                acceptable_recovery_lag=self.acceptable_recovery_lag,
+                max_warmup_replicas=self.max_warmup_replicas,
             ),
         )
         self.balanced = computed == target

@@ -13,11 +13,12 @@ import enum
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.assignor import Assignment, WarmupPolicy
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.resource_names import GeneratedName
@@ -395,3 +396,19 @@ class MemberReport:
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None
+
+
+def warmup_policy(
+    reports: Mapping[str, MemberReport], *, acceptable_recovery_lag: int, max_warmup_replicas: int
+) -> WarmupPolicy:
+    """What the assignor judges warm-ups by (KIP-441), from what each member last reported:
+    its copies' lags, and which cannot tell their staleness (those are not caught up, point 9
+    of the assignor). The operator and the local runner both assign with it."""
+    return WarmupPolicy(
+        {member: report.task_lags() for member, report in reports.items()},
+        acceptable_recovery_lag=acceptable_recovery_lag,
+        max_warmup_replicas=max_warmup_replicas,
+        staleness_unknown={
+            member: report.tasks_of_unknown_staleness() for member, report in reports.items()
+        },
+    )
