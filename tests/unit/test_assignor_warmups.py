@@ -244,3 +244,41 @@ def test_when_no_copy_can_tell_its_staleness_the_lag_alone_decides() -> None:
     )
     result = assign(tasks, [a, b], 0, warmups=policy)
     assert result.active_owner(task) == elsewhere
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(histories(), st.integers(1, 4), st.data())
+def test_a_task_moves_only_to_a_copy_that_knows_its_staleness_when_one_does(
+    history: tuple[Group, list[tuple[list[Member], Assignment]]],
+    max_warmups: int,
+    data: st.DataObject,
+) -> None:
+    """Point 9 with staleness: a stateful task whose previous owner is still a member goes
+    to that owner or to a copy within the lag that knows its staleness, never to one that
+    cannot tell (it would restore with no copy left that answers a bounded query)."""
+    group, steps = history
+    (_, previous), (members, _) = steps[-2], steps[-1]
+    lags = data.draw(reported_lags(group, members))
+    unknown = {
+        member_id: {t for t in tasks if data.draw(st.booleans())}
+        for member_id, tasks in lags.items()
+    }
+    result = assign(
+        group.tasks,
+        members,
+        group.standbys,
+        previous=previous,
+        stateful=group.stateful,
+        warmups=WarmupPolicy(lags, ACCEPTABLE, max_warmups, staleness_unknown=unknown),
+    )
+    check_invariants(group, members, previous, lags, result, max_warmups)
+    present = {m.id for m in members}
+    for task in group.stateful_tasks:
+        was = next((m for m, ts in previous.active.items() if task in ts), None)
+        owner = result.active_owner(task)
+        if was not in present or owner == was:
+            continue
+        assert caught_up(owner, task, lags, previous), f"{task} moved to {owner}, behind"
+        assert task not in unknown.get(owner, set()), (
+            f"{task} moved from {was} to {owner}, whose copy cannot tell its staleness"
+        )
