@@ -133,3 +133,8 @@ def test_tasks_of_unknown_staleness_are_the_copies_reported_unable_to_tell() -> 
             copy.pop("as_of_ms", None)
             copy.pop("staleness_ms", None)
     assert MemberReport.from_json(document).tasks_of_unknown_staleness() == frozenset()
+    # A copy built without a staleness report is written without one, and reads back so.
+    silent = report({0: StoreCopy(StoreRole.STANDBY, 5)})
+    written = json.loads(json.dumps(silent.to_json()))
+    assert "as_of_ms" not in written["stores"]["counts"]["0"]
+    assert not MemberReport.from_json(written).stores["counts"][0].reports_staleness

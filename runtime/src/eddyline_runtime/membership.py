@@ -224,9 +224,12 @@ def _copy_json(copy: StoreCopy) -> dict[str, Any]:
     document: dict[str, Any] = {"role": copy.role.value, "lag": copy.lag}
     if copy.disk_bytes is not None:
         document["disk_bytes"] = copy.disk_bytes
-    if copy.role is not StoreRole.RESTORE_PENDING:
+    if copy.role is not StoreRole.RESTORE_PENDING and (
+        copy.reports_staleness or copy.as_of_ms is not None
+    ):
         # Written even when unknown (null), so a reader tells "cannot tell" from a runtime
-        # that did not report staleness (the router asks the latter's copies anyway).
+        # that did not report staleness (the router asks the latter's copies anyway, and
+        # the assignor judges them by lag alone); a copy built without it reads back so.
         # A copy waiting for a build holds nothing and has no staleness to report.
         document["as_of_ms"] = copy.as_of_ms
         document["staleness_ms"] = copy.staleness_ms
@@ -360,7 +363,7 @@ class MemberReport:
                         # Absent from an older runtime's report: its size is not known.
                         None if copy.get("disk_bytes") is None else int(copy["disk_bytes"]),
                         # Absent from an older runtime's report, null when the copy cannot
-                        # tell: unknown either way.
+                        # tell: unknown either way; reports_staleness tells which.
                         as_of_ms=_optional_int(copy.get("as_of_ms")),
                         staleness_ms=_optional_int(copy.get("staleness_ms")),
                         reports_staleness="as_of_ms" in copy,
