@@ -59,13 +59,15 @@ class Node(Generic[LogT]):
 
 
 class Cluster(Generic[LogT]):
-    """``size`` instances of ``word_count()`` on one log, one standby per stateful task.
+    """``size`` instances of ``word_count()`` on one log, ``standbys`` per stateful task.
 
     Each member reads the log through its own ``log_factory(path)``; the test's
     own client of the log (``self.log``) is a plain SqliteLog.
     """
 
-    def __init__(self, root: Path, log_factory: Callable[[Path], LogT], size: int = 3) -> None:
+    def __init__(
+        self, root: Path, log_factory: Callable[[Path], LogT], size: int = 3, standbys: int = 1
+    ) -> None:
         self.root = root
         self.log = SqliteLog(root / "log.db")  # the test's own client of the log
         self.log.create_topic("lines", PARTITIONS)
@@ -75,7 +77,7 @@ class Cluster(Generic[LogT]):
             for i in range(size)
         ]
         self.assignment: Assignment = assign(
-            self.layout.tasks(), members, 1, stateful=self.layout.stateful_tasks()
+            self.layout.tasks(), members, standbys, stateful=self.layout.stateful_tasks()
         )
         self.nodes: list[Node[LogT]] = []
         for member in members:
@@ -153,7 +155,9 @@ class Cluster(Generic[LogT]):
             return False
         for partition in range(PARTITIONS):
             end = self.log.end_offset(self.changelog(partition))
-            for node in (self.active_node(partition), self.standby_node(partition)):
+            task = TaskId(COUNTS_SUBTOPOLOGY, partition)
+            holders = [self.assignment.active_owner(task), *self.assignment.standby_owners(task)]
+            for node in map(self.node, holders):
                 lag = node.instance.all_local_store_partition_lags().get(STORE, {}).get(partition)
                 if lag is None or lag.current_offset_position != end:
                     return False
@@ -164,10 +168,15 @@ class Cluster(Generic[LogT]):
 
 
 def started_cluster(
-    root: Path, lines: list[str], log_factory: Callable[[Path], LogT]
+    root: Path,
+    lines: list[str],
+    log_factory: Callable[[Path], LogT],
+    *,
+    size: int = 3,
+    standbys: int = 1,
 ) -> Cluster[LogT]:
     """A started group that has processed ``lines``; closed again if it fails to get there."""
-    group = Cluster(root, log_factory)
+    group = Cluster(root, log_factory, size, standbys)
     try:
         group.start()
         produce_lines(group.log, lines)

@@ -204,3 +204,81 @@ def test_a_warm_up_where_the_task_is_active_is_refused() -> None:
 def test_bad_warm_up_settings_name_the_setting(kwargs: dict[str, int], setting: str) -> None:
     with pytest.raises(ConfigError, match=setting):
         WarmupPolicy({}, **kwargs)
+
+
+def test_a_warm_up_within_the_lag_that_cannot_tell_its_staleness_is_not_caught_up() -> None:
+    """A copy built from nothing knows no staleness until it first reaches its changelog's
+    end. Handed the task then (KIP-441's lag rule alone), it restored the tail while the
+    previous holders had dropped theirs: no copy could answer a bounded query (one failed
+    query at scale out in ``make bench-queries``). It keeps warming until it can tell."""
+    tasks = [TaskId(0, p) for p in range(4)]
+    a, b, c = Member("a"), Member("b"), Member("c")
+    before = assign(tasks, [a, b], 1)
+    first = assign(tasks, [a, b, c], 1, previous=before, warmups=WarmupPolicy({}, ACCEPTABLE, 1))
+    (warming,) = first.warmup["c"]
+    lags = {"c": {warming: 10}}
+    building = WarmupPolicy(lags, ACCEPTABLE, 1, staleness_unknown={"c": {warming}})
+    assert assign(tasks, [a, b, c], 1, previous=first, warmups=building) == first
+    # Once it reached the end (it reports an as-of time), it takes the task over.
+    knows = WarmupPolicy(lags, ACCEPTABLE, 1, staleness_unknown={"c": set()})
+    second = assign(tasks, [a, b, c], 1, previous=first, warmups=knows)
+    assert warming in second.active["c"]
+    # A copy of the previous owner counts as caught up whatever it reports.
+    owner = first.active_owner(warming)
+    unsure_owner = WarmupPolicy(
+        {owner: {warming: 0}}, ACCEPTABLE, 1, staleness_unknown={owner: {warming}}
+    )
+    assert assign(tasks, [a, b], 1, previous=before, warmups=unsure_owner) == before
+
+
+def test_when_no_copy_can_tell_its_staleness_the_lag_alone_decides() -> None:
+    """A reset membership (nobody runs the task): the task goes where its state is, even if
+    no copy knows how current it is (reopened after a crash), rather than to a cold member."""
+    tasks = [TaskId(0, p) for p in range(2)]
+    a, b = Member("a"), Member("b")
+    target = assign(tasks, [a, b], 0)
+    task = TaskId(0, 0)
+    elsewhere = "b" if target.active_owner(task) == "a" else "a"
+    policy = WarmupPolicy(
+        {elsewhere: {task: 5}}, ACCEPTABLE, 1, staleness_unknown={elsewhere: {task}}
+    )
+    result = assign(tasks, [a, b], 0, warmups=policy)
+    assert result.active_owner(task) == elsewhere
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(histories(), st.integers(1, 4), st.data())
+def test_a_task_moves_only_to_a_copy_that_knows_its_staleness_when_one_does(
+    history: tuple[Group, list[tuple[list[Member], Assignment]]],
+    max_warmups: int,
+    data: st.DataObject,
+) -> None:
+    """Point 9 with staleness: a stateful task whose previous owner is still a member goes
+    to that owner or to a copy within the lag that knows its staleness, never to one that
+    cannot tell (it would restore with no copy left that answers a bounded query)."""
+    group, steps = history
+    (_, previous), (members, _) = steps[-2], steps[-1]
+    lags = data.draw(reported_lags(group, members))
+    unknown = {
+        member_id: {t for t in tasks if data.draw(st.booleans())}
+        for member_id, tasks in lags.items()
+    }
+    result = assign(
+        group.tasks,
+        members,
+        group.standbys,
+        previous=previous,
+        stateful=group.stateful,
+        warmups=WarmupPolicy(lags, ACCEPTABLE, max_warmups, staleness_unknown=unknown),
+    )
+    check_invariants(group, members, previous, lags, result, max_warmups)
+    present = {m.id for m in members}
+    for task in group.stateful_tasks:
+        was = next((m for m, ts in previous.active.items() if task in ts), None)
+        owner = result.active_owner(task)
+        if was not in present or owner == was:
+            continue
+        assert caught_up(owner, task, lags, previous), f"{task} moved to {owner}, behind"
+        assert task not in unknown.get(owner, set()), (
+            f"{task} moved from {was} to {owner}, whose copy cannot tell its staleness"
+        )

@@ -100,3 +100,41 @@ def test_a_report_carries_each_copy_s_bytes_on_disk_and_an_older_one_parses_with
     del document["stores"]["counts"]["0"]["disk_bytes"]
     older = MemberReport.from_json(document)
     assert [c.disk_bytes for c in older.stores["counts"].values()] == [None, None]
+
+
+def test_tasks_of_unknown_staleness_are_the_copies_reported_unable_to_tell() -> None:
+    """What the assignor keeps a task from moving to: a copy whose member said (null) it
+    cannot tell how current it is; a runtime that says nothing is judged by lag alone."""
+    knows = StoreCopy(StoreRole.STANDBY, 5, as_of_ms=1_000, reports_staleness=True)
+    cannot_tell = StoreCopy(StoreRole.STANDBY, 5, as_of_ms=None, reports_staleness=True)
+    sent = MemberReport(
+        "m-0",
+        "h",
+        frozenset(),
+        frozenset(),
+        {
+            "counts": {0: knows, 1: cannot_tell, 2: StoreCopy(RESTORE_PENDING, 900)},
+            "totals": {0: cannot_tell, 1: knows},
+        },
+        True,
+        store_owners={"counts": 1, "totals": 1},
+    )
+    # One store of task 1_0 cannot tell, so the task's copy cannot.
+    assert sent.tasks_of_unknown_staleness() == {TaskId(1, 0), TaskId(1, 1)}
+    document = json.loads(json.dumps(sent.to_json()))
+    assert document["stores"]["counts"]["1"]["as_of_ms"] is None
+    assert MemberReport.from_json(document).tasks_of_unknown_staleness() == {
+        TaskId(1, 0),
+        TaskId(1, 1),
+    }
+    # An older runtime writes no "as_of_ms": not "cannot tell" but "does not say".
+    for partitions in document["stores"].values():
+        for copy in partitions.values():
+            copy.pop("as_of_ms", None)
+            copy.pop("staleness_ms", None)
+    assert MemberReport.from_json(document).tasks_of_unknown_staleness() == frozenset()
+    # A copy built without a staleness report is written without one, and reads back so.
+    silent = report({0: StoreCopy(StoreRole.STANDBY, 5)})
+    written = json.loads(json.dumps(silent.to_json()))
+    assert "as_of_ms" not in written["stores"]["counts"]["0"]
+    assert not MemberReport.from_json(written).stores["counts"][0].reports_staleness

@@ -53,8 +53,15 @@ Warm before moving (KIP-441), when :func:`assign` is given a
 describe the *target*, and the result approaches it in steps (each a
 probing rebalance, triggered when warm-ups report being caught up), so that
 no stateful task pauses to restore a whole store. A member's copy of a task
-is *caught up* when its lag is within ``acceptable.recovery.lag``; the
-task's previous active owner always is (it is processing it). Then (each a
+is *caught up* when its lag is within ``acceptable.recovery.lag`` and it
+knows how current it is (it reached its changelog's end once since it opened,
+or reopened after a clean close: docs/queries.md); the task's previous active
+owner always is (it is processing it). The second condition is eddyline's, not
+KIP-441's: the previous holders may drop their copies when the task moves, and
+a new owner that cannot tell its staleness while it restores the tail would
+leave no copy of the partition to answer a query bounded in time. When no copy
+of a task knows its staleness (nobody runs it: a reset membership, its owner
+lost), the lag alone decides, as in KIP-441. Then (each a
 property test in ``tests/unit/test_assignor_warmups.py``):
 
 9. No stateful task is active on a member whose copy is not caught up while
@@ -420,13 +427,18 @@ class WarmupPolicy:
 
     ``lags`` maps a member id to the tasks it holds a local copy of and how
     many changelog records that copy trails (the most over the task's
-    stores); a task it does not name it has no copy of. The previous active
-    owner of a task counts as caught up whatever it reports.
+    stores); a task it does not name it has no copy of. ``staleness_unknown``
+    maps a member id to the tasks whose copy there cannot tell how current it
+    is (a copy built from nothing that has not yet reached its changelog's
+    end, one reopened after a crash: ``MemberReport.tasks_of_unknown_staleness``);
+    such a copy is not caught up, whatever its lag. The previous active owner
+    of a task counts as caught up whatever it reports.
     """
 
     lags: Mapping[str, Mapping[TaskId, int]]
     acceptable_recovery_lag: int = DEFAULT_ACCEPTABLE_RECOVERY_LAG
     max_warmup_replicas: int = DEFAULT_MAX_WARMUP_REPLICAS
+    staleness_unknown: Mapping[str, Collection[TaskId]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.acceptable_recovery_lag < 0:
@@ -447,6 +459,17 @@ class WarmupPolicy:
     def lag(self, member_id: str, task: TaskId) -> int | None:
         """Records ``member_id``'s copy of ``task`` trails; None when it has no copy."""
         return self.lags.get(member_id, {}).get(task)
+
+    def within_lag(self, member_id: str, task: TaskId) -> bool:
+        """KIP-441's rule: ``member_id`` holds a copy of ``task`` within
+        ``acceptable.recovery.lag``."""
+        behind = self.lag(member_id, task)
+        return behind is not None and behind <= self.acceptable_recovery_lag
+
+    def knows_staleness(self, member_id: str, task: TaskId) -> bool:
+        """``member_id``'s copy of ``task`` can tell how current it is (or its runtime does
+        not say: judged by its lag alone)."""
+        return task not in self.staleness_unknown.get(member_id, ())
 
 
 def assign(
@@ -559,9 +582,17 @@ def _warm_before_moving(
             return None  # a leaving member takes no task it does not run (point 12)
         return policy.lag(member_id, task)
 
+    def within_lag(member_id: str, task: TaskId) -> bool:
+        if running.get(task) == member_id:
+            return True  # it is processing the task: nothing to catch up
+        if member_id in leaving:
+            return False  # a leaving member takes no task it does not run (point 12)
+        return policy.within_lag(member_id, task)
+
     def caught_up(member_id: str, task: TaskId) -> bool:
-        behind = lag(member_id, task)
-        return behind is not None and behind <= policy.acceptable_recovery_lag
+        return within_lag(member_id, task) and (
+            running.get(task) == member_id or policy.knows_staleness(member_id, task)
+        )
 
     owner = dict(target)
     load = Counter(owner.values())
@@ -572,6 +603,12 @@ def _warm_before_moving(
         if caught_up(goal, task):
             continue
         warm = [m for m in ids if caught_up(m, task)]
+        if not warm:
+            # No copy knows its staleness (none runs the task: a reset membership, its
+            # owner lost): then the lag alone says where the state is, as in KIP-441.
+            if within_lag(goal, task):
+                continue
+            warm = [m for m in ids if within_lag(m, task)]
         if not warm:
             continue  # nobody is caught up: moving costs nothing extra, follow the target
         # A staying copy first (a leaving member hands over to any caught-up one), then

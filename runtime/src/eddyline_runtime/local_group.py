@@ -63,12 +63,16 @@ from eddyline_runtime.assignor import (
     DEFAULT_MAX_WARMUP_REPLICAS,
     Assignment,
     Member,
-    WarmupPolicy,
     assign,
 )
 from eddyline_runtime.engine.topics import TopicLayout
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.membership import MEMBERSHIP_FILE, MemberReport, Membership
+from eddyline_runtime.membership import (
+    MEMBERSHIP_FILE,
+    MemberReport,
+    Membership,
+    warmup_policy,
+)
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.state.state_directory import DirectoryLock, LockHolder
 
@@ -134,8 +138,8 @@ class LocalGroup:
     # Whether the assignment in force is the balanced target (no warm-up pending).
     balanced: bool = True
     _replicas: dict[str, _Replica] = field(default_factory=dict)
-    # The lags each replica last reported, per task it holds a copy of.
-    _lags: dict[str, dict[TaskId, int]] = field(default_factory=dict)
+    # What each replica last reported (its copies' lags and staleness).
+    _reports: dict[str, MemberReport] = field(default_factory=dict)
     _next_lag_read: float = 0.0
     _next_probing: float = 0.0
     # Held from start() to stop(): one supervisor per state directory.
@@ -273,12 +277,12 @@ class LocalGroup:
                 continue  # not answering now: keep what it reported last
             finally:
                 connection.close()
-            self._lags[replica.member.id] = report.task_lags()
+            self._reports[replica.member.id] = report
 
     @property
     def reported_lags(self) -> dict[str, dict[TaskId, int]]:
         """The lags the replicas last reported (a copy): what warm-ups are judged by."""
-        return {member_id: dict(lags) for member_id, lags in self._lags.items()}
+        return {member_id: report.task_lags() for member_id, report in self._reports.items()}
 
     def scale(self, replicas: int) -> None:
         """Add replicas up to ``replicas`` (each warms up before tasks move to it), or
@@ -305,7 +309,7 @@ class LocalGroup:
         if not leaving:
             return
         for replica in leaving:
-            self._lags.pop(replica.member.id, None)
+            self._reports.pop(replica.member.id, None)
         self._publish()
         for replica in leaving:
             process = replica.process
@@ -381,7 +385,7 @@ class LocalGroup:
         """Forget a replica's process; closing its lifeline tells it to exit if it still runs."""
         replica.process = None
         # What it reported is gone with it; it reports again once it runs.
-        self._lags.pop(replica.member.id, None)
+        self._reports.pop(replica.member.id, None)
         if replica.lifeline is not None:
             os.close(replica.lifeline)
             replica.lifeline = None
@@ -407,8 +411,10 @@ class LocalGroup:
             self.num_standby_replicas,
             previous=self.assignment,
             stateful=self.layout.stateful_tasks(),
-            warmups=WarmupPolicy(
-                dict(self._lags), self.acceptable_recovery_lag, self.max_warmup_replicas
+            warmups=warmup_policy(
+                self._reports,
+                acceptable_recovery_lag=self.acceptable_recovery_lag,
+                max_warmup_replicas=self.max_warmup_replicas,
             ),
         )
         self.balanced = computed == target

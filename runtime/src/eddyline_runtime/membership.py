@@ -13,11 +13,12 @@ import enum
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.assignor import Assignment, WarmupPolicy
 from eddyline_runtime.errors import EddylineError
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.resource_names import GeneratedName
@@ -183,6 +184,8 @@ class StoreCopy:
     the report is made (query/staleness.py defines both; None: the copy cannot tell, or a
     runtime that did not report them). They change with every report, so they take no
     part in a copy's equality: two reports of the same layout compare equal.
+    ``reports_staleness`` tells the two Nones apart: True when the member reported them
+    (null meaning the copy cannot tell), False for a runtime from before staleness.
     """
 
     role: StoreRole
@@ -190,6 +193,12 @@ class StoreCopy:
     disk_bytes: int | None = None
     as_of_ms: int | None = field(default=None, compare=False)
     staleness_ms: int | None = field(default=None, compare=False)
+    reports_staleness: bool = field(default=False, compare=False)
+
+    @property
+    def staleness_unknown(self) -> bool:
+        """The member said this copy cannot tell how current it is (docs/queries.md)."""
+        return self.reports_staleness and self.as_of_ms is None
 
     def __post_init__(self) -> None:
         # A report read from JSON (or written by hand) names the role by its word.
@@ -215,9 +224,12 @@ def _copy_json(copy: StoreCopy) -> dict[str, Any]:
     document: dict[str, Any] = {"role": copy.role.value, "lag": copy.lag}
     if copy.disk_bytes is not None:
         document["disk_bytes"] = copy.disk_bytes
-    if copy.role is not StoreRole.RESTORE_PENDING:
+    if copy.role is not StoreRole.RESTORE_PENDING and (
+        copy.reports_staleness or copy.as_of_ms is not None
+    ):
         # Written even when unknown (null), so a reader tells "cannot tell" from a runtime
-        # that did not report staleness (the router asks the latter's copies anyway).
+        # that did not report staleness (the router asks the latter's copies anyway, and
+        # the assignor judges them by lag alone); a copy built without it reads back so.
         # A copy waiting for a build holds nothing and has no staleness to report.
         document["as_of_ms"] = copy.as_of_ms
         document["staleness_ms"] = copy.staleness_ms
@@ -299,6 +311,21 @@ class MemberReport:
                 lags[task] = max(lags.get(task, 0), copy.lag)
         return lags
 
+    def tasks_of_unknown_staleness(self) -> frozenset[TaskId]:
+        """The tasks of which some store copy here cannot tell how current it is (restoring
+        or replaying from nothing, reopened after a crash): not caught up for the assignor
+        (``assignor.WarmupPolicy.staleness_unknown``), whatever their lag. A copy of a
+        runtime that does not report staleness is judged by its lag alone, as before."""
+        unknown: set[TaskId] = set()
+        for store, partitions in self.stores.items():
+            subtopology = self.store_owners.get(store)
+            if subtopology is None:
+                continue
+            for partition, copy in partitions.items():
+                if copy.role is not StoreRole.RESTORE_PENDING and copy.staleness_unknown:
+                    unknown.add(TaskId(subtopology, partition))
+        return frozenset(unknown)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "member": self.member,
@@ -336,9 +363,10 @@ class MemberReport:
                         # Absent from an older runtime's report: its size is not known.
                         None if copy.get("disk_bytes") is None else int(copy["disk_bytes"]),
                         # Absent from an older runtime's report, null when the copy cannot
-                        # tell: unknown either way.
+                        # tell: unknown either way; reports_staleness tells which.
                         as_of_ms=_optional_int(copy.get("as_of_ms")),
                         staleness_ms=_optional_int(copy.get("staleness_ms")),
+                        reports_staleness="as_of_ms" in copy,
                     )
                     for partition, copy in partitions.items()
                 }
@@ -371,3 +399,19 @@ class MemberReport:
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"not a member report ({error!r}): {str(data)[:200]}") from None
+
+
+def warmup_policy(
+    reports: Mapping[str, MemberReport], *, acceptable_recovery_lag: int, max_warmup_replicas: int
+) -> WarmupPolicy:
+    """What the assignor judges warm-ups by (KIP-441), from what each member last reported:
+    its copies' lags, and which cannot tell their staleness (those are not caught up, point 9
+    of the assignor). The operator and the local runner both assign with it."""
+    return WarmupPolicy(
+        {member: report.task_lags() for member, report in reports.items()},
+        acceptable_recovery_lag=acceptable_recovery_lag,
+        max_warmup_replicas=max_warmup_replicas,
+        staleness_unknown={
+            member: report.tasks_of_unknown_staleness() for member, report in reports.items()
+        },
+    )

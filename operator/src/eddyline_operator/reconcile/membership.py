@@ -34,6 +34,7 @@ from eddyline_operator.reconcile import names
 from eddyline_runtime.assignor import Assignment, Member, WarmupPolicy, assign
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
+from eddyline_runtime.membership import warmup_policy as reported_warmup_policy
 from eddyline_runtime.partitions import TaskId
 
 Obj = dict[str, Any]
@@ -356,9 +357,8 @@ def warmup_policy(
     There is no probing timer here: each cycle (every few seconds, with fresh reports) assigns
     again, so a warm-up that catches up becomes active at the next cycle, well before
     ``probing.rebalance.interval.ms``."""
-    lags = {m.id: reports[m.id].task_lags() for m in current if m.id in reports}
-    return WarmupPolicy(
-        lags,
+    return reported_warmup_policy(
+        {m.id: reports[m.id] for m in current if m.id in reports},
         acceptable_recovery_lag=config.acceptable_recovery_lag,
         max_warmup_replicas=config.max_warmup_replicas,
     )

@@ -47,6 +47,7 @@ def member_report(instance: StreamsInstance) -> MemberReport:
                 local.disk_bytes(),
                 as_of_ms=freshness.as_of_ms,
                 staleness_ms=freshness.staleness_ms,
+                reports_staleness=True,
             )
     for pending in instance.restore_pending():
         # Not opened yet: the lag is the whole changelog a replay would read, which is what
