@@ -205,7 +205,17 @@ def caught_up(group: Group, a: StreamsInstance, b: StreamsInstance) -> bool:
     if not group.inputs_committed(group.all_tasks) or b.restore_pending():
         return False
     lags = member_report(b).task_lags()
-    return all(lags.get(task) == 0 for task in group.stateful)
+    if not all(lags.get(task) == 0 for task in group.stateful):
+        return False
+    # A lag is against the end its copy last read: 0 before the copy has seen the tail
+    # written since. Caught up means at the changelog's end as the log has it now.
+    standbys = {t: s for thread in b.threads for t, s in thread.standbys.items()}
+    return all(
+        task in standbys
+        and standbys[task].lag(STORE).current_offset_position
+        >= group.log.end_offset(group.changelog(task.partition))
+        for task in group.stateful
+    )
 
 
 @pytest.mark.slow
