@@ -167,6 +167,24 @@ class Cluster(Generic[LogT]):
         wait_for(self.settled, "the group processed its input", timeout)
 
 
+def reassigned(
+    assignment: Assignment, partition: int, *, active: str, standbys: list[str]
+) -> Assignment:
+    """``assignment`` with the counting task of ``partition`` active on ``active`` and its
+    standbys on ``standbys`` only: the next generation an authority would publish."""
+    task = TaskId(COUNTS_SUBTOPOLOGY, partition)
+    actives = {m: set(tasks) - {task} for m, tasks in assignment.active.items()}
+    standby = {m: set(tasks) - {task} for m, tasks in assignment.standby.items()}
+    actives[active].add(task)
+    for member in standbys:
+        standby[member].add(task)
+    return Assignment(
+        active={m: frozenset(tasks) for m, tasks in actives.items()},
+        standby={m: frozenset(tasks) for m, tasks in standby.items()},
+        members=assignment.members,
+    )
+
+
 def started_cluster(
     root: Path,
     lines: list[str],

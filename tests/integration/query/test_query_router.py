@@ -25,19 +25,17 @@ from typing import Any, TypeAlias
 
 import pytest
 
-from eddyline_runtime.assignor import Assignment
-from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.query.client import QueryFailedError, QueryResult, QueryRouter
 from eddyline_runtime.query.layout import topology_hash
 from tests.support.http_client import http_get
 from tests.support.logs import PausableLog
 from tests.support.ports import free_port
 from tests.support.query_cluster import (
-    COUNTS_SUBTOPOLOGY,
     PARTITIONS,
     STORE,
     partition_of,
     produce_lines,
+    reassigned,
     running_cluster,
 )
 from tests.support.query_cluster import Cluster as HarnessCluster
@@ -378,24 +376,6 @@ def test_a_standby_behind_by_more_than_the_acceptable_lag_is_refused(cluster: Cl
 # ---------------------------------------------------------------------------------------
 # While a task moves (a new generation that not every member has acted on yet)
 # ---------------------------------------------------------------------------------------
-
-
-def reassigned(
-    assignment: Assignment, partition: int, *, active: str, standbys: list[str]
-) -> Assignment:
-    """``assignment`` with the counting task of ``partition`` active on ``active`` and its
-    standbys on ``standbys`` only: the next generation an authority would publish."""
-    task = TaskId(COUNTS_SUBTOPOLOGY, partition)
-    actives = {m: set(tasks) - {task} for m, tasks in assignment.active.items()}
-    standby = {m: set(tasks) - {task} for m, tasks in assignment.standby.items()}
-    actives[active].add(task)
-    for member in standbys:
-        standby[member].add(task)
-    return Assignment(
-        active={m: frozenset(tasks) for m, tasks in actives.items()},
-        standby={m: frozenset(tasks) for m, tasks in standby.items()},
-        members=assignment.members,
-    )
 
 
 def key_path(word: str) -> str:

@@ -23,7 +23,6 @@ from typing import Any, TypeAlias
 
 import pytest
 
-from eddyline_runtime.assignor import Assignment
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import ChangeBatch, SqliteLog
 from eddyline_runtime.membership import StoreRole
@@ -45,6 +44,7 @@ from tests.support.query_cluster import (
     Node,
     partition_of,
     produce_lines,
+    reassigned,
     running_cluster,
 )
 from tests.support.query_cluster import Cluster as HarnessCluster
@@ -266,19 +266,8 @@ def test_a_standby_promoted_to_active_keeps_its_staleness_while_it_restores_the_
     # SIGKILLed, its standby promoted, and no copy of the partition knowing its staleness).
     held = hold_standby_behind(cluster, 0)
     standby, gone = held.standby, held.active
-    task = TaskId(COUNTS_SUBTOPOLOGY, held.partition)
-    promoted = Assignment(
-        active={
-            **cluster.assignment.active,
-            gone.member.id: cluster.assignment.active[gone.member.id] - {task},
-            standby.member.id: cluster.assignment.active[standby.member.id] | {task},
-        },
-        standby={
-            **cluster.assignment.standby,
-            standby.member.id: cluster.assignment.standby[standby.member.id] - {task},
-        },
-        members=cluster.assignment.members,
-    )
+    # Its only standby becomes the active: no standby of it is left.
+    promoted = reassigned(cluster.assignment, held.partition, active=standby.member.id, standbys=[])
     standby.log.restoration_released.clear()
     try:
         gone.stop()
@@ -324,26 +313,17 @@ def test_a_task_moved_away_stays_served_here_as_a_standby_while_new_tasks_restor
     partition = 1
     mover, taker, _ = cluster.copies(partition)
     fresh = next(q for q in range(PARTITIONS) if cluster.other_node(q) is mover)
-    source = cluster.active_node(fresh)
-    moved, gained = TaskId(COUNTS_SUBTOPOLOGY, partition), TaskId(COUNTS_SUBTOPOLOGY, fresh)
-    before = cluster.assignment
-    active = {member: set(tasks) for member, tasks in before.active.items()}
-    standby = {member: set(tasks) for member, tasks in before.standby.items()}
-    active[mover.member.id] -= {moved}
-    active[taker.member.id] |= {moved}
-    standby[taker.member.id] -= {moved}
-    standby[mover.member.id] |= {moved}
-    active[source.member.id] -= {gained}
-    active[mover.member.id] |= {gained}
-    reassigned = Assignment(
-        active={member: frozenset(tasks) for member, tasks in active.items()},
-        standby={member: frozenset(tasks) for member, tasks in standby.items()},
-        members=before.members,
+    moved_here = reassigned(
+        cluster.assignment, partition, active=taker.member.id, standbys=[mover.member.id]
+    )
+    fresh_standby = cluster.copies(fresh)[1]
+    assignment = reassigned(
+        moved_here, fresh, active=mover.member.id, standbys=[fresh_standby.member.id]
     )
     mover.log.restoration_released.clear()
     try:
         for node in cluster.nodes:
-            node.instance.apply_assignment(reassigned)
+            node.instance.apply_assignment(assignment)
         wait_for(mover.log.restoration_waiting.is_set, f"member {mover.member.id} restores")
         held = {
             (local.partition, local.role) for local in mover.instance.local_store_partitions(STORE)
