@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import json
 from typing import Any
 
 import kopf
@@ -691,6 +692,54 @@ def test_a_re_apply_that_changed_nothing_keeps_the_config_maps_read(
         clock.now += 1.0
         handlers.refresh_app(operator(memo), "apps", "wc")
     assert ("ConfigMap", "wc-config") not in reads and ("ConfigMap", "wc-membership") not in reads
+
+
+def test_a_drift_check_reads_the_membership_config_map_once(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle that re-applies the children reads the published membership and looks at
+    the membership ConfigMap's owner before it applies: one GET serves both. A suspended
+    app has no membership ConfigMap, and a 404 is never cached (a foreign unlabelled object
+    must be seen), so each look was a GET of its own. Still one per cycle: the next drift
+    check asks the server again."""
+    clock = Clock()
+    monkeypatch.setattr(handlers, "time", clock)
+    kube.put(body(suspend=True))
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    assert ("ConfigMap", "apps", "wc-membership") not in kube.objects
+    reads = counting_reads(kube)
+    for _ in range(2):
+        clock.now += handlers.REAPPLY_SECONDS  # the next period: re-apply and reads are due
+        kube.applies.clear()
+        reads.clear()
+        handlers.refresh_app(operator(memo), "apps", "wc")
+        assert kube.applies and all(unless_same for _, unless_same in kube.applies)
+        assert reads.count(("ConfigMap", "wc-membership")) == 1, reads
+
+
+def test_a_foreign_membership_config_map_made_between_drift_checks_is_seen_by_the_next(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one read per drift check is the server's answer of that cycle: a ConfigMap of the
+    membership's name that someone else made since the last check is refused by the next,
+    and nothing that names it is applied."""
+    clock = Clock()
+    monkeypatch.setattr(handlers, "time", clock)
+    kube.put(body(suspend=True))
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    theirs = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "wc-membership", "namespace": "apps"},
+        "data": {"owner": "someone else"},
+    }
+    kube.put(theirs)
+    clock.now += handlers.REAPPLY_SECONDS
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert kube.objects["ConfigMap", "apps", "wc-membership"] == theirs  # untouched
+    degraded = operator(memo).kube.get("StreamApp", "apps", "wc")["status"]
+    assert "ConfigMap wc-membership" in json.dumps(degraded), degraded
 
 
 def test_apps_applied_at_once_re_apply_spread_over_the_period_each_within_it() -> None:
