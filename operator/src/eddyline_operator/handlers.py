@@ -83,7 +83,7 @@ from eddyline_operator.reconcile.membership import (
     is_member,
     lost_nodes,
 )
-from eddyline_operator.reconcile.plan import Observed, Plan, plan
+from eddyline_operator.reconcile.plan import Observed, Plan, is_resuming, plan
 from eddyline_operator.reconcile.references import withheld
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
 from eddyline_runtime.membership import MemberReport, Membership
@@ -505,6 +505,12 @@ def run_cycle(
         else:
             alive = {p["metadata"]["name"] for p in reporting}
             state.reports = {m: r for m, r in state.reports.items() if m in alive}
+        if is_resuming(body):
+            # A pause is for repairs by hand (docs/operator.md, "Pausing reconciliation"),
+            # the membership's too: plan from what the ConfigMaps hold now, not from a read
+            # made before the pause (a generation published by hand meanwhile would be
+            # published again under the same number, which the pods ignore).
+            state.configs = None
         membership, manifest, membership_map = _configs(kube, state, namespace, name)
         observed = Observed(
             body=body,

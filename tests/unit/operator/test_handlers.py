@@ -16,7 +16,13 @@ from eddyline_operator import autoscaler, handlers, metrics
 from eddyline_operator.client import ApiError
 from eddyline_operator.reconcile import autoscale, names
 from eddyline_operator.reconcile.status_record import dump_status
-from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
+from eddyline_runtime.membership import (
+    MEMBERSHIP_FILE,
+    RESTORE_PENDING,
+    MemberReport,
+    Membership,
+    StoreCopy,
+)
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.restore.job_result import JobState
 from tests.support.k8s_objects import body, node, pod, three_zones
@@ -116,6 +122,35 @@ def test_a_suspend_tells_every_stopping_pod_at_once_that_nobody_takes_over(
     told = kube.read_membership("apps", "wc-membership")
     assert told is not None and told.assignment.leaving == {"wc-0", "wc-1", "wc-2"}
     assert all(told.assignment.handed_over(f"wc-{i}") for i in range(3))
+
+
+def test_the_first_cycle_after_a_pause_plans_from_the_membership_published_meanwhile(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause is for repairs by hand, a membership published by hand among them: the cycle
+    that resumes reads the ConfigMaps again and continues from that generation. Planned from
+    the read before the pause, it published the same generation number again, which every
+    pod ignores as a replay (so the operator's assignment and the pods' differed)."""
+    monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
+    config_hash = three_running_pods(kube, memo)
+    app = kube.objects["StreamApp", "apps", "wc"]
+    app["metadata"]["annotations"] = {names.ANNOTATION_PAUSE: "true"}
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    before = kube.read_membership("apps", "wc-membership")
+    assert before is not None and before.generation == 1
+    by_hand = Membership(2, before.assignment)
+    kube.put(
+        {
+            **kube.objects["ConfigMap", "apps", "wc-membership"],
+            "data": {MEMBERSHIP_FILE: json.dumps(by_hand.to_json())},
+        }
+    )
+    del app["metadata"]["annotations"][names.ANNOTATION_PAUSE]
+    kube.put({"kind": "Pod", **pod(1, running=False, config_hash=config_hash)})
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    after = kube.read_membership("apps", "wc-membership")
+    assert after is not None and after.generation == 3
+    assert "wc-1" not in after.assignment.active
 
 
 def test_a_deleted_app_is_left_alone(kube: MemoryKube, memo: kopf.Memo) -> None:
