@@ -86,7 +86,7 @@ import yaml
 from eddyline_runtime.log import Log, Record, open_log
 from eddyline_runtime.partitions import TopicPartition, partition_for_key
 from eddyline_runtime.query.client import QueryFailedError, QueryRouter
-from tests.support.control_plane.client import ApiError, wait_until
+from tests.support.control_plane.client import wait_until
 from tests.support.control_plane.cluster import Cluster
 from tests.support.control_plane.operator import REPO, Operator
 
@@ -760,22 +760,8 @@ class Bench:
 
 def evict(harness: Operator, pod: str, timeout: float = 120) -> None:
     """Evict ``pod`` through the Eviction API, retrying while the PDB allows none (429) for
-    up to ``timeout`` s. Shared with ``bench_queries.py``."""
-    body = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod, "namespace": harness.namespace},
-    }
-    path = f"/api/v1/namespaces/{harness.namespace}/pods/{pod}/eviction"
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            harness.admin.create(path, body)
-            return
-        except ApiError as error:  # 429: the PDB allows none right now
-            if error.code != 429 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    up to ``timeout`` s (``Operator.evict``). Shared with ``bench_queries.py``."""
+    harness.evict(pod, retry_seconds=timeout)
 
 
 def _event_time(event: Mapping[str, Any]) -> float:

@@ -102,6 +102,16 @@ def refused(what: str, error: ApiError) -> str:
     return f"{what} was refused by the API server: {error}"
 
 
+@dataclass(frozen=True)
+class FreshRead:
+    """An object as the server (or the child cache, which stands in for it only on a version
+    it confirmed, child_cache.py) answered this very cycle; ``obj`` None: it has none. Held
+    for the one cycle only, so a 404 is never carried to the next one: a ConfigMap someone
+    else makes meanwhile (unlabelled, so no watch delivers it) is seen at the next read."""
+
+    obj: Obj | None
+
+
 class Children:
     """One cycle's children of app ``app`` (uid ``uid``) in ``namespace``."""
 
@@ -119,10 +129,11 @@ class Children:
         outcome.refusals.append((NAME_CONFLICT, str(error)))
         outcome.unavailable[(error.kind, error.name)] = f"belongs to {error.holder}"
 
-    def membership_conflict(self, outcome: Outcome) -> None:
-        """Look at the membership ConfigMap's owner before anything that names it."""
+    def membership_conflict(self, outcome: Outcome, *, read: FreshRead | None = None) -> None:
+        """Look at the membership ConfigMap's owner before anything that names it: as
+        ``read`` found it when this cycle read it already, else with a GET of its own."""
         name = names.membership_map(self.app)
-        existing = self.kube.get("ConfigMap", self.namespace, name)
+        existing = self.kube.get("ConfigMap", self.namespace, name) if read is None else read.obj
         if existing is None:
             return
         try:

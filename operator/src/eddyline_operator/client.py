@@ -331,11 +331,7 @@ class Kube:
         return None if version is None else str(version)
 
     def read_membership(self, namespace: str, config_map: str) -> Membership | None:
-        found = self.get("ConfigMap", namespace, config_map)
-        raw = ((found or {}).get("data") or {}).get(MEMBERSHIP_FILE)
-        if not raw:
-            return None
-        return Membership.from_json(json.loads(raw))
+        return membership_in(self.get("ConfigMap", namespace, config_map))
 
     def read_config_value(self, namespace: str, config_map: str, key: str) -> str | None:
         found = self.get("ConfigMap", namespace, config_map)
@@ -353,6 +349,14 @@ class Kube:
         if check is not None:
             check(existing)
         self.merge_patch("ConfigMap", meta["namespace"], meta["name"], {"data": config_map["data"]})
+
+
+def membership_in(config_map: Obj | None) -> Membership | None:
+    """The membership a ConfigMap publishes (None: no ConfigMap, or none in it)."""
+    raw = ((config_map or {}).get("data") or {}).get(MEMBERSHIP_FILE)
+    if not raw:
+        return None
+    return Membership.from_json(json.loads(raw))
 
 
 def kubeconfig_client(

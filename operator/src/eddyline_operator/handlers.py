@@ -67,12 +67,13 @@ from eddyline_operator.children import (
     NAME_CONFLICT,
     Children,
     EventsSeen,
+    FreshRead,
     Outcome,
     Running,
     refused,
     stateful_set_events,
 )
-from eddyline_operator.client import ApiError, Kube, fetch_reports
+from eddyline_operator.client import ApiError, Kube, fetch_reports, membership_in
 from eddyline_operator.cluster import ClusterView
 from eddyline_operator.reconcile import backfill_job, names, objects, ownership, restore_job
 from eddyline_operator.reconcile.conditions import compose_status
@@ -82,7 +83,7 @@ from eddyline_operator.reconcile.membership import (
     is_member,
     lost_nodes,
 )
-from eddyline_operator.reconcile.plan import Observed, Plan, plan
+from eddyline_operator.reconcile.plan import Observed, Plan, is_resuming, plan
 from eddyline_operator.reconcile.references import withheld
 from eddyline_operator.reconcile.status_record import dump_status, read_status, status_differs
 from eddyline_runtime.membership import MemberReport, Membership
@@ -504,7 +505,13 @@ def run_cycle(
         else:
             alive = {p["metadata"]["name"] for p in reporting}
             state.reports = {m: r for m, r in state.reports.items() if m in alive}
-        membership, manifest = _configs(kube, state, namespace, name)
+        if is_resuming(body):
+            # A pause is for repairs by hand (docs/operator.md, "Pausing reconciliation"),
+            # the membership's too: plan from what the ConfigMaps hold now, not from a read
+            # made before the pause (a generation published by hand meanwhile would be
+            # published again under the same number, which the pods ignore).
+            state.configs = None
+        membership, manifest, membership_map = _configs(kube, state, namespace, name)
         observed = Observed(
             body=body,
             pods=pods,
@@ -535,7 +542,8 @@ def run_cycle(
         )
         running = Running(pods, observed.jobs)
         acted = _carry_out(
-            kube, state, body, result, scaling, force_apply=force_apply, running=running
+            kube, state, body, result, scaling,
+            force_apply=force_apply, running=running, membership_map=membership_map,
         )  # fmt: skip
         state.last_plan = result
         state.quiet = quiet if quiet is not None and not acted and _at_rest(result) else None
@@ -620,17 +628,20 @@ def _observed_app(kube: Kube, state: AppState, namespace: str, name: str) -> Any
 
 def _configs(
     kube: Kube, state: AppState, namespace: str, name: str
-) -> tuple[Membership | None, str | None]:
+) -> tuple[Membership | None, str | None, FreshRead | None]:
     """The published membership and the applied manifest (AppState.configs says when they
     are read again: in the cycle that re-applies the children, as both are due at the same
-    moments, or after a write)."""
+    moments, or after a write), and the membership ConfigMap itself when this cycle read it
+    (None when both came from an earlier read): the drift check looks at its owner from that
+    read instead of a second GET of it (issue 38)."""
     if state.configs is not None and not _due(state.configs[0], namespace, name):
-        return state.configs[1], state.configs[2]
+        return state.configs[1], state.configs[2], None
     read_at = time.monotonic()
-    membership = kube.read_membership(namespace, names.membership_map(name))
+    found = kube.get("ConfigMap", namespace, names.membership_map(name))
+    membership = membership_in(found)
     manifest = kube.read_config_value(namespace, names.config_map(name), names.MANIFEST_KEY)
     state.configs = (read_at, membership, manifest)
-    return membership, manifest
+    return membership, manifest, FreshRead(found)
 
 
 def _carry_out(
@@ -642,6 +653,7 @@ def _carry_out(
     *,
     force_apply: bool,
     running: Running,
+    membership_map: FreshRead | None,
 ) -> bool:
     """Carry ``result`` out and write the status composed from it, the autoscaler's
     ``scaling`` and the children the API server refused. Returns whether status was written
@@ -662,7 +674,10 @@ def _carry_out(
     # Children that could not be applied, (reason, message): each object is tried on its
     # own, and status still says what happened (a refused child must never stop the cycle
     # before status is written).
-    outcome = _apply_children(kube, state, body, result, force_apply=force_apply, running=running)
+    outcome = _apply_children(
+        kube, state, body, result,
+        force_apply=force_apply, running=running, membership_map=membership_map,
+    )  # fmt: skip
     refusals = outcome.refusals
     for pod in result.delete_pods:
         kube.delete("Pod", namespace, pod)
@@ -722,12 +737,20 @@ def _count_recorded(namespace: str, name: str, before: Any, after: StreamAppStat
 
 
 def _apply_children(
-    kube: Kube, state: AppState, body: Any, result: Plan, *, force_apply: bool, running: Running
+    kube: Kube,
+    state: AppState,
+    body: Any,
+    result: Plan,
+    *,
+    force_apply: bool,
+    running: Running,
+    membership_map: FreshRead | None,
 ) -> Outcome:
     """Apply the owned objects (withholding those that name another owner's object), prune
     the ones no longer wanted, publish the membership, each on its own (children.py);
     returns the refusals and what no child may name. A server or network failure (5xx, no
-    answer) raises: the whole cycle is retried."""
+    answer) raises: the whole cycle is retried. ``membership_map``: the membership ConfigMap
+    as this cycle read it (_configs), None when it did not."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     children = Children(
@@ -741,7 +764,7 @@ def _apply_children(
     digest = hashlib.sha256(json.dumps(result.objects, sort_keys=True).encode()).hexdigest()
     changed = force_apply or digest != state.applied_hash
     if result.objects and (changed or _due(state.applied_at, namespace, name)):
-        children.membership_conflict(outcome)
+        children.membership_conflict(outcome, read=membership_map)
         # Unchanged since the last apply: only the objects that drifted are sent again (a
         # server-side apply per child per app every REAPPLY_SECONDS was most of the API
         # server's work with many apps).

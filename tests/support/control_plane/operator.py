@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -252,6 +253,31 @@ class Operator:
 
     def get(self, group: str, plural: str, name: str) -> Obj | None:
         return self.admin.get(self.path(group, plural, name))
+
+    def evict(self, pod: str, *, retry_seconds: float = 0.0, dry_run: bool = False) -> int:
+        """Evicts ``pod`` of this namespace through the Eviction API (policy/v1); returns how
+        many 429s it met. A 429 (the PodDisruptionBudget allows no disruption right now,
+        which Kubernetes documents as "try again later") is retried every 0.5 s for up to
+        ``retry_seconds``, as ``kubectl drain`` retries (every 5 s): an eddyline pod that a
+        task just moved to is not Ready for about a second (docs/operator.md, "Evictions
+        and drains"). ``dry_run``: the server decides and does nothing."""
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{pod}/eviction"
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": self.namespace},
+        }
+        refused = 0
+        deadline = time.monotonic() + retry_seconds
+        while True:
+            try:
+                self.admin.request(path + ("?dryRun=All" if dry_run else ""), "POST", body)
+                return refused
+            except ApiError as error:
+                if error.code != 429 or time.monotonic() >= deadline:
+                    raise
+                refused += 1
+                time.sleep(0.5)
 
     def objects(self, group: str, plural: str) -> list[Obj]:
         items: list[Obj] = self.admin.request(self.path(group, plural))["items"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import json
 from typing import Any
 
 import kopf
@@ -15,7 +16,13 @@ from eddyline_operator import autoscaler, handlers, metrics
 from eddyline_operator.client import ApiError
 from eddyline_operator.reconcile import autoscale, names
 from eddyline_operator.reconcile.status_record import dump_status
-from eddyline_runtime.membership import RESTORE_PENDING, MemberReport, StoreCopy
+from eddyline_runtime.membership import (
+    MEMBERSHIP_FILE,
+    RESTORE_PENDING,
+    MemberReport,
+    Membership,
+    StoreCopy,
+)
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.restore.job_result import JobState
 from tests.support.k8s_objects import body, node, pod, three_zones
@@ -115,6 +122,35 @@ def test_a_suspend_tells_every_stopping_pod_at_once_that_nobody_takes_over(
     told = kube.read_membership("apps", "wc-membership")
     assert told is not None and told.assignment.leaving == {"wc-0", "wc-1", "wc-2"}
     assert all(told.assignment.handed_over(f"wc-{i}") for i in range(3))
+
+
+def test_the_first_cycle_after_a_pause_plans_from_the_membership_published_meanwhile(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause is for repairs by hand, a membership published by hand among them: the cycle
+    that resumes reads the ConfigMaps again and continues from that generation. Planned from
+    the read before the pause, it published the same generation number again, which every
+    pod ignores as a replay (so the operator's assignment and the pods' differed)."""
+    monkeypatch.setattr(handlers, "fetch_reports", layout_reports)
+    config_hash = three_running_pods(kube, memo)
+    app = kube.objects["StreamApp", "apps", "wc"]
+    app["metadata"]["annotations"] = {names.ANNOTATION_PAUSE: "true"}
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    before = kube.read_membership("apps", "wc-membership")
+    assert before is not None and before.generation == 1
+    by_hand = Membership(2, before.assignment)
+    kube.put(
+        {
+            **kube.objects["ConfigMap", "apps", "wc-membership"],
+            "data": {MEMBERSHIP_FILE: json.dumps(by_hand.to_json())},
+        }
+    )
+    del app["metadata"]["annotations"][names.ANNOTATION_PAUSE]
+    kube.put({"kind": "Pod", **pod(1, running=False, config_hash=config_hash)})
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    after = kube.read_membership("apps", "wc-membership")
+    assert after is not None and after.generation == 3
+    assert "wc-1" not in after.assignment.active
 
 
 def test_a_deleted_app_is_left_alone(kube: MemoryKube, memo: kopf.Memo) -> None:
@@ -691,6 +727,54 @@ def test_a_re_apply_that_changed_nothing_keeps_the_config_maps_read(
         clock.now += 1.0
         handlers.refresh_app(operator(memo), "apps", "wc")
     assert ("ConfigMap", "wc-config") not in reads and ("ConfigMap", "wc-membership") not in reads
+
+
+def test_a_drift_check_reads_the_membership_config_map_once(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle that re-applies the children reads the published membership and looks at
+    the membership ConfigMap's owner before it applies: one GET serves both. A suspended
+    app has no membership ConfigMap, and a 404 is never cached (a foreign unlabelled object
+    must be seen), so each look was a GET of its own. Still one per cycle: the next drift
+    check asks the server again."""
+    clock = Clock()
+    monkeypatch.setattr(handlers, "time", clock)
+    kube.put(body(suspend=True))
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    assert ("ConfigMap", "apps", "wc-membership") not in kube.objects
+    reads = counting_reads(kube)
+    for _ in range(2):
+        clock.now += handlers.REAPPLY_SECONDS  # the next period: re-apply and reads are due
+        kube.applies.clear()
+        reads.clear()
+        handlers.refresh_app(operator(memo), "apps", "wc")
+        assert kube.applies and all(unless_same for _, unless_same in kube.applies)
+        assert reads.count(("ConfigMap", "wc-membership")) == 1, reads
+
+
+def test_a_foreign_membership_config_map_made_between_drift_checks_is_seen_by_the_next(
+    kube: MemoryKube, memo: kopf.Memo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one read per drift check is the server's answer of that cycle: a ConfigMap of the
+    membership's name that someone else made since the last check is refused by the next,
+    and nothing that names it is applied."""
+    clock = Clock()
+    monkeypatch.setattr(handlers, "time", clock)
+    kube.put(body(suspend=True))
+    for _ in range(3):
+        handlers.refresh_app(operator(memo), "apps", "wc")
+    theirs = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "wc-membership", "namespace": "apps"},
+        "data": {"owner": "someone else"},
+    }
+    kube.put(theirs)
+    clock.now += handlers.REAPPLY_SECONDS
+    handlers.refresh_app(operator(memo), "apps", "wc")
+    assert kube.objects["ConfigMap", "apps", "wc-membership"] == theirs  # untouched
+    degraded = operator(memo).kube.get("StreamApp", "apps", "wc")["status"]
+    assert "ConfigMap wc-membership" in json.dumps(degraded), degraded
 
 
 def test_apps_applied_at_once_re_apply_spread_over_the_period_each_within_it() -> None:

@@ -200,6 +200,17 @@ def is_paused(body: Obj) -> bool:
     return str(annotations.get(names.ANNOTATION_PAUSE, "")).strip().lower() == "true"
 
 
+def is_resuming(body: Obj) -> bool:
+    """Whether a cycle of ``body`` ends a pause: not paused, and its status still says
+    ``Paused=True`` (the cycle that plans again writes it False)."""
+    if is_paused(body):
+        return False
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == ConditionType.PAUSED and c.get("status") == "True" for c in conditions
+    )
+
+
 def _reconcile(cycle: _Cycle, observed: Observed) -> Plan:
     try:
         app = parse_app(observed.body)
