@@ -13,7 +13,7 @@ import enum
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -316,15 +316,21 @@ class MemberReport:
         or replaying from nothing, reopened after a crash): not caught up for the assignor
         (``assignor.WarmupPolicy.staleness_unknown``), whatever their lag. A copy of a
         runtime that does not report staleness is judged by its lag alone, as before."""
-        unknown: set[TaskId] = set()
+        return self.tasks_with(
+            lambda copy: copy.role is not StoreRole.RESTORE_PENDING and copy.staleness_unknown
+        )
+
+    def tasks_with(self, matches: Callable[[StoreCopy], bool]) -> frozenset[TaskId]:
+        """The tasks of which some store copy named here ``matches``."""
+        tasks: set[TaskId] = set()
         for store, partitions in self.stores.items():
             subtopology = self.store_owners.get(store)
             if subtopology is None:
                 continue
             for partition, copy in partitions.items():
-                if copy.role is not StoreRole.RESTORE_PENDING and copy.staleness_unknown:
-                    unknown.add(TaskId(subtopology, partition))
-        return frozenset(unknown)
+                if matches(copy):
+                    tasks.add(TaskId(subtopology, partition))
+        return frozenset(tasks)
 
     def to_json(self) -> dict[str, Any]:
         return {

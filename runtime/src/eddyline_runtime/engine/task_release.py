@@ -104,15 +104,7 @@ LayoutProbe = Callable[[str, float], frozenset[TaskId] | None]
 
 def running_tasks(report: MemberReport) -> frozenset[TaskId]:
     """The tasks whose stores ``report`` names active or restoring."""
-    tasks: set[TaskId] = set()
-    for store, partitions in report.stores.items():
-        subtopology = report.store_owners.get(store)
-        if subtopology is None:
-            continue
-        for partition, copy in partitions.items():
-            if copy.role in _RUNNING_ROLES:
-                tasks.add(TaskId(subtopology, partition))
-    return frozenset(tasks)
+    return report.tasks_with(lambda copy: copy.role in _RUNNING_ROLES)
 
 
 def probe_layout(address: str, timeout: float) -> frozenset[TaskId] | None:
