@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from eddyline_runtime.log import ChangeBatch, Record, SqliteLog
+from eddyline_runtime.log import (
+    ChangeBatch,
+    ProducerFencedError,
+    Record,
+    SqliteLog,
+    TransactionalProducer,
+)
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from eddyline_runtime.restore.replay import (
     ChangelogBehindStoreError,
@@ -23,7 +29,7 @@ from eddyline_runtime.restore.replay import (
     judge,
     open_trusted,
 )
-from eddyline_runtime.state import RocksDBStore
+from eddyline_runtime.state import RocksDBStore, store_directory
 from tests.support.stores import StoreFactory
 
 CHANGELOG = TopicPartition("app-counts-changelog", 0)
@@ -200,3 +206,49 @@ def test_a_standby_on_a_log_without_epochs_replays_and_stamps_none(
     log.produce(CHANGELOG, _records(30))
     assert standby.replay(log) == 30
     assert (store.committed_offset(CHANGELOG), store.changelog_epoch(CHANGELOG)) == (29, None)
+
+
+def _writer_store(
+    store_factory: StoreFactory, log: SqliteLog, state_dir: Path, producer: TransactionalProducer
+) -> RocksDBStore:
+    """An active task's store as _create_active opens it: a new epoch fenced by its producer."""
+    store, _ = open_trusted(
+        lambda: store_factory(directory=store_directory(state_dir, TASK, "counts")),
+        log,
+        CHANGELOG,
+        copy=f"task {TASK}",
+        state_dir=state_dir,
+        writer=True,
+        new_epoch=True,
+        fence=producer,
+    )
+    assert isinstance(store, RocksDBStore)
+    return store
+
+
+def _write(producer: TransactionalProducer, store: RocksDBStore, records: int) -> None:
+    producer.begin()
+    producer.send_batch(CHANGELOG, _records(records))
+    committed = producer.commit()
+    store.commit({CHANGELOG: committed.last_offsets[CHANGELOG]})
+
+
+def test_a_member_whose_producer_was_fenced_before_it_reached_the_task_begins_no_epoch(
+    log: SqliteLog, store_factory: StoreFactory, tmp_path: Path
+) -> None:
+    # The cold CI run's false loss: member "a" starts the producers of all its new tasks,
+    # then creates them one after another; before it reaches this one a newer membership
+    # moved it to "b", which fenced a's producer, began its epoch and wrote. When "a" got
+    # to the task it began an epoch of its own at the end (a zombie writes no record, but
+    # it could begin an epoch), so b's later records lay in a's epoch and b's copy, which
+    # had stamped them with its own, was judged to hold records the changelog lost.
+    zombie = log.transactional_producer(f"app-{TASK}")
+    owner = log.transactional_producer(f"app-{TASK}")  # fences the zombie
+    owner_store = _writer_store(store_factory, log, tmp_path / "b", owner)
+    _write(owner, owner_store, 10)
+    with pytest.raises(ProducerFencedError):
+        _writer_store(store_factory, log, tmp_path / "a", zombie)
+    for _ in range(3):
+        _write(owner, owner_store, 10)
+    start = judge(owner_store, log, CHANGELOG)
+    assert (start.verdict, start.committed) == (ReplayVerdict.CAUGHT_UP, 39), start

@@ -289,9 +289,12 @@ class StreamThread:
         # producers' init_transactions round trips are made together, before the first).
         self._stores.announce_pending_builds(new_tasks)
         try:
-            tasks.create_actives(new_tasks)
+            taken_over = tasks.create_actives(new_tasks)
         finally:
             self._stores.clear_pending()
+        for task_id in taken_over:
+            self._metrics.commit_fenced()
+            self._inbox.reclaim(task_id)  # if still assigned here: an old membership fenced it
         for task_id in sorted(standby - active):
             if task_id not in tasks.standbys:
                 tasks.create_standby(task_id)

@@ -46,7 +46,7 @@ from eddyline_runtime.engine.task_store import TaskStore
 from eddyline_runtime.engine.task_topology import TaskTopology
 from eddyline_runtime.engine.thread_metrics import ThreadMetrics
 from eddyline_runtime.engine.topics import TopicLayout
-from eddyline_runtime.log import LagTracker, Log, TransactionalProducer
+from eddyline_runtime.log import LagTracker, Log, ProducerFencedError, TransactionalProducer
 from eddyline_runtime.log.positions import read_positions
 from eddyline_runtime.log.record_size import RecordSizeLimit
 from eddyline_runtime.membership import StoreRole
@@ -114,25 +114,41 @@ class TaskManager:
 
     # -- active tasks ---------------------------------------------------------------
 
-    def create_actives(self, task_ids: Sequence[TaskId]) -> None:
+    def create_actives(self, task_ids: Sequence[TaskId]) -> list[TaskId]:
         """Create the tasks in order (see _create_active), their producers started together.
 
         Under exactly-once every task's producer is started first, their
         ``init_transactions`` round trips at once (Log.transactional_producers): each
         task fences its previous owner before it is created, as one alone would. A task
         whose producer failed to start raises that error when its turn comes, as its own
-        start would have; the producers of tasks not reached are closed."""
+        start would have; the producers of tasks not reached are closed.
+
+        Returns the tasks taken over before their turn came: a newer owner fenced their
+        producer between the start and the task's creation (a membership that moved them
+        on while this member was still creating the earlier ones). They are not created,
+        as a task fenced at a commit is dropped."""
         if not self._exactly_once:
             for task_id in task_ids:
                 self._create_active(task_id, None)
-            return
+            return []
         application_id = self._config.application_id
         started = self._log.transactional_producers([f"{application_id}-{t}" for t in task_ids])
+        taken_over: list[TaskId] = []
         try:
             for task_id in task_ids:
-                self._create_active(task_id, started.take(f"{application_id}-{task_id}"))
+                try:
+                    self._create_active(task_id, started.take(f"{application_id}-{task_id}"))
+                except ProducerFencedError as fenced:
+                    logger.warning(
+                        "task %s was taken over by another member before it started here "
+                        "(%s): not created",
+                        task_id,
+                        fenced,
+                    )
+                    taken_over.append(task_id)
         finally:
             started.close()
+        return taken_over
 
     def _create_active(self, task_id: TaskId, producer: TransactionalProducer | None) -> StreamTask:
         """Open and restore the stores, then read the input offsets; ``producer`` (under
@@ -173,8 +189,11 @@ class TaskManager:
                         writer=True,
                         # Fenced above, so no earlier owner writes the changelog after the
                         # new epoch begins (without a fence a zombie could, and its copy would
-                        # be judged a loss when nothing was lost).
+                        # be judged a loss when nothing was lost). And begun only while this
+                        # producer is still the newest: a later owner may have fenced it
+                        # since (ProducerFencedError: the task moved on).
                         new_epoch=self._exactly_once,
+                        fence=producer,
                     )
                     verdicts[name] = (changelog, verdict)
                 # A store materialized with caching disabled writes and forwards every update.

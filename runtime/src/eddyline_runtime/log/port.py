@@ -525,7 +525,9 @@ class Log(abc.ABC):
         """
         return self.partition_epoch(tp)
 
-    def start_epoch(self, tp: TopicPartition) -> str | None:
+    def start_epoch(
+        self, tp: TopicPartition, *, fence: TransactionalProducer | None = None
+    ) -> str | None:
         """A new writer of ``tp`` begins: start a new epoch at its end; returns its name.
 
         An active task calls it for each changelog it will write, once it has
@@ -534,7 +536,14 @@ class Log(abc.ABC):
         named by the epoch their writer opened, so the same offsets written again
         on a log put back from a backup are told apart. A log whose own epochs
         already mark a new writer (Kafka's leader epochs) does nothing (None).
+
+        ``fence``: the writer's transactional producer. If a newer producer of its
+        transactional id has started since (the task moved on before this member got to
+        it), :class:`ProducerFencedError` is raised and no epoch begins: an epoch begun
+        by such a zombie would name the real owner's later records as its own, and the
+        owner's copy would be judged to hold records the changelog lost.
         """
+        del fence
         return None
 
     def hold_changelog(self, tp: TopicPartition, reason: str) -> None:

@@ -678,9 +678,15 @@ class SqliteLog(Log):
                 (self._topic(db, tp), tp.partition),
             )
 
-    def start_epoch(self, tp: TopicPartition) -> str:
-        """Begin a new epoch, with a new tag, at the partition's end; returns its name."""
+    def start_epoch(self, tp: TopicPartition, *, fence: TransactionalProducer | None = None) -> str:
+        """Begin a new epoch, with a new tag, at the partition's end; returns its name.
+        With ``fence``, only while that producer is its transactional id's newest (checked
+        in the same write transaction, as its commit checks it)."""
         with self._write() as db:
+            if fence is not None:
+                if not isinstance(fence, _SqliteTransactionalProducer):
+                    raise TypeError(f"a producer of another log fences nothing here: {fence!r}")
+                fence.check_not_fenced(db)
             topic_id = self._topic(db, tp)
             db.execute(
                 f"UPDATE partitions SET epoch = epoch + 1, epoch_tag = {_NEW_TAG} "
@@ -910,16 +916,24 @@ class _SqliteTransactionalProducer(TransactionalProducer):
         self._open("send offsets")
         self._offsets.setdefault(group, {}).update(offsets)
 
+    def check_not_fenced(self, db: sqlite3.Connection) -> None:
+        """Inside a write transaction: raise ProducerFencedError if a newer producer of this
+        transactional id has started."""
+        current = db.execute(
+            "SELECT epoch FROM producers WHERE transactional_id = ?", (self.transactional_id,)
+        ).fetchone()[0]
+        if current != self.epoch:
+            raise ProducerFencedError(self.transactional_id, self.epoch, current)
+
     def commit(self) -> CommittedTransaction:
         batches = self._open("commit")
         log = self._log
         with log._write() as db:
-            current = db.execute(
-                "SELECT epoch FROM producers WHERE transactional_id = ?", (self.transactional_id,)
-            ).fetchone()[0]
-            if current != self.epoch:
+            try:
+                self.check_not_fenced(db)
+            except ProducerFencedError:
                 self._batches = None
-                raise ProducerFencedError(self.transactional_id, self.epoch, current)
+                raise
             firsts = {
                 tp: _append(db, log._topic(db, tp), tp.partition, records)
                 for tp, records in batches.items()

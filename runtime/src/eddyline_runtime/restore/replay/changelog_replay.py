@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from eddyline_runtime.errors import EddylineError
-from eddyline_runtime.log import Log
+from eddyline_runtime.log import Log, TransactionalProducer
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.state import StateStore
 from eddyline_runtime.state.state_directory import (
@@ -448,6 +448,7 @@ def open_trusted(
     state_dir: Path | None = None,
     writer: bool = False,
     new_epoch: bool = False,
+    fence: TransactionalProducer | None = None,
 ) -> tuple[StateStore, ReplayStart]:
     """Open a store for ``changelog`` that replay can bring up to date, or refuse to.
 
@@ -468,7 +469,8 @@ def open_trusted(
     changelog (``Log.changelog_hold``: a copy elsewhere waits for a decision).
     The changelog's epoch is recorded on the store, to be committed with its
     next offsets; with ``new_epoch`` (a writer that fenced the previous owner)
-    a new epoch is started first (``Log.start_epoch``) and that one recorded.
+    a new epoch is started first (``Log.start_epoch``, refused with ProducerFencedError
+    when ``fence``, the writer's producer, was fenced since) and that one recorded.
     Returns the store and its verdict.
     """
     store = open_store()
@@ -519,7 +521,7 @@ def open_trusted(
             start = judge(store, log, changelog)
         epoch = start.log_epoch
         if writer and new_epoch and epoch is not None:
-            epoch = log.start_epoch(changelog) or log.partition_epoch(changelog)
+            epoch = log.start_epoch(changelog, fence=fence) or log.partition_epoch(changelog)
         if epoch is not None:
             store.record_changelog_epoch(changelog, epoch)
     except BaseException:
