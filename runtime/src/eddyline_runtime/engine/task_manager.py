@@ -136,8 +136,11 @@ class TaskManager:
         taken_over: list[TaskId] = []
         try:
             for task_id in task_ids:
+                # A producer that failed to start fails the thread with its own error (take
+                # raises it); only a fence met once the task has its producer drops the task.
+                producer = started.take(f"{application_id}-{task_id}")
                 try:
-                    self._create_active(task_id, started.take(f"{application_id}-{task_id}"))
+                    self._create_active(task_id, producer)
                 except ProducerFencedError as fenced:
                     logger.warning(
                         "task %s was taken over by another member before it started here "
