@@ -77,6 +77,7 @@ logger = logging.getLogger(__name__)
 
 # A window start in a windowed key's bytes (TimeWindowedSerde: key bytes, then this).
 _START = struct.Struct(">q")
+_LATEST_START = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -276,12 +277,23 @@ class WindowAggregateProcessor(_WindowedAggregate):
     window-close suppression buffer gave before (by window end, then by the windowed
     key's bytes), so ``emit_final`` outputs are unchanged; only their moment is
     earlier: at the record that closes the window, not at the next cache flush.
+
+    Which windows are still to be emitted is kept in memory (``_open``: window start ->
+    stored keys), so a close reads only the windows it closes, by point reads, instead
+    of scanning their whole segments (which hold every key's windows of a span of time
+    in key order: a scan read and decoded every open window at every close). The
+    memory holds what the store holds: it is filled by one scan of the unemitted
+    windows at the first record (when ``_observed`` is read; ``init`` runs again
+    whenever the store is reopened), then by each write that creates a window. An entry
+    is only a place to look: a window the store no longer has (retention) is skipped.
     """
 
     def __init__(self, spec: WindowedAggregation) -> None:
         super().__init__(spec, spec.windows.size_ms, emit_final=spec.emit_final)
         self._spec = spec
         self._windows = spec.windows
+        # emit_final: the unemitted windows, start -> stored keys (see the class doc).
+        self._open: dict[int, set[bytes]] = {}
 
     def process(self, key: Any, value: Any) -> None:
         context = self.context
@@ -294,6 +306,7 @@ class WindowAggregateProcessor(_WindowedAggregate):
             if self._observed is None:
                 self._observed = _newest_stored_timestamp(self._store)
                 self._next_end = self._first_end_after(self._observed - grace)
+                self._open = self._unemitted_windows()
             stream_time = self._observe(timestamp)
             if stream_time - grace >= self._next_end:
                 self._emit_closed(stream_time - grace)
@@ -317,6 +330,8 @@ class WindowAggregateProcessor(_WindowedAggregate):
                 # The store's retention already let this window go (after a restart,
                 # before stream time caught up): it is closed all the same.
                 self._skip(key, window, close_time, stream_time)
+            elif stored is None and self._emit_final:
+                self._open.setdefault(window.start, set()).add(stored_key)
 
     def _skip(self, key: Any, window: TimeWindow, close_time: int, stream_time: int) -> None:
         window_text = f"[{window.start},{window.end})"
@@ -334,21 +349,36 @@ class WindowAggregateProcessor(_WindowedAggregate):
         close_time]``: those the observed stream time closed since the last call."""
         size = self._windows.size_ms
         first, self._next_end = self._next_end - size, self._first_end_after(close_time)
-        closed = sorted(
-            self._store.fetch_all(first, close_time - size),
+        last = close_time - size
+        store, open_windows = self._store, self._open
+        keys, values, forward = self._keys, self._values, self.context.forward
+        for start in sorted(s for s in open_windows if s <= last):
+            stored_keys = open_windows.pop(start)
+            if start < first:
+                continue  # emitted already (never: a closed window takes no write)
+            window = TimeWindow(start, start + size)
+            start_bytes = _START.pack(start)
             # The suppression buffer's order: window end, then the windowed key's bytes
             # (the key's, then its start's), as TimeWindowedSerde writes them.
-            key=lambda entry: (entry[1], entry[0] + _START.pack(entry[1])),
-        )
-        keys, values, forward = self._keys, self._values, self.context.forward
-        for stored_key, start, stored in closed:
-            newest, data = split_timestamped(stored)
-            window = TimeWindow(start, start + size)
-            forward(
-                Windowed(keys.deserialize(stored_key), window),
-                values.deserialize(data),
-                timestamp=newest,
-            )
+            for stored_key in sorted(stored_keys, key=lambda k: k + start_bytes):
+                stored = store.fetch(stored_key, start)
+                if stored is None:
+                    continue  # the store's retention let it go
+                newest, data = split_timestamped(stored)
+                forward(
+                    Windowed(keys.deserialize(stored_key), window),
+                    values.deserialize(data),
+                    timestamp=newest,
+                )
+
+    def _unemitted_windows(self) -> dict[int, set[bytes]]:
+        """The store's windows not emitted yet (ending at or after ``_next_end``), by
+        start: one scan, when the aggregation starts on this store."""
+        found: dict[int, set[bytes]] = {}
+        first = self._next_end - self._windows.size_ms
+        for stored_key, start, _ in self._store.fetch_all(max(0, first), _LATEST_START):
+            found.setdefault(start, set()).add(stored_key)
+        return found
 
 
 class SessionAggregateProcessor(Processor):
