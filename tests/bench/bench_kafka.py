@@ -38,11 +38,11 @@ consumer (process start, rejoining, any restore and the first commit included). 
 wipes a store after an unclean shutdown and restores its whole changelog; eddyline's stores
 are transactional under exactly-once and restore the changelog's tail after their last commit.
 
-**Commit modes.** ``--commit-mode`` (default ``concurrent,serial``) lists eddyline's
-``commit.mode`` values to measure, each in its own interleaved throughput runs: the first is
-``eddyline`` (its keys are the issue's, and the restarts use it), each other one
-``eddyline_<mode>``. Each eddyline run also reports its commits (``COMMITS`` at a clean close):
-``commit_p50_ms`` and ``commit_p99_ms`` over every commit of the run, and
+**Commit modes.** ``--commit-mode`` (default ``pipelined,concurrent``; ``serial`` too)
+lists eddyline's ``commit.mode`` values to measure, each in its own interleaved throughput
+runs: the first is ``eddyline`` (its keys are the issue's, and the restarts use it), each
+other one ``eddyline_<mode>``. Each eddyline run also reports its commits (``COMMITS`` at a
+clean close): ``commit_p50_ms`` and ``commit_p99_ms`` over every commit of the run, and
 ``transactions_per_s_per_thread``, each thread's task transactions over the span from its
 first commit to its last, averaged over the threads.
 
@@ -506,18 +506,19 @@ def has_transactional_stores(libs: Path) -> bool:
 
 # -- main -------------------------------------------------------------------------------
 
-COMMIT_MODES: Final = ("concurrent", "serial")
+COMMIT_MODES: Final = ("pipelined", "concurrent", "serial")
+START_MODES: Final = ("concurrent", "serial")
 
 
-def mode_list(option: str) -> Callable[[str], list[str]]:
+def mode_list(option: str, accepted: tuple[str, ...]) -> Callable[[str], list[str]]:
     """``--commit-mode``, ``--start-mode``: modes, comma-separated, each once."""
 
     def parse(value: str) -> list[str]:
         modes = [mode.strip() for mode in value.split(",") if mode.strip()]
-        unknown = [mode for mode in modes if mode not in COMMIT_MODES]
+        unknown = [mode for mode in modes if mode not in accepted]
         if not modes or unknown or len(set(modes)) != len(modes):
             raise argparse.ArgumentTypeError(
-                f"{option} {value!r}: give one or more of {', '.join(COMMIT_MODES)}, "
+                f"{option} {value!r}: give one or more of {', '.join(accepted)}, "
                 "comma-separated, each once (the first is reported as 'eddyline')"
             )
         return modes
@@ -622,14 +623,14 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--restarts", type=int, default=3, help="0: throughput only")
     parser.add_argument(
         "--commit-mode",
-        type=mode_list("--commit-mode"),
-        default=["concurrent", "serial"],
+        type=mode_list("--commit-mode", COMMIT_MODES),
+        default=["pipelined", "concurrent"],
         help="eddyline's commit.mode values to measure, comma-separated; the first is "
-        "'eddyline' in the JSON (default: concurrent,serial)",
+        "'eddyline' in the JSON (default: pipelined,concurrent; serial is measurable too)",
     )
     parser.add_argument(
         "--start-mode",
-        type=mode_list("--start-mode"),
+        type=mode_list("--start-mode", START_MODES),
         default=["concurrent"],
         help="how eddyline's restarts start the tasks' transactional producers, "
         "comma-separated: concurrent (KafkaLog.transactional_producers) or serial (one "

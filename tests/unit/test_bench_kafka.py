@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.bench_kafka import commit_figures, mode_list, percentile
+from tests.bench.bench_kafka import COMMIT_MODES, START_MODES, commit_figures, mode_list, percentile
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -42,10 +42,15 @@ def test_a_run_that_printed_no_commits_has_no_commit_figures(tmp_path: Path) -> 
     assert commit_figures(log) == {}
 
 
-@pytest.mark.parametrize("option", ["--commit-mode", "--start-mode"])
-def test_modes_are_checked_and_keep_their_order(option: str) -> None:
-    modes = mode_list(option)
+@pytest.mark.parametrize(
+    ("option", "accepted"), [("--commit-mode", COMMIT_MODES), ("--start-mode", START_MODES)]
+)
+def test_modes_are_checked_and_keep_their_order(option: str, accepted: tuple[str, ...]) -> None:
+    modes = mode_list(option, accepted)
     assert modes("serial, concurrent") == ["serial", "concurrent"]
     for wrong in ("", "fast", "serial,serial"):
         with pytest.raises(argparse.ArgumentTypeError, match=f"{option} .*concurrent, serial"):
             modes(wrong)
+    if "pipelined" not in accepted:  # a start has no pipelining
+        with pytest.raises(argparse.ArgumentTypeError):
+            modes("pipelined")

@@ -63,16 +63,16 @@ def test_bad_guarantee_and_unknown_keys_are_named() -> None:
         StreamsConfig.from_properties({"statestore.uncommited.max.bytes": 5})
 
 
-def test_commit_mode_is_concurrent_by_default_and_a_wrong_one_lists_the_accepted(
+def test_commit_mode_is_pipelined_by_default_and_a_wrong_one_lists_the_accepted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert StreamsConfig.from_properties({}, environ={}).commit_mode is CommitMode.CONCURRENT
+    assert StreamsConfig.from_properties({}, environ={}).commit_mode is CommitMode.PIPELINED
     monkeypatch.setenv("EDDYLINE_COMMIT_MODE", "serial")
     assert StreamsConfig.from_properties({}).commit_mode is CommitMode.SERIAL
     with pytest.raises(ConfigError) as error:
         StreamsConfig.from_properties({"commit.mode": "parallel"}, environ={})
     assert '"commit.mode"' in str(error.value)
-    assert "'concurrent' or 'serial'" in str(error.value)
+    assert "'pipelined', 'concurrent' or 'serial'" in str(error.value)
     assert "commit.mode" not in CLUSTER_SETTINGS  # not a StreamApp's spec.config setting
 
 

@@ -103,6 +103,11 @@ class CommitMode(enum.StrEnum):
     """``commit.mode`` (eddyline's own): how a stream thread commits its tasks' transactions
     under exactly-once (docs/kafka.md, "Committing a thread's tasks together")."""
 
+    # As concurrent, and each task's outputs go into its open transaction as processing
+    # produces them, as Kafka Streams' producer sends them: a commit then waits only for
+    # what the last iterations and the cache's flush produced (docs/kafka.md, "Sending
+    # outputs before the commit").
+    PIPELINED = "pipelined"
     # Every task's flush, send_offsets_to_transaction and commit_transaction at once, each
     # task on its own producer: a cycle costs about one task's round trips.
     CONCURRENT = "concurrent"
@@ -285,9 +290,10 @@ class StreamsConfig(BaseModel):
     # eddyline's own; only a log with round trips to overlap (Kafka) commits concurrently.
     commit_mode: CommitMode = _setting(
         "commit.mode",
-        CommitMode.CONCURRENT,
-        "exactly-once: concurrent commits a thread's task transactions together, serial one "
-        "after another",
+        CommitMode.PIPELINED,
+        "exactly-once: pipelined sends outputs into the tasks' open transactions as they are "
+        "produced and commits them together, concurrent sends them at the commit and commits "
+        "together, serial commits one task after another",
     )
     num_stream_threads: int = _setting(
         "num.stream.threads",

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from eddyline_runtime.log import (
-    Log,
     LagTracker,
+    Log,
     OffsetOutOfRangeError,
     Record,
     UnknownTopicError,

@@ -11,6 +11,7 @@ task's transactional id is initialised in the middle of the task's commit.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from eddyline_runtime.engine.stream_thread import CommitReport
 from eddyline_runtime.log import CommittedTransaction, Record, TransactionTimeoutError
 from eddyline_runtime.log.kafka import KafkaClients, KafkaLog
 from eddyline_runtime.partitions import TaskId, TopicPartition
+from eddyline_runtime.processing import StreamsBuilder
 from tests.integration.log.test_kafka_broker_runtime import (
     EXPECTED,
     LINES,
@@ -243,3 +245,85 @@ def test_a_commit_stuck_past_every_timeout_is_abandoned_and_the_others_commit(
     finally:
         clients.release.set()
         log.close()
+
+
+class _Events:
+    """What happened, in order, across the stream thread and its producers."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[str] = []
+
+    def add(self, event: str) -> None:
+        with self.lock:
+            self.seen.append(event)
+
+
+class _WatchedProducer(Producer):
+    events: _Events | None = None
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        if self.events is not None:
+            self.events.add("produce")
+        super().produce(*args, **kwargs)
+
+    def flush(self, *args: Any) -> int:
+        if self.events is not None:
+            self.events.add("flush")
+        return int(super().flush(*args))
+
+
+class _WatchedClients(KafkaClients):
+    def __init__(self, events: _Events) -> None:
+        self.events = events
+
+    def producer(self, config: Mapping[str, Any]) -> Producer:
+        producer = _WatchedProducer(dict(config))
+        if config.get("transactional.id") is not None:
+            producer.events = self.events
+        return producer
+
+
+@pytest.mark.slow
+def test_pipelined_outputs_go_to_the_open_transaction_while_processing_goes_on(
+    tmp_path: Path, log: KafkaLog, kafka_bootstrap: str, prefix: str
+) -> None:
+    """Under commit.mode=pipelined (the default) a task's outputs are handed to its
+    producer after each iteration, not at the commit: outputs are produced and then more
+    input is processed, all before the transaction's first flush; read_committed sees
+    each output once, after the commit."""
+    log.create_topic("lines", 1)
+    log.create_topic("copies", 1)
+    lines = [f"line {i}" for i in range(2_000)]
+    log.produce(
+        TopicPartition("lines", 0),
+        [Record(None, line.encode(), i + 1) for i, line in enumerate(lines)],
+    )
+    events = _Events()
+
+    def processed(key: Any, value: Any) -> None:
+        events.add("processed")
+        time.sleep(0.0005)  # more than a first turn of 1,000 records: several iterations
+
+    builder = StreamsBuilder()
+    builder.stream("lines").peek(processed).to("copies")
+    settings = config(tmp_path, "tp").model_copy(update={"commit_interval_ms": 60_000})
+    watched = KafkaLog.open(
+        f"kafka://{kafka_bootstrap}", {}, topic_prefix=prefix, clients=_WatchedClients(events)
+    )
+    try:
+        run_until_caught_up(StreamsInstance(builder.build(), settings, watched))
+    finally:
+        watched.close()
+    with events.lock:
+        seen = list(events.seen)
+    before_flush = seen[: seen.index("flush")]
+    first_produce = before_flush.index("produce")
+    assert "processed" in before_flush[first_produce:], "every output waited for the commit"
+    copies: list[bytes | None] = []
+    tp, offset = TopicPartition("copies", 0), 0
+    while offset < log.end_offset(tp):
+        fetched = log.fetch(tp, offset).records
+        copies += [r.value for r in fetched]
+        offset = fetched[-1].offset + 1 if fetched else log.end_offset(tp)
+    assert copies == [line.encode() for line in lines]

@@ -248,11 +248,11 @@ def test_a_task_fenced_away_while_still_assigned_is_opened_again(
     del zombies
 
 
-@pytest.mark.parametrize("mode", ["concurrent", "serial"])
-def test_both_commit_modes_commit_every_tasks_transaction_and_count_exactly(
+@pytest.mark.parametrize("mode", ["pipelined", "concurrent", "serial"])
+def test_every_commit_mode_commit_every_tasks_transaction_and_count_exactly(
     tmp_path: Path, log: SqliteLog, mode: str
 ) -> None:
-    """commit.mode changes how a thread's task transactions are committed, never what: each
+    """commit.mode changes how a thread's task transactions are written, never what: each
     task with work commits its own transaction in the cycle (the reports count them)."""
     produce_lines(log, LINES)
     reports: list[CommitReport] = []

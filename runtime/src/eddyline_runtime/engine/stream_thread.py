@@ -38,12 +38,17 @@ owner: a zombie's next commit fails and writes nothing, and it drops the task
 (``TaskMigratedError``) without touching the log. So a task moving between
 members never runs twice, however late the old owner learns it lost it.
 
-Under ``commit.mode=concurrent`` (the default) step 2 of every task is made at
+Under ``commit.mode=concurrent`` step 2 of every task is made at
 once (``Log.commit_transactions``: on Kafka each task's flush,
 ``send_offsets_to_transaction`` and ``commit_transaction`` in a worker thread), and
 step 3 of a task follows only its own transaction's commit; a crash between tasks
 leaves each task in one of the states above (docs/kafka.md, "Committing a thread's
-tasks together"). ``serial`` commits one task after another.
+tasks together"). ``serial`` commits one task after another. Under ``pipelined`` (the
+default) each task's outputs also go into its transaction after every iteration, begun
+by the first of them, as Kafka Streams' producer sends records as they are produced:
+only step 2's changelog records, input offsets and commit wait for the commit, and the
+cases above hold unchanged, since nothing of an open transaction is visible or kept
+before its commit (docs/kafka.md, "Sending outputs before the commit").
 
 Stores are never wiped (KIP-892 with ``READ_COMMITTED`` on disk); restart
 replays at most one commit's changelog records per store. Under
@@ -163,7 +168,11 @@ class StreamThread:
         self._inbox = AssignmentInbox(tasks, standby_tasks)
         config = setup.config
         self._exactly_once = config.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE_V2
-        self._concurrent_commits = config.commit_mode is CommitMode.CONCURRENT
+        self._concurrent_commits = config.commit_mode is not CommitMode.SERIAL
+        # Outputs go into the tasks' open transactions after each iteration, not at the
+        # commit (see _send_outputs).
+        self._pipelined = self._exactly_once and config.commit_mode is CommitMode.PIPELINED
+        self._sent_before_commit = 0  # outputs _send_outputs sent since the last commit
         self._commit_interval_seconds = config.effective_commit_interval_ms / 1000
         self._budget = UncommittedBytesBudget(config)
         self._cache = ThreadCache(config.cache_bytes_per_thread)
@@ -324,9 +333,12 @@ class StreamThread:
             processed += task.take_turn(before + max(room, 0))
             room -= task.uncommitted_bytes() - before
         now_ms = time.time_ns() // 1_000_000
+        punctuated = False
         for task in self.active.values():
             if task.punctuate_wall_clock(now_ms):
-                self._punctuated = True
+                punctuated = self._punctuated = True
+        if self._pipelined and (processed or punctuated):
+            self._send_outputs()
         self._metrics.iterated(time.perf_counter() - busy_since)
         if processed:
             self.processed_since_commit += processed
@@ -355,6 +367,41 @@ class StreamThread:
         if not processed and not fetched and not replayed:
             self._stop.wait(_IDLE_SLEEP_SECONDS)
         return processed
+
+    def _send_outputs(self) -> None:
+        """``commit.mode=pipelined``: each task's outputs so far into its open transaction
+        (begun by the first), so the producer delivers them while the thread goes on
+        processing and the commit's flush finds most of them delivered. Input offsets and
+        changelog records are still sent only by the commit; a crash before it aborts the
+        transaction, and a fenced producer found here drops its task as a commit would."""
+        taken_over: list[TaskId] = []
+        for task in self.active.values():
+            if not task.transactional:
+                continue
+            held_bytes = task.topology.output_bytes  # the collect drains them
+            outputs: dict[TopicPartition, RecordColumns] = {}
+            sent = self._collector.collect(task, outputs)
+            if not sent:
+                continue
+            try:
+                task.send_outputs(outputs, held_bytes)
+            except ProducerFencedError as fenced:
+                logger.warning(
+                    "task %s was taken over by another member (%s); dropping it uncommitted",
+                    task.id,
+                    fenced,
+                )
+                taken_over.append(task.id)
+                continue
+            self._sent_before_commit += sent
+        for task_id in taken_over:
+            self._drop_taken_over(task_id)
+
+    def _drop_taken_over(self, task_id: TaskId) -> None:
+        """Close a task another member fenced, uncommitted: its transaction is aborted."""
+        self._metrics.commit_fenced()
+        self._tasks.close_active(task_id)
+        self._inbox.reclaim(task_id)  # if still assigned here: an old membership fenced it
 
     def _uncommitted_bytes(self) -> int:
         return sum(task.uncommitted_bytes() for task in self.active.values())
@@ -386,7 +433,8 @@ class StreamThread:
         changelog_records: dict[TopicPartition, int] = {}
         changelog_last_offsets: dict[TopicPartition, int] = {}
         input_offsets: dict[TopicPartition, int] = {}
-        output_records = self._collector.take_sent()
+        output_records = self._collector.take_sent() + self._sent_before_commit
+        self._sent_before_commit = 0
         migrated: list[TaskId] = []
         prepared_tasks: list[tuple[StreamTask, PreparedCommit]] = []
         for task in list(self.active.values()):
@@ -425,9 +473,7 @@ class StreamThread:
         if not self._exactly_once and input_offsets:
             self.setup.log.commit_offsets(self.setup.config.application_id, input_offsets)
         for task_id in migrated:
-            self._metrics.commit_fenced()
-            self._tasks.close_active(task_id)
-            self._inbox.reclaim(task_id)  # if still assigned here: an old membership fenced it
+            self._drop_taken_over(task_id)
         self._budget.committed()
         self._retention.after_commit()  # window changelogs' retention.ms, on the embedded log
         seconds = time.perf_counter() - started

@@ -87,6 +87,9 @@ class StreamTask:
         self.processed = 0
         self._turn_records = _PROCESS_BATCH_FIRST  # records per turn, see take_turn
         self._transaction_open = False
+        # Key and value bytes of the outputs send_outputs put in the open transaction:
+        # uncommitted still, so they count against the budget until the commit.
+        self._sent_output_bytes = 0
 
     def start(self, start_offsets: Mapping[TopicPartition, int]) -> None:
         """Restored: process from these input offsets (the committed ones)."""
@@ -249,9 +252,13 @@ class StreamTask:
 
     def uncommitted_bytes(self) -> int:
         """Store buffers plus the changelog and output records held for the next commit."""
-        return self.topology.output_bytes + sum(
-            store.store.approximate_num_uncommitted_bytes() + store.logging.pending_bytes
-            for store in self.stores.values()
+        return (
+            self.topology.output_bytes
+            + self._sent_output_bytes
+            + sum(
+                store.store.approximate_num_uncommitted_bytes() + store.logging.pending_bytes
+                for store in self.stores.values()
+            )
         )
 
     def offsets_to_commit(self) -> dict[TopicPartition, int]:
@@ -292,7 +299,7 @@ class StreamTask:
                 [timestamp] * len(entries),
             )
         offsets = self.offsets_to_commit()
-        if not outputs and not offsets:
+        if not outputs and not offsets and not self._transaction_open:
             return None
         return PreparedCommit(
             outputs, {tp: len(entries) for tp, entries in changelogs.items()}, offsets
@@ -340,23 +347,40 @@ class StreamTask:
         group: str,
         input_offsets: Mapping[TopicPartition, int],
     ) -> TransactionalProducer:
-        """Begin a transaction of this task's producer and hand it the records and input
-        offsets; its commit is the caller's (``Log.commit_transactions`` commits several
-        tasks' at once), whose outcome goes to :meth:`transaction_committed`."""
-        producer = self.producer
-        assert producer is not None, "exactly-once tasks have a producer"
-        producer.begin()
-        self._transaction_open = True
+        """Hand the records and input offsets to this task's transaction (begun here unless
+        :meth:`send_outputs` began it); its commit is the caller's
+        (``Log.commit_transactions`` commits several tasks' at once), whose outcome goes
+        to :meth:`transaction_committed`."""
+        producer = self.send_outputs(batches)
         try:
-            for tp, columns in batches.items():
-                producer.send_columns(
-                    tp, columns.keys, columns.values, columns.timestamps, columns.headers
-                )
             if input_offsets:
                 producer.send_offsets(group, input_offsets)
         except BaseException:  # failed and dropped by the producer (fenced), or the thread's end
             self._transaction_open = False
             raise
+        return producer
+
+    def send_outputs(
+        self, batches: Mapping[TopicPartition, RecordColumns], held_bytes: int = 0
+    ) -> TransactionalProducer:
+        """Send records into this task's open transaction, beginning one if none is open.
+        Nothing is visible before the commit (read_committed); a crash or a fence aborts
+        them with the transaction. ``held_bytes``: their size, counted as uncommitted
+        until the transaction ends."""
+        producer = self.producer
+        assert producer is not None, "exactly-once tasks have a producer"
+        if not self._transaction_open:
+            producer.begin()
+            self._transaction_open = True
+        try:
+            for tp, columns in batches.items():
+                producer.send_columns(
+                    tp, columns.keys, columns.values, columns.timestamps, columns.headers
+                )
+        except BaseException:  # failed and dropped by the producer (fenced), or the thread's end
+            self._transaction_open = False
+            raise
+        self._sent_output_bytes += held_bytes
         return producer
 
     def transaction_committed(
@@ -365,6 +389,7 @@ class StreamTask:
         """The open transaction's outcome: the last offset the log gave each partition, or
         the error its commit raised (the producer dropped the transaction either way)."""
         self._transaction_open = False
+        self._sent_output_bytes = 0
         if isinstance(outcome, Exception):
             raise outcome
         return dict(outcome.last_offsets)
@@ -373,6 +398,7 @@ class StreamTask:
         if self.producer is not None and self._transaction_open:
             self.producer.abort()
             self._transaction_open = False
+            self._sent_output_bytes = 0
 
     def close(self) -> None:
         """Close processors, stores and producer; uncommitted store writes are discarded."""
