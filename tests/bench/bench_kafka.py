@@ -38,7 +38,7 @@ consumer (process start, rejoining, any restore and the first commit included). 
 wipes a store after an unclean shutdown and restores its whole changelog; eddyline's stores
 are transactional under exactly-once and restore the changelog's tail after their last commit.
 
-**Commit modes.** ``--commit-mode`` (default ``pipelined,concurrent``; ``serial`` too)
+**Commit modes.** ``--commit-mode`` (default ``concurrent,pipelined``; ``serial`` too)
 lists eddyline's ``commit.mode`` values to measure, each in its own interleaved throughput
 runs: the first is ``eddyline`` (its keys are the issue's, and the restarts use it), each
 other one ``eddyline_<mode>``. Each eddyline run also reports its commits (``COMMITS`` at a
@@ -624,9 +624,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--commit-mode",
         type=mode_list("--commit-mode", COMMIT_MODES),
-        default=["pipelined", "concurrent"],
+        default=["concurrent", "pipelined"],
         help="eddyline's commit.mode values to measure, comma-separated; the first is "
-        "'eddyline' in the JSON (default: pipelined,concurrent; serial is measurable too)",
+        "'eddyline' in the JSON (default: concurrent,pipelined; serial is measurable too)",
     )
     parser.add_argument(
         "--start-mode",

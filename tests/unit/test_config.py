@@ -63,10 +63,10 @@ def test_bad_guarantee_and_unknown_keys_are_named() -> None:
         StreamsConfig.from_properties({"statestore.uncommited.max.bytes": 5})
 
 
-def test_commit_mode_is_pipelined_by_default_and_a_wrong_one_lists_the_accepted(
+def test_commit_mode_is_concurrent_by_default_and_a_wrong_one_lists_the_accepted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert StreamsConfig.from_properties({}, environ={}).commit_mode is CommitMode.PIPELINED
+    assert StreamsConfig.from_properties({}, environ={}).commit_mode is CommitMode.CONCURRENT
     monkeypatch.setenv("EDDYLINE_COMMIT_MODE", "serial")
     assert StreamsConfig.from_properties({}).commit_mode is CommitMode.SERIAL
     with pytest.raises(ConfigError) as error:

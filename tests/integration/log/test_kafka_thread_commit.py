@@ -288,7 +288,7 @@ class _WatchedClients(KafkaClients):
 def test_pipelined_outputs_go_to_the_open_transaction_while_processing_goes_on(
     tmp_path: Path, log: KafkaLog, kafka_bootstrap: str, prefix: str
 ) -> None:
-    """Under commit.mode=pipelined (the default) a task's outputs are handed to its
+    """Under commit.mode=pipelined a task's outputs are handed to its
     producer after each iteration, not at the commit: outputs are produced and then more
     input is processed, all before the transaction's first flush; read_committed sees
     each output once, after the commit."""
@@ -307,7 +307,9 @@ def test_pipelined_outputs_go_to_the_open_transaction_while_processing_goes_on(
 
     builder = StreamsBuilder()
     builder.stream("lines").peek(processed).to("copies")
-    settings = config(tmp_path, "tp").model_copy(update={"commit_interval_ms": 60_000})
+    settings = config(tmp_path, "tp").model_copy(
+        update={"commit_interval_ms": 60_000, "commit_mode": CommitMode.PIPELINED}
+    )
     watched = KafkaLog.open(
         f"kafka://{kafka_bootstrap}", {}, topic_prefix=prefix, clients=_WatchedClients(events)
     )

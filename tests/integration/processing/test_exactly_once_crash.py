@@ -270,7 +270,7 @@ def changelog_ends(log: Log) -> dict[int, int]:
     return {p: log.end_offset(TopicPartition(CHANGELOG, p)) for p in range(PARTITIONS)}
 
 
-def worker_server(tmp_path: Path, log: Log) -> ForkServer:
+def worker_server(tmp_path: Path, log: Log, commit_mode: str | None = None) -> ForkServer:
     """The process that forks each run's worker, ``eos_worker.py`` imported once.
 
     A fresh ``python eos_worker.py`` per run spent ~0.3 s importing the runtime,
@@ -279,6 +279,8 @@ def worker_server(tmp_path: Path, log: Log) -> ForkServer:
     """
     # The environment overrides StreamsConfig (EDDYLINE_*): keep the parent's out of it.
     env = {key: value for key, value in os.environ.items() if not key.startswith("EDDYLINE_")}
+    if commit_mode is not None:
+        env["EDDYLINE_COMMIT_MODE"] = commit_mode
     preload = ["eddyline_runtime.log.kafka"] if isinstance(log, KafkaLog) else []
     return ForkServer(WORKER, preload=preload, env=env, stderr=tmp_path / "forkserver.stderr")
 
@@ -345,6 +347,7 @@ def crash_loop(
     commit_interval_ms: int,
     threads: int,
     after_run: Callable[[Run], None] = lambda run: None,
+    commit_mode: str | None = None,
 ) -> list[Run]:
     """Start, kill, restart ``kills`` times; then one run to the end. Returns every run.
 
@@ -373,7 +376,7 @@ def crash_loop(
     def keep_fed() -> None:
         feed.keep_ahead(committed_words)
 
-    with worker_server(tmp_path, log) as server:
+    with worker_server(tmp_path, log, commit_mode) as server:
         for index in range(kills + 1):
             final = index == kills
             mode = "random" if final else rng.choice(("random", "random", "slow log", "slow store"))
@@ -888,19 +891,21 @@ KAFKA_LINES, KAFKA_KILLS = 150_000, 12
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    ("log", "threads"),
-    [("sqlite", 1), ("sqlite", 2), ("kafka", 1)],
-    ids=["1-thread", "2-threads", "kafka-1-thread"],
+    ("log", "threads", "commit_mode"),
+    [("sqlite", 1, None), ("sqlite", 2, None), ("kafka", 1, None), ("kafka", 1, "pipelined")],
+    ids=["1-thread", "2-threads", "kafka-1-thread", "kafka-1-thread-pipelined"],
     indirect=["log"],
 )
 def test_exactly_once_survives_sigkills(
-    tmp_path: Path, log: Log, inputs: InputTemplates, threads: int
+    tmp_path: Path, log: Log, inputs: InputTemplates, threads: int, commit_mode: str | None
 ) -> None:
     """SIGKILL the word count 24 times (12 on Kafka); the committed results are those
     of a clean run.
 
     With 2 stream threads, each thread commits its own tasks in its own
-    transaction, and one thread's repartition records are the other's input.
+    transaction, and one thread's repartition records are the other's input. Under
+    ``commit.mode=pipelined`` a task's transaction is open with outputs in it for most
+    of each interval, so most kills land in one.
     """
     on_kafka = isinstance(log, KafkaLog)
     expected = inputs.write(log, KAFKA_LINES if on_kafka else LINES, seed=2026)
@@ -918,6 +923,7 @@ def test_exactly_once_survives_sigkills(
         commit_interval_ms=100,
         threads=threads,
         after_run=committed.check,
+        commit_mode=commit_mode,
     )
     elapsed = time.monotonic() - started
     assert sum(run.killed for run in runs) == kills

@@ -38,13 +38,13 @@ owner: a zombie's next commit fails and writes nothing, and it drops the task
 (``TaskMigratedError``) without touching the log. So a task moving between
 members never runs twice, however late the old owner learns it lost it.
 
-Under ``commit.mode=concurrent`` step 2 of every task is made at
+Under ``commit.mode=concurrent`` (the default) step 2 of every task is made at
 once (``Log.commit_transactions``: on Kafka each task's flush,
 ``send_offsets_to_transaction`` and ``commit_transaction`` in a worker thread), and
 step 3 of a task follows only its own transaction's commit; a crash between tasks
 leaves each task in one of the states above (docs/kafka.md, "Committing a thread's
-tasks together"). ``serial`` commits one task after another. Under ``pipelined`` (the
-default) each task's outputs also go into its transaction after every iteration, begun
+tasks together"). ``serial`` commits one task after another. Under ``pipelined`` each
+task's outputs also go into its transaction after every iteration, begun
 by the first of them, as Kafka Streams' producer sends records as they are produced:
 only step 2's changelog records, input offsets and commit wait for the commit, and the
 cases above hold unchanged, since nothing of an open transaction is visible or kept
