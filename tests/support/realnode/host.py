@@ -77,6 +77,9 @@ PACKAGES = {
     # kube-proxy --cleanup removes IPVS ipsets too, and fails without the command.
     "ipset": "ipset",
     "iptables": "iptables",
+    # kube-proxy --cleanup also tears down its nftables mode's rules, and fails without
+    # the command (a fresh machine of 2026-11-28 had none: every realnode test errored).
+    "nft": "nftables",
 }
 # Killed processes leave their cgroups a moment after SIGKILL is delivered.
 _CGROUP_EMPTY_SECONDS = 30.0
