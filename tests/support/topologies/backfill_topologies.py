@@ -38,6 +38,18 @@ def repartitioned_count() -> Topology:
     return builder.build()
 
 
+def count_joined_with_a_global_table() -> Topology:
+    """A count of the input joined with a GlobalKTable of regions (one sub-topology)."""
+    builder = StreamsBuilder()
+    regions = builder.global_table(
+        "regions", "region-names", key_serde="string", value_serde="string"
+    )
+    builder.stream(INPUT, key_serde="string", value_serde="string").join(
+        regions, lambda key, _value: key, lambda value, region: f"{region}:{value}"
+    ).group_by_key().count("region-counts")
+    return builder.build()
+
+
 def keyed_count_of_env() -> Topology:
     """:func:`keyed_count` over the topic ``EDDYLINE_TEST_BACKFILL_INPUT`` names (a test
     on a shared broker gives it a fresh one; Spark's local workers inherit the variable)."""

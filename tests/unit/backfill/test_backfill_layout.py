@@ -13,6 +13,7 @@ from eddyline_runtime.backfill import (
 from eddyline_runtime.partitions import TaskId, TopicPartition
 from tests.support.topologies.backfill_topologies import (
     INPUT,
+    count_joined_with_a_global_table,
     keyed_count,
     repartitioned_count,
 )
@@ -21,6 +22,15 @@ from tests.support.topologies.backfill_topologies import (
 def test_a_repartitioned_topology_is_refused_naming_its_stores() -> None:
     with pytest.raises(NotBackfillableError, match=r"value-counts.*not supported yet"):
         backfill_layout(repartitioned_count(), "app", {INPUT: 4})
+
+
+def test_a_topology_with_a_global_table_is_refused_naming_its_store() -> None:
+    topology = count_joined_with_a_global_table()
+    assert len(tuple(topology.subtopologies())) == 1  # refused for the global store alone
+    with pytest.raises(
+        NotBackfillableError, match=r'global stores \("region-names"\).*without the GlobalKTable'
+    ):
+        backfill_layout(topology, "app", {INPUT: 4, "regions": 1})
 
 
 def test_a_missing_input_topic_is_refused_naming_it() -> None:

@@ -146,7 +146,17 @@ def backfill_layout(
     """The layout a run over these input topics has: named as ``resolve_topics`` names
     them, one task per partition. Refuses what this backfill does not build yet: more
     than one sub-topology (a repartition or a through-topic) and inputs that are not
-    co-partitioned."""
+    co-partitioned; and what it cannot build right: a global store (docs/backfill.md)."""
+    if topology.global_stores:
+        names = ", ".join(f'"{name}"' for name in sorted(topology.global_stores))
+        # The task is built without global stores: a join against one would read its
+        # contents of today for every historical record, not its contents at that time.
+        raise NotBackfillableError(
+            f"the topology has global stores ({names}): a backfill would join every "
+            "historical record against their current contents, not those of its time. "
+            "Backfill a revision without the GlobalKTable, or replay the history through "
+            "the app"
+        )
     subtopologies = tuple(topology.subtopologies())
     if len(subtopologies) != 1:
         stores = sorted(store for sub in subtopologies for store in sub.stores)

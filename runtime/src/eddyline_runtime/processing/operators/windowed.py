@@ -348,14 +348,14 @@ class WindowAggregateProcessor(_WindowedAggregate):
         """Forward the final result of every window ending in ``[self._next_end,
         close_time]``: those the observed stream time closed since the last call."""
         size = self._windows.size_ms
-        first, self._next_end = self._next_end - size, self._first_end_after(close_time)
+        # No open window starts before the old _next_end's window: a window that ends at
+        # or before the close time takes no write, and the starting scan begins there.
+        self._next_end = self._first_end_after(close_time)
         last = close_time - size
         store, open_windows = self._store, self._open
         keys, values, forward = self._keys, self._values, self.context.forward
         for start in sorted(s for s in open_windows if s <= last):
             stored_keys = open_windows.pop(start)
-            if start < first:
-                continue  # emitted already (never: a closed window takes no write)
             window = TimeWindow(start, start + size)
             start_bytes = _START.pack(start)
             # The suppression buffer's order: window end, then the windowed key's bytes
