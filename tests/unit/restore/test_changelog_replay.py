@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from eddyline_runtime.restore.replay import (
     ChangelogLossError,
     ChangelogReplacedError,
     ReplayVerdict,
+    judge,
     open_trusted,
     replay_start,
     restore,
@@ -135,6 +137,70 @@ def test_a_standby_ahead_of_its_changelog_is_refused(
     standby = StandbyTask(TaskId(0, 0), {"counts": store}, {"counts": CHANGELOG})
     with pytest.raises(ChangelogBehindStoreError, match=r"holds offsets \[0, 100\)"):
         standby.start(log)
+
+
+class MarkersOnTheWay(SqliteLog):
+    """The embedded log as Kafka is right after a commit returned: the last ``hidden``
+    records wait for their transaction's markers (below the last stable offset, and
+    ``undecided``) for ``reads`` more reads of the end. The embedded log decides a
+    transaction in one write, so only this stand-in shows the moment (a real broker shows
+    it by chance: the soak run did)."""
+
+    def __init__(self, path: Path, *, hidden: int, reads: int) -> None:
+        super().__init__(path)
+        self.hidden, self.reads = hidden, reads
+
+    def end_offset(self, tp: TopicPartition) -> int:
+        end = super().end_offset(tp)
+        if self.reads <= 0:
+            return end
+        self.reads -= 1
+        return end - self.hidden
+
+    def undecided(self, tp: TopicPartition) -> bool:
+        return self.reads > 0
+
+
+def test_a_copy_ahead_only_of_undecided_records_is_judged_once_they_are_decided(
+    tmp_path: Path, store_factory: StoreFactory
+) -> None:
+    """An active that committed records 95..99 and stays on as the task's standby: its copy
+    is at 99 while the end still reads 95. Not a loss: the copy opens caught up, nothing
+    set aside, once the markers land."""
+    log = MarkersOnTheWay(tmp_path / "log.db", hidden=5, reads=3)
+    log.create_topic(CHANGELOG.topic, 1, compacted=True)
+    log.produce(CHANGELOG, [Record(b"k%d" % i, b"v", i) for i in range(100)])
+    directory = tmp_path / "0_0" / "counts"
+    committed = store_factory(directory=directory)
+    committed.restore_batch([(b"k99", b"v")], {CHANGELOG: 99})
+    committed.close()
+    set_aside: list[Path] = []
+    store, start = open_trusted(
+        lambda: store_factory(directory=directory),
+        log,
+        CHANGELOG,
+        copy="standby of task 0_0",
+        on_set_aside=set_aside.append,
+        state_dir=tmp_path,
+    )
+    store.close()
+    assert (start.verdict, start.log_end) == (ReplayVerdict.CAUGHT_UP, 100)
+    assert set_aside == [] and log.reads == 0
+
+
+def test_a_copy_ahead_of_a_changelog_that_stays_undecided_is_a_loss_after_the_bound(
+    tmp_path: Path, store_factory: StoreFactory
+) -> None:
+    """A real loss beside a writer whose transactions keep the changelog undecided: told
+    once the bound passed, not waited on for ever."""
+    log = MarkersOnTheWay(tmp_path / "log.db", hidden=0, reads=10**9)
+    log.create_topic(CHANGELOG.topic, 1, compacted=True)
+    log.produce(CHANGELOG, [Record(b"k", b"v", 0)] * 10)
+    store = store_factory()
+    store.restore_batch([(b"k", b"v")], {CHANGELOG: 500})
+    started = time.monotonic()
+    assert judge(store, log, CHANGELOG, decided_within_s=0.3).verdict is ReplayVerdict.AHEAD
+    assert 0.3 <= time.monotonic() - started < 5
 
 
 def test_a_running_standby_notices_its_changelog_truncated_and_grown_back(

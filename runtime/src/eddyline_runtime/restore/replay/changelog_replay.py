@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
@@ -175,8 +176,46 @@ def recorded_epoch_end(
     return None if epoch_end_offset is None else epoch_end_offset(store_epoch)
 
 
-def judge(store: StateStore, log: Log, changelog: TopicPartition) -> ReplayStart:
-    """:func:`replay_start` for ``store`` against the live bounds and epoch of ``changelog``."""
+# How long a judge waits for a changelog's undecided transactions before it takes an end
+# below a copy's offset as final: Kafka's coordinator answers a commit, then writes the
+# markers, and the last stable offset moves only when they land (milliseconds; seconds
+# under load). A live writer's own open transaction can keep the changelog undecided for
+# its whole commit interval, so the bound is well above that, and a real loss is told
+# this much later.
+DECIDED_WITHIN_S = 30.0
+_DECIDED_POLL_S = 0.05
+
+
+def judge(
+    store: StateStore,
+    log: Log,
+    changelog: TopicPartition,
+    *,
+    decided_within_s: float = DECIDED_WITHIN_S,
+) -> ReplayStart:
+    """:func:`replay_start` for ``store`` against the live bounds and epoch of ``changelog``.
+
+    A copy ahead of the end is judged again while the changelog holds undecided records
+    (``Log.undecided``), for at most ``decided_within_s``: the copy of a task that just
+    committed and moved (an active that stays on as a standby, a restart right after a
+    commit) has applied records whose commit markers are still on the way, so the end is
+    below them for a moment; taken as final, that moment was a loss, the copy quarantined
+    and the task stopped (the soak run of issue 38 met it on a real broker)."""
+    deadline = time.monotonic() + decided_within_s
+    while True:
+        start = _judge_once(store, log, changelog)
+        if start.verdict is not ReplayVerdict.AHEAD:
+            return start
+        if not log.undecided(changelog):
+            # Decided now; the end above may have been read before the markers landed,
+            # one read from here on is not.
+            return _judge_once(store, log, changelog)
+        if time.monotonic() >= deadline:
+            return start
+        time.sleep(_DECIDED_POLL_S)
+
+
+def _judge_once(store: StateStore, log: Log, changelog: TopicPartition) -> ReplayStart:
     store_epoch = store.changelog_epoch(changelog)
     log_epoch = log.partition_epoch(changelog)
     return replay_start(
