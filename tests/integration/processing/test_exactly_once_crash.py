@@ -883,7 +883,7 @@ def check_restores(log: Log, runs: list[Run]) -> list[dict[int, int]]:
 
 # -- the tests ----------------------------------------------------------------------
 
-LINES = 1_500_000
+LINES = 600_000
 # On Kafka a run is slower (a broker round trip per fetch and commit, on 2 shared cores).
 KAFKA_LINES, KAFKA_KILLS = 150_000, 12
 
