@@ -11,6 +11,7 @@ It writes, per task partition, the stores' SSTs and manifests in the layout
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -24,6 +25,7 @@ from eddyline_runtime.spec import BackfillState, BackfillVerdict, load_manifest
 SPARK_MISSING = spark_missing("backfill build")
 # The progress line's label while the task partitions' histories run.
 RUNNING_HISTORY = "running the history"
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 class BackfillCommandError(EddylineError):
@@ -59,6 +61,7 @@ def add_backfill_commands(commands: argparse._SubParsersAction[argparse.Argument
         help="where an input partition's history ends (exclusive; repeatable; default: "
         "the application's committed positions)",
     )
+    _add_from_timestamp(build)
     build.add_argument(
         "--property",
         action="append",
@@ -96,7 +99,34 @@ def _add_job_command(actions: argparse._SubParsersAction[argparse.ArgumentParser
     job.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
     job.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     job.add_argument("--build-id", required=True, help="names the build (the operator's)")
+    _add_from_timestamp(job)
     job.add_argument("--result-file", type=Path, help="where the verdict goes as well")
+
+
+def _add_from_timestamp(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from-timestamp",
+        type=parse_timestamp,
+        metavar="TIME",
+        help="start each input partition's history at its first record at or after TIME "
+        "(RFC 3339 with a zone, e.g. 2026-11-01T00:00:00Z; default: the first retained "
+        "offset)",
+    )
+
+
+def parse_timestamp(text: str) -> int:
+    """An RFC 3339 time with its zone, as epoch milliseconds (record timestamps' unit)."""
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        # argparse reports an ArgumentTypeError's text with the option's name.
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an RFC 3339 time with a zone; write e.g. 2026-11-01T00:00:00Z"
+        )
+    # By integer arithmetic: a float's timestamp() * 1000 can land a millisecond short.
+    return (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
 
 
 def _setting(text: str, option: str) -> tuple[str, str]:
@@ -145,6 +175,7 @@ def run_backfill_command(args: argparse.Namespace, out: TextIO | None = None) ->
         build_id=args.build_id or new_build_id(),
         end_offsets=ends,
         properties=properties,
+        from_timestamp_ms=args.from_timestamp,
     )
     spark = spark_session(args.master, app_name=spark_job.APP_NAME)
     line = ProgressLine(
@@ -242,6 +273,7 @@ def _backfill_job(args: argparse.Namespace) -> BackfillVerdict:
         build_id=args.build_id,
         end_offsets=ends,
         properties=dict(app.spec.config),
+        from_timestamp_ms=args.from_timestamp,
     )
     conf = dict(_setting(item, "--conf") for item in args.conf)
     spark = spark_session(args.master, conf, app_name=spark_job.APP_NAME)
@@ -252,7 +284,14 @@ def _backfill_job(args: argparse.Namespace) -> BackfillVerdict:
     return BackfillVerdict(
         state=BackfillState.SUCCEEDED,
         message=f"built {', '.join(plan.stores)} from {result.records:,} records in "
-        f"{len(result.tasks)} task partitions",
+        f"{len(result.tasks)} task partitions"
+        + (
+            ""
+            if not plan.start_offsets
+            else " (from "
+            + ", ".join(f"{tp}@{offset}" for tp, offset in sorted(plan.start_offsets.items()))
+            + ")"
+        ),
         buildId=plan.build_id,
         records=result.records,
         endOffsets=dict(plan.end_offsets),

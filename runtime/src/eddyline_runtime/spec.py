@@ -41,6 +41,7 @@ from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -165,11 +166,28 @@ class BackfillFrom(enum.StrEnum):
     # The first offset the log still holds of every input partition (docs/backfill.md: an
     # earlier start that retention deleted cannot be read).
     EARLIEST_RETAINED = "EarliestRetained"
+    # Each input partition's first record at or after ``fromTimestamp`` (Kafka's
+    # offsetsForTimes, as its application reset tool's --to-datetime finds it).
+    TIMESTAMP = "Timestamp"
 
 
 class BackfillSpec(_Strict):
     """Stores of a new topology revision built from the input's history by a Spark Job during
     the upgrade to that revision (docs/backfill.md, "The operator's side")."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "self.from != 'Timestamp' || has(self.fromTimestamp)",
+                "from: Timestamp needs fromTimestamp (RFC 3339, e.g. 2026-11-01T00:00:00Z)",
+            ),
+            (
+                "!has(self.fromTimestamp) || self.from == 'Timestamp'",
+                "fromTimestamp is read only with from: Timestamp; set from: Timestamp, or "
+                "drop fromTimestamp",
+            ),
+        )
+    )
 
     stores: list[str] = Field(
         min_length=1,
@@ -182,8 +200,29 @@ class BackfillSpec(_Strict):
         default=BackfillFrom.EARLIEST_RETAINED,
         alias="from",
         description="where the history starts: EarliestRetained (the first offset the log "
-        "still holds; a timestamp is not supported yet)",
+        "still holds) or Timestamp (each input partition's first record at or after "
+        "fromTimestamp)",
     )
+    from_timestamp: AwareDatetime | None = Field(
+        default=None,
+        alias="fromTimestamp",
+        description="with from: Timestamp, where the history starts: an RFC 3339 time with "
+        "its zone (2026-11-01T00:00:00Z)",
+    )
+
+    @model_validator(mode="after")
+    def _timestamp_with_its_from(self) -> Self:
+        timestamped = self.from_ is BackfillFrom.TIMESTAMP
+        if timestamped and self.from_timestamp is None:
+            raise ValueError(
+                "from: Timestamp needs fromTimestamp (RFC 3339, e.g. 2026-11-01T00:00:00Z)"
+            )
+        if not timestamped and self.from_timestamp is not None:
+            raise ValueError(
+                "fromTimestamp is read only with from: Timestamp; set from: Timestamp, or "
+                "drop fromTimestamp"
+            )
+        return self
 
     @field_validator("stores")
     @classmethod
@@ -970,6 +1009,7 @@ class BackfillRecord(_Strict):
 
     stores: list[str]
     from_: BackfillFrom = Field(default=BackfillFrom.EARLIEST_RETAINED, alias="from")
+    from_timestamp: AwareDatetime | None = Field(default=None, alias="fromTimestamp")
     job: str = Field(description="the backfill Job's name (fixed at Stopping)")
     build_id: str = Field(alias="buildId", description="names the build in the restore claim")
     state: BackfillState = BackfillState.PENDING

@@ -23,6 +23,7 @@ from eddyline_runtime.backfill import (
     run_task_history,
     write_manifests,
 )
+from eddyline_runtime.backfill.spark_job import fix_plan
 from eddyline_runtime.backfill.task_history import (
     TaskBackfill,
     manifest_directory,
@@ -150,6 +151,60 @@ def test_a_backfill_ending_earlier_holds_only_the_history_before_its_end(
         assert not stray.exists()
         total = sum(int.from_bytes(value[-8:], "big") for _, value in contents)
         assert total == 100
+    finally:
+        log.close()
+
+
+def test_a_backfill_from_a_timestamp_holds_the_history_from_the_first_record_at_or_after_it(
+    tmp_path: Path,
+) -> None:
+    """``from: Timestamp``: the driver fixes each partition's start at its first record at
+    or after the time (late records after it included, as Kafka's offsetsForTimes
+    finds it); a time past a partition's end leaves that partition no history."""
+    topology = keyed_count()
+    application = "backfill-from"
+    config = StreamsConfig.from_properties(
+        {"application.id": application, "state.dir": str(tmp_path / "s")}, environ={}
+    )
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        ends = write_history(log, INPUT, 2, 1_000)
+        layout = backfill_layout(topology, application, {INPUT: 2})
+        ensure_changelogs(log, layout, ["counts"])
+        first, second = sorted(ends)
+        history = {tp: log.fetch(tp, 0).records for tp in ends}
+        # A time inside the first partition's history (7 ms a record; the partitions
+        # hold about 500 each), and past the second partition's end offset given.
+        since = history[first][200].timestamp
+        plan = fix_plan(
+            topology,
+            application=application,
+            reference="tests.support.topologies.backfill_topologies:keyed_count",
+            stores=["counts"],
+            log_url=log.url,
+            output=tmp_path / "builds",
+            build_id="b1",
+            end_offsets={first: ends[first], second: 100},
+            from_timestamp_ms=since,
+        )
+        start = next(r.offset for r in history[first] if r.timestamp >= since)
+        assert plan.start_offsets == {partition_key(first): start, partition_key(second): 100}
+        assert start > 0 and any(r.timestamp < since for r in history[first][start:])
+        counted = []
+        for task in layout.tasks():
+            built = run_task_history(
+                topology,
+                config,
+                layout=layout,
+                task_id=task,
+                log=log,
+                plan=plan,
+                work_dir=tmp_path / f"w{task.partition}",
+            )
+            contents = ingested_build(plan, built, "counts", config, tmp_path / f"i{task}")
+            counted.append(sum(int.from_bytes(value[-8:], "big") for _, value in contents))
+            assert built.records == counted[-1]
+        assert counted == [ends[first] - start, 0]
     finally:
         log.close()
 

@@ -8,7 +8,7 @@ import pytest
 
 from eddyline_runtime.backfill import BackfillError
 from eddyline_runtime.backfill.spark_job import fix_plan
-from eddyline_runtime.backfill_cli import BackfillCommandError, parse_end_offset
+from eddyline_runtime.backfill_cli import BackfillCommandError, parse_end_offset, parse_timestamp
 from eddyline_runtime.cli import main
 from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.partitions import TopicPartition
@@ -25,6 +25,31 @@ def test_an_end_offset_is_topic_partition_equals_offset() -> None:
 def test_a_malformed_end_offset_is_refused_with_the_form_to_use(text: str) -> None:
     with pytest.raises(BackfillCommandError, match=r"TOPIC:PARTITION=OFFSET"):
         parse_end_offset(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("2026-11-01T00:00:00Z", 1_793_491_200_000),
+        ("2026-11-01T01:00:00.123+01:00", 1_793_491_200_123),
+        ("1970-01-01T00:00:00.001+00:00", 1),
+    ],
+)
+def test_a_from_timestamp_is_rfc_3339_with_a_zone_in_milliseconds(text: str, ms: int) -> None:
+    assert parse_timestamp(text) == ms
+
+
+@pytest.mark.parametrize("text", ["2026-11-01T00:00:00", "yesterday", "1761955200000"])
+def test_a_from_timestamp_without_a_zone_is_refused_by_the_command_naming_the_form(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["backfill", "build", "--topology", "m:f", "--application", "app"]
+    args += ["--store", "counts", "--log-url", "sqlite:///x.db", "--output", "out"]
+    with pytest.raises(SystemExit) as ended:
+        main([*args, "--from-timestamp", text])
+    assert ended.value.code == 2
+    error = capsys.readouterr().err
+    assert "--from-timestamp" in error and "2026-11-01T00:00:00Z" in error
 
 
 def _log_with_input(tmp_path: Path) -> str:

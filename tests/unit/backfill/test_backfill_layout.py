@@ -56,5 +56,6 @@ def test_a_plan_survives_its_trip_to_the_executors() -> None:
         build_id="b",
         end_offsets={"events:0": 10},
         properties={"statestore.cache.max.bytes": 0},
+        start_offsets={"events:0": 4},
     )
     assert BackfillPlan.decode(plan.encode()) == plan

@@ -297,6 +297,20 @@ def test_fetch_outside_the_partition_raises_offset_out_of_range(log: Log, offset
     assert (raised.value.beginning, raised.value.end) == (0, 3)
 
 
+def test_the_offset_for_a_timestamp_is_the_first_record_at_or_after_it(log: Log) -> None:
+    # Out of order at offset 3: Kafka's offsetsForTimes does not skip a record after
+    # the one found, whatever its time; the records before the one found are skipped.
+    times = [1_000, 2_000, 3_000, 2_500, 4_000]
+    log.produce(IN, [rec(b"%d" % i, timestamp=t) for i, t in enumerate(times)])
+    assert log.offset_for_timestamp(IN, 0) == 0
+    assert log.offset_for_timestamp(IN, 1_000) == 0
+    assert log.offset_for_timestamp(IN, 1_001) == 1
+    assert log.offset_for_timestamp(IN, 2_500) == 2
+    assert log.offset_for_timestamp(IN, 3_500) == 4
+    assert log.offset_for_timestamp(IN, 4_001) == log.end_offset(IN) == 5  # none is
+    assert log.offset_for_timestamp(IN_1, 0) == 0  # an empty partition: its end
+
+
 def test_partitions_and_topics_have_their_own_offsets(log: Log) -> None:
     assert log.produce(IN, [rec(b"a"), rec(b"b")]) == [0, 1]
     assert log.produce(IN_1, [rec(b"x")]) == [0]

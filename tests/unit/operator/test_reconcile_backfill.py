@@ -229,6 +229,25 @@ def test_a_backfill_of_a_store_that_runs_already_is_refused_before_anything_stop
     assert "'word-counts'" in degraded["message"] and "another name" in degraded["message"]
 
 
+def test_a_backfill_from_a_timestamp_passes_it_to_its_job(driver: BackfillDriver) -> None:
+    backfill = {**BACKFILL, "from": "Timestamp", "fromTimestamp": "2026-11-01T00:00:00Z"}
+    driver.app["spec"]["topology"] = {**V2, "backfill": backfill}
+    driver.cycle()
+    record = driver.app["status"]["upgrade"]["backfill"]
+    assert record["from"] == "Timestamp"
+    assert record["fromTimestamp"] == "2026-11-01T00:00:00Z"
+    driver.cycle(reports=driver.parked())
+    (job,) = driver.created
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--from-timestamp") + 1] == "2026-11-01T00:00:00+00:00"
+
+
+def test_a_backfill_from_the_earliest_offset_passes_no_timestamp(driver: BackfillDriver) -> None:
+    to_backfilling(driver)
+    (job,) = driver.created
+    assert "--from-timestamp" not in job["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 def test_the_job_name_fits_a_label_with_the_longest_name_restores_allow() -> None:
     name = backfill_job.job_name("a" * 44, "m:f@2", ["s"], "2026-11-23T10:00:00Z")
     assert len(name) == 63
@@ -251,6 +270,31 @@ def test_an_invalid_backfill_is_refused_naming_the_field_and_the_accepted_values
     refused = model_error(obj)
     assert refused.field == field, refused
     assert words in str(refused), refused
+
+
+@pytest.mark.parametrize(
+    ("backfill", "words"),
+    [
+        ({"stores": ["a"], "from": "Timestamp"}, "from: Timestamp needs fromTimestamp"),
+        (
+            {"stores": ["a"], "fromTimestamp": "2026-11-01T00:00:00Z"},
+            "fromTimestamp is read only with from: Timestamp",
+        ),
+    ],
+)
+def test_a_timestamp_and_its_from_go_together_in_both(backfill: Obj, words: str) -> None:
+    obj = document(topology={"ref": "m:f", "backfill": backfill}, restore={"when": "Always"})
+    assert any(words in e for e in crd_errors(obj)), crd_errors(obj)
+    refused = model_error(obj)
+    assert refused.field == "spec.topology.backfill" and words in str(refused), refused
+
+
+def test_a_timestamp_without_a_zone_is_refused_by_the_model() -> None:
+    backfill = {"stores": ["a"], "from": "Timestamp", "fromTimestamp": "2026-11-01T00:00:00"}
+    obj = document(topology={"ref": "m:f", "backfill": backfill}, restore={"when": "Always"})
+    refused = model_error(obj)
+    assert refused.field == "spec.topology.backfill.fromTimestamp", refused
+    assert "timezone" in str(refused), refused
 
 
 def test_stores_named_twice_are_refused_by_both() -> None:

@@ -91,6 +91,8 @@ def job(
         "--result-file",
         restore_job.TERMINATION_LOG,
     ]
+    if record.from_timestamp is not None:
+        args += ["--from-timestamp", record.from_timestamp.isoformat()]
     return restore_job.spark_job(
         app,
         namespace,

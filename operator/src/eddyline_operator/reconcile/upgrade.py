@@ -243,6 +243,7 @@ def _backfill_record(observed: UpgradeInput, target: Topology) -> BackfillRecord
         {
             "stores": backfill.stores,
             "from": backfill.from_,
+            "fromTimestamp": backfill.from_timestamp,
             "job": name,
             "buildId": backfill_job.build_id(name, observed.now),
         }

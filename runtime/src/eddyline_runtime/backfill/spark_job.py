@@ -80,9 +80,12 @@ def fix_plan(
     build_id: str,
     end_offsets: Mapping[TopicPartition, int] | None = None,
     properties: Mapping[str, object] | None = None,
+    from_timestamp_ms: int | None = None,
 ) -> BackfillPlan:
-    """The plan the driver fixes: stores checked against the topology, and the end
-    offsets (given, or the app's committed positions: where its stream continues)."""
+    """The plan the driver fixes: stores checked against the topology, the end offsets
+    (given, or the app's committed positions: where its stream continues), and with
+    ``from_timestamp_ms`` the start offsets (each input partition's first record at or
+    after it, never past its end: a later time leaves that partition no history)."""
     unknown = [store for store in stores if store not in topology.stores]
     if unknown or not stores:
         raise BackfillError(
@@ -111,6 +114,14 @@ def fix_plan(
             raise BackfillError(
                 f"no end offset for {', '.join(absent)}: give one per input partition"
             )
+        starts = (
+            {}
+            if from_timestamp_ms is None
+            else {
+                tp: min(log.offset_for_timestamp(tp, from_timestamp_ms), end_offsets[tp])
+                for tp in inputs
+            }
+        )
     finally:
         log.close()
     return BackfillPlan(
@@ -122,6 +133,7 @@ def fix_plan(
         build_id=build_id,
         end_offsets={partition_key(tp): end_offsets[tp] for tp in inputs},
         properties=dict(properties or {}),
+        start_offsets={partition_key(tp): offset for tp, offset in starts.items()},
     )
 
 

@@ -90,6 +90,9 @@ class BackfillPlan:
     # Input partition ("topic:partition") -> the offset the history ends at (exclusive).
     end_offsets: Mapping[str, int]
     properties: Mapping[str, object] = field(default_factory=dict)
+    # Input partition -> the offset the history starts at, fixed by the driver for a
+    # backfill from a timestamp; empty: each partition's first retained offset.
+    start_offsets: Mapping[str, int] = field(default_factory=dict)
 
     def encode(self) -> str:
         return json.dumps(
@@ -102,6 +105,7 @@ class BackfillPlan:
                 "build_id": self.build_id,
                 "end_offsets": dict(self.end_offsets),
                 "properties": dict(self.properties),
+                "start_offsets": dict(self.start_offsets),
             }
         )
 
@@ -117,10 +121,26 @@ class BackfillPlan:
             build_id=raw["build_id"],
             end_offsets=dict(raw["end_offsets"]),
             properties=dict(raw["properties"]),
+            start_offsets=dict(raw.get("start_offsets", {})),
         )
 
     def end_offset(self, tp: TopicPartition) -> int:
         return self.end_offsets[partition_key(tp)]
+
+    def start_offset(self, tp: TopicPartition, log: Log) -> int:
+        """Where ``tp``'s history starts: the fixed start, or the first retained offset.
+        A fixed start that retention deleted since is refused: those records are gone."""
+        first = log.beginning_offset(tp)
+        start = self.start_offsets.get(partition_key(tp))
+        if start is None:
+            return first
+        if start < first:
+            raise BackfillError(
+                f"the history of {tp} starts at {start}, but retention deleted the records "
+                f"before {first} since the backfill began: backfill from a later timestamp, "
+                "or from a longer-retained log"
+            )
+        return start
 
 
 def partition_key(tp: TopicPartition) -> str:
@@ -278,20 +298,20 @@ def run_task_history(
     attempt: int = 0,
     changelog_log: Log | None = None,
 ) -> TaskBackfill:
-    """Process task ``task_id``'s history (each input partition from its beginning to its
-    end offset in ``plan``), then write each of ``plan.stores`` the task has as one sorted
+    """Process task ``task_id``'s history (each input partition from its start offset to
+    its end offset in ``plan``), then write each of ``plan.stores`` the task has as one sorted
     SST and a restore manifest under ``plan.output`` (the layout ``eddyline restore
     ingest`` and a pod's restore read). ``work_dir`` holds the task's RocksDB stores and
     is removed at the end."""
     inputs = layout.input_partitions(task_id)
-    positions = {tp: log.beginning_offset(tp) for tp in inputs}
+    positions = {tp: plan.start_offset(tp, log) for tp in inputs}
     ends = {tp: plan.end_offset(tp) for tp in inputs}
     for tp in inputs:
         if ends[tp] < positions[tp]:
             raise BackfillError(
-                f"the history of {tp} ends at {ends[tp]}, before its first retained offset "
-                f"{positions[tp]}: records were deleted by retention; pass an end offset "
-                ">= it, or backfill from a longer-retained log"
+                f"the history of {tp} ends at {ends[tp]}, before its start offset "
+                f"{positions[tp]} (its first retained offset, or the timestamp's): pass an "
+                "end offset >= it, or backfill from a longer-retained log"
             )
     start_offsets = dict(positions)
     fetched = dict(positions)

@@ -475,6 +475,23 @@ class Log(abc.ABC):
     @abc.abstractmethod
     def end_offset(self, tp: TopicPartition) -> int: ...
 
+    def offset_for_timestamp(self, tp: TopicPartition, timestamp_ms: int) -> int:
+        """The offset of ``tp``'s first committed record, in offset order from the
+        beginning, whose timestamp is at or after ``timestamp_ms``; the end offset when
+        none is (Kafka's ``offsetsForTimes``: records after it with earlier timestamps
+        are not skipped). This default reads the partition from its beginning; an
+        adapter with a time index asks it."""
+        offset, end = self.beginning_offset(tp), self.end_offset(tp)
+        while offset < end:
+            fetched = self.fetch_columns(tp, offset)
+            if not fetched.offsets:
+                break  # only transaction markers (or aborted records) are left
+            for at, timestamp in zip(fetched.offsets, fetched.timestamps, strict=True):
+                if timestamp >= timestamp_ms:
+                    return at
+            offset = fetched.offsets[-1] + 1
+        return end
+
     def undecided(self, tp: TopicPartition) -> bool:
         """Whether ``tp`` holds records whose transaction is not decided yet: written, and
         maybe committed by their producer, but not yet readable as committed or aborted.

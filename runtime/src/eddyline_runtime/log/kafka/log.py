@@ -239,6 +239,11 @@ class KafkaLog(Log):
     def beginning_offset(self, tp: TopicPartition) -> int:
         return self._reader().bounds(tp, self.check_partition(tp))[0]
 
+    def offset_for_timestamp(self, tp: TopicPartition, timestamp_ms: int) -> int:
+        """The broker's answer from its time index (ListOffsets by timestamp)."""
+        found = self._reader().offset_for_timestamp(tp, self.check_partition(tp), timestamp_ms)
+        return self.end_offset(tp) if found is None else found
+
     def end_offset(self, tp: TopicPartition) -> int:
         """Where committed data ends: the last stable offset, less trailing markers.
 

@@ -114,6 +114,22 @@ class PartitionReader:
         self._known_ends[(real, tp.partition)] = (high, time.monotonic())
         return low, high
 
+    def offset_for_timestamp(self, tp: TopicPartition, real: str, timestamp_ms: int) -> int | None:
+        """The first offset whose record's timestamp is at or after ``timestamp_ms``
+        (ListOffsets by timestamp, bounded by the last stable offset under
+        read_committed); None when no record is."""
+        action = f"looking up the offset of {tp} at timestamp {timestamp_ms}"
+        try:
+            (found,) = self._offsets.offsets_for_times(
+                [KafkaPartition(real, tp.partition, timestamp_ms)],
+                timeout=self._connection.request_timeout_s,
+            )
+        except KafkaException as exc:
+            raise self._connection.error(exc, action=action) from None
+        if found.error is not None:
+            raise self._connection.error(found.error, action=action)
+        return None if found.offset < 0 else int(found.offset)
+
     def high_watermark(self, tp: TopicPartition, real: str) -> int:
         """The offset after the last record written, decided or not (read_uncommitted)."""
         if self._uncommitted_offsets is None:
