@@ -285,12 +285,12 @@ def _backfill_job(args: argparse.Namespace) -> BackfillVerdict:
         state=BackfillState.SUCCEEDED,
         message=f"built {', '.join(plan.stores)} from {result.records:,} records in "
         f"{len(result.tasks)} task partitions"
+        # The time, not each partition's start: the verdict must fit a termination message.
         + (
             ""
-            if not plan.start_offsets
-            else " (from "
-            + ", ".join(f"{tp}@{offset}" for tp, offset in sorted(plan.start_offsets.items()))
-            + ")"
+            if args.from_timestamp is None
+            else " at or after "
+            + (_EPOCH + datetime.timedelta(milliseconds=args.from_timestamp)).isoformat()
         ),
         buildId=plan.build_id,
         records=result.records,
