@@ -8,7 +8,8 @@ runs each module in ``MODULES`` ``--rounds`` times in a row (default 10), each r
 CPU hog keeps every core busy: a machine where the test competes for CPU is where timing
 assumptions break. It prints a line per run, then the passes and failures per module and a
 final JSON line; each run's whole output is kept under ``--out`` (the failures' paths are
-printed). Exit code 0 only when nothing failed.
+printed), and a failed run's temporary directory with its pods' logs beside it. Exit code
+0 only when nothing failed.
 
 The hog is bounded: one busy process per core (``--hog-workers``), each ending by itself at
 the soak's time bound or when this script is gone (it watches its parent), and stopped by
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,14 +129,29 @@ def cpu_hog(workers: int, seconds: float) -> Iterator[list[subprocess.Popen[byte
 
 
 def run_module(round_: int, name: str, timeout: float, out_dir: Path) -> Run:
-    """One ``pytest`` process for the module; its output goes to a file of its own."""
+    """One ``pytest`` process for the module; its output goes to a file of its own, and
+    its temporary directory (the pods' logs, the broker's, the control plane's) is kept
+    beside it when the run fails: pytest keeps only its last three, and the next runs
+    would delete the one that says why (a pod's log found the first soak failure's
+    cause)."""
     output = out_dir / f"round-{round_:02d}-{name}.log"
+    temporary = out_dir / f"round-{round_:02d}-{name}-tmp"
+    shutil.rmtree(temporary, ignore_errors=True)
     started = time.monotonic()
     with output.open("wb") as sink:
         # A session of its own: a run that times out is stopped with every process it
         # started (control plane, broker, pods), not only pytest.
         process = subprocess.Popen(
-            [sys.executable, "-m", "pytest", MODULES[name], "-q", "-p", "no:cacheprovider"],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                MODULES[name],
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--basetemp={temporary}",
+            ],
             cwd=ROOT,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -148,6 +165,8 @@ def run_module(round_: int, name: str, timeout: float, out_dir: Path) -> Run:
         except BaseException:  # Ctrl-C: leave nothing behind
             _stop_session(process)
             raise
+    if code == 0:
+        shutil.rmtree(temporary, ignore_errors=True)
     return Run(round_, name, code == 0, time.monotonic() - started, code, output)
 
 

@@ -18,7 +18,10 @@ def test_each_module_counts_its_passes_and_failures_and_any_failure_fails_the_so
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "test_good.py").write_text("def test_good():\n    pass\n", encoding="utf-8")
-    (tmp_path / "test_bad.py").write_text("def test_bad():\n    assert False\n", encoding="utf-8")
+    (tmp_path / "test_bad.py").write_text(
+        "def test_bad(tmp_path):\n    (tmp_path / 'pod.log').write_text('why')\n    assert False\n",
+        encoding="utf-8",
+    )
     monkeypatch.setattr(
         soak_e2e,
         "MODULES",
@@ -38,6 +41,10 @@ def test_each_module_counts_its_passes_and_failures_and_any_failure_fails_the_so
     assert "round 2/2 bad: failed (exit 1)" in out
     kept = Path(summary["modules"]["bad"]["failed_runs"][0])
     assert "assert False" in kept.read_text(encoding="utf-8")
+    # A failed run's temporary directory stays (its pods' logs), a passed run's goes.
+    (pod_log,) = (tmp_path / "out" / "round-01-bad-tmp").rglob("pod.log")
+    assert pod_log.read_text(encoding="utf-8") == "why"
+    assert not (tmp_path / "out" / "round-01-good-tmp").exists()
 
 
 def test_the_hog_ends_by_itself_at_its_bound_and_when_its_parent_is_gone() -> None:
