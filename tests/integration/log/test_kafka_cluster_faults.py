@@ -31,6 +31,7 @@ from eddyline_runtime.log import Record
 from eddyline_runtime.log.kafka import KafkaLog
 from eddyline_runtime.partitions import TopicPartition
 from eddyline_runtime.serde import serde_for
+from tests.support.crash_runs import committed_records
 from tests.support.kafka.broker import KafkaCluster
 from tests.support.waiting import wait_for
 from tests.support.word_count import word_count
@@ -101,11 +102,10 @@ def log(kafka3: KafkaCluster) -> Iterator[KafkaLog]:
 
 def published(log: KafkaLog) -> dict[str, list[int]]:
     counts: dict[str, list[int]] = {}
-    for partition in range(PARTITIONS):
-        tp = TopicPartition("word-counts", partition)
-        for record in log.fetch(tp, log.beginning_offset(tp), max_records=1_000_000).records:
-            assert record.key is not None and record.value is not None
-            counts.setdefault(record.key.decode(), []).append(LONGS.deserialize(record.value))
+    # Each partition to its end offset: one fetch returns what has arrived (maybe one batch).
+    for record in committed_records(log, "word-counts", PARTITIONS):
+        assert record.key is not None and record.value is not None
+        counts.setdefault(record.key.decode(), []).append(LONGS.deserialize(record.value))
     return counts
 
 
