@@ -12,6 +12,8 @@ instance's stores.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,7 @@ from eddyline_runtime.backfill.task_history import (
     partition_key,
 )
 from eddyline_runtime.config import StreamsConfig
+from eddyline_runtime.engine.topics import TopicLayout
 from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.log import Log
 from eddyline_runtime.log.port import Record
@@ -77,6 +80,25 @@ def ingested(manifest_path: str, config: StreamsConfig, target: Path) -> list[tu
         store.close()
 
 
+@contextmanager
+def keyed_count_history(
+    tmp_path: Path, application: str, *, partitions: int, records: int
+) -> Iterator[tuple[StreamsConfig, SqliteLog, dict[TopicPartition, int], TopicLayout]]:
+    """An embedded log with ``records`` of history over ``partitions``, the changelogs a
+    backfill of :func:`keyed_count`'s store writes, its layout and the app's config."""
+    config = StreamsConfig.from_properties(
+        {"application.id": application, "state.dir": str(tmp_path / "s")}, environ={}
+    )
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        ends = write_history(log, INPUT, partitions, records)
+        layout = backfill_layout(keyed_count(), application, {INPUT: partitions})
+        ensure_changelogs(log, layout, ["counts"])
+        yield config, log, ends, layout
+    finally:
+        log.close()
+
+
 @pytest.mark.parametrize(
     ("build", "store"), [(keyed_count, "counts"), (windowed_count, "window-counts")]
 )
@@ -114,15 +136,13 @@ def test_a_backfill_ending_earlier_holds_only_the_history_before_its_end(
     """End offsets bound the history: records at or after them are not in the state."""
     topology = keyed_count()
     application = "backfill-end"
-    config = StreamsConfig.from_properties(
-        {"application.id": application, "state.dir": str(tmp_path / "s")}, environ={}
-    )
-    log = SqliteLog(tmp_path / "log.db")
-    try:
-        ends = write_history(log, INPUT, 1, 500)
+    with keyed_count_history(tmp_path, application, partitions=1, records=500) as (
+        config,
+        log,
+        ends,
+        layout,
+    ):
         (tp,) = ends
-        layout = backfill_layout(topology, application, {INPUT: 1})
-        ensure_changelogs(log, layout, ["counts"])
         plan = BackfillPlan(
             application=application,
             topology="tests.support.topologies.backfill_topologies:keyed_count",
@@ -151,8 +171,6 @@ def test_a_backfill_ending_earlier_holds_only_the_history_before_its_end(
         assert not stray.exists()
         total = sum(int.from_bytes(value[-8:], "big") for _, value in contents)
         assert total == 100
-    finally:
-        log.close()
 
 
 def test_a_backfill_from_a_timestamp_holds_the_history_from_the_first_record_at_or_after_it(
@@ -163,14 +181,12 @@ def test_a_backfill_from_a_timestamp_holds_the_history_from_the_first_record_at_
     finds it); a time past a partition's end leaves that partition no history."""
     topology = keyed_count()
     application = "backfill-from"
-    config = StreamsConfig.from_properties(
-        {"application.id": application, "state.dir": str(tmp_path / "s")}, environ={}
-    )
-    log = SqliteLog(tmp_path / "log.db")
-    try:
-        ends = write_history(log, INPUT, 2, 1_000)
-        layout = backfill_layout(topology, application, {INPUT: 2})
-        ensure_changelogs(log, layout, ["counts"])
+    with keyed_count_history(tmp_path, application, partitions=2, records=1_000) as (
+        config,
+        log,
+        ends,
+        layout,
+    ):
         first, second = sorted(ends)
         history = {tp: log.fetch(tp, 0).records for tp in ends}
         # A time inside the first partition's history (7 ms a record; the partitions
@@ -205,8 +221,6 @@ def test_a_backfill_from_a_timestamp_holds_the_history_from_the_first_record_at_
             counted.append(sum(int.from_bytes(value[-8:], "big") for _, value in contents))
             assert built.records == counted[-1]
         assert counted == [ends[first] - start, 0]
-    finally:
-        log.close()
 
 
 def test_aborted_records_in_the_history_are_not_in_the_backfilled_state(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Self
 
 import pytest
 
@@ -150,6 +151,13 @@ class MarkersOnTheWay(SqliteLog):
         super().__init__(path)
         self.hidden, self.reads = hidden, reads
 
+    @classmethod
+    def with_records(cls, tmp_path: Path, records: int, *, hidden: int, reads: int) -> Self:
+        log = cls(tmp_path / "log.db", hidden=hidden, reads=reads)
+        log.create_topic(CHANGELOG.topic, 1, compacted=True)
+        log.produce(CHANGELOG, [Record(b"k%d" % i, b"v", i) for i in range(records)])
+        return log
+
     def end_offset(self, tp: TopicPartition) -> int:
         end = super().end_offset(tp)
         if self.reads <= 0:
@@ -167,9 +175,7 @@ def test_a_copy_ahead_only_of_undecided_records_is_judged_once_they_are_decided(
     """An active that committed records 95..99 and stays on as the task's standby: its copy
     is at 99 while the end still reads 95. Not a loss: the copy opens caught up, nothing
     set aside, once the markers land."""
-    log = MarkersOnTheWay(tmp_path / "log.db", hidden=5, reads=3)
-    log.create_topic(CHANGELOG.topic, 1, compacted=True)
-    log.produce(CHANGELOG, [Record(b"k%d" % i, b"v", i) for i in range(100)])
+    log = MarkersOnTheWay.with_records(tmp_path, 100, hidden=5, reads=3)
     directory = tmp_path / "0_0" / "counts"
     committed = store_factory(directory=directory)
     committed.restore_batch([(b"k99", b"v")], {CHANGELOG: 99})
@@ -193,9 +199,7 @@ def test_a_copy_ahead_of_a_changelog_that_stays_undecided_is_a_loss_after_the_bo
 ) -> None:
     """A real loss beside a writer whose transactions keep the changelog undecided: told
     once the bound passed, not waited on for ever."""
-    log = MarkersOnTheWay(tmp_path / "log.db", hidden=0, reads=10**9)
-    log.create_topic(CHANGELOG.topic, 1, compacted=True)
-    log.produce(CHANGELOG, [Record(b"k", b"v", 0)] * 10)
+    log = MarkersOnTheWay.with_records(tmp_path, 10, hidden=0, reads=10**9)
     store = store_factory()
     store.restore_batch([(b"k", b"v")], {CHANGELOG: 500})
     started = time.monotonic()
