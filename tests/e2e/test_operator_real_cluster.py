@@ -371,6 +371,16 @@ INVALID = {
         'spec.storage: Invalid value: "object": size is immutable',
     ),
     "negative replicas": ({"spec__replicas": -1}, "spec.replicas"),
+    # A CEL rule of the CRD's (the model says the same, for the operator's own check).
+    "backfill from a time without one": (
+        {
+            "spec__topology": {
+                "ref": "wordcount:topology",
+                "backfill": {"stores": ["counts"], "from": "Timestamp"},
+            }
+        },
+        "from: Timestamp needs fromTimestamp",
+    ),
     "pull policy": ({"spec__imagePullPolicy": "Sometimes"}, "spec.imagePullPolicy"),
     "secret with sqlite": (
         {"spec__log": {"url": "sqlite:///wordcount/log.db", "secretName": "kafka-client"}},
