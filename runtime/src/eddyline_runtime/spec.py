@@ -171,21 +171,21 @@ class BackfillFrom(enum.StrEnum):
     TIMESTAMP = "Timestamp"
 
 
+# What the CRD's rules and the model say of a backfill's start, in the same words.
+_TIMESTAMP_MISSING = "from: Timestamp needs fromTimestamp (RFC 3339, e.g. 2026-11-01T00:00:00Z)"
+_TIMESTAMP_UNUSED = (
+    "fromTimestamp is read only with from: Timestamp; set from: Timestamp, or drop fromTimestamp"
+)
+
+
 class BackfillSpec(_Strict):
     """Stores of a new topology revision built from the input's history by a Spark Job during
     the upgrade to that revision (docs/backfill.md, "The operator's side")."""
 
     model_config = ConfigDict(
         json_schema_extra=_rules(
-            (
-                "self.from != 'Timestamp' || has(self.fromTimestamp)",
-                "from: Timestamp needs fromTimestamp (RFC 3339, e.g. 2026-11-01T00:00:00Z)",
-            ),
-            (
-                "!has(self.fromTimestamp) || self.from == 'Timestamp'",
-                "fromTimestamp is read only with from: Timestamp; set from: Timestamp, or "
-                "drop fromTimestamp",
-            ),
+            ("self.from != 'Timestamp' || has(self.fromTimestamp)", _TIMESTAMP_MISSING),
+            ("!has(self.fromTimestamp) || self.from == 'Timestamp'", _TIMESTAMP_UNUSED),
         )
     )
 
@@ -214,14 +214,9 @@ class BackfillSpec(_Strict):
     def _timestamp_with_its_from(self) -> Self:
         timestamped = self.from_ is BackfillFrom.TIMESTAMP
         if timestamped and self.from_timestamp is None:
-            raise ValueError(
-                "from: Timestamp needs fromTimestamp (RFC 3339, e.g. 2026-11-01T00:00:00Z)"
-            )
+            raise ValueError(_TIMESTAMP_MISSING)
         if not timestamped and self.from_timestamp is not None:
-            raise ValueError(
-                "fromTimestamp is read only with from: Timestamp; set from: Timestamp, or "
-                "drop fromTimestamp"
-            )
+            raise ValueError(_TIMESTAMP_UNUSED)
         return self
 
     @field_validator("stores")

@@ -303,6 +303,7 @@ def test_the_offset_for_a_timestamp_is_the_first_record_at_or_after_it(log: Log)
     times = [1_000, 2_000, 3_000, 2_500, 4_000]
     log.produce(IN, [rec(b"%d" % i, timestamp=t) for i, t in enumerate(times)])
     assert log.offset_for_timestamp(IN, 0) == 0
+    assert log.offset_for_timestamp(IN, -1) == log.offset_for_timestamp(IN, -2) == 0  # < 1970
     assert log.offset_for_timestamp(IN, 1_000) == 0
     assert log.offset_for_timestamp(IN, 1_001) == 1
     assert log.offset_for_timestamp(IN, 2_500) == 2

@@ -121,7 +121,9 @@ class PartitionReader:
         action = f"looking up the offset of {tp} at timestamp {timestamp_ms}"
         try:
             (found,) = self._offsets.offsets_for_times(
-                [KafkaPartition(real, tp.partition, timestamp_ms)],
+                # A time before 1970 asks for every record (their timestamps are >= 0);
+                # sent as is, -1 and -2 would mean the latest and the earliest offset.
+                [KafkaPartition(real, tp.partition, max(0, timestamp_ms))],
                 timeout=self._connection.request_timeout_s,
             )
         except KafkaException as exc:
