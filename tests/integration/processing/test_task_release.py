@@ -388,6 +388,54 @@ def test_a_moved_task_waits_for_its_old_owners_final_commit_to_be_decided(
     assert group.counts(group.b, StoreRole.ACTIVE) == group.produced
 
 
+def test_a_copy_its_busy_thread_has_yet_to_open_is_not_taken_as_caught_up(group: Group) -> None:
+    """Issue 38's soak: a task moved away from a member and back within a second. Its thread
+    had yet to open the copy the first move gave it (busy: opening it waited for the markers
+    of its own last commit; here held at the top of its loop) when the second move held the
+    task for it: the watcher found no open copy, took that as "nothing to wait for" and
+    promoted, and the store restored what it missed on the critical path. The copy counts
+    only once open and caught up."""
+    # "b" keeps no copy for a while, and the changelogs move on without it.
+    apart = Assignment(
+        active={"a": group.tasks, "b": frozenset()},
+        standby={"a": frozenset(), "b": frozenset()},
+        members=group.members,
+    )
+    group.b.apply_assignment(apart)
+    wait_for(lambda: not group.roles(group.b), "b closed its standbys")
+    group.produce(10)
+    wait_for(lambda: group.at_changelog_end(group.a), "a counted the new lines")
+    (thread,) = group.b.threads
+    gate = threading.Event()
+    apply_pending = thread._apply_pending_assignment
+
+    def held_at_the_gate() -> None:
+        gate.wait(30)
+        apply_pending()
+
+    thread._apply_pending_assignment = held_at_the_gate  # type: ignore[method-assign]
+    restores_before = len(group.restores["b"])
+    # "b" is given its copies back, then the tasks: held (it keeps a copy), not yet open.
+    group.b.apply_assignment(group.before)
+    group.b.apply_assignment(group.after)
+    group.a.apply_assignment(group.after)
+    # "a" releases in milliseconds and "b" fences it; its thread stays busy a while longer
+    # (well inside RELEASE_WAIT_SECONDS, past which it would be promoted anyway).
+    wait_for(lambda: group.a.check() is not None and not group.roles(group.a), "a let go")
+    time.sleep(1.0)
+    assert group.b.release.held() == group.stateful, "promoted before its copy was open"
+    gate.set()
+    wait_for(lambda: group.b.check() is not None and group.b.ready(), "b runs the moved tasks")
+    wait_for(group.counted_everything, "b counted every line")
+    assert {o.task: o.how for o in group.b.release.outcomes} == dict.fromkeys(
+        group.stateful, "released"
+    )
+    promoted = group.restores["b"][restores_before:]
+    assert {r.task for r in promoted} == group.stateful
+    assert [r.result.records for r in promoted] == [0] * len(group.stateful)
+    assert group.counts(group.b, StoreRole.ACTIVE) == group.produced
+
+
 def test_an_old_owner_slow_to_release_is_waited_for_past_the_catch_up_time(group: Group) -> None:
     """Issue 38's soak: under load an old owner that is alive took longer than
     ``RELEASE_WAIT_SECONDS`` to take its new assignment; the new owner promoted anyway, fenced

@@ -65,6 +65,12 @@ class AssignmentInbox:
             self._taken, self._reclaim_at = pending, None
             return pending
 
+    def standby_assigned(self, task_id: TaskId) -> bool:
+        """``task_id`` is a standby of the assignment posted, or of the one the thread took
+        last (it may still be applying it: creating the active tasks comes first)."""
+        with self._lock:
+            return task_id in (self._pending or self._taken)[1]
+
     @property
     def waiting(self) -> bool:
         """An assignment is posted, or a fenced task is to be taken back: the thread does

@@ -377,7 +377,9 @@ class StreamsInstance:
     def _copy_caught_up(self, task: TaskId) -> bool:
         """This member's standby copy of ``task`` read everything its previous owner's final
         commit wrote to the task's changelogs (a copy not open, waiting for a Spark build,
-        has nothing to wait for).
+        has nothing to wait for; one its thread has yet to open is not caught up: promoted
+        then, its store restored the tail on the critical path, 7 records in the soak of
+        issue 38, where the task had moved away and back within a second).
 
         Called once that owner let the task go *and* was fenced
         (:meth:`_fence_previous_owners`): no earlier owner can commit to the changelogs any
@@ -392,6 +394,8 @@ class StreamsInstance:
         for thread in self.threads:
             standby = thread.standbys.get(task)
             if standby is None:
+                if thread.standby_to_open(task):
+                    return False
                 continue
             return all(
                 not self.log.undecided(changelog)

@@ -556,6 +556,12 @@ class StreamThread:
     def tasks(self) -> list[StreamTask]:
         return list(self.active.values())
 
+    def standby_to_open(self, task_id: TaskId) -> bool:
+        """``task_id`` is a standby of this thread's assignment that is not open yet, and not
+        waiting for a Spark build either: the thread has yet to apply the assignment, or is
+        applying it (its standbys open after its new active tasks)."""
+        return self._inbox.standby_assigned(task_id) and task_id not in self._tasks.standby_ids
+
     @property
     def assignment_waiting(self) -> bool:
         """Tasks of the thread's assignment are not running yet (posted, or fenced away and
