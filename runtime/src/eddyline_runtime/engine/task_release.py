@@ -45,7 +45,12 @@ restore. Fencing an owner that released is free (it writes nothing more);
 fencing one that had not really let go makes it drop the task uncommitted
 (``TaskMigratedError``), its work redone here: exactly-once either way.
 Under at-least-once there are no transactions to fence or wait for, and the
-end is read after the release as before. Issue 38: the scale-in e2e once saw
+end is read after the release as before. A copy must be open to be caught up:
+one its stream thread has yet to open (the assignment that gave it is posted,
+or being applied) is waited for like one still reading; only a copy waiting
+for a Spark build has nothing to wait for (issue 38's soak: a task moved away
+and back within a second was promoted before its copy opened, and restored 7
+records). Issue 38: the scale-in e2e once saw
 a copy judged caught up in the same round as the release (55 ms) and its
 promotion then replayed 12 records.
 
