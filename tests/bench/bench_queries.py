@@ -34,7 +34,12 @@ every pod, generation observed, no upgrade in progress, the membership balanced 
 expected pods without warm-ups):
 
 * ``upgrade``: the full-cluster topology upgrade to ``wordcount:topology_v2`` (revision 2,
-  state relocated: KIP-816);
+  state relocated: KIP-816), ``upgradeStrategy: Rolling`` (the default: pods replaced one at
+  a time while the others serve);
+* ``upgrade_recreate``: the same kind of upgrade back to ``wordcount:topology`` (or to v2,
+  whichever does not run; the revision one up) with ``upgradeStrategy: Recreate``, every pod
+  stopped at once as every upgrade was before issue 36: today's behaviour side by side, the
+  baseline, not held to the targets;
 * ``rolling_restart``: a config change (``commit.interval.ms``) rolls the pods one at a time;
 * ``scale_out`` to 4 pods and ``scale_in`` back to 3 (the scale subresource);
 * ``evict``: ``wordcount-1`` evicted through the Eviction API (the PDB allows one);
@@ -51,13 +56,9 @@ the baseline. Keys per operation (and ``steady``): ``<op>_queries``, ``<op>_fail
 ``<op>_wrong``, ``<op>_p99_ms`` (of every query, failed ones at the time they took),
 ``<op>_max_staleness_ms`` (the most ``staleness_ms`` an answer reported; -1: none reported),
 ``<op>_duration_s``, ``<op>_qps``. ``targets_met``: 0 failed and 0 wrong in every operation
-and every p99 under 100 ms. The last line is JSON; every value a number. ``load_average_*`` is
-the machine's 1-minute load average at the start and the end: the machine is shared, and
-timings taken under load are noisy.
-
-Today's behaviour side by side: the operator has no flag for the previous upgrade (Stopping
-took the StatefulSet to 0 replicas), so there is no ``previous_`` run; docs/queries.md has the
-e2e test's figures from before the change.
+(``upgrade_recreate`` aside) and every p99 under 100 ms. The last line is JSON; every value
+a number. ``load_average_*`` is the machine's 1-minute load average at the start and the
+end: the machine is shared, and timings taken under load are noisy.
 """
 
 from __future__ import annotations
@@ -108,9 +109,12 @@ INPUT = "text-lines"
 ALERTS_INPUT = "watched-words"  # topology_v2's new first sub-topology reads it
 PARTITIONS = 8
 OPERATIONS = (
-    "upgrade", "rolling_restart", "scale_out", "scale_in", "evict", "node_loss", "pod_kill",
-    "wiped_restore",
+    "upgrade", "upgrade_recreate", "rolling_restart", "scale_out", "scale_in", "evict",
+    "node_loss", "pod_kill", "wiped_restore",
 )  # fmt: skip
+# Measured side by side with the others, as the behaviour they improve on: not held to the
+# targets (a Recreate upgrade answers no query while no pod runs).
+BASELINES = frozenset({"upgrade_recreate"})
 # The issue's client: one request's timeout (the router's, per HTTP request it makes).
 QUERY_TIMEOUT_S = 2.0
 P99_TARGET_MS = 100.0
@@ -197,14 +201,16 @@ def summarize(
 
 
 def targets_met(summary: Mapping[str, float], operations: Iterable[str]) -> bool:
-    """The issue's targets at every operation measured: 0 failed, 0 wrong, p99 under 100 ms,
-    and at least one query answered (a window with no query proves nothing)."""
+    """The issue's targets at every operation measured but the baselines: 0 failed, 0 wrong,
+    p99 under 100 ms, and at least one query answered (a window with no query proves
+    nothing)."""
     return all(
         summary[f"{op}_queries"] > 0
         and summary[f"{op}_failed"] == 0
         and summary[f"{op}_wrong"] == 0
         and 0 <= summary[f"{op}_p99_ms"] < P99_TARGET_MS
         for op in operations
+        if op not in BASELINES
     )
 
 
@@ -462,17 +468,26 @@ class Bench:
         return dict(statuses[0]) if statuses else {}
 
     # ------------------------------------------------------------------------ operations
-    def upgrade(self) -> None:
-        self.document["spec"]["topology"] = {"ref": "wordcount:topology_v2", "revision": "2"}
+    def upgrade(self, strategy: str) -> None:
+        """To whichever of the word count's two topologies does not run (v2 gains a first
+        sub-topology: every task id moves), the revision one up, with ``strategy``."""
+        running = self.document["spec"].get("topology") or {}
+        ref = "wordcount:topology"
+        if running.get("ref", ref) == ref:
+            ref = "wordcount:topology_v2"
+        revision = str(int(running.get("revision", "1")) + 1)
+        self.document["spec"]["topology"] = {
+            "ref": ref, "revision": revision, "upgradeStrategy": strategy,
+        }  # fmt: skip
         generation = self.apply()
 
         def upgraded() -> bool:
             status = self.operator.app(APP).get("status", {})
             if (status.get("lastUpgrade") or {}).get("outcome") == "RolledBack":
                 raise RuntimeError(f"the upgrade was rolled back: {status.get('lastUpgrade')}")
-            return (status.get("topology") or {}).get("revision") == "2"
+            return (status.get("topology") or {}).get("revision") == revision
 
-        wait_until(upgraded, "the upgrade to revision 2", READY_TIMEOUT)
+        wait_until(upgraded, f"the upgrade to revision {revision}", READY_TIMEOUT)
         self.wait_settled("settled after the upgrade", 3, generation)
 
     def rolling_restart(self) -> None:
@@ -581,7 +596,8 @@ class Bench:
         self.check_load()
         self.windows["steady"] = (started, time.time())
         acts: dict[str, Callable[[], None]] = {
-            "upgrade": self.upgrade,
+            "upgrade": lambda: self.upgrade("Rolling"),
+            "upgrade_recreate": lambda: self.upgrade("Recreate"),
             "rolling_restart": self.rolling_restart,
             "scale_out": lambda: self.scale(4),
             "scale_in": lambda: self.scale(3),

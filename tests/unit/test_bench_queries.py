@@ -3,6 +3,8 @@ judged against the changelog, and what the per-operation figures and the verdict
 
 from __future__ import annotations
 
+import dataclasses
+
 from tests.bench.bench_queries import Answer, summarize, targets_met, wrong_answers
 
 
@@ -70,3 +72,16 @@ def test_targets_need_answers_and_no_failure_wrong_answer_or_slow_p99() -> None:
     assert not targets_met({**good, "evict_wrong": 1.0}, ["evict"])
     assert not targets_met({**good, "evict_p99_ms": 100.0}, ["evict"])
     assert not targets_met(summarize("evict", [], wrong=0, duration_s=1.0), ["evict"])
+
+
+def test_the_recreate_upgrade_is_a_baseline_beside_the_targets() -> None:
+    good = summarize("evict", [_answer("a", 3, 5)], wrong=0, duration_s=1.0)
+    failed = _answer("b", 3, 5)
+    baseline = summarize(
+        "upgrade_recreate",
+        [dataclasses.replace(failed, error="connection refused")],
+        wrong=0,
+        duration_s=1.0,
+    )
+    assert baseline["upgrade_recreate_failed"] == 1.0
+    assert targets_met({**good, **baseline}, ["evict", "upgrade_recreate"])

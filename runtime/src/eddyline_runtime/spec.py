@@ -171,6 +171,20 @@ class BackfillFrom(enum.StrEnum):
     TIMESTAMP = "Timestamp"
 
 
+class UpgradeStrategy(enum.StrEnum):
+    """How a full-cluster topology upgrade replaces the pods (docs/operator.md, "Upgrade
+    strategies")."""
+
+    # Processing pauses on every pod, which keep serving their copies read-only; the pods
+    # are replaced one at a time, each while the others' copies cover it: queries are
+    # answered throughout (docs/queries.md).
+    ROLLING = "Rolling"
+    # Every pod stops at once after its final commit and the new revision's pods start
+    # together: one pod start instead of one per pod, and no query is answered from the
+    # first stop until the new pods serve (the upgrade before issue 36).
+    RECREATE = "Recreate"
+
+
 # What the CRD's rules and the model say of a backfill's start, in the same words.
 _TIMESTAMP_MISSING = "from: Timestamp needs fromTimestamp (RFC 3339, e.g. 2026-11-01T00:00:00Z)"
 _TIMESTAMP_UNUSED = (
@@ -249,6 +263,14 @@ class TopologySpec(_Strict):
         ge=1,
         description="how long the pods of a new topology revision may take to be ready (every "
         "active task restored) before the upgrade is rolled back to the revision that ran",
+    )
+    upgrade_strategy: UpgradeStrategy = Field(
+        default=UpgradeStrategy.ROLLING,
+        alias="upgradeStrategy",
+        description="how an upgrade to a new revision replaces the pods: Rolling (processing "
+        "pauses, pods are replaced one at a time and queries are answered throughout) or "
+        "Recreate (every pod stops at once and the new ones start together: faster with many "
+        "pods, no query answered in between); read once, when the upgrade begins",
     )
     backfill: BackfillSpec | None = Field(
         default=None,
@@ -1061,6 +1083,10 @@ class UpgradeStatus(_Strict):
         "as its pods reported them when the upgrade started: the new revision's are compared "
         "with them before any task is assigned",
     )
+    strategy: UpgradeStrategy = Field(
+        default=UpgradeStrategy.ROLLING,
+        description="spec.topology.upgradeStrategy when the upgrade began (its rollback too)",
+    )
     backfill: BackfillRecord | None = None
     rollback: UpgradeFailure | None = None
 
@@ -1071,6 +1097,7 @@ class LastUpgrade(_Strict):
     outcome: UpgradeOutcome
     steps: list[UpgradeStepRecord] = Field(default_factory=list)
     finished_at: str = Field(alias="finishedAt", json_schema_extra={"format": "date-time"})
+    strategy: UpgradeStrategy = UpgradeStrategy.ROLLING
     backfill: BackfillRecord | None = None
     rollback: UpgradeFailure | None = None
 

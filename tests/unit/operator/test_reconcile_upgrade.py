@@ -226,6 +226,72 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     assert query_service(done)["spec"]["publishNotReadyAddresses"] is False
 
 
+def test_a_recreate_upgrade_stops_every_pod_at_once_and_starts_the_new_ones_together(
+    driver: Driver,
+) -> None:
+    """upgradeStrategy Recreate: the StatefulSet at 0 replicas and every pod deleted at
+    Stopping, the target published with no pod running, every pod of it started at once."""
+    driver.app["spec"]["topology"] = {**V2, "upgradeStrategy": "Recreate"}
+
+    stopping = driver.cycle()
+    assert stopping.write_ahead and driver.step() == "Stopping"
+    assert driver.app["status"]["upgrade"]["strategy"] == "Recreate"
+    assert stateful_set(stopping.objects)["spec"]["replicas"] == 0
+    assert stopping.delete_pods == ["wc-0", "wc-1", "wc-2"]
+    assert "Recreate" in stopping.events[0].message
+    # Pods that closed their tasks are not enough: Recreate waits until none is left.
+    parked = {f"wc-{i}": layout_report(f"wc-{i}", "1", parked=True) for i in range(3)}
+    assert driver.cycle(reports=parked).delete_pods == ["wc-0", "wc-1", "wc-2"]
+    assert driver.step() == "Stopping"
+
+    driver.pods = []
+    publishing = driver.cycle()
+    assert publishing.write_ahead and driver.step() == "Publishing"
+    assert "wordcount:topology_v2" in str(driver.manifest)
+    assert stateful_set(publishing.objects)["spec"]["replicas"] == 0
+    assert publishing.delete_pods == []
+
+    starting = driver.cycle()
+    assert starting.write_ahead and driver.step() == "Starting"
+    assert stateful_set(starting.objects)["spec"]["replicas"] == 3
+    driver.start_pods("2")
+    driver.cycle()
+    done = driver.cycle()
+    assert done.write_ahead and driver.step() is None
+    last = driver.app["status"]["lastUpgrade"]
+    assert last["outcome"] == "Succeeded" and last["strategy"] == "Recreate"
+    assert [s["step"] for s in last["steps"]] == ["Stopping", "Publishing", "Starting"]
+
+
+def test_the_strategy_is_read_once_when_the_upgrade_begins(driver: Driver) -> None:
+    """A Rolling upgrade under way stays Rolling when the spec says Recreate (and back): the
+    steps it took were those of its strategy, and its rollback takes them again."""
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()
+    driver.app["spec"]["topology"] = {**V2, "upgradeStrategy": "Recreate"}
+    waiting = driver.cycle()
+    assert driver.app["status"]["upgrade"]["strategy"] == "Rolling"
+    assert stateful_set(waiting.objects)["spec"]["replicas"] == 3
+    assert waiting.delete_pods == []
+
+
+def test_a_recreate_rollback_stops_the_new_pods_at_once(driver: Driver) -> None:
+    driver.app["spec"]["topology"] = {**V2, "upgradeStrategy": "Recreate"}
+    driver.cycle()
+    driver.pods = []
+    driver.cycle()
+    driver.cycle()
+    assert driver.step() == "Starting"
+    driver.start_pods("2")
+    driver.pods[1]["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 1, "reason": "Error", "message": "refused"}
+    }
+    failing = driver.cycle()
+    assert driver.step() == "Stopping" and driver.app["status"]["upgrade"]["rollback"]
+    assert stateful_set(failing.objects)["spec"]["replicas"] == 0
+    assert failing.delete_pods == ["wc-0", "wc-1", "wc-2"]
+
+
 def test_without_pods_the_upgrade_goes_through_its_steps_as_well(driver: Driver) -> None:
     """Pods that went away (deleted from outside, a node lost) neither process nor need
     replacing: nothing waits for them."""

@@ -52,6 +52,14 @@ step resumes that step, and never starts an upgrade over::
                  Stopping; resource_names.moved_names), checked before any task is
                  assigned--> Stopping, rolling back (reason GeneratedNamesMoved)
 
+Under ``spec.topology.upgradeStrategy: Recreate`` (recorded in ``status.upgrade.strategy``
+when the upgrade begins, so a spec change mid-upgrade, or a rollback, keeps it) the steps are
+the same but no pod serves in between: Stopping takes the StatefulSet to 0 replicas and
+deletes every pod (each commits at SIGTERM) --no pod left--> Publishing (or Backfilling, at 0
+replicas) publishes the target at 0 replicas --published--> Starting starts every pod of the
+target at once. One pod start instead of one per pod; queries fail from the first stop until
+the new pods serve (what every upgrade did before issue 36).
+
 Invariants, each decided from status and observed objects only:
 
 * one upgrade at a time: while ``status.upgrade`` exists, a new spec.topology waits;
@@ -105,6 +113,7 @@ from eddyline_runtime.spec import (
     UpgradeStatus,
     UpgradeStep,
     UpgradeStepRecord,
+    UpgradeStrategy,
 )
 
 Obj = dict[str, Any]
@@ -265,15 +274,22 @@ def _begin(
             "steps": [UpgradeStepRecord(step=STOPPING, startedAt=observed.now)],
             "placement": _placement(observed),
             "generatedNames": _running_generated_names(observed),
+            "strategy": observed.app.spec.topology.upgrade_strategy,
             "backfill": backfill,
             "rollback": None,
         }
+    )
+    stopping = (
+        "stopping every pod"
+        if record.strategy is UpgradeStrategy.RECREATE
+        else "pausing processing on every pod (they keep serving)"
     )
     base.events.append(
         Event(
             "Normal",
             "UpgradeStarted",
-            f"topology {source} -> {target} ({why}): a full-cluster upgrade; stopping every pod",
+            f"topology {source} -> {target} ({why}): a full-cluster upgrade, "
+            f"{record.strategy}; {stopping}",
         )
     )
     return _act(observed, base, record, write_ahead=True)
@@ -283,7 +299,12 @@ def _continue(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> 
     step = record.step
     target = record.to_topology
     backfill = record.backfill
-    if step == STOPPING and _paused(observed) and backfill is not None and not record.rollback:
+    if (
+        step == STOPPING
+        and _stopped(observed, record)
+        and backfill is not None
+        and not record.rollback
+    ):
         return _advance(
             observed,
             base,
@@ -294,14 +315,8 @@ def _continue(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> 
         )
     if step == BACKFILLING and backfill is not None:
         return _backfilling(observed, base, record, backfill)
-    if step == STOPPING and _paused(observed):
-        return _advance(
-            observed,
-            base,
-            record,
-            PUBLISHING,
-            f"no pod processes; publishing {target} and replacing the pods one at a time",
-        )
+    if step == STOPPING and _stopped(observed, record):
+        return _advance(observed, base, record, PUBLISHING, _publishing_message(record))
     if step == PUBLISHING and _published(observed, target) and _rolled(observed, record):
         return _advance(observed, base, record, STARTING, f"starting the pods of {target}")
     if step == PUBLISHING and not record.rollback:
@@ -353,8 +368,8 @@ def _backfilling(
             base,
             record,
             PUBLISHING,
-            f"backfill done; publishing {record.to_topology} and replacing the pods one at a "
-            "time (they ingest the built stores before they process)",
+            f"backfill done; {_publishing_message(record)} (they ingest the built stores "
+            "before they process)",
         )
     base.events.append(Event("Warning", "BackfillFailed", seen.message))
     failure = UpgradeFailure(reason="BackfillFailed", pod=backfill.job, message=seen.message)
@@ -384,21 +399,34 @@ def _act(
         base.backfilling = backfill_job.condition(
             record.backfill, rolling_back=record.rollback is not None
         )
+    recreate = record.strategy is UpgradeStrategy.RECREATE
     if step == BACKFILLING:
         # As in Stopping: nothing processes (the positions the history ends at hold still),
-        # the old revision's pods serve; the Job is created until it is seen.
-        base.render, base.replicas = source, None
+        # the old revision's pods serve (Rolling); the Job is created until it is seen.
+        base.render, base.replicas = source, 0 if recreate else None
         base.membership = _reset(observed.membership)
         assert record.backfill is not None
         if backfill_job.observe(record.backfill.job, observed.backfill_jobs, ()) is None:
             base.launch_backfill = record.backfill
         waiting = record.backfill.message or f"Job {record.backfill.job} being created"
+    elif step == STOPPING and recreate:
+        # Every pod stops at once (its final commit on SIGTERM); nobody takes a task over.
+        base.render, base.replicas = source, 0
+        base.delete_pods = sorted(
+            p["metadata"]["name"] for p in observed.pods if not is_deleting(p)
+        )
+        waiting = f"{len(observed.pods)} pods of {source} still stopping"
     elif step == STOPPING:
         # Processing stops, serving does not: every pod, given nothing, commits and closes
         # its active tasks and keeps its copies open as standbys, which it serves.
         base.render, base.replicas = source, None
         base.membership = _reset(observed.membership)
         waiting = f"{len(_processing(observed))} pods of {source} still processing"
+    elif step == PUBLISHING and recreate:
+        # No pod runs: the target is published before any of its pods starts.
+        base.render, base.replicas = target, 0
+        base.membership = _reset(observed.membership)
+        waiting = f"publishing {target}"
     elif step == PUBLISHING:
         base.render, base.replicas = target, None
         base.membership = _reset(observed.membership)
@@ -442,6 +470,7 @@ def _finish(observed: UpgradeInput, base: Decision, record: UpgradeStatus) -> De
             "outcome": outcome,
             "steps": record.steps,
             "finishedAt": observed.now,
+            "strategy": record.strategy,
             "backfill": record.backfill,
             "rollback": rollback,
         }
@@ -599,6 +628,20 @@ def _processing(observed: UpgradeInput) -> list[str]:
     )
 
 
+def _stopped(observed: UpgradeInput, record: UpgradeStatus) -> bool:
+    """Stopping is over: no pod processes (Rolling, :func:`_paused`), or none is left
+    (Recreate)."""
+    if record.strategy is UpgradeStrategy.RECREATE:
+        return not observed.pods
+    return _paused(observed)
+
+
+def _publishing_message(record: UpgradeStatus) -> str:
+    if record.strategy is UpgradeStrategy.RECREATE:
+        return f"every pod is gone; publishing {record.to_topology}"
+    return f"no pod processes; publishing {record.to_topology} and replacing the pods one at a time"
+
+
 def _paused(observed: UpgradeInput) -> bool:
     """The reset membership is published and no pod processes: each committed and closed
     its active tasks (their copies stay open, as standbys, and answer queries)."""
@@ -658,7 +701,10 @@ def _next_to_replace(observed: UpgradeInput, record: UpgradeStatus) -> list[str]
 
 
 def _rolled(observed: UpgradeInput, record: UpgradeStatus) -> bool:
-    """Every pod runs the new revision (reported by the new ones)."""
+    """Every pod runs the new revision (reported by the new ones); under Recreate none runs
+    until Starting."""
+    if record.strategy is UpgradeStrategy.RECREATE:
+        return True
     reports = _member_reports(observed)
     live = [p for p in observed.pods if not is_deleting(p)]
     return len(live) == len(observed.pods) and all(
