@@ -190,5 +190,5 @@ bench-scale: $(STAMP) control-plane ## Scaling benchmark on the real control pla
 .PHONY: bench-queries
 # BENCH_QUERIES_ARGS: e.g. "--keys 1000000 --log kafka" for the issue's size (the default, 50,000
 # keys on the embedded log, takes about 10 minutes on a loaded 2-core machine).
-bench-queries: $(STAMP) kafka-jars control-plane ## Queries through every operation on the real control plane: word count, 8 partitions, 3 pods, 1 standby, live input, query clients through the query Service; upgrade (Rolling, and Recreate side by side), rolling restart, scale out/in, evict, node loss (kafka only), pod kill, wiped restore; failed/wrong/p99/staleness per operation, beside an upgradeStrategy: Recreate upgrade as the baseline (last line JSON; BENCH_QUERIES_ARGS="--keys N --log kafka")
+bench-queries: $(STAMP) kafka-jars control-plane ## Queries through every operation on the real control plane: word count, 8 partitions, 3 pods, 1 standby, live input, query clients through the query Service; upgrade (Rolling, and Recreate side by side), rolling restart, scale out/in, evict, node loss (kafka only), pod kill, wiped restore; failed/wrong/p99/staleness per operation (last line JSON; BENCH_QUERIES_ARGS="--keys N --log kafka")
 	$(BIN)/python -m tests.bench.bench_queries $(BENCH_QUERIES_ARGS)
