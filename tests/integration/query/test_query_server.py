@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 
 import pytest
 
-from eddyline_runtime.assignor import Assignment
+from eddyline_runtime.assignor import Assignment, Member
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.instance import StreamsInstance
 from eddyline_runtime.log import Record, SqliteLog
@@ -623,13 +623,27 @@ def test_a_key_no_assignment_covers_yet_is_503_with_retry_after(tmp_path: Path) 
         log.close()
 
 
+# The upgrade's reset membership: no task for anyone, and (since a pod on its way out was
+# the only host a router knew in ``make bench-queries``) the members with their addresses.
+RESET_MEMBERSHIPS = {
+    "unlisted": Assignment(active={}, standby={}),
+    "listed": Assignment(
+        active={},
+        standby={},
+        members=(Member("0", address="127.0.0.1:1"), Member("1", address="10.0.0.9:7070")),
+    ),
+}
+
+
+@pytest.mark.parametrize("reset", sorted(RESET_MEMBERSHIPS))
 def test_an_instance_given_nothing_serves_the_copies_on_its_disk_as_standbys(
-    tmp_path: Path,
+    tmp_path: Path, reset: str
 ) -> None:
     """A topology upgrade publishes an empty assignment while no pod may process: a member
     given nothing keeps its copies open as standbys and answers stale queries from them
     (docs/queries.md, "Through a full-cluster topology upgrade"), where before it held
-    nothing and every key was 503."""
+    nothing and every key was 503. Listed in it or not, it serves them; listed, it names
+    the other members to a router, which asks them for their copies."""
     log = SqliteLog(tmp_path / "log.db")
     log.create_topic("lines", 1)
     log.produce(TopicPartition("lines", 0), [Record(None, b"apple apple", 1)])
@@ -639,7 +653,7 @@ def test_an_instance_given_nothing_serves_the_copies_on_its_disk_as_standbys(
         first.wait_until_caught_up(DEADLINE_SECONDS)
     finally:
         first.close(30)
-    nothing = Assignment(active={}, standby={})
+    nothing = RESET_MEMBERSHIPS[reset]
     instance = StreamsInstance(
         word_count(), streams_config(tmp_path / "state"), log, assignment=nothing
     )
@@ -662,6 +676,8 @@ def test_an_instance_given_nothing_serves_the_copies_on_its_disk_as_standbys(
         assert http_get(address, "/readyz").status == 503  # it processes nothing
         metadata = http_get(address, f"/v1/stores/{STORE}/metadata/apple").json()
         assert (metadata["active_host"], metadata["partition"]) == (None, 0), metadata
+        if reset == "listed":
+            assert "10.0.0.9:7070" in metadata["member_hosts"], metadata
     finally:
         server.stop()
         instance.close(30)

@@ -226,6 +226,34 @@ def test_an_upgrade_runs_its_steps_in_order_each_written_ahead(driver: Driver) -
     assert query_service(done)["spec"]["publishNotReadyAddresses"] is False
 
 
+def test_the_reset_membership_names_the_pods_there_now_for_query_routing(driver: Driver) -> None:
+    """No task for anyone while nothing processes, but every member pod with its query
+    address, published again when a pod is replaced (its address changes): a pod names the
+    members it knows to a router, which asks them for their copies. With only itself named,
+    a router that reached a pod on its way out found no other copy (make bench-queries)."""
+
+    def listed() -> dict[str, str | None]:
+        assert driver.membership is not None and not driver.membership.assignment.tasks
+        return {m.id: m.address for m in driver.membership.assignment.members}
+
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()  # Stopping
+    before = {f"wc-{i}": f"127.0.0.{i + 10}:7070" for i in range(3)}
+    assert listed() == before
+    parked = {f"wc-{i}": layout_report(f"wc-{i}", "1", parked=True) for i in range(3)}
+    driver.cycle(reports=parked)
+    assert driver.step() == "Publishing"
+    generation = driver.membership.generation if driver.membership else -1
+    assert driver.cycle(reports=parked).delete_pods == ["wc-2"]
+    assert driver.membership is not None and driver.membership.generation == generation
+
+    driver.pods[2] = pod(2, revision="2", config_hash=driver.template_hash)
+    driver.pods[2]["status"]["podIP"] = "127.0.0.42"
+    driver.cycle(reports=parked)
+    assert listed() == {**before, "wc-2": "127.0.0.42:7070"}
+    assert driver.membership.generation == generation + 1
+
+
 def test_a_recreate_upgrade_stops_every_pod_at_once_and_starts_the_new_ones_together(
     driver: Driver,
 ) -> None:

@@ -95,7 +95,7 @@ from eddyline_operator.reconcile.membership import (
 )
 from eddyline_operator.reconcile.seed import Seed
 from eddyline_operator.reconcile.status import is_deleting, pod_revision
-from eddyline_runtime.assignor import Assignment, assign
+from eddyline_runtime.assignor import Assignment, Member, assign
 from eddyline_runtime.membership import MemberReport, Membership, StoreRole
 from eddyline_runtime.partitions import TaskId
 from eddyline_runtime.resource_names import moved_names
@@ -404,7 +404,7 @@ def _act(
         # As in Stopping: nothing processes (the positions the history ends at hold still),
         # the old revision's pods serve (Rolling); the Job is created until it is seen.
         base.render, base.replicas = source, 0 if recreate else None
-        base.membership = _reset(observed.membership)
+        base.membership = _reset(observed)
         assert record.backfill is not None
         if backfill_job.observe(record.backfill.job, observed.backfill_jobs, ()) is None:
             base.launch_backfill = record.backfill
@@ -420,16 +420,16 @@ def _act(
         # Processing stops, serving does not: every pod, given nothing, commits and closes
         # its active tasks and keeps its copies open as standbys, which it serves.
         base.render, base.replicas = source, None
-        base.membership = _reset(observed.membership)
+        base.membership = _reset(observed)
         waiting = f"{len(_processing(observed))} pods of {source} still processing"
     elif step == PUBLISHING and recreate:
         # No pod runs: the target is published before any of its pods starts.
         base.render, base.replicas = target, 0
-        base.membership = _reset(observed.membership)
+        base.membership = _reset(observed)
         waiting = f"publishing {target}"
     elif step == PUBLISHING:
         base.render, base.replicas = target, None
-        base.membership = _reset(observed.membership)
+        base.membership = _reset(observed)
         if _published(observed, target):
             base.delete_pods = _next_to_replace(observed, record)
         waiting = f"publishing {target}; {_rolling_message(observed, record)}"
@@ -733,12 +733,23 @@ def _published(observed: UpgradeInput, target: Topology) -> bool:
     return bool(observed.applied is not None and observed.applied.same_spec(target) and reset)
 
 
-def _reset(previous: Membership | None) -> Membership | None:
-    """An empty assignment (a new generation): old task ids name other tasks now."""
-    if previous is not None and not previous.assignment.tasks:
+def _reset(observed: UpgradeInput) -> Membership | None:
+    """An empty assignment (a new generation): old task ids name other tasks now. It lists
+    the member pods with their query addresses, and is published again when they change
+    (a pod replaced gets a new address): a pod names the members it knows to a query
+    router (``member_hosts``), which asks them for the copies they serve; with only
+    itself named, a router that reached a pod on its way out found no other copy (2
+    queries of 1,083 failed in ``make bench-queries``' upgrade). None: already published."""
+    previous = observed.membership
+    listed = tuple(_all_members(observed))
+    if (
+        previous is not None
+        and not previous.assignment.tasks
+        and tuple(previous.assignment.members) == listed
+    ):
         return None
     generation = previous.generation + 1 if previous is not None else 1
-    return Membership(generation, Assignment(active={}, standby={}))
+    return Membership(generation, Assignment(active={}, standby={}, members=listed))
 
 
 def _layout(reports: Mapping[str, MemberReport]) -> TaskLayout | None:
@@ -761,14 +772,18 @@ def _assigned(observed: UpgradeInput) -> bool:
     )
 
 
+def _all_members(observed: UpgradeInput) -> list[Member]:
+    """The member pods, with their zones and query addresses."""
+    zone_key = observed.app.spec.standby_placement.topology_key
+    return members(observed.pods, observed.node_labels, zone_key)
+
+
 def _first_assignment(observed: UpgradeInput, record: UpgradeStatus) -> Membership | None:
     """Once every pod of the new revision is a member and reported: tasks where their state
     is (the placement recorded at Stopping, translated by store name to the new ordinals)."""
     reports = _member_reports(observed)
     wanted = 0 if observed.app.spec.suspended else observed.app.spec.replicas
-    current = members(
-        observed.pods, observed.node_labels, observed.app.spec.standby_placement.topology_key
-    )
+    current = _all_members(observed)
     if len(current) < wanted or set(reports) != {m.id for m in current}:
         return None
     layout = _layout(reports)

@@ -439,7 +439,7 @@ class StreamsInstance:
         ``held`` active tasks run as standbys for now (waiting for their release)."""
         mine = (
             assignment.tasks_of(self.member.id)
-            if self.member.id in assignment.active
+            if self._has_share(assignment)
             # Given nothing (a pod before its first assignment, and every pod while an
             # upgrade's membership is the reset one): the copies on its disk run as
             # standbys, which only read their changelogs, so the pod still answers
@@ -462,6 +462,13 @@ class StreamsInstance:
             )
             for index in range(count)
         ]
+
+    def _has_share(self, assignment: Assignment) -> bool:
+        """This member has a share of ``assignment``, maybe empty: it is listed, and the
+        assignment hands out tasks. An upgrade's reset membership hands out none (old task
+        ids name other tasks in the new revision) and lists the members only for their
+        query addresses: nobody has a share of it."""
+        return self.member.id in assignment.active and bool(assignment.tasks)
 
     def _copies_on_disk(self) -> frozenset[TaskId]:
         """The stateful tasks of this topology with a persistent store's directory in
@@ -609,7 +616,7 @@ class StreamsInstance:
         self._refresh_state()
         if self.state is not InstanceState.RUNNING or self.assignment is None:
             return False
-        if self.member.id not in self.assignment.active:
+        if not self._has_share(self.assignment):
             return False  # no share yet: on a cluster, the operator has not assigned it
         wanted = self.assignment.tasks_of(self.member.id).active
         running = {
