@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.bench.bench_queries import Answer, summarize, targets_met, wrong_answers
+from tests.bench.bench_queries import (
+    Answer,
+    summarize,
+    targets_met,
+    window_name,
+    wrong_answers,
+)
 
 
 def _answer(key: str, value: int | None, offset: int | None) -> Answer:
@@ -85,3 +91,9 @@ def test_the_recreate_upgrade_is_a_baseline_beside_the_targets() -> None:
     )
     assert baseline["upgrade_recreate_failed"] == 1.0
     assert targets_met({**good, **baseline}, ["evict", "upgrade_recreate"])
+    # A later round's window is held to the same rule as the first's.
+    later = {k.replace("upgrade_recreate", window_name("upgrade_recreate", 2)): v
+             for k, v in baseline.items()}  # fmt: skip
+    assert targets_met({**good, **later}, ["evict", "upgrade_recreate_r2"])
+    evict_r3 = {k.replace("evict", window_name("evict", 3)): v for k, v in good.items()}
+    assert not targets_met({**evict_r3, "evict_r3_failed": 1.0}, ["evict_r3"])
