@@ -6,9 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from eddyline_operator.reconcile import names
-from eddyline_operator.reconcile.membership import TaskLayout, assignment_from_reports
+from eddyline_operator.reconcile.membership import (
+    TaskLayout,
+    assignment_from_reports,
+    next_membership,
+)
 from eddyline_operator.reconcile.plan import Observed, Plan, plan
-from eddyline_runtime.membership import MemberReport, StoreCopy, StoreRole
+from eddyline_runtime.assignor import Assignment, Member
+from eddyline_runtime.membership import MemberReport, Membership, StoreCopy, StoreRole
 from eddyline_runtime.partitions import TaskId
 from tests.support.k8s_objects import body, pod, stateful_set, three_zones
 
@@ -90,3 +95,23 @@ def test_two_members_claiming_a_task_active_do_not_break_the_seed() -> None:
     assert seed is not None
     assert seed.active_owner(TaskId(0, 0)) == "wc-0"
     assert seed.standby == {"wc-0": frozenset(), "wc-1": frozenset()}
+
+
+def test_a_published_assignment_without_tasks_seeds_from_the_reports_too() -> None:
+    """An upgrade's reset membership lists the members (for query routing) but hands out no
+    task: like a deleted one, it gives nothing to stay with, so the next assignment starts
+    where the stores are (a status that lost its upgrade record must not rebuild them)."""
+    reports = {m: report(m, held) for m, held in HELD.items()}
+    listed = Assignment(active={}, standby={}, members=tuple(Member(m) for m in sorted(HELD)))
+    following = next_membership(
+        Membership(5, listed),
+        [Member(m, zone=f"z{i}") for i, m in enumerate(sorted(HELD))],
+        TaskLayout("abc", TASKS, TASKS),
+        0,
+        reports=reports,
+    )
+    assert following is not None and following.generation == 6
+    for member, held in HELD.items():
+        for partition, role in held.items():
+            if role is ACTIVE:
+                assert following.assignment.active_owner(TaskId(0, partition)) == member

@@ -271,9 +271,10 @@ def next_membership(
     keep = previous.assignment if previous is not None else None
     if keep is not None and keep.tasks != layout.tasks:
         keep = None  # the topology or partition count changed: assign afresh
-    if (previous is None or not previous.assignment.active) and reports:
-        # Nothing to stay with (a deleted ConfigMap, or nobody left after node loss): start
-        # from where the members' stores are.
+    if (previous is None or not previous.assignment.tasks) and reports:
+        # Nothing to stay with (a deleted ConfigMap, nobody left after node loss, or an
+        # upgrade's reset, which lists members but no task): start from where the members'
+        # stores are.
         keep = assignment_from_reports(reports, layout)
     assignment = assign(
         layout.tasks,
@@ -314,8 +315,9 @@ def nobody_takes_over(previous: Membership | None, pods: Iterable[Obj]) -> Membe
     """While the membership is held (a topology upgrade stops every pod), deleted pods would
     wait their grace period for a hand-over that never comes: the previous assignment with
     every member leaving tells them to commit and exit now (``Assignment.handed_over``).
-    None when no pod of it is being deleted or it says so already."""
-    if previous is None or not previous.assignment.active:
+    None when no pod of it is being deleted or it says so already, or it hands out no task
+    (an upgrade's reset: a pod given nothing may exit at once)."""
+    if previous is None or not previous.assignment.tasks:
         return None
     assignment = previous.assignment
     named = set(assignment.active)
