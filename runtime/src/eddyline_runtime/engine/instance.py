@@ -465,10 +465,13 @@ class StreamsInstance:
 
     def _has_share(self, assignment: Assignment) -> bool:
         """This member has a share of ``assignment``, maybe empty: it is listed, and the
-        assignment hands out tasks. An upgrade's reset membership hands out none (old task
-        ids name other tasks in the new revision) and lists the members only for their
-        query addresses: nobody has a share of it."""
-        return self.member.id in assignment.active and bool(assignment.tasks)
+        assignment hands out tasks when the topology has any. An upgrade's reset membership
+        hands out none (old task ids name other tasks in the new revision) and lists the
+        members only for their query addresses: nobody has a share of it. A topology of
+        global stores only has no task to hand out: a listed member's share is empty."""
+        if self.member.id not in assignment.active:
+            return False
+        return bool(assignment.tasks) or self.layout is None or not self.layout.tasks()
 
     def _copies_on_disk(self) -> frozenset[TaskId]:
         """The stateful tasks of this topology with a persistent store's directory in
