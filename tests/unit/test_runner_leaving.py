@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import io
 import os
+import queue
+import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -249,3 +253,58 @@ def test_the_hand_over_leaves_a_margin_of_the_grace_period_for_the_final_commit(
     assert hand_over_seconds({}) == 22.5  # Kubernetes' default grace period, 30 s
     with pytest.raises(ClusterMembershipError, match=TERMINATION_GRACE_ENV):
         hand_over_seconds({TERMINATION_GRACE_ENV: "a minute"})
+
+
+# Waits as short as the wait loop allows, so most of the child's time is spent inside the
+# wait itself: where a handler that takes the wait's lock (threading.Event) deadlocked.
+_SIGNAL_ROUNDS = 400
+_CHILD = f"""
+import sys
+from eddyline_runtime.runner import _stop_signals
+for round in range({_SIGNAL_ROUNDS}):
+    with _stop_signals() as signalled:
+        print("waiting", round, flush=True)
+        while not signalled(0.0005):
+            pass
+    print("stopped", round, flush=True)
+"""
+
+
+def test_a_sigterm_landing_anywhere_in_the_wait_loop_ends_it() -> None:
+    """The main loop's wait for SIGTERM, SIGTERMed hundreds of times at random moments:
+    each signal ends the wait at once. (The wait on a ``threading.Event`` set by the
+    handler hung about once in 100: the handler blocked on the lock its own thread held
+    inside ``Event.wait()``, and a deleted pod was SIGKILLed at the end of its grace
+    period without beginning its hand-over.)"""
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root / "runtime" / "src")},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in child.stdout or []:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    randoms = random.Random(7)
+    try:
+        for round_ in range(_SIGNAL_ROUNDS):
+            assert lines.get(timeout=30) == f"waiting {round_}\n"
+            time.sleep(randoms.uniform(0, 0.01))
+            child.send_signal(signal.SIGTERM)
+            try:
+                said = lines.get(timeout=10)
+            except queue.Empty:
+                pytest.fail(f"round {round_}: the wait did not end within 10 s of SIGTERM")
+            assert said == f"stopped {round_}\n"
+        assert child.wait(30) == 0
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()

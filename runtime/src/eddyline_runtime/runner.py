@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -332,8 +333,7 @@ def _serve(
     """Start the instance and its query server; tick until ``finished()`` or a signal
     (with ``hand_over``: until the hand-over after a signal, :class:`_Leaving`); close
     cleanly (final commit) in every case."""
-    stop = threading.Event()
-    with _stop_on_signals(stop):
+    with _stop_signals() as signalled:
         instance.start()
         server = _start_query_server(instance, out)
         if on_started is not None:
@@ -343,10 +343,9 @@ def _serve(
         leaving: _Leaving | None = None
         try:
             while True:
-                if stop.wait(tick_seconds):
+                if signalled(tick_seconds):
                     if hand_over is None or leaving is not None:
                         break  # no hand-over here, or a second signal: close now
-                    stop.clear()
                     leaving = _Leaving(instance, hand_over, out, prefix)
                 if finished() or (leaving is not None and leaving.done()):
                     break
@@ -451,13 +450,12 @@ def run_group(
         logs_dir=logs_dir,
         out=out,
     )
-    stop = threading.Event()
     log = open_log(app.spec.log.url)
     deadline = None if timeout is None else time.monotonic() + timeout
     caught_up = False
-    with _stop_on_signals(stop):
+    with _stop_signals() as signalled:
         try:
-            while not stop.wait(0.1):
+            while not signalled(0.1):
                 for event in group.poll():
                     print(event, file=out, flush=True)
                 if until_caught_up and len(group.alive()) == group.replicas:
@@ -713,18 +711,47 @@ class _Progress:
 
 
 @contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM ask for a clean close (only possible on the main thread)."""
+def _stop_signals() -> Iterator[Callable[[float], bool]]:
+    """``arrived(seconds)``: whether SIGINT or SIGTERM came since the last call, waiting at
+    most ``seconds`` for one (only the main thread can take signals; elsewhere it only
+    waits).
+
+    The handler writes a byte to a pipe and takes no lock. It runs on the main thread
+    between two bytecodes, wherever that thread is: a ``threading.Event.set()`` there
+    deadlocked when the signal landed while the main thread held that Event's own lock
+    inside ``Event.wait()`` (the lock is not reentrant). The pod then never began its
+    hand-over and its kubelet SIGKILLed it at the end of the grace period (exit 137, now and
+    then in the tests; a loop of such waits SIGTERMed 100 times hung once)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+
+        def waited(seconds: float) -> bool:
+            time.sleep(seconds)
+            return False
+
+        yield waited
         return
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        with contextlib.suppress(BlockingIOError):  # a full pipe already says "arrived"
+            os.write(write_end, b"!")
+
+    def arrived(seconds: float) -> bool:
+        # A signal during select runs the handler, whose byte ends the select (PEP 475).
+        select.select([read_end], [], [], seconds)
+        came = False
+        with contextlib.suppress(BlockingIOError):
+            while os.read(read_end, 256):  # several signals at once count as one
+                came = True
+        return came
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield arrived
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        os.close(read_end)
+        os.close(write_end)

@@ -43,6 +43,7 @@ from tests.support.backfill import (
     store_contents,
     write_history,
 )
+from tests.support.kafka.watermarks import high_watermarks
 from tests.support.topologies.backfill_topologies import INPUT, keyed_count, windowed_count
 from tests.support.waiting import wait_for
 
@@ -256,29 +257,7 @@ def _high_watermark(log: Log, tp: TopicPartition) -> int:
 
 @contextlib.contextmanager
 def _watermark_probe(log: Log) -> Iterator[Callable[[TopicPartition], int]]:
-    """One consumer asked again and again (a new one per poll would be too slow to see a
-    write that lasts a second)."""
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as KafkaPartition
-
-    # librdkafka's consumers read read_committed by default: their high watermark is
-    # then the last stable offset, which an open transaction holds back.
-    consumer = Consumer(
-        {
-            "bootstrap.servers": log.url.removeprefix("kafka://"),
-            "group.id": "watermark-probe",
-            "isolation.level": "read_uncommitted",
-        }
-    )
+    """The log's partitions' high watermarks (read_uncommitted), on one consumer."""
     prefix = getattr(log, "topic_prefix", "")
-
-    def high(tp: TopicPartition) -> int:
-        _, end = consumer.get_watermark_offsets(
-            KafkaPartition(prefix + tp.topic, tp.partition), timeout=10
-        )
-        return int(end)
-
-    try:
-        yield high
-    finally:
-        consumer.close()
+    with high_watermarks(log.url.removeprefix("kafka://")) as high:
+        yield lambda tp: high(prefix + tp.topic, tp.partition)

@@ -24,8 +24,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka import Consumer
-from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 
@@ -41,6 +39,7 @@ from tests.integration.restore.restore_changelogs import (
     replay_store,
     store_contents,
 )
+from tests.support.kafka.watermarks import high_watermarks
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -75,19 +74,8 @@ def spark_kafka_jars() -> Path:
 
 def high_watermark(log: KafkaLog, changelog: TopicPartition) -> int:
     """The partition's high watermark: records of open transactions count (read_uncommitted)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": log.settings.bootstrap,
-            "group.id": f"hw-{uuid.uuid4().hex}",
-            # librdkafka's default (read_committed) would answer the last stable offset.
-            "isolation.level": "read_uncommitted",
-        }
-    )
-    try:
-        real = KafkaPartition(log.real_topic(changelog.topic), changelog.partition)
-        return int(consumer.get_watermark_offsets(real, timeout=10)[1])
-    finally:
-        consumer.close()
+    with high_watermarks(log.settings.bootstrap) as high:
+        return high(log.real_topic(changelog.topic), changelog.partition)
 
 
 def write_in_transactions(

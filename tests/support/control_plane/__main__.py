@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import signal
 import tempfile
-import threading
 from pathlib import Path
+from types import FrameType
 
 from tests.support.control_plane.cluster import Cluster
 
@@ -34,11 +34,21 @@ Claims live under {cluster.provisioner.root}/<namespace>/<claim>; component logs
 {cluster.plane.logs}. Ctrl-C stops everything.""",
         flush=True,
     )
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
-    cluster.stop()
+    # The handler raises rather than set a threading.Event: one set by a handler deadlocks
+    # when the signal lands while this thread holds the Event's lock (runner._stop_signals).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import signal
 import tempfile
-import threading
 from pathlib import Path
+from types import FrameType
 
 from tests.support.realnode.cluster import RealCluster
 
@@ -33,11 +33,21 @@ Component logs under {cluster.plane.logs} and /var/lib/eddyline-realnode/<node>/
 Ctrl-C stops everything and cleans the host (docs/nodes.md).""",
         flush=True,
     )
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
-    cluster.stop()
+    # The handler raises rather than set a threading.Event: one set by a handler deadlocks
+    # when the signal lands while this thread holds the Event's lock (runner._stop_signals).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
