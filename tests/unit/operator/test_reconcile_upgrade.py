@@ -613,3 +613,50 @@ def test_a_rollback_replaces_the_failing_pod_first_though_it_serves_nothing(
             break
     assert driver.app["status"]["upgrade"]["step"] == "Publishing"
     assert plan.delete_pods == ["wc-2"]
+
+
+def ring_report(member: str, revision: str, partitions: int, standbys: int) -> MemberReport:
+    """Pod i holds word-counts partition i as its active copy (parked: served, not
+    processed) and the next ``standbys`` partitions' standbys."""
+    index = int(member.rsplit("-", 1)[1])
+    held = {(index + k) % partitions: StoreCopy("standby", 0) for k in range(standbys + 1)}
+    return dataclasses.replace(
+        layout_report(member, revision, parked=True), stores={"word-counts": held}
+    )
+
+
+def eight_pods_publishing(standbys: int) -> tuple[Driver, dict[str, MemberReport]]:
+    driver = Driver()
+    driver.app["spec"]["replicas"] = 8
+    driver.cycle()
+    driver.start_pods("1", count=8)
+    for _ in range(3):
+        driver.cycle()
+    driver.app["spec"]["topology"] = dict(V2)
+    driver.cycle()  # Stopping
+    reports = {f"wc-{i}": ring_report(f"wc-{i}", "1", 8, standbys) for i in range(8)}
+    driver.cycle(reports=reports)
+    assert driver.step() == "Publishing"
+    return driver, reports
+
+
+def test_pods_whose_copies_lie_elsewhere_roll_together_up_to_a_quarter_of_the_replicas() -> None:
+    """8 pods, one standby each on the next pod: wc-7 and wc-6 share partition 7's copies,
+    so wc-7 goes with wc-5 (every partition keeps a serving copy on the 6 that stay), and
+    no more than 2 (a quarter) at once. Once both serve again, the next pair."""
+    driver, reports = eight_pods_publishing(standbys=1)
+    assert driver.cycle(reports=reports).delete_pods == ["wc-7", "wc-5"]
+    for index in (7, 5):
+        driver.pods[index] = pod(index, revision="2", config_hash=driver.template_hash)
+        del reports[f"wc-{index}"]
+    assert driver.cycle(reports=reports).delete_pods == []  # the new pods serve nothing yet
+    for index in (7, 5):
+        reports[f"wc-{index}"] = ring_report(f"wc-{index}", "2", 8, 1)
+    assert driver.cycle(reports=reports).delete_pods == ["wc-6", "wc-4"]
+
+
+def test_without_standbys_the_pods_roll_one_at_a_time() -> None:
+    """No pod's copies are held anywhere else: the first goes alone (its partitions are
+    unanswered while it restarts, as with any restart without standbys), never two."""
+    driver, reports = eight_pods_publishing(standbys=0)
+    assert driver.cycle(reports=reports).delete_pods == ["wc-7"]

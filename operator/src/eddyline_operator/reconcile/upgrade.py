@@ -31,11 +31,13 @@ step resumes that step, and never starts an upgrade over::
                  rolling back: nothing of the target was published, so the pods that run are
                  the old revision's; they are given their tasks back where they were
     Publishing ConfigMap and template of the target revision applied (the StatefulSet is
-               OnDelete: running pods keep theirs); one pod of the old revision deleted at a
-               time, highest ordinal first, and only while every other pod is there and
-               serves (reports a copy open), so each partition keeps a serving copy; the
-               StatefulSet recreates it from the target template, and it serves its
-               relocated copies, given nothing, before any task is assigned
+               OnDelete: running pods keep theirs); pods of the old revision deleted
+               highest ordinal first, only while every other pod is there and serves
+               (reports a copy open), and several together only while the pods that stay
+               serve every store partition (at most a quarter of the replicas), so each
+               partition keeps a serving copy; the StatefulSet recreates them from the
+               target template, and each serves its relocated copies, given nothing,
+               before any task is assigned
                --the ConfigMap holds the target, the membership is the reset one and every
                  pod runs the target revision--> Starting
                --a new pod's container exits with an error, or upgradeDeadlineSeconds pass
@@ -639,7 +641,10 @@ def _stopped(observed: UpgradeInput, record: UpgradeStatus) -> bool:
 def _publishing_message(record: UpgradeStatus) -> str:
     if record.strategy is UpgradeStrategy.RECREATE:
         return f"every pod is gone; publishing {record.to_topology}"
-    return f"no pod processes; publishing {record.to_topology} and replacing the pods one at a time"
+    return (
+        f"no pod processes; publishing {record.to_topology} and replacing the pods while the "
+        "others serve"
+    )
 
 
 def _paused(observed: UpgradeInput) -> bool:
@@ -679,13 +684,14 @@ def _serving(pod: Obj, reports: Mapping[str, MemberReport]) -> bool:
 
 
 def _next_to_replace(observed: UpgradeInput, record: UpgradeStatus) -> list[str]:
-    """One pod of the old revision to delete (the StatefulSet recreates it from the new
-    template). A pod that serves nothing (failing, as a rollback's pods of the revision
-    that failed, or holding no copy) goes first: deleting it takes no answer away. A pod
-    that serves goes only while every other pod is there and serving: the copies of the
-    others cover the one replaced (each partition has a copy on another pod with a
-    standby), so some pod answers for every key throughout. Highest ordinal first, as a
-    StatefulSet rolls."""
+    """The pods of the old revision to delete now (the StatefulSet recreates them from the
+    new template). A pod that serves nothing (failing, as a rollback's pods of the revision
+    that failed, or holding no copy) goes first, alone: deleting it takes no answer away.
+    Pods that serve go only while every other pod is there and serving, highest ordinal
+    first, as a StatefulSet rolls: one, and with it more of them while the pods that stay
+    still serve every store partition any pod serves (:func:`_copies_kept`), up to a
+    quarter of the replicas (:func:`_replaced_at_once`). With one standby on 3 pods that
+    is one at a time; on more pods, several whose copies lie elsewhere roll together."""
     wanted = 0 if observed.app.spec.suspended else observed.app.spec.replicas
     reports = _member_reports(observed)
     live = [p for p in observed.pods if not is_deleting(p)]
@@ -697,7 +703,37 @@ def _next_to_replace(observed: UpgradeInput, record: UpgradeStatus) -> list[str]
         return [max((p["metadata"]["name"] for p in idle), key=_ordinal)]
     if not old or not all(_serving(p, reports) for p in live):
         return []
-    return [max((p["metadata"]["name"] for p in old), key=_ordinal)]
+    held = {p["metadata"]["name"]: _copies(reports.get(p["metadata"]["name"])) for p in live}
+    order = sorted((p["metadata"]["name"] for p in old), key=_ordinal, reverse=True)
+    batch = [order[0]]  # the first goes even when its copies are the only ones (0 standbys)
+    for name in order[1:]:
+        if len(batch) == _replaced_at_once(wanted):
+            break
+        if _copies_kept(held, [*batch, name]):
+            batch.append(name)
+    return batch
+
+
+def _replaced_at_once(replicas: int) -> int:
+    """At most a quarter of the replicas (at least one) roll together: a Deployment's
+    default maxUnavailable. The pods that stay answer every query meanwhile, and the node
+    starts that many pods at once."""
+    return max(1, -(-replicas // 4))
+
+
+def _copies(report: MemberReport | None) -> frozenset[tuple[str, int]]:
+    """The store partitions a pod serves, by its last report."""
+    if report is None:
+        return frozenset()
+    return frozenset((store, p) for store, copies in report.stores.items() for p in copies)
+
+
+def _copies_kept(held: Mapping[str, frozenset[tuple[str, int]]], leaving: list[str]) -> bool:
+    """Whether the pods not in ``leaving`` serve every store partition that some pod serves
+    now: deleting ``leaving`` together leaves no key unanswered."""
+    served = frozenset().union(*held.values())
+    staying = [copies for name, copies in held.items() if name not in leaving]
+    return served <= frozenset().union(*staying)
 
 
 def _rolled(observed: UpgradeInput, record: UpgradeStatus) -> bool:
