@@ -10,15 +10,15 @@ etcd, controller manager and scheduler, the kubelet stand-in running each pod as
 process), reusing ``bench_scale``'s key loader, input producer and eviction.
 
 The app is the word count of ``examples/wordcount`` (exactly-once, ``num.standby.replicas``
-1, 3 pods) reading ``text-lines`` with 8 partitions, on the embedded SQLite log
-(``--log sqlite``, the default; every pod on one node, on one shared claim) or on a Kafka
-broker started here (``--log kafka``; the pods spread over the zones). ``--keys`` distinct
-words are loaded and counted first; then lines arrive at ``--rate`` words/s for the rest of
-the run (live input), and ``--clients`` processes query random loaded words, each through a
-``QueryRouter`` bootstrapped with the query Service only, a 2 s timeout and
-``max_staleness_ms`` (``--max-staleness-ms``, 600,000 by default: wide enough that a
-standby's answer is taken; the benchmark is about answers, not freshness), at ``--qps``
-queries/s together (or as fast as they can).
+1, ``--replicas`` pods, 3 by default) reading ``text-lines`` with 8 partitions, on the
+embedded SQLite log (``--log sqlite``, the default; every pod on one node, on one shared
+claim) or on a Kafka broker started here (``--log kafka``; the pods spread over the zones).
+``--keys`` distinct words are loaded and counted first; then lines arrive at ``--rate``
+words/s for the rest of the run (live input), and ``--clients`` processes query random
+loaded words, each through a ``QueryRouter`` bootstrapped with the query Service only, a 2 s
+timeout and ``max_staleness_ms`` (``--max-staleness-ms``, 600,000 by default: wide enough
+that a standby's answer is taken; the benchmark is about answers, not freshness), at
+``--qps`` queries/s together (or as fast as they can).
 
 A query is one ``QueryRouter.get`` call (which may make several HTTP requests: the key's
 metadata, then the copies it tries): it *fails* when it raises (any error: a timeout, no copy
@@ -34,14 +34,14 @@ every pod, generation observed, no upgrade in progress, the membership balanced 
 expected pods without warm-ups):
 
 * ``upgrade``: the full-cluster topology upgrade to ``wordcount:topology_v2`` (revision 2,
-  state relocated: KIP-816), ``upgradeStrategy: Rolling`` (the default: pods replaced one at
-  a time while the others serve);
+  state relocated: KIP-816), ``upgradeStrategy: Rolling`` (the default: pods replaced while
+  the others serve, one at a time at 3 pods, several together on more);
 * ``upgrade_recreate``: the same kind of upgrade back to ``wordcount:topology`` (or to v2,
   whichever does not run; the revision one up) with ``upgradeStrategy: Recreate``, every pod
   stopped at once as every upgrade was before issue 36: today's behaviour side by side, the
   baseline, not held to the targets;
 * ``rolling_restart``: a config change (``commit.interval.ms``) rolls the pods one at a time;
-* ``scale_out`` to 4 pods and ``scale_in`` back to 3 (the scale subresource);
+* ``scale_out`` to one pod more and ``scale_in`` back (the scale subresource);
 * ``evict``: ``wordcount-1`` evicted through the Eviction API (the PDB allows one);
 * ``node_loss`` (``--log kafka`` only: on the embedded log every pod is on one node): the node
   of a pod holding active tasks loses power, the operator drops the pod, the node boots again
@@ -313,6 +313,7 @@ class Bench:
         self.clients: list[multiprocessing.process.BaseProcess] = []
         self.stop_clients = multiprocessing.get_context("spawn").Event()
         self.windows: dict[str, tuple[float, float]] = {}
+        self.replicas: int = args.replicas
 
     # -------------------------------------------------------------------------- the setup
     def start(self, bootstrap: str | None) -> None:
@@ -334,13 +335,15 @@ class Bench:
             log.close()
         if bootstrap is None:
             self.document = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
-            self.document["spec"]["replicas"] = 3
+            self.document["spec"]["replicas"] = self.replicas
             operator.wait_watching()
             self.apply()
             self.service = query_service_when_ready(operator, APP)
         else:
             self.document = manifest(APP, bootstrap, SECRET)
-            self.service = deploy(operator, APP, bootstrap, SECRET)
+            self.service = deploy(operator, APP, bootstrap, SECRET)  # 3 pods
+            if self.replicas != 3:
+                self.scale(self.replicas)
 
     def apply(self) -> int:
         self.operator.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(self.document))
@@ -496,7 +499,7 @@ class Bench:
             return (status.get("topology") or {}).get("revision") == revision
 
         wait_until(upgraded, f"the upgrade to revision {revision}", READY_TIMEOUT)
-        self.wait_settled("settled after the upgrade", 3, generation)
+        self.wait_settled("settled after the upgrade", self.replicas, generation)
 
     def rolling_restart(self) -> None:
         uids = {name: pod["metadata"]["uid"] for name, pod in self.pods().items()}
@@ -511,7 +514,7 @@ class Bench:
             "every pod replaced",
             READY_TIMEOUT,
         )
-        self.wait_settled("settled after the rolling restart", 3, generation)
+        self.wait_settled("settled after the rolling restart", self.replicas, generation)
 
     def scale(self, replicas: int) -> None:
         self.operator.kubectl("scale", "sapp", APP, f"--replicas={replicas}")
@@ -527,7 +530,7 @@ class Bench:
             f"{victim} replaced",
             READY_TIMEOUT,
         )
-        self.wait_settled("settled after the eviction", 3, self.generation())
+        self.wait_settled("settled after the eviction", self.replicas, self.generation())
 
     def node_loss(self) -> None:
         assert self.cluster.kubelets is not None
@@ -545,7 +548,7 @@ class Bench:
         finally:
             self.cluster.kubelets.reboot_node(dead)
         wait_until(lambda: victim in members(self.operator, APP), f"{victim} back", READY_TIMEOUT)
-        self.wait_settled(f"settled after {dead} rebooted", 3, self.generation())
+        self.wait_settled(f"settled after {dead} rebooted", self.replicas, self.generation())
 
     def pod_kill(self) -> None:
         assert self.cluster.kubelets is not None
@@ -561,7 +564,7 @@ class Bench:
             f"{victim} restarted and Ready",
             READY_TIMEOUT,
         )
-        self.wait_settled("settled after the kill", 3, self.generation())
+        self.wait_settled("settled after the kill", self.replicas, self.generation())
 
     def wiped_restore(self) -> None:
         assert self.cluster.kubelets is not None and self.cluster.provisioner is not None
@@ -596,7 +599,7 @@ class Bench:
             f"{victim} restored and Ready",
             READY_TIMEOUT,
         )
-        self.wait_settled("settled after the restore", 3, self.generation())
+        self.wait_settled("settled after the restore", self.replicas, self.generation())
 
     def run(self, operations: Sequence[str]) -> None:
         started = time.time()
@@ -607,8 +610,8 @@ class Bench:
             "upgrade": lambda: self.upgrade("Rolling"),
             "upgrade_recreate": lambda: self.upgrade("Recreate"),
             "rolling_restart": self.rolling_restart,
-            "scale_out": lambda: self.scale(4),
-            "scale_in": lambda: self.scale(3),
+            "scale_out": lambda: self.scale(self.replicas + 1),
+            "scale_in": lambda: self.scale(self.replicas),
             "evict": self.evict,
             "node_loss": self.node_loss,
             "pod_kill": self.pod_kill,
@@ -685,6 +688,7 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=200, help="live input, words/s")
     parser.add_argument("--log", choices=["sqlite", "kafka"], default="sqlite")
     parser.add_argument("--clients", type=int, default=3, help="query client processes")
+    parser.add_argument("--replicas", type=int, default=3, help="pods of the app")
     parser.add_argument("--qps", type=float, default=200, help="queries/s, all clients together")
     parser.add_argument("--max-staleness-ms", type=int, default=600_000)
     parser.add_argument("--steady", type=float, default=15, help="baseline window, s")
@@ -702,6 +706,8 @@ def main() -> int:
     unknown = [op for op in operations if op not in OPERATIONS]
     if unknown:
         parser.error(f"--operations: unknown {unknown}; choose from {', '.join(OPERATIONS)}")
+    if args.replicas < 3:
+        parser.error(f"--replicas {args.replicas}: at least 3 (the operations act on {APP}-2)")
     if args.log == "sqlite" and "node_loss" in operations:
         # The embedded log's one claim pins every pod to one node: losing it loses them all.
         print("node_loss: skipped on the embedded log (every pod on one node); --log kafka "
@@ -712,6 +718,7 @@ def main() -> int:
     summary: dict[str, Any] = {
         "benchmark": "queries", "keys": args.keys, "partitions": PARTITIONS,
         "rate_words_s": args.rate, "clients": args.clients, "log_kafka": int(args.log == "kafka"),
+        "replicas": args.replicas,
         "load_average_start": round(os.getloadavg()[0], 2),
     }  # fmt: skip
     with contextlib.ExitStack() as stack:
