@@ -259,8 +259,12 @@ def test_the_hand_over_leaves_a_margin_of_the_grace_period_for_the_final_commit(
 # wait itself: where a handler that takes the wait's lock (threading.Event) deadlocked.
 _SIGNAL_ROUNDS = 400
 _CHILD = f"""
-import sys
+import os, resource
 from eddyline_runtime.runner import _stop_signals
+# As a pod: more descriptors open than select() takes (its stores' files, its sockets).
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 2048), hard), hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
 for round in range({_SIGNAL_ROUNDS}):
     with _stop_signals() as signalled:
         print("waiting", round, flush=True)
@@ -271,11 +275,12 @@ for round in range({_SIGNAL_ROUNDS}):
 
 
 def test_a_sigterm_landing_anywhere_in_the_wait_loop_ends_it() -> None:
-    """The main loop's wait for SIGTERM, SIGTERMed hundreds of times at random moments:
-    each signal ends the wait at once. (The wait on a ``threading.Event`` set by the
-    handler hung about once in 100: the handler blocked on the lock its own thread held
-    inside ``Event.wait()``, and a deleted pod was SIGKILLed at the end of its grace
-    period without beginning its hand-over.)"""
+    """The main loop's wait for SIGTERM, SIGTERMed hundreds of times at random moments, with
+    over 1,024 descriptors open: each signal ends the wait at once. (The wait on a
+    ``threading.Event`` set by the handler hung about once in 100: the handler blocked on
+    the lock its own thread held inside ``Event.wait()``, and a deleted pod was SIGKILLed
+    at the end of its grace period without beginning its hand-over. A ``select()`` on the
+    pipe refused the descriptor past 1,024.)"""
     root = Path(__file__).resolve().parents[2]
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD],

@@ -738,9 +738,14 @@ def _stop_signals() -> Iterator[Callable[[float], bool]]:
         with contextlib.suppress(BlockingIOError):  # a full pipe already says "arrived"
             os.write(write_end, b"!")
 
+    # poll, not select: a pod holds many descriptors (stores' files, sockets), and select
+    # refuses one numbered past FD_SETSIZE (1024).
+    poller = select.poll()
+    poller.register(read_end, select.POLLIN)
+
     def arrived(seconds: float) -> bool:
-        # A signal during select runs the handler, whose byte ends the select (PEP 475).
-        select.select([read_end], [], [], seconds)
+        # A signal during the poll runs the handler, whose byte ends the poll (PEP 475).
+        poller.poll(seconds * 1000)
         came = False
         with contextlib.suppress(BlockingIOError):
             while os.read(read_end, 256):  # several signals at once count as one
