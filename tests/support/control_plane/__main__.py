@@ -5,12 +5,11 @@
 
 from __future__ import annotations
 
-import signal
 import tempfile
 from pathlib import Path
-from types import FrameType
 
 from tests.support.control_plane.cluster import Cluster
+from tests.support.signals import wait_for_stop_signal
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -34,21 +33,10 @@ Claims live under {cluster.provisioner.root}/<namespace>/<claim>; component logs
 {cluster.plane.logs}. Ctrl-C stops everything.""",
         flush=True,
     )
-    # The handler raises rather than set a threading.Event: one set by a handler deadlocks
-    # when the signal lands while this thread holds the Event's lock (runner._stop_signals).
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        while True:
-            signal.pause()
-    except KeyboardInterrupt:
-        pass
+        wait_for_stop_signal()
     finally:
         cluster.stop()
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

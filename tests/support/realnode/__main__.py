@@ -6,12 +6,11 @@
 from __future__ import annotations
 
 import json
-import signal
 import tempfile
 from pathlib import Path
-from types import FrameType
 
 from tests.support.realnode.cluster import RealCluster
+from tests.support.signals import wait_for_stop_signal
 
 
 def main() -> None:
@@ -33,21 +32,10 @@ Component logs under {cluster.plane.logs} and /var/lib/eddyline-realnode/<node>/
 Ctrl-C stops everything and cleans the host (docs/nodes.md).""",
         flush=True,
     )
-    # The handler raises rather than set a threading.Event: one set by a handler deadlocks
-    # when the signal lands while this thread holds the Event's lock (runner._stop_signals).
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        while True:
-            signal.pause()
-    except KeyboardInterrupt:
-        pass
+        wait_for_stop_signal()
     finally:
         cluster.stop()
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
