@@ -338,7 +338,7 @@ class Bench:
             self.document["spec"]["replicas"] = self.replicas
             operator.wait_watching()
             self.apply()
-            self.service = query_service_when_ready(operator, APP)
+            self.service = query_service_when_ready(operator, APP, self.replicas)
         else:
             self.document = manifest(APP, bootstrap, SECRET)
             self.service = deploy(operator, APP, bootstrap, SECRET)  # 3 pods

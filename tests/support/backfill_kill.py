@@ -1,10 +1,11 @@
 """A backfill's changelog write that stops mid-transaction, to be SIGKILLed there.
 
-``python -m tests.support.backfill_kill LOG_URL TOPIC_PREFIX CHANGELOG READY``
+``python -m tests.support.backfill_kill LOG_URL TOPIC_PREFIX CHANGELOG READY [--supersede]``
 writes :func:`contents` to partition 0 of ``CHANGELOG`` with the backfill's own
-writer, as the job's task does; after more than one send (so on Kafka records of
-the open transaction are on the broker) the contents stop coming: the script
-creates ``READY`` and waits to be killed.
+writer, as the job's task does (replacing an earlier state with ``--supersede``);
+after more than one send (so on Kafka records of the open transaction are on the
+broker) the contents stop coming: the script creates ``READY`` and waits to be
+killed.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def open_test_log(url: str, prefix: str) -> Log:
 
 
 def main(argv: list[str]) -> None:
-    url, prefix, topic, ready = argv
+    url, prefix, topic, ready, *options = argv
 
     def stalling() -> Iterator[tuple[bytes, bytes]]:
         for index, item in enumerate(contents()):
@@ -50,7 +51,12 @@ def main(argv: list[str]) -> None:
 
     log = open_test_log(url, prefix)
     write_store_changelog(
-        log, TopicPartition(topic, 0), stalling, transactional_id=TRANSACTIONAL_ID
+        log,
+        TopicPartition(topic, 0),
+        stalling,
+        transactional_id=TRANSACTIONAL_ID,
+        build_id="kill-test",
+        supersede="--supersede" in options,
     )
     raise SystemExit("the write finished: it was meant to be killed mid-write")
 

@@ -72,6 +72,13 @@ def add_backfill_commands(commands: argparse._SubParsersAction[argparse.Argument
     build.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
     build.add_argument("--build-id", help="names the build (default: a new one)")
     build.add_argument(
+        "--supersede",
+        action="store_true",
+        help="replace another state a store's changelog holds (an earlier attempt's under "
+        "other end offsets, or a rolled-back revision's) instead of refusing it; only for "
+        "stores no running revision has",
+    )
+    build.add_argument(
         "--no-progress",
         action="store_true",
         help="no live progress line (automatic when stdout is not a terminal)",
@@ -176,6 +183,7 @@ def run_backfill_command(args: argparse.Namespace, out: TextIO | None = None) ->
         end_offsets=ends,
         properties=properties,
         from_timestamp_ms=args.from_timestamp,
+        supersede=args.supersede,
     )
     spark = spark_session(args.master, app_name=spark_job.APP_NAME)
     line = ProgressLine(
@@ -274,6 +282,9 @@ def _backfill_job(args: argparse.Namespace) -> BackfillVerdict:
         end_offsets=ends,
         properties=dict(app.spec.config),
         from_timestamp_ms=args.from_timestamp,
+        # The operator runs this Job only for stores the running revision lacks (it refuses
+        # the others, reconcile/upgrade.py): an earlier attempt's state is replaced.
+        supersede=True,
     )
     conf = dict(_setting(item, "--conf") for item in args.conf)
     spark = spark_session(args.master, conf, app_name=spark_job.APP_NAME)

@@ -28,7 +28,6 @@ from eddyline_runtime.backfill.changelog_writer import SEND_RECORDS
 from eddyline_runtime.key_ranges import KeyRange
 from eddyline_runtime.log import Log
 from eddyline_runtime.log.port import Record
-from eddyline_runtime.log.sqlite_log import SqliteLog
 from eddyline_runtime.partitions import TaskId, TopicPartition, changelog_topic
 from eddyline_runtime.processing.topology import Topology
 from eddyline_runtime.restore.replay.restoration import restore
@@ -110,71 +109,190 @@ def test_a_store_restored_from_the_backfilled_changelog_equals_the_backfilled_st
         assert len(committed_changelog(log, changelog)) == first.keys[store]
 
 
-def test_a_changelog_holding_another_state_is_refused(tmp_path: Path) -> None:
-    log = SqliteLog(tmp_path / "log.db")
-    try:
-        topic = changelog_topic("app", "counts")
-        log.create_topic(topic, 1, compacted=True)
-        tp = TopicPartition(topic, 0)
-        log.produce(tp, [Record(b"key-000000", b"an older state", 0)])
-        with pytest.raises(ChangelogWriteError, match=f'Delete the topic "{topic}"'):
-            write_store_changelog(
-                log, tp, backfill_kill.contents, transactional_id="app-backfill-counts-0"
-            )
-        assert len(committed_changelog(log, tp)) == 1
-    finally:
-        log.close()
+def _built(label: str, keys: int) -> Callable[[], Iterator[tuple[bytes, bytes]]]:
+    """A store partition's contents (key order): ``keys`` keys, values naming ``label``."""
+
+    def contents() -> Iterator[tuple[bytes, bytes]]:
+        for index in range(keys):
+            yield f"key-{index:06d}".encode(), f"{label}-{index}".encode()
+
+    return contents
 
 
-def test_a_writer_killed_mid_transaction_leaves_nothing_and_the_rerun_writes_once(
+def _restored(log: Log, tp: TopicPartition, directory: Path) -> list[tuple[bytes, bytes]]:
+    """What a store restored from ``tp`` alone holds: a standby's, or a wiped pod's."""
+    with RocksDBStore("restored", directory) as store:
+        restore(store, log, tp)
+        return list(store.scan(KeyRange()))
+
+
+def _last_offset(log: Log, tp: TopicPartition) -> int:
+    """The offset of ``tp``'s last committed record (on Kafka the end is past a marker)."""
+    position, last = log.beginning_offset(tp), -1
+    while columns := log.fetch_columns(tp, position, 10_000).offsets:
+        last = columns[-1]
+        position = last + 1
+    return last
+
+
+def test_a_revisions_state_in_the_changelog_is_refused_unless_superseded(
     tmp_path: Path, log: Log
 ) -> None:
+    """A rolled-back revision processed into the store's changelog (records without the
+    backfill's mark, a delete among them): refused by default, naming the way out; with
+    supersede replaced in one transaction, and a restore finds exactly the contents."""
+    topic = changelog_topic("app", "counts")
+    log.create_topic(topic, 1, compacted=True)
+    tp = TopicPartition(topic, 0)
+    log.produce(
+        tp,
+        [
+            Record(b"key-000000", b"live", 0),
+            Record(b"key-999999", b"live", 0),
+            Record(b"key-000000", None, 0),
+            Record(b"key-000001", b"live", 0),
+        ],
+    )
+    contents = _built("built", 3)
+    with pytest.raises(ChangelogWriteError, match=rf'--supersede.*delete the topic "{topic}"'):
+        write_store_changelog(
+            log, tp, contents, transactional_id="app-backfill-counts-0", build_id="b1"
+        )
+    assert log.end_offset(tp) - log.beginning_offset(tp) == 4  # untouched
+
+    written = write_store_changelog(
+        log, tp, contents, transactional_id="app-backfill-counts-0", build_id="b1", supersede=True
+    )
+    # A tombstone for every key the revision wrote (its view cannot be read as it streams
+    # past a delete it made), then the contents.
+    assert written.written == 3 + 3
+    assert written.last_offset == _last_offset(log, tp)
+    assert _restored(log, tp, tmp_path / "restored") == list(contents())
+
+    # Run again (a Spark retry): the view is now the backfill's, nothing is written.
+    again = write_store_changelog(
+        log, tp, contents, transactional_id="app-backfill-counts-0", build_id="b2", supersede=True
+    )
+    assert (again.written, again.last_offset) == (0, written.last_offset)
+
+
+def test_a_new_attempt_under_other_end_offsets_supersedes_the_earlier_attempts_state(
+    tmp_path: Path, log: Log
+) -> None:
+    """The retry under the same store name: an attempt committed its state, the upgrade
+    rolled back, the old revision processed more, and the next attempt builds another
+    state (fewer keys, other values). Without supersede it is refused; with it the
+    changelog's view becomes the new state exactly (the old keys it lacks deleted), a
+    re-run writes nothing, and the earlier state can no longer be taken for it."""
+    topic = changelog_topic("app", "counts")
+    log.create_topic(topic, 1, compacted=True)
+    tp = TopicPartition(topic, 0)
+    first, second = _built("first", 50), _built("second", 30)
+    transactional_id = "app-backfill-counts-0"
+    earlier = write_store_changelog(
+        log, tp, first, transactional_id=transactional_id, build_id="b1"
+    )
+    assert earlier.written == 50
+
+    with pytest.raises(ChangelogWriteError, match="holds another state"):
+        write_store_changelog(log, tp, second, transactional_id=transactional_id, build_id="b2")
+    written = write_store_changelog(
+        log, tp, second, transactional_id=transactional_id, build_id="b2", supersede=True
+    )
+    # The earlier attempt's view is read from its write alone: 50 tombstones, 30 records.
+    assert written.written == 50 + 30
+    assert _restored(log, tp, tmp_path / "after-second") == list(second())
+
+    # The same attempt again, with or without supersede: the view is its state.
+    for supersede in (False, True):
+        again = write_store_changelog(
+            log, tp, second, transactional_id=transactional_id, build_id="b3", supersede=supersede
+        )
+        assert (again.written, again.last_offset) == (0, written.last_offset)
+    # Back to the first state: another state now, superseded only on request.
+    with pytest.raises(ChangelogWriteError, match="holds another state"):
+        write_store_changelog(log, tp, first, transactional_id=transactional_id, build_id="b4")
+    third = write_store_changelog(
+        log, tp, first, transactional_id=transactional_id, build_id="b4", supersede=True
+    )
+    # Only the view's keys are deleted (30), not every key the changelog ever held.
+    assert third.written == 30 + 50
+    assert _restored(log, tp, tmp_path / "after-third") == list(first())
+
+
+@pytest.mark.parametrize("earlier", [False, True], ids=["empty", "superseding"])
+def test_a_writer_killed_mid_transaction_leaves_nothing_and_the_rerun_writes_once(
+    tmp_path: Path, log: Log, earlier: bool
+) -> None:
+    """Killed mid-transaction, into an empty changelog or superseding an earlier
+    attempt's state: what read_committed sees is what was there before, whole."""
     topic = "kill-test-store-changelog"
     log.create_topic(topic, 1, compacted=True)
     tp = TopicPartition(topic, 0)
+    before = _built("earlier", 100) if earlier else _built("none", 0)
+    write_store_changelog(
+        log, tp, before, transactional_id=backfill_kill.TRANSACTIONAL_ID, build_id="b0"
+    )
     ready = tmp_path / "ready"
     prefix = getattr(log, "topic_prefix", "")
     root = str(Path(__file__).resolve().parents[3])
     writer = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.backfill_kill", log.url, prefix, topic, str(ready)],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.backfill_kill",
+            log.url,
+            prefix,
+            topic,
+            str(ready),
+            *(["--supersede"] if earlier else []),
+        ],
         cwd=root,
         env={**os.environ, "PYTHONPATH": root},
         start_new_session=True,
     )
+    high_before = _high_watermark(log, tp) if prefix else 0
     try:
         wait_for(lambda: ready.exists() or writer.poll() is not None, "the writer mid-write", 120)
         assert writer.poll() is None, "the writer ended before it was killed"
         if prefix:
             # Kafka: the open transaction's first send is on the broker before the kill.
             wait_for(
-                lambda: _high_watermark(log, tp) >= SEND_RECORDS,
+                lambda: _high_watermark(log, tp) >= high_before + SEND_RECORDS,
                 "the open transaction's records on the broker",
             )
     finally:
         os.killpg(writer.pid, signal.SIGKILL)
         writer.wait()
     assert writer.returncode == -signal.SIGKILL
-    assert committed_changelog(log, tp) == []  # read_committed sees nothing of it
+    # read_committed sees nothing of it: the earlier state whole, or nothing.
+    assert len(committed_changelog(log, tp)) == len(list(before()))
+    assert _restored(log, tp, tmp_path / "after-kill") == list(before())
 
-    # The re-run fences the killed writer (its open transaction is aborted), finds the
-    # changelog empty to read_committed, and writes the contents in one transaction.
+    # The re-run fences the killed writer (its open transaction is aborted), finds what
+    # was committed before it, and writes the contents in one transaction (after the
+    # earlier state's tombstones when superseding).
     expected = list(backfill_kill.contents())
     written = write_store_changelog(
-        log, tp, backfill_kill.contents, transactional_id=backfill_kill.TRANSACTIONAL_ID
+        log,
+        tp,
+        backfill_kill.contents,
+        transactional_id=backfill_kill.TRANSACTIONAL_ID,
+        build_id="b1",
+        supersede=earlier,
     )
-    assert written.written == len(expected)
-    records = committed_changelog(log, tp)
-    assert [(key, value) for _, key, value in records] == expected
-    assert written.last_offset == records[-1][0]
+    assert written.written == len(expected) + len(list(before()))
+    assert written.last_offset == _last_offset(log, tp)
     # And once more: already there, nothing written.
     again = write_store_changelog(
-        log, tp, backfill_kill.contents, transactional_id=backfill_kill.TRANSACTIONAL_ID
+        log,
+        tp,
+        backfill_kill.contents,
+        transactional_id=backfill_kill.TRANSACTIONAL_ID,
+        build_id="b2",
     )
     assert (again.written, again.last_offset) == (0, written.last_offset)
-    assert len(committed_changelog(log, tp)) == len(expected)
-    with RocksDBStore("restored", tmp_path / "restored") as store:
-        restore(store, log, tp)
-        assert list(store.scan(KeyRange())) == expected
+    assert _restored(log, tp, tmp_path / "restored") == expected
 
 
 @pytest.mark.slow

@@ -88,11 +88,15 @@ def deploy(operator: Operator, app: str, bootstrap: str, secret: str) -> str:
     return query_service_when_ready(operator, app)
 
 
-def query_service_when_ready(operator: Operator, app: str) -> str:
-    """Waits until the app has 3 ready pods and Ready=True (printing the operator's view if
-    not); the address of its query Service."""
+def query_service_when_ready(operator: Operator, app: str, replicas: int = 3) -> str:
+    """Waits until the app has ``replicas`` ready pods and Ready=True (printing the
+    operator's view if not); the address of its query Service."""
     try:
-        wait_until(lambda: ready(operator, app), "3 ready pods and Ready=True", READY_TIMEOUT)
+        wait_until(
+            lambda: ready(operator, app, replicas),
+            f"{replicas} ready pods and Ready=True",
+            READY_TIMEOUT,
+        )
     except TimeoutError:
         print(operator.describe_failure(app))
         raise

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eddyline_runtime.backfill import BackfillError
+from eddyline_runtime.backfill import BackfillError, BackfillPlan, spark_job
 from eddyline_runtime.backfill.spark_job import fix_plan
 from eddyline_runtime.backfill_cli import BackfillCommandError, parse_end_offset, parse_timestamp
 from eddyline_runtime.cli import main
@@ -165,3 +165,56 @@ def test_the_job_says_why_it_failed_in_its_verdict(tmp_path: Path) -> None:
     verdict = BackfillVerdict.from_text(result.read_text(encoding="utf-8"))
     assert verdict is not None and verdict.state is BackfillState.FAILED
     assert "no store 'nope'" in verdict.message and verdict.build_id == "b1"
+
+
+def test_a_plan_keeps_whether_it_supersedes_through_its_encoding(tmp_path: Path) -> None:
+    """Every Spark task gets the plan encoded: superseding another state survives it."""
+    for supersede in (False, True):
+        plan = fix_plan(
+            keyed_count(),
+            application="app",
+            reference="m:f",
+            stores=["counts"],
+            log_url=_log_with_input(tmp_path),
+            output=tmp_path / "out",
+            build_id="b",
+            end_offsets={TopicPartition(INPUT, 0): 0, TopicPartition(INPUT, 1): 0},
+            supersede=supersede,
+        )
+        assert BackfillPlan.decode(plan.encode()).supersede is supersede
+
+
+@pytest.mark.skipif(bool(java_missing()), reason="needs Java (make setup says how)")
+@pytest.mark.parametrize(
+    ("command", "supersede"),
+    [(["build"], False), (["build", "--supersede"], True), (["job"], True)],
+    ids=["build", "build-supersede", "operator-job"],
+)
+def test_only_the_operators_job_and_an_explicit_flag_supersede_a_changelogs_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], supersede: bool
+) -> None:
+    """By hand, a changelog's other state is replaced only on ``--supersede``: the command
+    cannot know whether a running revision has the store. The operator's Job always may:
+    the operator starts no backfill of a store the running revision has."""
+    asked: dict[str, object] = {}
+
+    def fix_plan_seen(*args: object, **kwargs: object) -> BackfillPlan:
+        asked.update(kwargs)
+        raise BackfillError("stopped before Spark starts")
+
+    monkeypatch.setattr(spark_job, "fix_plan", fix_plan_seen)
+    url = _log_with_input(tmp_path)
+    topology = "tests.support.topologies.backfill_topologies:keyed_count"
+    common = ["--topology", topology, "--store", "counts", "--output", str(tmp_path / "out")]
+    if command[0] == "build":
+        rest = ["--application", "app", "--log-url", url, "--end-offset", f"{INPUT}:0=0"]
+    else:
+        manifest = tmp_path / "streamapp.yaml"
+        manifest.write_text(
+            "apiVersion: eddyline.dev/v1alpha1\nkind: StreamApp\nmetadata: {name: app}\n"
+            f"spec: {{topology: 'm:f', log: {{url: '{url}'}}}}\n",
+            encoding="utf-8",
+        )
+        rest = ["--manifest", str(manifest), "--build-id", "b1"]
+    assert main(["backfill", *command, *common, *rest]) != 0
+    assert asked["supersede"] is supersede

@@ -81,11 +81,14 @@ def fix_plan(
     end_offsets: Mapping[TopicPartition, int] | None = None,
     properties: Mapping[str, object] | None = None,
     from_timestamp_ms: int | None = None,
+    supersede: bool = False,
 ) -> BackfillPlan:
     """The plan the driver fixes: stores checked against the topology, the end offsets
     (given, or the app's committed positions: where its stream continues), and with
     ``from_timestamp_ms`` the start offsets (each input partition's first record at or
-    after it, never past its end: a later time leaves that partition no history)."""
+    after it, never past its end: a later time leaves that partition no history).
+    ``supersede``: the stores' changelogs may hold another state, to be replaced
+    (``BackfillPlan.supersede``)."""
     unknown = [store for store in stores if store not in topology.stores]
     if unknown or not stores:
         raise BackfillError(
@@ -134,6 +137,7 @@ def fix_plan(
         end_offsets={partition_key(tp): end_offsets[tp] for tp in inputs},
         properties=dict(properties or {}),
         start_offsets={partition_key(tp): offset for tp, offset in starts.items()},
+        supersede=supersede,
     )
 
 

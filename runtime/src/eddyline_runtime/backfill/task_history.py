@@ -93,6 +93,10 @@ class BackfillPlan:
     # Input partition -> the offset the history starts at, fixed by the driver for a
     # backfill from a timestamp; empty: each partition's first retained offset.
     start_offsets: Mapping[str, int] = field(default_factory=dict)
+    # A changelog holding another state (an earlier attempt's, or a rolled-back
+    # revision's) is replaced rather than refused (changelog_writer.py, "Superseding"):
+    # only when no running revision has the stores.
+    supersede: bool = False
 
     def encode(self) -> str:
         return json.dumps(
@@ -106,6 +110,7 @@ class BackfillPlan:
                 "end_offsets": dict(self.end_offsets),
                 "properties": dict(self.properties),
                 "start_offsets": dict(self.start_offsets),
+                "supersede": self.supersede,
             }
         )
 
@@ -122,6 +127,7 @@ class BackfillPlan:
             end_offsets=dict(raw["end_offsets"]),
             properties=dict(raw["properties"]),
             start_offsets=dict(raw.get("start_offsets", {})),
+            supersede=bool(raw.get("supersede", False)),
         )
 
     def end_offset(self, tp: TopicPartition) -> int:
@@ -437,6 +443,8 @@ def _write_stores(  # noqa: PLR0917 - the run's facts, passed on
             changelog,
             partial(_committed_items, store.store),
             transactional_id=backfill_transactional_id(plan.application, name, task_id.partition),
+            build_id=plan.build_id,
+            supersede=plan.supersede,
         )
         manifest = RestoreManifest(
             format_version=MANIFEST_FORMAT_VERSION,
