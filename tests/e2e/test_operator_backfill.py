@@ -226,6 +226,15 @@ def test_an_upgrade_backfills_a_new_store_from_history_and_rolls_back_a_failed_b
         # starts at 0 here, so its size is their sum.
         assert backfill["records"] == sum(backfill["endOffsets"].values()) >= 4_000, backfill
         assert sorted(backfill["endOffsets"]) == [f"{INPUT}:{p}" for p in range(PARTITIONS)]
+        # The Job logged how far the history had got as it ran, the records read of all.
+        kubelets = harness.cluster.kubelets
+        assert kubelets is not None
+        job_log = kubelets.pod_log(harness.namespace, f"{backfill['job']}-*")
+        total = backfill["records"]
+        assert (
+            f"running the history: {total:,} of {total:,} records read (100%), "
+            f"{PARTITIONS} of {PARTITIONS} task partitions done" in job_log
+        ), job_log[-3000:]
         backfilling = harness.condition(APP, "Backfilling")
         assert backfilling is not None and backfilling["reason"] == "BackfillSucceeded"
         build = restore_app.claim_dir(harness, f"{APP}-restore") / APP / TOTALS

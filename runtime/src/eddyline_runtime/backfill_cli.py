@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+import time
 from pathlib import Path
 from typing import TextIO
 
@@ -25,6 +26,8 @@ from eddyline_runtime.spec import BackfillState, BackfillVerdict, load_manifest
 SPARK_MISSING = spark_missing("backfill build")
 # The progress line's label while the task partitions' histories run.
 RUNNING_HISTORY = "running the history"
+# How often the operator's backfill Job logs how far the history has got, at most.
+JOB_PROGRESS_SECONDS = 5.0
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -189,17 +192,16 @@ def run_backfill_command(args: argparse.Namespace, out: TextIO | None = None) ->
     line = ProgressLine(
         out,
         label=RUNNING_HISTORY,
-        unit="task partitions",
+        unit="records",
         enabled=progress_wanted(out, no_progress=args.no_progress),
     )
+
+    def show(progress: spark_job.BackfillProgress) -> None:
+        done = progress.tasks_done == progress.tasks
+        line.update(progress.read, total=progress.total, force=done)
+
     try:
-        result = spark_job.run_backfill(
-            spark,
-            plan,
-            on_progress=(lambda done, total: line.update(done, total=total, force=done == total))
-            if line.enabled
-            else None,
-        )
+        result = spark_job.run_backfill(spark, plan, on_progress=show if line.enabled else None)
     finally:
         line.close()
         spark.stop()
@@ -288,8 +290,17 @@ def _backfill_job(args: argparse.Namespace) -> BackfillVerdict:
     )
     conf = dict(_setting(item, "--conf") for item in args.conf)
     spark = spark_session(args.master, conf, app_name=spark_job.APP_NAME)
+    logged_at = [float("-inf")]
+
+    def log_progress(progress: spark_job.BackfillProgress) -> None:
+        # The Job's pod log (kubectl logs job/<name>): a line every few seconds, and the last.
+        now = time.monotonic()
+        if now - logged_at[0] >= JOB_PROGRESS_SECONDS or progress.tasks_done == progress.tasks:
+            logged_at[0] = now
+            print(f"{RUNNING_HISTORY}: {progress.describe()}", file=sys.stderr, flush=True)
+
     try:
-        result = spark_job.run_backfill(spark, plan)
+        result = spark_job.run_backfill(spark, plan, on_progress=log_progress)
     finally:
         spark.stop()
     return BackfillVerdict(

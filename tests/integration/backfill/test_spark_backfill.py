@@ -59,8 +59,8 @@ def test_backfill_build_in_spark_equals_a_replay(
     finally:
         log.close()
     output = tmp_path / "builds"
-    # As in a terminal: the command draws its progress line (task partitions done of all),
-    # then erases it before its summary.
+    # As in a terminal: the command draws its progress line (the history's records read
+    # of all, from the tasks' reports), then erases it before its summary.
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     code = main(
         [
@@ -85,7 +85,9 @@ def test_backfill_build_in_spark_equals_a_replay(
     assert code == 0
     printed = capsys.readouterr().out
     assert f"{RECORDS:,} records through {PARTITIONS} tasks" in printed
-    assert f"{RUNNING_HISTORY}: {PARTITIONS:,} of {PARTITIONS:,} task partitions" in printed
+    assert f"{RUNNING_HISTORY}: {RECORDS:,} of {RECORDS:,} records" in printed
+    # The tasks' reports are gone with the job.
+    assert not (output / application / "b1-progress").exists()
     result = json.loads((output / application / "b1-backfill-result.json").read_text())
     assert sum(task["records"] for task in result["tasks"]) == RECORDS
     for task in result["tasks"]:

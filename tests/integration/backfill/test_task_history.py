@@ -23,13 +23,17 @@ from eddyline_runtime.backfill import (
     backfill_layout,
     ensure_changelogs,
     run_task_history,
+    task_history,
     write_manifests,
 )
-from eddyline_runtime.backfill.spark_job import fix_plan
+from eddyline_runtime.backfill.spark_job import config_of, fix_plan
 from eddyline_runtime.backfill.task_history import (
+    HistoryProgress,
     TaskBackfill,
     manifest_directory,
     partition_key,
+    read_progress,
+    task_progress_writer,
 )
 from eddyline_runtime.config import StreamsConfig
 from eddyline_runtime.engine.topics import TopicLayout
@@ -252,3 +256,44 @@ def test_aborted_records_in_the_history_are_not_in_the_backfilled_state(
         assert got == expected
     finally:
         log.close()
+
+
+def test_a_task_reports_how_far_its_history_has_got_and_its_file_keeps_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a running job shows (records read of the history): each report of a task
+    partition counts its input read, never goes back, and ends with all of it; the file
+    the task writes for its driver holds the last report."""
+    monkeypatch.setattr(task_history, "PROGRESS_SECONDS", 0.0)  # every turn of the loop
+    topology = keyed_count()
+    application = f"backfill-{uuid.uuid4().hex[:8]}"
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        ends = write_history(log, INPUT, 1, 25_000)  # more than two fetches' worth
+        plan = backfill_plan(application, "counts", log, tmp_path / "builds", ends)
+        layout = backfill_layout(topology, application, {INPUT: 1})
+        ensure_changelogs(log, layout, plan.stores)
+        reports: list[HistoryProgress] = []
+        write = task_progress_writer(plan, 0)
+
+        def heard(progress: HistoryProgress) -> None:
+            reports.append(progress)
+            write(progress)
+
+        built = run_task_history(
+            topology,
+            config_of(plan),
+            layout=layout,
+            task_id=TaskId(0, 0),
+            log=log,
+            plan=plan,
+            work_dir=tmp_path / "work",
+            on_progress=heard,
+        )
+    finally:
+        log.close()
+    reads = [report.read for report in reports]
+    assert {report.total for report in reports} == {25_000}
+    assert reads[0] == 0 and reads[-1] == 25_000 == built.records
+    assert reads == sorted(reads) and len(set(reads)) >= 4, reads
+    assert read_progress(plan) == {0: HistoryProgress(25_000, 25_000)}

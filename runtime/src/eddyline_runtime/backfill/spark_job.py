@@ -14,6 +14,7 @@ needs no shuffle, as a task reads its own partitions in offset order.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,10 @@ from eddyline_runtime.backfill.task_history import (
     backfill_layout,
     ensure_changelogs,
     partition_key,
+    progress_directory,
+    read_progress,
     run_task_history,
+    task_progress_writer,
     write_manifests,
 )
 from eddyline_runtime.config import StreamsConfig
@@ -56,6 +60,24 @@ class BackfillResult:
     @property
     def records(self) -> int:
         return sum(int(str(task["records"])) for task in self.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillProgress:
+    """Where a running job is: input records read of the whole history (from the tasks'
+    reports, ``task_progress_writer``), and task partitions finished (Spark's tracker)."""
+
+    read: int
+    total: int
+    tasks_done: int
+    tasks: int
+
+    def describe(self) -> str:
+        share = 100 * self.read // self.total if self.total else 100
+        return (
+            f"{self.read:,} of {self.total:,} records read ({share}%), "
+            f"{self.tasks_done} of {self.tasks} task partitions done"
+        )
 
 
 def config_of(plan: BackfillPlan) -> StreamsConfig:
@@ -165,6 +187,7 @@ def run_partition(encoded: str, index: int, _rows: Iterable[int]) -> Iterator[st
                 work_dir=Path(work) / "state",
                 attempt=attempt,
                 changelog_log=writer,
+                on_progress=task_progress_writer(plan, index),
             )
     finally:
         writer.close()
@@ -185,25 +208,32 @@ def run_partition(encoded: str, index: int, _rows: Iterable[int]) -> Iterator[st
 def run_backfill(
     spark: SparkSession,
     plan: BackfillPlan,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[BackfillProgress], None] | None = None,
 ) -> BackfillResult:
     """Run every task partition's share as one Spark task; write the job's result
     (the offsets the stores stop at, the manifests) beside the builds.
 
-    ``on_progress(done, total)``, if given, is called from a watcher thread about twice a
-    second with the task partitions finished of all (Spark's status tracker sees a task
-    only when it ends, so a partition's share is the unit)."""
+    ``on_progress``, if given, is called from a watcher thread about twice a second with
+    the records read of the history and the task partitions finished, and once more when
+    the job has run."""
     topology = load_topology(plan.topology)
     log = open_log(plan.log_url)
     try:
         layout = layout_of(topology, plan, log)
         tasks = layout.partitions[0]
+        total = sum(
+            plan.end_offset(tp) - plan.start_offset(tp, log)
+            for task in layout.tasks()
+            for tp in layout.input_partitions(task)
+        )
         # Created here, once, so the tasks only write their partitions.
         ensure_changelogs(log, layout, plan.stores)
     finally:
         log.close()
     encoded = plan.encode()
     rows: list[str] = []
+    # A killed driver's run of the same build left its tasks' reports: they start again.
+    shutil.rmtree(progress_directory(plan), ignore_errors=True)
 
     def run() -> None:
         rows.extend(
@@ -212,17 +242,26 @@ def run_backfill(
             .collect()
         )
 
-    if on_progress is None:
-        spark.sparkContext.setJobGroup(f"backfill-{plan.build_id}", "eddyline backfill")
-        run()
-    else:
-        run_watched(
-            spark,
-            run,
-            lambda stages: on_progress(
-                min(tasks, sum(min(s.completed, s.tasks) for s in stages)), tasks
-            ),
-        )
+    try:
+        if on_progress is None:
+            spark.sparkContext.setJobGroup(f"backfill-{plan.build_id}", "eddyline backfill")
+            run()
+        else:
+            run_watched(
+                spark,
+                run,
+                lambda stages: on_progress(
+                    BackfillProgress(
+                        min(total, sum(report.read for report in read_progress(plan).values())),
+                        total,
+                        min(tasks, sum(min(s.completed, s.tasks) for s in stages)),
+                        tasks,
+                    )
+                ),
+            )
+    finally:
+        # The tasks' reports are of no use once the job has run (or failed).
+        shutil.rmtree(progress_directory(plan), ignore_errors=True)
     results = sorted((json.loads(row) for row in rows), key=lambda r: str(r["task"]))
     # Every task succeeded: now, and only now, the manifests (the restore sink's rule).
     manifests = [

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -67,6 +68,8 @@ FETCH_RECORDS: Final = 10_000
 # record cache into RocksDB; nothing is written to the log).
 COMMIT_RECORDS: Final = 50_000
 RESULT_NAME: Final = "backfill-result.json"
+# How often a task says how far its history has got (HistoryProgress), at most.
+PROGRESS_SECONDS: Final = 1.0
 
 
 class BackfillError(EddylineError):
@@ -151,6 +154,15 @@ class BackfillPlan:
 
 def partition_key(tp: TopicPartition) -> str:
     return f"{tp.topic}:{tp.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryProgress:
+    """How far a task partition's history has got: its input offsets read, of the span from
+    its start offsets to its end offsets (records, transaction markers among them)."""
+
+    read: int
+    total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,12 +315,14 @@ def run_task_history(
     work_dir: Path,
     attempt: int = 0,
     changelog_log: Log | None = None,
+    on_progress: Callable[[HistoryProgress], None] | None = None,
 ) -> TaskBackfill:
     """Process task ``task_id``'s history (each input partition from its start offset to
     its end offset in ``plan``), then write each of ``plan.stores`` the task has as one sorted
     SST and a restore manifest under ``plan.output`` (the layout ``eddyline restore
     ingest`` and a pod's restore read). ``work_dir`` holds the task's RocksDB stores and
-    is removed at the end."""
+    is removed at the end. ``on_progress`` hears how far the history has got about once
+    every PROGRESS_SECONDS, and once it is all read (``read == total``)."""
     inputs = layout.input_partitions(task_id)
     positions = {tp: plan.start_offset(tp, log) for tp in inputs}
     ends = {tp: plan.end_offset(tp) for tp in inputs}
@@ -325,9 +339,20 @@ def run_task_history(
     def history_left(tp: TopicPartition) -> int:
         return ends[tp] - fetched[tp]
 
+    total = sum(ends[tp] - start_offsets[tp] for tp in inputs)
+
+    def report(now: float) -> float:
+        """Tell ``on_progress`` where the history is; when to tell it next."""
+        if on_progress is not None:
+            on_progress(
+                HistoryProgress(sum(fetched[tp] - start_offsets[tp] for tp in inputs), total)
+            )
+        return now + PROGRESS_SECONDS
+
     shutil.rmtree(work_dir, ignore_errors=True)
     task, cache = _task(topology, config, layout, task_id, work_dir, history_left, start_offsets)
     processed = since_commit = 0
+    next_report = report(time.monotonic())
     try:
         while True:
             fed = False
@@ -341,6 +366,8 @@ def run_task_history(
             if since_commit >= COMMIT_RECORDS:
                 _commit(task, cache)
                 since_commit = 0
+            if on_progress is not None and (now := time.monotonic()) >= next_report:
+                next_report = report(now)
             if done == 0 and not fed:
                 if task.partitions.buffered() or any(fetched[tp] < ends[tp] for tp in inputs):
                     # Timestamp order held back records with every input fed: a bug.
@@ -349,6 +376,7 @@ def run_task_history(
                         f"({task.partitions.buffered()} records buffered); report this"
                     )
                 break
+        report(time.monotonic())
         _commit(task, cache)
         manifests, keys = _write_stores(
             task, layout, plan, task_id, processed, attempt, changelog_log or log
@@ -471,6 +499,42 @@ def _write_stores(  # noqa: PLR0917 - the run's facts, passed on
 
 def manifest_directory(plan: BackfillPlan, store: str) -> Path:
     return build_directory(Path(plan.output), plan.application, store, plan.build_id)
+
+
+def progress_directory(plan: BackfillPlan) -> Path:
+    """Where the job's tasks say how far their histories have got, a file each: beside
+    the builds, which every executor writes to (a Spark task can tell its driver nothing
+    before it ends; the driver reads these while the job runs)."""
+    return Path(plan.output) / plan.application / f"{plan.build_id}-progress"
+
+
+def task_progress_writer(plan: BackfillPlan, partition: int) -> Callable[[HistoryProgress], None]:
+    """What task ``partition`` reports its progress to: its file, replaced atomically (a
+    reader sees the last report whole; a retried attempt starts it again from 0)."""
+    directory = progress_directory(plan)
+    path = directory / f"{partition}.json"
+    staging = directory / f".{partition}.json.tmp"
+
+    def write(progress: HistoryProgress) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        staging.write_text(
+            json.dumps({"read": progress.read, "total": progress.total}), encoding="utf-8"
+        )
+        staging.replace(path)
+
+    return write
+
+
+def read_progress(plan: BackfillPlan) -> dict[int, HistoryProgress]:
+    """Task partition -> its last report; a task that has reported nothing yet is absent."""
+    found: dict[int, HistoryProgress] = {}
+    for path in progress_directory(plan).glob("*.json"):
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            found[int(path.stem)] = HistoryProgress(int(raw["read"]), int(raw["total"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # removed meanwhile, or not one of ours: progress is a courtesy
+    return found
 
 
 def write_manifests(plan: BackfillPlan, manifests: Iterable[RestoreManifest]) -> dict[str, str]:
