@@ -116,7 +116,11 @@ def test_without_java_backfill_build_says_what_to_install(
     assert spark_missing("restore build").startswith("restore build needs PySpark")
 
 
-def test_a_plan_holds_the_given_end_offsets(tmp_path: Path) -> None:
+@pytest.mark.parametrize("supersede", [False, True])
+def test_a_plan_holds_the_given_end_offsets_and_whether_it_supersedes(
+    tmp_path: Path, supersede: bool
+) -> None:
+    """Both survive the encoding every Spark task gets the plan in."""
     plan = fix_plan(
         keyed_count(),
         application="app",
@@ -126,8 +130,11 @@ def test_a_plan_holds_the_given_end_offsets(tmp_path: Path) -> None:
         output=tmp_path / "out",
         build_id="b",
         end_offsets={TopicPartition(INPUT, 0): 0, TopicPartition(INPUT, 1): 0},
+        supersede=supersede,
     )
     assert plan.end_offsets == {f"{INPUT}:0": 0, f"{INPUT}:1": 0}
+    decoded = BackfillPlan.decode(plan.encode())
+    assert (decoded.end_offsets, decoded.supersede) == (plan.end_offsets, supersede)
 
 
 @pytest.mark.skipif(bool(java_missing()), reason="needs Java (make setup says how)")
@@ -165,23 +172,6 @@ def test_the_job_says_why_it_failed_in_its_verdict(tmp_path: Path) -> None:
     verdict = BackfillVerdict.from_text(result.read_text(encoding="utf-8"))
     assert verdict is not None and verdict.state is BackfillState.FAILED
     assert "no store 'nope'" in verdict.message and verdict.build_id == "b1"
-
-
-def test_a_plan_keeps_whether_it_supersedes_through_its_encoding(tmp_path: Path) -> None:
-    """Every Spark task gets the plan encoded: superseding another state survives it."""
-    for supersede in (False, True):
-        plan = fix_plan(
-            keyed_count(),
-            application="app",
-            reference="m:f",
-            stores=["counts"],
-            log_url=_log_with_input(tmp_path),
-            output=tmp_path / "out",
-            build_id="b",
-            end_offsets={TopicPartition(INPUT, 0): 0, TopicPartition(INPUT, 1): 0},
-            supersede=supersede,
-        )
-        assert BackfillPlan.decode(plan.encode()).supersede is supersede
 
 
 @pytest.mark.skipif(bool(java_missing()), reason="needs Java (make setup says how)")
