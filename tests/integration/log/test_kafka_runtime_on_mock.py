@@ -99,12 +99,18 @@ def produce_lines(log: KafkaLog, lines: list[str]) -> None:
 
 
 def latest_counts(log: KafkaLog) -> dict[str, int]:
+    """Each word's last count in the output, read to the end of every partition: a fetch
+    gives what has arrived from the broker so far, maybe not the whole partition (one
+    fetch here once returned the first run's records without the second run's)."""
     latest: dict[str, int] = {}
     for partition in range(2):
         tp = TopicPartition("word-counts", partition)
-        for record in log.fetch(tp, log.beginning_offset(tp)).records:
-            assert record.key is not None and record.value is not None
-            latest[record.key.decode()] = LONGS.deserialize(record.value)
+        position, end = log.beginning_offset(tp), log.end_offset(tp)
+        while position < end and (records := log.fetch(tp, position).records):
+            for record in records:
+                assert record.key is not None and record.value is not None
+                latest[record.key.decode()] = LONGS.deserialize(record.value)
+                position = record.offset + 1
     return latest
 
 
